@@ -1,0 +1,21 @@
+"""kernelab's benchmark library: what to run (inputs, reference, variants, declared work)."""
+
+from kernels.base import (
+    Benchmark,
+    BenchmarkError,
+    Params,
+    available_benchmarks,
+    get_benchmark,
+    load_object,
+    validate_spec,
+)
+
+__all__ = [
+    "Benchmark",
+    "BenchmarkError",
+    "Params",
+    "available_benchmarks",
+    "get_benchmark",
+    "load_object",
+    "validate_spec",
+]

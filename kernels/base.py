@@ -1,0 +1,208 @@
+"""The benchmark interface and its registry.
+
+A benchmark declares *what* is measured, never *how*: parameters (a pydantic model, so the server
+can validate a spec without a GPU), variants, inputs made on a device, a reference computed in
+float64, and the work (FLOPs, bytes read, bytes written) one launch does. The runner's engine
+(``runners.engine``) decides how to time it.
+
+This module must import without torch: the server validates specs with it. Benchmarks import
+torch and triton lazily, inside their methods.
+
+Registering your own benchmark:
+
+* name it in a spec as ``"mypkg.bench:MyBenchmark"`` (a ``Benchmark`` subclass or instance), or
+* expose it in your distribution's ``kernelab.benchmarks`` entry-point group::
+
+      [project.entry-points."kernelab.benchmarks"]
+      mybench = "mypkg.bench:MyBenchmark"
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from functools import cache
+from importlib.metadata import entry_points
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from service.schemas import JobSpec, ParamValue, Work
+
+ENTRY_POINT_GROUP = "kernelab.benchmarks"
+
+
+class BenchmarkError(Exception):
+    """A benchmark cannot be found, imported or configured. ``loc`` names the spec field."""
+
+    def __init__(self, message: str, loc: tuple[str | int, ...] = ("benchmark",)):
+        super().__init__(message)
+        self.loc = loc
+
+
+class Params(BaseModel):
+    """Base for a benchmark's parameter model: unknown parameters are errors."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Benchmark(ABC):
+    """One benchmark: parameters, variants, inputs, reference, declared work.
+
+    Subclasses set ``name``, ``Params`` (a ``Params`` subclass) and ``variants`` (names, in
+    display order), and implement the abstract methods. Instances are stateless.
+    """
+
+    name: ClassVar[str]
+    Params: ClassVar[type[Params]]
+    variants: ClassVar[tuple[str, ...]]
+    description: ClassVar[str] = ""
+
+    @abstractmethod
+    def make_inputs(self, params: Params, device: Any, seed: int) -> dict[str, Any]:
+        """Fresh random inputs on ``device`` (a ``torch.device``); never zeros. Not timed."""
+
+    @abstractmethod
+    def prepare(self, variant: str, params: Params, inputs: dict[str, Any]) -> Callable[[], Any]:
+        """Return a zero-argument callable that launches ``variant`` once and returns its output.
+
+        All allocation and compilation that can happen outside the timed closure happens here;
+        the output buffer may be preallocated and reused. Raises ``BenchmarkError`` for an unknown
+        variant.
+        """
+
+    @abstractmethod
+    def reference(self, params: Params, inputs: dict[str, Any]) -> Any:
+        """The exact result in float64 (a ``torch.Tensor``), on the CPU or the inputs' device."""
+
+    @abstractmethod
+    def work(self, params: Params, variant: str) -> Work:
+        """Work one launch of ``variant`` does at ``params`` (FLOPs, bytes read, bytes written)."""
+
+    def tolerances(self, params: Params) -> tuple[float, float]:
+        """Default (rtol, atol) for the output's dtype; see ``kernels.tolerances``."""
+        from kernels.tolerances import default_tolerances
+
+        return default_tolerances(str(getattr(params, "dtype", "float32")))
+
+    def parse_params(self, values: Mapping[str, ParamValue]) -> Params:
+        """Validate one cell's parameters. Raises ``pydantic.ValidationError``."""
+        return self.Params.model_validate(dict(values))
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} name={self.name!r} variants={list(self.variants)}>"
+
+
+def _instantiate(obj: Any, ref: str) -> Benchmark:
+    if isinstance(obj, type) and issubclass(obj, Benchmark):
+        return obj()
+    if isinstance(obj, Benchmark):
+        return obj
+    raise BenchmarkError(f"{ref!r} is not a kernels.Benchmark subclass or instance")
+
+
+@cache
+def _entry_point_benchmarks() -> dict[str, Any]:
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+_BUILTINS = {
+    "softmax": "kernels.softmax:SoftmaxBenchmark",
+    "matmul": "kernels.matmul:MatmulBenchmark",
+}
+
+
+def available_benchmarks() -> list[str]:
+    """Names that resolve without a ``module:object`` reference: built-ins and entry points."""
+    return sorted(set(_BUILTINS) | set(_entry_point_benchmarks()))
+
+
+def load_object(ref: str) -> Any:
+    """Import ``'package.module:attr'``. Raises ``BenchmarkError`` naming the reference."""
+    module_name, _, attr = ref.partition(":")
+    if not module_name or not attr:
+        raise BenchmarkError(f"{ref!r} is not of the form 'module:object'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise BenchmarkError(f"cannot import module {module_name!r}: {exc}") from exc
+    obj: Any = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError as exc:
+            raise BenchmarkError(f"module {module_name!r} has no attribute {attr!r}") from exc
+    return obj
+
+
+def get_benchmark(ref: str) -> Benchmark:
+    """Resolve a spec's ``benchmark`` field to a ``Benchmark`` instance.
+
+    ``ref`` is a registered name (built-in or from the ``kernelab.benchmarks`` entry points) or a
+    ``module:object`` reference. Raises ``BenchmarkError`` (loc ``("benchmark",)``) when unknown.
+    """
+    if ":" in ref:
+        return _instantiate(load_object(ref), ref)
+    if ref in _BUILTINS:
+        return _instantiate(load_object(_BUILTINS[ref]), ref)
+    ep = _entry_point_benchmarks().get(ref)
+    if ep is None:
+        known = ", ".join(available_benchmarks())
+        raise BenchmarkError(f"unknown benchmark {ref!r}; known: {known}")
+    try:
+        return _instantiate(ep.load(), ref)
+    except ImportError as exc:
+        raise BenchmarkError(f"benchmark {ref!r} failed to import: {exc}") from exc
+
+
+def validate_spec(spec: JobSpec) -> list[dict[str, Any]]:
+    """Check a spec against its benchmark; return a list of pydantic-style error dicts.
+
+    Each error is ``{"loc": (...), "msg": str, "type": str}`` with ``loc`` naming the spec field
+    (e.g. ``("sweep", "M")`` or ``("baseline", "variant")``). An empty list means valid. Checks:
+    the benchmark resolves, both variants exist, every cell's parameters (merged with each side's
+    overrides) validate on every device type.
+    """
+    errors: list[dict[str, Any]] = []
+    try:
+        bench = get_benchmark(spec.benchmark)
+    except BenchmarkError as exc:
+        return [{"loc": exc.loc, "msg": str(exc), "type": "value_error"}]
+    for side in ("baseline", "candidate"):
+        vs = getattr(spec, side)
+        if vs.variant not in bench.variants:
+            errors.append({
+                "loc": (side, "variant"),
+                "msg": f"unknown variant {vs.variant!r} of {bench.name!r}; known: {list(bench.variants)}",
+                "type": "value_error",
+            })
+    seen: set[tuple[str, ...]] = set()
+    for device_type in ("cpu", "cuda"):
+        for cell in spec.cells(device_type):  # type: ignore[arg-type]
+            for side in ("baseline", "candidate"):
+                merged = {**cell, **getattr(spec, side).params}
+                try:
+                    bench.parse_params(merged)
+                except ValidationError as exc:
+                    for err in exc.errors():
+                        field = str(err["loc"][0]) if err["loc"] else ""
+                        loc = _param_loc(spec, field, device_type, side)
+                        key = (*map(str, loc), err["msg"])
+                        if key not in seen:
+                            seen.add(key)
+                            errors.append({"loc": loc, "msg": err["msg"], "type": err["type"]})
+    return errors
+
+
+def _param_loc(spec: JobSpec, field: str, device_type: str, side: str) -> tuple[str, ...]:
+    """Where in the spec a parameter value came from, for an error message."""
+    if field in getattr(spec, side).params:
+        return (side, "params", field)
+    if field in spec.sweep_by_device.get(device_type, {}):  # type: ignore[call-overload]
+        return ("sweep_by_device", device_type, field)
+    if field in spec.sweep:
+        return ("sweep", field)
+    if field in spec.params:
+        return ("params", field)
+    return ("params", field) if field else ("params",)
