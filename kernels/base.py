@@ -24,9 +24,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from functools import cache
 from importlib.metadata import entry_points
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
 from service.schemas import JobSpec, ParamValue, Work
 
@@ -47,6 +47,16 @@ class Params(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _check_power_of_two(value: int) -> int:
+    if value <= 0 or value & (value - 1):
+        raise ValueError(f"must be a power of two, got {value}")
+    return value
+
+
+PowerOfTwo = Annotated[int, AfterValidator(_check_power_of_two)]
+"""A positive power-of-two ``int`` parameter (Triton block sizes, ``num_warps``)."""
+
+
 class Benchmark(ABC):
     """One benchmark: parameters, variants, inputs, reference, declared work.
 
@@ -61,7 +71,12 @@ class Benchmark(ABC):
 
     @abstractmethod
     def make_inputs(self, params: Params, device: Any, seed: int) -> dict[str, Any]:
-        """Fresh random inputs on ``device`` (a ``torch.device``); never zeros. Not timed."""
+        """Fresh random inputs on ``device`` (a ``torch.device``); never zeros. Not timed.
+
+        Draw them from a ``torch.Generator`` seeded with ``seed``
+        (``kernels._device.seeded_generator`` and ``kernels._device.randn``) so a cell is
+        reproducible and baseline and candidate see the same data.
+        """
 
     @abstractmethod
     def prepare(self, variant: str, params: Params, inputs: dict[str, Any]) -> Callable[[], Any]:

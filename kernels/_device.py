@@ -1,0 +1,111 @@
+"""Device helpers for benchmarks: seeded random inputs and the Triton interpreter rule.
+
+**The Triton interpreter rule.** ``triton.jit`` decides, *when it decorates a function* (i.e. when
+the module holding the kernel is first imported), whether the kernel is compiled for the GPU
+(``JITFunction``) or run by the Python interpreter (``InterpretedFunction``), from the environment
+variable ``TRITON_INTERPRET``. Hence:
+
+* kernel modules (``kernels.triton_kernels.*``) import triton at top level and are imported only
+  through ``import_triton_kernels(module, device)``, lazily, inside ``Benchmark.prepare``;
+* on a CPU device that helper sets ``TRITON_INTERPRET=1`` *before* the first import, so the kernel
+  runs under the interpreter (slow: use small shapes);
+* on a CUDA device it removes ``TRITON_INTERPRET`` from the environment before the first import:
+  a GPU timing of an interpreted kernel measures Python, not the kernel;
+* one process cannot hold both modes of one module: asking for the other mode afterwards raises
+  ``BenchmarkError``. The runner runs each job in a fresh child process, so this never bites there.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from kernels.base import BenchmarkError
+
+TRITON_INTERPRET_ENV = "TRITON_INTERPRET"
+
+
+def as_device(device: Any) -> torch.device:
+    """``torch.device`` from a device, a string (``"cuda:0"``) or None (the CPU)."""
+    return torch.device("cpu") if device is None else torch.device(device)
+
+
+def wants_interpreter(device: Any) -> bool:
+    """True when Triton kernels for ``device`` must run under the interpreter (the CPU)."""
+    return as_device(device).type == "cpu"
+
+
+def configure_triton_env(device: Any) -> None:
+    """Set (CPU) or remove (CUDA) ``TRITON_INTERPRET`` for kernels about to be imported."""
+    if wants_interpreter(device):
+        os.environ[TRITON_INTERPRET_ENV] = "1"
+    else:
+        os.environ.pop(TRITON_INTERPRET_ENV, None)
+
+
+def is_interpreted(kernel: Any) -> bool:
+    """True when ``kernel`` (a ``triton.jit`` object) was decorated in interpreter mode."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return isinstance(kernel, InterpretedFunction)
+
+
+def check_kernel_mode(kernels: Sequence[Any], device: Any) -> None:
+    """Raise ``BenchmarkError`` unless every jitted kernel's mode fits ``device`` (module doc)."""
+    want = wants_interpreter(device)
+    for kernel in kernels:
+        if is_interpreted(kernel) != want:
+            mode = "interpreted" if is_interpreted(kernel) else "compiled"
+            raise BenchmarkError(
+                f"Triton kernel {kernel.__name__!r} was imported {mode} but device "
+                f"{as_device(device)} needs it {'interpreted' if want else 'compiled'}: "
+                f"{TRITON_INTERPRET_ENV} is read when a kernel module is first imported; "
+                "run CPU and GPU benchmarks in separate processes",
+                loc=("device",),
+            )
+
+
+def import_triton_kernels(module_name: str, device: Any) -> ModuleType:
+    """Import a Triton kernel module in the mode ``device`` needs and return it.
+
+    The module must list its ``triton.jit`` functions in a ``KERNELS`` tuple. Raises
+    ``BenchmarkError`` when the module was already imported in the other mode.
+    """
+    configure_triton_env(device)  # before the first import; later calls keep the runtime consistent
+    module = importlib.import_module(module_name)
+    check_kernel_mode(module.KERNELS, device)
+    return module
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    """``torch.float16`` from ``"float16"``. Raises ``ValueError`` for a name torch lacks."""
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"torch has no dtype {name!r}")
+    return dtype
+
+
+def seeded_generator(device: Any, seed: int) -> torch.Generator:
+    """A ``torch.Generator`` on ``device`` seeded with ``seed``.
+
+    The same seed gives the same numbers on the same device type and torch version; CPU and CUDA
+    generators give different streams.
+    """
+    return torch.Generator(device=as_device(device)).manual_seed(seed)
+
+
+def randn(
+    shape: Sequence[int], *, dtype: torch.dtype, device: Any, generator: torch.Generator
+) -> torch.Tensor:
+    """Standard-normal tensor of ``shape`` and ``dtype`` on ``device``, drawn from ``generator``.
+
+    Drawn in float32 and rounded to ``dtype`` (torch cannot draw fp8 directly), so an input is
+    never zeros and the same seed gives the same values across dtypes up to rounding.
+    """
+    x = torch.randn(tuple(shape), generator=generator, device=as_device(device), dtype=torch.float32)
+    return x.to(dtype)

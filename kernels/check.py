@@ -1,0 +1,120 @@
+"""Correctness of one output against a float64 reference, and output poisoning.
+
+The metrics are the ones kernel authors put in their pull requests: relative error
+``||out - ref||_2 / ||ref||_2``, the largest absolute error, the cosine similarity of the
+flattened tensors, and an element-wise ``torch.isclose`` test with dtype-aware tolerances
+(``kernels.tolerances``). A NaN or Inf in the output never passes, whatever the reference holds.
+
+Poison the output buffer (``poison_``) before a correctness run: an element the kernel forgot to
+write then shows as NaN instead of silently keeping a correct value from an earlier launch.
+
+Imports torch (runner side only).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from service.schemas import CorrectnessResult
+
+_MAX_ROWS_LISTED = 5  # bad rows named in a failure message
+
+
+def poison_(tensor: torch.Tensor) -> torch.Tensor:
+    """Fill ``tensor`` in place with a value no correct kernel writes, and return it.
+
+    Floating and complex tensors (fp8 included) get NaN; integer tensors get their dtype's
+    maximum (``torch.iinfo(dtype).max``), a sentinel that a checker compares against.
+
+    Raises ``TypeError`` for a boolean tensor (no value of it is out of band).
+    """
+    if tensor.dtype.is_floating_point or tensor.dtype.is_complex:
+        return tensor.fill_(float("nan"))
+    if tensor.dtype == torch.bool:
+        raise TypeError("cannot poison a bool tensor: it has no out-of-band value")
+    return tensor.fill_(torch.iinfo(tensor.dtype).max)
+
+
+def mismatch_mask(out: torch.Tensor, ref: torch.Tensor, *, rtol: float, atol: float) -> torch.Tensor:
+    """Boolean CPU tensor of ``out``'s shape: True where the element fails.
+
+    An element fails when it is not finite or ``|out - ref| > atol + rtol * |ref|``
+    (``torch.isclose``, computed in float64). The mask is what locates races: which rows or tiles
+    are wrong, and how that set moves between repeated runs.
+
+    Raises ``ValueError`` when the shapes differ.
+    """
+    if tuple(out.shape) != tuple(ref.shape):
+        raise ValueError(f"output shape {tuple(out.shape)} != reference shape {tuple(ref.shape)}")
+    out64, ref64 = _as_cpu_f64(out), _as_cpu_f64(ref)
+    close = torch.isclose(out64, ref64, rtol=rtol, atol=atol, equal_nan=False)
+    return ~(close & torch.isfinite(out64))
+
+
+def check_output(out: Any, ref: Any, *, rtol: float, atol: float) -> CorrectnessResult:
+    """Compare ``out`` (any shape, any float/int dtype, any device) with ``ref`` (same shape).
+
+    Both are copied to the CPU as float64. Returns a ``CorrectnessResult`` whose ``passed`` is
+    True iff the shapes agree, no output element is NaN/Inf, and every element satisfies
+    ``|out - ref| <= atol + rtol * |ref|``. ``rel_error``, ``max_abs_error`` and
+    ``cosine_similarity`` are computed over elements where both tensors are finite; they are
+    None where undefined (no such element, or a zero-norm reference / zero vector).
+    ``message`` is one line: the worst element and, for a failure, how many elements and
+    which rows fail.
+
+    Raises ``TypeError`` when ``out`` or ``ref`` is not a tensor.
+    """
+    if not isinstance(out, torch.Tensor) or not isinstance(ref, torch.Tensor):
+        raise TypeError(f"check_output needs tensors, got {type(out).__name__} and {type(ref).__name__}")
+    tol = {"rtol": rtol, "atol": atol}
+    if tuple(out.shape) != tuple(ref.shape):
+        return CorrectnessResult(
+            passed=False, **tol,
+            message=f"FAIL: output shape {tuple(out.shape)} != reference shape {tuple(ref.shape)}",
+        )
+    out64, ref64 = _as_cpu_f64(out), _as_cpu_f64(ref)
+    nonfinite = int((~torch.isfinite(out64)).sum())
+    bad = mismatch_mask(out64, ref64, rtol=rtol, atol=atol)
+    n_bad, numel = int(bad.sum()), out64.numel()
+    both = torch.isfinite(out64) & torch.isfinite(ref64)
+    o, r = out64[both], ref64[both]
+    diff = (o - r).abs()
+    max_abs = float(diff.max()) if diff.numel() else None
+    ref_norm, out_norm = float(torch.linalg.vector_norm(r)), float(torch.linalg.vector_norm(o))
+    rel = float(torch.linalg.vector_norm(o - r)) / ref_norm if ref_norm > 0 else None
+    cosine = float(torch.dot(o, r)) / (out_norm * ref_norm) if out_norm > 0 and ref_norm > 0 else None
+    passed = n_bad == 0 and nonfinite == 0
+    metrics = f"rel {_fmt(rel)}, max|err| {_fmt(max_abs)}, cos {_fmt(cosine)}"
+    if passed:
+        message = f"ok: {metrics}; all {numel} elements within rtol={rtol:g} atol={atol:g}"
+    else:
+        message = (
+            f"FAIL: {n_bad}/{numel} elements ({100.0 * n_bad / max(numel, 1):.3g}%) outside "
+            f"rtol={rtol:g} atol={atol:g}, {nonfinite} NaN/Inf; {metrics}{_where(bad, out64, ref64)}"
+        )
+    return CorrectnessResult(
+        passed=passed, rel_error=rel, max_abs_error=max_abs, cosine_similarity=cosine,
+        nonfinite=nonfinite, message=message, **tol,
+    )
+
+
+def _as_cpu_f64(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().to(device="cpu", dtype=torch.float64)
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3g}"
+
+
+def _where(bad: torch.Tensor, out64: torch.Tensor, ref64: torch.Tensor) -> str:
+    """'; first bad at (i, j): out=.. ref=..; bad rows 3: 0, 7, ..' for a failure message."""
+    first = tuple(int(i) for i in bad.nonzero()[0])
+    text = f"; first bad at {first}: out={float(out64[first]):.6g} ref={float(ref64[first]):.6g}"
+    if bad.dim() >= 2:
+        rows = bad.flatten(1).any(dim=1).nonzero().flatten().tolist()
+        listed = ", ".join(map(str, rows[:_MAX_ROWS_LISTED]))
+        listed += ", ..." if len(rows) > _MAX_ROWS_LISTED else ""
+        text += f"; bad rows {len(rows)}/{bad.shape[0]}: {listed}"
+    return text

@@ -1,0 +1,375 @@
+"""The runner daemon: one per GPU node, it claims jobs from the server and runs them.
+
+Loop (``Runner.run``)::
+
+    re-send spooled results -> long-poll claim -> run the job in a child process
+      (python -m runners.worker, hard timeout = spec.timeout_s, lease heartbeat from a thread)
+    -> move the result into the spool -> post it (idempotent) -> delete it once acknowledged
+
+* **Tokens.** Given an admin token the runner registers (``POST /runners/register``) and keeps its
+  per-runner token in ``work_dir/runner-<name>.json`` (mode 0600) so a restart reuses it; given a
+  runner token (registration answers 403) it uses that token directly. Tokens are never logged.
+* **Nothing measured is lost.** A result goes into ``work_dir/spool/<name>/`` before it is posted
+  and leaves it only when the server acknowledged it; an unreachable server leaves it there to be
+  re-sent on the next loop or after a restart (see ``runners.spool``).
+* **Leases.** A thread heartbeats every ``lease_s / 3`` seconds; when the server answers that the
+  lease is lost (409/404: the job was re-queued or cancelled) the child is stopped and nothing is
+  posted.
+* **Timeouts.** A child running longer than the spec's ``timeout_s`` is killed (its whole process
+  group, so probe helpers die too) and the job is failed with a message saying so.
+* **Shutdown** (SIGTERM/SIGINT, arq's behaviour): stop claiming, let the running job finish within
+  ``grace_s`` seconds, else kill it and fail the job with ``retry=True`` so another node takes it.
+* **Burst mode** (``once=True``, arq's ``burst``): drain the queue, then exit.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import deque
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from runners.client import KernelabAPIError, KernelabClient, KernelabUnavailable
+from runners.spool import Spool, atomic_write_text
+from service.schemas import JobClaim, NodeInfo
+
+log = logging.getLogger(__name__)
+
+DEFAULT_WORK_DIR = Path.home() / ".kernelab"
+KILL_WAIT_S = 10.0  # SIGTERM -> SIGKILL delay for a child being stopped
+MIN_IDLE_S = 1.0  # least time between two empty claims, against a server that does not long-poll
+STDERR_TAIL_CHARS = 4000  # how much of a failed child's stderr goes into the failure message
+LEASE_LOST_STATUS = frozenset({404, 409})
+
+
+class Runner:
+    """Runner daemon bound to one server (through ``client``) under the name ``name``.
+
+    ``poll_s``: long-poll wait of each claim, seconds (server caps it). ``lease_s``: lease asked for
+    on claim and on every heartbeat, seconds (heartbeat every ``lease_s / 3``). ``work_dir``:
+    token file, spool and per-job scratch folders. ``grace_s``: how long a running job may go on
+    after SIGTERM. ``node``: the fingerprint sent on registration (default
+    ``runners.probes.node_info()``). Counters: ``done``, ``failed``, ``lost`` (lease lost),
+    ``posted`` (results acknowledged, including re-sent spooled ones).
+    """
+
+    def __init__(
+        self,
+        client: KernelabClient,
+        name: str,
+        *,
+        once: bool = False,
+        poll_s: float = 20.0,
+        lease_s: float = 120.0,
+        work_dir: Path = DEFAULT_WORK_DIR,
+        grace_s: float = 60.0,
+        node: NodeInfo | None = None,
+    ):
+        self.client = client
+        self.name = name
+        self.once = once
+        self.poll_s = float(poll_s)
+        self.lease_s = float(lease_s)
+        self.heartbeat_s = self.lease_s / 3.0
+        self.grace_s = float(grace_s)
+        self.work_dir = Path(work_dir).expanduser()
+        self.spool = Spool(self.work_dir / "spool" / name)
+        self.token_file = self.work_dir / f"runner-{name}.json"
+        self.node = node
+        self.done = 0
+        self.failed = 0
+        self.lost = 0
+        self.posted = 0
+        self._stop = threading.Event()
+        self._stop_at: float | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"<Runner name={self.name} done={self.done} failed={self.failed} lost={self.lost} "
+            f"pending={len(self.spool.pending())}>"
+        )
+
+    # ---------------------------------------------------------------------------------------------
+    # lifecycle
+
+    def stop(self) -> None:
+        """Stop claiming; a running job gets ``grace_s`` seconds to finish. Thread/signal safe."""
+        if not self._stop.is_set():
+            self._stop_at = time.monotonic()
+            self._stop.set()
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        log.info("runner %s: %s received; no new claims, running job gets %.0f s",
+                 self.name, signal.Signals(signum).name, self.grace_s)
+        self.stop()
+
+    def run(self) -> None:
+        """Run until stopped (or, with ``once``, until the queue is empty).
+
+        Installs SIGTERM/SIGINT handlers when called from the main thread. Raises
+        ``KernelabAPIError`` when the token is refused (401) or registration fails, and, with
+        ``once``, ``KernelabUnavailable`` when the server cannot be reached (spooled results stay).
+        """
+        previous = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                previous[sig] = signal.signal(sig, self._on_signal)
+        try:
+            self.ensure_token()
+            log.info("runner %s: serving %s (once=%s)", self.name, self.client.base_url, self.once)
+            self._loop()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            log.info("runner %s stopped: %r", self.name, self)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.flush_spool()
+            started = time.monotonic()
+            try:
+                claim = self.client.claim(wait_s=0.0 if self.once else self.poll_s, lease_s=self.lease_s)
+            except KernelabUnavailable as exc:
+                if self.once:
+                    raise
+                log.warning("runner %s: server unreachable (%s); retrying in %.0f s",
+                            self.name, exc, self.poll_s)
+                self._stop.wait(self.poll_s)
+                continue
+            if claim is None:
+                if self.once:
+                    break
+                self._stop.wait(max(0.0, MIN_IDLE_S - (time.monotonic() - started)))
+                continue
+            self.run_claim(claim)
+        self.flush_spool()
+
+    # ---------------------------------------------------------------------------------------------
+    # token
+
+    def ensure_token(self) -> None:
+        """Switch ``self.client`` to this runner's own token.
+
+        Order: a token saved in ``token_file`` for this server; else register with the client's
+        token (admin) and save the answer; else (registration answers 403) keep the client's token
+        as a runner token. Raises ``KernelabAPIError`` for any other refusal (e.g. 401).
+        """
+        saved = self._load_token()
+        if saved is not None:
+            self.client = self.client.with_token(saved)
+            log.info("runner %s: using the token saved in %s", self.name, self.token_file)
+            return
+        try:
+            registered = self.client.register(self.name, self._node_info())
+        except KernelabAPIError as exc:
+            if exc.status_code == 403:
+                log.info("runner %s: token is not an admin token; using it as a runner token", self.name)
+                return
+            raise
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        payload = {"server": self.client.base_url, "name": registered.name,
+                   "runner_id": registered.runner_id, "token": registered.token}
+        atomic_write_text(self.token_file, json.dumps(payload))
+        os.chmod(self.token_file, 0o600)
+        self.client = self.client.with_token(registered.token)
+        log.info("runner %s: registered as runner %d; token saved in %s",
+                 self.name, registered.runner_id, self.token_file)
+
+    def _load_token(self) -> str | None:
+        try:
+            payload = json.loads(self.token_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if payload.get("server") != self.client.base_url or not payload.get("token"):
+            return None
+        return str(payload["token"])
+
+    def _node_info(self) -> NodeInfo | None:
+        if self.node is None:
+            try:
+                from runners.probes import node_info
+            except ImportError as exc:
+                log.warning("runner %s: node_info unavailable (%s)", self.name, exc)
+                return None
+            self.node = node_info()
+        return self.node
+
+    # ---------------------------------------------------------------------------------------------
+    # spool
+
+    def flush_spool(self) -> int:
+        """Post every spooled result; return how many the server acknowledged.
+
+        Stops at the first unreachable-server error (the rest stay spooled). A result the server
+        refuses for good (404/409/413/422) is moved to ``rejected/``; 401/403 leave it pending.
+        """
+        sent = 0
+        for path in self.spool.pending():
+            try:
+                result = self.spool.load(path)
+            except (OSError, ValidationError) as exc:
+                self.spool.reject(path, f"unreadable spool file: {exc}")
+                continue
+            if result.job_id is None:
+                self.spool.reject(path, "result has no job_id")
+                continue
+            try:
+                accepted = self.client.post_result(result.job_id, result)
+            except KernelabUnavailable as exc:
+                log.warning("runner %s: result of job %d stays spooled: %s", self.name, result.job_id, exc)
+                break
+            except KernelabAPIError as exc:
+                if exc.status_code in (401, 403):
+                    log.error("runner %s: result of job %d refused (%s); kept in %s",
+                              self.name, result.job_id, exc, path)
+                    break
+                target = self.spool.reject(path, str(exc))
+                log.error("runner %s: server refused result of job %d: %s (kept in %s)",
+                          self.name, result.job_id, exc, target)
+                continue
+            self.spool.done(path)
+            self.posted += 1
+            sent += 1
+            log.info("runner %s: job %d result stored as %d%s", self.name, accepted.job_id,
+                     accepted.result_id, " (duplicate)" if accepted.duplicate else "")
+        return sent
+
+    # ---------------------------------------------------------------------------------------------
+    # one job
+
+    def run_claim(self, claim: JobClaim) -> str:
+        """Run one claimed job to the end; return the outcome.
+
+        Outcomes: ``"done"`` (result spooled and, if reachable, posted), ``"failed"`` (child
+        failed: non-zero exit or timeout; the job was failed on the server), ``"lost"`` (lease
+        lost; nothing posted), ``"shutdown"`` (killed after the grace period; failed with retry).
+        """
+        job_id = claim.job_id
+        job_dir = self.work_dir / "jobs" / f"{job_id}-{claim.attempt}"
+        job_dir.mkdir(parents=True, exist_ok=True)
+        spec_path, out_path, err_path = job_dir / "spec.json", job_dir / "result.json", job_dir / "stderr.log"
+        atomic_write_text(spec_path, claim.spec.model_dump_json())
+        out_path.unlink(missing_ok=True)
+        key = f"{self.name}-j{job_id}-a{claim.attempt}-{uuid.uuid4().hex[:12]}"
+        cmd = [sys.executable, "-m", "runners.worker", str(spec_path), str(out_path),
+               "--job-id", str(job_id), "--idempotency-key", key]
+        log.info("runner %s: job %d attempt %d (%s): starting worker, timeout %.0f s",
+                 self.name, job_id, claim.attempt, claim.spec.benchmark, claim.spec.timeout_s)
+
+        lease_lost = threading.Event()
+        finished = threading.Event()
+        with err_path.open("w", encoding="utf-8") as err_fh:
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err_fh, text=True,
+                                    start_new_session=True)
+            reader = threading.Thread(target=self._relay_stdout, args=(proc, job_id), daemon=True)
+            beater = threading.Thread(target=self._heartbeat, args=(job_id, finished, lease_lost),
+                                      daemon=True)
+            reader.start()
+            beater.start()
+            try:
+                why = self._supervise(proc, claim.spec.timeout_s, lease_lost)
+            finally:
+                finished.set()
+                beater.join()
+                reader.join(timeout=5.0)
+        return self._finish(claim, why, proc.returncode, out_path, err_path)
+
+    def _supervise(self, proc: subprocess.Popen[str], timeout_s: float, lease_lost: threading.Event) -> str:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                proc.wait(timeout=0.2)
+                return "exited"
+            except subprocess.TimeoutExpired:
+                pass
+            if time.monotonic() > deadline:
+                why = "timeout"
+            elif lease_lost.is_set():
+                why = "lost"
+            elif self._stop_at is not None and time.monotonic() - self._stop_at > self.grace_s:
+                why = "shutdown"
+            else:
+                continue
+            _kill_group(proc)
+            return why
+
+    def _finish(
+        self, claim: JobClaim, why: str, returncode: int | None, out_path: Path, err_path: Path
+    ) -> str:
+        job_id = claim.job_id
+        if why == "lost":
+            self.lost += 1
+            log.warning("runner %s: lease of job %d lost; worker stopped, nothing posted", self.name, job_id)
+            return "lost"
+        if why == "exited" and returncode == 0 and out_path.exists():
+            path = self.spool.adopt(out_path)
+            log.info("runner %s: job %d measured; result spooled at %s", self.name, job_id, path)
+            self.done += 1
+            self.flush_spool()
+            return "done"
+        if why == "timeout":
+            message = (f"timed out: the worker ran longer than the spec's timeout_s = "
+                       f"{claim.spec.timeout_s:g} s and was killed on node {self.name}")
+        elif why == "shutdown":
+            message = (f"runner {self.name} shut down; the job was stopped after a "
+                       f"{self.grace_s:g} s grace period")
+        else:
+            message = f"worker exited with status {returncode} on node {self.name}"
+        tail = _tail(err_path, STDERR_TAIL_CHARS)
+        if tail:
+            message += f"\n--- worker stderr (last {STDERR_TAIL_CHARS} characters) ---\n{tail}"
+        self.failed += 1
+        log.error("runner %s: job %d failed: %s", self.name, job_id, message.splitlines()[0])
+        try:
+            self.client.fail(job_id, message, retry=why == "shutdown")
+        except (KernelabAPIError, KernelabUnavailable) as exc:
+            log.error("runner %s: could not report the failure of job %d: %s", self.name, job_id, exc)
+        return "shutdown" if why == "shutdown" else "failed"
+
+    def _heartbeat(self, job_id: int, finished: threading.Event, lease_lost: threading.Event) -> None:
+        while not finished.wait(self.heartbeat_s):
+            try:
+                self.client.heartbeat(job_id, lease_s=self.lease_s)
+            except KernelabAPIError as exc:
+                if exc.status_code in LEASE_LOST_STATUS:
+                    lease_lost.set()
+                    return
+                log.warning("runner %s: heartbeat of job %d refused: %s", self.name, job_id, exc)
+            except KernelabUnavailable as exc:
+                log.warning("runner %s: heartbeat of job %d failed: %s", self.name, job_id, exc)
+
+    def _relay_stdout(self, proc: subprocess.Popen[str], job_id: int) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            log.info("job %d: %s", job_id, line.rstrip())
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    """SIGTERM the child's process group, SIGKILL it after ``KILL_WAIT_S`` seconds."""
+    for sig, wait_s in ((signal.SIGTERM, KILL_WAIT_S), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _tail(path: Path, chars: int) -> str:
+    try:
+        with path.open("r", encoding="utf-8", errors="replace") as fh:
+            return "".join(deque(fh, maxlen=200))[-chars:].strip()
+    except OSError:
+        return ""

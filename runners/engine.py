@@ -1,0 +1,200 @@
+"""Interleaved measurement of a baseline and a candidate: warm-up, rounds, adaptive stop.
+
+One call of ``measure_pair`` measures one sweep cell. The two variants are never timed as "all A
+then all B": each round times both, in ABBA order (round r is A,B when r is even, B,A when odd,
+so every pair of rounds cancels a linear drift) or in an order drawn per round from a seeded
+``numpy.random.default_rng``. Every raw sample is kept, with its round, its position inside the
+round, the launches it covered and the GPU context (SM clock, clock-event reasons, temperature,
+power) read right after it.
+
+Stop rule: never before ``min_rounds``; then stop as soon as the ratio's confidence interval
+(``service.stats.ratio_ci``, bootstrap over whole rounds) has a half-width below
+``target_ci_pct`` of the ratio, or another round would overrun ``budget_ms`` (measured from the
+end of the warm-up), or ``max_rounds`` is reached. The CI is checked on a geometric schedule
+(at ``min_rounds``, then each time the round count has grown by 20%, at least 4 rounds), so its
+cost stays a small fraction of the budget.
+
+Sources: ABBA interleaving and round-level bootstrap from ``/work/shared/reference/
+gpu-measurement-method.md``; the 75% clock rule from nvbench (a sample whose SM clock is below
+75% of the default clock is throttled).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+import numpy as np
+
+from runners.timing import Timer
+from service.schemas import MeasurementSpec, Sample, Variant
+from service.stats import kept_samples, ratio_ci
+
+THROTTLE_CLOCK_FRACTION = 0.75  # nvbench: below 75% of the expected SM clock is throttled
+_MIN_WARMUP_PASSES = 2  # the first pass pays one-time costs (compilation, allocation)
+_CHECK_GROWTH = 0.2  # re-check the CI when the round count has grown by 20% ...
+_MIN_CHECK_INTERVAL_ROUNDS = 4  # ... but at least 4 rounds later
+_STOP_CHECK_RESAMPLES = 500  # bootstrap resamples for the stop check (the report uses more)
+_STOP_CHECK_CONFIDENCE = 0.95
+
+VARIANTS: tuple[Variant, Variant] = ("baseline", "candidate")
+ProgressFn = Callable[[str], None]
+
+
+class ClockSampler(Protocol):
+    """Per-sample GPU context (``runners.probes.telemetry.ContextSampler`` implements it).
+
+    ``read()`` returns ``sm_clock_mhz``, ``clock_event_reasons``, ``temperature_c`` and
+    ``power_w``, each None where unreadable. ``expected_sm_clock_mhz`` is the unthrottled clock
+    (MHz) or None when unknown (then no sample is marked throttled).
+    """
+
+    expected_sm_clock_mhz: float | None
+
+    def read(self) -> Mapping[str, Any]: ...
+
+
+def round_order(
+    round_index: int, settings: MeasurementSpec, rng: np.random.Generator
+) -> list[Variant]:
+    """Variants in the order round ``round_index`` times them (``2 * samples_per_round`` entries).
+
+    ``abba``: ``[baseline, candidate]`` for an even round, reversed for an odd one, repeated
+    ``samples_per_round`` times. ``random``: a permutation of that multiset drawn from ``rng``
+    (call once per round, in round order, for a reproducible sequence).
+    """
+    pair: list[Variant] = list(VARIANTS) if round_index % 2 == 0 else list(reversed(VARIANTS))
+    order = pair * settings.samples_per_round
+    if settings.order == "random":
+        order = [order[i] for i in rng.permutation(len(order))]
+    return order
+
+
+def is_throttled(sm_clock_mhz: float | None, expected_sm_clock_mhz: float | None) -> bool:
+    """True when the SM clock is below ``THROTTLE_CLOCK_FRACTION`` of the expected clock (MHz).
+
+    Either value None (not readable) gives False: an unknown clock is not evidence of throttling.
+    """
+    if sm_clock_mhz is None or not expected_sm_clock_mhz:
+        return False
+    return sm_clock_mhz < THROTTLE_CLOCK_FRACTION * expected_sm_clock_mhz
+
+
+def ci_half_width(samples: list[Sample], settings: MeasurementSpec) -> tuple[float, float] | None:
+    """``(ratio, relative CI half-width)`` of candidate/baseline over ``samples``, or None.
+
+    Uses ``service.stats.ratio_ci`` (bootstrap resampling whole rounds, 95%, seeded with
+    ``settings.seed``); throttled samples are left out when ``settings.exclude_throttled``. None
+    when ``ratio_ci`` cannot form an interval or the ratio is not positive.
+    """
+    kept = kept_samples(samples, exclude_throttled=settings.exclude_throttled)
+    ci = ratio_ci(
+        kept, confidence=_STOP_CHECK_CONFIDENCE, n_resamples=_STOP_CHECK_RESAMPLES, seed=settings.seed
+    )
+    if ci is None:
+        return None
+    ratio, low, high = ci
+    if not (ratio > 0 and math.isfinite(low) and math.isfinite(high)):
+        return None
+    return ratio, (high - low) / 2.0 / ratio
+
+
+def _warm_up(
+    fns: Mapping[Variant, Callable[[], Any]], timer: Timer, warmup_ms: float
+) -> dict[Variant, int]:
+    """Alternate the variants through ``timer`` until each has run ``warmup_ms``; launches per sample.
+
+    Each variant's launches per call double from 1 up to what its own estimate asks for
+    (``timer.launches_for``), so its last estimate comes from a full-size window. At least
+    ``_MIN_WARMUP_PASSES`` passes run. Returns each variant's launches per sample.
+    """
+    spent_ns: dict[Variant, float] = dict.fromkeys(VARIANTS, 0.0)
+    launches: dict[Variant, int] = dict.fromkeys(VARIANTS, 1)
+    wanted: dict[Variant, int] = dict.fromkeys(VARIANTS, 1)
+    passes = 0
+    while passes < _MIN_WARMUP_PASSES or min(spent_ns.values()) < warmup_ms * 1e6:
+        for variant in VARIANTS if passes % 2 == 0 else tuple(reversed(VARIANTS)):
+            t0 = time.perf_counter_ns()
+            estimate_ns = timer.time_ns(fns[variant], launches[variant])
+            spent_ns[variant] += time.perf_counter_ns() - t0
+            wanted[variant] = timer.launches_for(estimate_ns)
+            launches[variant] = min(2 * launches[variant], wanted[variant])
+        passes += 1
+    return wanted
+
+
+def _sample(
+    variant: Variant, round_index: int, position: int, duration_ns: float, launches: int,
+    sampler: ClockSampler | None,
+) -> Sample:
+    context: Mapping[str, Any] = sampler.read() if sampler is not None else {}
+    clock = context.get("sm_clock_mhz")
+    expected = sampler.expected_sm_clock_mhz if sampler is not None else None
+    return Sample(
+        variant=variant,
+        round=round_index,
+        position=position,
+        duration_ns=duration_ns,
+        launches=launches,
+        sm_clock_mhz=clock,
+        clock_event_reasons=context.get("clock_event_reasons"),
+        temperature_c=context.get("temperature_c"),
+        power_w=context.get("power_w"),
+        throttled=is_throttled(clock, expected),
+    )
+
+
+def measure_pair(
+    fn_baseline: Callable[[], Any],
+    fn_candidate: Callable[[], Any],
+    settings: MeasurementSpec,
+    timer: Timer,
+    *,
+    sampler: ClockSampler | None = None,
+    progress: ProgressFn | None = None,
+) -> list[Sample]:
+    """Measure two zero-argument callables interleaved; every raw sample, in the order taken.
+
+    ``fn_baseline``/``fn_candidate`` launch one run each (on the timer's device and stream).
+    Warm-up: both alternate for ``settings.warmup_ms`` each; it also estimates each variant's ns
+    per launch, from which ``timer.launches_for`` picks that variant's launches per sample (each
+    sample then covers at least ``timer.min_window_ns``; a variant 1000x slower than the other
+    does not get the other's launch count). Then rounds run until the stop rule of the module
+    docstring. Each ``Sample`` carries ``round``, ``position``, ``launches``, ``duration_ns`` (ns
+    per launch) and, with a ``sampler``, the context read after it; ``throttled`` is set when its
+    SM clock is below 75% of ``sampler.expected_sm_clock_mhz``.
+
+    ``progress(message)`` is called at each CI check. Whatever the callables or the timer raise
+    propagates (the caller records it against the cell).
+    """
+    fns: dict[Variant, Callable[[], Any]] = {"baseline": fn_baseline, "candidate": fn_candidate}
+    launches = _warm_up(fns, timer, settings.warmup_ms)
+    rng = np.random.default_rng(settings.seed)
+    budget_ns = settings.budget_ms * 1e6
+    target = settings.target_ci_pct / 100.0
+    samples: list[Sample] = []
+    next_check = settings.min_rounds
+    rounds = 0
+    t_start = time.perf_counter_ns()
+    while rounds < settings.max_rounds:
+        for position, variant in enumerate(round_order(rounds, settings, rng)):
+            duration_ns = timer.time_ns(fns[variant], launches[variant])
+            samples.append(_sample(variant, rounds, position, duration_ns, launches[variant], sampler))
+        rounds += 1
+        if rounds < settings.min_rounds:
+            continue
+        elapsed_ns = time.perf_counter_ns() - t_start
+        if elapsed_ns + elapsed_ns / rounds > budget_ns:  # the next round would overrun the budget
+            break
+        if rounds >= next_check:
+            ci = ci_half_width(samples, settings)
+            if progress is not None:
+                text = "no CI yet" if ci is None else f"ratio {ci[0]:.4f} ±{100 * ci[1]:.2f}%"
+                per_sample = f"{launches['baseline']}/{launches['candidate']} launches per sample"
+                progress(f"round {rounds}: {text} ({per_sample})")
+            if ci is not None and ci[1] < target:
+                break
+            next_check = rounds + max(_MIN_CHECK_INTERVAL_ROUNDS, math.ceil(_CHECK_GROWTH * rounds))
+    return samples

@@ -1,0 +1,216 @@
+"""The one-command local stack behind ``kernelab up``: server on SQLite + one local runner.
+
+Everything lives in ``data_dir`` (default ``./kernelab-data``)::
+
+    kernelab.db      SQLite database, upgraded to the current schema with Alembic
+    admin-token      the admin token (mode 0600), created once and reused by the next ``up``
+    server.log       uvicorn's output
+    runner.log       the runner daemon's log (progress lines of running jobs)
+    runner/          the runner's work dir (its token, spool, job scratch folders)
+
+The server gets the token through ``KERNELAB_ADMIN_TOKEN`` (stored hashed at start-up, see
+``service.core.config.Settings.admin_token``) and the runner through ``KERNELAB_TOKEN``, so no token
+appears on a command line (``ps`` shows command lines to every user). ``ServerProcess`` is also
+what the end-to-end tests start.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from importlib.resources import files
+from pathlib import Path
+from typing import IO
+
+import httpx
+
+SERVER_START_TIMEOUT_S = 60.0
+STOP_GRACE_S = 15.0  # SIGTERM -> SIGKILL for the server
+RUNNER_GRACE_S = 30.0  # the local runner's grace for a running job after SIGTERM
+EXAMPLES = ("softmax", "matmul")
+
+
+def example_spec_path(name: str) -> Path:
+    """Path of a bundled example spec (``softmax`` or ``matmul``), shipped as package data.
+
+    Raises ``ValueError`` for an unknown name.
+    """
+    if name not in EXAMPLES:
+        raise ValueError(f"unknown example {name!r}; bundled: {list(EXAMPLES)}")
+    return Path(str(files("runners") / "examples" / f"{name}.yaml"))
+
+
+def admin_token(data_dir: Path) -> str:
+    """The admin token kept in ``data_dir/admin-token``; created (256 random bits) if absent."""
+    path = Path(data_dir) / "admin-token"
+    if path.exists():
+        token = path.read_text(encoding="utf-8").strip()
+        if token:
+            return token
+    path.parent.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(token + "\n")
+    return token
+
+
+def wait_healthy(url: str, proc: subprocess.Popen[bytes], *, timeout_s: float, log_path: Path) -> None:
+    """Poll ``url/healthz`` until it answers 2xx. Raises ``RuntimeError`` (with the log's tail) when
+    ``proc`` exits first or after ``timeout_s`` seconds."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the server exited with status {proc.returncode}:\n{_tail(log_path)}")
+        try:
+            if httpx.get(f"{url}/healthz", timeout=2.0).is_success:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(
+        f"the server did not answer {url}/healthz within {timeout_s:.0f} s:\n{_tail(log_path)}"
+    )
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free on ``host`` a moment ago (the OS picks it; a race is possible)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _stop_process(proc: subprocess.Popen[bytes] | None, grace_s: float) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+class ServerProcess:
+    """``kernelab serve`` (Alembic upgrade, then uvicorn) as a child process on ``host:port``.
+
+    ``database_url``: SQLAlchemy URL. ``admin_token``: bootstrap admin token, handed over in the
+    environment. ``log_path``: where the server's stdout/stderr go. Use ``start()``/``stop()`` or
+    ``with ServerProcess(...) as server:``.
+    """
+
+    def __init__(self, database_url: str, *, port: int, admin_token: str, log_path: Path,
+                 host: str = "127.0.0.1"):
+        self.database_url = database_url
+        self.host = host
+        self.port = port
+        self.url = f"http://{host}:{port}"
+        self.log_path = Path(log_path)
+        self._admin_token = admin_token
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    def __repr__(self) -> str:
+        state = "running" if self.proc is not None and self.proc.poll() is None else "stopped"
+        return f"<ServerProcess {self.url} {state}>"
+
+    def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self, timeout_s: float = SERVER_START_TIMEOUT_S) -> ServerProcess:
+        """Start the server and wait for ``/healthz``. Raises ``RuntimeError`` if it never answers."""
+        env = {**os.environ, "KERNELAB_DATABASE_URL": self.database_url,
+               "KERNELAB_ADMIN_TOKEN": self._admin_token}
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "runners.cli", "serve", "--host", self.host, "--port", str(self.port)],
+            env=env, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )
+        try:
+            wait_healthy(self.url, self.proc, timeout_s=timeout_s, log_path=self.log_path)
+        except RuntimeError:
+            self.stop()
+            raise
+        return self
+
+    def wait(self) -> None:
+        """Block until the server exits."""
+        if self.proc is not None:
+            self.proc.wait()
+
+    def stop(self, grace_s: float = STOP_GRACE_S) -> None:
+        """SIGTERM the server (SIGKILL after ``grace_s`` seconds) and close its log."""
+        _stop_process(self.proc, grace_s)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+class LocalStack:
+    """Server + runner subprocesses for ``kernelab up`` (see the module docstring)."""
+
+    def __init__(self, data_dir: Path, port: int, *, runner_name: str | None = None):
+        self.data_dir = Path(data_dir).resolve()
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.database_path = self.data_dir / "kernelab.db"
+        self.database_url = f"sqlite:///{self.database_path}"
+        self.token_path = self.data_dir / "admin-token"
+        self.server_log = self.data_dir / "server.log"
+        self.runner_log = self.data_dir / "runner.log"
+        self.runner_name = runner_name or re.sub(r"[^A-Za-z0-9._:-]", "-", f"local-{socket.gethostname()}")
+        self.server: ServerProcess | None = None
+        self.runner: subprocess.Popen[bytes] | None = None
+        self._runner_log: IO[bytes] | None = None
+
+    def __repr__(self) -> str:
+        return f"<LocalStack {self.url} data_dir={self.data_dir}>"
+
+    def start(self) -> str:
+        """Start the server (which upgrades the database) and the runner; return the admin token.
+
+        Raises ``RuntimeError`` when the server does not come up (the port is taken, ...).
+        """
+        token = admin_token(self.data_dir)
+        self.server = ServerProcess(self.database_url, port=self.port, admin_token=token,
+                                    log_path=self.server_log).start()
+        env = {**os.environ, "KERNELAB_TOKEN": token}
+        env.pop("KERNELAB_ADMIN_TOKEN", None)
+        self._runner_log = self.runner_log.open("ab")
+        self.runner = subprocess.Popen(
+            [sys.executable, "-m", "runners.cli", "runner", "--server", self.url, "--name", self.runner_name,
+             "--poll-s", "5", "--grace-s", str(RUNNER_GRACE_S), "--work-dir", str(self.data_dir / "runner")],
+            env=env, stdout=self._runner_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )
+        return token
+
+    def wait(self) -> None:
+        """Block until the server exits (Ctrl-C raises ``KeyboardInterrupt`` here)."""
+        if self.server is not None:
+            self.server.wait()
+
+    def stop(self) -> None:
+        """SIGTERM the runner (it finishes its job within its grace), then the server."""
+        _stop_process(self.runner, RUNNER_GRACE_S + STOP_GRACE_S)
+        if self._runner_log is not None:
+            self._runner_log.close()
+            self._runner_log = None
+        if self.server is not None:
+            self.server.stop()
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""

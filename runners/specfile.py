@@ -1,0 +1,143 @@
+"""Read a job spec file (YAML or JSON) and report every problem as ``FILE:LINE: field: message``.
+
+A user who mistypes a key in a 60-line spec should be told the line, not shown a traceback.
+The file is composed into a YAML node tree first (JSON is YAML 1.2's flow subset, and PyYAML
+reads the JSON specs kernelab writes), so every pydantic error ``loc`` — and every
+``kernels.validate_spec`` ``loc`` — is mapped back to the line of the key it names:
+
+* syntax errors use the ``yaml.Mark`` of the scanner/parser (``problem_mark``);
+* duplicate keys (which PyYAML would silently collapse) are errors at the second key's line;
+* an unknown field points at its own key, a missing field at the mapping that lacks it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from service.schemas import JobSpec
+
+
+@dataclass(frozen=True)
+class SpecProblem:
+    """One problem in a spec file: 1-based ``line`` (None: the whole file), field path, message."""
+
+    line: int | None
+    loc: str
+    message: str
+
+
+class SpecFileError(Exception):
+    """A spec file cannot be read, parsed or validated. ``problems`` lists each one with its line."""
+
+    def __init__(self, path: Path, problems: Sequence[SpecProblem]):
+        self.path = Path(path)
+        self.problems = list(problems)
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        """One ``FILE:LINE: field: message`` line per problem."""
+        lines = []
+        for p in self.problems:
+            where = f"{self.path}:{p.line}" if p.line is not None else str(self.path)
+            lines.append(f"{where}: {p.loc}: {p.message}" if p.loc else f"{where}: {p.message}")
+        return "\n".join(lines)
+
+
+def load_spec(path: Path, *, check_benchmark: bool = True) -> JobSpec:
+    """Load and validate the ``JobSpec`` in ``path`` (YAML or JSON).
+
+    With ``check_benchmark`` the spec is also checked against its benchmark
+    (``kernels.validate_spec``: known benchmark and variants, valid parameters in every cell).
+    Raises ``SpecFileError`` naming the file and line of every problem found.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecFileError(path, [SpecProblem(None, "", f"cannot read: {exc}")]) from exc
+    return parse_spec(text, path, check_benchmark=check_benchmark)
+
+
+def parse_spec(text: str, path: Path, *, check_benchmark: bool = True) -> JobSpec:
+    """Validate spec ``text``; ``path`` is only used in messages. See ``load_spec``."""
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else None
+        detail = " ".join(str(s) for s in (exc.context, exc.problem) if s)
+        raise SpecFileError(path, [SpecProblem(line, "", f"not valid YAML/JSON: {detail}")]) from exc
+    except yaml.YAMLError as exc:
+        raise SpecFileError(path, [SpecProblem(None, "", f"not valid YAML/JSON: {exc}")]) from exc
+    if root is None:
+        raise SpecFileError(path, [SpecProblem(None, "", "the file is empty; a job spec is a mapping")])
+    if not isinstance(root, yaml.MappingNode):
+        raise SpecFileError(path, [SpecProblem(root.start_mark.line + 1, "", "a job spec must be a mapping")])
+    duplicates = list(_duplicate_keys(root, ()))
+    if duplicates:
+        raise SpecFileError(path, duplicates)
+    data = yaml.SafeLoader(text).get_single_data()
+    try:
+        spec = JobSpec.model_validate(data)
+    except ValidationError as exc:
+        problems = [_problem(root, err["loc"], err["msg"], err["type"]) for err in exc.errors()]
+        raise SpecFileError(path, problems) from None
+    if check_benchmark:
+        from kernels import validate_spec
+
+        errors = validate_spec(spec)
+        if errors:
+            raise SpecFileError(path, [_problem(root, e["loc"], e["msg"], e["type"]) for e in errors])
+    return spec
+
+
+def _duplicate_keys(node: yaml.Node, loc: tuple[str, ...]) -> Any:
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for key, value in node.value:
+            name = str(key.value)
+            if name in seen:
+                yield SpecProblem(key.start_mark.line + 1, ".".join((*loc, name)), "duplicate key")
+            seen.add(name)
+            yield from _duplicate_keys(value, (*loc, name))
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            yield from _duplicate_keys(item, (*loc, str(i)))
+
+
+def _problem(root: yaml.Node, loc: Sequence[Any], msg: str, err_type: str) -> SpecProblem:
+    line = line_of(root, loc)
+    fields = ".".join(str(p) for p in loc if p != "[key]")
+    if err_type == "extra_forbidden":
+        msg = f"unknown field {str(loc[-1])!r}" if loc else msg
+    return SpecProblem(line, fields, msg)
+
+
+def line_of(root: yaml.Node, loc: Sequence[Any]) -> int:
+    """1-based line of the deepest node of ``root`` that the pydantic ``loc`` reaches.
+
+    Walks mapping keys by name and sequences by index; stops at the first part that is not in
+    the tree (a missing field, a union branch name such as ``'int'``), so a missing field points at
+    the key of the mapping that lacks it (line 1 for the top level).
+    """
+    node = root
+    line = root.start_mark.line + 1
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            match = next(((k, v) for k, v in node.value if str(k.value) == str(part)), None)
+            if match is None:
+                break
+            line = match[0].start_mark.line + 1
+            node = match[1]
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
+            node = node.value[part]
+            line = node.start_mark.line + 1
+        else:
+            break
+    return line

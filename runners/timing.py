@@ -1,0 +1,341 @@
+"""Timers: how one sample of a kernel is timed.
+
+A ``Timer`` turns "call ``fn`` ``launches`` times" into nanoseconds per launch. Three exist:
+
+* ``CpuTimer`` (``'perf_counter'``): ``time.perf_counter_ns`` around the launches. Used on a
+  CPU-only node, so the whole engine runs in CI.
+* ``CudaEventTimer`` (``'cuda-event'``): CUDA events on the device's current stream, with the
+  stream held by a spin kernel (``torch.cuda._sleep``) while the host enqueues the window, so host
+  launch latency stays out of it, as nvbench's blocking kernel does. With ``l2_flush`` (cold mode)
+  every launch gets its own event pair behind a memset of exactly the device's L2 size
+  (``cudaDeviceProp::l2CacheSize``), and the flush stays outside the timed windows, as in
+  nvbench's cold mode; without it (hot mode) one event pair spans all ``launches`` launches.
+* ``CudaGraphTimer`` (``'cuda-graph'``): the ``launches`` calls are captured once into a
+  ``torch.cuda.CUDAGraph`` and replayed between two events (no launch gaps at all, as
+  ``triton.testing.do_bench_cudagraph``). With ``l2_flush`` only the first launch of a replay starts
+  with a cold L2.
+
+``make_timer`` picks ``'cuda-event'`` on a GPU for now; which of the two GPU timers becomes the
+default is to be decided by the H200 measurements in ``docs/`` (see
+``/work/shared/reference/H200-node-figures.md``: for a one-element kernel an event pair per launch
+reads ~3.6 us, graph replay ~1 us; for a large matmul the two agree within a few percent).
+
+Sources: nvbench (blocking kernel, cold mode, L2 size from device properties), nccl-tests and
+nvbandwidth (spin kernel holding the stream), ``triton.testing.do_bench`` (milliseconds, L2 clear).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any, ClassVar, Literal
+
+import torch
+
+from service.schemas import MeasurementSpec
+
+TimerKind = Literal["auto", "perf_counter", "cuda-event", "cuda-graph"]
+
+# Minimum timed window per sample and the cap on launches per sample.
+_CPU_MIN_WINDOW_NS = 1_000_000  # 1 ms: perf_counter_ns resolution and Python call noise amortised
+_CPU_MAX_LAUNCHES = 1000
+_GPU_MIN_WINDOW_NS = 50_000  # 50 us of kernel time per sample
+# The CUDA driver queues about a thousand pending launches per stream before the host blocks; a
+# blocked host would let the GPU drain the queue and idle inside the window. A hot-mode sample
+# enqueues ~launches kernels, a cold-mode one ~4 operations per launch (memset, 2 events, kernel).
+_GPU_MAX_LAUNCHES_HOT = 500
+_GPU_MAX_LAUNCHES_COLD = 64
+# Spin kernel sizing: cover the measured host enqueue time with a margin, within bounds.
+_SPIN_MARGIN = 1.5
+_SPIN_FLOOR_NS = 20_000  # 20 us: the spin kernel's own launch latency (~5-8 us) with room
+_SPIN_MAX_NS = 200_000_000  # 200 ms: a sanity cap for very slow host-side launchers
+_SPIN_CALIBRATION_CYCLES = 10_000_000  # ~5 ms at 2 GHz: long enough that event overhead is < 0.1%
+
+
+def choose_launches(per_launch_ns: float, *, min_window_ns: float, max_launches: int) -> int:
+    """Launches per sample so one sample covers at least ``min_window_ns``.
+
+    ``per_launch_ns`` is a warm-up estimate of one launch (ns). Returns an int in
+    ``[1, max_launches]``: ``ceil(min_window_ns / per_launch_ns)`` clamped. A non-positive or
+    non-finite estimate (a launch too short to see) gives ``max_launches``. Raises ``ValueError``
+    when ``max_launches < 1``.
+    """
+    if max_launches < 1:
+        raise ValueError(f"max_launches must be >= 1, got {max_launches}")
+    if not math.isfinite(per_launch_ns) or per_launch_ns <= 0:
+        return max_launches
+    return max(1, min(max_launches, math.ceil(min_window_ns / per_launch_ns)))
+
+
+class Timer(ABC):
+    """Times ``launches`` back-to-back calls of a zero-argument callable; ns per launch.
+
+    ``fn`` must launch the work once per call on the timer's device (for CUDA: on the current
+    stream of ``device``). Allocation and correctness checks stay outside ``fn``.
+    """
+
+    name: ClassVar[str]
+    device: torch.device
+    min_window_ns: float
+    max_launches: int
+
+    @abstractmethod
+    def time_ns(self, fn: Callable[[], Any], launches: int) -> float:
+        """Time one sample: ``launches`` calls of ``fn``; returns nanoseconds per launch (float).
+
+        Raises ``ValueError`` when ``launches < 1``; whatever ``fn`` raises propagates.
+        """
+
+    def launches_for(self, per_launch_ns: float) -> int:
+        """Launches per sample for a launch estimated at ``per_launch_ns``; see ``choose_launches``."""
+        return choose_launches(
+            per_launch_ns, min_window_ns=self.min_window_ns, max_launches=self.max_launches
+        )
+
+    @abstractmethod
+    def reset(self) -> None:
+        """Drop per-callable state (calibrations, captured graphs) so their memory can be freed."""
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} name={self.name!r} device={self.device}>"
+
+
+def _check_launches(launches: int) -> None:
+    if launches < 1:
+        raise ValueError(f"launches must be >= 1, got {launches}")
+
+
+class CpuTimer(Timer):
+    """``time.perf_counter_ns`` around ``launches`` calls; for CPU devices (work is synchronous)."""
+
+    name: ClassVar[str] = "perf_counter"
+
+    def __init__(
+        self, *, min_window_ns: float = _CPU_MIN_WINDOW_NS, max_launches: int = _CPU_MAX_LAUNCHES
+    ) -> None:
+        self.device = torch.device("cpu")
+        self.min_window_ns = float(min_window_ns)
+        self.max_launches = int(max_launches)
+
+    def time_ns(self, fn: Callable[[], Any], launches: int) -> float:
+        """ns per launch over ``launches`` calls of ``fn`` (wall clock, ``perf_counter_ns``)."""
+        _check_launches(launches)
+        t0 = time.perf_counter_ns()
+        for _ in range(launches):
+            fn()
+        return (time.perf_counter_ns() - t0) / launches
+
+    def reset(self) -> None:
+        """Nothing to drop: the CPU timer keeps no per-callable state."""
+
+
+class _CudaTimerBase(Timer):
+    """Shared CUDA state: device, L2 flush buffer, spin-kernel calibration."""
+
+    def __init__(self, device: torch.device, *, l2_flush: bool, min_window_ns: float, max_launches: int):
+        if not torch.cuda.is_available():
+            raise RuntimeError("CUDA timers need a CUDA device; torch.cuda.is_available() is False")
+        if device.type != "cuda":
+            raise ValueError(f"CUDA timers need a cuda device, got {device}")
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        self.device = torch.device("cuda", index)
+        self.min_window_ns = float(min_window_ns)
+        self.max_launches = int(max_launches)
+        self.l2_bytes = int(torch.cuda.get_device_properties(self.device).L2_cache_size)
+        # nvbench cold mode: a memset of exactly the L2 size evicts everything the last launch left.
+        self.flush_buffer: torch.Tensor | None = (
+            torch.empty(self.l2_bytes, dtype=torch.uint8, device=self.device) if l2_flush else None
+        )
+        self._cycles_per_ns: float | None = None
+        # Host enqueue cost per launch (ns), measured while the stream was held by the spin kernel.
+        self._enqueue_ns: dict[Callable[[], Any], float] = {}
+        self.samples = 0
+        self.uncovered_samples = 0  # samples whose enqueue outlasted the spin kernel
+
+    def reset(self) -> None:
+        self._enqueue_ns.clear()
+
+    def _flush(self) -> None:
+        if self.flush_buffer is not None:
+            self.flush_buffer.zero_()
+
+    def _cycles_for(self, spin_ns: float) -> int:
+        """Spin-kernel cycles for ``spin_ns`` at the clock measured once by ``_calibrate_spin``."""
+        if self._cycles_per_ns is None:
+            self._calibrate_spin()
+        assert self._cycles_per_ns is not None
+        return max(1, int(spin_ns * self._cycles_per_ns))
+
+    def _calibrate_spin(self) -> None:
+        """Measure the spin kernel's cycles per ns once (clock64 cycles, at the current SM clock)."""
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(_SPIN_CALIBRATION_CYCLES)  # raise the clocks from idle first
+        start.record()
+        torch.cuda._sleep(_SPIN_CALIBRATION_CYCLES)
+        stop.record()
+        stop.synchronize()
+        elapsed_ns = start.elapsed_time(stop) * 1e6
+        self._cycles_per_ns = _SPIN_CALIBRATION_CYCLES / max(elapsed_ns, 1.0)
+
+    def _first_enqueue_estimate_ns(self, fn: Callable[[], Any]) -> float:
+        """An upper bound of the host cost of one launch: one synchronised call, host clock."""
+        torch.cuda.synchronize(self.device)
+        t0 = time.perf_counter_ns()
+        self._flush()
+        fn()
+        torch.cuda.synchronize(self.device)
+        return float(time.perf_counter_ns() - t0)
+
+    def _spin(self, fn: Callable[[], Any], enqueue_ops: int) -> tuple[float, int]:
+        """Launch the spin kernel sized for ``enqueue_ops`` launches of ``fn``; (spin ns, t0 ns)."""
+        per_launch = self._enqueue_ns.get(fn)
+        if per_launch is None:
+            per_launch = self._first_enqueue_estimate_ns(fn)
+        spin_ns = min(_SPIN_MAX_NS, _SPIN_MARGIN * per_launch * enqueue_ops + _SPIN_FLOOR_NS)
+        cycles = self._cycles_for(spin_ns)
+        torch.cuda._sleep(cycles)
+        return spin_ns, time.perf_counter_ns()
+
+    def _account(self, fn: Callable[[], Any], spin_ns: float, t_spin_ns: int, enqueue_ops: int) -> None:
+        """Record the measured enqueue cost for the next spin and count exposed windows."""
+        enqueue_ns = time.perf_counter_ns() - t_spin_ns
+        self._enqueue_ns[fn] = enqueue_ns / enqueue_ops
+        self.samples += 1
+        if enqueue_ns > spin_ns:
+            self.uncovered_samples += 1
+
+
+class CudaEventTimer(_CudaTimerBase):
+    """CUDA events behind a spin kernel; cold mode flushes L2 before every launch.
+
+    Per sample: synchronise; enqueue ``torch.cuda._sleep`` long enough to cover the host's
+    enqueue of the window (1.5x the enqueue time measured on the previous sample of this ``fn``,
+    +20 us); then either (hot) start event, ``launches`` calls, stop event, or (cold) for each
+    launch: L2 memset, start event, call, stop event. Wait on the last event; per launch time is
+    the summed event time over ``launches``. ``uncovered_samples`` counts samples whose host
+    enqueue outlasted the spin (the GPU may have idled inside the window).
+    """
+
+    name: ClassVar[str] = "cuda-event"
+
+    def __init__(
+        self,
+        device: torch.device,
+        *,
+        l2_flush: bool = True,
+        min_window_ns: float = _GPU_MIN_WINDOW_NS,
+        max_launches: int | None = None,
+    ) -> None:
+        if max_launches is None:
+            max_launches = _GPU_MAX_LAUNCHES_COLD if l2_flush else _GPU_MAX_LAUNCHES_HOT
+        super().__init__(device, l2_flush=l2_flush, min_window_ns=min_window_ns, max_launches=max_launches)
+
+    def time_ns(self, fn: Callable[[], Any], launches: int) -> float:
+        """ns per launch from CUDA events; see the class docstring for the sequence."""
+        _check_launches(launches)
+        with torch.cuda.device(self.device):
+            torch.cuda.synchronize(self.device)
+            pairs = launches if self.flush_buffer is not None else 1
+            starts = [torch.cuda.Event(enable_timing=True) for _ in range(pairs)]
+            stops = [torch.cuda.Event(enable_timing=True) for _ in range(pairs)]
+            spin_ns, t_spin = self._spin(fn, launches)
+            if self.flush_buffer is not None:
+                for start, stop in zip(starts, stops, strict=True):
+                    self.flush_buffer.zero_()
+                    start.record()
+                    fn()
+                    stop.record()
+            else:
+                starts[0].record()
+                for _ in range(launches):
+                    fn()
+                stops[0].record()
+            self._account(fn, spin_ns, t_spin, launches)
+            stops[-1].synchronize()
+            total_ms = sum(s.elapsed_time(e) for s, e in zip(starts, stops, strict=True))
+        return total_ms * 1e6 / launches
+
+
+class CudaGraphTimer(_CudaTimerBase):
+    """Replay of a CUDA graph of ``launches`` calls between two events (no launch gaps).
+
+    The graph is captured on first use for a given ``(fn, launches)`` (after three warm-up calls
+    on the capture stream, as the PyTorch CUDA-graph notes require) and kept until ``reset`` or a
+    different ``launches`` for that ``fn``. Per sample: spin kernel, optional L2 memset (only the
+    replay's first launch is cold), start event, replay, stop event.
+    """
+
+    name: ClassVar[str] = "cuda-graph"
+
+    def __init__(
+        self,
+        device: torch.device,
+        *,
+        l2_flush: bool = True,
+        min_window_ns: float = _GPU_MIN_WINDOW_NS,
+        max_launches: int = _GPU_MAX_LAUNCHES_HOT,
+    ) -> None:
+        super().__init__(device, l2_flush=l2_flush, min_window_ns=min_window_ns, max_launches=max_launches)
+        self._graphs: dict[Callable[[], Any], tuple[int, torch.cuda.CUDAGraph]] = {}
+
+    def reset(self) -> None:
+        super().reset()
+        self._graphs.clear()
+
+    def _graph(self, fn: Callable[[], Any], launches: int) -> torch.cuda.CUDAGraph:
+        cached = self._graphs.get(fn)
+        if cached is not None and cached[0] == launches:
+            return cached[1]
+        self._graphs.pop(fn, None)
+        stream = torch.cuda.Stream(device=self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            for _ in range(3):
+                fn()
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            for _ in range(launches):
+                fn()
+        torch.cuda.synchronize(self.device)
+        self._graphs[fn] = (launches, graph)
+        return graph
+
+    def time_ns(self, fn: Callable[[], Any], launches: int) -> float:
+        """ns per launch: replay time of a graph of ``launches`` calls over ``launches``."""
+        _check_launches(launches)
+        with torch.cuda.device(self.device):
+            graph = self._graph(fn, launches)
+            torch.cuda.synchronize(self.device)
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            spin_ns, t_spin = self._spin(graph.replay, 1)
+            self._flush()  # runs behind the spin kernel, before the start event
+            start.record()
+            graph.replay()
+            stop.record()
+            self._account(graph.replay, spin_ns, t_spin, 1)
+            stop.synchronize()
+            elapsed_ms = start.elapsed_time(stop)
+        return elapsed_ms * 1e6 / launches
+
+
+def make_timer(device: torch.device, settings: MeasurementSpec, *, kind: TimerKind = "auto") -> Timer:
+    """The timer for ``device`` under ``settings`` (``settings.l2_flush`` applies on CUDA only).
+
+    ``kind='auto'``: ``'perf_counter'`` on a CPU, ``'cuda-event'`` on a GPU (the GPU default is to
+    be confirmed by H200 measurements). Raises ``ValueError`` for a kind that does not fit the
+    device and ``RuntimeError`` for a CUDA device when CUDA is not available.
+    """
+    if device.type == "cpu":
+        if kind not in ("auto", "perf_counter"):
+            raise ValueError(f"timer {kind!r} needs a CUDA device; this device is {device}")
+        return CpuTimer()
+    if device.type != "cuda":
+        raise ValueError(f"no timer for device type {device.type!r}")
+    if kind in ("auto", "cuda-event"):
+        return CudaEventTimer(device, l2_flush=settings.l2_flush)
+    if kind == "cuda-graph":
+        return CudaGraphTimer(device, l2_flush=settings.l2_flush)
+    raise ValueError(f"timer {kind!r} does not run on a CUDA device")

@@ -1,0 +1,72 @@
+"""Child-process entry point that runs one job: ``python -m runners.worker SPEC_JSON OUT_JSON``.
+
+The daemon runs every job in a fresh child so that a crash, a hung kernel or a leaked CUDA
+context cannot take the daemon down, and so that a hard timeout can kill it. The child:
+
+1. reads the ``JobSpec`` JSON file ``SPEC_JSON``;
+2. runs ``runners.job.run_job(spec, job_id=..., idempotency_key=..., progress=...)``, printing one
+   progress line per sweep cell on stdout;
+3. writes the ``JobResult`` JSON to ``OUT_JSON`` atomically (temp file + rename), so the daemon
+   never reads half a result.
+
+Exit status: 0 on success; 2 for unusable arguments or an invalid spec file; 1 when the job raised.
+The error goes to stderr (the daemon posts its tail as the job's failure message).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import traceback
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from runners.spool import atomic_write_text
+from service.schemas import JobSpec
+
+EXIT_OK = 0
+EXIT_JOB_FAILED = 1
+EXIT_BAD_INPUT = 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m runners.worker", description=__doc__.splitlines()[0])
+    p.add_argument("spec_json", type=Path, help="JobSpec JSON file")
+    p.add_argument("out_json", type=Path, help="where the JobResult JSON is written")
+    p.add_argument("--job-id", type=int, default=None)
+    p.add_argument("--idempotency-key", default=None)
+    return p
+
+
+def _print_progress(index: int, total: int, message: str) -> None:
+    print(f"progress: [{index + 1}/{total}] {message}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the worker with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        spec = JobSpec.model_validate_json(args.spec_json.read_text(encoding="utf-8"))
+    except (OSError, ValidationError) as exc:
+        print(f"worker: cannot read spec {args.spec_json}: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+    from runners.job import run_job  # imports torch: keep it out of argument errors
+
+    try:
+        result = run_job(
+            spec, job_id=args.job_id, idempotency_key=args.idempotency_key, progress=_print_progress
+        )
+    except Exception as exc:  # the job's own failure: report it, never hide it
+        traceback.print_exc(file=sys.stderr)
+        print(f"worker: job failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_JOB_FAILED
+    atomic_write_text(args.out_json, result.model_dump_json())
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,14 @@
+"""The REST API: ``api_router`` (mounted at ``/api/v1``) joins the per-resource routers;
+``login.router`` and ``health.router`` are mounted at the site root by ``create_app``."""
+
+from fastapi import APIRouter
+
+from service.api.routes import jobs, nodes, results, runners
+
+api_router = APIRouter()
+api_router.include_router(jobs.router)
+api_router.include_router(results.router)
+api_router.include_router(runners.router)
+api_router.include_router(nodes.router)
+
+__all__ = ["api_router"]

@@ -1,0 +1,122 @@
+"""``Annotated`` dependency aliases so handlers read as plain signatures.
+
+``SessionDep``: one session per request, committed once when the handler returns without an
+error and rolled back otherwise; the commit happens before the response is sent, so a client
+never sees a success whose data was not stored. ``SettingsDep``: the app's ``Settings``.
+``ReadToken``/``SubmitToken``/``AdminToken``/``RunnerToken``: the caller's ``Principal``, checked
+for the scope (401 with ``WWW-Authenticate: Bearer`` without a valid token, 403 without the
+scope). ``DashboardAccess``: for web pages (cookie ``kernelab_token`` or bearer header; nothing
+needed when ``public_dashboard`` is set).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.orm import Session, sessionmaker
+
+from service.auth import Principal, Scope, authenticate
+from service.core.config import Settings
+
+TOKEN_COOKIE = "kernelab_token"
+_bearer = HTTPBearer(auto_error=False, description="kernelab token (scopes read, submit, admin, runner)")
+
+
+def get_settings(request: Request) -> Settings:
+    """The ``Settings`` the app was built with."""
+    return request.app.state.settings
+
+
+def get_session_factory(request: Request) -> sessionmaker[Session]:
+    """The app's session factory (for work that outlives the request, e.g. streaming)."""
+    return request.app.state.session_factory
+
+
+def get_session(request: Request) -> Iterator[Session]:
+    """One session per request: commit once after a successful handler, roll back on error."""
+    session = request.app.state.session_factory()
+    try:
+        yield session
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]
+SessionFactoryDep = Annotated[sessionmaker[Session], Depends(get_session_factory)]
+
+
+def _unauthorized(message: str) -> HTTPException:
+    return HTTPException(status.HTTP_401_UNAUTHORIZED, message, headers={"WWW-Authenticate": "Bearer"})
+
+
+def _principal(request: Request, credentials: HTTPAuthorizationCredentials | None) -> Principal | None:
+    """Authenticate a bearer token in a short session of its own (kept out of the request's)."""
+    if credentials is None:
+        return None
+    with request.app.state.session_factory() as session:
+        principal = authenticate(session, credentials.credentials)
+    if principal is None:
+        raise _unauthorized("invalid or revoked token")
+    return principal
+
+
+def require(scope: Scope) -> Callable[..., Principal]:
+    """A dependency that returns the caller's ``Principal`` if it has ``scope``.
+
+    Raises HTTP 401 (no or bad token) and 403 (token without ``scope``; for ``runner``, a token
+    not bound to a runner row, so ``principal.runner_id`` is always set).
+    """
+
+    def dependency(
+        request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+    ) -> Principal:
+        principal = _principal(request, credentials)
+        if principal is None:
+            raise _unauthorized("a bearer token is required (Authorization: Bearer <token>)")
+        if not principal.has(scope):
+            raise HTTPException(status.HTTP_403_FORBIDDEN, f"this token lacks the {scope!r} scope")
+        if scope == "runner" and principal.runner_id is None:
+            raise HTTPException(status.HTTP_403_FORBIDDEN, "this runner token is not bound to a runner")
+        return principal
+
+    dependency.__name__ = f"require_{scope}"
+    return dependency
+
+
+ReadToken = Annotated[Principal, Depends(require("read"))]
+SubmitToken = Annotated[Principal, Depends(require("submit"))]
+AdminToken = Annotated[Principal, Depends(require("admin"))]
+RunnerToken = Annotated[Principal, Depends(require("runner"))]
+
+
+def dashboard_access(
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> Principal | None:
+    """Access check for dashboard pages: None when the dashboard is public, else the principal
+    of the ``kernelab_token`` cookie or the bearer header, which needs the ``read`` scope.
+
+    Raises HTTP 401 (no or bad token; the message points at ``/login?token=``) and 403.
+    """
+    settings: Settings = request.app.state.settings
+    if settings.public_dashboard:
+        return None
+    cookie = request.cookies.get(TOKEN_COOKIE)
+    if credentials is None and cookie:
+        credentials = HTTPAuthorizationCredentials(scheme="Bearer", credentials=cookie)
+    principal = _principal(request, credentials)
+    if principal is None:
+        raise _unauthorized("sign in: open /login?token=<read token>")
+    if not principal.has("read"):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "this token lacks the 'read' scope")
+    return principal
+
+
+DashboardAccess = Annotated[Principal | None, Depends(dashboard_access)]

@@ -1,0 +1,73 @@
+"""Exception handlers: every error is JSON ``{"detail": ...}``, and bad input never becomes a 500.
+
+* ``SpecInvalidError`` (a spec its benchmark rejects) -> 422 in FastAPI's validation format
+  ``{"detail": [{"loc": ["body", ...field], "msg": ..., "type": ...}]}``;
+* ``queue.JobNotFoundError`` -> 404; ``queue.LeaseLostError`` and ``InvalidTransitionError`` -> 409;
+* ``crud.ResultConflictError`` and ``sqlalchemy.exc.IntegrityError`` (a unique or check
+  constraint the request broke, e.g. a concurrent duplicate) -> 409 with the reason.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request, status
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import IntegrityError
+
+from service.crud import ResultConflictError
+from service.queue import InvalidTransitionError, JobNotFoundError, LeaseLostError
+
+log = logging.getLogger(__name__)
+
+
+class SpecInvalidError(Exception):
+    """A job spec that parsed but that its benchmark rejects (``kernels.validate_spec`` errors)."""
+
+    def __init__(self, errors: Sequence[dict[str, Any]]):
+        super().__init__("; ".join(str(e.get("msg", "")) for e in errors))
+        self.errors = list(errors)
+
+
+def _json(status_code: int, detail: Any) -> JSONResponse:
+    return JSONResponse({"detail": detail}, status_code=status_code)
+
+
+async def _spec_invalid(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, SpecInvalidError)
+    detail = [
+        {
+            "loc": ["body", *e.get("loc", ())],
+            "msg": str(e.get("msg", "")),
+            "type": str(e.get("type", "value_error")),
+        }
+        for e in exc.errors
+    ]
+    return _json(status.HTTP_422_UNPROCESSABLE_CONTENT, detail)
+
+
+async def _not_found(_request: Request, exc: Exception) -> JSONResponse:
+    return _json(status.HTTP_404_NOT_FOUND, str(exc))
+
+
+async def _conflict(_request: Request, exc: Exception) -> JSONResponse:
+    return _json(status.HTTP_409_CONFLICT, str(exc))
+
+
+async def _integrity(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, IntegrityError)
+    reason = str(exc.orig).splitlines()[0] if exc.orig is not None else "constraint violated"
+    log.info("%s %s: integrity error: %s", request.method, request.url.path, reason)
+    return _json(status.HTTP_409_CONFLICT, f"the request conflicts with stored data: {reason}")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Register kernelab's exception handlers on ``app``."""
+    app.add_exception_handler(SpecInvalidError, _spec_invalid)
+    app.add_exception_handler(JobNotFoundError, _not_found)
+    app.add_exception_handler(LeaseLostError, _conflict)
+    app.add_exception_handler(InvalidTransitionError, _conflict)
+    app.add_exception_handler(ResultConflictError, _conflict)
+    app.add_exception_handler(IntegrityError, _integrity)

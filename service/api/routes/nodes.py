@@ -1,0 +1,89 @@
+"""``/nodes``: probe reports in (runner), node list and node detail with recent probes (read).
+
+A node is named by its hostname (``NodeInfo.hostname``), the name results carry.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Path, Query, status
+from pydantic import BaseModel
+
+from service import crud
+from service.api.deps import ReadToken, RunnerToken, SessionDep
+from service.schemas import ProbeReport
+
+router = APIRouter(prefix="/nodes", tags=["nodes"])
+
+MAX_PAGE = 500
+NodeName = Annotated[str, Path(min_length=1, max_length=255)]
+
+
+class ProbeStored(BaseModel):
+    id: int
+    node: str
+
+
+class NodePublic(BaseModel):
+    """A node: its last known fingerprint (``NodeInfo`` as JSON), last probe time, counts."""
+
+    name: str
+    node: dict[str, Any] | None = None
+    last_probe_at: datetime | None = None
+    probe_reports: int = 0
+    results: int = 0
+
+
+class NodesPage(BaseModel):
+    data: list[NodePublic]
+    count: int
+
+
+class ProbeReportPublic(BaseModel):
+    id: int
+    job_id: int | None = None
+    report: ProbeReport
+
+
+class NodeDetail(NodePublic):
+    probes: list[ProbeReportPublic]
+
+
+@router.post("/{name}/probes", status_code=status.HTTP_201_CREATED)
+def post_probe(
+    name: NodeName, report: ProbeReport, principal: RunnerToken, session: SessionDep
+) -> ProbeStored:
+    """Store an on-demand (or periodic) probe report of node ``name``."""
+    row = crud.store_probe_report(
+        session=session, report=report, node_name=name, runner_id=principal.runner_id
+    )
+    return ProbeStored(id=row.id, node=name)
+
+
+@router.get("")
+def list_nodes(
+    _: ReadToken,
+    session: SessionDep,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
+) -> NodesPage:
+    """Nodes that sent a probe report or a result, by name."""
+    nodes, count = crud.list_nodes(session=session, offset=offset, limit=limit)
+    return NodesPage(data=[NodePublic(**vars(n)) for n in nodes], count=count)
+
+
+@router.get("/{name}")
+def get_node(
+    name: NodeName, _: ReadToken, session: SessionDep, limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50
+) -> NodeDetail:
+    """One node with its ``limit`` most recent probe reports, newest first (404 if unknown)."""
+    summary = crud.node_summary(session=session, name=name)
+    if summary is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"node {name!r} has sent no probe report or result")
+    rows = crud.recent_probe_reports(session=session, node_name=name, limit=limit)
+    probes = [
+        ProbeReportPublic(id=r.id, job_id=r.job_id, report=ProbeReport.model_validate(r.report)) for r in rows
+    ]
+    return NodeDetail(**vars(summary), probes=probes)

@@ -1,0 +1,135 @@
+"""The FastAPI app factory: ``create_app(settings=None)``; no engine exists at import time.
+
+``create_app`` does not migrate (``kernelab serve`` runs ``service.core.db.upgrade`` first) but
+refuses to start on a database that is not at the migrations' head, with the fix in the
+message. Run with ``uvicorn --factory service.app:create_app``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from importlib.metadata import PackageNotFoundError, version
+from importlib.resources import files
+
+from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+import web.routes
+from service.api import api_router
+from service.api.errors import install_error_handlers
+from service.api.routes import health, login
+from service.auth import ensure_token
+from service.core.config import Settings
+from service.core.db import check_at_head, make_engine, make_session_factory
+
+log = logging.getLogger(__name__)
+
+
+class BodyTooLargeError(Exception):
+    """Raised inside ``receive`` when a chunked body passes the limit."""
+
+
+class MaxBodySizeMiddleware:
+    """Refuse request bodies larger than ``max_bytes`` with 413, whether the client declares a
+    ``Content-Length`` or streams a chunked body (counted as it arrives)."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int):
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def _reject(self, send: Send) -> None:
+        body = f'{{"detail":"request body larger than {self.max_bytes} bytes"}}'.encode()
+        await send({
+            "type": "http.response.start", "status": 413,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        })  # fmt: skip
+        await send({"type": "http.response.body", "body": body})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope["headers"]:
+            if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
+                await self._reject(send)
+                return
+        seen = 0
+        started = False
+
+        async def counting_receive() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise BodyTooLargeError
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counting_receive, tracking_send)
+        except BodyTooLargeError:
+            if started:
+                raise
+            await self._reject(send)
+
+
+def _bootstrap_admin(settings: Settings, factory) -> None:  # type: ignore[no-untyped-def]
+    if settings.admin_token is None:
+        return
+    with factory.begin() as session:
+        ensure_token(
+            session, settings.admin_token.get_secret_value(), "admin (KERNELAB_ADMIN_TOKEN)", ["admin"]
+        )
+
+
+def _version() -> str:
+    try:
+        return version("kernelab")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """Build the app: REST API at ``/api/v1``, dashboard pages at ``/``, static files at
+    ``/static``, ``/login``, ``/healthz``, ``/readyz``.
+
+    ``settings`` defaults to ``Settings()`` read from the environment now. Raises
+    ``service.core.db.SchemaNotCurrentError`` when the database is not at the migrations' head
+    and ``sqlalchemy.exc.OperationalError`` when it cannot be reached.
+    """
+    settings = settings or Settings()
+    logging.getLogger("service").setLevel(settings.log_level)
+    engine = make_engine(settings.database_url)
+    try:
+        check_at_head(engine)
+        factory = make_session_factory(engine)
+        _bootstrap_admin(settings, factory)
+    except Exception:
+        engine.dispose()
+        raise
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        yield
+        engine.dispose()
+
+    app = FastAPI(title="kernelab", version=_version(), lifespan=lifespan)
+    app.state.settings = settings
+    app.state.engine = engine
+    app.state.session_factory = factory
+    install_error_handlers(app)
+    app.include_router(api_router, prefix="/api/v1")
+    app.include_router(health.router)
+    app.include_router(login.router)
+    app.include_router(web.routes.router)
+    app.mount("/static", StaticFiles(directory=str(files("web") / "static")), name="static")
+    app.add_middleware(MaxBodySizeMiddleware, max_bytes=settings.max_request_bytes)
+    return app

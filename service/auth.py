@@ -1,0 +1,126 @@
+"""Bearer tokens with scopes, stored as SHA-256 digests.
+
+Tokens are ``secrets.token_urlsafe(32)`` (32 random bytes, 256 bits): a guessing attack is
+hopeless, so a fast unsalted hash is the right store (as GitHub does for its tokens); a slow
+password hash would only cost CPU on every request. Plain tokens are returned once by
+``create_token`` and never stored or logged.
+
+Scopes: ``admin`` implies ``submit`` implies ``read``. ``runner`` is separate: a runner token is
+bound to one runner row (its leases), and only runner tokens may claim and post results.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service import models
+
+Scope = Literal["read", "submit", "admin", "runner"]
+SCOPES: tuple[Scope, ...] = ("read", "submit", "admin", "runner")
+_IMPLIES: dict[str, frozenset[str]] = {
+    "admin": frozenset({"admin", "submit", "read"}),
+    "submit": frozenset({"submit", "read"}),
+    "read": frozenset({"read"}),
+    "runner": frozenset({"runner"}),
+}
+TOKEN_BYTES = 32  # secrets.token_urlsafe(32): 256 random bits
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who made a request: the token's row id, name, effective scopes and runner (if any)."""
+
+    token_id: int
+    name: str
+    scopes: frozenset[str]
+    runner_id: int | None = None
+
+    def has(self, scope: Scope) -> bool:
+        """Whether this principal's scopes (after implication) include ``scope``."""
+        return scope in self.scopes
+
+
+def hash_token(token: str) -> str:
+    """SHA-256 hex digest (64 chars) of a plain token."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def effective_scopes(scopes: Iterable[str]) -> frozenset[str]:
+    """Expand implied scopes: ``{"admin"} -> {"admin", "submit", "read"}``.
+
+    Raises ``ValueError`` for an unknown scope name.
+    """
+    out: set[str] = set()
+    for scope in scopes:
+        if scope not in _IMPLIES:
+            raise ValueError(f"unknown scope {scope!r}; known: {list(SCOPES)}")
+        out |= _IMPLIES[scope]
+    return frozenset(out)
+
+
+def create_token(
+    session: Session, name: str, scopes: Iterable[Scope], *, runner_id: int | None = None
+) -> str:
+    """Store a new token (hashed) and return the plain token, which is shown only this once.
+
+    Does not commit. Raises ``ValueError`` for an unknown scope.
+    """
+    scope_list = sorted(set(scopes))
+    effective_scopes(scope_list)
+    token = secrets.token_urlsafe(TOKEN_BYTES)
+    session.add(
+        models.Token(name=name, token_sha256=hash_token(token), scopes=scope_list, runner_id=runner_id)
+    )
+    session.flush()
+    return token
+
+
+def ensure_token(session: Session, token: str, name: str, scopes: Iterable[Scope]) -> models.Token:
+    """Make sure ``token`` (a plain token chosen by the operator) exists with ``scopes``.
+
+    Used at start-up for ``KERNELAB_ADMIN_TOKEN``. An existing row with the same digest gets the
+    scopes and is un-revoked. Does not commit. Raises ``ValueError`` for an unknown scope or a
+    token shorter than 16 characters.
+    """
+    if len(token) < 16:
+        raise ValueError("a bootstrap token must be at least 16 characters")
+    scope_list = sorted(set(scopes))
+    effective_scopes(scope_list)
+    digest = hash_token(token)
+    row = session.scalar(select(models.Token).where(models.Token.token_sha256 == digest))
+    if row is None:
+        row = models.Token(name=name, token_sha256=digest, scopes=scope_list)
+        session.add(row)
+    else:
+        row.scopes = sorted(set(row.scopes) | set(scope_list))
+        row.revoked_at = None
+    session.flush()
+    return row
+
+
+def authenticate(session: Session, token: str) -> Principal | None:
+    """The principal of a plain bearer token, or None when it is unknown or revoked."""
+    digest = hash_token(token)
+    row = session.scalar(
+        select(models.Token).where(models.Token.token_sha256 == digest, models.Token.revoked_at.is_(None))
+    )
+    if row is None or not hmac.compare_digest(row.token_sha256, digest):
+        return None
+    return Principal(row.id, row.name, effective_scopes(row.scopes), row.runner_id)
+
+
+def revoke_token(session: Session, token_id: int) -> bool:
+    """Mark a token revoked; False when there is no such token. Does not commit."""
+    row = session.get(models.Token, token_id)
+    if row is None:
+        return False
+    row.revoked_at = models.utcnow()
+    return True

@@ -1,0 +1,1 @@
+"""Server core: settings and the database (engine, sessions, Alembic upgrade)."""

@@ -1,0 +1,403 @@
+"""Repository functions over the ORM: jobs as ``JobPublic``, result ingestion and rebuilding,
+raw samples, runners and probe reports.
+
+Every function takes ``*, session`` and never commits: the request (or the CLI command) commits
+once, so a result is stored whole or not at all. Queue state changes live in ``service.queue``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, insert, select, union, update
+from sqlalchemy.orm import Session
+
+from service import models, queue
+from service.auth import create_token
+from service.models import Cell, Job, JobAttempt, ProbeReading, Result, Runner, Sample, utcnow
+from service.schemas import (
+    CellResult,
+    CorrectnessResult,
+    JobPublic,
+    JobResult,
+    JobsPage,
+    JobSpec,
+    NodeInfo,
+    ProbeReport,
+    Work,
+)
+from service.schemas import Sample as SampleSchema
+
+log = logging.getLogger(__name__)
+
+SAMPLE_COLUMNS = (
+    "cell_index", "params", "variant", "round", "position", "duration_ns", "launches",
+    "sm_clock_mhz", "clock_event_reasons", "temperature_c", "power_w", "throttled",
+)  # fmt: skip
+"""Columns of ``iter_sample_rows`` and of ``GET /jobs/{id}/samples`` (CSV header order)."""
+
+
+class ResultConflictError(Exception):
+    """A result cannot be stored: its idempotency key belongs to another job, or ids disagree."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Jobs
+# --------------------------------------------------------------------------------------------------
+
+
+def _runner_names(session: Session, job_ids: Sequence[int]) -> dict[int, str]:
+    """Name of the runner of each job's latest attempt."""
+    rows = session.execute(
+        select(JobAttempt.job_id, Runner.name)
+        .join(Runner, Runner.id == JobAttempt.runner_id)
+        .where(JobAttempt.job_id.in_(job_ids))
+        .order_by(JobAttempt.job_id, JobAttempt.attempt)
+    )
+    return {job_id: name for job_id, name in rows}
+
+
+def _public(job: Job, node: str | None) -> JobPublic:
+    return JobPublic(
+        id=job.id,
+        name=job.name,
+        benchmark=job.benchmark,
+        status=job.status,  # type: ignore[arg-type]
+        spec=JobSpec.model_validate(job.spec),
+        attempts=job.attempts,
+        max_attempts=job.max_attempts,
+        created_at=job.created_at,
+        started_at=job.started_at,
+        finished_at=job.finished_at,
+        node=node,
+        error=job.error,
+        summary=job.summary or {},
+    )
+
+
+def job_public(*, session: Session, job: Job) -> JobPublic:
+    """The API view of one job row (``node`` is the runner of its latest attempt)."""
+    return _public(job, _runner_names(session, [job.id]).get(job.id))
+
+
+def list_jobs(
+    *, session: Session, offset: int = 0, limit: int = 50, status: str | None = None,
+    benchmark: str | None = None,
+) -> JobsPage:  # fmt: skip
+    """A page of jobs, newest first; ``count`` is the total matching the filters."""
+    where = []
+    if status is not None:
+        where.append(Job.status == status)
+    if benchmark is not None:
+        where.append(Job.benchmark == benchmark)
+    count = session.scalar(select(func.count()).select_from(Job).where(*where)) or 0
+    jobs = list(
+        session.scalars(select(Job).where(*where).order_by(Job.id.desc()).offset(offset).limit(limit))
+    )
+    names = _runner_names(session, [j.id for j in jobs])
+    return JobsPage(data=[_public(j, names.get(j.id)) for j in jobs], count=count)
+
+
+# --------------------------------------------------------------------------------------------------
+# Runners
+# --------------------------------------------------------------------------------------------------
+
+
+def register_runner(*, session: Session, name: str, node: NodeInfo | None) -> tuple[Runner, str]:
+    """Create (or re-register) the runner ``name`` and issue its per-runner token (scope runner).
+
+    Re-registering revokes the runner's earlier tokens. Returns the row and the plain token.
+    """
+    runner = session.scalar(select(Runner).where(Runner.name == name))
+    now = utcnow()
+    if runner is None:
+        runner = Runner(name=name)
+        session.add(runner)
+    else:
+        session.execute(
+            update(models.Token)
+            .where(models.Token.runner_id == runner.id, models.Token.revoked_at.is_(None))
+            .values(revoked_at=now)
+        )
+    if node is not None:
+        runner.node = node.model_dump(mode="json")
+    runner.last_seen_at = now
+    session.flush()
+    return runner, create_token(session, f"runner:{name}", ["runner"], runner_id=runner.id)
+
+
+def runner_device_type(*, session: Session, runner_id: int) -> str | None:
+    """The device type ("cpu"/"cuda") the runner registered with, None when unknown."""
+    node = session.scalar(select(Runner.node).where(Runner.id == runner_id))
+    return node.get("device_type") if node else None
+
+
+# --------------------------------------------------------------------------------------------------
+# Probe reports
+# --------------------------------------------------------------------------------------------------
+
+
+def store_probe_report(
+    *, session: Session, report: ProbeReport, node_name: str, runner_id: int | None,
+    job_id: int | None = None, result_id: int | None = None,
+) -> models.ProbeReport:  # fmt: skip
+    """Store a probe report whole (JSON) and its readings flat (``probe_readings``)."""
+    row = models.ProbeReport(
+        runner_id=runner_id, node_name=node_name, job_id=job_id, result_id=result_id, phase=report.phase,
+        taken_at=report.taken_at, wall_s=report.wall_s, nvml_status=report.nvml_status,
+        report=report.model_dump(mode="json"),
+    )  # fmt: skip
+    session.add(row)
+    session.flush()
+    readings: list[dict[str, Any]] = [
+        {"report_id": row.id, "kind": "copy_bandwidth", "device_index": r.device_index, "world_size": None,
+         "size_bytes": r.size_bytes, "time_us": r.time_us, "value_gbps": r.bandwidth_gbps, "busbw_gbps": None}
+        for r in report.copy_bandwidth
+    ] + [
+        {"report_id": row.id, "kind": "all_reduce", "device_index": None, "world_size": r.world_size,
+         "size_bytes": r.size_bytes, "time_us": r.time_us, "value_gbps": r.algbw_gbps,
+         "busbw_gbps": r.busbw_gbps}
+        for r in report.all_reduce
+    ]  # fmt: skip
+    if readings:
+        session.execute(insert(ProbeReading), readings)
+    return row
+
+
+def recent_probe_reports(*, session: Session, node_name: str, limit: int = 50) -> list[models.ProbeReport]:
+    """The node's latest probe reports, newest first."""
+    return list(
+        session.scalars(
+            select(models.ProbeReport)
+            .where(models.ProbeReport.node_name == node_name)
+            .order_by(models.ProbeReport.taken_at.desc(), models.ProbeReport.id.desc())
+            .limit(limit)
+        )
+    )
+
+
+def probe_readings(*, session: Session, node_name: str, kind: str) -> list[dict[str, Any]]:
+    """Flat readings of one kind for a node over time (for history plots), oldest first.
+
+    Each row: ``taken_at`` (UTC), ``phase``, ``job_id``, ``device_index``, ``world_size``,
+    ``size_bytes``, ``time_us``, ``value_gbps`` (copy: read+written GB/s; all-reduce: algbw),
+    ``busbw_gbps``.
+    """
+    rows = session.execute(
+        select(
+            models.ProbeReport.taken_at,
+            models.ProbeReport.phase,
+            models.ProbeReport.job_id,
+            ProbeReading.device_index,
+            ProbeReading.world_size,
+            ProbeReading.size_bytes,
+            ProbeReading.time_us,
+            ProbeReading.value_gbps,
+            ProbeReading.busbw_gbps,
+        )  # fmt: skip
+        .join(models.ProbeReport, models.ProbeReport.id == ProbeReading.report_id)
+        .where(models.ProbeReport.node_name == node_name, ProbeReading.kind == kind)
+        .order_by(models.ProbeReport.taken_at, ProbeReading.id)
+    )
+    return [dict(r._mapping) for r in rows]
+
+
+@dataclass(frozen=True)
+class NodeSummary:
+    """What the server knows about one node (hostname): last probe, counts, fingerprint."""
+
+    name: str
+    node: dict[str, Any] | None
+    last_probe_at: datetime | None
+    probe_reports: int
+    results: int
+
+
+def _node_names(session: Session) -> Any:
+    return union(select(models.ProbeReport.node_name.label("name")), select(Result.node_name.label("name")))
+
+
+def count_nodes(*, session: Session) -> int:
+    """How many distinct nodes sent a probe report or a result."""
+    return session.scalar(select(func.count()).select_from(_node_names(session).subquery())) or 0
+
+
+def node_summary(*, session: Session, name: str) -> NodeSummary | None:
+    """One node's summary; None when no probe report or result names it."""
+    reports, last = session.execute(
+        select(func.count(models.ProbeReport.id), func.max(models.ProbeReport.taken_at)).where(
+            models.ProbeReport.node_name == name
+        )
+    ).one()
+    results = session.scalar(select(func.count(Result.id)).where(Result.node_name == name)) or 0
+    if not reports and not results:
+        return None
+    node = session.scalar(
+        select(Result.node).where(Result.node_name == name).order_by(Result.id.desc()).limit(1)
+    )
+    if node is None:
+        node = session.scalar(
+            select(Runner.node).join(models.ProbeReport, models.ProbeReport.runner_id == Runner.id)
+            .where(models.ProbeReport.node_name == name).order_by(models.ProbeReport.id.desc()).limit(1)
+        )  # fmt: skip
+    return NodeSummary(name, node, last, reports, results)
+
+
+def list_nodes(*, session: Session, offset: int = 0, limit: int = 50) -> tuple[list[NodeSummary], int]:
+    """A page of nodes by name, and the total count."""
+    sub = _node_names(session).subquery()
+    names = session.scalars(select(sub.c.name).order_by(sub.c.name).offset(offset).limit(limit))
+    summaries = [node_summary(session=session, name=n) for n in names]
+    return [s for s in summaries if s is not None], count_nodes(session=session)
+
+
+# --------------------------------------------------------------------------------------------------
+# Results
+# --------------------------------------------------------------------------------------------------
+
+
+def _summary(result: JobResult, job_id: int) -> dict[str, int] | None:
+    """Verdict counts for the jobs list. Statistics never block storing raw data: a failure is
+    logged and the summary left empty (the comparison endpoint recomputes it on read)."""
+    from service.stats import compare
+
+    try:
+        return dict(compare(result, job_id=job_id).summary)
+    except Exception:
+        log.exception("computing the summary of job %s failed; raw results are stored anyway", job_id)
+        return None
+
+
+def store_result(
+    *, session: Session, job_id: int, result: JobResult, runner_id: int
+) -> tuple[int, bool]:  # fmt: skip
+    """Store a runner's ``JobResult`` for ``job_id`` and finish the job; returns ``(result_id,
+    duplicate)``.
+
+    A repeated ``idempotency_key`` for the same job stores nothing and returns the first result's
+    id with ``duplicate=True``. Cells and samples are bulk-inserted; probe reports are stored
+    linked to the job, the result and the node (``result.node.hostname``). Raises
+    ``ResultConflictError`` (key of another job, or ``result.job_id`` not ``job_id``),
+    ``queue.JobNotFoundError``, ``queue.LeaseLostError`` (caller does not hold the lease).
+    """
+    if result.job_id is not None and result.job_id != job_id:
+        raise ResultConflictError(f"the result names job {result.job_id}, posted to job {job_id}")
+    existing = session.execute(
+        select(Result.id, Result.job_id).where(Result.idempotency_key == result.idempotency_key)
+    ).first()
+    if existing is not None:
+        if existing.job_id != job_id:
+            raise ResultConflictError(
+                f"idempotency key {result.idempotency_key!r} already stored for job {existing.job_id}"
+            )
+        return existing.id, True
+    queue.complete(session, job_id, runner_id=runner_id, error=result.error)
+    row = Result(
+        job_id=job_id, idempotency_key=result.idempotency_key, runner_id=runner_id,
+        node_name=result.node.hostname, node=result.node.model_dump(mode="json"), timer=result.timer,
+        started_at=result.started_at, finished_at=result.finished_at,
+        spec=result.spec.model_dump(mode="json"), error=result.error,
+    )  # fmt: skip
+    session.add(row)
+    session.flush()
+    _insert_cells(session, row.id, result.cells)
+    for report in result.probes:
+        store_probe_report(
+            session=session, report=report, node_name=result.node.hostname, runner_id=runner_id,
+            job_id=job_id, result_id=row.id,
+        )  # fmt: skip
+    session.execute(update(Job).where(Job.id == job_id).values(summary=_summary(result, job_id)))
+    return row.id, False
+
+
+def _insert_cells(session: Session, result_id: int, cells: Sequence[CellResult]) -> None:
+    if not cells:
+        return
+    cell_rows = [
+        {
+            "result_id": result_id,
+            "cell_index": c.index,
+            "params": c.params,
+            "baseline_params": c.baseline_params,
+            "candidate_params": c.candidate_params,
+            "work": {k: w.model_dump(mode="json") for k, w in c.work.items()},
+            "correctness": {k: r.model_dump(mode="json") for k, r in c.correctness.items()},
+            "error": c.error,
+        }  # fmt: skip
+        for c in cells
+    ]
+    cell_ids = session.scalars(insert(Cell).returning(Cell.id, sort_by_parameter_order=True), cell_rows).all()
+    sample_rows = [
+        {"cell_id": cell_id, **s.model_dump()}
+        for cell_id, cell in zip(cell_ids, cells, strict=True)
+        for s in cell.samples
+    ]
+    if sample_rows:
+        session.execute(insert(Sample), sample_rows)
+
+
+_SAMPLE_FIELDS = tuple(SampleSchema.model_fields)
+
+
+def load_result(*, session: Session, job_id: int) -> JobResult | None:
+    """Rebuild the ``JobResult`` a runner posted for ``job_id`` from the tables; None if none.
+
+    Cells come in ``index`` order, samples in the order they were posted, probe reports in the
+    order they were stored.
+    """
+    row = session.scalar(select(Result).where(Result.job_id == job_id))
+    if row is None:
+        return None
+    cells = list(session.scalars(select(Cell).where(Cell.result_id == row.id).order_by(Cell.cell_index)))
+    samples: dict[int, list[SampleSchema]] = {c.id: [] for c in cells}
+    columns = [getattr(Sample, f) for f in _SAMPLE_FIELDS]
+    for cell_id, *values in session.execute(
+        select(Sample.cell_id, *columns).join(Cell).where(Cell.result_id == row.id).order_by(Sample.id)
+    ):
+        samples[cell_id].append(SampleSchema(**dict(zip(_SAMPLE_FIELDS, values, strict=True))))
+    reports = session.scalars(
+        select(models.ProbeReport.report)
+        .where(models.ProbeReport.result_id == row.id)
+        .order_by(models.ProbeReport.id)
+    )
+    return JobResult(
+        idempotency_key=row.idempotency_key, job_id=job_id, spec=JobSpec.model_validate(row.spec),
+        node=NodeInfo.model_validate(row.node), timer=row.timer, started_at=row.started_at,
+        finished_at=row.finished_at, error=row.error,
+        probes=[ProbeReport.model_validate(r) for r in reports],
+        cells=[
+            CellResult(
+                index=c.cell_index, params=c.params, baseline_params=c.baseline_params,
+                candidate_params=c.candidate_params,
+                work={k: Work.model_validate(v) for k, v in c.work.items()},
+                correctness={k: CorrectnessResult.model_validate(v) for k, v in c.correctness.items()},
+                samples=samples[c.id], error=c.error,
+            )
+            for c in cells
+        ],
+    )  # fmt: skip
+
+
+def has_result(*, session: Session, job_id: int) -> bool:
+    """Whether a result is stored for ``job_id``."""
+    return session.scalar(select(Result.id).where(Result.job_id == job_id)) is not None
+
+
+def iter_sample_rows(*, session: Session, job_id: int, batch: int = 5000) -> Iterator[dict[str, Any]]:
+    """Raw samples of a job's result as flat dicts with ``SAMPLE_COLUMNS`` keys, streamed in
+    batches of ``batch`` rows (cell index order, then posting order). ``params`` is the cell's
+    parameter dict; ``duration_ns`` is nanoseconds per launch."""
+    stmt = (
+        select(Cell.cell_index, Cell.params, *(getattr(Sample, c) for c in SAMPLE_COLUMNS[2:]))
+        .join(Cell, Cell.id == Sample.cell_id)
+        .join(Result, Result.id == Cell.result_id)
+        .where(Result.job_id == job_id)
+        .order_by(Cell.cell_index, Sample.id)
+        .execution_options(yield_per=batch)
+    )
+    for row in session.execute(stmt):
+        yield dict(zip(SAMPLE_COLUMNS, row, strict=True))

@@ -1,0 +1,267 @@
+"""SQLAlchemy 2.0 ORM of the result database (tokens, runners, jobs, results, samples, probes).
+
+What a result *is* (spec, node fingerprint, timer) is stored apart from its raw samples, as
+conbench does. Units are in column names; ``CHECK (x >= 0)`` where it holds. Times are UTC
+(``UTCDateTime``: aware datetimes in and out, on SQLite too). JSON columns are JSONB on PostgreSQL.
+The schema is created only by Alembic (``migrations/``); ``tests/service/test_migrations.py``
+checks that the migrations and these classes agree.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+JOB_STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
+ATTEMPT_OUTCOMES = ("running", "succeeded", "failed", "expired", "cancelled")
+PROBE_PHASES = ("before", "after", "adhoc")
+READING_KINDS = ("copy_bandwidth", "all_reduce")
+VARIANTS = ("baseline", "candidate")
+JOB_DEVICES = ("auto", "cpu", "cuda")
+
+
+def utcnow() -> datetime:
+    """The current time, timezone-aware UTC."""
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """``DateTime(timezone=True)`` that always returns aware UTC datetimes.
+
+    SQLite has no time zones: values are stored as naive UTC text (so ``<`` compares correctly)
+    and given ``tzinfo=UTC`` when read. Naive datetimes passed in are taken to be UTC.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        value = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+JSONType = JSON().with_variant(JSONB(), "postgresql")
+
+
+def _in(column: str, values: tuple[str, ...]) -> str:
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: JSONType, list[Any]: JSONType}
+
+
+class Token(Base):
+    """A bearer token: only its SHA-256 hex digest is stored (tokens are 32 random bytes)."""
+
+    __tablename__ = "tokens"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    scopes: Mapped[list[Any]]
+    runner_id: Mapped[int | None] = mapped_column(ForeignKey("runners.id", ondelete="CASCADE"), index=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    revoked_at: Mapped[datetime | None]
+
+
+class Runner(Base):
+    """A runner daemon (one per node); ``node`` is its last ``NodeInfo`` as JSON."""
+
+    __tablename__ = "runners"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    node: Mapped[dict[str, Any] | None]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_seen_at: Mapped[datetime | None]
+
+
+class Job(Base):
+    """A queued benchmark job; the lease columns say which runner holds it and until when."""
+
+    __tablename__ = "jobs"
+    __table_args__ = (
+        CheckConstraint(_in("status", JOB_STATUSES), name="status"),
+        CheckConstraint("attempts >= 0", name="attempts_nonnegative"),
+        CheckConstraint("max_attempts >= 1", name="max_attempts_positive"),
+        CheckConstraint(_in("device", JOB_DEVICES), name="device"),
+        Index("ix_jobs_status_id", "status", "id"),
+    )
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), default="")
+    benchmark: Mapped[str] = mapped_column(String(500))
+    spec: Mapped[dict[str, Any]]
+    device: Mapped[str] = mapped_column(String(8), default="auto", doc="spec.device, for claim filters")
+    status: Mapped[str] = mapped_column(String(16), default="queued")
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    max_attempts: Mapped[int] = mapped_column(Integer)
+    lease_runner_id: Mapped[int | None] = mapped_column(ForeignKey("runners.id", ondelete="SET NULL"))
+    lease_expires_at: Mapped[datetime | None]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+    error: Mapped[str | None] = mapped_column(Text)
+    summary: Mapped[dict[str, Any] | None]
+    submitted_by: Mapped[int | None] = mapped_column(ForeignKey("tokens.id", ondelete="SET NULL"))
+
+
+class JobAttempt(Base):
+    """One claim of a job by a runner, and how it ended."""
+
+    __tablename__ = "job_attempts"
+    __table_args__ = (
+        UniqueConstraint("job_id", "attempt", name="uq_job_attempts_job_id_attempt"),
+        CheckConstraint(_in("outcome", ATTEMPT_OUTCOMES), name="outcome"),
+        CheckConstraint("attempt >= 1", name="attempt_positive"),
+    )
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    attempt: Mapped[int] = mapped_column(Integer)
+    runner_id: Mapped[int | None] = mapped_column(ForeignKey("runners.id", ondelete="SET NULL"))
+    claimed_at: Mapped[datetime] = mapped_column(default=utcnow)
+    ended_at: Mapped[datetime | None]
+    outcome: Mapped[str] = mapped_column(String(16), default="running")
+    error: Mapped[str | None] = mapped_column(Text)
+
+
+class Result(Base):
+    """What one job measured: the spec as run, the node fingerprint, the timer. One per job."""
+
+    __tablename__ = "results"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), unique=True)
+    idempotency_key: Mapped[str] = mapped_column(String(200), unique=True)
+    runner_id: Mapped[int | None] = mapped_column(ForeignKey("runners.id", ondelete="SET NULL"))
+    node_name: Mapped[str] = mapped_column(String(255), index=True)
+    node: Mapped[dict[str, Any]]
+    timer: Mapped[str] = mapped_column(String(64))
+    started_at: Mapped[datetime]
+    finished_at: Mapped[datetime]
+    received_at: Mapped[datetime] = mapped_column(default=utcnow)
+    spec: Mapped[dict[str, Any]]
+    error: Mapped[str | None] = mapped_column(Text)
+
+
+class Cell(Base):
+    """One sweep cell of a result: parameters, declared work, correctness per variant."""
+
+    __tablename__ = "cells"
+    __table_args__ = (
+        UniqueConstraint("result_id", "cell_index", name="uq_cells_result_id_cell_index"),
+        CheckConstraint("cell_index >= 0", name="cell_index_nonnegative"),
+    )
+    id: Mapped[int] = mapped_column(primary_key=True)
+    result_id: Mapped[int] = mapped_column(ForeignKey("results.id", ondelete="CASCADE"))
+    cell_index: Mapped[int] = mapped_column(Integer)
+    params: Mapped[dict[str, Any]]
+    baseline_params: Mapped[dict[str, Any]]
+    candidate_params: Mapped[dict[str, Any]]
+    work: Mapped[dict[str, Any]]
+    correctness: Mapped[dict[str, Any]]
+    error: Mapped[str | None] = mapped_column(Text)
+
+
+class Sample(Base):
+    """One raw timed sample: nanoseconds per launch and the clock context at that moment."""
+
+    __tablename__ = "samples"
+    __table_args__ = (
+        CheckConstraint(_in("variant", VARIANTS), name="variant"),
+        CheckConstraint("round >= 0", name="round_nonnegative"),
+        CheckConstraint("position >= 0", name="position_nonnegative"),
+        CheckConstraint("duration_ns >= 0", name="duration_ns_nonnegative"),
+        CheckConstraint("launches >= 1", name="launches_positive"),
+        CheckConstraint("sm_clock_mhz >= 0", name="sm_clock_mhz_nonnegative"),
+        CheckConstraint("power_w >= 0", name="power_w_nonnegative"),
+    )
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer(), "sqlite"), primary_key=True)
+    cell_id: Mapped[int] = mapped_column(ForeignKey("cells.id", ondelete="CASCADE"), index=True)
+    variant: Mapped[str] = mapped_column(String(16))
+    round: Mapped[int] = mapped_column(Integer)
+    position: Mapped[int] = mapped_column(Integer)
+    duration_ns: Mapped[float] = mapped_column(Float)
+    launches: Mapped[int] = mapped_column(Integer, default=1)
+    sm_clock_mhz: Mapped[float | None] = mapped_column(Float)
+    clock_event_reasons: Mapped[int | None] = mapped_column(BigInteger)
+    temperature_c: Mapped[float | None] = mapped_column(Float)
+    power_w: Mapped[float | None] = mapped_column(Float)
+    throttled: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class ProbeReport(Base):
+    """A node-health report; ``report`` holds the whole ``schemas.ProbeReport`` as JSON."""
+
+    __tablename__ = "probe_reports"
+    __table_args__ = (
+        CheckConstraint(_in("phase", PROBE_PHASES), name="phase"),
+        CheckConstraint("wall_s >= 0", name="wall_s_nonnegative"),
+        Index("ix_probe_reports_node_name_taken_at", "node_name", "taken_at"),
+    )
+    id: Mapped[int] = mapped_column(primary_key=True)
+    runner_id: Mapped[int | None] = mapped_column(ForeignKey("runners.id", ondelete="SET NULL"))
+    node_name: Mapped[str] = mapped_column(String(255))
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    result_id: Mapped[int | None] = mapped_column(ForeignKey("results.id", ondelete="CASCADE"), index=True)
+    phase: Mapped[str] = mapped_column(String(16))
+    taken_at: Mapped[datetime]
+    wall_s: Mapped[float] = mapped_column(Float, default=0.0)
+    nvml_status: Mapped[str] = mapped_column(Text, default="absent")
+    report: Mapped[dict[str, Any]]
+    received_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ProbeReading(Base):
+    """One flat probe reading (copy bandwidth or one all-reduce size) for history plots."""
+
+    __tablename__ = "probe_readings"
+    __table_args__ = (
+        CheckConstraint(_in("kind", READING_KINDS), name="kind"),
+        CheckConstraint("size_bytes >= 0", name="size_bytes_nonnegative"),
+        CheckConstraint("time_us >= 0", name="time_us_nonnegative"),
+        CheckConstraint("value_gbps >= 0", name="value_gbps_nonnegative"),
+        CheckConstraint("busbw_gbps >= 0", name="busbw_gbps_nonnegative"),
+    )
+    id: Mapped[int] = mapped_column(primary_key=True)
+    report_id: Mapped[int] = mapped_column(ForeignKey("probe_reports.id", ondelete="CASCADE"), index=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    device_index: Mapped[int | None] = mapped_column(Integer)
+    world_size: Mapped[int | None] = mapped_column(Integer)
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    time_us: Mapped[float] = mapped_column(Float)
+    value_gbps: Mapped[float] = mapped_column(Float, doc="copy: read+write GB/s; all-reduce: algbw")
+    busbw_gbps: Mapped[float | None] = mapped_column(Float)

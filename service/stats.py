@@ -1,0 +1,484 @@
+"""Per-cell statistics and verdicts: turns a runner's ``JobResult`` into a ``Comparison``.
+
+Pure functions over numpy/scipy; no database, no web framework. The runner imports this module for
+``ratio_ci`` (the engine's adaptive stop), so only numpy is imported at module level:
+``scipy.stats`` costs ~0.6 s to import and is imported inside ``compare`` where it is needed.
+
+Method (reference/gpu-measurement-method.md, "Statistics for A/B on a noisy machine"):
+
+* centre per variant: the median (robust; delays only add time), with min, quartiles and mean;
+* effect: ratio of medians candidate/baseline (< 1 is faster) with a percentile bootstrap CI that
+  resamples whole interleaved *rounds*, because samples inside a round share clock and thermal
+  state and are not independent (a cluster bootstrap; Davison & Hinkley 1997, section 3.8);
+* companions: Hodges-Lehmann shift with its distribution-free CI, Mann-Whitney U p-value
+  (Benjamini-Hochberg adjusted across the sweep), minimum detectable effect;
+* verdict ``faster``/``slower``/``same``/``inconclusive`` against the spec's threshold, see
+  ``verdict``; flags that make a number untrustworthy travel with it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from statistics import NormalDist
+from typing import get_args
+
+import numpy as np
+
+from service.schemas import (
+    CellComparison,
+    CellResult,
+    Comparison,
+    Flag,
+    JobResult,
+    ParamValue,
+    ProbeReport,
+    Sample,
+    Variant,
+    VariantStats,
+    Verdict,
+    Work,
+)
+
+_NOISY_IQR_FRACTION = 0.10  # torch.utils.benchmark warns when IQR/median > 10%
+_MDE_Z_SUM = 2.8  # z(1 - 0.05/2) + z(0.80) = 1.96 + 0.84: two-sided alpha 0.05, 80% power
+_IQR_TO_SIGMA = 1.349  # IQR of a normal distribution in standard deviations (2 * 0.6745)
+_PEAK_MARGIN = 1.1  # a rate above 1.1x the measured peak is implausible (10% probe error allowance)
+_FLAG_ORDER: tuple[str, ...] = get_args(Flag)
+_VARIANTS: tuple[Variant, Variant] = ("baseline", "candidate")
+
+
+def _sorted_flags(flags: Iterable[Flag]) -> list[Flag]:
+    """Flags without duplicates, in the order the schema's ``Flag`` literal declares them."""
+    present = set(flags)
+    return sorted(present, key=_FLAG_ORDER.index)
+
+
+def kept_samples(samples: Iterable[Sample], *, exclude_throttled: bool) -> list[Sample]:
+    """The samples the statistics use: all of them, or those not taken while throttled.
+
+    nvbench discards samples whose SM clock fell below 75% of the default clock; the runner marks
+    such samples ``throttled=True`` and ``MeasurementSpec.exclude_throttled`` (default True)
+    drops them here.
+    """
+    return [s for s in samples if not (exclude_throttled and s.throttled)]
+
+
+# --------------------------------------------------------------------------------------------------
+# Ratio of medians with a bootstrap over rounds
+# --------------------------------------------------------------------------------------------------
+
+
+def _round_matrix(samples: Sequence[Sample], variant: Variant, rounds: np.ndarray) -> np.ndarray:
+    """``(len(rounds), k_max)`` float64 durations (ns) of ``variant`` per round, NaN-padded."""
+    per_round: dict[int, list[float]] = {}
+    for s in samples:
+        if s.variant == variant:
+            per_round.setdefault(s.round, []).append(s.duration_ns)
+    width = max((len(v) for v in per_round.values()), default=0)
+    out = np.full((rounds.size, width), np.nan)
+    for row, r in enumerate(rounds.tolist()):
+        values = per_round.get(r, ())
+        out[row, : len(values)] = values
+    return out
+
+
+def _resampled_medians(matrix: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """Median of each bootstrap resample of rounds; NaN where a resample holds no sample.
+
+    ``matrix``: (R, k) ns, NaN-padded; ``idx``: (B, R) int round indices. Returns (B,) float64.
+    """
+    # A row-wise sort is ~5x faster than np.median's partition on (2000, 200) and handles the NaN
+    # padding in the same pass: NaN sorts last, so each row's valid values come first.
+    flat = np.sort(matrix[idx].reshape(idx.shape[0], -1), axis=1)
+    count = np.count_nonzero(~np.isnan(flat), axis=1)
+    rows = np.arange(flat.shape[0])
+    lower = flat[rows, np.maximum(count - 1, 0) // 2]
+    upper = flat[rows, np.minimum(count // 2, flat.shape[1] - 1)]
+    return np.where(count > 0, (lower + upper) / 2, np.nan)
+
+
+def ratio_ci(
+    samples: Sequence[Sample], *, confidence: float = 0.95, n_resamples: int = 2000, seed: int = 0
+) -> tuple[float, float, float] | None:
+    """Ratio of medians candidate/baseline and its bootstrap CI over whole rounds.
+
+    ``samples``: the kept samples of one cell (both variants; filter with ``kept_samples`` first),
+    durations in ns. Returns ``(ratio, ci_low, ci_high)``, dimensionless, ratio < 1 meaning the
+    candidate is faster; or None when either variant has fewer than 2 samples or samples in fewer
+    than 2 rounds (one round carries no between-round variability), or a baseline median of 0.
+
+    The CI is the percentile interval (Efron & Tibshirani 1993, ch. 13) of the ratio over
+    ``n_resamples`` resamples that draw round numbers with replacement and take every sample of
+    each drawn round, both variants together (cluster bootstrap). Percentile, not BCa: BCa's
+    jackknife acceleration is unreliable for the non-smooth median (Efron & Tibshirani 1993,
+    section 11.6). Resamples in which a variant has no sample (possible when its samples sit in
+    few rounds) are left out, so the interval is conditional on both sides being observed.
+    Resampling is numpy-vectorised and seeded (``numpy.random.default_rng(seed)``): ~15 ms for
+    200 rounds and 2000 resamples on a 2-core CI machine (``benchmarks/stats_speed.py``).
+    Raises ValueError for ``confidence`` outside (0, 1) or ``n_resamples`` < 1.
+    """
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
+    if n_resamples < 1:
+        raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
+    for variant in _VARIANTS:
+        own = [s for s in samples if s.variant == variant]
+        if len(own) < 2 or len({s.round for s in own}) < 2:
+            return None
+    rounds = np.unique(np.fromiter((s.round for s in samples), dtype=np.int64))
+    base = _round_matrix(samples, "baseline", rounds)
+    cand = _round_matrix(samples, "candidate", rounds)
+    base_median = float(np.nanmedian(base))
+    if base_median <= 0.0:
+        return None
+    ratio = float(np.nanmedian(cand)) / base_median
+    idx = np.random.default_rng(seed).integers(0, rounds.size, size=(n_resamples, rounds.size))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        boot = _resampled_medians(cand, idx) / _resampled_medians(base, idx)
+    boot = boot[np.isfinite(boot)]
+    if boot.size == 0:
+        return None
+    alpha = 1.0 - confidence
+    low, high = np.quantile(boot, [alpha / 2, 1 - alpha / 2])
+    return ratio, float(low), float(high)
+
+
+# --------------------------------------------------------------------------------------------------
+# Hodges-Lehmann shift, minimum detectable effect, variant summary
+# --------------------------------------------------------------------------------------------------
+
+
+def _kth_difference(base_sorted: np.ndarray, cand: np.ndarray, k: int) -> float:
+    """k-th smallest (1-based) of the m*n differences cand[j] - base[i], without forming them.
+
+    Bisection on the value d with the pair count #{c_j - b_i <= d} from ``searchsorted``:
+    O((m + n) log m) per step, so 10^4 x 10^4 samples cost ~50 vector steps, not 10^8 floats.
+    Converges to 1e-12 of the differences' range.
+    """
+    m, n = base_sorted.size, cand.size
+
+    def count_le(d: float) -> int:
+        return m * n - int(np.searchsorted(base_sorted, cand - d, side="left").sum())
+
+    lo = float(cand.min() - base_sorted[-1])
+    hi = float(cand.max() - base_sorted[0])
+    if count_le(lo) >= k:
+        return lo
+    tol = 1e-12 * max(hi - lo, abs(hi), abs(lo), 1e-300)
+    while hi - lo > tol:
+        mid = 0.5 * (lo + hi)
+        if mid in (lo, hi):
+            break
+        if count_le(mid) >= k:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def hodges_lehmann(
+    baseline_ns: np.ndarray, candidate_ns: np.ndarray, *, confidence: float = 0.95
+) -> tuple[float, float | None, float | None]:
+    """Hodges-Lehmann shift candidate - baseline (ns) and its distribution-free CI.
+
+    ``baseline_ns``: (m,), ``candidate_ns``: (n,) float durations, m, n >= 1. The estimate is the
+    median of the m*n pairwise differences; the CI is (D_(C), D_(mn+1-C)) with the order statistics
+    D of those differences and C = floor(mn/2 - z(1-alpha/2) * sqrt(mn(m+n+1)/12)), the
+    large-sample Mann-Whitney critical value (Hollander & Wolfe, *Nonparametric Statistical
+    Methods*, 2nd ed. 1999, section 4.3). The CI bounds are None when C < 1 (too few samples
+    for the confidence level). Assumes independent samples; it is a companion to the round
+    bootstrap, not the verdict. Raises ValueError on an empty input.
+    """
+    base = np.sort(np.asarray(baseline_ns, dtype=np.float64))
+    cand = np.asarray(candidate_ns, dtype=np.float64)
+    if base.size == 0 or cand.size == 0:
+        raise ValueError("hodges_lehmann needs at least one sample on each side")
+    m, n = base.size, cand.size
+    total = m * n
+    if total % 2:
+        shift = _kth_difference(base, cand, (total + 1) // 2)
+    else:
+        shift = 0.5 * (_kth_difference(base, cand, total // 2) + _kth_difference(base, cand, total // 2 + 1))
+    z = NormalDist().inv_cdf(1 - (1 - confidence) / 2)
+    c_alpha = math.floor(total / 2 - z * math.sqrt(total * (m + n + 1) / 12))
+    if c_alpha < 1:
+        return shift, None, None
+    return shift, _kth_difference(base, cand, c_alpha), _kth_difference(base, cand, total + 1 - c_alpha)
+
+
+def min_detectable_effect_pct(base: VariantStats, cand: VariantStats) -> float | None:
+    """Minimum detectable effect in percent: 2.8 * CV * sqrt(2/n) * 100.
+
+    2.8 = z(0.975) + z(0.80): two-sided alpha = 0.05 and 80% power (reference
+    gpu-measurement-method.md: CV 1% and n = 30 give ~0.7%). CV is the pooled robust coefficient
+    of variation sqrt((cv_b^2 + cv_c^2) / 2) with cv = (IQR / 1.349) / median; n is the smaller
+    sample count. None when a side has < 2 samples or a zero median.
+    """
+    if base.n < 2 or cand.n < 2:
+        return None
+    cvs = []
+    for s in (base, cand):
+        if not s.median_ns or s.iqr_ns is None:
+            return None
+        cvs.append(s.iqr_ns / _IQR_TO_SIGMA / s.median_ns)
+    cv = math.sqrt((cvs[0] ** 2 + cvs[1] ** 2) / 2)
+    return _MDE_Z_SUM * cv * math.sqrt(2 / min(base.n, cand.n)) * 100
+
+
+def variant_stats(durations_ns: np.ndarray, *, dropped_throttled: int = 0) -> VariantStats:
+    """Median, min, quartiles (numpy's linear interpolation), IQR and mean of (n,) ns durations."""
+    x = np.asarray(durations_ns, dtype=np.float64)
+    if x.size == 0:
+        return VariantStats(n=0, dropped_throttled=dropped_throttled)
+    q1, median, q3 = (float(v) for v in np.percentile(x, [25, 50, 75]))
+    return VariantStats(
+        n=int(x.size), dropped_throttled=dropped_throttled, median_ns=median, min_ns=float(x.min()),
+        q1_ns=q1, q3_ns=q3, iqr_ns=q3 - q1, mean_ns=float(x.mean()),
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Verdict, throughput, plausibility
+# --------------------------------------------------------------------------------------------------
+
+
+def verdict(
+    ratio: float | None, ci_low: float | None, ci_high: float | None, threshold_pct: float
+) -> Verdict:
+    """Verdict for a ratio candidate/baseline with CI, against threshold t = threshold_pct / 100.
+
+    * ``faster``: ci_high < 1 (the speed-up is statistically real) AND ratio < 1 - t (it is large
+      enough to matter);
+    * ``slower``: ci_low > 1 AND ratio > 1 + t;
+    * ``same``: the whole CI lies inside [1 - t, 1 + t] (an equivalence test: any change is
+      smaller than the threshold, with the CI's confidence);
+    * ``inconclusive``: anything else, e.g. a CI that straddles 1 - t or 1 + t, or no ratio.
+
+    Why not "faster only when the whole CI lies beyond 1 - t": a real change close to the
+    threshold would then stay inconclusive however many samples are taken. Requiring a CI that
+    excludes 1 plus a point estimate beyond the threshold is the rule of nvbench compare (a gap
+    that must also exceed a minimum) with a proper interval instead of [min, Q3].
+    """
+    if ratio is None or ci_low is None or ci_high is None:
+        return "inconclusive"
+    t = threshold_pct / 100
+    if ci_high < 1 and ratio < 1 - t:
+        return "faster"
+    if ci_low > 1 and ratio > 1 + t:
+        return "slower"
+    if 1 - t <= ci_low and ci_high <= 1 + t:
+        return "same"
+    return "inconclusive"
+
+
+def throughput(work: Mapping[Variant, Work], stats: Mapping[Variant, VariantStats]) -> dict[str, float]:
+    """Achieved rates at the median time: ``{variant}_gbps`` and ``{variant}_tflops``.
+
+    GB/s = (bytes_read + bytes_written) / median_ns (bytes per ns = 1e9 B/s); TFLOP/s = flops /
+    median_ns / 1e3. Only variants with declared, non-zero work and a positive median appear.
+    """
+    out: dict[str, float] = {}
+    for variant in _VARIANTS:
+        w, s = work.get(variant), stats.get(variant)
+        if w is None or s is None or not s.median_ns:
+            continue
+        moved = w.bytes_read + w.bytes_written
+        if moved > 0:
+            out[f"{variant}_gbps"] = moved / s.median_ns
+        if w.flops > 0:
+            out[f"{variant}_tflops"] = w.flops / s.median_ns / 1e3
+    return out
+
+
+def node_peaks(result: JobResult, peaks: Mapping[str, float] | None = None) -> dict[str, float]:
+    """Physical peaks for the plausibility guard: ``copy_gbps`` and ``matmul_tflops``.
+
+    ``copy_gbps`` defaults to the highest device-local copy reading of the result's probes
+    (read + written, GB/s); values in ``peaks`` override it. ``matmul_tflops`` comes only from
+    ``peaks`` (no probe measures it). Missing keys mean "no bound".
+    """
+    out: dict[str, float] = {}
+    readings = [r.bandwidth_gbps for p in result.probes for r in p.copy_bandwidth if r.bandwidth_gbps > 0]
+    if readings:
+        out["copy_gbps"] = max(readings)
+    out.update({k: float(v) for k, v in (peaks or {}).items() if k in ("copy_gbps", "matmul_tflops")})
+    return out
+
+
+def implausible(rates: Mapping[str, float], peaks: Mapping[str, float], *, bound_bytes: bool) -> bool:
+    """True when a rate from ``throughput`` exceeds 1.1x the node's peak.
+
+    A result faster than the hardware can go is a timing error: ``triton.testing.do_bench`` once
+    returned 0.003 ms for a bf16 4096^3 matmul on an H200, i.e. 46 PFLOP/s against a ~990 TFLOP/s
+    datasheet (reference/H200-node-figures.md). ``bound_bytes`` applies the copy-bandwidth bound;
+    pass False when caches are warm (no L2 flush, or a CPU), where cache-resident kernels can
+    legitimately exceed DRAM copy bandwidth.
+    """
+    for key, rate in rates.items():
+        if key.endswith("_gbps") and bound_bytes and "copy_gbps" in peaks:
+            if rate > _PEAK_MARGIN * peaks["copy_gbps"]:
+                return True
+        if key.endswith("_tflops") and "matmul_tflops" in peaks:
+            if rate > _PEAK_MARGIN * peaks["matmul_tflops"]:
+                return True
+    return False
+
+
+# --------------------------------------------------------------------------------------------------
+# Labels and the comparison
+# --------------------------------------------------------------------------------------------------
+
+
+def _fmt_value(v: ParamValue) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def _fmt_params(params: Mapping[str, ParamValue], keys: Iterable[str]) -> str:
+    return ", ".join(f"{k}={_fmt_value(params[k])}" for k in keys if k in params)
+
+
+def cell_label(result: JobResult, cell: CellResult) -> str:
+    """``"M=256, N=1000, dtype=float32"``: the cell's swept parameters (all if none are swept)."""
+    swept = list(result.spec.sweep)
+    for grid in result.spec.sweep_by_device.values():
+        swept += [k for k in grid if k not in swept]
+    keys = [k for k in swept if k in cell.params] or list(cell.params)
+    return _fmt_params(cell.params, keys) or "default"
+
+
+def variant_labels(result: JobResult) -> tuple[str, str]:
+    """``("torch", "triton")`` or ``("triton (BLOCK_M=64)", "triton (BLOCK_M=128)")``.
+
+    A side's parameters are shown only where they differ from the other side's.
+    """
+    b, c = result.spec.baseline, result.spec.candidate
+    labels = []
+    for own, other in ((b, c), (c, b)):
+        diff = [k for k in own.params if other.params.get(k) != own.params[k]]
+        labels.append(f"{own.variant} ({_fmt_params(own.params, diff)})" if diff else own.variant)
+    return labels[0], labels[1]
+
+
+def _foreign_processes(processes: Sequence[Mapping[str, object]]) -> int:
+    """Compute processes on one GPU that are not kernelab's own.
+
+    Telemetry marks our process ``own``; inside a container NVML may report host PIDs so that no
+    entry matches, in which case one unmarked process is presumed to be ours.
+    """
+    foreign = sum(1 for p in processes if not p.get("own"))
+    if any(p.get("own") for p in processes):
+        return foreign
+    return max(foreign - 1, 0)
+
+
+def probe_flags(probes: Iterable[ProbeReport]) -> list[Flag]:
+    """Job-level flags from node-health probes: ``contended`` when a GPU ran another process."""
+    flags: list[Flag] = []
+    if any(_foreign_processes(t.other_processes) for p in probes for t in p.telemetry):
+        flags.append("contended")
+    return flags
+
+
+def compare_cell(
+    result: JobResult, cell: CellResult, peaks: Mapping[str, float], *, n_resamples: int = 2000,
+    seed: int = 0,
+) -> CellComparison:
+    """Statistics, verdict and flags of one cell; ``p_adjusted`` is left for ``compare``.
+
+    Flags: ``failed`` (cell.error; verdict inconclusive, empty stats), ``throttled`` (any sample
+    throttled, dropped or not), ``noisy`` (IQR/median > 10% on either side), ``incorrect`` (a
+    variant failed its correctness check: the timing verdict stands, the flag tells the reader the
+    speed is of a wrong result), ``implausible`` (a rate above 1.1x the node's peak; such a cell is
+    never ``faster``: its verdict becomes ``inconclusive``).
+    """
+    from scipy.stats import mannwhitneyu
+
+    m = result.spec.measurement
+    label = cell_label(result, cell)
+    if cell.error is not None:
+        return CellComparison(
+            index=cell.index, params=cell.params, label=label, baseline=VariantStats(n=0),
+            candidate=VariantStats(n=0), verdict="inconclusive",
+            flags=["failed"], correctness=cell.correctness, error=cell.error,
+        )
+    kept = kept_samples(cell.samples, exclude_throttled=m.exclude_throttled)
+    times = {v: np.array([s.duration_ns for s in kept if s.variant == v]) for v in _VARIANTS}
+    stats = {
+        v: variant_stats(
+            times[v], dropped_throttled=sum(1 for s in cell.samples if s.variant == v) - times[v].size
+        )
+        for v in _VARIANTS
+    }
+    flags: list[Flag] = []
+    if any(s.throttled for s in cell.samples):
+        flags.append("throttled")
+    if any(s.median_ns and s.iqr_ns is not None and s.iqr_ns / s.median_ns > _NOISY_IQR_FRACTION
+           for s in stats.values()):
+        flags.append("noisy")
+    if any(not c.passed for c in cell.correctness.values()):
+        flags.append("incorrect")
+    rates = throughput(cell.work, stats)
+    bound_bytes = m.l2_flush and result.node.device_type == "cuda"
+    if implausible(rates, peaks, bound_bytes=bound_bytes):
+        flags.append("implausible")
+
+    ratio = ci_low = ci_high = None
+    rc = ratio_ci(kept, n_resamples=n_resamples, seed=seed)
+    if rc is not None:
+        ratio, ci_low, ci_high = rc
+    hl = p = None
+    if times["baseline"].size >= 1 and times["candidate"].size >= 1:
+        hl = hodges_lehmann(times["baseline"], times["candidate"])
+        p_raw = float(mannwhitneyu(times["candidate"], times["baseline"], alternative="two-sided").pvalue)
+        p = p_raw if math.isfinite(p_raw) else None
+    v = verdict(ratio, ci_low, ci_high, m.threshold_pct)
+    if v == "faster" and "implausible" in flags:
+        v = "inconclusive"
+    return CellComparison(
+        index=cell.index, params=cell.params, label=label, baseline=stats["baseline"],
+        candidate=stats["candidate"], ratio=ratio,
+        ci_low=ci_low, ci_high=ci_high, delta_pct=None if ratio is None else (ratio - 1) * 100,
+        hl_shift_ns=None if hl is None else hl[0], hl_ci_low_ns=None if hl is None else hl[1],
+        hl_ci_high_ns=None if hl is None else hl[2], p_value=p,
+        mde_pct=min_detectable_effect_pct(stats["baseline"], stats["candidate"]), verdict=v,
+        flags=_sorted_flags(flags), correctness=cell.correctness, throughput=rates,
+    )
+
+
+def compare(
+    result: JobResult, *, job_id: int | None = None, peaks: Mapping[str, float] | None = None,
+    n_resamples: int = 2000, seed: int = 0,
+) -> Comparison:
+    """A job's before/after comparison: every cell's statistics, verdict and flags.
+
+    ``peaks``: optional ``{"copy_gbps": GB/s, "matmul_tflops": TFLOP/s}`` for the plausibility
+    guard (see ``node_peaks``; the copy probe's best reading is used when ``copy_gbps`` is absent).
+    ``job_id`` overrides ``result.job_id``. p-values are Benjamini-Hochberg adjusted across the
+    sweep's cells that have one (``scipy.stats.false_discovery_control``). Job flags are the union
+    of the cells' flags, ``contended`` from the probes, and ``failed`` when the job has an error.
+    Deterministic for a given ``seed``. Raises nothing for well-formed results: cells that cannot
+    be compared are ``inconclusive`` with the reason in their flags.
+    """
+    from scipy.stats import false_discovery_control
+
+    bounds = node_peaks(result, peaks)
+    cells = [compare_cell(result, c, bounds, n_resamples=n_resamples, seed=seed) for c in result.cells]
+    tested = [c for c in cells if c.p_value is not None]
+    if tested:
+        adjusted = false_discovery_control([c.p_value for c in tested], method="bh")
+        for c, p_adj in zip(tested, np.atleast_1d(adjusted).tolist(), strict=True):
+            c.p_adjusted = float(p_adj)
+    flags: list[Flag] = [f for c in cells for f in c.flags] + probe_flags(result.probes)
+    if result.error:
+        flags.append("failed")
+    summary: dict[str, int] = {}
+    for c in cells:
+        summary[c.verdict] = summary.get(c.verdict, 0) + 1
+    baseline_label, candidate_label = variant_labels(result)
+    return Comparison(
+        job_id=result.job_id if job_id is None else job_id, name=result.spec.name,
+        benchmark=result.spec.benchmark, baseline_label=baseline_label, candidate_label=candidate_label,
+        threshold_pct=result.spec.measurement.threshold_pct, timer=result.timer, node=result.node,
+        cells=cells, probes=result.probes, flags=_sorted_flags(flags), summary=summary,
+    )

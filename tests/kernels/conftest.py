@@ -1,0 +1,21 @@
+"""Fixtures of the kernels tests."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from kernels._device import TRITON_INTERPRET_ENV
+
+
+@pytest.fixture(autouse=True)
+def _restore_triton_interpret_env() -> Iterator[None]:
+    """Benchmarks set TRITON_INTERPRET for the CPU; leave the variable as the test found it."""
+    before = os.environ.get(TRITON_INTERPRET_ENV)
+    yield
+    if before is None:
+        os.environ.pop(TRITON_INTERPRET_ENV, None)
+    else:
+        os.environ[TRITON_INTERPRET_ENV] = before

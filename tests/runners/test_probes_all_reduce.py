@@ -1,0 +1,95 @@
+"""All-reduce probe: real gloo process groups on the CPU, NCCL on GPUs; timeouts and failures."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from runners.probes.all_reduce import algbw_gbps, busbw_gbps, measure_all_reduce
+
+MIB = 1024**2
+
+
+def test_bandwidth_formulas() -> None:
+    assert algbw_gbps(MIB, 100.0) == pytest.approx(10.48576)  # 1048576 B / 100e-6 s
+    assert busbw_gbps(10.0, 1) == 0.0
+    assert busbw_gbps(10.0, 2) == pytest.approx(10.0)
+    assert busbw_gbps(10.0, 8) == pytest.approx(17.5)  # 2 * 7 / 8
+    with pytest.raises(ValueError):
+        busbw_gbps(1.0, 0)
+    with pytest.raises(ValueError):
+        algbw_gbps(8, 0.0)
+
+
+def test_gloo_two_processes_sum_correctly() -> None:
+    readings = measure_all_reduce("cpu", sizes_bytes=[8, 64 * 1024], warmup_iters=2, iters=5)
+    assert [r.size_bytes for r in readings] == [8, 64 * 1024]
+    for r in readings:
+        assert r.backend == "gloo" and r.world_size == 2
+        assert r.correct
+        assert r.time_us > 0
+        assert r.algbw_gbps == pytest.approx(r.size_bytes / (r.time_us * 1e3), rel=1e-9)
+        assert r.busbw_gbps == pytest.approx(r.algbw_gbps * 2 * (2 - 1) / 2, rel=1e-9)
+
+
+def test_gloo_three_processes_bus_bandwidth_factor() -> None:
+    # n = 3: every rank holds r + 1, the sum must be 6 everywhere, busbw = algbw * 4/3.
+    (reading,) = measure_all_reduce("cpu", sizes_bytes=[10], world_size=3, warmup_iters=1, iters=3)
+    assert reading.world_size == 3 and reading.correct
+    assert reading.size_bytes == 8  # rounded down to whole float32 elements
+    assert reading.busbw_gbps == pytest.approx(reading.algbw_gbps * 4 / 3, rel=1e-9)
+
+
+def test_hung_or_slow_ranks_are_killed_at_the_deadline() -> None:
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError, match="did not finish"):
+        measure_all_reduce("cpu", sizes_bytes=[8], timeout_s=0.3)
+    assert time.monotonic() - t0 < 5.0
+
+
+def test_a_failing_rank_raises_with_its_error() -> None:
+    # gloo cannot bind to an interface that does not exist: every rank fails at init.
+    with pytest.raises(RuntimeError, match="exited with status(.|\n)*kernelab-no-such-if0"):
+        measure_all_reduce("cpu", sizes_bytes=[8], extra_env={"GLOO_SOCKET_IFNAME": "kernelab-no-such-if0"})
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"world_size": 0}, {"sizes_bytes": []}, {"sizes_bytes": [0]}, {"iters": 0}, {"warmup_iters": -1},
+     {"timeout_s": 0.0}],
+)
+def test_bad_configuration_is_rejected(kwargs: dict) -> None:
+    with pytest.raises(ValueError):
+        measure_all_reduce("cpu", **kwargs)
+
+
+def test_unknown_device_type_is_rejected() -> None:
+    with pytest.raises(ValueError, match="not supported"):
+        measure_all_reduce("tpu")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA error")
+def test_cuda_without_gpu_raises() -> None:
+    with pytest.raises(RuntimeError, match="no CUDA GPU"):
+        measure_all_reduce("cuda")
+
+
+@pytest.mark.gpu
+def test_nccl_all_gpus_quick_sizes() -> None:
+    n = torch.cuda.device_count()
+    readings = measure_all_reduce("cuda")
+    assert [r.size_bytes for r in readings] == [8, MIB, 64 * MIB]
+    for r in readings:
+        assert r.backend == "nccl" and r.world_size == n and r.ranks == list(range(n))
+        assert r.correct and r.time_us > 0
+        assert r.busbw_gbps == pytest.approx(r.algbw_gbps * 2 * (n - 1) / n, rel=1e-9)
+    # latency grows with size: 64 MiB cannot be cheaper than 8 B
+    assert readings[-1].time_us > readings[0].time_us
+
+
+@pytest.mark.gpu
+def test_nccl_world_size_above_gpu_count_is_rejected() -> None:
+    with pytest.raises(ValueError, match="exceeds"):
+        measure_all_reduce("cuda", world_size=torch.cuda.device_count() + 1)

@@ -1,0 +1,149 @@
+"""service.report: the text table and the Markdown export, from a real ``stats.compare``."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+
+import numpy as np
+import pytest
+
+from service import report, stats
+from service.schemas import (
+    AllReduceReading,
+    CellResult,
+    Comparison,
+    CopyBandwidthReading,
+    CorrectnessResult,
+    JobResult,
+    JobSpec,
+    NodeInfo,
+    ProbeReport,
+    Sample,
+)
+
+NOW = datetime(2026, 12, 1, tzinfo=UTC)
+
+
+def _samples(ratio: float, *, rounds: int = 40, base_ns: float = 12_340.0, seed: int = 0) -> list[Sample]:
+    rng = np.random.default_rng(seed)
+    noise = 1 + 0.005 * rng.standard_normal((rounds, 2))
+    return [
+        Sample(variant=v, round=r, position=p,
+               duration_ns=base_ns * (ratio if v == "candidate" else 1.0) * noise[r, p])
+        for r in range(rounds) for p, v in enumerate(("baseline", "candidate"))
+    ]
+
+
+def _comparison(*, name: str = "softmax PR 42", mode: str = "plain") -> Comparison:
+    """Three cells (slower, faster, failed), before/after probes; ``mode='pipes'`` puts pipes and
+    newlines in every user-supplied string."""
+    odd = mode == "pipes"
+    cells = [
+        CellResult(index=0, params={"N": "a|b" if odd else 1000}, samples=_samples(1.05, seed=1)),
+        CellResult(index=1, params={"N": 2000}, samples=_samples(0.9, seed=2),
+                   correctness={"candidate": CorrectnessResult(passed=False, message="tile 3|4 wrong")}),
+        CellResult(index=2, params={"N": 4000},
+                   error="out of memory\nat line | 3" if odd else "out of memory"),
+    ]
+    spec = JobSpec(
+        name=name, benchmark="softmax", baseline={"variant": "torch"},
+        candidate={"variant": "triton", "params": {"mode": "x|y"} if odd else {}},
+        sweep={"N": ["a|b" if odd else 1000, 2000, 4000]},
+    )
+    probes = [
+        ProbeReport(
+            phase=phase, taken_at=NOW, nvml_status="ok",
+            copy_bandwidth=[CopyBandwidthReading(device_index=0, size_bytes=4 << 30, time_us=2000.0,
+                                                 bandwidth_gbps=4210.5)],
+            all_reduce=[
+                AllReduceReading(backend="nccl", world_size=2, ranks=[0, 1], size_bytes=8, time_us=19.5,
+                                 algbw_gbps=0.0, busbw_gbps=0.0),
+                AllReduceReading(backend="nccl", world_size=2, ranks=[0, 1], size_bytes=1 << 20,
+                                 time_us=25.25, algbw_gbps=41.9, busbw_gbps=41.9),
+            ],
+        )
+        for phase in ("before", "after")
+    ]
+    node = NodeInfo(hostname="h200|a" if odd else "h200-a", device_type="cuda", device_name="NVIDIA H200",
+                    device_count=2, driver_version="580.65", cuda_version="13.0", torch_version="2.11.0",
+                    triton_version="3.6.0")
+    result = JobResult(idempotency_key="report-test-1", spec=spec, node=node, timer="cuda-event",
+                       started_at=NOW, finished_at=NOW, cells=cells, probes=probes)
+    return stats.compare(result, job_id=42)
+
+
+@pytest.mark.parametrize(
+    ("ns", "text"),
+    [(950.0, "950.0 ns"), (0.5, "0.5000 ns"), (12_345.0, "12.35 µs"), (2.5e6, "2.500 ms"), (3.2e9, "3.200 s"),
+     (None, "n/a")],
+)
+def test_format_duration_units(ns, text):
+    assert report.format_duration_ns(ns) == text
+
+
+def test_format_table_contains_numbers_probes_and_summary():
+    c = _comparison()
+    text = report.format_table(c)
+    lines = text.splitlines()
+    slow = c.cells[0]
+    row = next(line for line in lines if line.startswith("N=1000 "))
+    assert report.format_duration_ns(slow.baseline.median_ns) in row
+    assert report.format_duration_ns(slow.candidate.median_ns) in row
+    assert f"{slow.delta_pct:+.2f}% [{(slow.ci_low - 1) * 100:+.2f}, {(slow.ci_high - 1) * 100:+.2f}]" in row
+    assert "slower" in row
+    assert re.search(r"^N=2000 .*faster\s+incorrect$", text, re.M)
+    assert re.search(r"^N=4000 .*n/a.*inconclusive\s+failed$", text, re.M)
+    # the header and the rows align: the verdict column starts at one offset
+    header = next(line for line in lines if line.startswith("cell "))
+    col = header.index("verdict")
+    assert row[col:].startswith("slower")
+    assert "probes before: copy 4210.5 GB/s; all-reduce nccl x2: 8 B 19.5 µs, 1 MiB 25.2 µs; NVML ok" in text
+    assert "probes after:" in text
+    assert "verdicts: 1 faster, 1 slower, 1 inconclusive; job flags: incorrect, failed" in text
+    assert "note: N=4000: error: out of memory" in text
+    assert "note: N=2000: candidate incorrect: tile 3|4 wrong" in text
+    assert "timer cuda-event; threshold ±1%" in text
+    assert "NVIDIA H200 x2, driver 580.65, CUDA 13.0, torch 2.11.0, triton 3.6.0" in text
+
+
+def test_format_table_folds_newlines_in_user_text():
+    text = report.format_table(_comparison(mode="pipes"))
+    assert "note: N=4000: error: out of memory at line | 3" in text
+    assert not any(line.startswith("at line") for line in text.splitlines())
+
+
+def _split_row(line: str) -> list[str]:
+    """Cells of a GFM table row, honouring ``\\|`` escapes."""
+    return [cell.strip() for cell in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+
+
+def test_markdown_table_has_numbers_node_and_notes():
+    c = _comparison()
+    md = report.to_markdown(c)
+    rows = [line for line in md.splitlines() if line.startswith("|")]
+    assert len(rows) == 2 + len(c.cells)
+    header = ["cell", "baseline (torch)", "candidate (triton)", "Δ% [95% CI]", "verdict", "flags"]
+    assert _split_row(rows[0]) == header
+    faster = _split_row(rows[3])
+    assert faster[0] == "N=2000"
+    assert faster[2] == report.format_duration_ns(c.cells[1].candidate.median_ns)
+    assert faster[3] == report.format_delta(c.cells[1])
+    assert faster[4] == "**faster**" and faster[5] == "incorrect"
+    assert "driver 580.65" in md and "torch 2.11.0" in md and "triton 3.6.0" in md
+    assert "**timer** cuda-event" in md and "**threshold** ±1%" in md
+    assert "- `incorrect`: " in md and "- `failed`: " in md and "`noisy`" not in md
+    assert "**Verdicts:** 1 faster, 1 slower, 1 inconclusive" in md
+
+
+def test_markdown_escapes_pipes_in_user_text():
+    c = _comparison(name="fix | race", mode="pipes")
+    md = report.to_markdown(c)
+    rows = [line for line in md.splitlines() if line.startswith("|")]
+    assert all(len(_split_row(r)) == 6 for r in rows)  # no user pipe opened a column
+    assert _split_row(rows[2])[0] == "N=a\\|b"
+    assert "triton (mode=x\\|y)" in rows[0]
+    assert "fix \\| race" in md and "h200\\|a" in md
+    assert "out of memory at line \\| 3" in md
+    assert "tile 3\\|4 wrong" in md
+    assert not re.search(r"(?<!\\)\|", md.split("**Notes**")[1])

@@ -1,0 +1,349 @@
+"""service.stats on synthetic sample streams with known effects and fixed seeds."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import numpy as np
+import pytest
+from scipy.stats import false_discovery_control
+
+from service import stats
+from service.schemas import (
+    CellResult,
+    CopyBandwidthReading,
+    CorrectnessResult,
+    GpuTelemetry,
+    JobResult,
+    JobSpec,
+    NodeInfo,
+    ProbeReport,
+    Sample,
+    VariantStats,
+    Work,
+)
+
+NOW = datetime(2026, 12, 1, tzinfo=UTC)
+
+
+def make_samples(
+    *, rounds: int, base_ns: float = 10_000.0, ratio: float = 1.0, noise: float = 0.01, seed: int = 0,
+    per_round: int = 1, round_noise: float = 0.0,
+) -> list[Sample]:
+    """ABBA-ordered samples: lognormal-ish noise ``noise`` per sample, plus an optional offset
+    ``round_noise`` shared by the samples of one variant within one round (correlated samples)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for r in range(rounds):
+        order = ("baseline", "candidate") if r % 2 == 0 else ("candidate", "baseline")
+        pos = 0
+        for variant in order:
+            centre = base_ns * (ratio if variant == "candidate" else 1.0)
+            offset = 1.0 + round_noise * rng.standard_normal()
+            for _ in range(per_round):
+                d = centre * offset * (1.0 + noise * rng.standard_normal())
+                out.append(Sample(variant=variant, round=r, position=pos, duration_ns=d))
+                pos += 1
+    return out
+
+
+def make_cell(index: int = 0, samples: list[Sample] | None = None, **kw) -> CellResult:
+    params = kw.pop("params", {"M": 256, "N": 1000 + index})
+    return CellResult(index=index, params=params, samples=samples or [], **kw)
+
+
+def make_result(
+    cells: list[CellResult], *, threshold_pct: float = 1.0, exclude_throttled: bool = True,
+    probes: list[ProbeReport] | None = None, device_type: str = "cpu", spec: dict | None = None,
+    error: str | None = None,
+) -> JobResult:
+    spec_fields = dict(
+        benchmark="softmax", baseline={"variant": "torch"}, candidate={"variant": "triton"},
+        sweep={"N": [1000]}, params={"M": 256},
+        measurement={"threshold_pct": threshold_pct, "exclude_throttled": exclude_throttled},
+    )
+    spec_fields.update(spec or {})
+    return JobResult(
+        idempotency_key="test-key-0001", spec=JobSpec.model_validate(spec_fields),
+        node=NodeInfo(hostname="node-a", device_type=device_type), timer="perf_counter",
+        started_at=NOW, finished_at=NOW, cells=cells, probes=probes or [], error=error,
+    )
+
+
+def one_cell(samples: list[Sample], **kw):
+    result = make_result([make_cell(0, samples)], **kw)
+    return stats.compare(result).cells[0]
+
+
+# ------------------------------------------------------------------------------------------------
+# verdicts on known effects
+# ------------------------------------------------------------------------------------------------
+
+
+def test_a_a_is_same_and_ci_covers_one():
+    c = one_cell(make_samples(rounds=200, ratio=1.0, noise=0.01, seed=1))
+    assert c.verdict == "same"
+    assert c.ci_low <= 1.0 <= c.ci_high
+    assert abs(c.delta_pct) < 0.5
+
+
+def test_a_a_with_few_rounds_is_inconclusive():
+    c = one_cell(make_samples(rounds=4, ratio=1.0, noise=0.03, seed=2))
+    assert c.ratio is not None
+    assert c.verdict == "inconclusive"
+
+
+def test_one_sample_per_side_has_no_ratio():
+    c = one_cell(make_samples(rounds=1))
+    assert c.ratio is None and c.ci_low is None
+    assert c.verdict == "inconclusive"
+
+
+def test_five_percent_slowdown_is_slower_with_ci_covering_true_ratio():
+    c = one_cell(make_samples(rounds=100, ratio=1.05, noise=0.01, seed=3))
+    assert c.verdict == "slower"
+    assert c.ci_low <= 1.05 <= c.ci_high
+    assert c.delta_pct == pytest.approx(5.0, abs=0.5)
+    assert c.hl_shift_ns == pytest.approx(500.0, rel=0.15)
+    assert c.p_value < 1e-6
+
+
+def test_five_percent_speedup_is_faster():
+    c = one_cell(make_samples(rounds=100, ratio=0.95, noise=0.01, seed=4))
+    assert c.verdict == "faster"
+    assert c.ci_high < 1.0
+    assert c.ci_low <= 0.95 <= c.ci_high
+
+
+def test_ci_straddling_threshold_is_inconclusive():
+    # true change 1% against a 1% threshold, 3% noise, 20 rounds: the CI spans 1 and 1 + t
+    c = one_cell(make_samples(rounds=20, ratio=1.01, noise=0.03, seed=5), threshold_pct=1.0)
+    assert c.ci_low < 1.0 and 1.01 < c.ci_high
+    assert c.verdict == "inconclusive"
+
+
+@pytest.mark.parametrize(
+    ("ratio", "low", "high", "expected"),
+    [
+        (0.95, 0.94, 0.96, "faster"),
+        (0.985, 0.975, 0.995, "faster"),  # CI excludes 1 and the estimate is beyond 1 - t
+        (0.995, 0.992, 0.998, "same"),  # real but smaller than the threshold
+        (0.985, 0.97, 1.002, "inconclusive"),  # straddles 1
+        (1.05, 1.04, 1.06, "slower"),
+        (1.012, 1.004, 1.02, "slower"),  # straddles 1 + t but excludes 1, estimate beyond t
+        (1.005, 0.995, 1.012, "inconclusive"),  # straddles 1 + t
+        (None, None, None, "inconclusive"),
+    ],
+)
+def test_verdict_rule(ratio, low, high, expected):
+    assert stats.verdict(ratio, low, high, threshold_pct=1.0) == expected
+
+
+# ------------------------------------------------------------------------------------------------
+# ratio_ci
+# ------------------------------------------------------------------------------------------------
+
+
+def test_round_bootstrap_is_wider_than_sample_bootstrap_under_round_drift():
+    samples = make_samples(rounds=40, per_round=10, noise=0.005, round_noise=0.03, seed=6)
+    # the same values, each sample pretending to be its own round (what an i.i.d. bootstrap assumes)
+    iid = [s.model_copy(update={"round": i}) for i, s in enumerate(samples)]
+    _, lo_r, hi_r = stats.ratio_ci(samples)
+    _, lo_s, hi_s = stats.ratio_ci(iid)
+    assert (hi_r - lo_r) > 2.0 * (hi_s - lo_s)
+
+
+def test_ratio_ci_is_deterministic_per_seed_and_needs_two_rounds():
+    samples = make_samples(rounds=30, seed=7)
+    assert stats.ratio_ci(samples, seed=3) == stats.ratio_ci(samples, seed=3)
+    assert stats.ratio_ci(samples, seed=3) != stats.ratio_ci(samples, seed=4)
+    one_round = make_samples(rounds=1, per_round=5)
+    assert stats.ratio_ci(one_round) is None
+    assert stats.ratio_ci([s for s in samples if s.variant == "baseline"]) is None
+    with pytest.raises(ValueError, match="confidence"):
+        stats.ratio_ci(samples, confidence=1.0)
+
+
+def test_ratio_ci_handles_rounds_missing_one_variant():
+    samples = make_samples(rounds=50, ratio=1.05, seed=8)
+    # a variant absent from most rounds (e.g. dropped as throttled) still gives a finite CI
+    sparse = [s for s in samples if s.variant == "candidate" or s.round % 10 == 0]
+    ratio, lo, hi = stats.ratio_ci(sparse)
+    assert np.isfinite([lo, hi]).all()
+    assert lo <= ratio <= hi
+
+
+# ------------------------------------------------------------------------------------------------
+# Hodges-Lehmann, MDE, variant summaries
+# ------------------------------------------------------------------------------------------------
+
+
+def test_hodges_lehmann_recovers_shift_and_matches_brute_force():
+    rng = np.random.default_rng(9)
+    base = rng.normal(1000.0, 10.0, 301)
+    cand = rng.normal(1000.0, 10.0, 250) + 50.0
+    shift, lo, hi = stats.hodges_lehmann(base, cand)
+    assert lo < 50.0 < hi
+    assert shift == pytest.approx(50.0, abs=3.0)
+    diffs = np.sort(np.subtract.outer(cand, base).ravel())
+    assert shift == pytest.approx(np.median(diffs), rel=1e-9)
+    mn, m, n = diffs.size, base.size, cand.size
+    c_alpha = int(np.floor(mn / 2 - 1.959963984540054 * np.sqrt(mn * (m + n + 1) / 12)))
+    assert lo == pytest.approx(diffs[c_alpha - 1], rel=1e-9)
+    assert hi == pytest.approx(diffs[mn - c_alpha], rel=1e-9)
+
+
+def test_hodges_lehmann_ci_absent_for_tiny_samples():
+    shift, lo, hi = stats.hodges_lehmann(np.array([1.0, 2.0]), np.array([4.0, 6.0]))
+    assert shift == pytest.approx(3.5)  # median of {3, 5, 2, 4}
+    assert lo is None and hi is None
+    with pytest.raises(ValueError):
+        stats.hodges_lehmann(np.array([]), np.array([1.0]))
+
+
+def test_mde_matches_reference_figure():
+    # reference: CV 1% and n = 30 give ~0.7%
+    iqr = 0.01 * 1.349 * 1000.0
+    s = VariantStats(n=30, median_ns=1000.0, iqr_ns=iqr)
+    assert stats.min_detectable_effect_pct(s, s) == pytest.approx(2.8 * 0.01 * np.sqrt(2 / 30) * 100)
+    assert stats.min_detectable_effect_pct(s, VariantStats(n=1, median_ns=1.0, iqr_ns=0.0)) is None
+
+
+def test_variant_stats_values():
+    s = stats.variant_stats(np.array([4.0, 1.0, 3.0, 2.0, 100.0]))
+    got = (s.n, s.median_ns, s.min_ns, s.q1_ns, s.q3_ns, s.iqr_ns, s.mean_ns)
+    assert got == (5, 3.0, 1.0, 2.0, 4.0, 2.0, 22.0)
+
+
+# ------------------------------------------------------------------------------------------------
+# flags
+# ------------------------------------------------------------------------------------------------
+
+
+def test_throttled_samples_dropped_and_counted():
+    samples = make_samples(rounds=40, seed=10)
+    slow = {3, 11, 25}
+    samples = [
+        s.model_copy(update={"throttled": True, "duration_ns": s.duration_ns * 5})
+        if s.variant == "candidate" and s.round in slow else s
+        for s in samples
+    ]
+    c = one_cell(samples)
+    assert c.candidate.dropped_throttled == 3 and c.candidate.n == 37
+    assert c.baseline.dropped_throttled == 0 and c.baseline.n == 40
+    assert "throttled" in c.flags
+    assert c.verdict == "same"
+    kept = one_cell(samples, exclude_throttled=False)
+    assert kept.candidate.n == 40 and kept.candidate.dropped_throttled == 0
+    assert kept.candidate.mean_ns > c.candidate.mean_ns * 1.2
+
+
+def test_noisy_flag_from_iqr_over_median():
+    noisy = one_cell(make_samples(rounds=60, noise=0.2, seed=11))
+    quiet = one_cell(make_samples(rounds=60, noise=0.01, seed=11))
+    assert "noisy" in noisy.flags
+    assert noisy.candidate.iqr_ns / noisy.candidate.median_ns > 0.1
+    assert "noisy" not in quiet.flags
+
+
+def test_implausible_flops_is_never_faster():
+    samples = make_samples(rounds=60, base_ns=3_000.0, ratio=0.9, seed=12)  # 3 us, 10% faster
+    flops = 2 * 4096**3  # 137 GFLOP in 3 us: ~46 PFLOP/s
+    work = {"baseline": Work(flops=flops), "candidate": Work(flops=flops)}
+    result = make_result([make_cell(0, samples, work=work)])
+    plain = stats.compare(result).cells[0]
+    assert plain.verdict == "faster" and "implausible" not in plain.flags
+    assert plain.throughput["candidate_tflops"] == pytest.approx(flops / plain.candidate.median_ns / 1e3)
+    guarded = stats.compare(result, peaks={"matmul_tflops": 990.0}).cells[0]
+    assert "implausible" in guarded.flags
+    assert guarded.verdict == "inconclusive"
+
+
+def _copy_probe(gbps: float) -> ProbeReport:
+    reading = CopyBandwidthReading(device_index=0, size_bytes=1 << 30, time_us=1.0, bandwidth_gbps=gbps)
+    return ProbeReport(phase="before", taken_at=NOW, copy_bandwidth=[reading], nvml_status="ok")
+
+
+def test_copy_probe_bounds_bytes_in_cold_gpu_mode_only():
+    samples = make_samples(rounds=40, base_ns=1_000.0, seed=13)  # 1 us
+    work = {v: Work(bytes_read=5e6, bytes_written=5e6) for v in ("baseline", "candidate")}  # 10 TB/s
+    probes = [_copy_probe(4000.0), _copy_probe(4200.0)]
+    on_gpu = make_result([make_cell(0, samples, work=work)], probes=probes, device_type="cuda")
+    c = stats.compare(on_gpu).cells[0]
+    assert c.throughput["baseline_gbps"] == pytest.approx(1e7 / c.baseline.median_ns)
+    assert "implausible" in c.flags
+    assert stats.node_peaks(on_gpu) == {"copy_gbps": 4200.0}
+    # a higher explicit peak overrides the probe
+    assert "implausible" not in stats.compare(on_gpu, peaks={"copy_gbps": 20_000.0}).cells[0].flags
+    on_cpu = make_result([make_cell(0, samples, work=work)], probes=probes, device_type="cpu")
+    assert "implausible" not in stats.compare(on_cpu).cells[0].flags
+
+
+def test_incorrect_keeps_timing_verdict_and_flags():
+    bad = {"candidate": CorrectnessResult(passed=False, rel_error=0.3, message="rows 0-63 wrong")}
+    result = make_result([make_cell(0, make_samples(rounds=60, ratio=0.9, seed=14), correctness=bad)])
+    c = stats.compare(result).cells[0]
+    assert c.verdict == "faster"
+    assert "incorrect" in c.flags
+    assert c.correctness["candidate"].message == "rows 0-63 wrong"
+
+
+def test_failed_cell_and_job_flags():
+    good = make_cell(0, make_samples(rounds=30, seed=15))
+    failed = make_cell(1, error="CUDA error: out of memory")
+    procs = [{"pid": 1, "own": True}, {"pid": 2, "own": False}]
+    telemetry = GpuTelemetry(device_index=0, other_processes=procs)
+    probe = ProbeReport(phase="before", taken_at=NOW, telemetry=[telemetry])
+    comp = stats.compare(make_result([good, failed], probes=[probe], error="probe after timed out"), job_id=7)
+    f = comp.cells[1]
+    assert f.verdict == "inconclusive" and f.flags == ["failed"]
+    assert f.baseline.n == 0 and f.ratio is None and f.error == "CUDA error: out of memory"
+    assert comp.job_id == 7
+    assert comp.flags == ["contended", "failed"]
+    assert comp.summary == {"same": 1, "inconclusive": 1}
+
+
+def test_contended_needs_a_foreign_process():
+    own_only = GpuTelemetry(device_index=0, other_processes=[{"pid": 1, "own": True}])
+    unmarked = GpuTelemetry(device_index=1, other_processes=[{"pid": 99, "own": False}])
+    two = GpuTelemetry(device_index=2, other_processes=[{"pid": 98, "own": False}, {"pid": 99, "own": False}])
+    assert stats.probe_flags([ProbeReport(taken_at=NOW, telemetry=[own_only, unmarked])]) == []
+    assert stats.probe_flags([ProbeReport(taken_at=NOW, telemetry=[two])]) == ["contended"]
+
+
+# ------------------------------------------------------------------------------------------------
+# across the sweep, labels
+# ------------------------------------------------------------------------------------------------
+
+
+def test_benjamini_hochberg_across_sweep():
+    cells = [
+        make_cell(i, make_samples(rounds=30, ratio=r, noise=0.02, seed=20 + i))
+        for i, r in enumerate([1.0, 1.003, 1.01, 1.05])
+    ]
+    comp = stats.compare(make_result(cells, spec={"sweep": {"N": [1000, 1001, 1002, 1003]}}))
+    raw = [c.p_value for c in comp.cells]
+    adjusted = [c.p_adjusted for c in comp.cells]
+    assert all(a >= p for a, p in zip(adjusted, raw, strict=True))
+    assert any(a > p for a, p in zip(adjusted, raw, strict=True))
+    assert adjusted == pytest.approx(list(false_discovery_control(raw)))
+
+
+def test_labels():
+    spec = {
+        "benchmark": "matmul", "baseline": {"variant": "triton", "params": {"BLOCK_M": 64}},
+        "candidate": {"variant": "triton", "params": {"BLOCK_M": 128}},
+        "sweep": {"M": [256], "dtype": ["float32"]}, "params": {"K": 64},
+    }
+    cell = make_cell(0, make_samples(rounds=5), params={"K": 64, "M": 256, "dtype": "float32"})
+    comp = stats.compare(make_result([cell], spec=spec))
+    assert comp.cells[0].label == "M=256, dtype=float32"
+    assert (comp.baseline_label, comp.candidate_label) == ("triton (BLOCK_M=64)", "triton (BLOCK_M=128)")
+    plain = stats.compare(make_result([make_cell(0, make_samples(rounds=5))]))
+    assert (plain.baseline_label, plain.candidate_label) == ("torch", "triton")
+    assert plain.cells[0].label == "N=1000"
+
+
+def test_compare_is_deterministic():
+    result = make_result([make_cell(0, make_samples(rounds=50, ratio=1.02, seed=30))])
+    assert stats.compare(result) == stats.compare(result)

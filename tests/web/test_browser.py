@@ -1,0 +1,258 @@
+"""The dashboard as a person sees it: a real server process, a real result, real Chromium.
+
+One module-scoped server (uvicorn on a free loopback port, a temp SQLite file migrated by
+``service.core.db.upgrade``) is seeded through the REST API with a job whose name is an XSS
+attempt; a runner token claims it and posts the ``JobResult`` that ``runners.job.run_job`` measured
+on this machine's CPU (a tiny softmax sweep). A second job stays queued. Each test then opens pages
+in headless Chromium and asserts what is on screen.
+
+Set ``KERNELAB_UPDATE_SCREENSHOTS=1`` to write ``docs/screenshots/job-page.png`` as well.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from service.core.db import upgrade
+from service.schemas import Comparison, JobResult, JobSpec
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+CHROMIUM = os.environ.get("KERNELAB_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+XSS_NAME = "<script>alert(1)</script> softmax"
+ADMIN_TOKEN = "browser-test-admin-token-0123456789"
+REPO = Path(__file__).resolve().parents[2]
+SERVER_START_S = 60.0
+
+
+@dataclass
+class Site:
+    base_url: str
+    job_id: int
+    queued_job_id: int
+    result: JobResult
+    comparison: Comparison
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_ready(base_url: str, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + SERVER_START_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            output = proc.stdout.read().decode() if proc.stdout else ""
+            raise RuntimeError(f"the server exited with {proc.returncode}: {output}")
+        try:
+            if httpx.get(f"{base_url}/readyz", timeout=1.0).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"the server did not become ready within {SERVER_START_S} s")
+
+
+def _tiny_spec() -> JobSpec:
+    return JobSpec.model_validate({
+        "name": XSS_NAME, "benchmark": "softmax", "device": "cpu",
+        "baseline": {"variant": "torch"}, "candidate": {"variant": "triton"},
+        "sweep": {"M": [4, 16], "N": [64]},
+        "measurement": {"warmup_ms": 2, "budget_ms": 150, "min_rounds": 6, "max_rounds": 40},
+    })
+
+
+def _seed(base_url: str) -> Site:
+    from runners.job import run_job
+    from runners.probes import node_info
+
+    admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    with httpx.Client(base_url=f"{base_url}/api/v1", timeout=30.0) as api:
+        spec = _tiny_spec()
+        job = api.post("/jobs", json=spec.model_dump(mode="json"), headers=admin)
+        assert job.status_code == 201, job.text
+        registered = api.post("/runners/register", headers=admin,
+                              json={"name": "browser-runner", "node": node_info().model_dump(mode="json")})
+        assert registered.status_code == 200, registered.text
+        runner = {"Authorization": f"Bearer {registered.json()['token']}"}
+        claim = api.post("/runners/claim", json={}, headers=runner)
+        assert claim.status_code == 200, claim.text
+        job_id = claim.json()["job_id"]
+        assert job_id == job.json()["id"]
+        result = run_job(JobSpec.model_validate(claim.json()["spec"]), job_id=job_id, device="cpu")
+        posted = api.post(f"/jobs/{job_id}/results", json=result.model_dump(mode="json"), headers=runner)
+        assert posted.status_code == 201, posted.text
+        waiting = {**spec.model_dump(mode="json"), "name": "still waiting"}
+        queued = api.post("/jobs", json=waiting, headers=admin)
+        assert queued.status_code == 201, queued.text
+        comparison = api.get(f"/jobs/{job_id}/comparison", headers=admin)
+        assert comparison.status_code == 200, comparison.text
+    return Site(base_url, job_id, queued.json()["id"], result, Comparison.model_validate(comparison.json()))
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    db_url = f"sqlite:///{tmp_path_factory.mktemp('db') / 'kernelab.db'}"
+    upgrade(db_url)
+    port = _free_port()
+    base_url = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "KERNELAB_DATABASE_URL": db_url, "KERNELAB_ADMIN_TOKEN": ADMIN_TOKEN,
+           "KERNELAB_PUBLIC_DASHBOARD": "false"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "--factory", "service.app:create_app",
+         "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )
+    try:
+        _wait_ready(base_url, proc)
+        yield _seed(base_url)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()  # type: ignore[union-attr]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(site: Site, browser: Browser) -> Iterator[Page]:
+    """A signed-in page (``/login?token=`` sets the cookie) that fails the test on any dialog."""
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    dialogs: list[str] = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    page.goto(f"{site.base_url}/login?token={ADMIN_TOKEN}")
+    yield page
+    context.close()
+    assert dialogs == [], f"a dialog fired: {dialogs}"
+
+
+def test_pages_need_a_token(site: Site, browser: Browser) -> None:
+    context = browser.new_context()
+    response = context.new_page().goto(f"{site.base_url}/jobs/{site.job_id}")
+    assert response is not None and response.status == 401
+    context.close()
+
+
+def test_jobs_list_shows_both_jobs_with_escaped_name(site: Site, page: Page) -> None:
+    page.goto(f"{site.base_url}/")
+    rows = page.locator("table.jobs tbody tr")
+    assert rows.count() == 2
+    done = rows.filter(has=page.locator(f'a[href="/jobs/{site.job_id}"]'))
+    assert done.locator("td").nth(1).inner_text() == XSS_NAME
+    assert done.locator("td").nth(3).inner_text() == "succeeded"
+    assert done.locator("td").nth(5).inner_text() == "browser-runner"
+    badges = done.locator("td").nth(6).inner_text()
+    for verdict, count in site.comparison.summary.items():
+        assert f"{count} {verdict}" in badges
+    queued = rows.filter(has=page.locator(f'a[href="/jobs/{site.queued_job_id}"]'))
+    assert queued.locator("td").nth(3).inner_text() == "queued"
+    assert page.locator("script", has_text="alert(1)").count() == 0
+
+
+def test_job_page_shows_table_figures_and_probes(site: Site, page: Page) -> None:
+    response = page.goto(f"{site.base_url}/jobs/{site.job_id}")
+    assert response is not None and response.status == 200
+    assert XSS_NAME in page.locator("h1").inner_text()
+
+    rows = page.locator("#comparison-table tbody tr")
+    assert rows.count() == len(site.comparison.cells) == 2
+    for i, cell in enumerate(site.comparison.cells):
+        cells = rows.nth(i).locator("td")
+        assert cells.nth(0).inner_text() == cell.label
+        assert cells.nth(5).inner_text() == cell.verdict
+        assert cells.nth(6).inner_text().split() == cell.flags
+        assert cells.nth(8).inner_text() == ("pass" if cell.correctness["baseline"].passed else "fail")
+        assert cells.nth(10).inner_text() == ("pass" if cell.correctness["candidate"].passed else "fail")
+
+    page.wait_for_selector("#fig-samples.js-plotly-plot svg.main-svg")
+    assert page.locator("#fig-samples g.trace.boxes").count() == 2
+    page.wait_for_selector("#fig-timeline.js-plotly-plot svg.main-svg")
+    assert page.locator("#fig-timeline g.trace.scatter").count() >= 2
+
+    before = next(p for p in site.result.probes if p.phase == "before")
+    copy_text = page.locator("#probe-copy tbody").inner_text()
+    assert f"{before.copy_bandwidth[0].bandwidth_gbps:.1f}" in copy_text
+    reduce_rows = page.locator("#probe-allreduce tbody tr")
+    assert reduce_rows.count() == len({a.size_bytes for a in before.all_reduce})
+    assert "absent" in page.locator("#probe-nvml").inner_text()
+
+    if os.environ.get("KERNELAB_UPDATE_SCREENSHOTS") == "1":
+        target = REPO / "docs" / "screenshots" / "job-page.png"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(target), full_page=True)
+
+
+def test_job_page_export_links_download(site: Site, page: Page) -> None:
+    page.goto(f"{site.base_url}/jobs/{site.job_id}")
+    report = page.get_by_role("link", name="Markdown report")
+    answer = page.request.get(site.base_url + report.get_attribute("href"))
+    assert answer.status == 200, answer.text()
+    assert site.comparison.cells[0].label in answer.text()
+    csv_link = page.get_by_role("link", name="raw samples (CSV)")
+    answer = page.request.get(site.base_url + csv_link.get_attribute("href"))
+    assert answer.status == 200
+    lines = answer.text().strip().splitlines()
+    assert len(lines) == 1 + sum(len(c.samples) for c in site.result.cells)
+
+
+def test_timeline_follows_the_chosen_cell(site: Site, page: Page) -> None:
+    page.goto(f"{site.base_url}/jobs/{site.job_id}")
+    second = site.comparison.cells[1]
+    page.locator("#comparison-table tbody tr").nth(1).locator("td a").click()
+    page.wait_for_selector("#fig-timeline svg.main-svg")
+    assert page.url.endswith(f"?cell={second.index}#timeline")
+    assert f"cell {second.index}" in page.locator("#fig-timeline .gtitle").inner_text()
+
+
+def test_queued_job_shows_status_and_no_table(site: Site, page: Page) -> None:
+    page.goto(f"{site.base_url}/jobs/{site.queued_job_id}")
+    assert "queued" in page.locator("#no-result").inner_text()
+    assert page.locator("#comparison-table").count() == 0
+    assert page.locator(".js-plotly-plot").count() == 0
+
+
+def test_unknown_job_is_a_404_page(site: Site, page: Page) -> None:
+    response = page.goto(f"{site.base_url}/jobs/987654")
+    assert response is not None and response.status == 404
+    assert page.locator("h1").inner_text() == "Not found"
+    assert "#987654" in page.locator("main").inner_text()
+
+
+def test_node_page_shows_probe_history(site: Site, page: Page) -> None:
+    page.goto(f"{site.base_url}/jobs/{site.job_id}")
+    page.locator(".facts a", has_text=site.result.node.hostname).click()
+    page.wait_for_selector("#fig-probes.js-plotly-plot svg.main-svg")
+    rows = page.locator("#node-readings tbody tr")
+    assert rows.count() == len(site.result.probes)
+    assert [rows.nth(i).locator("td").nth(1).inner_text() for i in range(rows.count())] == ["after", "before"]
+    assert page.locator("#fig-probes g.trace.scatter").count() >= 2
+    response = page.goto(f"{site.base_url}/nodes/no-such-node")
+    assert response is not None and response.status == 404

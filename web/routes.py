@@ -1,0 +1,236 @@
+"""Dashboard pages: jobs list, job page, node page (server-rendered Jinja2, plotly figures).
+
+``router`` is included by ``service.app.create_app``, which also mounts ``/static`` from
+``web/static``. Every page depends on the dashboard-access dependency of ``service.api.deps``;
+plotly.js itself is served from the plotly Python package at ``/assets/plotly.min.js`` (no CDN:
+nodes may be offline). Autoescaping is on for every template; figures are embedded as JSON made
+safe for ``<script>`` by ``web.figures.figure_json``.
+
+Pages read the database through ``service.crud`` and compute statistics on read with
+``service.stats.compare``; the view helpers here only reshape schemas for the templates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import jinja2
+import plotly
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import FileResponse, HTMLResponse
+from fastapi.templating import Jinja2Templates
+
+from service import crud, models, stats
+from service.api.deps import SessionDep, dashboard_access
+from service.schemas import JobResult, NodeInfo, ProbeReport
+from web import figures
+
+API_PREFIX = "/api/v1"
+STATIC_URL = "/static"
+PLOTLY_JS_URL = "/assets/plotly.min.js"
+PLOTLY_JS_PATH = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+JOBS_PER_PAGE = 50
+NODE_READINGS = 100  # probe reports shown on a node page, newest first
+VERDICTS = ("faster", "slower", "same", "inconclusive")
+PHASE_ORDER = {"before": 0, "after": 1, "adhoc": 2}
+FLAG_HELP = {
+    "noisy": "the confidence interval is wider than the threshold allows",
+    "throttled": "samples were taken while the GPU was throttled",
+    "contended": "other processes used the GPU during the job",
+    "degraded-node": "the node's probes were below its healthy band",
+    "implausible": "the implied rate exceeds the node's measured peak",
+    "incorrect": "an output failed the correctness check",
+    "nondeterministic": "repeated runs were not bitwise identical",
+    "failed": "the job or this cell failed",
+}
+
+
+def _duration(value_ns: float | None) -> str:
+    """``1234.5`` (ns) → ``"1.23 µs"``; ``"—"`` for None."""
+    if value_ns is None:
+        return "—"
+    unit, scale = figures.time_unit([value_ns])
+    return f"{value_ns / scale:.3g} {unit}"
+
+
+def _pct(value: float | None) -> str:
+    """Signed percentage with one decimal: ``-12.34`` → ``"−12.3 %"``; ``"—"`` for None."""
+    if value is None:
+        return "—"
+    return f"{value:+.1f} %".replace("-", "\u2212")
+
+
+def _sci(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2e}"
+
+
+def _num(value: float | None, digits: int = 0) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def _dt(value: datetime | None) -> str:
+    return "—" if value is None else value.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("web", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(duration=_duration, pct=_pct, sci=_sci, num=_num, dt=_dt, bytes=figures.format_bytes)
+    env.globals.update(
+        static_url=STATIC_URL, plotly_js_url=PLOTLY_JS_URL, api_prefix=API_PREFIX, verdicts=VERDICTS,
+        flag_help=FLAG_HELP, has_figures=False,
+    )
+    return env
+
+
+templates = Jinja2Templates(env=_environment())
+router = APIRouter(include_in_schema=False)
+DashboardAccess = [Depends(dashboard_access)]
+
+
+def probe_tables(reports: Iterable[ProbeReport]) -> dict[str, Any]:
+    """Probe readings pivoted for the templates: one row per GPU / all-reduce size, one column per phase.
+
+    Returns ``{"phases": [...], "reports": [...], "copy": [...], "all_reduce": [...]}``: phases in
+    before/after/adhoc order; ``copy`` rows ``{device_index, size_bytes, by_phase}`` and
+    ``all_reduce`` rows ``{backend, world_size, size_bytes, by_phase}`` where ``by_phase`` maps a
+    phase to its reading. When a phase was probed twice the later report wins.
+    """
+    ordered = sorted(reports, key=lambda r: (PHASE_ORDER[r.phase], r.taken_at))
+    copy: dict[tuple[int, int], dict[str, Any]] = {}
+    reduce: dict[tuple[str, int, int], dict[str, Any]] = {}
+    for report in ordered:
+        for c in report.copy_bandwidth:
+            row = copy.setdefault((c.device_index, c.size_bytes), {
+                "device_index": c.device_index, "size_bytes": c.size_bytes, "by_phase": {}})
+            row["by_phase"][report.phase] = c
+        for a in report.all_reduce:
+            row = reduce.setdefault((a.backend, a.world_size, a.size_bytes), {
+                "backend": a.backend, "world_size": a.world_size, "size_bytes": a.size_bytes, "by_phase": {}})
+            row["by_phase"][report.phase] = a
+    return {
+        "phases": list(dict.fromkeys(r.phase for r in ordered)),
+        "reports": ordered,
+        "copy": [copy[k] for k in sorted(copy)],
+        "all_reduce": [reduce[k] for k in sorted(reduce)],
+    }
+
+
+def _not_found(request: Request, message: str) -> HTMLResponse:
+    return templates.TemplateResponse(request, "not_found.html", {"message": message}, status_code=404)
+
+
+@router.get(PLOTLY_JS_URL)
+def plotly_js() -> FileResponse:
+    """plotly.js from the installed plotly package (the version plotly.py's JSON is made for)."""
+    return FileResponse(
+        PLOTLY_JS_PATH, media_type="text/javascript", headers={"Cache-Control": "public, max-age=86400"}
+    )
+
+
+@router.get("/", response_class=HTMLResponse, dependencies=DashboardAccess)
+def jobs_page(
+    request: Request,
+    session: SessionDep,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=500)] = JOBS_PER_PAGE,
+) -> HTMLResponse:
+    """Jobs, newest first, with status, node and verdict counts; paginated by offset/limit."""
+    page = crud.list_jobs(session=session, offset=offset, limit=limit)
+    return templates.TemplateResponse(
+        request, "jobs.html", {"jobs": page.data, "count": page.count, "offset": offset, "limit": limit}
+    )
+
+
+@router.get("/jobs/{job_id}", response_class=HTMLResponse, dependencies=DashboardAccess)
+def job_page(
+    request: Request, job_id: int, session: SessionDep, cell: Annotated[int | None, Query(ge=0)] = None
+) -> HTMLResponse:
+    """One job: header, before/after table, sample and timeline figures, probe readings.
+
+    ``cell`` picks the sweep cell whose timeline is drawn (default: the first). A queued or running
+    job shows its status and no table. An unknown id answers the 404 page.
+    """
+    row = session.get(models.Job, job_id)
+    if row is None:
+        return _not_found(request, f"There is no job #{job_id}.")
+    job = crud.job_public(session=session, job=row)
+    result = crud.load_result(session=session, job_id=job_id)
+    context: dict[str, Any] = {
+        "job": job, "result": result, "comparison": None,
+        "probes": probe_tables(result.probes if result else []),
+        # Probe reports and results are filed under the node's hostname; a runner's name may differ.
+        "node_name": result.node.hostname if result else job.node,
+        "threshold_pct": job.spec.measurement.threshold_pct,
+        "labels": dict(zip(("baseline", "candidate"), _spec_labels(job.spec, result), strict=True)),
+    }
+    if result is not None:
+        context.update(_result_context(result, job_id, cell))
+    return templates.TemplateResponse(request, "job.html", context)
+
+
+def _spec_labels(spec: Any, result: JobResult | None) -> tuple[str, str]:
+    if result is not None:
+        return stats.variant_labels(result)
+    return spec.baseline.variant, spec.candidate.variant
+
+
+def _result_context(result: JobResult, job_id: int, cell: int | None) -> dict[str, Any]:
+    comparison = stats.compare(result, job_id=job_id)
+    indices = [c.index for c in result.cells if c.samples]
+    timeline_cell = cell if cell in indices else (indices[0] if indices else None)
+    timeline = figures.timeline_figure(result, timeline_cell) if timeline_cell is not None else None
+    return {
+        "comparison": comparison,
+        "has_figures": True,
+        "samples_json": figures.figure_json(figures.samples_figure(result)),
+        "timeline_cell": timeline_cell,
+        "timeline_json": figures.figure_json(timeline) if timeline is not None else None,
+    }
+
+
+@router.get("/nodes/{name}", response_class=HTMLResponse, dependencies=DashboardAccess)
+def node_page(request: Request, name: str, session: SessionDep) -> HTMLResponse:
+    """A node's recent probe readings: a history figure and a table, newest first."""
+    summary = crud.node_summary(session=session, name=name)
+    if summary is None:
+        return _not_found(request, f"No node named {name!r} has reported probes or results.")
+    rows_db = crud.recent_probe_reports(session=session, node_name=name, limit=NODE_READINGS)
+    reports = [(r.job_id, ProbeReport.model_validate(r.report)) for r in rows_db]
+    readings = [report for _, report in reports]
+    node = NodeInfo.model_validate(summary.node) if summary.node else None
+    rows, small, large = _node_rows(reports)
+    return templates.TemplateResponse(request, "node.html", {
+        "node_name": name, "node": node, "rows": rows, "has_figures": True,
+        "small_label": figures.format_bytes(small) if small is not None else "smallest",
+        "large_label": figures.format_bytes(large) if large is not None else "largest",
+        "history_json": figures.figure_json(figures.probe_history_figure(readings)),
+    })
+
+
+def _node_rows(
+    reports: Sequence[tuple[int | None, ProbeReport]],
+) -> tuple[list[dict[str, Any]], int | None, int | None]:
+    """Table rows (newest first) with the mean copy GB/s, the smallest all-reduce size's time and
+    the largest size's bus bandwidth; also returns those two sizes in bytes (None without data)."""
+    sizes = sorted({a.size_bytes for _, r in reports for a in r.all_reduce})
+    small, large = (sizes[0], sizes[-1]) if sizes else (None, None)
+    rows = []
+    for job_id, report in sorted(reports, key=lambda jr: jr[1].taken_at, reverse=True):
+        copies = [c.bandwidth_gbps for c in report.copy_bandwidth]
+        by_size = {a.size_bytes: a for a in report.all_reduce}
+        rows.append({
+            "job_id": job_id, "report": report,
+            "copy_gbps": sum(copies) / len(copies) if copies else None,
+            "small_us": by_size[small].time_us if small in by_size else None,
+            "large_busbw_gbps": by_size[large].busbw_gbps if large in by_size else None,
+        })
+    return rows, small, large
