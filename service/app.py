@@ -57,28 +57,27 @@ class MaxBodySizeMiddleware:
                 await self._reject(send)
                 return
         seen = 0
-        started = False
+        rejected = False
 
         async def counting_receive() -> Message:
-            nonlocal seen
+            nonlocal seen, rejected
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
+                if seen > self.max_bytes and not rejected:
+                    rejected = True
+                    await self._reject(send)  # the app is still reading the body: nothing sent yet
                     raise BodyTooLargeError
             return message
 
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
+        async def guarded_send(message: Message) -> None:
+            if not rejected:  # after a 413 the app's own error answer is dropped
+                await send(message)
 
         try:
-            await self.app(scope, counting_receive, tracking_send)
+            await self.app(scope, counting_receive, guarded_send)
         except BodyTooLargeError:
-            if started:
-                raise
-            await self._reject(send)
+            pass
 
 
 def _bootstrap_admin(settings: Settings, factory) -> None:  # type: ignore[no-untyped-def]

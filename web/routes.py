@@ -99,9 +99,9 @@ DashboardAccess = [Depends(dashboard_access)]
 def probe_tables(reports: Iterable[ProbeReport]) -> dict[str, Any]:
     """Probe readings pivoted for the templates: one row per GPU / all-reduce size, one column per phase.
 
-    Returns ``{"phases": [...], "reports": [...], "copy": [...], "all_reduce": [...]}``: phases in
-    before/after/adhoc order; ``copy`` rows ``{device_index, size_bytes, by_phase}`` and
-    ``all_reduce`` rows ``{backend, world_size, size_bytes, by_phase}`` where ``by_phase`` maps a
+    Returns ``{"phases": [...], "reports": [...], "copy_rows": [...], "reduce_rows": [...]}``: phases
+    in before/after/adhoc order (reports too); ``copy_rows`` ``{device_index, size_bytes, by_phase}``,
+    ``reduce_rows`` ``{backend, world_size, size_bytes, by_phase}`` where ``by_phase`` maps a
     phase to its reading. When a phase was probed twice the later report wins.
     """
     ordered = sorted(reports, key=lambda r: (PHASE_ORDER[r.phase], r.taken_at))
@@ -119,8 +119,8 @@ def probe_tables(reports: Iterable[ProbeReport]) -> dict[str, Any]:
     return {
         "phases": list(dict.fromkeys(r.phase for r in ordered)),
         "reports": ordered,
-        "copy": [copy[k] for k in sorted(copy)],
-        "all_reduce": [reduce[k] for k in sorted(reduce)],
+        "copy_rows": [copy[k] for k in sorted(copy)],
+        "reduce_rows": [reduce[k] for k in sorted(reduce)],
     }
 
 

@@ -1,0 +1,263 @@
+"""Timing accuracy of kernelab's engine against do_bench, do_bench_cudagraph and event pairs.
+
+Run on a CUDA GPU (it refuses to run without one)::
+
+    python benchmarks/timing_accuracy.py --out DIR [--processes 10] [--runs 20] [--part all]
+
+Parts (issue "Timing engine and verdicts", targets in brackets):
+
+* ``methods``: one-element ``add_``, 256 MiB fp32 vector add, bf16 8192^3 ``torch.mm``, row softmax
+  (the Triton kernel of ``kernels.softmax``), each timed by: kernelab (cuda-event cold, cuda-event
+  hot, cuda-graph), ``triton.testing.do_bench`` (median), ``do_bench_cudagraph`` (median), one event
+  pair per synchronised launch. Each of ``--processes`` fresh processes times everything once; we
+  report the median over processes and max/min of the per-process medians
+  [one-element: kernelab <= 1.25x graph replay; kernels >= 100 us: max/min <= 1.01].
+* ``verdicts``: A/A (softmax torch vs itself) ``--runs`` times [same or inconclusive in all, same in
+  >= 90%]; a real 3% slowdown (softmax with 3% more rows, memory-bound so time scales with bytes)
+  ``--runs`` times, 10 s budget per cell [slower in >= 95%].
+* ``guard``: a real matmul job whose candidate samples are replaced by an impossible 3 us (the
+  first-call do_bench anomaly of ``reference/H200-node-figures.md``); the comparison must flag it
+  ``implausible`` and never call it ``faster``.
+
+Writes ``DIR/timing_accuracy.jsonl`` (every measurement) and prints Markdown tables last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+KERNELS = ("one-element add_", "256 MiB vector add", "bf16 8192^3 mm", "row softmax 16384x8192 bf16")
+METHODS = (
+    "kernelab cuda-event cold", "kernelab cuda-event hot", "kernelab cuda-graph",
+    "do_bench", "do_bench_cudagraph", "event pair per launch",
+)
+
+
+def _make_kernels(torch: Any) -> dict[str, Any]:
+    from kernels.softmax import SoftmaxBenchmark
+
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(0)
+    one = torch.ones(1, device=dev)
+    n = (256 << 20) // 4  # 256 MiB of fp32 per operand
+    a, b = torch.randn(n, device=dev, generator=g), torch.randn(n, device=dev, generator=g)
+    out = torch.empty_like(a)
+    ma = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16, generator=g)
+    mb = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16, generator=g)
+    mc = torch.empty_like(ma)
+    sm = SoftmaxBenchmark()
+    params = sm.parse_params({"M": 16384, "N": 8192, "dtype": "bfloat16"})
+    softmax = sm.prepare("triton", params, sm.make_inputs(params, dev, 0))
+    return {
+        KERNELS[0]: lambda: one.add_(1.0),
+        KERNELS[1]: lambda: torch.add(a, b, out=out),
+        KERNELS[2]: lambda: torch.mm(ma, mb, out=mc),
+        KERNELS[3]: softmax,
+    }
+
+
+def _event_pair_per_launch_ns(torch: Any, fn: Any, n: int = 100) -> float:
+    times = []
+    for _ in range(n):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop) * 1e6)
+    return statistics.median(times)
+
+
+def _kernelab_ns(torch: Any, fn: Any, kind: str, l2_flush: bool) -> float:
+    from runners.engine import measure_pair
+    from runners.timing import make_timer
+    from service.schemas import MeasurementSpec
+
+    settings = MeasurementSpec(l2_flush=l2_flush, budget_ms=1000, warmup_ms=25)
+    timer = make_timer(torch.device("cuda"), settings, kind=kind)  # type: ignore[arg-type]
+    samples = measure_pair(fn, fn, settings, timer)
+    return statistics.median(s.duration_ns for s in samples)
+
+
+def worker() -> None:
+    """One fresh process: every method on every kernel once; prints one JSON object."""
+    import torch
+    import triton.testing as tt
+
+    fns = _make_kernels(torch)
+    row: dict[str, dict[str, float]] = {}
+    for name, fn in fns.items():
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        row[name] = {
+            METHODS[0]: _kernelab_ns(torch, fn, "cuda-event", True),
+            METHODS[1]: _kernelab_ns(torch, fn, "cuda-event", False),
+            METHODS[2]: _kernelab_ns(torch, fn, "cuda-graph", True),
+            METHODS[3]: tt.do_bench(fn, return_mode="median") * 1e6,
+            METHODS[4]: tt.do_bench_cudagraph(fn, return_mode="median") * 1e6,
+            METHODS[5]: _event_pair_per_launch_ns(torch, fn),
+        }
+    print("RESULT " + json.dumps(row), flush=True)
+
+
+def part_methods(processes: int, log: Any) -> str:
+    rows: list[dict[str, dict[str, float]]] = []
+    for i in range(processes):
+        t0 = time.time()
+        proc = subprocess.run(
+            [sys.executable, __file__, "--worker"], capture_output=True, text=True, timeout=300
+        )
+        line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
+        if proc.returncode != 0 or line is None:
+            raise RuntimeError(f"worker {i} failed: {proc.stderr[-2000:]}")
+        row = json.loads(line[len("RESULT "):])
+        rows.append(row)
+        log.write(json.dumps({"part": "methods", "process": i, "wall_s": time.time() - t0, **row}) + "\n")
+        print(f"process {i}: {time.time() - t0:.1f} s", flush=True)
+    lines = [
+        "| kernel | method | median of process medians | max/min over processes |",
+        "| --- | --- | ---: | ---: |",
+    ]
+    for k in KERNELS:
+        for m in METHODS:
+            vals = [r[k][m] for r in rows]
+            lines.append(f"| {k} | {m} | {_fmt_ns(statistics.median(vals))} | {max(vals) / min(vals):.4f} |")
+    one = KERNELS[0]
+    graph = statistics.median(r[one]["do_bench_cudagraph"] for r in rows)
+    for m in METHODS[:3]:
+        mine = statistics.median(r[one][m] for r in rows)
+        lines.append(f"\none-element: {m} / do_bench_cudagraph = {mine / graph:.3f} (target <= 1.25)")
+    return "\n".join(lines)
+
+
+def _fmt_ns(ns: float) -> str:
+    return f"{ns / 1e3:.3f} us" if ns < 1e6 else f"{ns / 1e6:.4f} ms"
+
+
+def _softmax_spec(baseline_m: int, candidate_m: int, budget_ms: float, seed: int) -> Any:
+    from service.schemas import JobSpec
+
+    return JobSpec.model_validate({
+        "name": f"softmax M {baseline_m} vs {candidate_m}",
+        "benchmark": "softmax",
+        "baseline": {"variant": "torch", "params": {"M": baseline_m}},
+        "candidate": {"variant": "torch", "params": {"M": candidate_m}},
+        "params": {"N": 8192, "dtype": "bfloat16"},
+        "measurement": {"budget_ms": budget_ms, "seed": seed},
+        "probes": {"copy_bandwidth": False, "all_reduce": False, "nvml": False},
+        "correctness": {"enabled": False},
+    })
+
+
+def part_verdicts(runs: int, log: Any) -> str:
+    from runners.job import run_job
+    from service.stats import compare
+
+    out = []
+    for label, cand_m, budget in (("A/A", 16384, 2000.0), ("3% slower", 16876, 10_000.0)):
+        verdicts = []
+        for i in range(runs):
+            t0 = time.time()
+            result = run_job(_softmax_spec(16384, cand_m, budget, seed=i))
+            c = compare(result).cells[0]
+            verdicts.append(c.verdict)
+            rounds = 1 + max(s.round for s in result.cells[0].samples)
+            log.write(json.dumps({
+                "part": "verdicts", "case": label, "run": i, "verdict": c.verdict, "ratio": c.ratio,
+                "ci": [c.ci_low, c.ci_high], "flags": c.flags, "rounds": rounds, "wall_s": time.time() - t0,
+            }) + "\n")
+            print(f"{label} run {i}: {c.verdict} ratio {c.ratio:.4f} [{c.ci_low:.4f}, {c.ci_high:.4f}] "
+                  f"{rounds} rounds {time.time() - t0:.1f} s", flush=True)
+        counts = {v: verdicts.count(v) for v in ("faster", "slower", "same", "inconclusive")}
+        out.append(f"| {label} | {runs} | " + " | ".join(str(counts[v]) for v in counts) + " |")
+    return "\n".join([
+        "| case | runs | faster | slower | same | inconclusive |", "| --- | ---: | ---: | ---: | ---: | ---: |",
+        *out,
+    ])
+
+
+def part_guard(log: Any) -> str:
+    import torch
+
+    from runners.job import run_job
+    from service.schemas import JobSpec
+    from service.stats import compare
+
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    torch.cuda.synchronize()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(10):
+        a @ b
+    stop.record()
+    stop.synchronize()
+    peak_tflops = 10 * 2 * 8192**3 / (start.elapsed_time(stop) * 1e-3) / 1e12
+    spec = JobSpec.model_validate({
+        "benchmark": "matmul", "baseline": {"variant": "torch"}, "candidate": {"variant": "torch"},
+        "params": {"M": 4096, "N": 4096, "K": 4096, "dtype": "bfloat16"},
+        "measurement": {"budget_ms": 500},
+        "probes": {"copy_bandwidth": True, "all_reduce": False, "nvml": False},
+    })
+    result = run_job(spec)
+    honest = compare(result, peaks={"matmul_tflops": peak_tflops}).cells[0]
+    for s in result.cells[0].samples:
+        if s.variant == "candidate":
+            s.duration_ns = 3000.0  # the first-call do_bench figure: 0.0030 ms
+    injected = compare(result, peaks={"matmul_tflops": peak_tflops}).cells[0]
+    log.write(json.dumps({
+        "part": "guard", "peak_tflops": peak_tflops, "honest": honest.model_dump(mode="json"),
+        "injected": injected.model_dump(mode="json"),
+    }) + "\n")
+    implied = 2 * 4096**3 / 3e-6 / 1e12
+    return (
+        f"measured matmul peak {peak_tflops:.0f} TFLOP/s; honest A/A: {honest.verdict} {honest.flags}; "
+        f"injected 3 us (= {implied:.0f} TFLOP/s): verdict {injected.verdict}, flags {injected.flags}"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--out", type=Path, default=Path("."))
+    ap.add_argument("--processes", type=int, default=10)
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--part", choices=("all", "methods", "verdicts", "guard"), default="all")
+    args = ap.parse_args()
+    if args.worker:
+        worker()
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise SystemExit("timing_accuracy.py needs a CUDA GPU")
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    args.out.mkdir(parents=True, exist_ok=True)
+    tables = [f"# {torch.cuda.get_device_name()} torch {torch.__version__} {time.strftime('%Y-%m-%d %H:%M')}"]
+    with open(args.out / "timing_accuracy.jsonl", "a") as log:
+        if args.part in ("all", "guard"):
+            tables.append(part_guard(log))
+        if args.part in ("all", "verdicts"):
+            tables.append(part_verdicts(args.runs, log))
+        if args.part in ("all", "methods"):
+            tables.append(part_methods(args.processes, log))
+    print("\n\n".join(tables))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""MatmulBenchmark: both variants match the float64 reference under the Triton interpreter."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import torch
+from pydantic import ValidationError
+
+from kernels import BenchmarkError, get_benchmark
+from kernels.check import check_output, poison_
+from kernels.matmul import MatmulParams
+
+CPU = torch.device("cpu")
+SHAPE = {"M": 64, "N": 48, "K": 40}  # no dimension a multiple of 32: every edge is masked
+
+
+def _check(variant: str, **values: Any) -> Any:
+    bench = get_benchmark("matmul")
+    params = bench.parse_params({**SHAPE, **values})
+    inputs = bench.make_inputs(params, CPU, seed=2)
+    fn = bench.prepare(variant, params, inputs)
+    out = poison_(fn())
+    assert fn() is out and out.shape == (params.M, params.N) and out.dtype == inputs["a"].dtype
+    rtol, atol = bench.tolerances(params)
+    return check_output(out, bench.reference(params, inputs), rtol=rtol, atol=atol), out
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize(("variant", "config"), [
+    ("torch", {}),
+    ("triton", {}),  # default 128/128/32 tile: one program, K tail masked
+    ("triton", {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 3}),  # 12 programs, ragged group
+])
+def test_matches_reference(variant: str, config: dict[str, int], dtype: str) -> None:
+    res, _ = _check(variant, dtype=dtype, **config)
+    assert res.passed, res.message
+    assert res.cosine_similarity > 0.9999
+
+
+def test_tile_configurations_agree_bitwise_in_float32() -> None:
+    # The same K blocking accumulates in the same order whatever BLOCK_M, BLOCK_N and GROUP_M are.
+    _, a = _check("triton", BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, GROUP_M=1)
+    _, b = _check("triton", BLOCK_M=32, BLOCK_N=16, BLOCK_K=16, GROUP_M=4)
+    assert torch.equal(a, b)
+
+
+def test_a_wrong_product_fails() -> None:
+    bench = get_benchmark("matmul")
+    params = bench.parse_params(SHAPE)
+    inputs = bench.make_inputs(params, CPU, seed=0)
+    out = bench.prepare("triton", params, {"a": inputs["a"], "b": inputs["b"].roll(1, dims=0)})()
+    rtol, atol = bench.tolerances(params)
+    res = check_output(out, bench.reference(params, inputs), rtol=rtol, atol=atol)
+    assert not res.passed and res.cosine_similarity < 0.5
+
+
+def test_work_is_the_traffic_floor() -> None:
+    bench = get_benchmark("matmul")
+    params = bench.parse_params({"M": 4096, "N": 2048, "K": 1024, "dtype": "bfloat16"})
+    work = bench.work(params, "triton")
+    assert work.flops == 2 * 4096 * 2048 * 1024
+    assert work.bytes_read == (4096 * 1024 + 1024 * 2048) * 2
+    assert work.bytes_written == 4096 * 2048 * 2
+    assert bench.work(params, "torch") == work
+
+
+def test_tolerances_grow_with_k_and_with_tf32() -> None:
+    bench = get_benchmark("matmul")
+    rtol, atol = bench.tolerances(MatmulParams(M=1, N=1, K=4096))
+    assert rtol == 1.3e-6
+    assert atol == pytest.approx(1e-5 + 6 * 2**-24 * 4096 / math.sqrt(2))
+    rtol32, atol32 = bench.tolerances(MatmulParams(M=1, N=1, K=4096, input_precision="tf32"))
+    assert rtol32 == 1e-3 and atol32 > atol + 6 * 2**-11 * 64 * 0.8
+    assert bench.tolerances(MatmulParams(M=1, N=1, K=64, dtype="bfloat16"))[0] == 1.6e-2
+
+
+def test_tf32_is_refused_for_the_torch_variant() -> None:
+    bench = get_benchmark("matmul")
+    params = bench.parse_params({**SHAPE, "input_precision": "tf32"})
+    with pytest.raises(BenchmarkError, match="applies to the 'triton' variant only"):
+        bench.prepare("torch", params, bench.make_inputs(params, CPU, 0))
+
+
+@pytest.mark.parametrize(("values", "field"), [
+    ({"M": 0}, "M"), ({"K": -4}, "K"), ({"BLOCK_M": 48}, "BLOCK_M"), ({"BLOCK_K": 8}, "BLOCK_K"),
+    ({"num_warps": 3}, "num_warps"), ({"num_stages": 0}, "num_stages"), ({"GROUP_M": 0}, "GROUP_M"),
+    ({"dtype": "float64"}, "dtype"), ({"BLOCK_M": 1024, "BLOCK_N": 2048}, "BLOCK_N"),
+])
+def test_invalid_parameters_name_the_field(values: dict[str, Any], field: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        MatmulParams.model_validate({**SHAPE, **values})
+    assert [e["loc"] for e in info.value.errors()] == [(field,)]

@@ -1,0 +1,269 @@
+"""The interleaving engine on the CPU timer with busy-wait callables of known length."""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import numpy as np
+import pytest
+
+from runners.engine import ci_half_width, is_throttled, measure_pair, round_order
+from runners.timing import CpuTimer
+from service.schemas import MeasurementSpec, Sample
+
+
+def busy_wait(duration_ns: float) -> None:
+    end = time.perf_counter_ns() + duration_ns
+    while time.perf_counter_ns() < end:
+        pass
+
+
+def fixed(duration_ns: float, log: list[str] | None = None, name: str = ""):
+    """A callable that takes ``duration_ns``; appends ``name`` to ``log`` on each call."""
+
+    def fn() -> None:
+        if log is not None:
+            log.append(name)
+        busy_wait(duration_ns)
+
+    return fn
+
+
+def noisy(mean_ns: float, spread_ns: float, seed: int):
+    """A callable whose durations are drawn uniformly from mean +- spread (seeded)."""
+    rng = np.random.default_rng(seed)
+
+    def fn() -> None:
+        busy_wait(mean_ns + spread_ns * (2 * rng.random() - 1))
+
+    return fn
+
+
+def settings(**kw) -> MeasurementSpec:
+    base = {"warmup_ms": 0.0, "budget_ms": 60_000.0, "target_ci_pct": 1e-6}
+    return MeasurementSpec(**{**base, **kw})
+
+
+def rounds_of(samples: list[Sample]) -> int:
+    return len({s.round for s in samples})
+
+
+def sequence(samples: list[Sample]) -> list[str]:
+    return [s.variant[0] for s in samples]
+
+
+# --------------------------------------------------------------------------------------------------
+# Interleaving
+# --------------------------------------------------------------------------------------------------
+
+
+def test_abba_order_round_and_position_recorded():
+    samples = measure_pair(
+        fixed(20_000), fixed(20_000), settings(min_rounds=6, max_rounds=6), CpuTimer()
+    )
+    assert sequence(samples) == list("bccb" * 3)
+    assert [s.round for s in samples] == [r for r in range(6) for _ in range(2)]
+    assert [s.position for s in samples] == [0, 1] * 6
+
+
+def test_abba_with_several_samples_per_round():
+    samples = measure_pair(
+        fixed(20_000), fixed(20_000), settings(min_rounds=2, max_rounds=2, samples_per_round=2), CpuTimer()
+    )
+    assert sequence(samples) == list("bcbc" + "cbcb")
+    assert [s.position for s in samples] == [0, 1, 2, 3] * 2
+
+
+def test_samples_are_in_execution_order():
+    log: list[str] = []
+    timer = CpuTimer(min_window_ns=200_000)
+    samples = measure_pair(
+        fixed(50_000, log, "b"), fixed(50_000, log, "c"),
+        settings(min_rounds=8, max_rounds=8, order="random", seed=3), timer,
+    )
+    # The tail of the call log is the measured samples, each `launches` calls of one variant.
+    measured = log[len(log) - sum(s.launches for s in samples):]
+    expected = [s.variant[0] for s in samples for _ in range(s.launches)]
+    assert measured == expected
+
+
+def test_random_order_is_seeded_and_reproducible():
+    def run(seed: int) -> list[tuple[str, int, int]]:
+        samples = measure_pair(
+            fixed(5_000), fixed(5_000), settings(min_rounds=24, max_rounds=24, order="random", seed=seed),
+            CpuTimer(min_window_ns=20_000),
+        )
+        return [(s.variant, s.round, s.position) for s in samples]
+
+    first, again, other = run(7), run(7), run(8)
+    assert first == again
+    assert first != other
+    orders = [tuple(v for v, r, _ in first if r == k) for k in range(24)]
+    assert all(sorted(o) == ["baseline", "candidate"] for o in orders)  # every round holds both
+    assert len(set(orders)) == 2  # both orders occur: not blocked
+
+
+def test_random_order_never_blocks_the_variants():
+    rng = np.random.default_rng(0)
+    spec = settings(order="random", samples_per_round=3)
+    orders = [round_order(r, spec, rng) for r in range(200)]
+    assert all(sorted(o) == ["baseline"] * 3 + ["candidate"] * 3 for o in orders)
+    flat = list(itertools.chain.from_iterable(orders))
+    half = len(flat) // 2
+    assert set(flat[:half]) == set(flat[half:]) == {"baseline", "candidate"}
+
+
+# --------------------------------------------------------------------------------------------------
+# Stop rules
+# --------------------------------------------------------------------------------------------------
+
+
+def test_min_rounds_respected_even_past_the_budget():
+    samples = measure_pair(
+        fixed(300_000), fixed(300_000), settings(budget_ms=1.0, min_rounds=7, max_rounds=100), CpuTimer()
+    )
+    assert rounds_of(samples) == 7
+    assert len(samples) == 14
+
+
+def test_max_rounds_reached():
+    samples = measure_pair(
+        noisy(50_000, 40_000, 1), noisy(50_000, 40_000, 2), settings(min_rounds=2, max_rounds=4),
+        CpuTimer(min_window_ns=50_000),
+    )
+    assert rounds_of(samples) == 4
+
+
+def test_budget_respected_within_tolerance():
+    budget_ms = 150.0
+    spec = settings(budget_ms=budget_ms, min_rounds=2, max_rounds=100_000)
+    t0 = time.perf_counter()
+    samples = measure_pair(noisy(300_000, 100_000, 1), noisy(300_000, 100_000, 2), spec, CpuTimer())
+    wall_ms = (time.perf_counter() - t0) * 1e3
+    # Warm-up is 2 short passes (warmup_ms=0); one round is ~2.5 ms. The engine stops before a
+    # round that would overrun, so the budget is used but not exceeded by more than noise.
+    assert rounds_of(samples) > 10
+    assert budget_ms * 0.6 < wall_ms < budget_ms * 1.3 + 30.0
+
+
+def test_adaptive_stop_stops_earlier_for_a_quiet_pair():
+    spec = settings(target_ci_pct=3.0, min_rounds=5, max_rounds=60)
+    quiet = measure_pair(fixed(200_000), fixed(200_000), spec, CpuTimer())
+    loud = measure_pair(noisy(200_000, 170_000, 1), noisy(200_000, 170_000, 2), spec, CpuTimer())
+    assert rounds_of(quiet) < rounds_of(loud)
+    assert rounds_of(loud) == 60  # a +-85% spread cannot reach a 3% CI in 60 rounds
+    ratio, half_width = ci_half_width(quiet, spec)
+    assert half_width < 0.03
+    assert ratio == pytest.approx(1.0, abs=0.1)
+
+
+def test_progress_reports_the_ci_checks():
+    messages: list[str] = []
+    measure_pair(
+        fixed(20_000), fixed(20_000), settings(min_rounds=4, max_rounds=12), CpuTimer(min_window_ns=100_000),
+        progress=messages.append,
+    )
+    assert messages and all(m.startswith("round ") for m in messages)
+    assert messages[0].startswith("round 4:")
+
+
+def test_ci_half_width_needs_two_rounds():
+    spec = settings()
+    one_round = [
+        Sample(variant="baseline", round=0, position=0, duration_ns=10.0),
+        Sample(variant="candidate", round=0, position=1, duration_ns=11.0),
+    ]
+    assert ci_half_width(one_round, spec) is None
+
+
+# --------------------------------------------------------------------------------------------------
+# Launches per sample
+# --------------------------------------------------------------------------------------------------
+
+
+def test_launches_cover_the_minimum_window():
+    samples = measure_pair(
+        fixed(250_000), fixed(2_500_000), settings(min_rounds=2, max_rounds=2), CpuTimer()
+    )
+    base = {s.launches for s in samples if s.variant == "baseline"}
+    cand = {s.launches for s in samples if s.variant == "candidate"}
+    assert len(base) == 1 and len(cand) == 1  # fixed for the whole measurement
+    (b,), (c,) = base, cand
+    assert 3 <= b <= 4  # ceil(1 ms / ~250 us); 3 when a loaded box stretches the estimate
+    assert c == 1  # one 2.5 ms launch already covers 1 ms
+    assert all(s.duration_ns * s.launches >= 0.9e6 for s in samples if s.variant == "baseline")
+
+
+def test_launches_capped_for_a_tiny_callable():
+    timer = CpuTimer(max_launches=300)
+    samples = measure_pair(lambda: None, lambda: None, settings(min_rounds=2, max_rounds=2), timer)
+    assert {s.launches for s in samples} == {300}
+
+
+# --------------------------------------------------------------------------------------------------
+# Per-sample context and throttling
+# --------------------------------------------------------------------------------------------------
+
+
+class ScriptedSampler:
+    """Test double for ``runners.probes.telemetry.ContextSampler``: replays a list of SM clocks."""
+
+    def __init__(self, clocks_mhz: list[float | None], expected_sm_clock_mhz: float | None):
+        self.expected_sm_clock_mhz = expected_sm_clock_mhz
+        self._clocks = itertools.cycle(clocks_mhz)
+        self.reads = 0
+
+    def read(self) -> dict[str, float | int | None]:
+        self.reads += 1
+        return {
+            "sm_clock_mhz": next(self._clocks),
+            "clock_event_reasons": 0x4,
+            "temperature_c": 61.0,
+            "power_w": 512.5,
+        }
+
+
+def test_throttled_samples_marked_from_the_clock():
+    clocks = [1980.0, 1000.0, 1900.0, 1484.0, 1485.0, None]
+    sampler = ScriptedSampler(clocks, expected_sm_clock_mhz=1980.0)
+    samples = measure_pair(
+        fixed(10_000), fixed(10_000), settings(min_rounds=6, max_rounds=6), CpuTimer(min_window_ns=20_000),
+        sampler=sampler,
+    )
+    assert sampler.reads == len(samples) == 12
+    assert [s.sm_clock_mhz for s in samples] == clocks * 2
+    # nvbench's rule: below 75% of the expected clock (1485 MHz of 1980) is throttled.
+    assert [s.throttled for s in samples] == [False, True, False, True, False, False] * 2
+    assert all(s.temperature_c == 61.0 and s.power_w == 512.5 and s.clock_event_reasons == 4 for s in samples)
+
+
+def test_no_throttling_without_an_expected_clock():
+    sampler = ScriptedSampler([100.0], expected_sm_clock_mhz=None)
+    samples = measure_pair(
+        fixed(10_000), fixed(10_000), settings(min_rounds=2, max_rounds=2), CpuTimer(min_window_ns=20_000),
+        sampler=sampler,
+    )
+    assert not any(s.throttled for s in samples)
+    assert all(s.sm_clock_mhz == 100.0 for s in samples)
+
+
+def test_no_sampler_leaves_context_empty():
+    samples = measure_pair(fixed(10_000), fixed(10_000), settings(min_rounds=2, max_rounds=2), CpuTimer())
+    assert all(s.sm_clock_mhz is None and s.power_w is None and not s.throttled for s in samples)
+
+
+@pytest.mark.parametrize(
+    ("clock", "expected", "throttled"),
+    [(1484.9, 1980.0, True), (1485.0, 1980.0, False), (None, 1980.0, False), (10.0, None, False), (10.0, 0.0, False)],
+)
+def test_is_throttled(clock, expected, throttled):
+    assert is_throttled(clock, expected) is throttled
+
+
+def test_callable_errors_propagate():
+    def broken() -> None:
+        raise RuntimeError("kernel fault")
+
+    with pytest.raises(RuntimeError, match="kernel fault"):
+        measure_pair(fixed(1_000), broken, settings(min_rounds=2, max_rounds=2), CpuTimer())
