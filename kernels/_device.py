@@ -1,18 +1,24 @@
 """Device helpers for benchmarks: seeded random inputs and the Triton interpreter rule.
 
-**The Triton interpreter rule.** ``triton.jit`` decides, *when it decorates a function* (i.e. when
-the module holding the kernel is first imported), whether the kernel is compiled for the GPU
-(``JITFunction``) or run by the Python interpreter (``InterpretedFunction``), from the environment
-variable ``TRITON_INTERPRET``. Hence:
+**The Triton interpreter rule.** ``triton.jit`` decides, *when it decorates a function*, whether
+the function is compiled for the GPU (``JITFunction``) or run by the Python interpreter
+(``InterpretedFunction``), from the environment variable ``TRITON_INTERPRET``. Triton's own
+library functions (``tl.sum``, ``tl.max``, ``tl.cdiv``: ``triton/language/standard.py``) are
+decorated when ``import triton`` first runs, and a kernel of one mode cannot call library
+functions of the other. So the mode of a whole process is fixed by the first ``import triton``:
 
+* a process that will run benchmarks calls ``configure_triton_env(device)`` *before anything
+  imports triton* (the runner's job entry point; a test session's conftest). It sets
+  ``TRITON_INTERPRET=1`` for a CPU device and removes the variable for a CUDA device (a GPU timing
+  of an interpreted kernel measures Python, not the kernel);
 * kernel modules (``kernels.triton_kernels.*``) import triton at top level and are imported only
-  through ``import_triton_kernels(module, device)``, lazily, inside ``Benchmark.prepare``;
-* on a CPU device that helper sets ``TRITON_INTERPRET=1`` *before* the first import, so the kernel
-  runs under the interpreter (slow: use small shapes);
-* on a CUDA device it removes ``TRITON_INTERPRET`` from the environment before the first import:
-  a GPU timing of an interpreted kernel measures Python, not the kernel;
-* one process cannot hold both modes of one module: asking for the other mode afterwards raises
-  ``BenchmarkError``. The runner runs each job in a fresh child process, so this never bites there.
+  through ``import_triton_kernels(module, device)``, lazily, inside ``Benchmark.prepare``. It
+  calls ``configure_triton_env`` too, which is enough when triton was not imported yet, and then
+  checks that the kernels *and* triton's library are in the mode ``device`` needs; a mismatch
+  raises ``BenchmarkError`` instead of Triton's opaque "Cannot call @triton.jit'd outside of the
+  scope of a kernel";
+* one process cannot run both modes. The runner daemon runs each job in a fresh child process.
+  Read triton's version with ``importlib.metadata.version("triton")``, not ``import triton``.
 """
 
 from __future__ import annotations
@@ -56,16 +62,22 @@ def is_interpreted(kernel: Any) -> bool:
 
 
 def check_kernel_mode(kernels: Sequence[Any], device: Any) -> None:
-    """Raise ``BenchmarkError`` unless every jitted kernel's mode fits ``device`` (module doc)."""
+    """Raise ``BenchmarkError`` unless ``kernels`` and triton's library fit ``device`` (module doc).
+
+    ``kernels``: ``triton.jit`` objects. Triton's library is represented by ``tl.sum``.
+    """
+    import triton.language as tl
+
     want = wants_interpreter(device)
-    for kernel in kernels:
+    for kernel in (*kernels, tl.sum):
         if is_interpreted(kernel) != want:
             mode = "interpreted" if is_interpreted(kernel) else "compiled"
             raise BenchmarkError(
                 f"Triton kernel {kernel.__name__!r} was imported {mode} but device "
                 f"{as_device(device)} needs it {'interpreted' if want else 'compiled'}: "
-                f"{TRITON_INTERPRET_ENV} is read when a kernel module is first imported; "
-                "run CPU and GPU benchmarks in separate processes",
+                f"{TRITON_INTERPRET_ENV} is read when triton and a kernel module are first imported; "
+                "call kernels._device.configure_triton_env(device) before anything imports triton, "
+                "and run CPU and GPU benchmarks in separate processes",
                 loc=("device",),
             )
 
@@ -74,7 +86,7 @@ def import_triton_kernels(module_name: str, device: Any) -> ModuleType:
     """Import a Triton kernel module in the mode ``device`` needs and return it.
 
     The module must list its ``triton.jit`` functions in a ``KERNELS`` tuple. Raises
-    ``BenchmarkError`` when the module was already imported in the other mode.
+    ``BenchmarkError`` when triton or the module was already imported in the other mode.
     """
     configure_triton_env(device)  # before the first import; later calls keep the runtime consistent
     module = importlib.import_module(module_name)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import sys
 from pathlib import Path
@@ -64,6 +65,7 @@ def _client(server: str, token: str) -> KernelabClient:
 def _setup_logging(level: str) -> None:
     logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise
 
 
 def _print_cell_progress(index: int, total: int, message: str) -> None:
@@ -248,7 +250,8 @@ def runner(
     except KernelabUnavailable as exc:
         raise _fail(f"runner {name}: server unreachable: {exc}") from None
     finally:
-        daemon.client.close()
+        daemon.close()
+        client.close()
     typer.echo(repr(daemon), err=True)
 
 
@@ -284,9 +287,10 @@ def up(
     timeout_s: Annotated[float, typer.Option("--timeout-s", help="wait for the demo job, s")] = 900.0,
 ) -> None:
     """Server on SQLite + a local runner + the demo job: prints the table, the URL and the token."""
-    from runners.local import LocalStack, example_spec_path
+    from runners.local import LocalStack, ServerStartError, example_spec_path
 
     spec = read_spec(spec_path or example_spec_path("softmax"))
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops like Ctrl-C
     stack = LocalStack(data_dir, port)
     try:
         token = stack.start()
@@ -304,7 +308,7 @@ def up(
         stack.wait()
     except KeyboardInterrupt:
         typer.echo("stopping", err=True)
-    except RuntimeError as exc:
+    except ServerStartError as exc:
         raise _fail(str(exc)) from None
     except (KernelabAPIError, KernelabUnavailable) as exc:
         raise _fail(str(exc)) from None

@@ -60,6 +60,9 @@ class Runner:
     after SIGTERM. ``node``: the fingerprint sent on registration (default
     ``runners.probes.node_info()``). Counters: ``done``, ``failed``, ``lost`` (lease lost),
     ``posted`` (results acknowledged, including re-sent spooled ones).
+
+    The caller keeps owning ``client``; the client the runner makes for its own token is closed
+    by ``close()`` (or on leaving ``with Runner(...) as runner:``).
     """
 
     def __init__(
@@ -91,6 +94,7 @@ class Runner:
         self.posted = 0
         self._stop = threading.Event()
         self._stop_at: float | None = None
+        self._own_client: KernelabClient | None = None
 
     def __repr__(self) -> str:
         return (
@@ -100,6 +104,18 @@ class Runner:
 
     # ---------------------------------------------------------------------------------------------
     # lifecycle
+
+    def __enter__(self) -> Runner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the client made for this runner's own token (not the caller's client)."""
+        if self._own_client is not None:
+            self._own_client.close()
+            self._own_client = None
 
     def stop(self) -> None:
         """Stop claiming; a running job gets ``grace_s`` seconds to finish. Thread/signal safe."""
@@ -165,7 +181,7 @@ class Runner:
         """
         saved = self._load_token()
         if saved is not None:
-            self.client = self.client.with_token(saved)
+            self._use_token(saved)
             log.info("runner %s: using the token saved in %s", self.name, self.token_file)
             return
         try:
@@ -180,9 +196,13 @@ class Runner:
                    "runner_id": registered.runner_id, "token": registered.token}
         atomic_write_text(self.token_file, json.dumps(payload))
         os.chmod(self.token_file, 0o600)
-        self.client = self.client.with_token(registered.token)
+        self._use_token(registered.token)
         log.info("runner %s: registered as runner %d; token saved in %s",
                  self.name, registered.runner_id, self.token_file)
+
+    def _use_token(self, token: str) -> None:
+        self.close()
+        self._own_client = self.client = self.client.with_token(token)
 
     def _load_token(self) -> str | None:
         try:
@@ -281,6 +301,8 @@ class Runner:
                 finished.set()
                 beater.join()
                 reader.join(timeout=5.0)
+                if proc.stdout is not None:
+                    proc.stdout.close()
         return self._finish(claim, why, proc.returncode, out_path, err_path)
 
     def _supervise(self, proc: subprocess.Popen[str], timeout_s: float, lease_lost: threading.Event) -> str:

@@ -36,6 +36,10 @@ RUNNER_GRACE_S = 30.0  # the local runner's grace for a running job after SIGTER
 EXAMPLES = ("softmax", "matmul")
 
 
+class ServerStartError(RuntimeError):
+    """The server process exited or never answered ``/healthz``; the message holds its log's tail."""
+
+
 def example_spec_path(name: str) -> Path:
     """Path of a bundled example spec (``softmax`` or ``matmul``), shipped as package data.
 
@@ -62,19 +66,19 @@ def admin_token(data_dir: Path) -> str:
 
 
 def wait_healthy(url: str, proc: subprocess.Popen[bytes], *, timeout_s: float, log_path: Path) -> None:
-    """Poll ``url/healthz`` until it answers 2xx. Raises ``RuntimeError`` (with the log's tail) when
-    ``proc`` exits first or after ``timeout_s`` seconds."""
+    """Poll ``url/healthz`` until it answers 2xx. Raises ``ServerStartError`` (with the log's tail)
+    when ``proc`` exits first or after ``timeout_s`` seconds."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"the server exited with status {proc.returncode}:\n{_tail(log_path)}")
+            raise ServerStartError(f"the server exited with status {proc.returncode}:\n{_tail(log_path)}")
         try:
             if httpx.get(f"{url}/healthz", timeout=2.0).is_success:
                 return
         except httpx.TransportError:
             pass
         time.sleep(0.2)
-    raise RuntimeError(
+    raise ServerStartError(
         f"the server did not answer {url}/healthz within {timeout_s:.0f} s:\n{_tail(log_path)}"
     )
 
@@ -127,7 +131,7 @@ class ServerProcess:
         self.stop()
 
     def start(self, timeout_s: float = SERVER_START_TIMEOUT_S) -> ServerProcess:
-        """Start the server and wait for ``/healthz``. Raises ``RuntimeError`` if it never answers."""
+        """Start the server and wait for ``/healthz``. Raises ``ServerStartError`` if it never answers."""
         env = {**os.environ, "KERNELAB_DATABASE_URL": self.database_url,
                "KERNELAB_ADMIN_TOKEN": self._admin_token}
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -138,7 +142,7 @@ class ServerProcess:
         )
         try:
             wait_healthy(self.url, self.proc, timeout_s=timeout_s, log_path=self.log_path)
-        except RuntimeError:
+        except ServerStartError:
             self.stop()
             raise
         return self
@@ -179,7 +183,7 @@ class LocalStack:
     def start(self) -> str:
         """Start the server (which upgrades the database) and the runner; return the admin token.
 
-        Raises ``RuntimeError`` when the server does not come up (the port is taken, ...).
+        Raises ``ServerStartError`` when the server does not come up (the port is taken, ...).
         """
         token = admin_token(self.data_dir)
         self.server = ServerProcess(self.database_url, port=self.port, admin_token=token,

@@ -26,11 +26,14 @@ _THROTTLED_COLOUR = "#b00020"
 _CLOCK_COLOUR = "rgba(60, 120, 60, 0.55)"
 # (unit name, nanoseconds per unit), smallest first.
 _TIME_UNITS: tuple[tuple[str, float], ...] = (("ns", 1.0), ("µs", 1e3), ("ms", 1e6), ("s", 1e9))
+# Log y axis by default when the medians drawn span more than this factor (e.g. an interpreted
+# kernel 1000x slower than eager code would flatten the other variant on a linear axis).
+_AUTO_LOG_SPAN = 30.0
 # Above this many samples per variant a box shows outliers only, not every point (page weight).
 _MAX_POINTS_PER_VARIANT = 5_000
 _LAYOUT = dict(
     template="plotly_white",
-    margin=dict(l=60, r=20, t=50, b=50),
+    margin=dict(l=60, r=20, t=80, b=50),
     font=dict(family="system-ui, -apple-system, Segoe UI, Roboto, sans-serif", size=12),
     legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="right", x=1.0),
 )
@@ -64,26 +67,41 @@ def _kept(result: JobResult, cell: CellResult, variant: Variant) -> list[Sample]
     return sorted((s for s in kept if s.variant == variant), key=lambda s: (s.round, s.position))
 
 
-def _log_toggle(axis: str = "yaxis") -> list[dict]:
-    """A linear/log switch for ``axis`` drawn in the figure's top-left corner."""
+def _median_span(groups: Iterable[Sequence[float]]) -> float:
+    """max/min of the positive medians of ``groups`` (1.0 when fewer than two)."""
+    medians = [median(g) for g in groups if g]
+    positive = [m for m in medians if m > 0]
+    return max(positive) / min(positive) if len(positive) >= 2 else 1.0
+
+
+def _apply_log(fig: go.Figure, log_y: bool | None, groups: Iterable[Sequence[float]]) -> None:
+    """Log y when asked, or (``log_y=None``) when the groups' medians span > ``_AUTO_LOG_SPAN``."""
+    if log_y is None:
+        log_y = _median_span(groups) > _AUTO_LOG_SPAN
+    fig.update_layout(yaxis_type="log" if log_y else "linear", updatemenus=_log_toggle(active=int(log_y)))
+
+
+def _log_toggle(active: int) -> list[dict]:
+    """A linear/log switch of the y axis, drawn above the legend at the top right."""
     return [
         dict(
             type="buttons",
             direction="right",
-            x=0.0,
-            xanchor="left",
-            y=1.12,
+            active=active,
+            x=1.0,
+            xanchor="right",
+            y=1.14,
             yanchor="bottom",
             showactive=True,
             buttons=[
-                dict(label="linear", method="relayout", args=[{f"{axis}.type": "linear"}]),
-                dict(label="log", method="relayout", args=[{f"{axis}.type": "log"}]),
+                dict(label="linear", method="relayout", args=[{"yaxis.type": "linear"}]),
+                dict(label="log", method="relayout", args=[{"yaxis.type": "log"}]),
             ],
         )
     ]
 
 
-def samples_figure(data: JobResult | Comparison, *, log_y: bool = False) -> go.Figure:
+def samples_figure(data: JobResult | Comparison, *, log_y: bool | None = None) -> go.Figure:
     """Per-cell distributions of baseline vs candidate, side by side.
 
     ``data`` is either a ``JobResult`` (raw samples: one box per cell and variant with every kept
@@ -91,7 +109,8 @@ def samples_figure(data: JobResult | Comparison, *, log_y: bool = False) -> go.F
     ``Comparison`` (no raw samples: the median per cell and variant with its interquartile range as
     an error bar). Either way the figure has exactly two traces, ``baseline`` then ``candidate``,
     with the cells along x in sweep order. Durations are per launch, shown in the unit chosen by
-    ``time_unit``. ``log_y`` starts the y axis in log scale; a button toggles it in the browser.
+    ``time_unit``. ``log_y``: start the y axis in log (True) or linear (False) scale; None picks
+    log when the (cell, variant) medians span more than 30x. A button toggles it in the browser.
     """
     fig = go.Figure()
     if isinstance(data, JobResult):
@@ -105,11 +124,13 @@ def samples_figure(data: JobResult | Comparison, *, log_y: bool = False) -> go.F
         title=dict(text=title, x=0.0, xanchor="left", y=0.98),
         boxmode="group",
         scattermode="group",
-        updatemenus=_log_toggle(),
         xaxis=dict(title=dict(text="cell"), type="category"),
     )
-    if log_y:
-        fig.update_yaxes(type="log")
+    groups: dict[tuple[int, str], list[float]] = {}
+    for i, trace in enumerate(fig.data):
+        for x, y in zip(trace.x or (), trace.y or (), strict=True):
+            groups.setdefault((i, x), []).append(y)
+    _apply_log(fig, log_y, groups.values())
     return fig
 
 
@@ -173,14 +194,15 @@ def _summary_points(fig: go.Figure, comparison: Comparison) -> None:
     fig.update_yaxes(title=dict(text=f"median time per launch ({unit})"))
 
 
-def timeline_figure(result: JobResult, cell_index: int) -> go.Figure:
+def timeline_figure(result: JobResult, cell_index: int, *, log_y: bool | None = None) -> go.Figure:
     """Round-by-round durations of one cell: interleaving, drift and clocks at a glance.
 
     x is the interleaving round; samples inside a round are spread over it by their position, so
     an ABBA round reads A·B·B·A left to right. One line-and-marker trace per variant (all samples,
     throttled included), then, only when present, a trace of the throttled samples (red crosses)
-    and a trace of the SM clock (MHz, right axis). Raises ``KeyError`` when no cell of ``result``
-    has ``index == cell_index``.
+    and a trace of the SM clock (MHz, right axis). ``log_y`` as in ``samples_figure`` (None: log
+    when the two variants' medians differ more than 30x). Raises ``KeyError`` when no cell of
+    ``result`` has ``index == cell_index``.
     """
     cell = next((c for c in result.cells if c.index == cell_index), None)
     if cell is None:
@@ -245,6 +267,8 @@ def timeline_figure(result: JobResult, cell_index: int) -> go.Figure:
     )
     fig.update_xaxes(title=dict(text="interleaving round"))
     fig.update_yaxes(title=dict(text=f"time per launch ({unit})"), secondary_y=False)
+    by_variant = [[s.duration_ns for s in ordered if s.variant == v] for v in ("baseline", "candidate")]
+    _apply_log(fig, log_y, by_variant)
     return fig
 
 
@@ -307,7 +331,9 @@ def probe_history_figure(readings: Sequence[ProbeReport]) -> go.Figure:
             col=1,
         )
     fig.update_yaxes(type="log", row=2, col=1)
-    fig.update_layout(**{**_LAYOUT, "legend": dict(orientation="v")}, height=560)
+    fig.update_layout(
+        **{**_LAYOUT, "legend": dict(orientation="v"), "margin": dict(l=60, r=20, t=40, b=40)}, height=560
+    )
     if not ordered:
         fig.add_annotation(
             text="no probe readings", showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5

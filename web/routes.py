@@ -25,7 +25,7 @@ from fastapi.templating import Jinja2Templates
 
 from service import crud, models, stats
 from service.api.deps import SessionDep, dashboard_access
-from service.schemas import JobResult, NodeInfo, ProbeReport
+from service.schemas import JobResult, JobSpec, NodeInfo, ProbeReport
 from web import figures
 
 API_PREFIX = "/api/v1"
@@ -177,7 +177,7 @@ def job_page(
     return templates.TemplateResponse(request, "job.html", context)
 
 
-def _spec_labels(spec: Any, result: JobResult | None) -> tuple[str, str]:
+def _spec_labels(spec: JobSpec, result: JobResult | None) -> tuple[str, str]:
     if result is not None:
         return stats.variant_labels(result)
     return spec.baseline.variant, spec.candidate.variant

@@ -7,6 +7,7 @@ import platform
 import socket
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -84,7 +85,7 @@ def node_info(device: torch.device | None = None) -> NodeInfo:
     for a CUDA device on a node without CUDA.
     """
     device = default_device() if device is None else torch.device(device)
-    common = {
+    common: dict[str, Any] = {
         "hostname": socket.gethostname(),
         "torch_version": torch.__version__,
         "triton_version": _package_version("triton"),

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 
 import pytest
 import torch
@@ -41,36 +40,47 @@ def test_decoration_time_decides_the_mode(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv(TRITON_INTERPRET_ENV, "1")
     interpreted = triton.jit(body)
     assert not is_interpreted(compiled) and is_interpreted(interpreted)
-    check_kernel_mode([compiled], "cuda")
-    check_kernel_mode([interpreted], "cpu")
-    with pytest.raises(BenchmarkError, match="imported compiled but device cpu needs it interpreted") as info:
+    check_kernel_mode([interpreted], "cpu")  # this session imported triton interpreted (conftest)
+    wrong_mode = "'body' was imported compiled but device cpu needs it interpreted"
+    with pytest.raises(BenchmarkError, match=wrong_mode) as info:
         check_kernel_mode([compiled], "cpu")
     assert info.value.loc == ("device",)
     with pytest.raises(BenchmarkError, match="imported interpreted but device cuda:0 needs it compiled"):
-        check_kernel_mode([interpreted], "cuda:0")
+        check_kernel_mode([compiled], "cuda:0")  # triton's own tl.sum is interpreted here
 
 
-def test_kernel_modules_import_in_the_mode_of_the_device() -> None:
-    # A fresh interpreter, so the modules' first import happens here, with the variable set the
-    # wrong way round both times. Importing compiled kernels needs no GPU; launching would.
-    script = textwrap.dedent("""
-        import os
-        from kernels import BenchmarkError
-        from kernels._device import import_triton_kernels, is_interpreted
-        os.environ["TRITON_INTERPRET"] = "1"
-        mm = import_triton_kernels("kernels.triton_kernels.matmul", "cuda")
-        assert "TRITON_INTERPRET" not in os.environ and not is_interpreted(mm.matmul_kernel)
-        sm = import_triton_kernels("kernels.triton_kernels.softmax", "cpu")
-        assert os.environ["TRITON_INTERPRET"] == "1" and is_interpreted(sm.softmax_kernel)
-        try:
-            import_triton_kernels("kernels.triton_kernels.matmul", "cpu")
-        except BenchmarkError as exc:
-            print("refused:", exc)
-    """)
+_FIRST_IMPORT = """
+import os
+from kernels import BenchmarkError
+from kernels._device import import_triton_kernels, is_interpreted
+os.environ["TRITON_INTERPRET"] = {first_env!r}
+first = import_triton_kernels("kernels.triton_kernels.matmul", {first_device!r})
+print("first interpreted:", is_interpreted(first.matmul_kernel), os.environ.get("TRITON_INTERPRET"))
+try:
+    import_triton_kernels("kernels.triton_kernels.softmax", {second_device!r})
+except BenchmarkError as exc:
+    print("refused:", exc)
+"""
+
+
+@pytest.mark.parametrize(("first_env", "first_device", "second_device", "expect"), [
+    # Importing compiled kernels needs no GPU; launching them would.
+    ("1", "cuda", "cpu", ["first interpreted: False None", "refused: Triton kernel 'sum' was imported comp"]),
+    ("0", "cpu", "cuda", ["first interpreted: True 1", "refused: Triton kernel 'sum' was imported interp"]),
+])
+def test_first_import_fixes_the_mode_of_the_process(
+    first_env: str, first_device: str, second_device: str, expect: list[str]
+) -> None:
+    # A fresh interpreter, so triton's first import happens in the script, with the variable set
+    # the wrong way round for the first device.
+    script = _FIRST_IMPORT.format(first_env=first_env, first_device=first_device, second_device=second_device)
     env = {k: v for k, v in os.environ.items() if k != TRITON_INTERPRET_ENV}
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
-    assert "refused: Triton kernel 'matmul_kernel' was imported compiled" in done.stdout
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2 and all(line.startswith(e) for line, e in zip(lines, expect, strict=True)), lines
 
 
 def test_in_process_import_for_cpu_is_interpreted() -> None:

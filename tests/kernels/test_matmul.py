@@ -74,6 +74,9 @@ def test_tolerances_grow_with_k_and_with_tf32() -> None:
     assert atol == pytest.approx(1e-5 + 6 * 2**-24 * 4096 / math.sqrt(2))
     rtol32, atol32 = bench.tolerances(MatmulParams(M=1, N=1, K=4096, input_precision="tf32"))
     assert rtol32 == 1e-3 and atol32 > atol + 6 * 2**-11 * 64 * 0.8
+    rtol16, atol16 = bench.tolerances(MatmulParams(M=1, N=1, K=2050, dtype="float16"))
+    assert rtol16 == 1e-3
+    assert atol16 == pytest.approx(1e-5 + 6 * (2**-24 * 2050 / math.sqrt(2) + 2**-11 * math.sqrt(2050)))
     assert bench.tolerances(MatmulParams(M=1, N=1, K=64, dtype="bfloat16"))[0] == 1.6e-2
 
 

@@ -59,7 +59,9 @@ def test_side_params_errors_point_at_the_side() -> None:
 
 
 def test_device_specific_sweep_and_shared_params_are_located() -> None:
-    spec = _spec(params={"dtype": "float64"}, sweep={"M": [4]}, sweep_by_device={"cuda": {"N": [0]}, "cpu": {"N": [8]}})
+    spec = _spec(
+        params={"dtype": "float64"}, sweep={"M": [4]}, sweep_by_device={"cuda": {"N": [0]}, "cpu": {"N": [8]}}
+    )
     assert sorted(_locs(spec)) == [("params", "dtype"), ("sweep_by_device", "cuda", "N")]
 
 
@@ -71,5 +73,6 @@ def test_unknown_and_missing_parameters_are_errors() -> None:
 def test_tile_limits_are_checked_without_a_gpu() -> None:
     spec = _spec(benchmark="matmul", sweep={"M": [64], "N": [48], "K": [40]},
                  baseline={"variant": "triton"},
-                 candidate={"variant": "triton", "params": {"BLOCK_M": 2048, "BLOCK_N": 1024, "num_warps": 64}})
+                 candidate={"variant": "triton",
+                            "params": {"BLOCK_M": 2048, "BLOCK_N": 1024, "num_warps": 64}})
     assert sorted(_locs(spec)) == [("candidate", "params", "BLOCK_N"), ("candidate", "params", "num_warps")]

@@ -143,19 +143,29 @@ def test_budget_respected_within_tolerance():
     wall_ms = (time.perf_counter() - t0) * 1e3
     # Warm-up is 2 short passes (warmup_ms=0); one round is ~2.5 ms. The engine stops before a
     # round that would overrun, so the budget is used but not exceeded by more than noise.
-    assert rounds_of(samples) > 10
-    assert budget_ms * 0.6 < wall_ms < budget_ms * 1.3 + 30.0
+    assert rounds_of(samples) > spec.min_rounds  # the budget, not min_rounds, ended it
+    assert budget_ms * 0.5 < wall_ms < budget_ms * 1.3 + 30.0
+
+
+def bimodal(seed: int):
+    """A callable taking 20 us or 400 us with equal odds (seeded): CV ~0.9 per launch."""
+    rng = np.random.default_rng(seed)
+
+    def fn() -> None:
+        busy_wait(20_000 if rng.random() < 0.5 else 400_000)
+
+    return fn
 
 
 def test_adaptive_stop_stops_earlier_for_a_quiet_pair():
-    spec = settings(target_ci_pct=3.0, min_rounds=5, max_rounds=60)
+    spec = settings(target_ci_pct=10.0, min_rounds=5, max_rounds=40)
     quiet = measure_pair(fixed(200_000), fixed(200_000), spec, CpuTimer())
-    loud = measure_pair(noisy(200_000, 170_000, 1), noisy(200_000, 170_000, 2), spec, CpuTimer())
+    loud = measure_pair(bimodal(1), bimodal(2), spec, CpuTimer())
     assert rounds_of(quiet) < rounds_of(loud)
-    assert rounds_of(loud) == 60  # a +-85% spread cannot reach a 3% CI in 60 rounds
+    assert rounds_of(loud) == 40  # ~40% CV per sample cannot reach a 10% CI in 40 rounds
     ratio, half_width = ci_half_width(quiet, spec)
-    assert half_width < 0.03
-    assert ratio == pytest.approx(1.0, abs=0.1)
+    assert half_width < 0.10
+    assert ratio == pytest.approx(1.0, abs=0.15)
 
 
 def test_progress_reports_the_ci_checks():

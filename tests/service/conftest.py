@@ -113,6 +113,18 @@ class Api:
 
 
 @pytest.fixture
+def client_class() -> type[TestClient]:
+    """Starlette's ``TestClient`` (imported once here, with its deprecation notice silenced)."""
+    return TestClient
+
+
+@pytest.fixture
+def admin_token() -> str:
+    """The bootstrap admin token of ``settings``."""
+    return ADMIN_TOKEN
+
+
+@pytest.fixture
 def api(settings: Settings) -> Iterator[Api]:
     with TestClient(create_app(settings)) as client:
         yield Api(client)

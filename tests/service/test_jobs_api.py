@@ -15,7 +15,12 @@ def test_submit_valid_spec(api) -> None:  # type: ignore[no-untyped-def]
     r = api.client.post("/api/v1/jobs", json=spec_dict(), headers=api.token("submit"))
     assert r.status_code == 201, r.text
     job = r.json()
-    assert (job["status"], job["attempts"], job["max_attempts"], job["benchmark"]) == ("queued", 0, 3, "softmax")
+    assert (job["status"], job["attempts"], job["max_attempts"], job["benchmark"]) == (
+        "queued",
+        0,
+        3,
+        "softmax",
+    )
     assert job["spec"]["sweep"] == {"M": [4], "N": [64, 128]}
     assert api.client.get(f"/api/v1/jobs/{job['id']}", headers=api.token("read")).json() == job
 
@@ -51,7 +56,9 @@ def test_auth_scopes(api) -> None:  # type: ignore[no-untyped-def]
     assert api.client.post("/api/v1/jobs", json=spec_dict(), headers=api.runner()).status_code == 403
     assert api.client.get("/api/v1/jobs", headers=api.runner("r2")).status_code == 403
     body = {"name": "x"}
-    assert api.client.post("/api/v1/runners/register", json=body, headers=api.token("submit")).status_code == 403
+    assert (
+        api.client.post("/api/v1/runners/register", json=body, headers=api.token("submit")).status_code == 403
+    )
     assert api.client.post("/api/v1/runners/claim", json={}, headers=api.admin).status_code == 403
 
 
@@ -108,15 +115,13 @@ def test_readyz_reports_an_unreachable_database(api) -> None:  # type: ignore[no
     assert r.status_code == 503 and r.json()["status"] == "unavailable"
 
 
-def test_request_body_limit(migrated_url) -> None:  # type: ignore[no-untyped-def]
-    from conftest import ADMIN_TOKEN, TestClient
-
+def test_request_body_limit(migrated_url, client_class, admin_token) -> None:  # type: ignore[no-untyped-def]
     from service.app import create_app
     from service.core.config import Settings
 
-    app = create_app(Settings(database_url=migrated_url, admin_token=ADMIN_TOKEN, max_request_bytes=2048))
-    headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-    with TestClient(app) as client:
+    app = create_app(Settings(database_url=migrated_url, admin_token=admin_token, max_request_bytes=2048))
+    headers = {"Authorization": f"Bearer {admin_token}"}
+    with client_class(app) as client:
         big = spec_dict(name="x" * 100, params={f"p{i}": i for i in range(300)})
         r = client.post("/api/v1/jobs", json=big, headers=headers)
         assert r.status_code == 413 and "2048" in r.json()["detail"]
@@ -126,6 +131,8 @@ def test_request_body_limit(migrated_url) -> None:  # type: ignore[no-untyped-de
             for _ in range(10):
                 yield b"y" * 512
 
-        r = client.post("/api/v1/jobs", content=chunks(), headers={**headers, "content-type": "application/json"})
+        r = client.post(
+            "/api/v1/jobs", content=chunks(), headers={**headers, "content-type": "application/json"}
+        )
         assert r.status_code == 413
         assert client.get("/api/v1/jobs", headers=headers).json()["count"] == 0

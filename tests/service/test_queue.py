@@ -26,7 +26,9 @@ def _expire(api, job_id: int) -> None:  # type: ignore[no-untyped-def]
 def _attempts(api, job_id: int) -> list[tuple[int, str]]:  # type: ignore[no-untyped-def]
     with api.factory() as session:
         rows = session.execute(
-            select(JobAttempt.attempt, JobAttempt.outcome).where(JobAttempt.job_id == job_id).order_by(JobAttempt.id)
+            select(JobAttempt.attempt, JobAttempt.outcome)
+            .where(JobAttempt.job_id == job_id)
+            .order_by(JobAttempt.id)
         )
         return [tuple(r) for r in rows]
 
@@ -81,7 +83,10 @@ def test_cancel_running_job_takes_the_lease(api) -> None:  # type: ignore[no-unt
     runner = api.runner()
     api.client.post("/api/v1/runners/claim", json={}, headers=runner)
     assert api.client.post(f"/api/v1/jobs/{job_id}/cancel", headers=api.admin).json()["status"] == "cancelled"
-    assert api.client.post(f"/api/v1/runners/jobs/{job_id}/heartbeat", json={}, headers=runner).status_code == 409
+    assert (
+        api.client.post(f"/api/v1/runners/jobs/{job_id}/heartbeat", json={}, headers=runner).status_code
+        == 409
+    )
     assert _attempts(api, job_id) == [(1, "cancelled")]
 
 

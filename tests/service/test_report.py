@@ -29,9 +29,14 @@ def _samples(ratio: float, *, rounds: int = 40, base_ns: float = 12_340.0, seed:
     rng = np.random.default_rng(seed)
     noise = 1 + 0.005 * rng.standard_normal((rounds, 2))
     return [
-        Sample(variant=v, round=r, position=p,
-               duration_ns=base_ns * (ratio if v == "candidate" else 1.0) * noise[r, p])
-        for r in range(rounds) for p, v in enumerate(("baseline", "candidate"))
+        Sample(
+            variant=v,
+            round=r,
+            position=p,
+            duration_ns=base_ns * (ratio if v == "candidate" else 1.0) * noise[r, p],
+        )
+        for r in range(rounds)
+        for p, v in enumerate(("baseline", "candidate"))
     ]
 
 
@@ -41,42 +46,89 @@ def _comparison(*, name: str = "softmax PR 42", mode: str = "plain") -> Comparis
     odd = mode == "pipes"
     cells = [
         CellResult(index=0, params={"N": "a|b" if odd else 1000}, samples=_samples(1.05, seed=1)),
-        CellResult(index=1, params={"N": 2000}, samples=_samples(0.9, seed=2),
-                   correctness={"candidate": CorrectnessResult(passed=False, message="tile 3|4 wrong")}),
-        CellResult(index=2, params={"N": 4000},
-                   error="out of memory\nat line | 3" if odd else "out of memory"),
+        CellResult(
+            index=1,
+            params={"N": 2000},
+            samples=_samples(0.9, seed=2),
+            correctness={"candidate": CorrectnessResult(passed=False, message="tile 3|4 wrong")},
+        ),
+        CellResult(
+            index=2, params={"N": 4000}, error="out of memory\nat line | 3" if odd else "out of memory"
+        ),
     ]
     spec = JobSpec(
-        name=name, benchmark="softmax", baseline={"variant": "torch"},
+        name=name,
+        benchmark="softmax",
+        baseline={"variant": "torch"},
         candidate={"variant": "triton", "params": {"mode": "x|y"} if odd else {}},
         sweep={"N": ["a|b" if odd else 1000, 2000, 4000]},
     )
     probes = [
         ProbeReport(
-            phase=phase, taken_at=NOW, nvml_status="ok",
-            copy_bandwidth=[CopyBandwidthReading(device_index=0, size_bytes=4 << 30, time_us=2000.0,
-                                                 bandwidth_gbps=4210.5)],
+            phase=phase,
+            taken_at=NOW,
+            nvml_status="ok",
+            copy_bandwidth=[
+                CopyBandwidthReading(
+                    device_index=0, size_bytes=4 << 30, time_us=2000.0, bandwidth_gbps=4210.5
+                )
+            ],
             all_reduce=[
-                AllReduceReading(backend="nccl", world_size=2, ranks=[0, 1], size_bytes=8, time_us=19.5,
-                                 algbw_gbps=0.0, busbw_gbps=0.0),
-                AllReduceReading(backend="nccl", world_size=2, ranks=[0, 1], size_bytes=1 << 20,
-                                 time_us=25.25, algbw_gbps=41.9, busbw_gbps=41.9),
+                AllReduceReading(
+                    backend="nccl",
+                    world_size=2,
+                    ranks=[0, 1],
+                    size_bytes=8,
+                    time_us=19.5,
+                    algbw_gbps=0.0,
+                    busbw_gbps=0.0,
+                ),
+                AllReduceReading(
+                    backend="nccl",
+                    world_size=2,
+                    ranks=[0, 1],
+                    size_bytes=1 << 20,
+                    time_us=25.25,
+                    algbw_gbps=41.9,
+                    busbw_gbps=41.9,
+                ),
             ],
         )
         for phase in ("before", "after")
     ]
-    node = NodeInfo(hostname="h200|a" if odd else "h200-a", device_type="cuda", device_name="NVIDIA H200",
-                    device_count=2, driver_version="580.65", cuda_version="13.0", torch_version="2.11.0",
-                    triton_version="3.6.0")
-    result = JobResult(idempotency_key="report-test-1", spec=spec, node=node, timer="cuda-event",
-                       started_at=NOW, finished_at=NOW, cells=cells, probes=probes)
+    node = NodeInfo(
+        hostname="h200|a" if odd else "h200-a",
+        device_type="cuda",
+        device_name="NVIDIA H200",
+        device_count=2,
+        driver_version="580.65",
+        cuda_version="13.0",
+        torch_version="2.11.0",
+        triton_version="3.6.0",
+    )
+    result = JobResult(
+        idempotency_key="report-test-1",
+        spec=spec,
+        node=node,
+        timer="cuda-event",
+        started_at=NOW,
+        finished_at=NOW,
+        cells=cells,
+        probes=probes,
+    )
     return stats.compare(result, job_id=42)
 
 
 @pytest.mark.parametrize(
     ("ns", "text"),
-    [(950.0, "950.0 ns"), (0.5, "0.5000 ns"), (12_345.0, "12.35 µs"), (2.5e6, "2.500 ms"), (3.2e9, "3.200 s"),
-     (None, "n/a")],
+    [
+        (950.0, "950.0 ns"),
+        (0.5, "0.5000 ns"),
+        (12_345.0, "12.35 µs"),
+        (2.5e6, "2.500 ms"),
+        (3.2e9, "3.200 s"),
+        (None, "n/a"),
+    ],
 )
 def test_format_duration_units(ns, text):
     assert report.format_duration_ns(ns) == text

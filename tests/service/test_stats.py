@@ -27,8 +27,14 @@ NOW = datetime(2026, 12, 1, tzinfo=UTC)
 
 
 def make_samples(
-    *, rounds: int, base_ns: float = 10_000.0, ratio: float = 1.0, noise: float = 0.01, seed: int = 0,
-    per_round: int = 1, round_noise: float = 0.0,
+    *,
+    rounds: int,
+    base_ns: float = 10_000.0,
+    ratio: float = 1.0,
+    noise: float = 0.01,
+    seed: int = 0,
+    per_round: int = 1,
+    round_noise: float = 0.0,
 ) -> list[Sample]:
     """ABBA-ordered samples: lognormal-ish noise ``noise`` per sample, plus an optional offset
     ``round_noise`` shared by the samples of one variant within one round (correlated samples)."""
@@ -53,20 +59,34 @@ def make_cell(index: int = 0, samples: list[Sample] | None = None, **kw) -> Cell
 
 
 def make_result(
-    cells: list[CellResult], *, threshold_pct: float = 1.0, exclude_throttled: bool = True,
-    probes: list[ProbeReport] | None = None, device_type: str = "cpu", spec: dict | None = None,
+    cells: list[CellResult],
+    *,
+    threshold_pct: float = 1.0,
+    exclude_throttled: bool = True,
+    probes: list[ProbeReport] | None = None,
+    device_type: str = "cpu",
+    spec: dict | None = None,
     error: str | None = None,
 ) -> JobResult:
     spec_fields = dict(
-        benchmark="softmax", baseline={"variant": "torch"}, candidate={"variant": "triton"},
-        sweep={"N": [1000]}, params={"M": 256},
+        benchmark="softmax",
+        baseline={"variant": "torch"},
+        candidate={"variant": "triton"},
+        sweep={"N": [1000]},
+        params={"M": 256},
         measurement={"threshold_pct": threshold_pct, "exclude_throttled": exclude_throttled},
     )
     spec_fields.update(spec or {})
     return JobResult(
-        idempotency_key="test-key-0001", spec=JobSpec.model_validate(spec_fields),
-        node=NodeInfo(hostname="node-a", device_type=device_type), timer="perf_counter",
-        started_at=NOW, finished_at=NOW, cells=cells, probes=probes or [], error=error,
+        idempotency_key="test-key-0001",
+        spec=JobSpec.model_validate(spec_fields),
+        node=NodeInfo(hostname="node-a", device_type=device_type),
+        timer="perf_counter",
+        started_at=NOW,
+        finished_at=NOW,
+        cells=cells,
+        probes=probes or [],
+        error=error,
     )
 
 
@@ -225,7 +245,8 @@ def test_throttled_samples_dropped_and_counted():
     slow = {3, 11, 25}
     samples = [
         s.model_copy(update={"throttled": True, "duration_ns": s.duration_ns * 5})
-        if s.variant == "candidate" and s.round in slow else s
+        if s.variant == "candidate" and s.round in slow
+        else s
         for s in samples
     ]
     c = one_cell(samples)
@@ -331,9 +352,11 @@ def test_benjamini_hochberg_across_sweep():
 
 def test_labels():
     spec = {
-        "benchmark": "matmul", "baseline": {"variant": "triton", "params": {"BLOCK_M": 64}},
+        "benchmark": "matmul",
+        "baseline": {"variant": "triton", "params": {"BLOCK_M": 64}},
         "candidate": {"variant": "triton", "params": {"BLOCK_M": 128}},
-        "sweep": {"M": [256], "dtype": ["float32"]}, "params": {"K": 64},
+        "sweep": {"M": [256], "dtype": ["float32"]},
+        "params": {"K": 64},
     }
     cell = make_cell(0, make_samples(rounds=5), params={"K": 64, "M": 256, "dtype": "float32"})
     comp = stats.compare(make_result([cell], spec=spec))

@@ -55,12 +55,11 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _wait_ready(base_url: str, proc: subprocess.Popen[bytes]) -> None:
+def _wait_ready(base_url: str, proc: subprocess.Popen[bytes], log_path: Path) -> None:
     deadline = time.monotonic() + SERVER_START_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            output = proc.stdout.read().decode() if proc.stdout else ""
-            raise RuntimeError(f"the server exited with {proc.returncode}: {output}")
+            raise RuntimeError(f"the server exited with {proc.returncode}: {log_path.read_text()}")
         try:
             if httpx.get(f"{base_url}/readyz", timeout=1.0).status_code == 200:
                 return
@@ -109,28 +108,30 @@ def _seed(base_url: str) -> Site:
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
-    db_url = f"sqlite:///{tmp_path_factory.mktemp('db') / 'kernelab.db'}"
+    folder = tmp_path_factory.mktemp("server")
+    db_url = f"sqlite:///{folder / 'kernelab.db'}"
+    log_path = folder / "server.log"
     upgrade(db_url)
     port = _free_port()
     base_url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "KERNELAB_DATABASE_URL": db_url, "KERNELAB_ADMIN_TOKEN": ADMIN_TOKEN,
            "KERNELAB_PUBLIC_DASHBOARD": "false"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "--factory", "service.app:create_app",
-         "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-    )
-    try:
-        _wait_ready(base_url, proc)
-        yield _seed(base_url)
-    finally:
-        proc.terminate()
+    with log_path.open("wb") as log:  # the server's output; a failing test's log points here
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "--factory", "service.app:create_app",
+             "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
+            env=env, stdout=log, stderr=subprocess.STDOUT,
+        )
         try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()  # type: ignore[union-attr]
+            _wait_ready(base_url, proc, log_path)
+            yield _seed(base_url)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 @pytest.fixture(scope="module")
@@ -229,7 +230,7 @@ def test_timeline_follows_the_chosen_cell(site: Site, page: Page) -> None:
     page.locator("#comparison-table tbody tr").nth(1).locator("td a").click()
     page.wait_for_selector("#fig-timeline svg.main-svg")
     assert page.url.endswith(f"?cell={second.index}#timeline")
-    assert f"cell {second.index}" in page.locator("#fig-timeline .gtitle").inner_text()
+    assert f"cell {second.index}" in (page.locator("#fig-timeline .gtitle").text_content() or "")
 
 
 def test_queued_job_shows_status_and_no_table(site: Site, page: Page) -> None:

@@ -34,9 +34,17 @@ def test_samples_figure_keeps_throttled_samples_when_the_spec_says_so() -> None:
 def test_samples_figure_log_option_and_toggle() -> None:
     fig = figures.samples_figure(make_result(), log_y=True)
     assert fig.layout.yaxis.type == "log"
-    labels = [b.label for b in fig.layout.updatemenus[0].buttons]
-    assert labels == ["linear", "log"]
-    assert figures.samples_figure(make_result()).layout.yaxis.type in (None, "-", "linear")
+    menu = fig.layout.updatemenus[0]
+    assert [b.label for b in menu.buttons] == ["linear", "log"] and menu.active == 1
+    assert figures.samples_figure(make_result()).layout.yaxis.type == "linear"  # auto: 0.8x apart
+
+
+def test_log_axis_is_automatic_when_variants_are_orders_of_magnitude_apart() -> None:
+    result = make_result(speedup=1000.0)  # e.g. a kernel in the Triton interpreter vs eager torch
+    assert figures.samples_figure(result).layout.yaxis.type == "log"
+    assert figures.samples_figure(result, log_y=False).layout.yaxis.type == "linear"
+    assert figures.timeline_figure(result, 0).layout.yaxis.type == "log"
+    assert figures.timeline_figure(make_result(), 0).layout.yaxis.type == "linear"
 
 
 def test_samples_figure_from_comparison_skips_missing_statistics() -> None:
@@ -103,3 +111,15 @@ def test_figure_json_cannot_close_its_script_element() -> None:
     assert "<" not in text and ">" not in text and "\u2028" not in text
     decoded = json.loads(text)
     assert decoded["data"][0]["name"] == "baseline: </script><script>alert(1)</script>\u2028"
+
+
+def test_probe_tables_pivot_phases_side_by_side() -> None:
+    from web.routes import probe_tables
+
+    after = make_probe("after", T0 + timedelta(seconds=5), copy_gbps=20.0)
+    tables = probe_tables([after, make_probe("before", T0, copy_gbps=40.0)])
+    assert tables["phases"] == ["before", "after"]
+    [copy_row] = tables["copy_rows"]
+    assert {p: r.bandwidth_gbps for p, r in copy_row["by_phase"].items()} == {"before": 40.0, "after": 20.0}
+    assert [r["size_bytes"] for r in tables["reduce_rows"]] == [8, 1 << 20, 64 << 20]
+    assert set(tables["reduce_rows"][0]["by_phase"]) == {"before", "after"}

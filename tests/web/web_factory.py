@@ -78,14 +78,15 @@ def make_probe(phase: str, taken_at: datetime, *, copy_gbps: float = 40.0) -> Pr
 
 def make_result(
     spec: JobSpec | None = None, *, rounds: int = 10, throttled_rounds: tuple[int, ...] = (),
-    clock_mhz: float | None = None, job_id: int | None = None,
+    clock_mhz: float | None = None, job_id: int | None = None, speedup: float = 0.8,
 ) -> JobResult:
-    """A finished job result: every cell of ``spec`` measured for ``rounds`` ABBA rounds."""
+    """A finished job result: every cell of ``spec`` measured for ``rounds`` ABBA rounds; cell ``i``
+    takes ``(i + 1)`` µs on the baseline and ``speedup`` times that on the candidate."""
     spec = spec or make_spec()
     cells = [
         CellResult(
             index=i, params=params,
-            samples=make_samples(rounds, base_ns=1_000.0 * (i + 1), speedup=0.8, seed=i,
+            samples=make_samples(rounds, base_ns=1_000.0 * (i + 1), speedup=speedup, seed=i,
                                  throttled_rounds=throttled_rounds, clock_mhz=clock_mhz),
         )
         for i, params in enumerate(spec.cells("cpu"))

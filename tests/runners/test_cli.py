@@ -1,0 +1,149 @@
+"""The ``kernelab`` CLI: ``run`` on this CPU writes the Comparison JSON; bad specs exit 2 with FILE:LINE."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from runners.cli import app
+from runners.local import example_spec_path
+from runners.specfile import SpecFileError, load_spec
+from service.schemas import Comparison
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"
+VERDICTS = {"faster", "slower", "same", "inconclusive"}
+
+GOOD_SPEC = """\
+benchmark: softmax
+baseline:
+  variant: torch
+candidate:
+  variant: triton
+sweep:
+  M: [8]
+  N: [16]
+measurement:
+  budget_ms: 50
+"""
+
+
+def _invoke(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def _write(tmp_path: Path, text: str, name: str = "spec.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_run_softmax_example_writes_comparison_json(tmp_path: Path) -> None:
+    out_json, out_md = tmp_path / "out.json", tmp_path / "out.md"
+    proc = subprocess.run(
+        [sys.executable, "-m", "runners.cli", "run", str(EXAMPLES / "softmax.yaml"),
+         "--json", str(out_json), "--markdown", str(out_md)],
+        capture_output=True, text=True, timeout=240, cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    comparison = Comparison.model_validate_json(out_json.read_text())
+    spec = load_spec(EXAMPLES / "softmax.yaml")
+    assert [c.params for c in comparison.cells] == spec.cells("cpu")
+    for cell in comparison.cells:
+        assert cell.error is None
+        for stats in (cell.baseline, cell.candidate):
+            assert stats.n >= spec.measurement.min_rounds
+            assert 0 < stats.min_ns <= stats.median_ns
+        assert cell.ratio == pytest.approx(cell.candidate.median_ns / cell.baseline.median_ns)
+        assert cell.ci_low <= cell.ratio <= cell.ci_high
+        assert cell.verdict in VERDICTS
+        assert cell.label in proc.stdout  # the table shows each cell
+    phases = [p.phase for p in comparison.probes]
+    assert phases == ["before", "after"]
+    for report in comparison.probes:
+        assert report.copy_bandwidth and all(r.bandwidth_gbps > 0 for r in report.copy_bandwidth)
+        assert report.all_reduce and all(r.time_us > 0 and r.correct for r in report.all_reduce)
+    assert "GB/s" in proc.stdout  # probe readings are printed
+    markdown = out_md.read_text()
+    assert "|" in markdown and comparison.cells[0].label in markdown
+    assert "[1/2]" in proc.stderr and "[2/2]" in proc.stderr  # a progress line per cell
+
+
+def test_bad_yaml_exits_2_with_file_and_line(tmp_path: Path) -> None:
+    path = _write(tmp_path, GOOD_SPEC.replace("  M: [8]", "  M: [8, 16"))
+    result = _invoke("run", str(path))
+    assert result.exit_code == 2
+    assert f"{path}:7:" in result.output or f"{path}:8:" in result.output
+    assert "not valid YAML" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_unknown_field_names_field_and_line(tmp_path: Path) -> None:
+    path = _write(tmp_path, GOOD_SPEC.replace("  budget_ms: 50", "  budget_ms: 50\n  budget_msx: 3"))
+    result = _invoke("run", str(path))
+    assert result.exit_code == 2
+    assert f"{path}:11: measurement.budget_msx: unknown field 'budget_msx'" in result.output
+
+
+def test_benchmark_parameter_error_points_at_its_key(tmp_path: Path) -> None:
+    path = _write(tmp_path, GOOD_SPEC.replace("  N: [16]", "  N: [-16]"))
+    result = _invoke("run", str(path))
+    assert result.exit_code == 2
+    assert f"{path}:8: sweep.N:" in result.output
+    assert "greater than 0" in result.output
+
+
+def test_unknown_variant_and_missing_field(tmp_path: Path) -> None:
+    text = GOOD_SPEC.replace("variant: triton", "variant: cuda-graph").replace("benchmark: softmax\n", "")
+    path = _write(tmp_path, "name: x\n" + text)
+    with pytest.raises(SpecFileError) as info:
+        load_spec(path)
+    assert [(p.line, p.loc) for p in info.value.problems] == [(1, "benchmark")]
+    path = _write(tmp_path, GOOD_SPEC.replace("variant: triton", "variant: cuda-graph"))
+    with pytest.raises(SpecFileError) as info:
+        load_spec(path)
+    assert [(p.line, p.loc) for p in info.value.problems] == [(5, "candidate.variant")]
+    assert "cuda-graph" in info.value.problems[0].message
+
+
+def test_duplicate_key_and_non_mapping(tmp_path: Path) -> None:
+    path = _write(tmp_path, GOOD_SPEC + "benchmark: matmul\n")
+    with pytest.raises(SpecFileError) as info:
+        load_spec(path)
+    assert info.value.render() == f"{path}:11: benchmark: duplicate key"
+    path = _write(tmp_path, "- just\n- a list\n")
+    result = _invoke("submit", str(path), "--token", "t")
+    assert result.exit_code == 2
+    assert f"{path}:1: a job spec must be a mapping" in result.output
+
+
+def test_json_spec_line_numbers(tmp_path: Path) -> None:
+    text = '{\n  "benchmark": "softmax",\n  "baseline": {"variant": "torch"},\n' \
+           '  "candidate": {"variant": "triton"},\n  "sweep": {"M": [8], "N": [16]},\n  "colour": 1\n}\n'
+    path = _write(tmp_path, text, "spec.json")
+    result = _invoke("submit", str(path), "--token", "t")
+    assert result.exit_code == 2
+    assert f"{path}:6: colour: unknown field 'colour'" in result.output
+
+
+def test_missing_file_and_missing_token(tmp_path: Path) -> None:
+    result = _invoke("run", str(tmp_path / "nope.yaml"))
+    assert result.exit_code == 2 and "cannot read" in result.output
+    path = _write(tmp_path, GOOD_SPEC)
+    result = _invoke("submit", str(path), "--token", "")
+    assert result.exit_code == 2 and "no token" in result.output
+
+
+@pytest.mark.parametrize("name", ["softmax", "matmul"])
+def test_examples_validate_and_are_bundled(name: str) -> None:
+    bundled = example_spec_path(name)
+    assert bundled.read_text() == (EXAMPLES / f"{name}.yaml").read_text()
+    spec = load_spec(bundled)
+    cpu, cuda = spec.cells("cpu"), spec.cells("cuda")
+    # CPU cells are small (Triton interpreter), GPU cells are real sizes.
+    assert max(c["M"] for c in cpu) <= 128 < min(c["M"] for c in cuda)
+    assert spec.timeout_s >= 60

@@ -1,0 +1,221 @@
+"""The runner daemon against a real server process: spool and re-send, idempotent re-post,
+timeouts, lost leases, token reuse. Each test starts its own server on a temp SQLite file."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from runners.client import KernelabAPIError, KernelabClient, KernelabUnavailable
+from runners.daemon import Runner
+from runners.local import ServerProcess, admin_token, free_port
+from runners.spool import Spool
+from service.schemas import JobPublic, JobSpec
+
+
+def _spec(*, budget_ms: float, timeout_s: float = 120.0, cells: int = 1) -> JobSpec:
+    return JobSpec.model_validate({
+        "name": "daemon-test",
+        "benchmark": "softmax",
+        "baseline": {"variant": "torch"},
+        "candidate": {"variant": "triton"},
+        "sweep": {"M": [8], "N": [16 * (i + 1) for i in range(cells)]},
+        "measurement": {"warmup_ms": 1, "budget_ms": budget_ms, "min_rounds": 4},
+        "probes": {"copy_bandwidth": False, "all_reduce": False, "nvml": False},
+        "timeout_s": timeout_s,
+    })
+
+
+class Stack:
+    """A server process on a temp SQLite file that can be stopped and started again."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.token = admin_token(root)
+        self.database_url = f"sqlite:///{root / 'kernelab.db'}"
+        self.port = free_port()
+        self.server: ServerProcess | None = None
+        self.starts = 0
+        self.opened: list[KernelabClient | Runner] = []
+
+    def start(self) -> ServerProcess:
+        self.starts += 1
+        self.server = ServerProcess(self.database_url, port=self.port, admin_token=self.token,
+                                    log_path=self.root / f"server-{self.starts}.log").start()
+        return self.server
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+
+    def client(self, token: str | None = None) -> KernelabClient:
+        """A client with the admin token (or ``token``) that gives up quickly on a dead server."""
+        url = f"http://127.0.0.1:{self.port}"
+        return self.track(KernelabClient(url, token or self.token, retries=1, backoff_s=0.05))
+
+    def runner(self, name: str, work_dir: Path, **kwargs: float) -> Runner:
+        return self.track(Runner(self.client(), name, once=True, work_dir=work_dir, **kwargs))
+
+    def track(self, obj):  # closed at teardown
+        self.opened.append(obj)
+        return obj
+
+    def close(self) -> None:
+        for obj in self.opened:
+            obj.close()
+        self.stop()
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[Stack]:
+    s = Stack(tmp_path)
+    s.start()
+    yield s
+    s.close()
+
+
+def _wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def _status(client: KernelabClient, job: JobPublic) -> str:
+    return client.get_job(job.id).status
+
+
+def _run_in_thread(runner: Runner) -> tuple[threading.Thread, list[BaseException]]:
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            runner.run()
+        except BaseException as exc:  # handed to the test thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread, errors
+
+
+def test_result_spooled_while_server_down_is_resent_after_restart(stack: Stack, tmp_path: Path) -> None:
+    admin = stack.client()
+    job = admin.submit(_spec(budget_ms=500, cells=2))
+    work_dir = tmp_path / "runner"
+    runner = stack.runner("spool-node", work_dir, lease_s=60)
+    thread, errors = _run_in_thread(runner)
+    _wait_for(lambda: _status(admin, job) == "running", 60, "the claim")
+    stack.stop()  # the server goes away while the worker measures
+
+    thread.join(timeout=180)
+    assert not thread.is_alive()
+    assert len(errors) == 1 and isinstance(errors[0], KernelabUnavailable)  # once: gives up claiming
+    assert (runner.done, runner.failed, runner.posted) == (1, 0, 0)
+    pending = runner.spool.pending()
+    assert len(pending) == 1
+    result = Spool.load(pending[0])
+    assert result.job_id == job.id and len(result.cells) == 2
+    token_file = runner.token_file.read_text()
+    assert "spool-node" in repr(runner) and "done=1" in repr(runner)
+
+    stack.start()  # same database, same port; a new daemon process re-sends on start
+    admin = stack.client()
+    restarted = stack.runner("spool-node", work_dir)
+    restarted.run()
+    assert restarted.posted == 1 and restarted.spool.pending() == []
+    assert runner.token_file.read_text() == token_file  # the saved runner token was reused
+    finished = admin.get_job(job.id)
+    assert finished.status == "succeeded"
+    samples = admin.samples(job.id)
+    n_samples = sum(len(c.samples) for c in result.cells)
+    assert len(samples) == n_samples > 0
+
+    again = restarted.client.post_result(job.id, result)  # a retried post stores nothing new
+    assert again.duplicate and again.job_id == job.id
+    assert len(admin.samples(job.id)) == n_samples
+
+
+def test_worker_past_timeout_is_killed_and_job_failed(stack: Stack, tmp_path: Path) -> None:
+    admin = stack.client()
+    job = admin.submit(_spec(budget_ms=60_000, timeout_s=2.0))
+    runner = stack.runner("timeout-node", tmp_path / "runner")
+    started = time.monotonic()
+    runner.run()
+    assert time.monotonic() - started < 60  # not the 60 s budget
+    assert (runner.done, runner.failed) == (0, 1)
+    failed = admin.get_job(job.id)
+    assert failed.status == "failed"
+    assert "timed out" in failed.error and "timeout_s = 2 s" in failed.error
+
+
+def test_lost_lease_stops_the_worker_and_posts_nothing(stack: Stack, tmp_path: Path) -> None:
+    admin = stack.client()
+    job = admin.submit(_spec(budget_ms=20_000))
+    runner = stack.runner("lease-node", tmp_path / "runner", lease_s=5)
+    thread, errors = _run_in_thread(runner)
+    _wait_for(lambda: _status(admin, job) == "running", 60, "the claim")
+    admin.cancel(job.id)  # the runner's next heartbeat answers 409
+    thread.join(timeout=60)
+    assert not thread.is_alive() and errors == []
+    assert (runner.lost, runner.done, runner.failed) == (1, 0, 0)
+    assert runner.spool.pending() == []
+    assert admin.get_job(job.id).status == "cancelled"
+
+
+def test_runner_token_is_used_directly_and_bad_token_refused(stack: Stack, tmp_path: Path) -> None:
+    registered = stack.client().register("given-token-node")
+    with pytest.raises(KernelabAPIError) as info:
+        stack.client().register("given-token-node!")  # name pattern: 422 names the field
+    assert info.value.status_code == 422 and "name" in info.value.detail
+    runner = stack.track(Runner(stack.client(registered.token), "given-token-node", once=True,
+                                work_dir=tmp_path / "runner"))
+    runner.run()  # registration answers 403 for a runner token: it is used as is; queue empty
+    assert not runner.token_file.exists()
+    bad = stack.track(Runner(stack.client("not-a-token"), "x", once=True, work_dir=tmp_path / "bad"))
+    with pytest.raises(KernelabAPIError) as info:
+        bad.run()
+    assert info.value.status_code == 401
+
+
+def test_worker_rejects_an_unreadable_spec(tmp_path: Path) -> None:
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text('{"benchmark": "softmax"}')
+    proc = subprocess.run(
+        [sys.executable, "-m", "runners.worker", str(spec_file), str(tmp_path / "out.json")],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "cannot read spec" in proc.stderr and "baseline" in proc.stderr
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_worker_result_the_server_refuses_is_kept_under_rejected(stack: Stack, tmp_path: Path) -> None:
+    admin = stack.client()
+    job = admin.submit(_spec(budget_ms=100))
+    admin.cancel(job.id)  # nobody holds its lease: a result for it is refused with 409
+    spec_file, out_file = tmp_path / "spec.json", tmp_path / "out.json"
+    spec_file.write_text(_spec(budget_ms=100).model_dump_json())
+    proc = subprocess.run(
+        [sys.executable, "-m", "runners.worker", str(spec_file), str(out_file),
+         "--job-id", str(job.id), "--idempotency-key", "refused-result-1"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "progress: [1/1]" in proc.stdout
+    runner = stack.runner("reject-node", tmp_path / "runner")
+    runner.ensure_token()
+    spooled = runner.spool.adopt(out_file)
+    assert Spool.load(spooled).idempotency_key == "refused-result-1" and not out_file.exists()
+    assert runner.flush_spool() == 0
+    assert runner.spool.pending() == []
+    kept = runner.spool.rejected_dir / spooled.name
+    assert Spool.load(kept).job_id == job.id
+    assert "409" in kept.with_name(kept.name + ".reason.txt").read_text()

@@ -1,0 +1,225 @@
+"""``run_job`` end to end on the CPU: the real softmax benchmark, and a small benchmark of this
+module whose cells fail, skip output elements or override parameters on purpose."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC
+from typing import Any
+
+import pytest
+import torch
+from pydantic import Field
+
+from kernels import Benchmark, BenchmarkError, Params
+from runners.job import check_variant, resolve_device, run_job
+from service.schemas import JobResult, JobSpec, Work
+from service.stats import compare
+
+NO_PROBES = {"copy_bandwidth": False, "all_reduce": False, "nvml": False}
+QUICK = {"warmup_ms": 1.0, "budget_ms": 100.0, "min_rounds": 3, "max_rounds": 12, "target_ci_pct": 50.0}
+
+
+class DoubleParams(Params):
+    n: int = Field(gt=1)
+    fail: bool = False
+
+
+class DoubleBenchmark(Benchmark):
+    """out = 2 * x over n float32 elements. ``skips-last`` never writes the last element."""
+
+    name = "double"
+    Params = DoubleParams
+    variants = ("full", "skips-last")
+
+    def make_inputs(self, params: DoubleParams, device: Any, seed: int) -> dict[str, Any]:
+        gen = torch.Generator(device=device).manual_seed(seed)
+        return {"x": torch.randn(params.n, generator=gen, device=device)}
+
+    def prepare(self, variant: str, params: DoubleParams, inputs: dict[str, Any]):
+        if params.fail:
+            raise RuntimeError("compile error: the toy kernel refuses this cell\nsecond line of detail")
+        x = inputs["x"]
+        out = x * 2  # the buffer starts out holding the right answer: only poisoning can catch a skip
+        if variant == "full":
+            return lambda: torch.mul(x, 2, out=out)
+        if variant == "skips-last":
+            def run() -> torch.Tensor:
+                torch.mul(x[:-1], 2, out=out[:-1])
+                return out
+
+            return run
+        raise BenchmarkError(f"unknown variant {variant!r}")
+
+    def reference(self, params: DoubleParams, inputs: dict[str, Any]) -> torch.Tensor:
+        return inputs["x"].to(torch.float64) * 2
+
+    def work(self, params: DoubleParams, variant: str) -> Work:
+        return Work(flops=params.n, bytes_read=4 * params.n, bytes_written=4 * params.n)
+
+
+DOUBLE = f"{__name__}:DoubleBenchmark"
+
+
+def double_spec(**kw: Any) -> JobSpec:
+    base: dict[str, Any] = {
+        "benchmark": DOUBLE,
+        "baseline": {"variant": "full"},
+        "candidate": {"variant": "full"},
+        "params": {"n": 64},
+        "measurement": QUICK,
+        "probes": NO_PROBES,
+        "device": "cpu",
+    }
+    return JobSpec.model_validate({**base, **kw})
+
+
+def test_softmax_job_on_cpu():
+    spec = JobSpec.model_validate({
+        "name": "softmax torch vs triton",
+        "benchmark": "softmax",
+        "baseline": {"variant": "torch"},
+        "candidate": {"variant": "triton"},
+        "sweep": {"M": [2], "N": [8, 33]},
+        "measurement": QUICK,
+        "probes": NO_PROBES,
+    })
+    calls: list[tuple[int, int, str]] = []
+    threads = torch.get_num_threads()
+    result = run_job(spec, job_id=42, progress=lambda i, n, msg: calls.append((i, n, msg)))
+
+    assert result.job_id == 42
+    assert re.fullmatch(r"[0-9a-f]{32}", result.idempotency_key)
+    assert result.started_at.tzinfo == UTC and result.finished_at.tzinfo == UTC
+    assert result.started_at <= result.finished_at
+    assert result.timer == "perf_counter"
+    assert result.node.device_type == "cpu"
+    assert result.node.triton_interpret  # the Triton variant ran under the interpreter
+    assert result.probes == []
+    assert torch.get_num_threads() == threads  # the single-thread setting is restored
+    assert [c.params for c in result.cells] == [{"M": 2, "N": 8}, {"M": 2, "N": 33}]
+    for cell in result.cells:
+        assert cell.error is None
+        assert cell.correctness["baseline"].passed and cell.correctness["candidate"].passed
+        assert {s.variant for s in cell.samples} == {"baseline", "candidate"}
+        assert len({s.round for s in cell.samples}) >= 3
+        nbytes = cell.params["M"] * cell.params["N"] * 4
+        assert cell.work["baseline"].bytes_read == nbytes == cell.work["candidate"].bytes_written
+    assert {(i, n) for i, n, _ in calls} == {(0, 2), (1, 2)}
+    assert any("measuring" in msg for _, _, msg in calls)
+    # What the runner posts is what the server and `kernelab run` read back.
+    again = JobResult.model_validate_json(result.model_dump_json())
+    assert again == result
+    comparison = compare(again)
+    assert len(comparison.cells) == 2
+    assert all(c.ratio is not None for c in comparison.cells)
+
+
+def test_a_failing_cell_is_recorded_and_the_job_goes_on():
+    spec = double_spec(sweep={"fail": [True, False]})
+    result = run_job(spec)
+    failed, ok = result.cells
+    assert failed.error == "RuntimeError: compile error: the toy kernel refuses this cell"
+    assert failed.samples == [] and failed.correctness == {}
+    assert ok.error is None and ok.samples
+    assert ok.correctness["baseline"].passed
+
+
+def test_poisoning_exposes_an_unwritten_element():
+    result = run_job(double_spec(candidate={"variant": "skips-last"}))
+    (cell,) = result.cells
+    assert cell.correctness["baseline"].passed
+    candidate = cell.correctness["candidate"]
+    assert not candidate.passed
+    assert candidate.nonfinite == 1  # the one element never written kept the NaN poison
+    assert cell.samples  # an incorrect variant is still measured; the verdict flags it
+
+
+def test_check_variant_poisons_the_output():
+    x = torch.randn(16)
+    out = x * 2
+    inputs = {"x": x}
+    ref = x.to(torch.float64) * 2
+
+    def skips_last() -> torch.Tensor:
+        torch.mul(x[:-1], 2, out=out[:-1])
+        return out
+
+    result = check_variant(skips_last, ref, inputs, rtol=1e-6, atol=0.0, device=torch.device("cpu"))
+    assert not result.passed and result.nonfinite == 1
+
+
+def test_check_variant_never_poisons_an_input():
+    x = torch.randn(16)
+    before = x.clone()
+    ref = x.to(torch.float64)
+    result = check_variant(lambda: x.mul_(1.0), ref, {"x": x}, rtol=1e-6, atol=0.0, device=torch.device("cpu"))
+    assert result.passed
+    assert torch.equal(x, before)
+
+
+def test_side_overrides_and_tolerances():
+    spec = double_spec(
+        candidate={"variant": "full", "params": {"n": 128}},
+        correctness={"rtol": 1e-3, "atol": 1e-4},
+    )
+    result = run_job(spec, idempotency_key="fixed-key-0001")
+    (cell,) = result.cells
+    assert result.idempotency_key == "fixed-key-0001"
+    assert cell.baseline_params == {"n": 64} and cell.candidate_params == {"n": 128}
+    assert cell.work["baseline"].flops == 64 and cell.work["candidate"].flops == 128
+    assert cell.correctness["candidate"].rtol == 1e-3 and cell.correctness["candidate"].atol == 1e-4
+
+
+def test_correctness_can_be_disabled():
+    result = run_job(double_spec(candidate={"variant": "skips-last"}, correctness={"enabled": False}))
+    (cell,) = result.cells
+    assert cell.correctness == {} and cell.samples
+
+
+def test_probes_before_and_after():
+    spec = double_spec(probes={"copy_bandwidth": True, "all_reduce": False, "nvml": True})
+    result = run_job(spec)
+    assert [p.phase for p in result.probes] == ["before", "after"]
+    assert all(p.copy_bandwidth for p in result.probes)
+    assert all(p.errors == {} for p in result.probes)
+
+
+def test_unknown_benchmark_raises():
+    with pytest.raises(BenchmarkError):
+        run_job(double_spec(benchmark="no-such-benchmark"))
+
+
+def test_resolve_device():
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device(None, "cpu") == torch.device("cpu")
+    assert resolve_device(torch.device("cpu"), "cuda") == torch.device("cpu")  # the argument wins
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert resolve_device(None, "auto").type == expected
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error raised without CUDA")
+def test_resolve_device_cuda_without_cuda():
+    with pytest.raises(RuntimeError, match="CUDA"):
+        resolve_device(None, "cuda")
+
+
+@pytest.mark.gpu
+def test_softmax_job_on_gpu():
+    spec = JobSpec.model_validate({
+        "benchmark": "softmax",
+        "baseline": {"variant": "torch"},
+        "candidate": {"variant": "triton"},
+        "sweep": {"M": [4096], "N": [4096]},
+        "measurement": {"budget_ms": 500.0},
+        "probes": NO_PROBES,
+        "device": "cuda",
+    })
+    result = run_job(spec)
+    (cell,) = result.cells
+    assert result.timer == "cuda-event"
+    assert cell.error is None
+    assert cell.correctness["baseline"].passed and cell.correctness["candidate"].passed
+    # 4096*4096 float32 read + written = 128 MiB; at <= 4.8 TB/s (HBM3e datasheet) >= 28 us.
+    assert min(s.duration_ns for s in cell.samples) > 128 * 2**20 / 4.8e12 * 1e9
+    assert any(s.sm_clock_mhz is not None for s in cell.samples)

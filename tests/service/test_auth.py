@@ -1,0 +1,87 @@
+"""Tokens: hashing, scope implication, bootstrap admin token, runner re-registration, and the
+dashboard sign-in cookie."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi import APIRouter
+from sqlalchemy import select
+
+from service.api.deps import DashboardAccess
+from service.app import create_app
+from service.auth import authenticate, create_token, effective_scopes, hash_token, revoke_token
+from service.core.config import Settings
+from service.models import Token
+
+
+def test_scopes_imply() -> None:
+    assert effective_scopes(["admin"]) == {"admin", "submit", "read"}
+    assert effective_scopes(["submit"]) == {"submit", "read"}
+    assert effective_scopes(["runner"]) == {"runner"}
+    with pytest.raises(ValueError, match="unknown scope"):
+        effective_scopes(["root"])
+
+
+def test_tokens_are_stored_hashed_and_revocable(api, admin_token) -> None:  # type: ignore[no-untyped-def]
+    with api.factory.begin() as session:
+        token = create_token(session, "ci", ["read"])
+    with api.factory.begin() as session:
+        rows = session.scalars(select(Token.token_sha256)).all()
+        assert hash_token(token) in rows and token not in rows
+        assert hash_token(admin_token) in rows  # the bootstrap token of the settings
+        principal = authenticate(session, token)
+        assert principal is not None and principal.scopes == {"read"}
+        assert revoke_token(session, principal.token_id)
+    assert api.client.get("/api/v1/jobs", headers={"Authorization": f"Bearer {token}"}).status_code == 401
+
+
+def test_reregistering_a_runner_revokes_its_old_token(api) -> None:  # type: ignore[no-untyped-def]
+    old = api.runner("node-x")
+    new = api.runner("node-x")
+    assert api.client.post("/api/v1/runners/claim", json={}, headers=old).status_code == 401
+    assert api.client.post("/api/v1/runners/claim", json={}, headers=new).status_code == 204
+
+
+def _dashboard_app(settings: Settings):  # type: ignore[no-untyped-def]
+    app = create_app(settings)
+    probe = APIRouter()
+
+    @probe.get("/dashboard-probe")
+    def page(principal: DashboardAccess) -> dict[str, str | None]:
+        return {"who": None if principal is None else principal.name}
+
+    app.include_router(probe)
+    return app
+
+
+def test_login_cookie_grants_dashboard_access(settings: Settings, client_class, admin_token) -> None:  # type: ignore[no-untyped-def]
+    with client_class(_dashboard_app(settings)) as client:
+        assert client.get("/dashboard-probe").status_code == 401
+        assert client.get("/login", params={"token": "wrong"}).status_code == 401
+        r = client.get("/login", params={"token": admin_token}, follow_redirects=False)
+        assert r.status_code == 303 and r.headers["location"] == "/"
+        assert "httponly" in r.headers["set-cookie"].lower()
+        assert client.get("/dashboard-probe").json() == {"who": "admin (KERNELAB_ADMIN_TOKEN)"}
+        client.get("/logout", follow_redirects=False)
+        assert client.get("/dashboard-probe").status_code == 401
+
+
+def test_public_dashboard_needs_no_token(settings: Settings, client_class) -> None:  # type: ignore[no-untyped-def]
+    public = settings.model_copy(update={"public_dashboard": True})
+    with client_class(_dashboard_app(public)) as client:
+        assert client.get("/dashboard-probe").json() == {"who": None}
+        assert client.get("/api/v1/jobs").status_code == 401  # the API stays private
+
+
+def test_runner_token_cannot_sign_in(api) -> None:  # type: ignore[no-untyped-def]
+    token = api.runner()["Authorization"].removeprefix("Bearer ")
+    assert api.client.get("/login", params={"token": token}, follow_redirects=False).status_code == 403
+
+
+def test_settings_from_environment(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("KERNELAB_DATABASE_URL", f"sqlite:///{tmp_path / 'k.db'}")
+    monkeypatch.setenv("KERNELAB_MAX_ATTEMPTS", "5")
+    monkeypatch.setenv("KERNELAB_PUBLIC_DASHBOARD", "true")
+    settings = Settings()
+    assert (settings.max_attempts, settings.public_dashboard) == (5, True)
+    assert settings.database_url.endswith("k.db")

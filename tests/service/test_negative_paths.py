@@ -1,0 +1,89 @@
+"""One shared helper checks every endpoint's negative paths: no token -> 401 with
+``WWW-Authenticate: Bearer``; a bad token -> 401; unknown id -> 404 with a message; an extra
+field in a strict body -> 422 naming it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from factories import job_result, probe_report, spec_dict
+
+UNKNOWN_ID = 987654
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    method: str
+    path: str  # "{id}" is replaced by a job id
+    scope: str  # "read" | "submit" | "admin" | "runner"
+    body: dict[str, Any] | None = None
+    has_id: bool = True
+    strict_body: bool = field(default=False)
+
+
+def _bodies() -> dict[str, dict[str, Any]]:
+    return {
+        "spec": spec_dict(),
+        "result": job_result(UNKNOWN_ID).model_dump(mode="json"),
+        "probe": probe_report().model_dump(mode="json"),
+    }
+
+
+ENDPOINTS = [
+    Endpoint("POST", "/api/v1/jobs", "submit", _bodies()["spec"], has_id=False, strict_body=True),
+    Endpoint("GET", "/api/v1/jobs", "read", has_id=False),
+    Endpoint("GET", "/api/v1/jobs/{id}", "read"),
+    Endpoint("GET", "/api/v1/jobs/{id}/comparison", "read"),
+    Endpoint("GET", "/api/v1/jobs/{id}/samples", "read"),
+    Endpoint("GET", "/api/v1/jobs/{id}/report.md", "read"),
+    Endpoint("POST", "/api/v1/jobs/{id}/cancel", "submit"),
+    Endpoint("POST", "/api/v1/jobs/{id}/results", "runner", _bodies()["result"]),
+    Endpoint("POST", "/api/v1/runners/register", "admin", {"name": "n"}, has_id=False, strict_body=True),
+    Endpoint("POST", "/api/v1/runners/claim", "runner", {}, has_id=False, strict_body=True),
+    Endpoint("POST", "/api/v1/runners/jobs/{id}/heartbeat", "runner", {}, strict_body=True),
+    Endpoint("POST", "/api/v1/runners/jobs/{id}/fail", "runner", {"error": "x"}, strict_body=True),
+    Endpoint("POST", "/api/v1/nodes/{id}/probes", "runner", _bodies()["probe"], has_id=False),
+    Endpoint("GET", "/api/v1/nodes", "read", has_id=False),
+    Endpoint("GET", "/api/v1/nodes/{id}", "read"),
+]
+
+
+def check_negative_paths(api, endpoint: Endpoint) -> None:  # type: ignore[no-untyped-def]
+    """Assert the negative paths of ``endpoint`` on a real app and database."""
+    path = endpoint.path.replace("{id}", str(UNKNOWN_ID))
+
+    def call(headers: dict[str, str], body: dict[str, Any] | None = endpoint.body):  # type: ignore[no-untyped-def]
+        return api.client.request(endpoint.method, path, json=body, headers=headers)
+
+    r = call({})
+    assert r.status_code == 401, (endpoint, r.text)
+    assert r.headers["www-authenticate"] == "Bearer" and isinstance(r.json()["detail"], str)
+    assert call({"Authorization": "Bearer wrong"}).status_code == 401
+    allowed = api.runner("neg") if endpoint.scope == "runner" else api.token(endpoint.scope)
+    if endpoint.has_id:
+        r = call(allowed)
+        assert r.status_code == 404, (endpoint, r.text)
+        assert str(UNKNOWN_ID) in r.json()["detail"]
+    if endpoint.strict_body:
+        r = call(allowed, {**(endpoint.body or {}), "unexpected_field": 1})
+        assert r.status_code == 422, (endpoint, r.text)
+        assert ["body", "unexpected_field"] in [e["loc"] for e in r.json()["detail"]]
+
+
+@pytest.mark.parametrize("endpoint", ENDPOINTS, ids=lambda e: f"{e.method} {e.path}")
+def test_negative_paths(api, endpoint: Endpoint) -> None:  # type: ignore[no-untyped-def]
+    check_negative_paths(api, endpoint)
+
+
+def test_every_api_route_is_covered(api) -> None:  # type: ignore[no-untyped-def]
+    """A new endpoint without an entry above fails here."""
+    covered = {(e.method, e.path.replace("{id}", "")) for e in ENDPOINTS}
+    for route in api.client.app.routes:
+        path = getattr(route, "path", "")
+        if not path.startswith("/api/v1"):
+            continue
+        bare = path.replace("{job_id}", "").replace("{name}", "")
+        for method in route.methods - {"HEAD", "OPTIONS"}:
+            assert (method, bare) in covered, f"{method} {path} has no negative-path entry"

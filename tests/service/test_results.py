@@ -1,0 +1,137 @@
+"""Result ingestion: stored whole, idempotent, rebuilt exactly; raw samples as JSON and CSV;
+probe reports and nodes."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+from factories import job_result, probe_report
+from sqlalchemy import func, select
+
+from service import crud
+from service.models import Cell, ProbeReading, ProbeReport, Result, Sample
+
+
+def _counts(api) -> tuple[int, ...]:  # type: ignore[no-untyped-def]
+    with api.factory() as session:
+        return tuple(
+            session.scalar(select(func.count()).select_from(t))
+            for t in (Result, Cell, Sample, ProbeReport, ProbeReading)
+        )
+
+
+def _claimed(api, name: str = "node-a"):  # type: ignore[no-untyped-def]
+    job_id = api.submit()
+    runner = api.runner(name)
+    assert api.client.post("/api/v1/runners/claim", json={}, headers=runner).status_code == 200
+    return job_id, runner
+
+
+def test_ingest_is_idempotent_and_round_trips(api) -> None:  # type: ignore[no-untyped-def]
+    job_id, runner = _claimed(api)
+    result = job_result(job_id)
+    first = api.post_result(job_id, result, runner)
+    assert first.status_code == 201 and first.json()["duplicate"] is False
+    counts = _counts(api)
+    assert counts == (1, 2, 2 * 6 * 4, 2, 2 * 3)
+    again = api.post_result(job_id, result, runner)
+    assert again.status_code == 200
+    assert again.json() == {"job_id": job_id, "result_id": first.json()["result_id"], "duplicate": True}
+    assert _counts(api) == counts
+    job = api.client.get(f"/api/v1/jobs/{job_id}", headers=api.admin).json()
+    assert job["status"] == "succeeded" and job["finished_at"]
+    with api.factory() as session:
+        assert crud.load_result(session=session, job_id=job_id) == result
+        assert crud.load_result(session=session, job_id=job_id + 1) is None
+
+
+def test_invalid_sample_stores_nothing(api) -> None:  # type: ignore[no-untyped-def]
+    job_id, runner = _claimed(api)
+    body = json.loads(job_result(job_id).model_dump_json())
+    body["cells"][1]["samples"][3]["duration_ns"] = -5.0
+    r = api.client.post(f"/api/v1/jobs/{job_id}/results", json=body, headers=runner)
+    assert r.status_code == 422
+    assert ["body", "cells", 1, "samples", 3, "duration_ns"] in [e["loc"] for e in r.json()["detail"]]
+    assert _counts(api) == (0, 0, 0, 0, 0)
+    assert api.client.get(f"/api/v1/jobs/{job_id}", headers=api.admin).json()["status"] == "running"
+
+
+def test_failure_inside_the_transaction_rolls_everything_back(api) -> None:  # type: ignore[no-untyped-def]
+    """Two cells with one index pass pydantic but break the (result_id, cell_index) unique key
+    after the result row and the first inserts: 409 and nothing stored."""
+    job_id, runner = _claimed(api)
+    result = job_result(job_id)
+    result.cells[1].index = 0
+    r = api.post_result(job_id, result, runner)
+    assert r.status_code == 409 and "conflicts with stored data" in r.json()["detail"]
+    assert _counts(api) == (0, 0, 0, 0, 0)
+    assert api.client.get(f"/api/v1/jobs/{job_id}", headers=api.admin).json()["status"] == "running"
+
+
+def test_result_needs_the_lease(api) -> None:  # type: ignore[no-untyped-def]
+    job_id, _ = _claimed(api)
+    r = api.post_result(job_id, job_result(job_id), api.runner("intruder"))
+    assert r.status_code == 409 and "lease" in r.json()["detail"]
+    r = api.post_result(job_id, job_result(job_id + 1), api.runner("intruder"))
+    assert r.status_code == 409 and "names job" in r.json()["detail"]
+    assert _counts(api) == (0, 0, 0, 0, 0)
+
+
+def test_result_with_error_fails_the_job(api) -> None:  # type: ignore[no-untyped-def]
+    job_id, runner = _claimed(api)
+    assert api.post_result(job_id, job_result(job_id, error="OOM in cell 1"), runner).status_code == 201
+    job = api.client.get(f"/api/v1/jobs/{job_id}", headers=api.admin).json()
+    assert (job["status"], job["error"]) == ("failed", "OOM in cell 1")
+
+
+def test_samples_json_and_csv(api) -> None:  # type: ignore[no-untyped-def]
+    job_id, runner = _claimed(api)
+    read = api.token("read")
+    assert api.client.get(f"/api/v1/jobs/{job_id}/samples", headers=read).status_code == 409
+    result = job_result(job_id)
+    api.post_result(job_id, result, runner)
+    expected = [
+        (c.index, s.variant, s.round, s.position, s.duration_ns) for c in result.cells for s in c.samples
+    ]
+    rows = api.client.get(f"/api/v1/jobs/{job_id}/samples?format=json", headers=read).json()
+    assert [
+        (r["cell_index"], r["variant"], r["round"], r["position"], r["duration_ns"]) for r in rows
+    ] == expected
+    assert rows[0]["params"] == {"M": 4, "N": 64} and rows[0]["throttled"] is True
+    r = api.client.get(f"/api/v1/jobs/{job_id}/samples?format=csv", headers=read)
+    assert r.headers["content-type"].startswith("text/csv")
+    table = list(csv.DictReader(io.StringIO(r.text)))
+    assert list(table[0]) == list(crud.SAMPLE_COLUMNS)
+    assert [(int(t["cell_index"]), t["variant"], int(t["round"]), int(t["position"]), float(t["duration_ns"]))
+            for t in table] == expected  # fmt: skip
+    assert json.loads(table[-1]["params"]) == {"M": 4, "N": 128}
+    assert api.client.get(f"/api/v1/jobs/{job_id}/samples?format=xml", headers=read).status_code == 422
+
+
+def test_probe_reports_and_nodes(api) -> None:  # type: ignore[no-untyped-def]
+    job_id, runner = _claimed(api, "node-a")
+    api.post_result(job_id, job_result(job_id, hostname="node-a"), runner)
+    body = probe_report("adhoc", gbps=7.5).model_dump_json()
+    headers = {**runner, "content-type": "application/json"}
+    r = api.client.post("/api/v1/nodes/node-b/probes", content=body, headers=headers)
+    assert r.status_code == 201 and r.json()["node"] == "node-b"
+    read = api.token("read")
+    nodes = api.client.get("/api/v1/nodes", headers=read).json()
+    assert nodes["count"] == 2
+    assert [(n["name"], n["probe_reports"], n["results"]) for n in nodes["data"]] == [
+        ("node-a", 2, 1),
+        ("node-b", 1, 0),
+    ]
+    detail = api.client.get("/api/v1/nodes/node-a", headers=read).json()
+    assert [p["report"]["phase"] for p in detail["probes"]] == ["after", "before"]
+    assert {p["job_id"] for p in detail["probes"]} == {job_id}
+    assert detail["node"]["hostname"] == "node-a"
+    with api.factory() as session:
+        readings = crud.probe_readings(session=session, node_name="node-b", kind="copy_bandwidth")
+        assert [(r["value_gbps"], r["phase"]) for r in readings] == [(7.5, "adhoc")]
+        busbw = crud.probe_readings(session=session, node_name="node-a", kind="all_reduce")
+        assert [r["busbw_gbps"] for r in busbw] == [0.00027, 1.165, 0.00027, 1.165]
+    assert api.client.get("/api/v1/nodes/node-z", headers=read).status_code == 404
+    assert api.client.post("/api/v1/nodes/node-b/probes", json={}, headers=api.admin).status_code == 403
