@@ -57,6 +57,10 @@ PowerOfTwo = Annotated[int, AfterValidator(_check_power_of_two)]
 """A positive power-of-two ``int`` parameter (Triton block sizes, ``num_warps``)."""
 
 
+# Inside ``Benchmark`` the name ``Params`` is each subclass's own model; annotations use this alias.
+ParamsModel = Params
+
+
 class Benchmark(ABC):
     """One benchmark: parameters, variants, inputs, reference, declared work.
 
@@ -65,12 +69,12 @@ class Benchmark(ABC):
     """
 
     name: ClassVar[str]
-    Params: ClassVar[type[Params]]
+    Params: ClassVar[type[ParamsModel]]
     variants: ClassVar[tuple[str, ...]]
     description: ClassVar[str] = ""
 
     @abstractmethod
-    def make_inputs(self, params: Params, device: Any, seed: int) -> dict[str, Any]:
+    def make_inputs(self, params: ParamsModel, device: Any, seed: int) -> dict[str, Any]:
         """Fresh random inputs on ``device`` (a ``torch.device``); never zeros. Not timed.
 
         Draw them from a ``torch.Generator`` seeded with ``seed``
@@ -79,7 +83,7 @@ class Benchmark(ABC):
         """
 
     @abstractmethod
-    def prepare(self, variant: str, params: Params, inputs: dict[str, Any]) -> Callable[[], Any]:
+    def prepare(self, variant: str, params: ParamsModel, inputs: dict[str, Any]) -> Callable[[], Any]:
         """Return a zero-argument callable that launches ``variant`` once and returns its output.
 
         All allocation and compilation that can happen outside the timed closure happens here;
@@ -88,20 +92,20 @@ class Benchmark(ABC):
         """
 
     @abstractmethod
-    def reference(self, params: Params, inputs: dict[str, Any]) -> Any:
+    def reference(self, params: ParamsModel, inputs: dict[str, Any]) -> Any:
         """The exact result in float64 (a ``torch.Tensor``), on the CPU or the inputs' device."""
 
     @abstractmethod
-    def work(self, params: Params, variant: str) -> Work:
+    def work(self, params: ParamsModel, variant: str) -> Work:
         """Work one launch of ``variant`` does at ``params`` (FLOPs, bytes read, bytes written)."""
 
-    def tolerances(self, params: Params) -> tuple[float, float]:
+    def tolerances(self, params: ParamsModel) -> tuple[float, float]:
         """Default (rtol, atol) for the output's dtype; see ``kernels.tolerances``."""
         from kernels.tolerances import default_tolerances
 
         return default_tolerances(str(getattr(params, "dtype", "float32")))
 
-    def parse_params(self, values: Mapping[str, ParamValue]) -> Params:
+    def parse_params(self, values: Mapping[str, ParamValue]) -> ParamsModel:
         """Validate one cell's parameters. Raises ``pydantic.ValidationError``."""
         return self.Params.model_validate(dict(values))
 

@@ -68,10 +68,9 @@ def check_output(out: Any, ref: Any, *, rtol: float, atol: float) -> Correctness
     """
     if not isinstance(out, torch.Tensor) or not isinstance(ref, torch.Tensor):
         raise TypeError(f"check_output needs tensors, got {type(out).__name__} and {type(ref).__name__}")
-    tol = {"rtol": rtol, "atol": atol}
     if tuple(out.shape) != tuple(ref.shape):
         return CorrectnessResult(
-            passed=False, **tol,
+            passed=False, rtol=rtol, atol=atol,
             message=f"FAIL: output shape {tuple(out.shape)} != reference shape {tuple(ref.shape)}",
         )
     out64, ref64 = _as_cpu_f64(out), _as_cpu_f64(ref)
@@ -96,7 +95,7 @@ def check_output(out: Any, ref: Any, *, rtol: float, atol: float) -> Correctness
         )
     return CorrectnessResult(
         passed=passed, rel_error=rel, max_abs_error=max_abs, cosine_similarity=cosine,
-        nonfinite=nonfinite, message=message, **tol,
+        nonfinite=nonfinite, message=message, rtol=rtol, atol=atol,
     )
 
 

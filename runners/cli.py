@@ -240,9 +240,13 @@ def runner(
 
     _setup_logging(log_level)
     client = _client(server, token)
-    daemon = Runner(
-        client, name, once=once, poll_s=poll_s, lease_s=lease_s, work_dir=work_dir, grace_s=grace_s
-    )
+    try:
+        daemon = Runner(
+            client, name, once=once, poll_s=poll_s, lease_s=lease_s, work_dir=work_dir, grace_s=grace_s
+        )
+    except ValueError as exc:
+        client.close()
+        raise _fail(str(exc), EXIT_BAD_INPUT) from None
     try:
         daemon.run()
     except KernelabAPIError as exc:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -49,6 +50,7 @@ KILL_WAIT_S = 10.0  # SIGTERM -> SIGKILL delay for a child being stopped
 MIN_IDLE_S = 1.0  # least time between two empty claims, against a server that does not long-poll
 STDERR_TAIL_CHARS = 4000  # how much of a failed child's stderr goes into the failure message
 LEASE_LOST_STATUS = frozenset({404, 409})
+RUNNER_NAME = re.compile(r"^[A-Za-z0-9._:-]{1,200}$")  # service.schemas.RunnerRegister.name
 
 
 class Runner:
@@ -61,8 +63,9 @@ class Runner:
     ``runners.probes.node_info()``). Counters: ``done``, ``failed``, ``lost`` (lease lost),
     ``posted`` (results acknowledged, including re-sent spooled ones).
 
-    The caller keeps owning ``client``; the client the runner makes for its own token is closed
-    by ``close()`` (or on leaving ``with Runner(...) as runner:``).
+    Raises ``ValueError`` for a name outside ``[A-Za-z0-9._:-]{1,200}`` (the server's rule; the
+    name is also a folder name). The caller keeps owning ``client``; the client the runner makes
+    for its own token is closed by ``close()`` (or on leaving ``with Runner(...) as runner:``).
     """
 
     def __init__(
@@ -77,6 +80,8 @@ class Runner:
         grace_s: float = 60.0,
         node: NodeInfo | None = None,
     ):
+        if not RUNNER_NAME.match(name):
+            raise ValueError(f"runner name {name!r} must match {RUNNER_NAME.pattern}")
         self.client = client
         self.name = name
         self.once = once

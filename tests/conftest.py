@@ -19,6 +19,14 @@ def _has_cuda() -> bool:
     return bool(torch.cuda.is_available())
 
 
+# Triton's interpreter mode is fixed by the first ``import triton`` in a process
+# (kernels/_device.py): pick it before any test module imports triton.
+if not _has_cuda():
+    from kernels._device import configure_triton_env
+
+    configure_triton_env("cpu")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     skip_gpu = pytest.mark.skip(reason="no CUDA GPU on this machine")
     has_cuda = _has_cuda()

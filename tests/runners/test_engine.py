@@ -147,22 +147,26 @@ def test_budget_respected_within_tolerance():
     assert budget_ms * 0.5 < wall_ms < budget_ms * 1.3 + 30.0
 
 
-def bimodal(seed: int):
-    """A callable taking 20 us or 400 us with equal odds (seeded): CV ~0.9 per launch."""
+def bimodal(short_ns: int, long_ns: int, seed: int):
+    """A callable taking ``short_ns`` or ``long_ns`` with equal odds (seeded)."""
     rng = np.random.default_rng(seed)
 
     def fn() -> None:
-        busy_wait(20_000 if rng.random() < 0.5 else 400_000)
+        busy_wait(short_ns if rng.random() < 0.5 else long_ns)
 
     return fn
 
 
 def test_adaptive_stop_stops_earlier_for_a_quiet_pair():
+    # Short samples (0.1 ms windows) so that a busy CI box rarely preempts one of the quiet pair.
     spec = settings(target_ci_pct=10.0, min_rounds=5, max_rounds=40)
-    quiet = measure_pair(fixed(200_000), fixed(200_000), spec, CpuTimer())
-    loud = measure_pair(bimodal(1), bimodal(2), spec, CpuTimer())
+    quiet = measure_pair(fixed(50_000), fixed(50_000), spec, CpuTimer(min_window_ns=100_000))
+    loud = measure_pair(
+        bimodal(5_000, 95_000, 1), bimodal(5_000, 95_000, 2), spec, CpuTimer(min_window_ns=100_000)
+    )
     assert rounds_of(quiet) < rounds_of(loud)
-    assert rounds_of(loud) == 40  # ~40% CV per sample cannot reach a 10% CI in 40 rounds
+    # ~0.9 CV per launch, ~2 launches per sample: a 10% CI on the ratio needs far more than 40 rounds.
+    assert rounds_of(loud) == 40
     ratio, half_width = ci_half_width(quiet, spec)
     assert half_width < 0.10
     assert ratio == pytest.approx(1.0, abs=0.15)

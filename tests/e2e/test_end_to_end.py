@@ -1,0 +1,129 @@
+"""End to end over real HTTP: ``kernelab serve`` and ``kernelab runner --once`` as separate
+processes on a temp SQLite file; jobs submitted through ``kernelab submit --wait`` and REST."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runners.client import KernelabClient
+from runners.local import ServerProcess, admin_token, free_port
+from runners.specfile import load_spec
+
+VERDICTS = {"faster", "slower", "same", "inconclusive"}
+
+TINY_SPEC = """\
+name: e2e softmax
+benchmark: softmax
+baseline: {variant: torch}
+candidate: {variant: triton}
+sweep: {M: [64], N: [1024]}
+sweep_by_device:
+  cpu: {M: [8], N: [16, 200]}
+measurement: {warmup_ms: 1, budget_ms: 150, min_rounds: 4}
+probes: {copy_bandwidth: true, all_reduce: true, nvml: true}
+timeout_s: 300
+"""
+
+
+def _cli(*args: str, env: dict[str, str], timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "runners.cli", *args], capture_output=True, text=True,
+                          env=env, timeout=timeout_s)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[tuple[ServerProcess, str]]:
+    token = admin_token(tmp_path)
+    proc = ServerProcess(f"sqlite:///{tmp_path / 'kernelab.db'}", port=free_port(), admin_token=token,
+                         log_path=tmp_path / "server.log")
+    with proc:
+        yield proc, token
+
+
+def test_submit_run_and_read_back(server: tuple[ServerProcess, str], tmp_path: Path) -> None:
+    srv, token = server
+    spec_file = tmp_path / "tiny.yaml"
+    spec_file.write_text(TINY_SPEC)
+    cpu_cells = load_spec(spec_file).cells("cpu")
+    env = {**os.environ, "KERNELAB_SERVER": srv.url, "KERNELAB_TOKEN": token}
+
+    with KernelabClient(srv.url, token) as client:
+        # Job 1 through REST (probes off to keep the test short), job 2 through `kernelab submit --wait`.
+        no_probes = {"copy_bandwidth": False, "all_reduce": False, "nvml": False}
+        rest_job = client.submit({**load_spec(spec_file).model_dump(mode="json"), "probes": no_probes})
+        submit = subprocess.Popen([sys.executable, "-m", "runners.cli", "submit", str(spec_file), "--wait"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        deadline = time.monotonic() + 60
+        while client.list_jobs().count < 2:
+            assert time.monotonic() < deadline and submit.poll() is None, submit.communicate()
+            time.sleep(0.2)
+
+        runner = _cli("runner", "--once", "--name", "e2e-node", "--work-dir", str(tmp_path / "runner"),
+                      env=env)
+        assert runner.returncode == 0, runner.stderr
+        assert "done=2 failed=0" in runner.stderr
+        out, err = submit.communicate(timeout=120)
+        assert submit.returncode == 0, err
+        cli_job_id = int(out.splitlines()[0])
+        assert cli_job_id != rest_job.id
+        assert "verdicts:" in out and "GB/s" in out  # the table and the probe readings
+        assert "succeeded" in err  # progress on stderr
+
+        for job_id, with_probes in ((rest_job.id, False), (cli_job_id, True)):
+            job = client.get_job(job_id)
+            assert job.status == "succeeded" and job.node == "e2e-node"
+            comparison = client.comparison(job_id)
+            assert [c.params for c in comparison.cells] == cpu_cells
+            assert all(c.verdict in VERDICTS and c.error is None for c in comparison.cells)
+            assert sum(comparison.summary.values()) == len(cpu_cells)
+            samples = client.samples(job_id)
+            n_json = len(samples)
+            assert n_json == sum(c.baseline.n + c.candidate.n + c.baseline.dropped_throttled
+                                 + c.candidate.dropped_throttled for c in comparison.cells)
+            assert {s["variant"] for s in samples} == {"baseline", "candidate"}
+            assert all(s["duration_ns"] > 0 for s in samples)
+            rows = list(csv.DictReader(io.StringIO(client.samples(job_id, fmt="csv"))))
+            assert len(rows) == n_json and "duration_ns" in rows[0]
+            if with_probes:
+                assert [p.phase for p in comparison.probes] == ["before", "after"]
+                for report in comparison.probes:
+                    assert report.copy_bandwidth[0].bandwidth_gbps > 0
+                    assert report.all_reduce and all(r.correct for r in report.all_reduce)
+            else:
+                assert comparison.probes == []
+
+        nodes = client.request("GET", "/nodes", idempotent=True).json()["data"]
+        assert nodes, "the node that measured the jobs is listed"
+        stored = [client.get_node(n["name"]) for n in nodes]
+        probe_jobs = {p["job_id"] for node in stored for p in node["probes"]}
+        assert cli_job_id in probe_jobs  # probe readings stored with the node's history
+
+    report = _cli("report", str(cli_job_id), "--markdown", env=env, timeout_s=60)
+    assert report.returncode == 0, report.stderr
+    assert "|" in report.stdout and "M=8" in report.stdout
+
+
+def test_up_runs_the_demo_and_reuses_its_token(tmp_path: Path) -> None:
+    data_dir = tmp_path / "kernelab-data"
+    spec_file = tmp_path / "tiny.yaml"
+    spec_file.write_text(TINY_SPEC.replace("all_reduce: true", "all_reduce: false"))
+    tokens = []
+    for demo_job_id in (1, 2):
+        proc = _cli("up", "--port", str(free_port()), "--data-dir", str(data_dir), "--spec", str(spec_file),
+                    "--exit", env=dict(os.environ), timeout_s=240)
+        assert proc.returncode == 0, proc.stderr + (data_dir / "runner.log").read_text()
+        assert "verdicts:" in proc.stdout
+        line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("dashboard"))
+        url = line.split()[1]
+        assert "/login?token=" in url
+        tokens.append(url.split("token=", 1)[1])
+        assert f"demo job {demo_job_id}:" in proc.stderr  # the second run reuses the database
+    assert tokens[0] == tokens[1] == (data_dir / "admin-token").read_text().strip()
