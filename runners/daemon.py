@@ -18,7 +18,8 @@ Loop (``Runner.run``)::
 * **Timeouts.** A child running longer than the spec's ``timeout_s`` is killed (its whole process
   group, so probe helpers die too) and the job is failed with a message saying so.
 * **Shutdown** (SIGTERM/SIGINT, arq's behaviour): stop claiming, let the running job finish within
-  ``grace_s`` seconds, else kill it and fail the job with ``retry=True`` so another node takes it.
+  ``grace_s`` seconds (a second signal ends the grace at once), else kill it and fail the job with
+  ``retry=True`` so another node takes it.
 * **Burst mode** (``once=True``, arq's ``burst``): drain the queue, then exit.
 """
 
@@ -129,8 +130,13 @@ class Runner:
             self._stop.set()
 
     def _on_signal(self, signum: int, _frame: object) -> None:
-        log.info("runner %s: %s received; no new claims, running job gets %.0f s",
-                 self.name, signal.Signals(signum).name, self.grace_s)
+        name = signal.Signals(signum).name
+        if self._stop.is_set():  # a second signal: no more grace
+            log.warning("runner %s: second %s; stopping the running job now", self.name, name)
+            self._stop_at = float("-inf")
+            return
+        log.info("runner %s: %s received; no new claims, running job gets %.0f s (again: stop it now)",
+                 self.name, name, self.grace_s)
         self.stop()
 
     def run(self) -> None:

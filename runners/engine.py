@@ -106,23 +106,25 @@ def _warm_up(
 ) -> dict[Variant, int]:
     """Alternate the variants through ``timer`` until each has run ``warmup_ms``; launches per sample.
 
-    Each variant's launches per call double from 1 up to what its own estimate asks for
-    (``timer.launches_for``), so its last estimate comes from a full-size window. At least
+    Each variant's launches per call double from 1 up to what its fastest reading so far asks for
+    (``timer.launches_for``), so later readings come from full-size windows. At least
     ``_MIN_WARMUP_PASSES`` passes run. Returns each variant's launches per sample.
     """
     spent_ns: dict[Variant, float] = dict.fromkeys(VARIANTS, 0.0)
+    best_ns: dict[Variant, float] = dict.fromkeys(VARIANTS, math.inf)
     launches: dict[Variant, int] = dict.fromkeys(VARIANTS, 1)
-    wanted: dict[Variant, int] = dict.fromkeys(VARIANTS, 1)
     passes = 0
     while passes < _MIN_WARMUP_PASSES or min(spent_ns.values()) < warmup_ms * 1e6:
         for variant in VARIANTS if passes % 2 == 0 else tuple(reversed(VARIANTS)):
             t0 = time.perf_counter_ns()
             estimate_ns = timer.time_ns(fns[variant], launches[variant])
             spent_ns[variant] += time.perf_counter_ns() - t0
-            wanted[variant] = timer.launches_for(estimate_ns)
-            launches[variant] = min(2 * launches[variant], wanted[variant])
+            # Delays only add time: the fastest reading is the robust estimate (first-call
+            # compilation, preemption and small-window overhead all inflate the others).
+            best_ns[variant] = min(best_ns[variant], estimate_ns)
+            launches[variant] = min(2 * launches[variant], timer.launches_for(best_ns[variant]))
         passes += 1
-    return wanted
+    return {v: timer.launches_for(best_ns[v]) for v in VARIANTS}
 
 
 def _sample(

@@ -32,6 +32,7 @@ import httpx
 
 SERVER_START_TIMEOUT_S = 60.0
 STOP_GRACE_S = 15.0  # SIGTERM -> SIGKILL for the server
+RUNNER_POLL_S = 2.0  # claim long-poll: also the longest a stopping runner waits for its last claim
 RUNNER_GRACE_S = 30.0  # the local runner's grace for a running job after SIGTERM
 EXAMPLES = ("softmax", "matmul")
 
@@ -193,7 +194,8 @@ class LocalStack:
         self._runner_log = self.runner_log.open("ab")
         self.runner = subprocess.Popen(
             [sys.executable, "-m", "runners.cli", "runner", "--server", self.url, "--name", self.runner_name,
-             "--poll-s", "5", "--grace-s", str(RUNNER_GRACE_S), "--work-dir", str(self.data_dir / "runner")],
+             "--poll-s", str(RUNNER_POLL_S), "--grace-s", str(RUNNER_GRACE_S),
+             "--work-dir", str(self.data_dir / "runner")],
             env=env, stdout=self._runner_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )
         return token

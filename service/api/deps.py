@@ -22,6 +22,7 @@ from service.auth import Principal, Scope, authenticate
 from service.core.config import Settings
 
 TOKEN_COOKIE = "kernelab_token"
+_SAFE_METHODS = frozenset({"GET", "HEAD"})
 _bearer = HTTPBearer(auto_error=False, description="kernelab token (scopes read, submit, admin, runner)")
 
 
@@ -71,6 +72,10 @@ def _principal(request: Request, credentials: HTTPAuthorizationCredentials | Non
 def require(scope: Scope) -> Callable[..., Principal]:
     """A dependency that returns the caller's ``Principal`` if it has ``scope``.
 
+    For ``read`` on GET/HEAD the dashboard's ``kernelab_token`` cookie also counts, so the
+    dashboard's export links (samples CSV, report.md) work for a signed-in browser; a cookie
+    never authorises a write (no CSRF surface).
+
     Raises HTTP 401 (no or bad token) and 403 (token without ``scope``; for ``runner``, a token
     not bound to a runner row, so ``principal.runner_id`` is always set).
     """
@@ -78,6 +83,9 @@ def require(scope: Scope) -> Callable[..., Principal]:
     def dependency(
         request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
     ) -> Principal:
+        cookie = request.cookies.get(TOKEN_COOKIE)
+        if credentials is None and cookie and scope == "read" and request.method in _SAFE_METHODS:
+            credentials = HTTPAuthorizationCredentials(scheme="Bearer", credentials=cookie)
         principal = _principal(request, credentials)
         if principal is None:
             raise _unauthorized("a bearer token is required (Authorization: Bearer <token>)")

@@ -114,7 +114,8 @@ def test_submit_run_and_read_back(server: tuple[ServerProcess, str], tmp_path: P
 def test_up_runs_the_demo_and_reuses_its_token(tmp_path: Path) -> None:
     data_dir = tmp_path / "kernelab-data"
     spec_file = tmp_path / "tiny.yaml"
-    spec_file.write_text(TINY_SPEC.replace("all_reduce: true", "all_reduce: false"))
+    spec_file.write_text(TINY_SPEC.replace("probes: {copy_bandwidth: true, all_reduce: true, nvml: true}",
+                                           "probes: {copy_bandwidth: false, all_reduce: false, nvml: false}"))
     tokens = []
     for demo_job_id in (1, 2):
         proc = _cli("up", "--port", str(free_port()), "--data-dir", str(data_dir), "--spec", str(spec_file),

@@ -3,6 +3,8 @@ timeouts, lost leases, token reuse. Each test starts its own server on a temp SQ
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -218,3 +220,42 @@ def test_worker_result_the_server_refuses_is_kept_under_rejected(stack: Stack, t
     kept = runner.spool.rejected_dir / spooled.name
     assert Spool.load(kept).job_id == job.id
     assert "409" in kept.with_name(kept.name + ".reason.txt").read_text()
+
+
+def test_sigterm_lets_the_running_job_finish(stack: Stack, tmp_path: Path) -> None:
+    admin = stack.client()
+    job = admin.submit(_spec(budget_ms=300, cells=2))
+    env = {**os.environ, "KERNELAB_TOKEN": stack.token}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runners.cli", "runner", "--server", f"http://127.0.0.1:{stack.port}",
+         "--name", "sigterm-node", "--poll-s", "1", "--work-dir", str(tmp_path / "runner")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )
+    try:
+        _wait_for(lambda: _status(admin, job) == "running", 60, "the claim")
+        second = admin.submit(_spec(budget_ms=100))
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert "SIGTERM received" in err and "done=1 failed=0" in err
+    assert admin.get_job(job.id).status == "succeeded"
+    assert admin.get_job(second.id).status == "queued"  # no new claim after SIGTERM
+
+
+def test_client_errors_name_the_field_and_give_up_on_a_dead_server(stack: Stack) -> None:
+    admin = stack.client()
+    bad = _spec(budget_ms=100).model_dump(mode="json")
+    bad["sweep"]["M"] = [-1]
+    with pytest.raises(KernelabAPIError) as info:
+        admin.submit(bad)
+    assert info.value.status_code == 422 and "sweep.M" in info.value.detail
+    with pytest.raises(KernelabAPIError) as info:
+        admin.get_job(999_999)
+    assert info.value.status_code == 404
+    dead = stack.track(KernelabClient(f"http://127.0.0.1:{free_port()}", "t", retries=2, backoff_s=0.01))
+    with pytest.raises(KernelabUnavailable, match="after 2 retries"):
+        dead.get_job(1)

@@ -153,7 +153,8 @@ def test_check_variant_never_poisons_an_input():
     x = torch.randn(16)
     before = x.clone()
     ref = x.to(torch.float64)
-    result = check_variant(lambda: x.mul_(1.0), ref, {"x": x}, rtol=1e-6, atol=0.0, device=torch.device("cpu"))
+    cpu = torch.device("cpu")
+    result = check_variant(lambda: x.mul_(1.0), ref, {"x": x}, rtol=1e-6, atol=0.0, device=cpu)
     assert result.passed
     assert torch.equal(x, before)
 

@@ -62,6 +62,8 @@ def test_login_cookie_grants_dashboard_access(settings: Settings, client_class, 
         assert r.status_code == 303 and r.headers["location"] == "/"
         assert "httponly" in r.headers["set-cookie"].lower()
         assert client.get("/dashboard-probe").json() == {"who": "admin (KERNELAB_ADMIN_TOKEN)"}
+        assert client.get("/api/v1/jobs").status_code == 200  # export links: reads take the cookie
+        assert client.post("/api/v1/jobs/1/cancel").status_code == 401  # writes never do
         client.get("/logout", follow_redirects=False)
         assert client.get("/dashboard-probe").status_code == 401
 
