@@ -13,14 +13,15 @@ import os
 import signal
 import socket
 import sys
+import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from runners.client import KernelabAPIError, KernelabClient, KernelabUnavailable
+from runners.client import TERMINAL_JOB_STATUS, KernelabAPIError, KernelabClient, KernelabUnavailable
 from runners.specfile import SpecFileError, load_spec
-from service.schemas import JobPublic, JobSpec
+from service.schemas import Comparison, JobPublic, JobSpec
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -72,7 +73,7 @@ def _print_cell_progress(index: int, total: int, message: str) -> None:
     typer.echo(f"  [{index + 1}/{total}] {message}", err=True)
 
 
-def print_comparison(comparison: Any) -> None:
+def print_comparison(comparison: Comparison) -> None:
     """Print the before/after table and each probe report of a ``Comparison``."""
     from service.report import format_table
 
@@ -90,23 +91,24 @@ def wait_and_show(
 ) -> int:
     """Wait for ``job`` to finish, echoing status changes (and new progress lines of
     ``progress_log``, a runner log file); print its comparison. Returns the exit status."""
-    offset = 0
+    offset, partial = 0, b""
 
     def on_change(j: JobPublic) -> None:
         typer.echo(f"job {j.id}: {j.status}" + (f" on {j.node}" if j.node else ""), err=True)
 
-    def relay_progress() -> None:
-        nonlocal offset
+    def relay_progress() -> None:  # complete new lines only: the runner may be mid-line
+        nonlocal offset, partial
         if progress_log is None or not progress_log.exists():
             return
-        with progress_log.open(encoding="utf-8", errors="replace") as fh:
+        with progress_log.open("rb") as fh:
             fh.seek(offset)
-            for line in fh:
-                if "progress:" in line:
-                    typer.echo("  " + line.split("progress:", 1)[1].strip(), err=True)
-            offset = fh.tell()
-
-    import time
+            chunk = fh.read()
+        offset += len(chunk)
+        *lines, partial = (partial + chunk).split(b"\n")
+        for raw in lines:
+            line = raw.decode("utf-8", errors="replace")
+            if "progress:" in line:
+                typer.echo("  " + line.split("progress:", 1)[1].strip(), err=True)
 
     deadline = time.monotonic() + timeout_s
     seen = None
@@ -116,7 +118,7 @@ def wait_and_show(
             seen = job.status
             on_change(job)
         relay_progress()
-        if job.status in ("succeeded", "failed", "cancelled"):
+        if job.status in TERMINAL_JOB_STATUS:
             break
         if time.monotonic() > deadline:
             raise _fail(f"job {job.id} still {job.status} after {timeout_s:.0f} s")
@@ -141,11 +143,15 @@ def run(
 ) -> None:
     """Run a job on this machine (no server) and print the comparison table."""
     spec = read_spec(spec_path)
+    from kernels import BenchmarkError
     from runners.job import run_job
     from service.stats import compare
 
     typer.echo(f"running {spec.benchmark}: {spec.baseline.variant} vs {spec.candidate.variant}", err=True)
-    result = run_job(spec, progress=_print_cell_progress)
+    try:
+        result = run_job(spec, progress=_print_cell_progress)
+    except (BenchmarkError, RuntimeError) as exc:  # e.g. device: cuda on a machine without CUDA
+        raise _fail(f"{spec_path}: cannot run: {exc}") from None
     comparison = compare(result)
     if result_path is not None:
         result_path.write_text(result.model_dump_json(indent=2), encoding="utf-8")
@@ -262,7 +268,7 @@ def runner(
 @app.command()
 def serve(
     host: Annotated[str, typer.Option(help="interface to listen on")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port")] = 8000,
+    port: Annotated[int, typer.Option(help="TCP port", min=1, max=65535)] = 8000,
     workers: Annotated[int, typer.Option(help="uvicorn worker processes")] = 1,
     database_url: Annotated[
         str | None, typer.Option("--database-url", envvar="KERNELAB_DATABASE_URL", help="SQLAlchemy URL")
@@ -284,7 +290,7 @@ def serve(
 
 @app.command()
 def up(
-    port: Annotated[int, typer.Option(help="TCP port on 127.0.0.1")] = 8000,
+    port: Annotated[int, typer.Option(help="TCP port on 127.0.0.1", min=1, max=65535)] = 8000,
     data_dir: Annotated[Path, typer.Option("--data-dir", help="database, token, logs")] = DEFAULT_DATA_DIR,
     spec_path: Annotated[Path | None, typer.Option("--spec", help="demo job (default: softmax)")] = None,
     exit_after: Annotated[bool, typer.Option("--exit", help="stop once the demo job is shown")] = False,

@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 
 API_PREFIX = "/api/v1"
 TRANSIENT_STATUS = frozenset({502, 503, 504})
-TERMINAL_JOB_STATUS = frozenset({"succeeded", "failed", "cancelled"})
+TERMINAL_JOB_STATUS = frozenset({"succeeded", "failed", "cancelled"})  # a job in these never changes
 
 
 class KernelabError(Exception):
@@ -256,33 +256,6 @@ class KernelabClient:
     def report_md(self, job_id: int) -> str:
         """``GET /jobs/{id}/report.md``: the comparison as Markdown."""
         return self.request("GET", f"/jobs/{job_id}/report.md", idempotent=True).text
-
-    def wait(
-        self,
-        job_id: int,
-        *,
-        timeout_s: float = 3600.0,
-        poll_s: float = 1.0,
-        on_change: Any = None,
-    ) -> JobPublic:
-        """Poll ``GET /jobs/{id}`` until the job is succeeded/failed/cancelled; return it.
-
-        ``on_change(job)`` is called whenever the status changes (for progress output).
-        Raises ``TimeoutError`` after ``timeout_s`` seconds.
-        """
-        deadline = time.monotonic() + timeout_s
-        seen = None
-        while True:
-            job = self.get_job(job_id)
-            if job.status != seen:
-                seen = job.status
-                if on_change is not None:
-                    on_change(job)
-            if job.status in TERMINAL_JOB_STATUS:
-                return job
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"job {job_id} still {job.status} after {timeout_s:.0f} s")
-            time.sleep(poll_s)
 
     # ---------------------------------------------------------------------------------------------
     # runners (admin to register, per-runner token afterwards)

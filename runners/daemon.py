@@ -15,6 +15,8 @@ Loop (``Runner.run``)::
 * **Leases.** A thread heartbeats every ``lease_s / 3`` seconds; when the server answers that the
   lease is lost (409/404: the job was re-queued or cancelled) the child is stopped and nothing is
   posted.
+* **Scratch.** Each job runs in ``work_dir/jobs/<job>-<attempt>/`` (spec, result, worker stderr);
+  the folder is removed once the result is spooled and kept after a failure.
 * **Timeouts.** A child running longer than the spec's ``timeout_s`` is killed (its whole process
   group, so probe helpers die too) and the job is failed with a message saying so.
 * **Shutdown** (SIGTERM/SIGINT, arq's behaviour): stop claiming, let the running job finish within
@@ -29,6 +31,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -101,6 +104,7 @@ class Runner:
         self._stop = threading.Event()
         self._stop_at: float | None = None
         self._own_client: KernelabClient | None = None
+        self._token_saved = False  # the token in use came from token_file
 
     def __repr__(self) -> str:
         return (
@@ -154,6 +158,11 @@ class Runner:
             self.ensure_token()
             log.info("runner %s: serving %s (once=%s)", self.name, self.client.base_url, self.once)
             self._loop()
+        except KernelabAPIError as exc:
+            if exc.status_code == 401 and self._token_saved:
+                log.error("runner %s: the token saved in %s was refused; delete that file to register "
+                          "again with an admin token", self.name, self.token_file)
+            raise
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -193,6 +202,7 @@ class Runner:
         saved = self._load_token()
         if saved is not None:
             self._use_token(saved)
+            self._token_saved = True
             log.info("runner %s: using the token saved in %s", self.name, self.token_file)
             return
         try:
@@ -309,6 +319,8 @@ class Runner:
             try:
                 why = self._supervise(proc, claim.spec.timeout_s, lease_lost)
             finally:
+                if proc.poll() is None:  # never leave a worker behind, whatever happened here
+                    _kill_group(proc)
                 finished.set()
                 beater.join()
                 reader.join(timeout=5.0)
@@ -345,6 +357,7 @@ class Runner:
             return "lost"
         if why == "exited" and returncode == 0 and out_path.exists():
             path = self.spool.adopt(out_path)
+            shutil.rmtree(out_path.parent, ignore_errors=True)  # scratch; failed jobs' stay for a look
             log.info("runner %s: job %d measured; result spooled at %s", self.name, job_id, path)
             self.done += 1
             self.flush_spool()

@@ -50,6 +50,7 @@ _GPU_MAX_LAUNCHES_COLD = 64
 # Spin kernel sizing: cover the measured host enqueue time with a margin, within bounds.
 _SPIN_MARGIN = 1.5
 _SPIN_FLOOR_NS = 20_000  # 20 us: the spin kernel's own launch latency (~5-8 us) with room
+_ENQUEUE_DECAY = 0.8  # per sample, of the remembered host enqueue cost (a decaying maximum)
 _SPIN_MAX_NS = 200_000_000  # 200 ms: a sanity cap for very slow host-side launchers
 _SPIN_CALIBRATION_CYCLES = 10_000_000  # ~5 ms at 2 GHz: long enough that event overhead is < 0.1%
 
@@ -201,7 +202,9 @@ class _CudaTimerBase(Timer):
     def _account(self, fn: Callable[[], Any], spin_ns: float, t_spin_ns: int, enqueue_ops: int) -> None:
         """Record the measured enqueue cost for the next spin and count exposed windows."""
         enqueue_ns = time.perf_counter_ns() - t_spin_ns
-        self._enqueue_ns[fn] = enqueue_ns / enqueue_ops
+        # A decaying maximum: one quick enqueue must not shrink the next spin below a slow one.
+        previous = self._enqueue_ns.get(fn, 0.0)
+        self._enqueue_ns[fn] = max(enqueue_ns / enqueue_ops, _ENQUEUE_DECAY * previous)
         self.samples += 1
         if enqueue_ns > spin_ns:
             self.uncovered_samples += 1
@@ -211,9 +214,10 @@ class CudaEventTimer(_CudaTimerBase):
     """CUDA events behind a spin kernel; cold mode flushes L2 before every launch.
 
     Per sample: synchronise; enqueue ``torch.cuda._sleep`` long enough to cover the host's
-    enqueue of the window (1.5x the enqueue time measured on the previous sample of this ``fn``,
-    +20 us); then either (hot) start event, ``launches`` calls, stop event, or (cold) for each
-    launch: L2 memset, start event, call, stop event. Wait on the last event; per launch time is
+    enqueue of the window (1.5x a decaying maximum of the enqueue times measured on earlier
+    samples of this ``fn``, +20 us; the first sample uses one synchronised call as an upper bound);
+    then either (hot) start event, ``launches`` calls, stop event, or (cold) for each launch: L2
+    memset, start event, call, stop event. Wait on the last event; per launch time is
     the summed event time over ``launches``. ``uncovered_samples`` counts samples whose host
     enqueue outlasted the spin (the GPU may have idled inside the window).
     """

@@ -127,4 +127,5 @@ def test_up_runs_the_demo_and_reuses_its_token(tmp_path: Path) -> None:
         assert "/login?token=" in url
         tokens.append(url.split("token=", 1)[1])
         assert f"demo job {demo_job_id}:" in proc.stderr  # the second run reuses the database
+        assert "[1/2] cell 1/2" in proc.stderr and "[2/2] cell 2/2" in proc.stderr  # progress per cell
     assert tokens[0] == tokens[1] == (data_dir / "admin-token").read_text().strip()

@@ -125,6 +125,7 @@ def test_result_spooled_while_server_down_is_resent_after_restart(stack: Stack, 
     assert len(pending) == 1
     result = Spool.load(pending[0])
     assert result.job_id == job.id and len(result.cells) == 2
+    assert not (work_dir / "jobs" / f"{job.id}-1").exists()  # scratch removed once spooled
     token_file = runner.token_file.read_text()
     assert "spool-node" in repr(runner) and "done=1" in repr(runner)
 
@@ -156,6 +157,7 @@ def test_worker_past_timeout_is_killed_and_job_failed(stack: Stack, tmp_path: Pa
     failed = admin.get_job(job.id)
     assert failed.status == "failed"
     assert "timed out" in failed.error and "timeout_s = 2 s" in failed.error
+    assert (tmp_path / "runner" / "jobs" / f"{job.id}-1" / "spec.json").exists()  # kept for a look
 
 
 def test_lost_lease_stops_the_worker_and_posts_nothing(stack: Stack, tmp_path: Path) -> None:
