@@ -184,7 +184,8 @@ def part_verdicts(runs: int, log: Any) -> str:
         counts = {v: verdicts.count(v) for v in ("faster", "slower", "same", "inconclusive")}
         out.append(f"| {label} | {runs} | " + " | ".join(str(counts[v]) for v in counts) + " |")
     return "\n".join([
-        "| case | runs | faster | slower | same | inconclusive |", "| --- | ---: | ---: | ---: | ---: | ---: |",
+        "| case | runs | faster | slower | same | inconclusive |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
         *out,
     ])
 

@@ -24,7 +24,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from functools import cache
 from importlib.metadata import entry_points
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Generic, TypeVar, cast
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
@@ -60,21 +60,27 @@ PowerOfTwo = Annotated[int, AfterValidator(_check_power_of_two)]
 # Inside ``Benchmark`` the name ``Params`` is each subclass's own model; annotations use this alias.
 ParamsModel = Params
 
+P = TypeVar("P", bound=ParamsModel)
+"""A benchmark's own parameter model: ``class MyBenchmark(Benchmark[MyParams])``."""
 
-class Benchmark(ABC):
+
+class Benchmark(ABC, Generic[P]):
     """One benchmark: parameters, variants, inputs, reference, declared work.
 
-    Subclasses set ``name``, ``Params`` (a ``Params`` subclass) and ``variants`` (names, in
-    display order), and implement the abstract methods. Instances are stateless.
+    Generic over its parameter model ``P``: subclass ``Benchmark[MyParams]``, set ``name``,
+    ``Params = MyParams`` and ``variants`` (names, in display order), and implement the abstract
+    methods, whose ``params`` are then ``MyParams``. Instances are stateless.
     """
 
     name: ClassVar[str]
+    # Should be ``type[P]``, but a ClassVar cannot mention a type variable; subclasses set it to
+    # the same model they pass as ``P`` (``parse_params`` relies on that).
     Params: ClassVar[type[ParamsModel]]
     variants: ClassVar[tuple[str, ...]]
     description: ClassVar[str] = ""
 
     @abstractmethod
-    def make_inputs(self, params: ParamsModel, device: Any, seed: int) -> dict[str, Any]:
+    def make_inputs(self, params: P, device: Any, seed: int) -> dict[str, Any]:
         """Fresh random inputs on ``device`` (a ``torch.device``); never zeros. Not timed.
 
         Draw them from a ``torch.Generator`` seeded with ``seed``
@@ -83,7 +89,7 @@ class Benchmark(ABC):
         """
 
     @abstractmethod
-    def prepare(self, variant: str, params: ParamsModel, inputs: dict[str, Any]) -> Callable[[], Any]:
+    def prepare(self, variant: str, params: P, inputs: dict[str, Any]) -> Callable[[], Any]:
         """Return a zero-argument callable that launches ``variant`` once and returns its output.
 
         All allocation and compilation that can happen outside the timed closure happens here;
@@ -92,28 +98,28 @@ class Benchmark(ABC):
         """
 
     @abstractmethod
-    def reference(self, params: ParamsModel, inputs: dict[str, Any]) -> Any:
+    def reference(self, params: P, inputs: dict[str, Any]) -> Any:
         """The exact result in float64 (a ``torch.Tensor``), on the CPU or the inputs' device."""
 
     @abstractmethod
-    def work(self, params: ParamsModel, variant: str) -> Work:
+    def work(self, params: P, variant: str) -> Work:
         """Work one launch of ``variant`` does at ``params`` (FLOPs, bytes read, bytes written)."""
 
-    def tolerances(self, params: ParamsModel) -> tuple[float, float]:
+    def tolerances(self, params: P) -> tuple[float, float]:
         """Default (rtol, atol) for the output's dtype; see ``kernels.tolerances``."""
         from kernels.tolerances import default_tolerances
 
         return default_tolerances(str(getattr(params, "dtype", "float32")))
 
-    def parse_params(self, values: Mapping[str, ParamValue]) -> ParamsModel:
-        """Validate one cell's parameters. Raises ``pydantic.ValidationError``."""
-        return self.Params.model_validate(dict(values))
+    def parse_params(self, values: Mapping[str, ParamValue]) -> P:
+        """Validate one cell's parameters into ``Params``. Raises ``pydantic.ValidationError``."""
+        return cast(P, self.Params.model_validate(dict(values)))
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} name={self.name!r} variants={list(self.variants)}>"
 
 
-def _instantiate(obj: Any, ref: str) -> Benchmark:
+def _instantiate(obj: Any, ref: str) -> Benchmark[Any]:
     if isinstance(obj, type) and issubclass(obj, Benchmark):
         return obj()
     if isinstance(obj, Benchmark):
@@ -155,7 +161,7 @@ def load_object(ref: str) -> Any:
     return obj
 
 
-def get_benchmark(ref: str) -> Benchmark:
+def get_benchmark(ref: str) -> Benchmark[Any]:
     """Resolve a spec's ``benchmark`` field to a ``Benchmark`` instance.
 
     ``ref`` is a registered name (built-in or from the ``kernelab.benchmarks`` entry points) or a

@@ -67,7 +67,7 @@ class MatmulParams(Params):
         return block_n
 
 
-class MatmulBenchmark(Benchmark):
+class MatmulBenchmark(Benchmark[MatmulParams]):
     """Matmul: eager PyTorch (``"torch"``) vs a tiled Triton kernel (``"triton"``)."""
 
     name = "matmul"

@@ -7,11 +7,12 @@ None picks them from the shape, see ``launch_config``).
 
 Writing your own benchmark (this module is the template)
 --------------------------------------------------------
-1. Subclass ``kernels.Benchmark``; set ``name``, ``variants`` (display order) and ``Params``, a
-   ``kernels.Params`` subclass whose fields carry their constraints (``Field(gt=0)``,
-   ``PowerOfTwo``, ``Literal``). The server validates every sweep cell against it without a GPU,
-   so a bad value is a 422 naming the field (``("sweep", "M")``). Import torch and triton only
-   inside methods: the server imports your module to validate specs.
+1. Subclass ``kernels.Benchmark[MyParams]``; set ``name``, ``variants`` (display order) and
+   ``Params = MyParams``, a ``kernels.Params`` subclass whose fields carry their constraints
+   (``Field(gt=0)``, ``PowerOfTwo``, ``Literal``); the methods below take ``params: MyParams``.
+   The server validates every sweep cell against it without a GPU, so a bad value is a 422
+   naming the field (``("sweep", "M")``). Import torch and triton only inside methods: the server
+   imports your module to validate specs.
 2. ``make_inputs(params, device, seed)``: random normal data (never zeros: a kernel that writes
    nothing must not pass) from ``kernels._device.seeded_generator(device, seed)``.
 3. ``prepare(variant, params, inputs)``: allocate the output and compile here, then return a
@@ -91,7 +92,7 @@ def launch_config(params: SoftmaxParams) -> dict[str, int]:
     return {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": num_warps}
 
 
-class SoftmaxBenchmark(Benchmark):
+class SoftmaxBenchmark(Benchmark[SoftmaxParams]):
     """Row softmax: eager PyTorch (``"torch"``) vs a fused Triton kernel (``"triton"``)."""
 
     name = "softmax"

@@ -28,11 +28,13 @@ import logging
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any, Literal
 
 import torch
 
 from kernels import Benchmark, get_benchmark
+from kernels._device import configure_triton_env
 from kernels.check import check_output, poison_
 from runners.engine import ClockSampler, measure_pair
 from runners.probes import node_info, run_probes
@@ -124,7 +126,7 @@ def check_variant(
 
 
 def _run_cell(
-    bench: Benchmark, spec: JobSpec, index: int, cell: dict[str, ParamValue], device: torch.device,
+    bench: Benchmark[Any], spec: JobSpec, index: int, cell: dict[str, ParamValue], device: torch.device,
     timer: Timer, sampler: ClockSampler | None, progress: Callable[[str], None],
 ) -> CellResult:
     """Measure one cell; an exception is recorded in ``CellResult.error`` with what came before."""
@@ -209,6 +211,7 @@ def run_job(
     """
     started_at = datetime.now(UTC)
     dev = resolve_device(device, spec.device)
+    configure_triton_env(dev)  # TRITON_INTERPRET for the CPU, before anything imports triton
     bench = get_benchmark(spec.benchmark)
     timer = make_timer(dev, spec.measurement, kind=timer_kind)
     sampler = ContextSampler(dev.index) if dev.type == "cuda" else None
@@ -223,7 +226,7 @@ def run_job(
                 report(index, len(cells), f"cell {index + 1}/{len(cells)} {cell}")
                 result = _run_cell(
                     bench, spec, index, cell, dev, timer, sampler,
-                    lambda msg, i=index: report(i, len(cells), msg),
+                    partial(report, index, len(cells)),
                 )
                 _free_device_memory(dev, timer)
                 report(index, len(cells), f"done: {result.error or f'{len(result.samples)} samples'}")

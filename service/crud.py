@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from pydantic import TypeAdapter
 from sqlalchemy import func, insert, select, union, update
 from sqlalchemy.orm import Session
 
@@ -28,11 +29,16 @@ from service.schemas import (
     JobSpec,
     NodeInfo,
     ProbeReport,
+    Variant,
     Work,
 )
 from service.schemas import Sample as SampleSchema
 
 log = logging.getLogger(__name__)
+
+# A cell's stored per-variant JSON, validated back (keys included: each must be a ``Variant``).
+_WORK_BY_VARIANT = TypeAdapter(dict[Variant, Work])
+_CORRECTNESS_BY_VARIANT = TypeAdapter(dict[Variant, CorrectnessResult])
 
 SAMPLE_COLUMNS = (
     "cell_index", "params", "variant", "round", "position", "duration_ns", "launches",
@@ -373,8 +379,8 @@ def load_result(*, session: Session, job_id: int) -> JobResult | None:
             CellResult(
                 index=c.cell_index, params=c.params, baseline_params=c.baseline_params,
                 candidate_params=c.candidate_params,
-                work={k: Work.model_validate(v) for k, v in c.work.items()},
-                correctness={k: CorrectnessResult.model_validate(v) for k, v in c.correctness.items()},
+                work=_WORK_BY_VARIANT.validate_python(c.work),
+                correctness=_CORRECTNESS_BY_VARIANT.validate_python(c.correctness),
                 samples=samples[c.id], error=c.error,
             )
             for c in cells

@@ -291,10 +291,10 @@ def probe_history_figure(readings: Sequence[ProbeReport]) -> go.Figure:
     )
     copy: dict[int, tuple[list, list]] = {}
     for report in ordered:
-        for reading in report.copy_bandwidth:
-            xs, ys = copy.setdefault(reading.device_index, ([], []))
+        for copy_reading in report.copy_bandwidth:
+            xs, ys = copy.setdefault(copy_reading.device_index, ([], []))
             xs.append(report.taken_at)
-            ys.append(reading.bandwidth_gbps)
+            ys.append(copy_reading.bandwidth_gbps)
     for device_index in sorted(copy):
         xs, ys = copy[device_index]
         fig.add_trace(
@@ -310,10 +310,10 @@ def probe_history_figure(readings: Sequence[ProbeReport]) -> go.Figure:
         )
     reduce: dict[tuple[int, int], tuple[list, list]] = {}
     for report in ordered:
-        for reading in report.all_reduce:
-            xs, ys = reduce.setdefault((reading.world_size, reading.size_bytes), ([], []))
+        for reduce_reading in report.all_reduce:
+            xs, ys = reduce.setdefault((reduce_reading.world_size, reduce_reading.size_bytes), ([], []))
             xs.append(report.taken_at)
-            ys.append(reading.time_us)
+            ys.append(reduce_reading.time_us)
     sizes = sorted({size for _, size in reduce})
     shown = {sizes[0], sizes[-1]} if sizes else set()
     for world_size, size in sorted(reduce):

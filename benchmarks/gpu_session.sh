@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The GPU-node check of the main job, as run on the lent H200 (see docs/results/).
+# Usage (repo root, on the GPU node, wheels for the server packages in .whl/):
+#   bash benchmarks/gpu_session.sh OUTDIR [main|timing]
+# main:   GPU tests, `kernelab probe`, `kernelab up` with both examples (server + runner + job over
+#         real HTTP on SQLite), `kernelab run` with --json/--markdown, the plausibility guard.
+# timing: benchmarks/timing_accuracy.py verdicts and methods parts.
+set -uo pipefail
+out=${1:?usage: gpu_session.sh OUTDIR [main|timing]}; part=${2:-main}
+mkdir -p "$out"
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || exit 1
+  export PYTHONPATH=/tmp/site:$PWD
+fi
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+K="python3 -m runners.cli"
+step() { echo; echo "=== $* ($(date -u +%H:%M:%S))"; }
+if [ "$part" = main ]; then
+  step environment
+  { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
+    python3 -c 'import torch, triton, sys; print(sys.version.split()[0], torch.__version__, torch.version.cuda, triton.__version__)'; } | tee "$out/env.txt"
+  step gpu tests
+  timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tail -15 | tee "$out/pytest_gpu.txt"
+  step kernelab probe
+  timeout 120 $K probe --json "$out/probe.json" 2>&1 | tee "$out/probe.txt"
+  step kernelab up softmax
+  timeout 300 $K up --exit --port 8765 --data-dir /tmp/kl --spec examples/softmax.yaml 2>&1 | tee "$out/up_softmax.txt"
+  step kernelab up matmul
+  timeout 300 $K up --exit --port 8765 --data-dir /tmp/kl --spec examples/matmul.yaml 2>&1 | tee "$out/up_matmul.txt"
+  cp /tmp/kl/kernelab.db "$out/h200.db" 2>/dev/null
+  step guard
+  timeout 120 python3 benchmarks/timing_accuracy.py --out "$out" --part guard 2>&1 | tail -3 | tee "$out/guard.txt"
+else
+  step timing accuracy
+  timeout 300 python3 benchmarks/timing_accuracy.py --out "$out" --part verdicts --runs 20 2>&1 | tee "$out/verdicts.txt"
+  timeout 270 python3 benchmarks/timing_accuracy.py --out "$out" --part methods --processes 10 2>&1 | tee "$out/methods.txt"
+fi
