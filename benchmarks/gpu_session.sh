@@ -21,7 +21,7 @@ if [ "$part" = main ]; then
   { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
     python3 -c 'import torch, triton, sys; print(sys.version.split()[0], torch.__version__, torch.version.cuda, triton.__version__)'; } | tee "$out/env.txt"
   step gpu tests
-  timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tail -15 | tee "$out/pytest_gpu.txt"
+  timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider --ignore=tests/web tests 2>&1 | tail -15 | tee "$out/pytest_gpu.txt"
   step kernelab probe
   timeout 120 $K probe --json "$out/probe.json" 2>&1 | tee "$out/probe.txt"
   step kernelab up softmax

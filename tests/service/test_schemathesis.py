@@ -1,0 +1,96 @@
+"""Property-based API tests generated from the OpenAPI schema by schemathesis, on SQLite and on
+PostgreSQL: no request, however malformed, gets a 5xx, and every 4xx says why (``detail``).
+
+Bounded for CI: ``MAX_EXAMPLES`` examples per operation (positive and negative data), no
+shrinking deadline. A database with one job, one result and one runner is prepared first so
+that generated ids sometimes hit real rows.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    import schemathesis
+    from schemathesis import GenerationMode
+    from schemathesis.checks import not_a_server_error
+
+from factories import job_result, spec_dict
+
+from service.app import create_app
+from service.core.config import Settings
+
+MAX_EXAMPLES = 12  # per operation and database
+RUNNER_PATHS = ("/api/v1/runners/claim", "/api/v1/runners/jobs/", "/results", "/probes")
+
+pytestmark = [
+    pytest.mark.timeout(240),
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+]
+
+_HEADERS: dict[str, dict[str, str]] = {}
+
+
+@pytest.fixture
+def fuzz_schema(settings: Settings, client_class: Any) -> Any:
+    """The app's OpenAPI schema, loaded by schemathesis from the ASGI app itself (no socket),
+    on a database that holds one finished job, one queued job and one runner."""
+    fuzz_settings = settings.model_copy(update={"claim_wait_max_s": 0.0})
+    app = create_app(fuzz_settings)
+    admin = {"Authorization": f"Bearer {fuzz_settings.admin_token.get_secret_value()}"}  # type: ignore[union-attr]
+    with client_class(app) as client:
+        node = {"hostname": "fuzz-node", "device_type": "cpu"}
+        registered = client.post("/api/v1/runners/register", json={"name": "fuzz", "node": node}, headers=admin)
+        runner = {"Authorization": f"Bearer {registered.json()['token']}"}
+        job_id = client.post("/api/v1/jobs", json=spec_dict(), headers=admin).json()["id"]
+        claimed = client.post("/api/v1/runners/claim", json={"wait_s": 0}, headers=runner)
+        assert claimed.status_code == 200, claimed.text
+        posted = client.post(
+            f"/api/v1/jobs/{job_id}/results", content=job_result(job_id=job_id).model_dump_json(),
+            headers={**runner, "content-type": "application/json"},
+        )  # fmt: skip
+        assert posted.status_code == 201, posted.text
+        client.post("/api/v1/jobs", json=spec_dict(), headers=admin)
+    _HEADERS.update(admin=admin, runner=runner)
+    return schemathesis.openapi.from_asgi("/openapi.json", app)
+
+
+def four_xx_has_a_message(ctx: Any, response: Any, case: Any) -> bool | None:
+    """A 4xx answer carries a JSON body whose ``detail`` is a non-empty string or error list."""
+    if not 400 <= response.status_code < 500:
+        return None
+    try:
+        detail = response.json().get("detail")
+    except (ValueError, AttributeError):
+        raise AssertionError(f"{response.status_code} without a JSON body: {response.text[:200]!r}") from None
+    if not detail:
+        raise AssertionError(f"{response.status_code} without a message: {response.text[:200]!r}")
+    return True
+
+
+def _fuzz(operation: Any, mode: Any, headers: dict[str, str]) -> None:
+    @given(case=operation.as_strategy(generation_mode=mode))
+    @settings(
+        max_examples=MAX_EXAMPLES, deadline=None, phases=[Phase.explicit, Phase.generate],
+        suppress_health_check=list(HealthCheck), database=None,
+    )  # fmt: skip
+    def one(case: Any) -> None:
+        case.call_and_validate(headers=headers, checks=[not_a_server_error, four_xx_has_a_message])
+
+    one()
+
+
+def test_no_5xx_and_every_4xx_explains(fuzz_schema: Any) -> None:
+    """Every operation, positive and negative examples: the checks raise on a 5xx or a silent 4xx."""
+    operations = [result.ok() for result in fuzz_schema.get_all_operations()]
+    assert len(operations) >= 15, [op.label for op in operations]
+    for operation in operations:
+        runner_side = any(p in operation.path for p in RUNNER_PATHS)
+        headers = _HEADERS["runner" if runner_side else "admin"]
+        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+            _fuzz(operation, mode, headers)
