@@ -8,8 +8,9 @@ Parts (issue "Timing engine and verdicts", targets in brackets):
 
 * ``methods``: one-element ``add_``, 256 MiB fp32 vector add, bf16 8192^3 ``torch.mm``, row softmax
   (the Triton kernel of ``kernels.softmax``), each timed by: kernelab (cuda-event cold, cuda-event
-  hot, cuda-graph), ``triton.testing.do_bench`` (median), ``do_bench_cudagraph`` (median), one event
-  pair per synchronised launch. Each of ``--processes`` fresh processes times everything once; we
+  hot, cuda-graph = the default timer; all with the default 500 ms minimum time, 750 ms budget),
+  ``triton.testing.do_bench`` (median), ``do_bench_cudagraph`` (median), one event pair per
+  synchronised launch. Each of ``--processes`` fresh processes times everything once; we
   report the median over processes and max/min of the per-process medians
   [one-element: kernelab <= 1.25x graph replay; kernels >= 100 us: max/min <= 1.01].
 * ``verdicts``: A/A (softmax torch vs itself) ``--runs`` times [same or inconclusive in all, same in
@@ -39,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 KERNELS = ("one-element add_", "256 MiB vector add", "bf16 8192^3 mm", "row softmax 16384x8192 bf16")
 METHODS = (
-    "kernelab cuda-event cold", "kernelab cuda-event hot", "kernelab cuda-graph",
+    "kernelab cuda-event cold", "kernelab cuda-event hot", "kernelab cuda-graph (default)",
     "do_bench", "do_bench_cudagraph", "event pair per launch",
 )
 
@@ -85,8 +86,10 @@ def _kernelab_ns(torch: Any, fn: Any, kind: str, l2_flush: bool) -> float:
     from runners.timing import make_timer
     from service.schemas import MeasurementSpec
 
-    settings = MeasurementSpec(l2_flush=l2_flush, budget_ms=1000, warmup_ms=25)
-    timer = make_timer(torch.device("cuda"), settings, kind=kind)  # type: ignore[arg-type]
+    # The spec's defaults (min_time_ms 500, target CI 1%) with a 750 ms budget per pair, so that
+    # 10 processes fit the GPU session's time limit.
+    settings = MeasurementSpec(l2_flush=l2_flush, budget_ms=750, timer=kind)  # type: ignore[arg-type]
+    timer = make_timer(torch.device("cuda"), settings)
     samples = measure_pair(fn, fn, settings, timer)
     return statistics.median(s.duration_ns for s in samples)
 
@@ -157,7 +160,7 @@ def _softmax_spec(baseline_m: int, candidate_m: int, budget_ms: float, seed: int
         "candidate": {"variant": "torch", "params": {"M": candidate_m}},
         "params": {"N": 8192, "dtype": "bfloat16"},
         "measurement": {"budget_ms": budget_ms, "seed": seed},
-        "probes": {"copy_bandwidth": False, "all_reduce": False, "nvml": False},
+        "probes": {"copy_bandwidth": False, "all_reduce": False, "nvml": False, "matmul_peak": False},
         "correctness": {"enabled": False},
     })
 
@@ -178,6 +181,8 @@ def part_verdicts(runs: int, log: Any) -> str:
             log.write(json.dumps({
                 "part": "verdicts", "case": label, "run": i, "verdict": c.verdict, "ratio": c.ratio,
                 "ci": [c.ci_low, c.ci_high], "flags": c.flags, "rounds": rounds, "wall_s": time.time() - t0,
+                "timer": result.timer,
+                "timed_ms": sum(s.duration_ns * s.launches for s in result.cells[0].samples) / 1e6,
             }) + "\n")
             print(f"{label} run {i}: {c.verdict} ratio {c.ratio:.4f} [{c.ci_low:.4f}, {c.ci_high:.4f}] "
                   f"{rounds} rounds {time.time() - t0:.1f} s", flush=True)
@@ -191,43 +196,32 @@ def part_verdicts(runs: int, log: Any) -> str:
 
 
 def part_guard(log: Any) -> str:
-    import torch
-
     from runners.job import run_job
     from service.schemas import JobSpec
     from service.stats import compare
 
-    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    for _ in range(3):
-        a @ b
-    torch.cuda.synchronize()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(10):
-        a @ b
-    stop.record()
-    stop.synchronize()
-    peak_tflops = 10 * 2 * 8192**3 / (start.elapsed_time(stop) * 1e-3) / 1e12
     spec = JobSpec.model_validate({
         "benchmark": "matmul", "baseline": {"variant": "torch"}, "candidate": {"variant": "torch"},
         "params": {"M": 4096, "N": 4096, "K": 4096, "dtype": "bfloat16"},
         "measurement": {"budget_ms": 500},
-        "probes": {"copy_bandwidth": True, "all_reduce": False, "nvml": False},
+        "probes": {"copy_bandwidth": True, "all_reduce": False, "nvml": False, "matmul_peak": True},
     })
     result = run_job(spec)
-    honest = compare(result, peaks={"matmul_tflops": peak_tflops}).cells[0]
+    # The bound comes from the job's own probe (runners.probes.peak), not from the caller.
+    peak_tflops = max(r.tflops for p in result.probes for r in p.matmul_peak)
+    honest = compare(result).cells[0]
     for s in result.cells[0].samples:
         if s.variant == "candidate":
             s.duration_ns = 3000.0  # the first-call do_bench figure: 0.0030 ms
-    injected = compare(result, peaks={"matmul_tflops": peak_tflops}).cells[0]
+    injected = compare(result).cells[0]
     log.write(json.dumps({
         "part": "guard", "peak_tflops": peak_tflops, "honest": honest.model_dump(mode="json"),
         "injected": injected.model_dump(mode="json"),
     }) + "\n")
     implied = 2 * 4096**3 / 3e-6 / 1e12
     return (
-        f"measured matmul peak {peak_tflops:.0f} TFLOP/s; honest A/A: {honest.verdict} {honest.flags}; "
+        f"probe's matmul peak {peak_tflops:.0f} TFLOP/s (timer {result.timer}); honest A/A: "
+        f"{honest.verdict} {honest.flags}; "
         f"injected 3 us (= {implied:.0f} TFLOP/s): verdict {injected.verdict}, flags {injected.flags}"
     )
 

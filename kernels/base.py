@@ -111,6 +111,33 @@ class Benchmark(ABC, Generic[P]):
 
         return default_tolerances(str(getattr(params, "dtype", "float32")))
 
+    def batch_slice(self, params: P, inputs: dict[str, Any], start: int, stop: int) -> tuple[P, dict[str, Any]] | None:
+        """Parameters and inputs of rows ``[start, stop)`` of the batch, or None (not batched).
+
+        Used by the batch-invariance check (``runners.checks``): the output of the slice must
+        equal rows ``[start, stop)`` of the full output's first dimension. The default is None:
+        the benchmark has no batch dimension.
+        """
+        return None
+
+    def batch_rows(self, params: P) -> int:
+        """Rows of the batch dimension (the output's first dimension); 0 when not batched."""
+        return 0
+
+    def output_axes(self, params: P) -> tuple[tuple[str, int | None], ...]:
+        """Logical axes of the output for "where is it wrong" summaries: ``(name, tile)`` pairs.
+
+        One pair per output dimension, in order; ``tile`` is the kernel's tile along that axis
+        (bad indices are then also reported modulo the tile) or None. ``runners.checks`` reshapes
+        the output to these axes when their count differs from the output's rank and their sizes
+        come from ``output_shape``. The default names dimensions ``dim0``, ``dim1``, ... untiled.
+        """
+        return ()
+
+    def output_shape(self, params: P) -> tuple[int, ...]:
+        """The output viewed on ``output_axes`` (``()``: the output's own shape)."""
+        return ()
+
     def parse_params(self, values: Mapping[str, ParamValue]) -> P:
         """Validate one cell's parameters into ``Params``. Raises ``pydantic.ValidationError``."""
         return cast(P, self.Params.model_validate(dict(values)))
@@ -135,7 +162,16 @@ def _entry_point_benchmarks() -> dict[str, Any]:
 _BUILTINS = {
     "softmax": "kernels.softmax:SoftmaxBenchmark",
     "matmul": "kernels.matmul:MatmulBenchmark",
+    "conv3d": "kernels.conv3d:Conv3dBenchmark",
+    "bi_matmul": "kernels.bi_matmul:BatchInvariantMatmulBenchmark",
+    "chunked_attention": "kernels.chunked_attention:ChunkedAttentionBenchmark",
 }
+
+
+def builtin_reference(name: str) -> str | None:
+    """The ``module:object`` of built-in benchmark ``name`` (``"matmul"`` ->
+    ``"kernels.matmul:MatmulBenchmark"``), or None when ``name`` is not a built-in."""
+    return _BUILTINS.get(name)
 
 
 def available_benchmarks() -> list[str]:
@@ -189,6 +225,8 @@ def validate_spec(spec: JobSpec) -> list[dict[str, Any]]:
     the benchmark resolves, both variants exist, every cell's parameters (merged with each side's
     overrides) validate on every device type.
     """
+    if spec.baseline.source is not None or spec.candidate.source is not None:
+        return _validate_sourced(spec)
     errors: list[dict[str, Any]] = []
     try:
         bench = get_benchmark(spec.benchmark)
@@ -231,3 +269,25 @@ def _param_loc(spec: JobSpec, field: str, device_type: str, side: str) -> tuple[
     if field in spec.params:
         return ("params", field)
     return ("params", field) if field else ("params",)
+
+
+def _validate_sourced(spec: JobSpec) -> list[dict[str, Any]]:
+    """What can be checked of a spec whose code comes from git revisions, without that code.
+
+    The benchmark lives in the revisions, which only the runner fetches, so variants and
+    parameters are checked there (a mismatch fails the job with a message naming the field). Here:
+    the benchmark must be a ``module:object`` reference or a built-in name (an entry-point name
+    belongs to an installed distribution, not to a revision).
+    """
+    ref = spec.benchmark
+    if ":" in ref:
+        module_name, _, attr = ref.partition(":")
+        if module_name and attr:
+            return []
+        msg = f"{ref!r} is not of the form 'module:object'"
+    elif ref in _BUILTINS:
+        return []
+    else:
+        msg = (f"with a source revision, name the benchmark as 'module:object' (or a built-in: "
+               f"{', '.join(sorted(_BUILTINS))}); {ref!r} is neither")
+    return [{"loc": ("benchmark",), "msg": msg, "type": "value_error"}]

@@ -39,6 +39,20 @@ TokenOpt = Annotated[
     str, typer.Option("--token", envvar="KERNELAB_TOKEN", help="bearer token", show_default=False)
 ]
 SpecArg = Annotated[Path, typer.Argument(help="job spec, YAML or JSON", show_default=False)]
+RepoOpt = Annotated[
+    str, typer.Option("--repo", help="git repository of --baseline-ref/--candidate-ref (path or URL)")
+]
+BaselineRefOpt = Annotated[
+    str | None, typer.Option("--baseline-ref", help="take the baseline's code from this revision of --repo")
+]
+CandidateRefOpt = Annotated[
+    str | None, typer.Option("--candidate-ref", help="take the candidate's code from this revision of --repo")
+]
+AllowRepoOpt = Annotated[
+    list[str] | None,
+    typer.Option("--allow-repo", help="repository (path, URL or glob) jobs' source revisions may come "
+                 "from; repeatable; also KERNELAB_ALLOWED_REPOS"),
+]
 DEFAULT_SERVER = "http://127.0.0.1:8000"
 DEFAULT_WORK_DIR = Path.home() / ".kernelab"
 DEFAULT_DATA_DIR = Path("kernelab-data")
@@ -55,6 +69,28 @@ def read_spec(path: Path) -> JobSpec:
         return load_spec(path)
     except SpecFileError as exc:
         raise _fail(exc.render(), EXIT_BAD_INPUT) from None
+
+
+def apply_refs(spec: JobSpec, spec_path: Path, repo: str, baseline_ref: str | None,
+               candidate_ref: str | None) -> JobSpec:
+    """``spec`` with its sides taken from ``repo`` at the given refs (``runners.revisions.
+    with_revisions``); exits 2 naming the spec file when a ref does not resolve."""
+    if baseline_ref is None and candidate_ref is None:
+        return spec
+    from runners.revisions import RevisionError, is_dirty, is_url, with_revisions
+
+    try:
+        spec = with_revisions(spec, repo, baseline_ref, candidate_ref)
+        if not is_url(repo) and "HEAD" in (baseline_ref, candidate_ref) and is_dirty(repo):
+            typer.echo(f"note: {repo} has uncommitted changes; HEAD is the last commit, without them",
+                       err=True)
+    except RevisionError as exc:
+        raise _fail(f"{spec_path}: {exc}", EXIT_BAD_INPUT) from None
+    for side in ("baseline", "candidate"):
+        source = getattr(spec, side).source
+        if source is not None:
+            typer.echo(f"{side}: {source.repo} @ {source.branch} ({source.ref[:12]})", err=True)
+    return spec
 
 
 def _client(server: str, token: str) -> KernelabClient:
@@ -140,17 +176,35 @@ def run(
     json_path: Annotated[Path | None, typer.Option("--json", help="write the Comparison JSON here")] = None,
     markdown_path: Annotated[Path | None, typer.Option("--markdown", help="write Markdown here")] = None,
     result_path: Annotated[Path | None, typer.Option("--result", help="write the raw JobResult JSON")] = None,
+    repo: RepoOpt = ".",
+    baseline_ref: BaselineRefOpt = None,
+    candidate_ref: CandidateRefOpt = None,
+    cache_dir: Annotated[
+        Path, typer.Option("--cache-dir", help="clones and worktrees of source revisions")
+    ] = DEFAULT_WORK_DIR / "revisions",
 ) -> None:
-    """Run a job on this machine (no server) and print the comparison table."""
-    spec = read_spec(spec_path)
+    """Run a job on this machine (no server) and print the comparison table.
+
+    A spec whose sides name source revisions (or --baseline-ref/--candidate-ref) runs each side in
+    its own worker process; the repositories the spec names are trusted (it is your own file).
+    """
+    spec = apply_refs(read_spec(spec_path), spec_path, repo, baseline_ref, candidate_ref)
     from kernels import BenchmarkError
     from runners.job import run_job
     from service.stats import compare
 
     typer.echo(f"running {spec.benchmark}: {spec.baseline.variant} vs {spec.candidate.variant}", err=True)
     try:
-        result = run_job(spec, progress=_print_cell_progress)
-    except (BenchmarkError, RuntimeError) as exc:  # e.g. device: cuda on a machine without CUDA
+        sources = [s.source for s in (spec.baseline, spec.candidate) if s.source is not None]
+        if sources:
+            from runners.revision_job import run_revision_job
+            from runners.revisions import AllowList
+
+            allow = AllowList([src.repo for src in sources])
+            result = run_revision_job(spec, allow=allow, cache_dir=cache_dir, progress=_print_cell_progress)
+        else:
+            result = run_job(spec, progress=_print_cell_progress)
+    except (BenchmarkError, RuntimeError) as exc:  # e.g. cuda without CUDA; RevisionError too
         raise _fail(f"{spec_path}: cannot run: {exc}") from None
     comparison = compare(result)
     if result_path is not None:
@@ -169,17 +223,98 @@ def run(
 @app.command()
 def probe(
     json_path: Annotated[Path | None, typer.Option("--json", help="write the ProbeReport JSON here")] = None,
+    mode: Annotated[str, typer.Option("--mode", help="quick (before/after a job) or full")] = "quick",
+    cuda_graph: Annotated[
+        bool, typer.Option("--cuda-graph", help="full mode: also time the all-reduce as CUDA-graph replays")
+    ] = False,
+    server: Annotated[str | None, typer.Option("--server", help="judge against this server's band")] = None,
+    token: TokenOpt = "",
+    post: Annotated[bool, typer.Option("--post", help="with --server: store the report there")] = False,
 ) -> None:
-    """Probe this node's health (copy bandwidth, all-reduce, telemetry) and print the readings."""
+    """Probe this node's health (copy bandwidth, all-reduce, telemetry), print the readings and the
+    verdict: against the thresholds alone, or with --server against the node's band kept there."""
     from runners.probes import node_info, run_probes
-    from runners.probes.format import format_probe_report
-    from service.schemas import ProbeSpec
+    from runners.probes.format import format_probe_report, format_verdict
+    from service import health
+    from service.schemas import HealthBand, ProbeSpec
 
-    report = run_probes(ProbeSpec(), "adhoc")
+    if mode not in ("quick", "full"):
+        raise _fail(f"--mode must be 'quick' or 'full', got {mode!r}", EXIT_BAD_INPUT)
+    report = run_probes(ProbeSpec(mode=mode, cuda_graph=cuda_graph), "adhoc")  # type: ignore[arg-type]
     node = node_info()
     if json_path is not None:
         json_path.write_text(report.model_dump_json(indent=2), encoding="utf-8")
     typer.echo(format_probe_report(report, node))
+    bands: dict[str, HealthBand] = {}
+    source = "thresholds only (no band: pass --server to judge against the node's band)"
+    if server is not None:
+        with _client(server, token) as client:
+            try:
+                detail = client.get_node(node.hostname)
+                bands = {b["figure"]: HealthBand.model_validate(b) for b in detail["health"]["bands"]}
+                source = f"the bands of {server} for {node.hostname}"
+            except KernelabAPIError as exc:
+                if exc.status_code != 404:
+                    raise _fail(str(exc)) from None
+                source = f"thresholds only ({server} has no probes of {node.hostname} yet)"
+            except KernelabUnavailable as exc:
+                raise _fail(f"server unreachable: {exc}") from None
+            if post:
+                client.post_probe(node.hostname, report)
+    reasons = health.evaluate(report, node_bands=bands)
+    typer.echo(format_verdict(reasons, source))
+
+
+@app.command()
+def static(
+    spec_path: SpecArg,
+    target: Annotated[
+        str | None, typer.Option("--target", help="GPU to compile for, e.g. sm_90a (default: this GPU)")
+    ] = None,
+    device_type: Annotated[
+        str, typer.Option("--cells", help="whose sweep cells to compile: cuda or cpu (sweep_by_device)")
+    ] = "cuda",
+    json_path: Annotated[Path | None, typer.Option("--json", help="write the comparisons here")] = None,
+) -> None:
+    """Compile both sides' Triton kernels ahead of time and diff their machine code (no GPU needed).
+
+    For every sweep cell: registers, spills, shared memory, occupancy, instruction mix, innermost
+    loop body, and the verdict IDENTICAL when the machine code is equal.
+    """
+    import json
+
+    from runners.static_metrics import default_target, static_comparisons
+    from service.report import format_static
+
+    spec = read_spec(spec_path)
+    if device_type not in ("cuda", "cpu"):
+        raise _fail(f"--cells must be cuda or cpu, got {device_type!r}")
+    chosen = target or default_target("cuda" if _has_cuda() else "cpu")
+    if chosen is None:
+        raise _fail("no CUDA GPU here: name the target, e.g. --target sm_90a")
+    from runners.static_metrics.aot import parse_target
+
+    try:
+        parse_target(chosen)
+    except ValueError as exc:
+        raise _fail(f"--target: {exc}") from None
+    cells = spec.cells(device_type)  # type: ignore[arg-type]
+    pairs = [({**c, **spec.baseline.params}, {**c, **spec.candidate.params}) for c in cells]
+    typer.echo(f"compiling {len(cells)} cell(s) x 2 sides for {chosen}", err=True)
+    results = static_comparisons(spec, pairs, chosen)
+    labels = [", ".join(f"{k}={v}" for k, v in c.items()) or "cell" for c in cells]
+    if json_path is not None:
+        payload = [{"params": c, **r.model_dump(mode="json")} for c, r in zip(cells, results, strict=True)]
+        json_path.write_text(json.dumps(payload, indent=2), encoding="utf-8")
+    typer.echo(format_static(list(zip(labels, results, strict=True))), nl=False)
+    if any(r.error for r in results):
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
 
 
 # -------------------------------------------------------------------------------------------------
@@ -193,9 +328,16 @@ def submit(
     token: TokenOpt = "",
     wait: Annotated[bool, typer.Option("--wait", help="wait and print the comparison")] = False,
     timeout_s: Annotated[float, typer.Option("--timeout-s", help="how long --wait waits")] = 3600.0,
+    repo: RepoOpt = ".",
+    baseline_ref: BaselineRefOpt = None,
+    candidate_ref: CandidateRefOpt = None,
 ) -> None:
-    """Queue a job; print its id (with --wait, also the comparison table)."""
-    spec = read_spec(spec_path)
+    """Queue a job; print its id (with --wait, also the comparison table).
+
+    ``--baseline-ref main --candidate-ref HEAD --repo .`` benchmarks two revisions of a checkout:
+    refs are resolved to commits here; the runner must allow the repository (--allow-repo).
+    """
+    spec = apply_refs(read_spec(spec_path), spec_path, repo, baseline_ref, candidate_ref)
     with _client(server, token) as client:
         try:
             job = client.submit(spec)
@@ -240,6 +382,7 @@ def runner(
     grace_s: Annotated[float, typer.Option("--grace-s", help="SIGTERM grace for the running job")] = 60.0,
     work_dir: Annotated[Path, typer.Option("--work-dir", help="token, spool, scratch")] = DEFAULT_WORK_DIR,
     log_level: Annotated[str, typer.Option("--log-level")] = "INFO",
+    allow_repo: AllowRepoOpt = None,
 ) -> None:
     """Run the runner daemon: claim jobs, run them in a child process, post results."""
     from runners.daemon import Runner
@@ -248,7 +391,8 @@ def runner(
     client = _client(server, token)
     try:
         daemon = Runner(
-            client, name, once=once, poll_s=poll_s, lease_s=lease_s, work_dir=work_dir, grace_s=grace_s
+            client, name, once=once, poll_s=poll_s, lease_s=lease_s, work_dir=work_dir, grace_s=grace_s,
+            allowed_repos=allow_repo or [],
         )
     except ValueError as exc:
         client.close()

@@ -39,6 +39,7 @@ import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -54,6 +55,7 @@ KILL_WAIT_S = 10.0  # SIGTERM -> SIGKILL delay for a child being stopped
 MIN_IDLE_S = 1.0  # least time between two empty claims, against a server that does not long-poll
 STDERR_TAIL_CHARS = 4000  # how much of a failed child's stderr goes into the failure message
 LEASE_LOST_STATUS = frozenset({404, 409})
+JOB_FAILED_MARK = "worker: job failed: "  # runners.worker's last stderr line on a job failure
 RUNNER_NAME = re.compile(r"^[A-Za-z0-9._:-]{1,200}$")  # service.schemas.RunnerRegister.name
 
 
@@ -64,7 +66,10 @@ class Runner:
     on claim and on every heartbeat, seconds (heartbeat every ``lease_s / 3``). ``work_dir``:
     token file, spool and per-job scratch folders. ``grace_s``: how long a running job may go on
     after SIGTERM. ``node``: the fingerprint sent on registration (default
-    ``runners.probes.node_info()``). Counters: ``done``, ``failed``, ``lost`` (lease lost),
+    ``runners.probes.node_info()``). ``allowed_repos``: repositories (paths, URLs or ``fnmatch``
+    patterns) that jobs' source revisions may come from, besides ``KERNELAB_ALLOWED_REPOS``; their
+    clones and worktrees are cached in ``work_dir/revisions``. Counters: ``done``, ``failed``,
+    ``lost`` (lease lost),
     ``posted`` (results acknowledged, including re-sent spooled ones).
 
     Raises ``ValueError`` for a name outside ``[A-Za-z0-9._:-]{1,200}`` (the server's rule; the
@@ -83,6 +88,7 @@ class Runner:
         work_dir: Path = DEFAULT_WORK_DIR,
         grace_s: float = 60.0,
         node: NodeInfo | None = None,
+        allowed_repos: Sequence[str] = (),
     ):
         if not RUNNER_NAME.match(name):
             raise ValueError(f"runner name {name!r} must match {RUNNER_NAME.pattern}")
@@ -97,6 +103,8 @@ class Runner:
         self.spool = Spool(self.work_dir / "spool" / name)
         self.token_file = self.work_dir / f"runner-{name}.json"
         self.node = node
+        self.allowed_repos = list(allowed_repos)
+        self.revision_cache = self.work_dir / "revisions"
         self.done = 0
         self.failed = 0
         self.lost = 0
@@ -302,7 +310,9 @@ class Runner:
         out_path.unlink(missing_ok=True)
         key = f"{self.name}-j{job_id}-a{claim.attempt}-{uuid.uuid4().hex[:12]}"
         cmd = [sys.executable, "-m", "runners.worker", str(spec_path), str(out_path),
-               "--job-id", str(job_id), "--idempotency-key", key]
+               "--job-id", str(job_id), "--idempotency-key", key, "--cache-dir", str(self.revision_cache)]
+        for repo in self.allowed_repos:
+            cmd += ["--allow-repo", repo]
         log.info("runner %s: job %d attempt %d (%s): starting worker, timeout %.0f s",
                  self.name, job_id, claim.attempt, claim.spec.benchmark, claim.spec.timeout_s)
 
@@ -371,6 +381,9 @@ class Runner:
         else:
             message = f"worker exited with status {returncode} on node {self.name}"
         tail = _tail(err_path, STDERR_TAIL_CHARS)
+        reason = tail.rpartition(JOB_FAILED_MARK)[2].strip() if JOB_FAILED_MARK in tail else ""
+        if reason:  # the worker said why (runners.worker): that goes first
+            message = f"{reason}\n({message})"
         if tail:
             message += f"\n--- worker stderr (last {STDERR_TAIL_CHARS} characters) ---\n{tail}"
         self.failed += 1

@@ -9,8 +9,12 @@ power) read right after it.
 
 Stop rule: never before ``min_rounds``; then stop as soon as the ratio's confidence interval
 (``service.stats.ratio_ci``, bootstrap over whole rounds) has a half-width below
-``target_ci_pct`` of the ratio, or another round would overrun ``budget_ms`` (measured from the
-end of the warm-up), or ``max_rounds`` is reached. The CI is checked on a geometric schedule
+``target_ci_pct`` of the ratio *and* the samples cover at least ``min_time_ms`` of timed device
+time (both variants, ``duration_ns * launches`` summed: nvbench's ``--min-time``, 0.5 s by
+default, which lets the GPU reach its sustained clock and power state before the CI may end the
+cell; H200 figures: 32 launches right after an idle spin read 9% faster than sustained), or
+another round would overrun ``budget_ms`` (measured from the end of the warm-up; the budget caps
+the minimum time), or ``max_rounds`` is reached. The CI is checked on a geometric schedule
 (at ``min_rounds``, then each time the round count has grown by 20%, at least 4 rounds), so its
 cost stays a small fraction of the budget.
 
@@ -38,6 +42,7 @@ _CHECK_GROWTH = 0.2  # re-check the CI when the round count has grown by 20% ...
 _MIN_CHECK_INTERVAL_ROUNDS = 4  # ... but at least 4 rounds later
 _STOP_CHECK_RESAMPLES = 500  # bootstrap resamples for the stop check (the report uses more)
 _STOP_CHECK_CONFIDENCE = 0.95
+_NS_PER_MS = 1e6
 
 VARIANTS: tuple[Variant, Variant] = ("baseline", "candidate")
 ProgressFn = Callable[[str], None]
@@ -54,6 +59,16 @@ class ClockSampler(Protocol):
     expected_sm_clock_mhz: float | None
 
     def read(self) -> Mapping[str, Any]: ...
+
+
+class ContentionMonitor(Protocol):
+    """Who else uses the GPU, read at each CI check (``runners.probes.contention`` implements it).
+
+    ``check(rounds)`` records one reading tagged with the rounds completed so far; the caller
+    collects the readings after the cell. It must be cheap (a few NVML calls) and never raise.
+    """
+
+    def check(self, rounds: int) -> None: ...
 
 
 def round_order(
@@ -101,13 +116,44 @@ def ci_half_width(samples: list[Sample], settings: MeasurementSpec) -> tuple[flo
     return ratio, (high - low) / 2.0 / ratio
 
 
-def _warm_up(
-    fns: Mapping[Variant, Callable[[], Any]], timer: Timer, warmup_ms: float
-) -> dict[Variant, int]:
-    """Alternate the variants through ``timer`` until each has run ``warmup_ms``; launches per sample.
+class PairTimer(Protocol):
+    """The step of the engine that may run elsewhere: time one sample of one variant.
+
+    ``runners.engine`` decides the order and the launch counts; a ``PairTimer`` only executes.
+    ``LocalPairTimer`` calls the two callables in this process; ``runners.revision_job`` sends
+    each request to the worker process of that variant's source revision.
+    """
+
+    def time_ns(self, variant: Variant, launches: int) -> float:
+        """One sample of ``variant``: ``launches`` back-to-back launches; ns per launch."""
+        ...
+
+    def launches_for(self, variant: Variant, per_launch_ns: float) -> int:
+        """Launches per sample for ``variant`` whose launch is estimated at ``per_launch_ns``."""
+        ...
+
+
+class LocalPairTimer:
+    """``PairTimer`` over two zero-argument callables and one ``runners.timing.Timer`` in-process."""
+
+    def __init__(self, fns: Mapping[Variant, Callable[[], Any]], timer: Timer):
+        self.fns = dict(fns)
+        self.timer = timer
+
+    def time_ns(self, variant: Variant, launches: int) -> float:
+        """``timer.time_ns`` of ``variant``'s callable; whatever the callable raises propagates."""
+        return self.timer.time_ns(self.fns[variant], launches)
+
+    def launches_for(self, variant: Variant, per_launch_ns: float) -> int:
+        """``timer.launches_for(per_launch_ns)`` (one timer serves both variants)."""
+        return self.timer.launches_for(per_launch_ns)
+
+
+def _warm_up(pair: PairTimer, warmup_ms: float) -> dict[Variant, int]:
+    """Alternate the variants through ``pair`` until each has run ``warmup_ms``; launches per sample.
 
     Each variant's launches per call double from 1 up to what its fastest reading so far asks for
-    (``timer.launches_for``), so later readings come from full-size windows. At least
+    (``pair.launches_for``), so later readings come from full-size windows. At least
     ``_MIN_WARMUP_PASSES`` passes run. Returns each variant's launches per sample.
     """
     spent_ns: dict[Variant, float] = dict.fromkeys(VARIANTS, 0.0)
@@ -117,14 +163,14 @@ def _warm_up(
     while passes < _MIN_WARMUP_PASSES or min(spent_ns.values()) < warmup_ms * 1e6:
         for variant in VARIANTS if passes % 2 == 0 else tuple(reversed(VARIANTS)):
             t0 = time.perf_counter_ns()
-            estimate_ns = timer.time_ns(fns[variant], launches[variant])
+            estimate_ns = pair.time_ns(variant, launches[variant])
             spent_ns[variant] += time.perf_counter_ns() - t0
             # Delays only add time: the fastest reading is the robust estimate (first-call
             # compilation, preemption and small-window overhead all inflate the others).
             best_ns[variant] = min(best_ns[variant], estimate_ns)
-            launches[variant] = min(2 * launches[variant], timer.launches_for(best_ns[variant]))
+            launches[variant] = min(2 * launches[variant], pair.launches_for(variant, best_ns[variant]))
         passes += 1
-    return {v: timer.launches_for(best_ns[v]) for v in VARIANTS}
+    return {v: pair.launches_for(v, best_ns[v]) for v in VARIANTS}
 
 
 def _sample(
@@ -156,6 +202,7 @@ def measure_pair(
     *,
     sampler: ClockSampler | None = None,
     progress: ProgressFn | None = None,
+    monitor: ContentionMonitor | None = None,
 ) -> list[Sample]:
     """Measure two zero-argument callables interleaved; every raw sample, in the order taken.
 
@@ -168,21 +215,44 @@ def measure_pair(
     per launch) and, with a ``sampler``, the context read after it; ``throttled`` is set when its
     SM clock is below 75% of ``sampler.expected_sm_clock_mhz``.
 
-    ``progress(message)`` is called at each CI check. Whatever the callables or the timer raise
+    ``progress(message)`` is called at each CI check; ``monitor.check(rounds)`` before the first
+    round, at each CI check and after the last round. Whatever the callables or the timer raise
     propagates (the caller records it against the cell).
     """
-    fns: dict[Variant, Callable[[], Any]] = {"baseline": fn_baseline, "candidate": fn_candidate}
-    launches = _warm_up(fns, timer, settings.warmup_ms)
+    pair = LocalPairTimer({"baseline": fn_baseline, "candidate": fn_candidate}, timer)
+    return measure_interleaved(pair, settings, sampler=sampler, progress=progress, monitor=monitor)
+
+
+def measure_interleaved(
+    pair: PairTimer,
+    settings: MeasurementSpec,
+    *,
+    sampler: ClockSampler | None = None,
+    progress: ProgressFn | None = None,
+    monitor: ContentionMonitor | None = None,
+) -> list[Sample]:
+    """``measure_pair`` over any ``PairTimer``: warm-up, interleaved rounds, stop rule, samples.
+
+    The round order, launch counts, per-sample context and stop rule are decided here, in the
+    calling process, whatever process times the samples (see ``measure_pair`` for the contract).
+    Whatever ``pair`` raises propagates.
+    """
+    launches = _warm_up(pair, settings.warmup_ms)
     rng = np.random.default_rng(settings.seed)
     budget_ns = settings.budget_ms * 1e6
     target = settings.target_ci_pct / 100.0
     samples: list[Sample] = []
     next_check = settings.min_rounds
     rounds = 0
+    min_time_ns = settings.min_time_ms * _NS_PER_MS
+    timed_ns = 0.0  # device time the samples cover: nvbench's accumulated "total cuda time"
+    if monitor is not None:
+        monitor.check(rounds)
     t_start = time.perf_counter_ns()
     while rounds < settings.max_rounds:
         for position, variant in enumerate(round_order(rounds, settings, rng)):
-            duration_ns = timer.time_ns(fns[variant], launches[variant])
+            duration_ns = pair.time_ns(variant, launches[variant])
+            timed_ns += duration_ns * launches[variant]
             samples.append(_sample(variant, rounds, position, duration_ns, launches[variant], sampler))
         rounds += 1
         if rounds < settings.min_rounds:
@@ -191,12 +261,17 @@ def measure_pair(
         if elapsed_ns + elapsed_ns / rounds > budget_ns:  # the next round would overrun the budget
             break
         if rounds >= next_check:
+            if monitor is not None:
+                monitor.check(rounds)
             ci = ci_half_width(samples, settings)
             if progress is not None:
                 text = "no CI yet" if ci is None else f"ratio {ci[0]:.4f} ±{100 * ci[1]:.2f}%"
                 per_sample = f"{launches['baseline']}/{launches['candidate']} launches per sample"
-                progress(f"round {rounds}: {text} ({per_sample})")
-            if ci is not None and ci[1] < target:
+                timed = f"{timed_ns / _NS_PER_MS:.0f}/{settings.min_time_ms:g} ms min time"
+                progress(f"round {rounds}: {text} ({per_sample}, {timed})")
+            if ci is not None and ci[1] < target and timed_ns >= min_time_ns:
                 break
             next_check = rounds + max(_MIN_CHECK_INTERVAL_ROUNDS, math.ceil(_CHECK_GROWTH * rounds))
+    if monitor is not None:
+        monitor.check(rounds)
     return samples

@@ -13,8 +13,13 @@ Per cell, in this order:
 3. both variants prepared (allocation and compilation happen here, outside any timing);
 4. correctness, not timed: the reference (float64) is computed first, then each variant runs
    once, its output is poisoned (NaN) unless it aliases an input, it runs again and the output is
-   compared with ``kernels.check.check_output`` at the spec's or the benchmark's tolerances;
-5. ``runners.engine.measure_pair`` with the node's per-sample clock sampler on a GPU;
+   compared with ``kernels.check.check_output`` at the spec's or the benchmark's tolerances; the
+   repeat, determinism, batch-invariance and bitwise-vs-baseline checks the spec asks for follow
+   (``runners.checks``); ``correctness.input_scale`` scales the inputs of the whole cell;
+5. ``runners.engine.measure_pair`` with the node's per-sample clock sampler and contention
+   monitor on a GPU; the timer kind that measured each variant (``CellResult.timers``: a callable
+   that CUDA-graph capture refuses falls back to CUDA events) and who else used the GPU
+   (``CellResult.contention``) are recorded;
 6. the work one launch of each variant does (``bench.work``).
 
 On a CPU the cells run with one intra-op torch thread (see ``_cpu_threads``).
@@ -36,8 +41,10 @@ import torch
 from kernels import Benchmark, get_benchmark
 from kernels._device import configure_triton_env
 from kernels.check import check_output, poison_
+from runners.checks import compare_bitwise, run_checks, scale_inputs
 from runners.engine import ClockSampler, measure_pair
 from runners.probes import node_info, run_probes
+from runners.probes.contention import GpuContentionMonitor
 from runners.probes.telemetry import ContextSampler
 from runners.timing import Timer, TimerKind, make_timer
 from service.schemas import (
@@ -81,8 +88,13 @@ def _short_error(exc: BaseException) -> str:
 
 
 def _probes(spec: JobSpec, phase: Literal["before", "after"], device: torch.device) -> list[ProbeReport]:
-    """``run_probes`` when any probe is enabled; a failure becomes a report holding its error."""
-    if not any(spec.probes.model_dump().values()):
+    """``run_probes`` when any probe is enabled; a failure becomes a report holding its error.
+
+    The matmul peak counts as a probe on CUDA only (``run_probes`` measures no CPU peak)."""
+    enabled = spec.probes.model_dump()
+    if device.type != "cuda":
+        enabled.pop("matmul_peak", None)
+    if not any(enabled.values()):
         return []
     try:
         return [run_probes(spec.probes, phase, device_type=device.type)]
@@ -128,6 +140,7 @@ def check_variant(
 def _run_cell(
     bench: Benchmark[Any], spec: JobSpec, index: int, cell: dict[str, ParamValue], device: torch.device,
     timer: Timer, sampler: ClockSampler | None, progress: Callable[[str], None],
+    monitor: GpuContentionMonitor | None = None,
 ) -> CellResult:
     """Measure one cell; an exception is recorded in ``CellResult.error`` with what came before."""
     sides: dict[Variant, Any] = {"baseline": spec.baseline, "candidate": spec.candidate}
@@ -145,22 +158,41 @@ def _run_cell(
             if params["candidate"] == params["baseline"]
             else bench.make_inputs(params["candidate"], device, spec.measurement.seed)
         )
+        scale = spec.correctness.input_scale
+        inputs = {v: scale_inputs(inputs[v], scale) for v in ("baseline", "candidate")} if scale != 1.0 else inputs
         fns = {v: bench.prepare(sides[v].variant, params[v], inputs[v]) for v in sides}
         if spec.correctness.enabled:
             progress("correctness")
             refs = {v: bench.reference(params[v], inputs[v]) for v in sides}  # before any run
+            outs: dict[Variant, torch.Tensor] = {}
             for v in sides:
                 default_rtol, default_atol = bench.tolerances(params[v])
                 rtol = spec.correctness.rtol if spec.correctness.rtol is not None else default_rtol
                 atol = spec.correctness.atol if spec.correctness.atol is not None else default_atol
-                result.correctness[v] = check_variant(
-                    fns[v], refs[v], inputs[v], rtol=rtol, atol=atol, device=device
+                result.correctness[v], outs[v] = run_checks(
+                    bench, sides[v].variant, params[v], inputs[v], fns[v], refs[v], spec.correctness,
+                    seed=spec.measurement.seed, device=device, rtol=rtol, atol=atol,
                 )
-            del refs
+            if spec.correctness.bitwise_vs_baseline:
+                candidate = result.correctness["candidate"]
+                candidate.vs_baseline = compare_bitwise(
+                    outs["candidate"], outs["baseline"], bench, params["candidate"]
+                )
+                if not candidate.vs_baseline.identical:
+                    candidate.passed = False
+                    candidate.message += f"; differs bitwise from the baseline: {candidate.vs_baseline.where}"
+            del refs, outs
         progress("measuring")
-        result.samples = measure_pair(
-            fns["baseline"], fns["candidate"], spec.measurement, timer, sampler=sampler, progress=progress
-        )
+        if monitor is not None:
+            monitor.start()
+        try:
+            result.samples = measure_pair(
+                fns["baseline"], fns["candidate"], spec.measurement, timer, sampler=sampler,
+                progress=progress, monitor=monitor,
+            )
+        finally:
+            result.timers = {v: timer.kind_for(fns[v]) for v in sides}
+            result.contention = monitor.take() if monitor is not None else []
         result.work = {v: bench.work(params[v], sides[v].variant) for v in sides}
     except Exception as exc:  # one cell's failure must not lose the job's other cells
         logger.exception("cell %d %s failed", index, cell)
@@ -199,14 +231,14 @@ def run_job(
     idempotency_key: str | None = None,
     device: str | torch.device | None = None,
     progress: ProgressCallback | None = None,
-    timer_kind: TimerKind = "auto",
+    timer_kind: TimerKind | None = None,
 ) -> JobResult:
     """Run ``spec`` on this node and return every raw result (see the module docstring).
 
     ``device`` overrides ``spec.device`` (``"auto"``: the GPU when there is one). ``progress(cell
-    index, cell count, message)`` is called as each cell advances. ``timer_kind`` selects the timer
-    (``runners.timing.make_timer``). ``idempotency_key`` defaults to a fresh ``uuid4().hex``;
-    timestamps are UTC. Raises ``RuntimeError`` for a CUDA device without CUDA and
+    index, cell count, message)`` is called as each cell advances. ``timer_kind`` overrides
+    ``spec.measurement.timer`` (``runners.timing.make_timer``). ``idempotency_key`` defaults to a
+    fresh ``uuid4().hex``; timestamps are UTC. Raises ``RuntimeError`` for a CUDA device without CUDA and
     ``kernels.BenchmarkError`` for an unknown benchmark; failures inside a cell never raise.
     """
     started_at = datetime.now(UTC)
@@ -215,6 +247,7 @@ def run_job(
     bench = get_benchmark(spec.benchmark)
     timer = make_timer(dev, spec.measurement, kind=timer_kind)
     sampler = ContextSampler(dev.index) if dev.type == "cuda" else None
+    monitor = GpuContentionMonitor(dev.index) if dev.type == "cuda" else None
     cells = spec.cells(dev.type)  # type: ignore[arg-type]
     report: ProgressCallback = progress if progress is not None else (lambda i, n, msg: None)
     guard = torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext()
@@ -226,11 +259,16 @@ def run_job(
                 report(index, len(cells), f"cell {index + 1}/{len(cells)} {cell}")
                 result = _run_cell(
                     bench, spec, index, cell, dev, timer, sampler,
-                    partial(report, index, len(cells)),
+                    partial(report, index, len(cells)), monitor,
                 )
                 _free_device_memory(dev, timer)
                 report(index, len(cells), f"done: {result.error or f'{len(result.samples)} samples'}")
                 results.append(result)
+        if spec.static_metrics.enabled and cells:  # after the timing: compiling loads the CPU
+            from runners.static_metrics import attach_static
+
+            report(len(cells) - 1, len(cells), "static metrics of the compiled kernels")
+            attach_static(spec, results, dev)
         # After the cells: the fingerprint then shows whether Triton kernels ran interpreted.
         node = node_info(dev)
         probes += _probes(spec, "after", dev)
@@ -239,7 +277,7 @@ def run_job(
         job_id=job_id,
         spec=spec,
         node=node,
-        timer=timer.name,
+        timer=timer.label,
         started_at=started_at,
         finished_at=datetime.now(UTC),
         cells=results,

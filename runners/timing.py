@@ -15,10 +15,20 @@ A ``Timer`` turns "call ``fn`` ``launches`` times" into nanoseconds per launch. 
   ``triton.testing.do_bench_cudagraph``). With ``l2_flush`` only the first launch of a replay starts
   with a cold L2.
 
-``make_timer`` picks ``'cuda-event'`` on a GPU for now; which of the two GPU timers becomes the
-default is to be decided by the H200 measurements in ``docs/`` (see
-``/work/shared/reference/H200-node-figures.md``: for a one-element kernel an event pair per launch
-reads ~3.6 us, graph replay ~1 us; for a large matmul the two agree within a few percent).
+* ``FallbackTimer``: a preferred timer with a per-callable fallback: a callable the preferred
+  timer cannot time (``TimerUnsupported``, e.g. a graph capture that fails because the callable
+  synchronises or reads a value back to the host) is timed by the fallback from then on.
+
+The GPU default (``MeasurementSpec.timer = 'auto'``) is ``FallbackTimer(CudaGraphTimer,
+CudaEventTimer)``, chosen from the H200 measurements of ``benchmarks/timing_accuracy.py``
+(``docs/results/2026-11-30-h200-timing-accuracy.md``, medians of 10 processes): for a one-element
+kernel, graph replay per launch read 1.25 us against do_bench_cudagraph's 1.03 us (1.22x, the
+only kernelab timer within the 1.25x target), while the event timer read 3.87 us cold and 1.77 us
+hot (3.77x and 1.73x); for kernels of 100 us and more all methods agreed within ~2%. With
+``l2_flush`` the graph timer flushes once per replay, so only a replay's first launch is cold; a
+replay holds more than one launch only for kernels shorter than the 50 us minimum window, whose
+inputs mostly stay in L2 between launches anyway (as with ``do_bench_cudagraph``). A graph replays
+only device work: host-side work inside the callable runs once, at capture.
 
 Sources: nvbench (blocking kernel, cold mode, L2 size from device properties), nccl-tests and
 nvbandwidth (spin kernel holding the stream), ``triton.testing.do_bench`` (milliseconds, L2 clear).
@@ -26,6 +36,7 @@ nvbandwidth (spin kernel holding the stream), ``triton.testing.do_bench`` (milli
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from abc import ABC, abstractmethod
@@ -37,6 +48,7 @@ import torch
 from service.schemas import MeasurementSpec
 
 TimerKind = Literal["auto", "perf_counter", "cuda-event", "cuda-graph"]
+logger = logging.getLogger(__name__)
 
 # Minimum timed window per sample and the cap on launches per sample.
 _CPU_MIN_WINDOW_NS = 1_000_000  # 1 ms: perf_counter_ns resolution and Python call noise amortised
@@ -70,6 +82,10 @@ def choose_launches(per_launch_ns: float, *, min_window_ns: float, max_launches:
     return max(1, min(max_launches, math.ceil(min_window_ns / per_launch_ns)))
 
 
+class TimerUnsupported(RuntimeError):
+    """This timer cannot time this callable (e.g. it cannot be captured in a CUDA graph)."""
+
+
 class Timer(ABC):
     """Times ``launches`` back-to-back calls of a zero-argument callable; ns per launch.
 
@@ -98,6 +114,16 @@ class Timer(ABC):
     @abstractmethod
     def reset(self) -> None:
         """Drop per-callable state (calibrations, captured graphs) so their memory can be freed."""
+
+    def kind_for(self, fn: Callable[[], Any]) -> str:
+        """The timer kind that times ``fn`` (``name``, unless a fallback took over for it)."""
+        return self.name
+
+    @property
+    def label(self) -> str:
+        """What ``JobResult.timer`` records: ``name``, or ``'<primary>+<fallback>'`` once any
+        callable of the job fell back (see ``FallbackTimer``)."""
+        return self.name
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} name={self.name!r} device={self.device}>"
@@ -300,15 +326,24 @@ class CudaGraphTimer(_CudaTimerBase):
                 fn()
         torch.cuda.current_stream(self.device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=stream):
-            for _ in range(launches):
-                fn()
+        try:
+            with torch.cuda.graph(graph, stream=stream):
+                for _ in range(launches):
+                    fn()
+        except RuntimeError as exc:  # torch raises RuntimeError (CUDA error) for capture failures
+            del graph
+            torch.cuda.synchronize(self.device)  # a sticky CUDA error is a real failure: raise it
+            raise TimerUnsupported(f"cannot capture the callable in a CUDA graph: {exc}") from exc
         torch.cuda.synchronize(self.device)
         self._graphs[fn] = (launches, graph)
         return graph
 
     def time_ns(self, fn: Callable[[], Any], launches: int) -> float:
-        """ns per launch: replay time of a graph of ``launches`` calls over ``launches``."""
+        """ns per launch: replay time of a graph of ``launches`` calls over ``launches``.
+
+        Raises ``TimerUnsupported`` when ``fn`` cannot be captured (three uncaptured warm-up
+        calls run first: what they raise propagates as is).
+        """
         _check_launches(launches)
         with torch.cuda.device(self.device):
             graph = self._graph(fn, launches)
@@ -325,20 +360,77 @@ class CudaGraphTimer(_CudaTimerBase):
         return elapsed_ms * 1e6 / launches
 
 
-def make_timer(device: torch.device, settings: MeasurementSpec, *, kind: TimerKind = "auto") -> Timer:
+class FallbackTimer(Timer):
+    """``primary`` for every callable it can time; ``fallback`` for those it cannot.
+
+    The first ``primary.time_ns(fn, ...)`` that raises ``TimerUnsupported`` moves ``fn`` to
+    ``fallback`` (that sample is retaken there) until ``reset``; other exceptions propagate.
+    ``min_window_ns`` is the larger and ``max_launches`` the smaller of the two timers' (so a
+    launch count chosen before a fallback suits both). ``kind_for(fn)`` names the timer of ``fn``;
+    ``fallbacks`` counts callables moved over this timer's lifetime (``reset`` keeps it), and
+    ``label`` becomes ``'<primary>+<fallback>'`` once it is non-zero, so the job records it.
+    """
+
+    def __init__(self, primary: Timer, fallback: Timer) -> None:
+        if primary.device != fallback.device:
+            raise ValueError(f"timers on different devices: {primary.device} and {fallback.device}")
+        self.primary, self.fallback = primary, fallback
+        self.name = primary.name  # type: ignore[misc]  # an instance attribute shadows the ClassVar
+        self.device = primary.device
+        self.min_window_ns = max(primary.min_window_ns, fallback.min_window_ns)
+        self.max_launches = min(primary.max_launches, fallback.max_launches)
+        self._fallen_back: set[Callable[[], Any]] = set()
+        self.fallbacks = 0
+
+    def time_ns(self, fn: Callable[[], Any], launches: int) -> float:
+        """ns per launch from ``primary``, or from ``fallback`` for a callable it cannot time."""
+        _check_launches(launches)
+        if fn not in self._fallen_back:
+            try:
+                return self.primary.time_ns(fn, launches)
+            except TimerUnsupported as exc:
+                logger.warning("%s cannot time %r (%s); using %s for it", self.primary.name, fn, exc,
+                               self.fallback.name)
+                self._fallen_back.add(fn)
+                self.fallbacks += 1
+        return self.fallback.time_ns(fn, launches)
+
+    def kind_for(self, fn: Callable[[], Any]) -> str:
+        """``fallback.name`` for a callable that fell back, else ``primary.name``."""
+        return self.fallback.name if fn in self._fallen_back else self.primary.name
+
+    @property
+    def label(self) -> str:
+        return f"{self.primary.name}+{self.fallback.name}" if self.fallbacks else self.primary.name
+
+    def reset(self) -> None:
+        self.primary.reset()
+        self.fallback.reset()
+        self._fallen_back.clear()
+
+
+def make_timer(device: torch.device, settings: MeasurementSpec, *, kind: TimerKind | None = None) -> Timer:
     """The timer for ``device`` under ``settings`` (``settings.l2_flush`` applies on CUDA only).
 
-    ``kind='auto'``: ``'perf_counter'`` on a CPU, ``'cuda-event'`` on a GPU (the GPU default is to
-    be confirmed by H200 measurements). Raises ``ValueError`` for a kind that does not fit the
+    ``kind`` overrides ``settings.timer``. ``'auto'``: ``'perf_counter'`` on a CPU; on a GPU CUDA
+    graph replay with a per-callable fall back to CUDA events (``FallbackTimer``; why graph replay
+    is the default: the module docstring). Raises ``ValueError`` for a kind that does not fit the
     device and ``RuntimeError`` for a CUDA device when CUDA is not available.
     """
+    if kind is None:
+        kind = settings.timer
     if device.type == "cpu":
         if kind not in ("auto", "perf_counter"):
             raise ValueError(f"timer {kind!r} needs a CUDA device; this device is {device}")
         return CpuTimer()
     if device.type != "cuda":
         raise ValueError(f"no timer for device type {device.type!r}")
-    if kind in ("auto", "cuda-event"):
+    if kind == "auto":
+        return FallbackTimer(
+            CudaGraphTimer(device, l2_flush=settings.l2_flush),
+            CudaEventTimer(device, l2_flush=settings.l2_flush),
+        )
+    if kind == "cuda-event":
         return CudaEventTimer(device, l2_flush=settings.l2_flush)
     if kind == "cuda-graph":
         return CudaGraphTimer(device, l2_flush=settings.l2_flush)

@@ -4,8 +4,9 @@ The daemon runs every job in a fresh child so that a crash, a hung kernel or a l
 context cannot take the daemon down, and so that a hard timeout can kill it. The child:
 
 1. reads the ``JobSpec`` JSON file ``SPEC_JSON``;
-2. runs ``runners.job.run_job(spec, job_id=..., idempotency_key=..., progress=...)``, printing one
-   progress line per sweep cell on stdout;
+2. runs ``runners.job.run_job(spec, job_id=..., idempotency_key=..., progress=...)`` (or, when a
+   side names a source revision, ``runners.revision_job.run_revision_job`` with the
+   ``--allow-repo`` list and ``--cache-dir``), printing one progress line per sweep cell on stdout;
 3. writes the ``JobResult`` JSON to ``OUT_JSON`` atomically (temp file + rename), so the daemon
    never reads half a result.
 
@@ -37,6 +38,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("out_json", type=Path, help="where the JobResult JSON is written")
     p.add_argument("--job-id", type=int, default=None)
     p.add_argument("--idempotency-key", default=None)
+    p.add_argument("--allow-repo", action="append", default=[], metavar="REPO",
+                   help="repository a source revision may come from (repeatable; also "
+                        "KERNELAB_ALLOWED_REPOS)")
+    p.add_argument("--cache-dir", type=Path, default=Path.home() / ".kernelab" / "revisions",
+                   help="clones, worktrees and Triton caches of source revisions")
     return p
 
 
@@ -55,11 +61,22 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
 
     from runners.job import run_job  # imports torch: keep it out of argument errors
+    from runners.revision_job import run_revision_job
+    from runners.revisions import AllowList, RevisionError
 
     try:
-        result = run_job(
-            spec, job_id=args.job_id, idempotency_key=args.idempotency_key, progress=_print_progress
-        )
+        if spec.baseline.source is not None or spec.candidate.source is not None:
+            result = run_revision_job(
+                spec, allow=AllowList.from_env(args.allow_repo), cache_dir=args.cache_dir,
+                job_id=args.job_id, idempotency_key=args.idempotency_key, progress=_print_progress,
+            )
+        else:
+            result = run_job(
+                spec, job_id=args.job_id, idempotency_key=args.idempotency_key, progress=_print_progress
+            )
+    except RevisionError as exc:  # a known, user-facing failure: the message says it all
+        print(f"worker: job failed: {exc}", file=sys.stderr)
+        return EXIT_JOB_FAILED
     except Exception as exc:  # the job's own failure: report it, never hide it
         traceback.print_exc(file=sys.stderr)
         print(f"worker: job failed: {type(exc).__name__}: {exc}", file=sys.stderr)

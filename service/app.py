@@ -15,6 +15,7 @@ from importlib.resources import files
 
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
+from sqlalchemy.exc import IntegrityError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import web.routes
@@ -24,6 +25,7 @@ from service.api.routes import health, login
 from service.auth import ensure_token
 from service.core.config import Settings
 from service.core.db import check_at_head, make_engine, make_session_factory
+from service.observability import RequestLogMiddleware, configure_logging, metrics_registry
 
 log = logging.getLogger(__name__)
 
@@ -81,12 +83,20 @@ class MaxBodySizeMiddleware:
 
 
 def _bootstrap_admin(settings: Settings, factory) -> None:  # type: ignore[no-untyped-def]
+    """Store ``KERNELAB_ADMIN_TOKEN`` (hashed). Several uvicorn workers start at once: when another
+    worker inserted the row first (unique digest), run again, which now finds and updates it."""
     if settings.admin_token is None:
         return
-    with factory.begin() as session:
-        ensure_token(
-            session, settings.admin_token.get_secret_value(), "admin (KERNELAB_ADMIN_TOKEN)", ["admin"]
-        )
+    token = settings.admin_token.get_secret_value()
+    for attempt in range(2):
+        try:
+            with factory.begin() as session:
+                ensure_token(session, token, "admin (KERNELAB_ADMIN_TOKEN)", ["admin"])
+            return
+        except IntegrityError:
+            if attempt:
+                raise
+            log.info("the admin token was stored by another worker at the same time; reading it again")
 
 
 def _version() -> str:
@@ -98,14 +108,15 @@ def _version() -> str:
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the app: REST API at ``/api/v1``, dashboard pages at ``/``, static files at
-    ``/static``, ``/login``, ``/healthz``, ``/readyz``.
+    ``/static``, ``/login``, ``/healthz``, ``/readyz``, ``/metrics``. No CORS middleware: browsers
+    refuse cross-origin API calls (the dashboard is same-origin).
 
     ``settings`` defaults to ``Settings()`` read from the environment now. Raises
     ``service.core.db.SchemaNotCurrentError`` when the database is not at the migrations' head
     and ``sqlalchemy.exc.OperationalError`` when it cannot be reached.
     """
     settings = settings or Settings()
-    logging.getLogger("service").setLevel(settings.log_level)
+    configure_logging(settings.log_format, settings.log_level)
     engine = make_engine(settings.database_url)
     try:
         check_at_head(engine)
@@ -124,6 +135,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.engine = engine
     app.state.session_factory = factory
+    app.state.metrics_registry = metrics_registry(factory, alive_s=settings.runner_alive_s)
     install_error_handlers(app)
     app.include_router(api_router, prefix="/api/v1")
     app.include_router(health.router)
@@ -131,4 +143,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(web.routes.router)
     app.mount("/static", StaticFiles(directory=str(files("web") / "static")), name="static")
     app.add_middleware(MaxBodySizeMiddleware, max_bytes=settings.max_request_bytes)
+    app.add_middleware(RequestLogMiddleware)  # outermost: sees the 413s too
     return app

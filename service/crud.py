@@ -29,6 +29,7 @@ from service.schemas import (
     JobSpec,
     NodeInfo,
     ProbeReport,
+    StaticComparison,
     Variant,
     Work,
 )
@@ -320,6 +321,14 @@ def store_result(
     return row.id, False
 
 
+def _cell_context(cell: CellResult) -> dict[str, Any]:
+    """``cells.context``: the timer kind per variant and the contention readings of a cell."""
+    return {
+        "timers": dict(cell.timers),
+        "contention": [r.model_dump(mode="json") for r in cell.contention],
+    }
+
+
 def _insert_cells(session: Session, result_id: int, cells: Sequence[CellResult]) -> None:
     if not cells:
         return
@@ -333,6 +342,8 @@ def _insert_cells(session: Session, result_id: int, cells: Sequence[CellResult])
             "work": {k: w.model_dump(mode="json") for k, w in c.work.items()},
             "correctness": {k: r.model_dump(mode="json") for k, r in c.correctness.items()},
             "error": c.error,
+            "context": _cell_context(c),
+            "static": None if c.static is None else c.static.model_dump(mode="json"),
         }  # fmt: skip
         for c in cells
     ]
@@ -382,6 +393,9 @@ def load_result(*, session: Session, job_id: int) -> JobResult | None:
                 work=_WORK_BY_VARIANT.validate_python(c.work),
                 correctness=_CORRECTNESS_BY_VARIANT.validate_python(c.correctness),
                 samples=samples[c.id], error=c.error,
+                timers=(c.context or {}).get("timers", {}),
+                contention=(c.context or {}).get("contention", []),
+                static=None if c.static is None else StaticComparison.model_validate(c.static),
             )
             for c in cells
         ],
@@ -393,16 +407,29 @@ def has_result(*, session: Session, job_id: int) -> bool:
     return session.scalar(select(Result.id).where(Result.job_id == job_id)) is not None
 
 
-def iter_sample_rows(*, session: Session, job_id: int, batch: int = 5000) -> Iterator[dict[str, Any]]:
+def count_samples(*, session: Session, job_id: int) -> int:
+    """How many raw samples the job's result holds (0 without a result)."""
+    return session.scalar(
+        select(func.count(Sample.id)).join(Cell, Cell.id == Sample.cell_id)
+        .join(Result, Result.id == Cell.result_id).where(Result.job_id == job_id)
+    ) or 0  # fmt: skip
+
+
+def iter_sample_rows(
+    *, session: Session, job_id: int, batch: int = 5000, offset: int = 0, limit: int | None = None
+) -> Iterator[dict[str, Any]]:
     """Raw samples of a job's result as flat dicts with ``SAMPLE_COLUMNS`` keys, streamed in
     batches of ``batch`` rows (cell index order, then posting order). ``params`` is the cell's
-    parameter dict; ``duration_ns`` is nanoseconds per launch."""
+    parameter dict; ``duration_ns`` is nanoseconds per launch. ``offset``/``limit`` select a page
+    of that order (``limit=None``: to the end)."""
     stmt = (
         select(Cell.cell_index, Cell.params, *(getattr(Sample, c) for c in SAMPLE_COLUMNS[2:]))
         .join(Cell, Cell.id == Sample.cell_id)
         .join(Result, Result.id == Cell.result_id)
         .where(Result.job_id == job_id)
         .order_by(Cell.cell_index, Sample.id)
+        .offset(offset)
+        .limit(limit)
         .execution_options(yield_per=batch)
     )
     for row in session.execute(stmt):

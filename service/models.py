@@ -194,6 +194,11 @@ class Cell(Base):
     work: Mapped[dict[str, Any]]
     correctness: Mapped[dict[str, Any]]
     error: Mapped[str | None] = mapped_column(Text)
+    # How the cell was measured: {"timers": {variant: timer kind}, "contention": [ContentionReading]}
+    # (migration 0003_timing; None for results stored before it).
+    context: Mapped[dict[str, Any] | None]
+    # schemas.StaticComparison of the cell (migration 0008_static); None without static metrics.
+    static: Mapped[dict[str, Any] | None]
 
 
 class Sample(Base):

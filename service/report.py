@@ -10,16 +10,25 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 
-from service.schemas import CellComparison, Comparison, NodeInfo, ProbeReport
+from service.schemas import (
+    CellComparison,
+    Comparison,
+    CorrectnessResult,
+    NodeInfo,
+    ProbeReport,
+    RevisionsInfo,
+    StaticComparison,
+)
 
 _MISSING = "n/a"
 _VERDICT_ORDER = ("faster", "slower", "same", "inconclusive")
 FLAG_NOTES: dict[str, str] = {
     "noisy": "IQR/median above 10% on a side (torch.utils.benchmark's warning threshold).",
     "throttled": "some samples were taken while the GPU was throttled (excluded from the statistics "
-    "unless the spec keeps them).",
-    "contended": "another process was running on a GPU of the node during the job.",
+    "unless the spec keeps them; the flag says how many were dropped, baseline+candidate).",
+    "contended": "another process was on the GPU before or during the measurement.",
     "degraded-node": "the node's health probes were below its healthy band.",
     "implausible": "an implied rate exceeds 1.1x the node's measured peak: a timing error, never "
     "reported as a speed-up.",
@@ -58,6 +67,22 @@ def format_delta(c: CellComparison) -> str:
     if c.ratio is None or c.ci_low is None or c.ci_high is None:
         return _MISSING
     return f"{(c.ratio - 1) * 100:+.2f}% [{(c.ci_low - 1) * 100:+.2f}, {(c.ci_high - 1) * 100:+.2f}]"
+
+
+def format_p(c: CellComparison) -> str:
+    """``"0.0012 [0.0036]"``: Mann-Whitney p, raw, then Benjamini-Hochberg adjusted over the sweep
+    (2 significant digits); ``"n/a"`` without a raw p, ``[n/a]`` without an adjusted one."""
+    if c.p_value is None:
+        return _MISSING
+    adjusted = _MISSING if c.p_adjusted is None else f"{c.p_adjusted:.2g}"
+    return f"{c.p_value:.2g} [{adjusted}]"
+
+
+def format_flags(c: CellComparison) -> str:
+    """The cell's flags, comma-separated; ``throttled`` says how many samples the statistics
+    dropped per side: ``"noisy, throttled (3+1 dropped)"`` (baseline+candidate)."""
+    dropped = f"throttled ({c.baseline.dropped_throttled}+{c.candidate.dropped_throttled} dropped)"
+    return ", ".join(dropped if flag == "throttled" else flag for flag in c.flags)
 
 
 def _one_line(text: str) -> str:
@@ -108,8 +133,9 @@ def node_summary(node: NodeInfo) -> str:
 
 
 def _cell_notes(c: Comparison) -> list[str]:
-    """Per-cell errors and failed correctness checks, one plain-text line each."""
-    notes = []
+    """The comparison's own notes (e.g. a degraded node), then per-cell errors and failed
+    correctness checks, one plain-text line each."""
+    notes = [_one_line(n) for n in c.notes]
     for cell in c.cells:
         if cell.error:
             notes.append(f"{cell.label}: error: {_one_line(cell.error)}")
@@ -120,11 +146,67 @@ def _cell_notes(c: Comparison) -> list[str]:
     return notes
 
 
+def _sci(x: float | None) -> str:
+    return _MISSING if x is None else f"{x:.4g}"
+
+
+def check_summary(check: CorrectnessResult) -> str:
+    """One line of a variant's correctness checks (``runners.checks``), e.g. for the seed's conv3d:
+
+    ``FAIL rel 0.543; repeats 12/200 failed, worst rel 0.3075, identical error (clobber), bad-set
+    Jaccard 1; deterministic over 20 runs; where: 9120/27648 bad (33%): ...``.
+    """
+    parts = [f"{'ok' if check.passed else 'FAIL'} rel {_sci(check.rel_error)}"]
+    r = check.repeats
+    if r is not None:
+        text = f"repeats ({r.inputs} inputs) {r.failures}/{r.runs} failed"
+        if r.failures:
+            text += f", worst rel {_sci(r.worst_rel_error)}"
+            if r.failure_errors_identical is not None:
+                text += ", identical error (clobber)" if r.failure_errors_identical else ", error moves (race)"
+            if r.bad_set_jaccard is not None:
+                text += f", bad-set Jaccard {r.bad_set_jaccard:.2f}"
+        parts.append(text)
+    d = check.determinism
+    if d is not None:
+        if d.deterministic:
+            parts.append(f"bitwise deterministic over {d.runs} runs")
+        else:
+            jac = f", Jaccard {d.bad_set_jaccard:.2f}" if d.bad_set_jaccard is not None else ""
+            parts.append(f"NON-DETERMINISTIC: {d.differing_runs}/{d.runs - 1} runs differ from run 0, up to "
+                         f"{d.max_differing_elements} elements, max |diff| {_sci(d.max_abs_difference)}{jac}")
+    b = check.batch_invariance
+    if b is not None:
+        parts.append(f"batch-invariant ({b.rows_checked} rows)" if b.invariant else f"batch-VARIANT: {b.message}")
+    v = check.vs_baseline
+    if v is not None:
+        parts.append("bitwise = baseline" if v.identical else
+                     f"differs from baseline in {v.differing_elements} elements (max |diff| "
+                     f"{_sci(v.max_abs_difference)})")
+    where = check.where or (r.where if r is not None else "") or (d.where if d is not None else "")
+    if where:
+        parts.append(f"where: {where}")
+    return "; ".join(parts)
+
+
+def _has_checks(check: CorrectnessResult) -> bool:
+    return any(x is not None for x in (check.repeats, check.determinism, check.batch_invariance,
+                                       check.vs_baseline))
+
+
+def correctness_lines(c: Comparison) -> list[str]:
+    """``label variant: check_summary`` for every variant that ran more than the single check."""
+    return [
+        f"{_one_line(cell.label)} {variant}: {check_summary(check)}"
+        for cell in c.cells for variant, check in cell.correctness.items() if _has_checks(check)
+    ]
+
+
 def _rows(c: Comparison) -> list[list[str]]:
     return [
         [_one_line(cell.label), format_duration_ns(cell.baseline.median_ns),
-         format_duration_ns(cell.candidate.median_ns), format_delta(cell), cell.verdict,
-         ", ".join(cell.flags)]
+         format_duration_ns(cell.candidate.median_ns), format_delta(cell), format_p(cell), cell.verdict,
+         format_flags(cell)]
         for cell in c.cells
     ]
 
@@ -138,11 +220,12 @@ def _title(c: Comparison) -> str:
 def format_table(c: Comparison) -> str:
     """Plain-text report for a terminal: title, aligned table, probe lines, summary, notes.
 
-    Columns: cell | baseline median | candidate median | Δ% [95% CI] | verdict | flags; times in
-    ns/µs/ms/s. Newlines in user text are folded so the columns stay aligned.
+    Columns: cell | baseline median | candidate median | Δ% [95% CI] | p [BH] (Mann-Whitney, raw
+    and Benjamini-Hochberg adjusted) | verdict | flags (``throttled`` with the samples dropped per
+    side); times in ns/µs/ms/s. Newlines in user text are folded so the columns stay aligned.
     """
     header = ["cell", f"baseline ({c.baseline_label})", f"candidate ({c.candidate_label})",
-              "Δ% [95% CI]", "verdict", "flags"]
+              "Δ% [95% CI]", "p [BH]", "verdict", "flags"]
     rows = [[_one_line(h) for h in header], *_rows(c)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     right = {1, 2}  # numbers align right
@@ -158,6 +241,7 @@ def format_table(c: Comparison) -> str:
     out += [probe_summary(p) for p in c.probes]
     out.append(f"verdicts: {verdict_summary(c)}" + (f"; job flags: {', '.join(c.flags)}" if c.flags else ""))
     out += [f"note: {n}" for n in _cell_notes(c)]
+    out += [f"check: {line}" for line in correctness_lines(c)]
     return "\n".join(out) + "\n"
 
 
@@ -169,35 +253,152 @@ def _flags_present(c: Comparison) -> list[str]:
     return seen
 
 
+def _versions_text(versions: dict[str, str | None]) -> str:
+    parts = [f"{name} {versions[name]}" for name in ("torch", "triton", "cuda", "driver", "python")
+             if versions.get(name)]
+    return ", ".join(parts) or _MISSING
+
+
+def revisions_markdown(r: RevisionsInfo) -> list[str]:
+    """Markdown lines for a revision A/B job: one table row per side (repository, branch, commit,
+    versions), the diff's one-line summary and, folded, its ``git diff --stat`` (file names are
+    escaped; a backtick inside the stat becomes a quote so the fence holds)."""
+    lines = ["**Revisions**", "", "| side | repository | branch / ref | commit | versions |",
+             "| --- | --- | --- | --- | --- |"]
+    for side, rev in (("baseline", r.baseline), ("candidate", r.candidate)):
+        if rev.sha:
+            repo = _md(rev.repo) + (f" ({_md(rev.subdir)})" if rev.subdir else "")
+            ref = _md(rev.branch or rev.ref)
+            commit = f"`{rev.sha[:12]}`"
+        else:
+            repo, ref, commit = "installed code", _MISSING, _MISSING
+        lines.append(f"| {side} | {repo} | {ref} | {commit} | {_md(_versions_text(rev.versions))} |")
+    if r.diff_shortstat:
+        lines += ["", f"Diff baseline → candidate: {_md(r.diff_shortstat)}"]
+    if r.diff_stat:
+        stat = r.diff_stat.replace("`", "'")
+        lines += ["", "<details><summary>git diff --stat</summary>", "", "```", stat, "```", "",
+                  "</details>"]
+    return lines
+
+
 def to_markdown(c: Comparison) -> str:
     """GitHub-flavoured Markdown ready to paste into a pull request.
 
     A heading, the node (GPU, driver, CUDA, torch and triton versions), timer method and threshold,
-    the before/after table, the verdict summary, one line per probe report, and notes explaining
+    the before/after table, the verdict summary, the revisions of a revision A/B job (commits, diff
+    stat, versions per side), one line per probe report, and notes explaining
     each flag present plus cell errors and failed correctness checks. User text is escaped
     (``|`` becomes ``\\|``; Markdown emphasis, code and HTML characters are backslash-escaped).
     """
     header = ["cell", f"baseline ({_md(c.baseline_label)})", f"candidate ({_md(c.candidate_label)})",
-              "Δ% [95% CI]", "verdict", "flags"]
+              "Δ% [95% CI]", "p [BH]", "verdict", "flags"]
     lines = [
         f"### {_md(_title(c))}",
         "",
         f"**Node** {_md(node_summary(c.node))} · **timer** {_md(c.timer)} · "
-        f"**threshold** ±{c.threshold_pct:g}% · ratio of medians, CI by bootstrap over rounds",
+        f"**threshold** ±{c.threshold_pct:g}% · ratio of medians, CI by bootstrap over rounds · "
+        "p: Mann-Whitney, raw [Benjamini-Hochberg]",
         "",
         "| " + " | ".join(header) + " |",
-        "| --- | ---: | ---: | ---: | --- | --- |",
+        "| --- | ---: | ---: | ---: | ---: | --- | --- |",
     ]
     for row in _rows(c):
         row[0] = _md(row[0])
-        row[4] = f"**{row[4]}**"
+        row[5] = f"**{row[5]}**"
         lines.append("| " + " | ".join(row) + " |")
     lines += ["", f"**Verdicts:** {verdict_summary(c)}" + (f" · **job flags:** {', '.join(c.flags)}"
                                                             if c.flags else "")]
+    if c.node.revisions is not None:
+        lines += ["", *revisions_markdown(c.node.revisions)]
     if c.probes:
         lines += ["", "**Node health**", ""] + [f"- {_md(probe_summary(p))}" for p in c.probes]
     notes = [f"- `{flag}`: {FLAG_NOTES.get(flag, '')}" for flag in _flags_present(c)]
     notes += [f"- {_md(n)}" for n in _cell_notes(c)]
     if notes:
         lines += ["", "**Notes**", "", *notes]
+    checks = correctness_lines(c)
+    if checks:
+        lines += ["", "**Correctness checks**", "", *(f"- {_md(line)}" for line in checks)]
+    lines += static_markdown(c)
     return "\n".join(lines) + "\n"
+
+
+STATIC_HEADER = ("cell", "kernel", "ISA", "registers", "spills st/ld", "shared", "occupancy", "instructions",
+                 "loop body", "changes")
+
+
+def _arrow(a: object, b: object) -> str:
+    a_s = _MISSING if a is None else str(a)
+    b_s = _MISSING if b is None else str(b)
+    return a_s if a_s == b_s else f"{a_s} → {b_s}"
+
+
+def static_rows(c: Comparison) -> list[list[str]]:
+    """``static_table_rows`` of a comparison's cells."""
+    return static_table_rows([(cell.label, cell.static) for cell in c.cells])
+
+
+def static_table_rows(cells: Sequence[tuple[str, StaticComparison | None]]) -> list[list[str]]:
+    """One row per kernel of every (label, static comparison) that has one, columns
+    ``STATIC_HEADER``: baseline → candidate where they differ, a single value where equal. The ISA
+    column is the verdict (``IDENTICAL`` or ``different``); a cell whose static metrics failed gets
+    one row holding its error."""
+    rows = []
+    for label, st in cells:
+        if st is None:
+            continue
+        if st.error:
+            rows.append([_one_line(label), "", "error", "", "", "", "", "", "", _one_line(st.error)])
+            continue
+        for k in st.kernels:
+            b, d = k.baseline, k.candidate
+
+            def pick(attr: str, b: object = b, d: object = d) -> str:
+                return _arrow(getattr(b, attr, None) if b else None, getattr(d, attr, None) if d else None)
+
+            spills = _arrow(f"{b.spill_stores}/{b.spill_loads}" if b else None,
+                            f"{d.spill_stores}/{d.spill_loads}" if d else None)
+            shared = _arrow(format_bytes(b.shared_bytes) if b and b.shared_bytes is not None else None,
+                            format_bytes(d.shared_bytes) if d and d.shared_bytes is not None else None)
+            occ = _arrow(f"{b.occupancy_pct:g}%" if b and b.occupancy_pct is not None else None,
+                         f"{d.occupancy_pct:g}%" if d and d.occupancy_pct is not None else None)
+            loops = _arrow("+".join(str(lp.instructions) for lp in b.loops) if b and b.loops else None,
+                           "+".join(str(lp.instructions) for lp in d.loops) if d and d.loops else None)
+            changes = ", ".join(f"{ch.sign}{ch.count} {ch.opcode} ({ch.region})" for ch in k.changes[:6])
+            if len(k.changes) > 6:
+                changes += f", {len(k.changes) - 6} more"
+            isa_kind = (b or d).isa if (b or d) else ""  # type: ignore[union-attr]
+            verdict = "IDENTICAL" if k.verdict == "identical" else k.verdict
+            rows.append([_one_line(label), k.name, f"{verdict} ({isa_kind}, {st.target})", pick("registers"),
+                         spills, shared, occ, pick("instructions"), loops, changes])
+    return rows
+
+
+def static_markdown(c: Comparison) -> list[str]:
+    """The "Static metrics" section of ``to_markdown`` (empty when no cell has static metrics):
+    the ``static_rows`` table and one summary line per kernel in the seeds' words."""
+    rows = static_rows(c)
+    if not rows:
+        return []
+    lines = ["", "**Static metrics** (compiled kernels; baseline → candidate)", "",
+             "| " + " | ".join(STATIC_HEADER) + " |", "| " + " | ".join("---" for _ in STATIC_HEADER) + " |"]
+    lines += ["| " + " | ".join(_md(v) for v in row) + " |" for row in rows]
+    summaries = [f"- {_md(cell.label)} `{_md(k.name)}`: {_md(k.summary)}"
+                 for cell in c.cells if cell.static for k in cell.static.kernels]
+    if summaries:
+        lines += ["", *summaries]
+    return lines
+
+
+def format_static(cells: Sequence[tuple[str, StaticComparison | None]]) -> str:
+    """Plain-text static metrics table of (label, static comparison) pairs for a terminal
+    (``kernelab static``), then one summary line per kernel."""
+    rows = [list(STATIC_HEADER), *static_table_rows(cells)]
+    if len(rows) == 1:
+        return "no static metrics\n"
+    widths = [max(len(r[i]) for r in rows) for i in range(len(STATIC_HEADER))]
+    out = ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    out.insert(1, "  ".join("-" * w for w in widths))
+    out += [_one_line(f"{label} {k.name}: {k.summary}") for label, st in cells if st for k in st.kernels]
+    return "\n".join(out) + "\n"

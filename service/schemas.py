@@ -44,16 +44,56 @@ class _Strict(BaseModel):
 # --------------------------------------------------------------------------------------------------
 
 
+_GIT_REF = r"^[A-Za-z0-9._/@{}^~+-]+$"  # a branch, tag or sha; no spaces, ':' or shell characters
+
+
+class SourceSpec(_Strict):
+    """Where one side's code comes from: a git repository at one revision (``VariantSpec.source``).
+
+    ``repo`` is a local path or a URL that the runner's allow-list must name (runner option
+    ``--allow-repo`` / ``KERNELAB_ALLOWED_REPOS``); ``ref`` a branch, tag or commit sha (``kernelab
+    submit --baseline-ref`` puts the sha there and the branch name in ``branch``); ``subdir`` the
+    folder, relative to the repository root, that goes first on ``sys.path``; ``install`` commands
+    run once per revision in that folder (no shell; ``{python}`` is the runner's interpreter,
+    ``{site}`` a per-revision folder also put on ``sys.path``, e.g. ``"{python} -m pip install
+    --no-deps --target {site} ."``). Raises (422): a ref starting with ``-``, an absolute or ``..``
+    subdir.
+    """
+
+    repo: str = Field(min_length=1, max_length=1000)
+    ref: str = Field(min_length=1, max_length=250, pattern=_GIT_REF)
+    branch: str = Field(default="", max_length=250, description="label for the history per branch")
+    subdir: str = Field(default="", max_length=500)
+    install: list[str] = Field(default_factory=list, max_length=20)
+
+    @field_validator("ref")
+    @classmethod
+    def _not_an_option(cls, v: str) -> str:
+        if v.startswith("-"):
+            raise ValueError("a git ref cannot start with '-'")
+        return v
+
+    @field_validator("subdir")
+    @classmethod
+    def _relative_subdir(cls, v: str) -> str:
+        parts = v.replace("\\", "/").split("/")
+        if v.startswith("/") or ".." in parts:
+            raise ValueError("subdir must be a relative path inside the repository (no '..')")
+        return v.strip("/")
+
+
 class VariantSpec(_Strict):
     """One side of the comparison: a named variant of the benchmark and parameter overrides.
 
     ``params`` override the cell's parameters for this side only, so "two parameter sets of one
     benchmark" (e.g. two tile sizes of the Triton matmul) is a baseline and a candidate that name the
-    same variant with different ``params``.
+    same variant with different ``params``. ``source`` (optional) takes this side's code from a git
+    revision instead of the installed packages (see ``SourceSpec``).
     """
 
     variant: str = Field(min_length=1, max_length=200)
     params: dict[str, ParamValue] = Field(default_factory=dict)
+    source: SourceSpec | None = None
 
 
 class MeasurementSpec(_Strict):
@@ -76,6 +116,16 @@ class MeasurementSpec(_Strict):
         default=1.0, gt=0, le=100, description="smallest change that counts as faster/slower"
     )
     exclude_throttled: bool = True
+    min_time_ms: float = Field(
+        default=500.0, ge=0, le=600_000,
+        description="timed device time (both variants) before the CI may stop sampling (nvbench "
+        "--min-time); budget_ms still caps",
+    )
+    timer: Literal["auto", "cuda-event", "cuda-graph", "perf_counter"] = Field(
+        default="auto",
+        description="'auto': CUDA-graph replay on a GPU (cuda-event for a callable that cannot be "
+        "captured), perf_counter on a CPU",
+    )
 
     @model_validator(mode="after")
     def _rounds_ordered(self) -> MeasurementSpec:
@@ -90,6 +140,17 @@ class ProbeSpec(_Strict):
     copy_bandwidth: bool = True
     all_reduce: bool = True
     nvml: bool = True
+    mode: Literal["quick", "full"] = Field(
+        default="quick",
+        description="quick: all-reduce at 8 B, 1 MiB, 64 MiB over all GPUs (before/after each job); "
+        "full: 8 B ... 256 MiB, sub-groups, peer copy for every GPU pair",
+    )
+    cuda_graph: bool = Field(
+        default=False, description="also time the all-reduce as one CUDA-graph replay (full mode)"
+    )
+    matmul_peak: bool = Field(
+        default=True, description="bf16 matmul TFLOP/s once per process (CUDA only), for plausibility"
+    )
 
 
 class CorrectnessSpec(_Strict):
@@ -98,6 +159,37 @@ class CorrectnessSpec(_Strict):
     enabled: bool = True
     rtol: float | None = Field(default=None, gt=0, description="None: dtype-aware default")
     atol: float | None = Field(default=None, ge=0, description="None: dtype-aware default")
+    # Checks of runners.checks (issue 5); each is off or minimal by default.
+    repeats: int = Field(
+        default=1, ge=1, le=100_000, description="poisoned runs compared with the reference"
+    )
+    inputs: Literal["fixed", "fresh"] = Field(
+        default="fixed", description="repeats reuse the cell's inputs or draw fresh ones (seed + i)"
+    )
+    determinism_runs: int = Field(
+        default=0, ge=0, le=100_000, description="runs on the same inputs compared bitwise (0: off)"
+    )
+    batch_invariance: bool = Field(
+        default=False, description="rows computed alone, in a small and the full batch: bitwise equal"
+    )
+    bitwise_vs_baseline: bool = Field(
+        default=False, description="the candidate's output must equal the baseline's bitwise"
+    )
+    input_scale: float = Field(
+        default=1.0, gt=0, description="multiply floating inputs (1: unscaled; 0.5 can hide races)"
+    )
+
+
+class StaticMetricsSpec(_Strict):
+    """Static metrics of the compiled Triton kernels of both sides (``runners.static_metrics``).
+
+    ``target`` names the GPU the kernels are compiled for ahead of time: ``sm_80``, ``sm_90a``
+    (``sm_90`` is compiled as ``sm_90a``, as Triton does), ``sm_100a``...; None means the runner's own
+    GPU (a CPU runner then records an error instead of metrics).
+    """
+
+    enabled: bool = False
+    target: str | None = Field(default=None, pattern=r"^sm_\d{2,3}a?$", description="e.g. sm_90a")
 
 
 SweepGrid = dict[str, list[ParamValue]]
@@ -127,6 +219,7 @@ class JobSpec(_Strict):
     correctness: CorrectnessSpec = Field(default_factory=CorrectnessSpec)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     timeout_s: float = Field(default=1800.0, gt=0, le=86_400)
+    static_metrics: StaticMetricsSpec = Field(default_factory=StaticMetricsSpec)
 
     @field_validator("sweep")
     @classmethod
@@ -200,6 +293,155 @@ class CorrectnessResult(BaseModel):
     atol: float | None = None
     nonfinite: int = Field(default=0, ge=0, description="NaN/Inf elements in the output")
     message: str = ""
+    # Results of runners.checks (issue 5); None where the check did not run.
+    where: str = Field(default="", description="bad elements in the output's logical coordinates")
+    repeats: RepeatCheck | None = None
+    determinism: DeterminismCheck | None = None
+    batch_invariance: BatchInvarianceCheck | None = None
+    vs_baseline: BitwiseComparison | None = Field(
+        default=None, description="candidate only: bitwise comparison with the baseline's output"
+    )
+
+
+class RepeatCheck(BaseModel):
+    """``runs`` poisoned runs against the reference: how often and how the failure shows."""
+
+    runs: int = Field(ge=0)
+    inputs: Literal["fixed", "fresh"] = "fixed"
+    failures: int = Field(default=0, ge=0)
+    worst_rel_error: float | None = None
+    worst_max_abs_error: float | None = None
+    failure_errors_identical: bool | None = Field(
+        default=None, description="True: every failure had the same rel. error and bad elements (a clobber)"
+    )
+    bad_set_jaccard: float | None = Field(
+        default=None, description="mean Jaccard of consecutive failures' bad-element sets (fixed inputs)"
+    )
+    where: str = ""
+
+
+class DeterminismCheck(BaseModel):
+    """``runs`` runs on the same inputs compared bitwise with the first run."""
+
+    runs: int = Field(ge=0)
+    deterministic: bool
+    differing_runs: int = Field(default=0, ge=0, description="runs whose bytes differ from run 0")
+    max_differing_elements: int = Field(default=0, ge=0)
+    max_abs_difference: float | None = None
+    bad_set_jaccard: float | None = Field(
+        default=None, description="mean Jaccard of consecutive differing runs' element sets (1: fixed)"
+    )
+    where: str = ""
+
+
+class BatchInvarianceCheck(BaseModel):
+    """Rows computed alone, in a small batch and in the full batch, compared bitwise."""
+
+    batch_rows: int = Field(ge=0, description="rows of the full batch")
+    rows_checked: int = Field(ge=0)
+    invariant: bool
+    mismatched_rows: dict[str, int] = Field(
+        default_factory=dict, description="'alone' / 'small' -> rows not bitwise equal to the full batch"
+    )
+    mismatched_elements: int = Field(default=0, ge=0)
+    max_abs_difference: float | None = None
+    message: str = ""
+
+
+class BitwiseComparison(BaseModel):
+    """Two outputs of one shape compared byte for byte."""
+
+    identical: bool
+    differing_elements: int = Field(default=0, ge=0)
+    max_abs_difference: float | None = None
+    where: str = ""
+
+
+class ContentionReading(BaseModel):
+    """Who else used the GPU, read at one moment of a cell's measurement (NVML).
+
+    ``processes``: one entry per process seen on the GPU (compute processes and processes with
+    SM-utilisation samples since the previous reading): ``{"pid", "own", "used_memory_bytes",
+    "sm_util_pct"}``, ``own`` True for the measuring process, values None where NVML refuses.
+    """
+
+    round: int = Field(ge=0, description="rounds completed when read")
+    processes: list[dict[str, Any]] = Field(default_factory=list)
+
+
+StaticVerdict = Literal["identical", "different", "only-baseline", "only-candidate"]
+
+
+class KernelLoopStats(BaseModel):
+    """An innermost loop of a kernel's machine code: byte offsets (SASS) or instruction indices."""
+
+    start_offset: int = Field(ge=0)
+    end_offset: int = Field(ge=0)
+    instructions: int = Field(ge=0)
+    by_class: dict[str, int] = Field(default_factory=dict)
+
+
+class KernelStatic(BaseModel):
+    """Static metrics of one compiled kernel (``runners.static_metrics``).
+
+    ``isa``: ``sass`` (from the cubin with nvdisasm/cuobjdump) or ``ptx`` (fallback: no registers).
+    ``spill_stores``/``spill_loads`` count local-memory store/load instructions (``STL``/``LDL``);
+    ``stack_bytes`` is local memory per thread; ``shared_bytes`` static + dynamic per block;
+    occupancy is the CUDA Occupancy Calculator's, from registers, shared memory and warps.
+    ``code_sha256`` digests the machine code (encodings; no names, no absolute addresses).
+    """
+
+    name: str
+    isa: Literal["sass", "ptx", "amdgcn"]
+    target: str
+    num_warps: int | None = None
+    num_stages: int | None = None
+    registers: int | None = Field(default=None, ge=0, description="per thread")
+    spill_stores: int | None = Field(default=None, ge=0)
+    spill_loads: int | None = Field(default=None, ge=0)
+    stack_bytes: int | None = Field(default=None, ge=0, description="local memory per thread")
+    shared_bytes: int | None = Field(default=None, ge=0, description="per block")
+    occupancy_blocks_per_sm: int | None = Field(default=None, ge=0)
+    occupancy_pct: float | None = Field(default=None, ge=0, le=100)
+    instructions: int = Field(ge=0)
+    predicated: int = Field(default=0, ge=0, description="instructions under a guard predicate")
+    by_class: dict[str, int] = Field(default_factory=dict)
+    by_opcode: dict[str, int] = Field(default_factory=dict)
+    loops: list[KernelLoopStats] = Field(default_factory=list, description="innermost loops")
+    code_sha256: str = ""
+
+
+class StaticChange(BaseModel):
+    """Instructions added (``+``) or removed (``-``) by the candidate, per opcode and code region
+    (``prologue``, ``loop``, ``epilogue``, ``between`` loops, ``body`` when loop-free)."""
+
+    sign: Literal["+", "-"]
+    opcode: str
+    count: int = Field(ge=1)
+    region: str
+
+
+class KernelDiff(BaseModel):
+    """Baseline vs candidate for one kernel: deltas are candidate - baseline."""
+
+    name: str
+    verdict: StaticVerdict
+    baseline: KernelStatic | None = None
+    candidate: KernelStatic | None = None
+    class_delta: dict[str, int] = Field(default_factory=dict)
+    opcode_delta: dict[str, int] = Field(default_factory=dict)
+    resource_delta: dict[str, float] = Field(default_factory=dict)
+    changes: list[StaticChange] = Field(default_factory=list)
+    summary: str = ""
+
+
+class StaticComparison(BaseModel):
+    """Static comparison of one cell's kernels; ``identical`` when every kernel's code is equal."""
+
+    target: str = ""
+    verdict: Literal["identical", "different"] | None = None
+    kernels: list[KernelDiff] = Field(default_factory=list)
+    error: str | None = None
 
 
 class CellResult(BaseModel):
@@ -213,6 +455,11 @@ class CellResult(BaseModel):
     samples: list[Sample] = Field(default_factory=list)
     correctness: dict[Variant, CorrectnessResult] = Field(default_factory=dict)
     error: str | None = Field(default=None, description="set when the cell could not be measured")
+    timers: dict[Variant, str] = Field(
+        default_factory=dict, description="timer that measured each variant (a graph fallback shows)"
+    )
+    contention: list[ContentionReading] = Field(default_factory=list)
+    static: StaticComparison | None = None
 
 
 class CopyBandwidthReading(BaseModel):
@@ -222,6 +469,19 @@ class CopyBandwidthReading(BaseModel):
     size_bytes: int = Field(ge=0)
     time_us: float = Field(ge=0)
     bandwidth_gbps: float = Field(ge=0, description="GB/s = 1e9 bytes/s, read + written")
+
+
+class MatmulPeakReading(BaseModel):
+    """Dense matmul rate of one GPU: the plausibility guard's FLOP/s bound (2*M*N*K per launch)."""
+
+    device_index: int = Field(ge=0)
+    dtype: str
+    m: int = Field(ge=1)
+    n: int = Field(ge=1)
+    k: int = Field(ge=1)
+    launches: int = Field(ge=1)
+    time_us: float = Field(ge=0, description="per launch")
+    tflops: float = Field(ge=0, description="TFLOP/s = 1e12 FLOP/s")
 
 
 class AllReduceReading(BaseModel):
@@ -235,6 +495,22 @@ class AllReduceReading(BaseModel):
     algbw_gbps: float = Field(ge=0)
     busbw_gbps: float = Field(ge=0)
     correct: bool = True
+    cuda_graph: bool = Field(default=False, description="timed as one CUDA-graph replay of the ops")
+
+
+class PeerCopyReading(BaseModel):
+    """Copy from GPU ``src_device`` to GPU ``dst_device``: bytes moved (once) over time.
+
+    ``peer_access`` is ``torch.cuda.can_device_access_peer``; without it the copy is staged through
+    host memory by the driver and its bandwidth is measured all the same.
+    """
+
+    src_device: int = Field(ge=0)
+    dst_device: int = Field(ge=0)
+    peer_access: bool
+    size_bytes: int = Field(ge=0)
+    time_us: float = Field(ge=0)
+    bandwidth_gbps: float = Field(ge=0, description="GB/s = 1e9 bytes/s, bytes copied once")
 
 
 class GpuTelemetry(BaseModel):
@@ -267,8 +543,43 @@ class ProbeReport(BaseModel):
     copy_bandwidth: list[CopyBandwidthReading] = Field(default_factory=list)
     all_reduce: list[AllReduceReading] = Field(default_factory=list)
     telemetry: list[GpuTelemetry] = Field(default_factory=list)
+    peer_copy: list[PeerCopyReading] = Field(default_factory=list)
+    mode: Literal["quick", "full"] = "quick"
+    notes: list[str] = Field(default_factory=list, description="probes skipped and why")
+    matmul_peak: list[MatmulPeakReading] = Field(default_factory=list)
     nvml_status: str = Field(default="absent", description="'ok', 'absent' or the error")
     errors: dict[str, str] = Field(default_factory=dict, description="probe name -> error text")
+
+
+class RevisionInfo(BaseModel):
+    """One side's code as measured: the revision it came from and the software it ran with.
+
+    ``repo``/``ref``/``branch``/``subdir`` echo the ``SourceSpec`` (all empty when the side used
+    the installed code); ``sha`` is the full commit id checked out; ``versions`` maps ``torch``,
+    ``triton``, ``cuda``, ``driver``, ``python`` to what the side's worker process saw (None:
+    absent).
+    """
+
+    repo: str = ""
+    ref: str = ""
+    branch: str = ""
+    subdir: str = ""
+    sha: str = ""
+    versions: dict[str, str | None] = Field(default_factory=dict)
+
+
+class RevisionsInfo(BaseModel):
+    """Both sides' revisions of an A/B job across source revisions (``NodeInfo.revisions``).
+
+    ``diff_stat`` is ``git diff --stat`` from the baseline's commit to the candidate's (empty when
+    the sides come from different repositories or one uses the installed code); ``diff_shortstat``
+    its one-line summary ("2 files changed, 5 insertions(+), 1 deletion(-)").
+    """
+
+    baseline: RevisionInfo
+    candidate: RevisionInfo
+    diff_stat: str = ""
+    diff_shortstat: str = ""
 
 
 class NodeInfo(BaseModel):
@@ -285,6 +596,9 @@ class NodeInfo(BaseModel):
     triton_version: str | None = None
     python_version: str = ""
     triton_interpret: bool = False
+    revisions: RevisionsInfo | None = Field(
+        default=None, description="set for a job whose sides came from git revisions"
+    )
 
 
 class JobResult(BaseModel):
@@ -347,6 +661,8 @@ class CellComparison(BaseModel):
     correctness: dict[Variant, CorrectnessResult] = Field(default_factory=dict)
     throughput: dict[str, float] = Field(default_factory=dict, description="e.g. candidate_tflops")
     error: str | None = None
+    static: StaticComparison | None = None
+    timers: dict[Variant, str] = Field(default_factory=dict, description="timer kind per variant")
 
 
 class Comparison(BaseModel):
@@ -364,6 +680,7 @@ class Comparison(BaseModel):
     probes: list[ProbeReport] = Field(default_factory=list)
     flags: list[Flag] = Field(default_factory=list, description="job-level flags")
     summary: dict[str, int] = Field(default_factory=dict, description="verdict -> count")
+    notes: list[str] = Field(default_factory=list, description="e.g. why the result is excluded")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -428,3 +745,52 @@ class ResultAccepted(BaseModel):
     job_id: int
     result_id: int
     duplicate: bool = False
+
+
+# --------------------------------------------------------------------------------------------------
+# Node health (service.health)
+# --------------------------------------------------------------------------------------------------
+
+
+class HealthBand(BaseModel):
+    """A probe figure's healthy band on one node (``scope`` "node") or GPU model ("fleet <model>").
+
+    ``median``/``low``/``high`` over ``n`` healthy probes, in ``unit``; ``limit`` is where the figure
+    leaves the band (below it when ``better`` is "higher", above it when "lower").
+    """
+
+    figure: str
+    unit: str
+    better: Literal["higher", "lower"]
+    median: float
+    low: float
+    high: float
+    n: int = Field(ge=1)
+    limit: float
+    scope: str = "node"
+
+
+class HealthReason(BaseModel):
+    """Why a probe report is not healthy: ``code`` (e.g. ``copy-outside-band``, ``other-tenant``),
+    the result flag it implies, and a sentence naming the GPU or figure."""
+
+    code: str
+    flag: Literal["degraded-node", "contended"]
+    message: str
+    figure: str | None = None
+    device_index: int | None = None
+    value: float | None = None
+    limit: float | None = None
+
+
+class NodeHealth(BaseModel):
+    """A node's health now, from its latest probe report (``GET /api/v1/nodes/{name}``)."""
+
+    status: Literal["healthy", "degraded", "contended", "unknown"]
+    model: str | None = Field(default=None, description="GPU model whose fleet band applies")
+    taken_at: datetime | None = Field(default=None, description="the latest probe report's time")
+    reasons: list[HealthReason] = Field(default_factory=list)
+    bands: list[HealthBand] = Field(default_factory=list)
+    flags: list[Flag] = Field(default_factory=list)
+    healthy_probes: int = Field(default=0, ge=0, description="reports that taught the node's band")
+    message: str = ""

@@ -29,6 +29,8 @@ from service.schemas import (
     CellComparison,
     CellResult,
     Comparison,
+    ContentionReading,
+    CorrectnessResult,
     Flag,
     JobResult,
     ParamValue,
@@ -295,13 +297,17 @@ def node_peaks(result: JobResult, peaks: Mapping[str, float] | None = None) -> d
     """Physical peaks for the plausibility guard: ``copy_gbps`` and ``matmul_tflops``.
 
     ``copy_gbps`` defaults to the highest device-local copy reading of the result's probes
-    (read + written, GB/s); values in ``peaks`` override it. ``matmul_tflops`` comes only from
-    ``peaks`` (no probe measures it). Missing keys mean "no bound".
+    (read + written, GB/s), ``matmul_tflops`` to the highest bf16 matmul reading of the probes
+    (``runners.probes.peak``, TFLOP/s); values in ``peaks`` override them. Missing keys mean "no
+    bound".
     """
     out: dict[str, float] = {}
     readings = [r.bandwidth_gbps for p in result.probes for r in p.copy_bandwidth if r.bandwidth_gbps > 0]
     if readings:
         out["copy_gbps"] = max(readings)
+    matmul = [r.tflops for p in result.probes for r in p.matmul_peak if r.tflops > 0]
+    if matmul:
+        out["matmul_tflops"] = max(matmul)
     out.update({k: float(v) for k, v in (peaks or {}).items() if k in ("copy_gbps", "matmul_tflops")})
     return out
 
@@ -350,13 +356,19 @@ def cell_label(result: JobResult, cell: CellResult) -> str:
 def variant_labels(result: JobResult) -> tuple[str, str]:
     """``("torch", "triton")`` or ``("triton (BLOCK_M=64)", "triton (BLOCK_M=128)")``.
 
-    A side's parameters are shown only where they differ from the other side's.
+    A side's parameters are shown only where they differ from the other side's. A side measured
+    from a source revision gets ``" @ branch sha[:8]"`` (``"torch @ main 1a2b3c4d"``).
     """
     b, c = result.spec.baseline, result.spec.candidate
     labels = []
     for own, other in ((b, c), (c, b)):
         diff = [k for k in own.params if other.params.get(k) != own.params[k]]
         labels.append(f"{own.variant} ({_fmt_params(own.params, diff)})" if diff else own.variant)
+    revisions = result.node.revisions
+    if revisions is not None:
+        for i, rev in enumerate((revisions.baseline, revisions.candidate)):
+            if rev.sha:
+                labels[i] += f" @ {rev.branch or rev.ref} {rev.sha[:8]}"
     return labels[0], labels[1]
 
 
@@ -372,11 +384,45 @@ def _foreign_processes(processes: Sequence[Mapping[str, object]]) -> int:
     return max(foreign - 1, 0)
 
 
+def contention_seen(readings: Iterable[ContentionReading]) -> bool:
+    """True when a reading taken during the cell shows a process that is not kernelab's own.
+
+    Same rule as the probes' ``other_processes`` (``_foreign_processes``): any foreign compute
+    process, idle or busy, or any other process with SM-utilisation samples.
+    """
+    return any(_foreign_processes(r.processes) for r in readings)
+
+
 def probe_flags(probes: Iterable[ProbeReport]) -> list[Flag]:
     """Job-level flags from node-health probes: ``contended`` when a GPU ran another process."""
     flags: list[Flag] = []
     if any(_foreign_processes(t.other_processes) for p in probes for t in p.telemetry):
         flags.append("contended")
+    return flags
+
+
+def is_nondeterministic(check: CorrectnessResult) -> bool:
+    """True when repeated runs of one variant on the same inputs disagreed (``runners.checks``).
+
+    Either the bitwise determinism check saw differing runs, or the repeat check on fixed inputs
+    failed only sometimes or with errors that changed between failures (a race, not a clobber).
+    """
+    if check.determinism is not None and not check.determinism.deterministic:
+        return True
+    r = check.repeats
+    if r is None or r.inputs != "fixed" or r.failures == 0:
+        return False
+    return r.failures < r.runs or r.failure_errors_identical is False
+
+
+def correctness_flags(checks: Iterable[CorrectnessResult]) -> list[Flag]:
+    """``incorrect`` when a variant failed its correctness check; ``nondeterministic`` (above)."""
+    checks = list(checks)
+    flags: list[Flag] = []
+    if any(not c.passed for c in checks):
+        flags.append("incorrect")
+    if any(is_nondeterministic(c) for c in checks):
+        flags.append("nondeterministic")
     return flags
 
 
@@ -389,8 +435,9 @@ def compare_cell(
     Flags: ``failed`` (cell.error; verdict inconclusive, empty stats), ``throttled`` (any sample
     throttled, dropped or not), ``noisy`` (IQR/median > 10% on either side), ``incorrect`` (a
     variant failed its correctness check: the timing verdict stands, the flag tells the reader the
-    speed is of a wrong result), ``implausible`` (a rate above 1.1x the node's peak; such a cell is
-    never ``faster``: its verdict becomes ``inconclusive``).
+    speed is of a wrong result), ``contended`` (a process other than ours was on the GPU during the
+    cell's measurement, ``CellResult.contention``), ``implausible`` (a rate above 1.1x the node's
+    peak; such a cell is never ``faster``: its verdict becomes ``inconclusive``).
     """
     from scipy.stats import mannwhitneyu
 
@@ -400,7 +447,7 @@ def compare_cell(
         return CellComparison(
             index=cell.index, params=cell.params, label=label, baseline=VariantStats(n=0),
             candidate=VariantStats(n=0), verdict="inconclusive",
-            flags=["failed"], correctness=cell.correctness, error=cell.error,
+            flags=["failed"], correctness=cell.correctness, error=cell.error, static=cell.static,
         )
     kept = kept_samples(cell.samples, exclude_throttled=m.exclude_throttled)
     times = {v: np.array([s.duration_ns for s in kept if s.variant == v]) for v in _VARIANTS}
@@ -416,8 +463,9 @@ def compare_cell(
     if any(s.median_ns and s.iqr_ns is not None and s.iqr_ns / s.median_ns > _NOISY_IQR_FRACTION
            for s in stats.values()):
         flags.append("noisy")
-    if any(not c.passed for c in cell.correctness.values()):
-        flags.append("incorrect")
+    flags += correctness_flags(cell.correctness.values())
+    if contention_seen(cell.contention):
+        flags.append("contended")
     rates = throughput(cell.work, stats)
     bound_bytes = m.l2_flush and result.node.device_type == "cuda"
     if implausible(rates, peaks, bound_bytes=bound_bytes):
@@ -442,23 +490,28 @@ def compare_cell(
         hl_shift_ns=None if hl is None else hl[0], hl_ci_low_ns=None if hl is None else hl[1],
         hl_ci_high_ns=None if hl is None else hl[2], p_value=p,
         mde_pct=min_detectable_effect_pct(stats["baseline"], stats["candidate"]), verdict=v,
-        flags=_sorted_flags(flags), correctness=cell.correctness, throughput=rates,
+        flags=_sorted_flags(flags), correctness=cell.correctness, throughput=rates, timers=cell.timers,
+        static=cell.static,
     )
 
 
 def compare(
     result: JobResult, *, job_id: int | None = None, peaks: Mapping[str, float] | None = None,
-    n_resamples: int = 2000, seed: int = 0,
+    n_resamples: int = 2000, seed: int = 0, health_flags: Iterable[Flag] = (), notes: Iterable[str] = (),
 ) -> Comparison:
     """A job's before/after comparison: every cell's statistics, verdict and flags.
 
     ``peaks``: optional ``{"copy_gbps": GB/s, "matmul_tflops": TFLOP/s}`` for the plausibility
-    guard (see ``node_peaks``; the copy probe's best reading is used when ``copy_gbps`` is absent).
+    guard (see ``node_peaks``; by default the probes' best copy and bf16 matmul readings).
     ``job_id`` overrides ``result.job_id``. p-values are Benjamini-Hochberg adjusted across the
     sweep's cells that have one (``scipy.stats.false_discovery_control``). Job flags are the union
     of the cells' flags, ``contended`` from the probes, and ``failed`` when the job has an error.
     Deterministic for a given ``seed``. Raises nothing for well-formed results: cells that cannot
     be compared are ``inconclusive`` with the reason in their flags.
+
+    ``health_flags`` (``contended``/``degraded-node``, from ``service.node_health``: the node's
+    probes left its healthy band) are added to every cell and to the job; ``notes`` are sentences the
+    comparison carries (e.g. that such a result is excluded from history views).
     """
     from scipy.stats import false_discovery_control
 
@@ -469,7 +522,11 @@ def compare(
         adjusted = false_discovery_control([c.p_value for c in tested], method="bh")
         for c, p_adj in zip(tested, np.atleast_1d(adjusted).tolist(), strict=True):
             c.p_adjusted = float(p_adj)
-    flags: list[Flag] = [f for c in cells for f in c.flags] + probe_flags(result.probes)
+    node_flags = list(health_flags)
+    if node_flags:
+        for c in cells:
+            c.flags = _sorted_flags([*c.flags, *node_flags])
+    flags: list[Flag] = [f for c in cells for f in c.flags] + probe_flags(result.probes) + node_flags
     if result.error:
         flags.append("failed")
     summary: dict[str, int] = {}
@@ -480,5 +537,5 @@ def compare(
         job_id=result.job_id if job_id is None else job_id, name=result.spec.name,
         benchmark=result.spec.benchmark, baseline_label=baseline_label, candidate_label=candidate_label,
         threshold_pct=result.spec.measurement.threshold_pct, timer=result.timer, node=result.node,
-        cells=cells, probes=result.probes, flags=_sorted_flags(flags), summary=summary,
+        cells=cells, probes=result.probes, flags=_sorted_flags(flags), summary=summary, notes=list(notes),
     )

@@ -18,12 +18,14 @@ from markupsafe import Markup
 from plotly.subplots import make_subplots
 
 from service import stats
-from service.schemas import CellResult, Comparison, JobResult, ProbeReport, Sample, Variant
+from service.history import HistoryPoint
+from service.schemas import CellResult, Comparison, HealthBand, JobResult, ProbeReport, Sample, Variant
 
 # Colours of the two sides everywhere on the dashboard (the CSS badges use the same pair).
 VARIANT_COLOURS: dict[Variant, str] = {"baseline": "#5b6b7f", "candidate": "#d9622b"}
 _THROTTLED_COLOUR = "#b00020"
 _CLOCK_COLOUR = "rgba(60, 120, 60, 0.55)"
+_BAND_COLOUR = "rgba(60, 120, 60, 0.15)"  # a healthy band
 # (unit name, nanoseconds per unit), smallest first.
 _TIME_UNITS: tuple[tuple[str, float], ...] = (("ns", 1.0), ("µs", 1e3), ("ms", 1e6), ("s", 1e9))
 # Log y axis by default when the medians drawn span more than this factor (e.g. an interpreted
@@ -272,8 +274,16 @@ def timeline_figure(result: JobResult, cell_index: int, *, log_y: bool | None = 
     return fig
 
 
-def probe_history_figure(readings: Sequence[ProbeReport]) -> go.Figure:
+def probe_history_figure(
+    readings: Sequence[ProbeReport], bands: Sequence[HealthBand] = (),
+    unhealthy: Sequence[tuple[ProbeReport, str]] = (),
+) -> go.Figure:
     """A node's probe history: copy bandwidth (top) and all-reduce latency (bottom) over time.
+
+    ``bands`` (``service.health``): each copy band is drawn as a shaded area from its healthy low
+    to high with a dashed line at its limit (top panel); each all-reduce latency band as a dashed
+    limit line (bottom panel). ``unhealthy``: ``(report, status)`` pairs marked with a red cross on
+    the top panel at the report's mean copy bandwidth, the reasons in the hover text.
 
     ``readings`` may come in any order; they are drawn by ``taken_at``. Top panel: one trace per GPU
     (device-local copy, GB/s, bytes read + written). Bottom panel (log y): one trace per all-reduce
@@ -330,6 +340,7 @@ def probe_history_figure(readings: Sequence[ProbeReport]) -> go.Figure:
             row=2,
             col=1,
         )
+    _draw_bands(fig, bands, unhealthy)
     fig.update_yaxes(type="log", row=2, col=1)
     fig.update_layout(
         **{**_LAYOUT, "legend": dict(orientation="v"), "margin": dict(l=60, r=20, t=40, b=40)}, height=560
@@ -339,6 +350,31 @@ def probe_history_figure(readings: Sequence[ProbeReport]) -> go.Figure:
             text="no probe readings", showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5
         )
     return fig
+
+
+def _draw_bands(
+    fig: go.Figure, bands: Sequence[HealthBand], unhealthy: Sequence[tuple[ProbeReport, str]]
+) -> None:
+    """Healthy bands and unhealthy reports onto ``probe_history_figure``'s two panels."""
+    for band in bands:
+        row = 1 if band.unit == "GB/s" and band.figure.startswith("copy") else 2 if band.unit == "us" else 0
+        if row == 0:
+            continue  # peer copy and busbw bands have no panel of their own
+        if row == 1:
+            fig.add_hrect(y0=band.low, y1=band.high, row=1, col=1, fillcolor=_BAND_COLOUR, line_width=0,
+                          layer="below")
+        fig.add_hline(y=band.limit, row=row, col=1, line_dash="dash", line_color=_THROTTLED_COLOUR,
+                      line_width=1, annotation_text=f"{band.figure} limit ({band.scope})",
+                      annotation_font_size=10)
+    marks = [(r, status, sum(c.bandwidth_gbps for c in r.copy_bandwidth) / len(r.copy_bandwidth))
+             for r, status in unhealthy if r.copy_bandwidth]
+    if marks:
+        fig.add_trace(go.Scatter(
+            name="not healthy", x=[r.taken_at for r, _, _ in marks], y=[y for _, _, y in marks],
+            text=[status for _, status, _ in marks], mode="markers",
+            marker=dict(symbol="x", size=11, color=_THROTTLED_COLOUR),
+            hovertemplate="%{text}<extra>not healthy</extra>",
+        ), row=1, col=1)
 
 
 def format_bytes(size_bytes: float) -> str:
@@ -365,3 +401,31 @@ def figure_json(fig: go.Figure) -> Markup:
     while a user string such as ``</script><script>alert(1)</script>`` can no longer end the element.
     """
     return Markup(fig.to_json().translate(_SCRIPT_SAFE))
+
+
+def branch_history_figure(points: Sequence[HistoryPoint]) -> go.Figure:
+    """Median time per launch over time, one line per (branch, sweep cell), from
+    ``service.history.branch_history``; hover shows commit, side and job. Empty points give an
+    empty figure with a note."""
+    fig = go.Figure()
+    measured = [p for p in points if p.median_ns is not None]
+    unit, scale = time_unit([p.median_ns for p in measured if p.median_ns is not None] or [1.0])
+    series: dict[tuple[str, str], list[HistoryPoint]] = {}
+    for p in measured:
+        series.setdefault((p.branch, p.cell), []).append(p)
+    for (branch, cell), pts in sorted(series.items()):
+        fig.add_trace(go.Scatter(
+            x=[p.finished_at for p in pts], y=[(p.median_ns or 0.0) / scale for p in pts],
+            mode="lines+markers", name=f"{branch} · {cell}",
+            customdata=[[p.sha[:12], p.side, p.job_id, p.node] for p in pts],
+            hovertemplate=(f"%{{y:.4g}} {unit}<br>commit %{{customdata[0]}} (%{{customdata[1]}})"
+                           "<br>job %{customdata[2]} on %{customdata[3]}<extra>%{fullData.name}</extra>"),
+        ))
+    fig.update_layout(
+        xaxis_title="finished", yaxis_title=f"median per launch ({unit})", legend_title="branch · cell",
+        margin={"l": 60, "r": 20, "t": 30, "b": 50}, height=420,
+    )
+    if not measured:
+        fig.add_annotation(text="no revision jobs with samples for this benchmark yet", showarrow=False,
+                           xref="paper", yref="paper", x=0.5, y=0.5)
+    return fig

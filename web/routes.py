@@ -23,9 +23,11 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.templating import Jinja2Templates
 
-from service import crud, models, stats
-from service.api.deps import SessionDep, dashboard_access
-from service.schemas import JobResult, JobSpec, NodeInfo, ProbeReport
+from service import crud, health, models, node_health, stats
+from service.api.deps import SessionDep, SettingsDep, dashboard_access
+from service.history import DEFAULT_JOBS as DEFAULT_HISTORY_JOBS
+from service.history import branch_history
+from service.schemas import Comparison, JobResult, JobSpec, NodeInfo, ProbeReport
 from web import figures
 
 API_PREFIX = "/api/v1"
@@ -152,7 +154,8 @@ def jobs_page(
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse, dependencies=DashboardAccess)
 def job_page(
-    request: Request, job_id: int, session: SessionDep, cell: Annotated[int | None, Query(ge=0)] = None
+    request: Request, job_id: int, session: SessionDep, settings: SettingsDep,
+    cell: Annotated[int | None, Query(ge=0)] = None,
 ) -> HTMLResponse:
     """One job: header, before/after table, sample and timeline figures, probe readings.
 
@@ -173,7 +176,8 @@ def job_page(
         "labels": dict(zip(("baseline", "candidate"), _spec_labels(job.spec, result), strict=True)),
     }
     if result is not None:
-        context.update(_result_context(result, job_id, cell))
+        comparison = node_health.compare_job(session=session, result=result, job_id=job_id, settings=settings)
+        context.update(_result_context(result, job_id, cell, comparison))
     return templates.TemplateResponse(request, "job.html", context)
 
 
@@ -183,8 +187,9 @@ def _spec_labels(spec: JobSpec, result: JobResult | None) -> tuple[str, str]:
     return spec.baseline.variant, spec.candidate.variant
 
 
-def _result_context(result: JobResult, job_id: int, cell: int | None) -> dict[str, Any]:
-    comparison = stats.compare(result, job_id=job_id)
+def _result_context(
+    result: JobResult, job_id: int, cell: int | None, comparison: Comparison
+) -> dict[str, Any]:
     indices = [c.index for c in result.cells if c.samples]
     timeline_cell = cell if cell in indices else (indices[0] if indices else None)
     timeline = figures.timeline_figure(result, timeline_cell) if timeline_cell is not None else None
@@ -198,8 +203,9 @@ def _result_context(result: JobResult, job_id: int, cell: int | None) -> dict[st
 
 
 @router.get("/nodes/{name}", response_class=HTMLResponse, dependencies=DashboardAccess)
-def node_page(request: Request, name: str, session: SessionDep) -> HTMLResponse:
-    """A node's recent probe readings: a history figure and a table, newest first."""
+def node_page(request: Request, name: str, session: SessionDep, settings: SettingsDep) -> HTMLResponse:
+    """A node's health (status, reasons, bands) and recent probe readings: a history figure drawn
+    against the healthy band and a table, newest first."""
     summary = crud.node_summary(session=session, name=name)
     if summary is None:
         return _not_found(request, f"No node named {name!r} has reported probes or results.")
@@ -208,11 +214,19 @@ def node_page(request: Request, name: str, session: SessionDep) -> HTMLResponse:
     readings = [report for _, report in reports]
     node = NodeInfo.model_validate(summary.node) if summary.node else None
     rows, small, large = _node_rows(reports)
+    history = node_health.node_history(session=session, name=name, settings=settings, node=summary.node)
+    state = health.node_health(history.reports, fleet=history.fleet, thresholds=settings.health_thresholds(),
+                               model=history.model)
+    unhealthy = [(r, health.status_of(rs) + ": " + "; ".join(x.message for x in rs))
+                 for r, rs in zip(history.reports, history.history.reasons, strict=True) if rs]
+    small_key = f" {health.size_label(small)} time" if small is not None else None
+    drawn = [b for b in state.bands if b.figure.startswith("copy")
+             or (small_key is not None and b.unit == "us" and b.figure.endswith(small_key))]
     return templates.TemplateResponse(request, "node.html", {
-        "node_name": name, "node": node, "rows": rows, "has_figures": True,
+        "node_name": name, "node": node, "rows": rows, "has_figures": True, "health": state,
         "small_label": figures.format_bytes(small) if small is not None else "smallest",
         "large_label": figures.format_bytes(large) if large is not None else "largest",
-        "history_json": figures.figure_json(figures.probe_history_figure(readings)),
+        "history_json": figures.figure_json(figures.probe_history_figure(readings, drawn, unhealthy)),
     })
 
 
@@ -234,3 +248,18 @@ def _node_rows(
             "large_busbw_gbps": by_size[large].busbw_gbps if large in by_size else None,
         })
     return rows, small, large
+
+
+@router.get("/history", response_class=HTMLResponse, dependencies=DashboardAccess)
+def history_page(
+    request: Request, session: SessionDep,
+    benchmark: Annotated[str, Query(min_length=1, max_length=500)],
+    limit: Annotated[int, Query(ge=1, le=500)] = DEFAULT_HISTORY_JOBS,
+) -> HTMLResponse:
+    """Per-branch history of one benchmark: median per launch of each revision job's sides over
+    time (``service.history.branch_history``), a figure and a table, newest first."""
+    points = branch_history(session=session, benchmark=benchmark, limit=limit)
+    return templates.TemplateResponse(request, "history.html", {
+        "benchmark": benchmark, "points": list(reversed(points)), "has_figures": True, "limit": limit,
+        "history_json": figures.figure_json(figures.branch_history_figure(points)),
+    })

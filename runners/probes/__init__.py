@@ -15,10 +15,10 @@ from typing import Any, get_args
 
 import torch
 
-from runners.probes.all_reduce import measure_all_reduce
-from runners.probes.copy_bandwidth import measure_copy_bandwidth
 from runners.probes.format import format_probe_report
+from runners.probes.links import measure_links
 from runners.probes.node import node_info
+from runners.probes.peak import cached_matmul_peak
 from runners.probes.telemetry import ContextSampler, read_telemetry
 from service.schemas import ProbeReport, ProbeSpec
 
@@ -39,13 +39,17 @@ def run_probes(spec: ProbeSpec, phase: str = "adhoc", *, device_type: str | None
     """Run the probes ``spec`` enables on this node and return their readings.
 
     Order: NVML telemetry first (the node as the job found it, before the probes heat it), then copy
-    bandwidth (every GPU, or the host), then all-reduce (every GPU; gloo x2 on the CPU).
+    bandwidth (every GPU, or the host) while the all-reduce ranks start, then all-reduce (every GPU;
+    gloo x2 on the CPU; none on one GPU, said in ``notes``), see ``probes.links`` for ``spec.mode``
+    (quick / full: sub-groups, peer copy, CUDA graphs), then the
+    bf16 matmul peak of the current GPU (CUDA only; measured once per process, ``probes.peak``).
     ``phase`` is ``"before"``, ``"after"`` or ``"adhoc"``; ``device_type`` ``"cuda"`` or ``"cpu"``
     (None: CUDA when torch sees a GPU). ``wall_s`` is the report's own wall time in seconds
     (``time.perf_counter``). ``nvml_status`` is ``"disabled"`` when ``spec.nvml`` is off.
 
     Never raises for a probe's failure (an impossible ``device_type`` included): the failure is
-    recorded in ``errors`` under ``"nvml"``, ``"copy_bandwidth"`` or ``"all_reduce"``. Raises
+    recorded in ``errors`` under ``"nvml"``, ``"copy_bandwidth"``, ``"all_reduce"`` or
+    ``"matmul_peak"``. Raises
     ``ValueError`` only for an unknown ``phase``, a caller's bug.
     """
     if phase not in _PHASES:
@@ -63,16 +67,15 @@ def run_probes(spec: ProbeSpec, phase: str = "adhoc", *, device_type: str | None
             fields["telemetry"], fields["nvml_status"] = read_telemetry()
 
         _capture(errors, "nvml", telemetry)
-    if spec.copy_bandwidth:
-        def copy() -> None:
-            fields["copy_bandwidth"] = measure_copy_bandwidth(device_type)
+    fields["mode"] = spec.mode
+    measure_links(spec, device_type, fields, errors, _capture)
+    if spec.matmul_peak and device_type == "cuda":
+        def matmul_peak() -> None:
+            if not torch.cuda.is_available():
+                raise RuntimeError("a CUDA matmul peak was asked for, but torch sees no CUDA GPU")
+            fields["matmul_peak"] = [cached_matmul_peak(torch.cuda.current_device())]
 
-        _capture(errors, "copy_bandwidth", copy)
-    if spec.all_reduce:
-        def all_reduce() -> None:
-            fields["all_reduce"] = measure_all_reduce(device_type)
-
-        _capture(errors, "all_reduce", all_reduce)
+        _capture(errors, "matmul_peak", matmul_peak)
 
     return ProbeReport(
         phase=phase,  # type: ignore[arg-type]

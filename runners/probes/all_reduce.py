@@ -55,6 +55,7 @@ _ELEMENT_BYTES = 4  # float32, as all_reduce_perf's default -d float
 _FORCED_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
 _CHILD_CODE = "from runners.probes.all_reduce import _child_main; _child_main()"
 _CONFIG_ENV = "KERNELAB_ALL_REDUCE_CONFIG"
+_GO_KEY = "kernelab/go"  # set in the rendezvous store when the ranks may start measuring
 
 
 def algbw_gbps(size_bytes: int, time_us: float) -> float:
@@ -74,28 +75,32 @@ def busbw_gbps(algbw: float, world_size: int) -> float:
     return algbw * 2 * (world_size - 1) / world_size
 
 
-def measure_all_reduce(
-    device_type: str | None = None,
-    *,
-    sizes_bytes: Sequence[int] | None = None,
-    world_size: int | None = None,
-    warmup_iters: int | None = None,
-    iters: int | None = None,
-    timeout_s: float = TIMEOUT_S,
-    extra_env: Mapping[str, str] | None = None,
-) -> list[AllReduceReading]:
-    """All-reduce (float32 sum) latency and bandwidth per size; one reading per size.
+def full_sizes_bytes() -> tuple[int, ...]:
+    """The full probe's sizes: 8 B x 4^k up to 128 MiB (nccl-tests ``-b 8 -e 128M -f 4``), then 256 MiB."""
+    sizes = []
+    size = 8
+    while size <= 128 * MIB:
+        sizes.append(size)
+        size *= 4
+    return (*sizes, 256 * MIB)
 
-    ``device_type``: ``"cuda"`` (NCCL, ``world_size`` defaults to every visible GPU; sizes 8 B,
-    1 MiB, 64 MiB) or ``"cpu"`` (gloo, 2 processes; sizes 8 B, 1 MiB); None picks CUDA when
-    available. Sizes are rounded down to whole float32 elements (at least one). ``timeout_s`` bounds
-    the whole measurement, process start included. ``extra_env`` is added to each rank's environment
-    (``NCCL_NVLS_ENABLE=0`` is always forced).
 
-    Raises ``ValueError`` for a bad configuration (world size, sizes, iteration counts),
-    ``RuntimeError`` when a rank fails (its stderr tail is in the message) and ``TimeoutError``
-    when the ranks do not finish in ``timeout_s`` (all of them are killed first).
-    """
+def sub_groups(world_size: int) -> list[list[int]]:
+    """Groups measured besides the whole node: disjoint neighbour pairs (0-1, 2-3, ...) when there are
+    more than 2 ranks, and the two TP4 halves (0-3, 4-7) on 8. Empty for 1 or 2 ranks."""
+    if world_size <= 2:
+        return []
+    groups = [[r, r + 1] for r in range(0, world_size - 1, 2)]
+    if world_size == 8:
+        groups += [[0, 1, 2, 3], [4, 5, 6, 7]]
+    return groups
+
+
+def _resolve(
+    device_type: str | None, sizes_bytes: Sequence[int] | None, world_size: int | None,
+    warmup_iters: int | None, iters: int | None, timeout_s: float,
+) -> dict[str, Any]:
+    """Validate the arguments of ``measure_all_reduce`` into a rank configuration (see there)."""
     if device_type is None:
         device_type = "cuda" if torch.cuda.is_available() else "cpu"
     if device_type == "cuda":
@@ -125,30 +130,160 @@ def measure_all_reduce(
         raise ValueError(f"need warmup_iters >= 0 and iters >= 1, got {warmup}, {n_iters}")
     if timeout_s <= 0:
         raise ValueError(f"timeout_s must be positive, got {timeout_s}")
-
-    from torch.distributed import TCPStore
-
-    store = TCPStore("127.0.0.1", 0, None, True, timedelta(seconds=timeout_s), wait_for_workers=False)
-    config = {
-        "backend": backend,
-        "device_type": device_type,
-        "world_size": world,
-        "port": store.port,
-        "sizes_bytes": [int(s) for s in sizes],
-        "warmup_iters": warmup,
-        "iters": n_iters,
+    return {
+        "backend": backend, "device_type": device_type, "world_size": world,
+        "sizes_bytes": [int(s) for s in sizes], "warmup_iters": warmup, "iters": n_iters,
         "timeout_s": timeout_s,
     }
+
+
+class AllReduceRun:
+    """Rank processes started now, measuring once ``go()`` is called; ``wait()`` returns the readings.
+
+    Starting the ranks (interpreter, ``import torch``, CUDA context, NCCL communicator: seconds) is
+    the all-reduce probe's main cost; ``run_probes`` starts them first, runs the copy probe while they
+    initialise, then calls ``go()``, so the two overlap without the ranks' traffic touching the copy's
+    window (each rank waits for the ``go`` key of the rendezvous store after ``init_process_group``).
+    Use as a context manager or call ``close()``: the ranks are killed if still running.
+    """
+
+    def __init__(self, config: dict[str, Any], env: dict[str, str]):
+        from torch.distributed import TCPStore
+
+        self.config = config
+        self._deadline = time.monotonic() + config["timeout_s"]
+        self._store = TCPStore("127.0.0.1", 0, None, True, timedelta(seconds=config["timeout_s"]),
+                               wait_for_workers=False)  # fmt: skip
+        self._tmp = tempfile.TemporaryDirectory(prefix="kernelab-allreduce-")
+        tmp = Path(self._tmp.name)
+        self.config.update(port=self._store.port, result_dir=str(tmp))
+        self._procs: list[subprocess.Popen[bytes]] = []
+        self._logs: list[Path] = []
+        for rank in range(config["world_size"]):
+            log = tmp / f"rank{rank}.log"
+            self._logs.append(log)
+            rank_env = {**env, _CONFIG_ENV: json.dumps({**self.config, "rank": rank})}
+            with log.open("wb") as out:
+                self._procs.append(subprocess.Popen(
+                    [sys.executable, "-c", _CHILD_CODE],
+                    env=rank_env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                ))
+
+    def go(self) -> None:
+        """Let the ranks start measuring (they have been initialising since construction)."""
+        self._store.set(_GO_KEY, "1")
+
+    def wait(self) -> tuple[list[AllReduceReading], list[str]]:
+        """Wait for every rank; ``(readings, notes)``. Raises ``RuntimeError`` when a rank fails and
+        ``TimeoutError`` past ``timeout_s`` from construction (all ranks killed first)."""
+        try:
+            self._wait_ranks()
+            payloads = [json.loads((Path(self.config["result_dir"]) / f"result{rank}.json").read_text())
+                        for rank in range(self.config["world_size"])]
+        finally:
+            self.close()
+        rows = sorted((row for p in payloads for row in p["rows"]), key=lambda row: row.pop("order"))
+        notes = sorted({n for p in payloads for n in p["notes"]})
+        return [AllReduceReading.model_validate(row) for row in rows], notes
+
+    def _wait_ranks(self) -> None:
+        while True:
+            codes = [p.poll() for p in self._procs]
+            failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
+            if failed:
+                rank = failed[0]
+                tail = _stderr_tail(self._logs[rank])
+                raise RuntimeError(f"all-reduce rank {rank} exited with status {codes[rank]}: {tail}")
+            if all(c == 0 for c in codes):
+                return
+            if time.monotonic() > self._deadline:
+                raise TimeoutError(
+                    f"all-reduce over {self.config['world_size']} ranks did not finish in "
+                    f"{self.config['timeout_s']} s; killed. rank 0 said: {_stderr_tail(self._logs[0], 500)}"
+                )
+            time.sleep(_POLL_S)
+
+    def close(self) -> None:
+        """Kill ranks still running and remove the temporary folder. Idempotent."""
+        for p in self._procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        self._tmp.cleanup()
+
+    def __enter__(self) -> AllReduceRun:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def start_all_reduce(
+    device_type: str | None = None,
+    *,
+    sizes_bytes: Sequence[int] | None = None,
+    world_size: int | None = None,
+    warmup_iters: int | None = None,
+    iters: int | None = None,
+    groups: Sequence[Sequence[int]] = (),
+    cuda_graph: bool = False,
+    timeout_s: float = TIMEOUT_S,
+    extra_env: Mapping[str, str] | None = None,
+) -> AllReduceRun:
+    """Start the ranks of ``measure_all_reduce`` (same arguments) without letting them measure yet.
+
+    Raises ``ValueError``/``RuntimeError`` as ``measure_all_reduce`` does, before any process starts,
+    and ``ValueError`` for a group that names a rank outside ``world_size`` or has fewer than 2 ranks.
+    """
+    config = _resolve(device_type, sizes_bytes, world_size, warmup_iters, iters, timeout_s)
+    world = config["world_size"]
+    for group in groups:
+        if len(group) < 2 or any(not 0 <= r < world for r in group) or len(set(group)) != len(group):
+            raise ValueError(f"group {list(group)} must name >= 2 distinct ranks of 0..{world - 1}")
+    config["groups"] = [list(range(world)), *(sorted(int(r) for r in g) for g in groups)]
+    config["cuda_graph"] = bool(cuda_graph) and config["device_type"] == "cuda"
     env = {**os.environ, **(extra_env or {}), **_FORCED_ENV}
-    if device_type == "cpu":
+    if config["device_type"] == "cpu":
         env.setdefault("OMP_NUM_THREADS", "1")  # one core per rank: ranks must not fight for cores
-    with tempfile.TemporaryDirectory(prefix="kernelab-allreduce-") as tmp:
-        result_path = Path(tmp) / "result.json"
-        config["result_path"] = str(result_path)
-        _run_ranks(config, env, Path(tmp), timeout_s)
-        rows = json.loads(result_path.read_text())
-    del store
-    return [AllReduceReading.model_validate(row) for row in rows]
+    return AllReduceRun(config, env)
+
+
+def measure_all_reduce(
+    device_type: str | None = None,
+    *,
+    sizes_bytes: Sequence[int] | None = None,
+    world_size: int | None = None,
+    warmup_iters: int | None = None,
+    iters: int | None = None,
+    groups: Sequence[Sequence[int]] = (),
+    cuda_graph: bool = False,
+    timeout_s: float = TIMEOUT_S,
+    extra_env: Mapping[str, str] | None = None,
+) -> list[AllReduceReading]:
+    """All-reduce (float32 sum) latency and bandwidth per group and size; one reading per pair.
+
+    ``device_type``: ``"cuda"`` (NCCL, ``world_size`` defaults to every visible GPU; sizes 8 B,
+    1 MiB, 64 MiB) or ``"cpu"`` (gloo, 2 processes; sizes 8 B, 1 MiB); None picks CUDA when
+    available. Sizes are rounded down to whole float32 elements (at least one). The whole world is
+    always measured first, then each of ``groups`` (rank lists, e.g. ``sub_groups(world)``) through
+    ``torch.distributed.new_group``, one group at a time. ``cuda_graph`` (CUDA only) adds, per
+    group and size, a reading timed as one CUDA-graph replay of ``iters`` all-reduces
+    (``cuda_graph=True`` on the reading): no per-op host dispatch, as nccl-tests ``-G``. A graph
+    that cannot be captured leaves a note instead of a reading (see ``AllReduceRun.wait``).
+    ``timeout_s`` bounds the whole measurement, process start included. ``extra_env`` is added to
+    each rank's environment (``NCCL_NVLS_ENABLE=0`` is always forced).
+
+    Raises ``ValueError`` for a bad configuration (world size, sizes, iteration counts, groups),
+    ``RuntimeError`` when a rank fails (its stderr tail is in the message) and ``TimeoutError``
+    when the ranks do not finish in ``timeout_s`` (all of them are killed first).
+    """
+    with start_all_reduce(
+        device_type, sizes_bytes=sizes_bytes, world_size=world_size, warmup_iters=warmup_iters, iters=iters,
+        groups=groups, cuda_graph=cuda_graph, timeout_s=timeout_s, extra_env=extra_env,
+    ) as run:
+        run.go()
+        readings, _ = run.wait()
+    return readings
 
 
 def _stderr_tail(path: Path, chars: int = 2000) -> str:
@@ -156,44 +291,6 @@ def _stderr_tail(path: Path, chars: int = 2000) -> str:
         return path.read_text(errors="replace")[-chars:].strip()
     except OSError:
         return ""
-
-
-def _run_ranks(config: dict[str, Any], env: dict[str, str], tmp: Path, timeout_s: float) -> None:
-    """Start one interpreter per rank, wait for all of them with a deadline, kill all on failure."""
-    procs: list[subprocess.Popen[bytes]] = []
-    logs: list[Path] = []
-    try:
-        for rank in range(config["world_size"]):
-            log = tmp / f"rank{rank}.log"
-            logs.append(log)
-            rank_env = {**env, _CONFIG_ENV: json.dumps({**config, "rank": rank})}
-            with log.open("wb") as out:
-                procs.append(subprocess.Popen(
-                    [sys.executable, "-c", _CHILD_CODE],
-                    env=rank_env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                ))
-        deadline = time.monotonic() + timeout_s
-        while True:
-            codes = [p.poll() for p in procs]
-            failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
-            if failed:
-                rank = failed[0]
-                raise RuntimeError(
-                    f"all-reduce rank {rank} exited with status {codes[rank]}: {_stderr_tail(logs[rank])}"
-                )
-            if all(c == 0 for c in codes):
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"all-reduce over {config['world_size']} ranks did not finish in {timeout_s} s; "
-                    f"killed. rank 0 said: {_stderr_tail(logs[0], 500)}"
-                )
-            time.sleep(_POLL_S)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
 
 
 def _child_main() -> None:
@@ -212,25 +309,46 @@ def _child_main() -> None:
         cfg["backend"], store=store, rank=rank, world_size=world, timeout=timeout,
         device_id=device if device.type == "cuda" else None,
     )
+    rows: list[dict[str, Any]] = []
+    notes: list[str] = []
     try:
-        rows = [
-            _measure_size(size, device=device, world=world, rank=rank,
-                          warmup_iters=cfg["warmup_iters"], iters=cfg["iters"], backend=cfg["backend"])
-            for size in cfg["sizes_bytes"]
-        ]
-        dist.barrier()
+        # new_group is collective: every rank creates every group, in the same order.
+        groups = [(ranks, None if len(ranks) == world else dist.new_group(ranks)) for ranks in cfg["groups"]]
+        store.wait([_GO_KEY])
+        for g, (ranks, group) in enumerate(groups):
+            if rank in ranks:
+                for s, size in enumerate(cfg["sizes_bytes"]):
+                    common = dict(size_bytes=size, device=device, ranks=ranks, rank=rank, group=group,
+                                  warmup_iters=cfg["warmup_iters"], iters=cfg["iters"],
+                                  backend=cfg["backend"])
+                    # Every member measures; the group's first rank reports (times are averaged already).
+                    row = _measure_size(**common)  # type: ignore[arg-type]
+                    if rank == ranks[0]:
+                        rows.append({**row, "order": [g, s, 0]})
+                    if cfg.get("cuda_graph"):
+                        try:
+                            row = _measure_size(**common, cuda_graph=True)  # type: ignore[arg-type]
+                            if rank == ranks[0]:
+                                rows.append({**row, "order": [g, s, 1]})
+                        except RuntimeError as exc:
+                            notes.append(f"CUDA-graph all-reduce over {ranks} at {size} B failed: {exc}")
+            dist.barrier()
     finally:
         dist.destroy_process_group()
-    if rank == 0:
-        Path(cfg["result_path"]).write_text(json.dumps(rows))
+    out = Path(cfg["result_dir"]) / f"result{rank}.json"
+    out.write_text(json.dumps({"rows": rows, "notes": sorted(set(notes))}))
 
 
 def _measure_size(
-    size_bytes: int, *, device: torch.device, world: int, rank: int, warmup_iters: int, iters: int,
-    backend: str,
+    size_bytes: int, *, device: torch.device, ranks: list[int], rank: int, group: Any, warmup_iters: int,
+    iters: int, backend: str, cuda_graph: bool = False,
 ) -> dict[str, Any]:
-    """Time one size on this rank (all ranks call it together); returns an AllReduceReading dict."""
+    """Time one size over ``group`` (None: the world) on this rank (all members call it together);
+    returns an AllReduceReading dict. ``cuda_graph``: capture ``iters`` ops into one graph and time
+    one replay (host clock around replay + synchronize, / iters)."""
     import torch.distributed as dist
+
+    n = len(ranks)
 
     def sync() -> None:
         if device.type == "cuda":
@@ -238,34 +356,53 @@ def _measure_size(
 
     numel = max(1, size_bytes // _ELEMENT_BYTES)
     buf = torch.zeros(numel, dtype=torch.float32, device=device)
-    for _ in range(warmup_iters):
-        dist.all_reduce(buf)
+    graph = None
+    if cuda_graph:
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):  # warm-up on a side stream, as torch.cuda.graphs asks
+            for _ in range(max(1, warmup_iters)):
+                dist.all_reduce(buf, group=group)
+        torch.cuda.current_stream(device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(iters):
+                dist.all_reduce(buf, group=group)
+        graph.replay()
+    else:
+        for _ in range(warmup_iters):
+            dist.all_reduce(buf, group=group)
     sync()
-    dist.barrier()
+    dist.barrier(group=group)
     sync()
     t0 = time.perf_counter_ns()
-    for _ in range(iters):
-        dist.all_reduce(buf)
+    if graph is not None:
+        graph.replay()
+    else:
+        for _ in range(iters):
+            dist.all_reduce(buf, group=group)
     sync()
     elapsed_ns = time.perf_counter_ns() - t0
     mean_ns = torch.tensor([elapsed_ns / iters], dtype=torch.float64, device=device)
-    dist.all_reduce(mean_ns)  # sum of the per-rank times -> average over ranks below
+    dist.all_reduce(mean_ns, group=group)  # sum of the per-rank times -> average over ranks below
 
     check = torch.full((numel,), float(rank + 1), dtype=torch.float32, device=device)
-    dist.all_reduce(check)
-    wrong = (check != world * (world + 1) / 2).sum().to(torch.int64).reshape(1)
-    dist.all_reduce(wrong)
+    dist.all_reduce(check, group=group)
+    expected = float(sum(r + 1 for r in ranks))
+    wrong = (check != expected).sum().to(torch.int64).reshape(1)
+    dist.all_reduce(wrong, group=group)
 
-    time_us = float(mean_ns.item()) / world / 1e3
+    time_us = float(mean_ns.item()) / n / 1e3
     actual_bytes = numel * _ELEMENT_BYTES
     alg = algbw_gbps(actual_bytes, time_us)
     return {
         "backend": backend,
-        "world_size": world,
-        "ranks": list(range(world)) if device.type == "cuda" else [],
+        "world_size": n,
+        "ranks": list(ranks),
         "size_bytes": actual_bytes,
         "time_us": time_us,
         "algbw_gbps": alg,
-        "busbw_gbps": busbw_gbps(alg, world),
+        "busbw_gbps": busbw_gbps(alg, n),
         "correct": int(wrong.item()) == 0,
+        "cuda_graph": graph is not None,
     }

@@ -19,7 +19,7 @@ import time
 import torch
 
 from runners.probes.node import cpu_cache_bytes
-from service.schemas import CopyBandwidthReading
+from service.schemas import CopyBandwidthReading, PeerCopyReading
 
 MIB = 1024**2
 L2_MULTIPLE = 8  # buffer >= 8x the cache it must not fit in
@@ -165,3 +165,58 @@ def measure_copy_bandwidth(
     if device_type == "cpu":
         return [measure_cpu_copy(size_bytes=size_bytes)]
     raise ValueError(f"device type {device_type!r} is not supported; use 'cuda' or 'cpu'")
+
+
+PEER_SIZE_BYTES = 256 * MIB
+PEER_COPIES_PER_SAMPLE = 8
+PEER_SAMPLES = 3
+
+
+def measure_peer_copy(
+    *, size_bytes: int = PEER_SIZE_BYTES, copies_per_sample: int = PEER_COPIES_PER_SAMPLE,
+    samples: int = PEER_SAMPLES, spin_ms: float = SPIN_MS,
+) -> list[PeerCopyReading]:
+    """Copy bandwidth from every visible GPU to every other (ordered pairs), ``uint8`` buffers of
+    ``size_bytes``; ``peer_access`` from ``torch.cuda.can_device_access_peer`` (no peer access: the
+    driver stages through the host and the reading shows it). Timed on the source's stream with
+    events behind a spin kernel, median of ``samples`` of (event time / ``copies_per_sample``);
+    bandwidth counts the bytes once (nvbandwidth's device-to-device copy convention).
+    Empty with fewer than 2 GPUs. Raises ``RuntimeError`` without CUDA, ``ValueError`` for counts < 1.
+    """
+    _check_counts(copies_per_sample, samples)
+    if not torch.cuda.is_available():
+        raise RuntimeError("peer copy bandwidth asked for, but torch sees no CUDA GPU")
+    n = torch.cuda.device_count()
+    out: list[PeerCopyReading] = []
+    for src_index in range(n):
+        props = torch.cuda.get_device_properties(src_index)
+        spin_cycles = int(spin_ms * (getattr(props, "clock_rate", 0) or _FALLBACK_CLOCK_KHZ))
+        for dst_index in range(n):
+            if dst_index == src_index:
+                continue
+            peer = bool(torch.cuda.can_device_access_peer(src_index, dst_index))
+            with torch.cuda.device(src_index):
+                src = torch.empty(size_bytes, dtype=torch.uint8, device=f"cuda:{src_index}").fill_(0x5A)
+                dst = torch.empty(size_bytes, dtype=torch.uint8, device=f"cuda:{dst_index}")
+                dst.copy_(src)  # warm-up: peer mapping, first touch
+                torch.cuda.synchronize(src_index)
+                torch.cuda.synchronize(dst_index)
+                times_ns = []
+                for _ in range(samples):
+                    start = torch.cuda.Event(enable_timing=True)
+                    stop = torch.cuda.Event(enable_timing=True)
+                    torch.cuda._sleep(spin_cycles)
+                    start.record()
+                    for _ in range(copies_per_sample):
+                        dst.copy_(src, non_blocking=True)
+                    stop.record()
+                    stop.synchronize()
+                    times_ns.append(start.elapsed_time(stop) * 1e6 / copies_per_sample)
+                del src, dst
+            time_ns = statistics.median(times_ns)
+            out.append(PeerCopyReading(
+                src_device=src_index, dst_device=dst_index, peer_access=peer, size_bytes=size_bytes,
+                time_us=time_ns / 1e3, bandwidth_gbps=size_bytes / time_ns,
+            ))
+    torch.cuda.empty_cache()
+    return out

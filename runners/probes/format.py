@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from service.schemas import NodeInfo, ProbeReport
+from service.schemas import HealthReason, NodeInfo, ProbeReport
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 
@@ -73,8 +73,9 @@ def format_probe_report(report: ProbeReport, node: NodeInfo) -> str:
         first = report.all_reduce[0]
         out += ["", f"all-reduce ({first.backend}, {first.world_size} ranks, float32 sum)"]
         out += _table(
-            ["size", "time us", "algbw GB/s", "busbw GB/s", "correct"],
-            [[format_bytes(r.size_bytes), _num(r.time_us, ".2f"), _num(r.algbw_gbps, ".2f"),
+            ["group", "size", "time us", "algbw GB/s", "busbw GB/s", "correct"],
+            [[(",".join(map(str, r.ranks)) or f"x{r.world_size}") + (" graph" if r.cuda_graph else ""),
+              format_bytes(r.size_bytes), _num(r.time_us, ".2f"), _num(r.algbw_gbps, ".2f"),
               _num(r.busbw_gbps, ".2f"), "yes" if r.correct else "NO"] for r in report.all_reduce],
         )
     out += ["", f"nvml: {report.nvml_status}"]
@@ -89,7 +90,23 @@ def format_probe_report(report: ProbeReport, node: NodeInfo) -> str:
               str(sum(1 for p in t.other_processes if not p.get("own")))]
              for t in report.telemetry],
         )
+    if report.peer_copy:
+        out += ["", "peer copy (bytes copied once)"]
+        out += _table(
+            ["src", "dst", "peer access", "size", "time us", "GB/s"],
+            [[str(r.src_device), str(r.dst_device), "yes" if r.peer_access else "no",
+              format_bytes(r.size_bytes), _num(r.time_us), _num(r.bandwidth_gbps)] for r in report.peer_copy],
+        )
+    out += [f"note: {n}" for n in report.notes]
     if report.errors:
         out += ["", "errors"]
         out += [f"  {name}: {text}" for name, text in sorted(report.errors.items())]
     return "\n".join(out) + "\n"
+
+
+def format_verdict(reasons: Sequence[HealthReason], source: str) -> str:
+    """``verdict: healthy|degraded|contended (judged by <source>)`` and one line per reason."""
+    status = "degraded" if any(r.flag == "degraded-node" for r in reasons) else (
+        "contended" if reasons else "healthy")
+    lines = [f"verdict: {status} (judged by {source})", *(f"  {r.flag}: {r.message}" for r in reasons)]
+    return "\n".join(lines) + "\n"

@@ -3,12 +3,13 @@
 
 from fastapi import APIRouter
 
-from service.api.routes import jobs, nodes, results, runners
+from service.api.routes import jobs, nodes, results, runners, tokens
 
 api_router = APIRouter()
 api_router.include_router(jobs.router)
 api_router.include_router(results.router)
 api_router.include_router(runners.router)
 api_router.include_router(nodes.router)
+api_router.include_router(tokens.router)
 
 __all__ = ["api_router"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Request, status
+from fastapi import Depends, HTTPException, Path, Query, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -23,6 +23,14 @@ from service.core.config import Settings
 
 TOKEN_COOKIE = "kernelab_token"
 _SAFE_METHODS = frozenset({"GET", "HEAD"})
+MAX_ROW_ID = 2**31 - 1  # primary keys are INTEGER: int4 on PostgreSQL (SQLite's 64-bit fits too)
+MAX_OFFSET = 2**31 - 1  # a page offset past any table this server holds; keeps SQL integers in range
+
+JobId = Annotated[int, Path(ge=1, le=MAX_ROW_ID, description="job id")]
+"""A job id in the path: out of the database's integer range is a 422 naming it, not a 500."""
+Offset = Annotated[int, Query(ge=0, le=MAX_OFFSET, description="rows to skip")]
+"""``?offset=`` of a paginated list."""
+
 _bearer = HTTPBearer(auto_error=False, description="kernelab token (scopes read, submit, admin, runner)")
 
 

@@ -4,7 +4,9 @@
   ``{"detail": [{"loc": ["body", ...field], "msg": ..., "type": ...}]}``;
 * ``queue.JobNotFoundError`` -> 404; ``queue.LeaseLostError`` and ``InvalidTransitionError`` -> 409;
 * ``crud.ResultConflictError`` and ``sqlalchemy.exc.IntegrityError`` (a unique or check
-  constraint the request broke, e.g. a concurrent duplicate) -> 409 with the reason.
+  constraint the request broke, e.g. a concurrent duplicate) -> 409 with the reason;
+* a number the database cannot hold (``OverflowError`` from sqlite3 past 64-bit integers,
+  ``sqlalchemy.exc.DataError`` from PostgreSQL, e.g. ``numeric value out of range``) -> 422.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request, status
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DataError, IntegrityError
 
 from service.crud import ResultConflictError
 from service.queue import InvalidTransitionError, JobNotFoundError, LeaseLostError
@@ -63,6 +65,18 @@ async def _integrity(request: Request, exc: Exception) -> JSONResponse:
     return _json(status.HTTP_409_CONFLICT, f"the request conflicts with stored data: {reason}")
 
 
+async def _out_of_range(request: Request, exc: Exception) -> JSONResponse:
+    if isinstance(exc, DataError) and exc.orig is not None:
+        reason = str(exc.orig).splitlines()[0]
+    else:
+        reason = str(exc) or type(exc).__name__
+    log.info("%s %s: value out of the database's range: %s", request.method, request.url.path, reason)
+    return _json(
+        status.HTTP_422_UNPROCESSABLE_CONTENT,
+        f"a value in the request is outside what the database can store: {reason}",
+    )
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Register kernelab's exception handlers on ``app``."""
     app.add_exception_handler(SpecInvalidError, _spec_invalid)
@@ -71,3 +85,5 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(InvalidTransitionError, _conflict)
     app.add_exception_handler(ResultConflictError, _conflict)
     app.add_exception_handler(IntegrityError, _integrity)
+    app.add_exception_handler(DataError, _out_of_range)
+    app.add_exception_handler(OverflowError, _out_of_range)

@@ -16,6 +16,8 @@ from typing import Literal
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from service import health
+
 DEFAULT_DATABASE_URL = "sqlite:///./kernelab-data/kernelab.db"
 
 
@@ -45,6 +47,42 @@ class Settings(BaseSettings):
         default=64 * 1024 * 1024, ge=1024, description="larger request bodies are refused with 413"
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
+    log_format: Literal["text", "json"] = Field(
+        default="text", description="json: one JSON object per log line (service.observability)"
+    )
+    public_metrics: bool = Field(default=False, description="serve /metrics without a token")
+    runner_alive_s: float = Field(
+        default=300.0, gt=0, description="a runner seen within this many seconds counts as alive (/metrics)"
+    )
+    # Node health (service.health): where a probe figure leaves the node's / the fleet's band.
+    health_copy_min_fraction: float = Field(
+        default=health.COPY_MIN_FRACTION, gt=0, le=1, description="copy/peer GB/s below this x band median"
+    )
+    health_busbw_min_fraction: float = Field(
+        default=health.BUSBW_MIN_FRACTION, gt=0, le=1, description="all-reduce busbw below this x median"
+    )
+    health_latency_max_factor: float = Field(
+        default=health.LATENCY_MAX_FACTOR, ge=1, description="small all-reduce time above this x median"
+    )
+    health_band_window: int = Field(default=health.BAND_WINDOW, ge=1, description="healthy probes per band")
+    health_band_min_probes: int = Field(default=health.BAND_MIN_PROBES, ge=1, description="fewer: no band")
+    health_fleet_window: int = Field(
+        default=health.FLEET_WINDOW, ge=1, description="recent probe reports of the fleet read per GPU model"
+    )
+    health_ignored_clock_reasons: list[str] = Field(
+        default_factory=lambda: list(health.IGNORED_CLOCK_REASONS),
+        description="NVML clock-event reasons that do not make a node degraded",
+    )
+
+    def health_thresholds(self) -> health.Thresholds:
+        """The node-health thresholds these settings name (``service.health.Thresholds``)."""
+        return health.Thresholds(
+            copy_min_fraction=self.health_copy_min_fraction,
+            busbw_min_fraction=self.health_busbw_min_fraction,
+            latency_max_factor=self.health_latency_max_factor, band_window=self.health_band_window,
+            band_min_probes=self.health_band_min_probes,
+            ignored_clock_reasons=tuple(self.health_ignored_clock_reasons),
+        )
 
 
 def get_settings() -> Settings:

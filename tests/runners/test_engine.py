@@ -41,7 +41,8 @@ def noisy(mean_ns: float, spread_ns: float, seed: int):
 
 
 def settings(**kw) -> MeasurementSpec:
-    base = {"warmup_ms": 0.0, "budget_ms": 60_000.0, "target_ci_pct": 1e-6}
+    # min_time_ms 0: these tests are about the other stop rules (test_min_time.py covers min time)
+    base = {"warmup_ms": 0.0, "budget_ms": 60_000.0, "target_ci_pct": 1e-6, "min_time_ms": 0.0}
     return MeasurementSpec(**{**base, **kw})
 
 

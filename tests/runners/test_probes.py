@@ -56,7 +56,7 @@ def test_impossible_configuration_is_collected_not_raised() -> None:
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA failure")
 def test_cuda_probes_on_a_cpu_node_report_errors(no_pynvml: None) -> None:
     report = run_probes(ProbeSpec(), "after", device_type="cuda")
-    assert set(report.errors) == {"copy_bandwidth", "all_reduce"}
+    assert set(report.errors) == {"copy_bandwidth", "all_reduce", "matmul_peak"}
     assert all("no CUDA GPU" in text for text in report.errors.values())
     assert report.nvml_status == "absent"
 

@@ -175,13 +175,14 @@ def test_markdown_table_has_numbers_node_and_notes():
     md = report.to_markdown(c)
     rows = [line for line in md.splitlines() if line.startswith("|")]
     assert len(rows) == 2 + len(c.cells)
-    header = ["cell", "baseline (torch)", "candidate (triton)", "Δ% [95% CI]", "verdict", "flags"]
+    header = ["cell", "baseline (torch)", "candidate (triton)", "Δ% [95% CI]", "p [BH]", "verdict", "flags"]
     assert _split_row(rows[0]) == header
     faster = _split_row(rows[3])
     assert faster[0] == "N=2000"
     assert faster[2] == report.format_duration_ns(c.cells[1].candidate.median_ns)
     assert faster[3] == report.format_delta(c.cells[1])
-    assert faster[4] == "**faster**" and faster[5] == "incorrect"
+    assert faster[4] == report.format_p(c.cells[1])
+    assert faster[5] == "**faster**" and faster[6] == "incorrect"
     assert "driver 580.65" in md and "torch 2.11.0" in md and "triton 3.6.0" in md
     assert "**timer** cuda-event" in md and "**threshold** ±1%" in md
     assert "- `incorrect`: " in md and "- `failed`: " in md and "`noisy`" not in md
@@ -192,7 +193,7 @@ def test_markdown_escapes_pipes_in_user_text():
     c = _comparison(name="fix | race", mode="pipes")
     md = report.to_markdown(c)
     rows = [line for line in md.splitlines() if line.startswith("|")]
-    assert all(len(_split_row(r)) == 6 for r in rows)  # no user pipe opened a column
+    assert all(len(_split_row(r)) == 7 for r in rows)  # no user pipe opened a column
     assert _split_row(rows[2])[0] == "N=a\\|b"
     assert "triton (mode=x\\|y)" in rows[0]
     assert "fix \\| race" in md and "h200\\|a" in md

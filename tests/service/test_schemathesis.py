@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis.errors import Unsatisfiable
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -45,7 +46,9 @@ def fuzz_schema(settings: Settings, client_class: Any) -> Any:
     admin = {"Authorization": f"Bearer {fuzz_settings.admin_token.get_secret_value()}"}  # type: ignore[union-attr]
     with client_class(app) as client:
         node = {"hostname": "fuzz-node", "device_type": "cpu"}
-        registered = client.post("/api/v1/runners/register", json={"name": "fuzz", "node": node}, headers=admin)
+        registered = client.post(
+            "/api/v1/runners/register", json={"name": "fuzz", "node": node}, headers=admin
+        )
         runner = {"Authorization": f"Bearer {registered.json()['token']}"}
         job_id = client.post("/api/v1/jobs", json=spec_dict(), headers=admin).json()["id"]
         claimed = client.post("/api/v1/runners/claim", json={"wait_s": 0}, headers=runner)
@@ -89,8 +92,13 @@ def test_no_5xx_and_every_4xx_explains(fuzz_schema: Any) -> None:
     """Every operation, positive and negative examples: the checks raise on a 5xx or a silent 4xx."""
     operations = [result.ok() for result in fuzz_schema.get_all_operations()]
     assert len(operations) >= 15, [op.label for op in operations]
+    no_negative: list[str] = []
     for operation in operations:
         runner_side = any(p in operation.path for p in RUNNER_PATHS)
         headers = _HEADERS["runner" if runner_side else "admin"]
-        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
-            _fuzz(operation, mode, headers)
+        _fuzz(operation, GenerationMode.POSITIVE, headers)
+        try:
+            _fuzz(operation, GenerationMode.NEGATIVE, headers)
+        except Unsatisfiable:  # nothing to make invalid (no parameters, no body): e.g. /healthz
+            no_negative.append(operation.label)
+    assert len(no_negative) < len(operations) / 2, no_negative

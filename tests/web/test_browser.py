@@ -191,10 +191,17 @@ def test_job_page_shows_table_figures_and_probes(site: Site, page: Page) -> None
     for i, cell in enumerate(site.comparison.cells):
         cells = rows.nth(i).locator("td")
         assert cells.nth(0).inner_text() == cell.label
-        assert cells.nth(5).inner_text() == cell.verdict
-        assert cells.nth(6).inner_text().split() == cell.flags
-        assert cells.nth(8).inner_text() == ("pass" if cell.correctness["baseline"].passed else "fail")
-        assert cells.nth(10).inner_text() == ("pass" if cell.correctness["candidate"].passed else "fail")
+        assert cells.nth(5).inner_text() == (
+            f"{cell.p_value:.2g} [{cell.p_adjusted:.2g}]" if cell.p_value is not None else "n/a"
+        )  # raw and Benjamini-Hochberg adjusted
+        assert cells.nth(6).inner_text() == cell.verdict
+        flags = cells.nth(7).inner_text()
+        assert [w for w in flags.split() if w.isalpha() or "-" in w][: len(cell.flags)] == cell.flags
+        if "throttled" in cell.flags:
+            dropped = f"{cell.baseline.dropped_throttled}+{cell.candidate.dropped_throttled} dropped"
+            assert dropped in flags
+        assert cells.nth(9).inner_text() == ("pass" if cell.correctness["baseline"].passed else "fail")
+        assert cells.nth(11).inner_text() == ("pass" if cell.correctness["candidate"].passed else "fail")
 
     page.wait_for_selector("#fig-samples.js-plotly-plot svg.main-svg")
     assert page.locator("#fig-samples g.trace.boxes").count() == 2

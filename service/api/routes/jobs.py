@@ -9,13 +9,13 @@ import json
 from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, HTTPException, Query, status
+from fastapi import APIRouter, HTTPException, Query, Request, status
 from fastapi.responses import PlainTextResponse, StreamingResponse
 from sqlalchemy.orm import Session, sessionmaker
 
 from kernels import validate_spec
 from service import crud, queue
-from service.api.deps import ReadToken, SessionDep, SessionFactoryDep, SettingsDep, SubmitToken
+from service.api.deps import JobId, Offset, ReadToken, SessionDep, SessionFactoryDep, SettingsDep, SubmitToken
 from service.api.errors import SpecInvalidError
 from service.schemas import Comparison, JobPublic, JobResult, JobsPage, JobSpec, JobStatus
 
@@ -23,6 +23,7 @@ router = APIRouter(prefix="/jobs", tags=["jobs"])
 
 MAX_PAGE = 500  # largest ?limit= of a list
 _STREAM_ROWS = 2000  # sample rows per streamed chunk
+MAX_SAMPLE_PAGE = 1_000_000  # largest ?limit= of /jobs/{id}/samples
 
 
 @router.post("", status_code=status.HTTP_201_CREATED)
@@ -41,7 +42,7 @@ def submit_job(
 def list_jobs(
     _: ReadToken,
     session: SessionDep,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Offset = 0,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
     status: JobStatus | None = None,
     benchmark: str | None = None,
@@ -51,13 +52,13 @@ def list_jobs(
 
 
 @router.get("/{job_id}")
-def get_job(job_id: int, _: ReadToken, session: SessionDep) -> JobPublic:
+def get_job(job_id: JobId, _: ReadToken, session: SessionDep) -> JobPublic:
     """One job (404 if unknown)."""
     return crud.job_public(session=session, job=queue.get_job(session, job_id))
 
 
 @router.post("/{job_id}/cancel")
-def cancel_job(job_id: int, _: SubmitToken, session: SessionDep) -> JobPublic:
+def cancel_job(job_id: JobId, _: SubmitToken, session: SessionDep) -> JobPublic:
     """Cancel a queued or running job (409 if it already finished)."""
     return crud.job_public(session=session, job=queue.cancel(session, job_id))
 
@@ -71,29 +72,32 @@ def _result_or_409(session: Session, job_id: int) -> JobResult:
 
 
 @router.get("/{job_id}/comparison")
-def get_comparison(job_id: int, _: ReadToken, session: SessionDep) -> Comparison:
-    """Per-cell statistics and verdicts of the job's result (409 while there is none)."""
-    from service.stats import compare
+def get_comparison(job_id: JobId, _: ReadToken, session: SessionDep, settings: SettingsDep) -> Comparison:
+    """Per-cell statistics and verdicts of the job's result (409 while there is none); flags
+    ``degraded-node``/``contended`` and a note when the node's probes left its healthy band."""
+    from service.node_health import compare_job
 
-    return compare(_result_or_409(session, job_id), job_id=job_id)
+    result = _result_or_409(session, job_id)
+    return compare_job(session=session, result=result, job_id=job_id, settings=settings)
 
 
 @router.get("/{job_id}/report.md", response_class=PlainTextResponse)
-def get_report(job_id: int, _: ReadToken, session: SessionDep) -> PlainTextResponse:
+def get_report(job_id: JobId, _: ReadToken, session: SessionDep, settings: SettingsDep) -> PlainTextResponse:
     """The comparison as Markdown, ready to paste into a pull request (409 while no result)."""
+    from service.node_health import compare_job
     from service.report import to_markdown
-    from service.stats import compare
 
-    markdown = to_markdown(compare(_result_or_409(session, job_id), job_id=job_id))
+    result = _result_or_409(session, job_id)
+    markdown = to_markdown(compare_job(session=session, result=result, job_id=job_id, settings=settings))
     return PlainTextResponse(markdown, media_type="text/markdown; charset=utf-8")
 
 
-def _csv_chunks(factory: sessionmaker[Session], job_id: int) -> Iterator[str]:
+def _csv_chunks(factory: sessionmaker[Session], job_id: int, page: dict[str, Any]) -> Iterator[str]:
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=crud.SAMPLE_COLUMNS, lineterminator="\n")
     writer.writeheader()
     with factory() as session:
-        for i, row in enumerate(crud.iter_sample_rows(session=session, job_id=job_id), 1):
+        for i, row in enumerate(crud.iter_sample_rows(session=session, job_id=job_id, **page), 1):
             writer.writerow({**row, "params": json.dumps(row["params"], sort_keys=True)})
             if i % _STREAM_ROWS == 0:
                 yield buf.getvalue()
@@ -102,12 +106,12 @@ def _csv_chunks(factory: sessionmaker[Session], job_id: int) -> Iterator[str]:
     yield buf.getvalue()
 
 
-def _json_chunks(factory: sessionmaker[Session], job_id: int) -> Iterator[str]:
+def _json_chunks(factory: sessionmaker[Session], job_id: int, page: dict[str, Any]) -> Iterator[str]:
     yield "["
     parts: list[str] = []
     first = True
     with factory() as session:
-        for row in crud.iter_sample_rows(session=session, job_id=job_id):
+        for row in crud.iter_sample_rows(session=session, job_id=job_id, **page):
             parts.append(("" if first else ",") + json.dumps(row, allow_nan=False))
             first = False
             if len(parts) >= _STREAM_ROWS:
@@ -118,20 +122,33 @@ def _json_chunks(factory: sessionmaker[Session], job_id: int) -> Iterator[str]:
 
 @router.get("/{job_id}/samples", responses={200: {"content": {"text/csv": {}, "application/json": {}}}})
 def get_samples(
-    job_id: int,
+    request: Request,
+    job_id: JobId,
     _: ReadToken,
     session: SessionDep,
     factory: SessionFactoryDep,
     format: Literal["json", "csv"] = "json",
+    offset: Offset = 0,
+    limit: Annotated[int | None, Query(ge=1, le=MAX_SAMPLE_PAGE)] = None,
 ) -> StreamingResponse:
-    """Every raw sample of the job's result, streamed: a JSON array of objects or CSV with the
-    columns ``crud.SAMPLE_COLUMNS`` (``params`` JSON-encoded; ``duration_ns`` per launch).
-    409 while there is no result."""
+    """The raw samples of the job's result, streamed: a JSON array of objects or CSV with the
+    columns ``crud.SAMPLE_COLUMNS`` (``params`` JSON-encoded; ``duration_ns`` per launch), in
+    cell order then posting order. 409 while there is no result.
+
+    Paginated: ``offset`` rows skipped, at most ``limit`` rows (all when omitted). Headers:
+    ``X-Total-Count`` (samples of the job) and, while rows remain, an RFC 8288
+    ``Link: <...>; rel="next"`` to the next page."""
     job = queue.get_job(session, job_id)
     if not crud.has_result(session=session, job_id=job_id):
         raise HTTPException(status.HTTP_409_CONFLICT, f"job {job_id} has no result yet (status {job.status})")
-    headers: dict[str, Any] = {}
+    total = crud.count_samples(session=session, job_id=job_id)
+    headers: dict[str, Any] = {"X-Total-Count": str(total)}
+    if limit is not None and offset + limit < total:
+        next_url = request.url.include_query_params(offset=offset + limit, limit=limit)
+        headers["Link"] = f'<{next_url}>; rel="next"'
+    page = {"offset": offset, "limit": limit}
     if format == "csv":
         headers["Content-Disposition"] = f'attachment; filename="job-{job_id}-samples.csv"'
-        return StreamingResponse(_csv_chunks(factory, job_id), media_type="text/csv", headers=headers)
-    return StreamingResponse(_json_chunks(factory, job_id), media_type="application/json")
+        return StreamingResponse(_csv_chunks(factory, job_id, page), media_type="text/csv", headers=headers)
+    chunks = _json_chunks(factory, job_id, page)
+    return StreamingResponse(chunks, media_type="application/json", headers=headers)

@@ -11,9 +11,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Path, Query, status
 from pydantic import BaseModel
 
-from service import crud
-from service.api.deps import ReadToken, RunnerToken, SessionDep
-from service.schemas import ProbeReport
+from service import crud, node_health
+from service.api.deps import Offset, ReadToken, RunnerToken, SessionDep, SettingsDep
+from service.schemas import NodeHealth, ProbeReport
 
 router = APIRouter(prefix="/nodes", tags=["nodes"])
 
@@ -48,7 +48,11 @@ class ProbeReportPublic(BaseModel):
 
 
 class NodeDetail(NodePublic):
+    """A node with its recent probe reports and its health: status (healthy / degraded /
+    contended / unknown), the reasons, and the bands each probe figure is judged by."""
+
     probes: list[ProbeReportPublic]
+    health: NodeHealth
 
 
 @router.post("/{name}/probes", status_code=status.HTTP_201_CREATED)
@@ -66,7 +70,7 @@ def post_probe(
 def list_nodes(
     _: ReadToken,
     session: SessionDep,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Offset = 0,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
 ) -> NodesPage:
     """Nodes that sent a probe report or a result, by name."""
@@ -76,9 +80,11 @@ def list_nodes(
 
 @router.get("/{name}")
 def get_node(
-    name: NodeName, _: ReadToken, session: SessionDep, limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50
+    name: NodeName, _: ReadToken, session: SessionDep, settings: SettingsDep,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
 ) -> NodeDetail:
-    """One node with its ``limit`` most recent probe reports, newest first (404 if unknown)."""
+    """One node with its ``limit`` most recent probe reports, newest first, and its health
+    (``service.health``; thresholds from ``KERNELAB_HEALTH_*``). 404 if unknown."""
     summary = crud.node_summary(session=session, name=name)
     if summary is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"node {name!r} has sent no probe report or result")
@@ -86,4 +92,5 @@ def get_node(
     probes = [
         ProbeReportPublic(id=r.id, job_id=r.job_id, report=ProbeReport.model_validate(r.report)) for r in rows
     ]
-    return NodeDetail(**vars(summary), probes=probes)
+    node_state = node_health.node_health(session=session, name=name, settings=settings, node=summary.node)
+    return NodeDetail(**vars(summary), probes=probes, health=node_state)

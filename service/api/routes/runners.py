@@ -10,7 +10,7 @@ from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session, sessionmaker
 
 from service import crud, queue
-from service.api.deps import AdminToken, RunnerToken, SessionDep, SessionFactoryDep, SettingsDep
+from service.api.deps import AdminToken, JobId, RunnerToken, SessionDep, SessionFactoryDep, SettingsDep
 from service.models import Job
 from service.schemas import (
     ClaimRequest,
@@ -82,7 +82,7 @@ async def claim(
 
 
 @router.post("/jobs/{job_id}/heartbeat")
-def heartbeat(job_id: int, body: Heartbeat, principal: RunnerToken, session: SessionDep) -> JobClaim:
+def heartbeat(job_id: JobId, body: Heartbeat, principal: RunnerToken, session: SessionDep) -> JobClaim:
     """Extend the lease by ``lease_s`` seconds from now; 409 when the lease is no longer yours
     (expired, re-queued, cancelled): stop working on the job."""
     job = queue.heartbeat(session, job_id, runner_id=principal.runner_id, lease_s=body.lease_s)  # type: ignore[arg-type]
@@ -90,7 +90,7 @@ def heartbeat(job_id: int, body: Heartbeat, principal: RunnerToken, session: Ses
 
 
 @router.post("/jobs/{job_id}/fail")
-def fail(job_id: int, body: JobFailure, principal: RunnerToken, session: SessionDep) -> JobPublic:
+def fail(job_id: JobId, body: JobFailure, principal: RunnerToken, session: SessionDep) -> JobPublic:
     """Report that the leased job failed; with ``retry`` it is re-queued while attempts remain."""
     job = queue.fail(session, job_id, runner_id=principal.runner_id, error=body.error, retry=body.retry)  # type: ignore[arg-type]
     return crud.job_public(session=session, job=job)

@@ -1,0 +1,227 @@
+"""Worker process of one side of a revision A/B job: ``python -m runners.revision_worker``.
+
+``runners.revision_job`` starts one per side. The channel is one JSON object per line: requests
+on stdin, answers on the process's original stdout (``sys.stdout`` is redirected to stderr at
+start, so whatever the benchmark prints cannot corrupt the channel). Every answer is ``{"ok":
+true, ...}`` or ``{"ok": false, "error": "<one line>"}``; an error never ends the process.
+
+Requests (in the order the parent sends them):
+
+* ``{"op": "setup", "spec": JobSpec, "side": "baseline"|"candidate", "device": "cpu"|"cuda:0",
+  "path": str|null, "site": str|null, "timer_kind": str}``: puts ``path`` then ``site`` first on
+  ``sys.path`` (dropping already-imported modules of the benchmark's top-level package that the
+  revision also has, so ``kernels.matmul`` of a kernelab revision is that revision's), loads the
+  benchmark, checks this side's variant and every cell's parameters, makes the timer
+  (``runners.timing.make_timer``). Answer: ``versions`` (torch, triton, cuda, driver, python),
+  ``timer``, ``min_window_ns``, ``max_launches``.
+* ``{"op": "cell", "index": i}``: cell ``i`` of ``spec.cells(device type)`` merged with this
+  side's ``params``: inputs (seeded with ``measurement.seed``), ``prepare``, the correctness check
+  (``runners.job.check_variant`` against this revision's float64 reference), the declared work.
+  Answer: ``correctness`` (``CorrectnessResult`` JSON or null), ``work``.
+* ``{"op": "time", "launches": n}``: one sample of the prepared cell (``Timer.time_ns``); answer
+  ``ns`` (per launch).
+* ``{"op": "release"}``: drop the cell's inputs, callable and timer state, free device memory.
+* ``{"op": "exit"}``: answer, then exit 0 (end of stdin does the same).
+
+The measurement framework (timer, correctness check) is the runner's installed kernelab; only
+the benchmark comes from the revision, so both sides are measured by the same code.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import json
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+import torch
+from pydantic import ValidationError
+
+# Everything of the installed kernelab is imported before a revision goes on sys.path: a kernelab
+# revision's ``kernels`` package then replaces the installed one for the benchmark only.
+from kernels._device import configure_triton_env
+from kernels.base import builtin_reference
+from runners.job import _short_error, check_variant
+from runners.probes import node_info
+from runners.timing import make_timer
+from service.schemas import JobSpec, Variant, Work
+
+_BENCHMARK_METHODS = ("variants", "make_inputs", "prepare", "reference", "work", "parse_params", "tolerances")
+
+
+class WorkerError(Exception):
+    """A request this worker cannot serve; its message is the answer's ``error``."""
+
+
+def _purge_shadowed(top: str, path: Path) -> None:
+    """Forget imported modules of package ``top`` when the revision at ``path`` has its own."""
+    if not ((path / top).is_dir() or (path / f"{top}.py").is_file()):
+        return
+    for name in [n for n in sys.modules if n == top or n.startswith(top + ".")]:
+        del sys.modules[name]
+    importlib.invalidate_caches()
+
+
+def load_benchmark(ref: str) -> Any:
+    """The benchmark object named by ``ref`` (``module:object`` or a built-in name), instantiated.
+
+    Checked by its methods, not by ``isinstance``: a benchmark from a kernelab revision subclasses
+    that revision's ``Benchmark`` class. Raises ``WorkerError`` naming the reference.
+    """
+    target = ref if ":" in ref else builtin_reference(ref)
+    if target is None:
+        raise WorkerError(f"benchmark {ref!r}: name it as 'module:object'")
+    module_name, _, attr = target.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except ImportError as exc:
+        raise WorkerError(f"cannot import benchmark module {module_name!r}: {exc}") from exc
+    except AttributeError:
+        raise WorkerError(f"module {module_name!r} has no attribute {attr!r}") from None
+    if isinstance(obj, type):
+        obj = obj()
+    missing = [m for m in _BENCHMARK_METHODS if not hasattr(obj, m)]
+    if missing:
+        raise WorkerError(f"{target!r} is not a kernelab benchmark (missing {', '.join(missing)})")
+    return obj
+
+
+class RevisionWorker:
+    """State of one side between requests: spec, benchmark, timer, the prepared cell."""
+
+    def __init__(self) -> None:
+        self.spec: JobSpec | None = None
+        self.side: Variant = "baseline"
+        self.bench: Any = None
+        self.device: Any = None
+        self.timer: Any = None
+        self.fn: Callable[[], Any] | None = None
+        self.inputs: dict[str, Any] | None = None
+
+    def handle(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Serve one request; return the answer (without ``ok``). Raises ``WorkerError``."""
+        op = request.get("op")
+        if op == "setup":
+            return self.setup(request)
+        if op == "cell":
+            return self.cell(int(request["index"]))
+        if op == "time":
+            if self.fn is None or self.timer is None:
+                raise WorkerError("no cell is prepared")
+            return {"ns": self.timer.time_ns(self.fn, int(request["launches"]))}
+        if op == "release":
+            self.release()
+            return {}
+        raise WorkerError(f"unknown op {op!r}")
+
+    def setup(self, request: dict[str, Any]) -> dict[str, Any]:
+        self.spec = spec = JobSpec.model_validate(request["spec"])
+        self.side = request["side"]
+        self.device = torch.device(request["device"])
+        configure_triton_env(self.device)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        else:
+            torch.set_num_threads(1)  # as runners.job._cpu_threads: one intra-op thread on a CPU
+        top = (spec.benchmark.partition(":")[0] if ":" in spec.benchmark else "kernels").split(".")[0]
+        for entry in (request.get("site"), request.get("path")):  # path ends up first
+            if entry:
+                sys.path.insert(0, entry)
+                _purge_shadowed(top, Path(entry))
+        self.bench = load_benchmark(spec.benchmark)
+        side_spec = getattr(spec, self.side)
+        if side_spec.variant not in self.bench.variants:
+            raise WorkerError(f"{self.side}.variant: unknown variant {side_spec.variant!r}; this "
+                              f"revision's benchmark has {list(self.bench.variants)}")
+        for cell in spec.cells(self.device.type):
+            try:
+                self.bench.parse_params({**cell, **side_spec.params})
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                field = ".".join(str(p) for p in err["loc"])
+                raise WorkerError(f"{self.side}: parameter {field}: {err['msg']} (cell {cell})") from None
+        self.timer = make_timer(self.device, spec.measurement, kind=request.get("timer_kind", "auto"))
+        node = node_info(self.device)
+        return {
+            "versions": {"torch": node.torch_version, "triton": node.triton_version,
+                         "cuda": node.cuda_version, "driver": node.driver_version,
+                         "python": node.python_version},
+            "timer": self.timer.name, "min_window_ns": self.timer.min_window_ns,
+            "max_launches": self.timer.max_launches,
+        }
+
+    def cell(self, index: int) -> dict[str, Any]:
+        if self.spec is None:
+            raise WorkerError("setup first")
+        self.release()
+        spec, bench = self.spec, self.bench
+        cell = spec.cells(self.device.type)[index]
+        side_spec = getattr(spec, self.side)
+        params = bench.parse_params({**cell, **side_spec.params})
+        self.inputs = bench.make_inputs(params, self.device, spec.measurement.seed)
+        self.fn = bench.prepare(side_spec.variant, params, self.inputs)
+        correctness = None
+        if spec.correctness.enabled:
+            ref = bench.reference(params, self.inputs)
+            default_rtol, default_atol = bench.tolerances(params)
+            rtol = spec.correctness.rtol if spec.correctness.rtol is not None else default_rtol
+            atol = spec.correctness.atol if spec.correctness.atol is not None else default_atol
+            check = check_variant(self.fn, ref, self.inputs, rtol=rtol, atol=atol, device=self.device)
+            correctness = check.model_dump(mode="json")
+            del ref
+        work = Work.model_validate(bench.work(params, side_spec.variant).model_dump())
+        return {"correctness": correctness, "work": work.model_dump(mode="json")}
+
+    def release(self) -> None:
+        self.fn = None
+        self.inputs = None
+        if self.timer is not None:
+            self.timer.reset()
+        gc.collect()
+        if self.device is not None and self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.empty_cache()
+
+
+def _answer(out: IO[str], payload: dict[str, Any]) -> None:
+    out.write(json.dumps(payload) + "\n")
+    out.flush()
+
+
+def main() -> int:
+    """Serve requests from stdin until ``exit`` or end of input; return the exit status (0)."""
+    channel = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # prints of the benchmark go to stderr
+    worker = RevisionWorker()
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            request = json.loads(line)
+        except ValueError as exc:
+            _answer(channel, {"ok": False, "error": f"unreadable request: {exc}"})
+            continue
+        if request.get("op") == "exit":
+            _answer(channel, {"ok": True})
+            break
+        try:
+            answer = worker.handle(request)
+        except WorkerError as exc:
+            _answer(channel, {"ok": False, "error": str(exc)})
+        except Exception as exc:  # the benchmark's own failure: report it, keep serving
+            traceback.print_exc(file=sys.stderr)
+            _answer(channel, {"ok": False, "error": _short_error(exc)})
+        else:
+            _answer(channel, {"ok": True, **answer})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

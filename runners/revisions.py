@@ -1,0 +1,348 @@
+"""Source revisions on a runner: the allow-list, a cached clone per repository, a worktree per commit.
+
+A spec side with a ``source`` (``service.schemas.SourceSpec``) runs the code of one git revision.
+The runner
+
+1. checks the repository against its allow-list (``AllowList``; runner option ``--allow-repo`` or
+   ``KERNELAB_ALLOWED_REPOS``): nothing is fetched from a repository that is not on it;
+2. keeps one bare clone per repository under ``<cache>/repos/`` (``git clone --bare``; later jobs
+   ``git fetch`` it), resolves the ref to a commit sha (``git rev-parse --verify <ref>^{commit}``);
+3. checks each commit out once into ``<cache>/worktrees/<repo key>/<sha>/`` (``git worktree add
+   --detach``) and runs the source's install steps there once; a ``.kernelab-ready`` marker records
+   success, so a failed install is retried by the next job and a good one is reused.
+
+Every git and install command runs as a child process with a timeout, without a shell, with
+``GIT_TERMINAL_PROMPT=0`` (never waits for a password). Failures raise ``RevisionError`` with a
+message that names the side, the repository and the command; the worker reports it as the job's
+error and the runner stays healthy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import fnmatch
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from service.schemas import JobSpec, SourceSpec, VariantSpec
+
+ALLOWED_REPOS_ENV = "KERNELAB_ALLOWED_REPOS"  # entries separated by whitespace or commas
+GIT_TIMEOUT_S = 300.0  # one clone/fetch/worktree command
+INSTALL_TIMEOUT_S = 900.0  # one install step
+OUTPUT_TAIL_CHARS = 1500  # how much of a failed command's output goes into the error
+READY_MARKER = ".kernelab-ready"
+SITE_DIR = ".kernelab-site"  # per-revision install target, second on sys.path
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://|^[^/]+@[^/]+:")  # scheme://... or user@host:path
+
+
+class RevisionError(RuntimeError):
+    """A source revision cannot be used: not allowed, not found, clone/fetch/install failed."""
+
+
+def normalize_repo(repo: str) -> str:
+    """The form a repository is matched and cached under.
+
+    A URL (``scheme://...`` or scp-like ``git@host:path``) loses a trailing ``/`` and ``.git``; a
+    local path becomes absolute with symlinks resolved (``~`` expanded).
+    """
+    repo = repo.strip()
+    if _URL.match(repo):
+        repo = repo.rstrip("/")
+        return repo[:-4] if repo.endswith(".git") else repo
+    return os.path.realpath(os.path.expanduser(repo))
+
+
+def is_url(repo: str) -> bool:
+    """True for a URL or scp-like address, False for a local path."""
+    return bool(_URL.match(repo.strip()))
+
+
+class AllowList:
+    """Repositories a runner may fetch: exact entries or ``fnmatch`` patterns.
+
+    Entries are normalised like repositories (``normalize_repo``), so ``.`` or ``~/src/x`` name the
+    absolute folder, and ``https://github.com/org/*`` allows every repository of ``org``. An empty
+    list allows nothing.
+    """
+
+    def __init__(self, entries: Iterable[str] = ()):
+        self.entries = [normalize_repo(e) for e in entries if e.strip()]
+
+    @classmethod
+    def from_env(cls, extra: Iterable[str] = ()) -> AllowList:
+        """``extra`` plus the entries of ``KERNELAB_ALLOWED_REPOS`` (whitespace or comma separated)."""
+        env = re.split(r"[\s,]+", os.environ.get(ALLOWED_REPOS_ENV, ""))
+        return cls([*extra, *env])
+
+    def allows(self, repo: str) -> bool:
+        """True when ``repo`` (normalised) equals or matches an entry."""
+        norm = normalize_repo(repo)
+        return any(norm == e or fnmatch.fnmatchcase(norm, e) for e in self.entries)
+
+    def check(self, repo: str, side: str) -> None:
+        """Raise ``RevisionError`` naming ``side`` when ``repo`` is not allowed."""
+        if not self.allows(repo):
+            allowed = ", ".join(self.entries) or "nothing (no --allow-repo given)"
+            raise RevisionError(
+                f"{side}: repository {repo!r} is not on this runner's allow-list "
+                f"(runner option --allow-repo or {ALLOWED_REPOS_ENV}); it allows: {allowed}"
+            )
+
+    def __repr__(self) -> str:
+        return f"<AllowList {self.entries}>"
+
+
+@dataclass(frozen=True)
+class Checkout:
+    """One materialised revision: ``root`` is the worktree, ``path`` its ``subdir`` (first on
+    ``sys.path``), ``site`` the install target (second), ``sha`` the full commit id."""
+
+    repo: str
+    sha: str
+    root: Path
+    path: Path
+    site: Path
+    git_dir: Path
+
+
+def _tail(text: str) -> str:
+    text = text.strip()
+    return text if len(text) <= OUTPUT_TAIL_CHARS else "..." + text[-OUTPUT_TAIL_CHARS:]
+
+
+def _git_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(GIT_TERMINAL_PROMPT="0", GIT_ASKPASS="true", LC_ALL="C")
+    return env
+
+
+def run_command(
+    argv: Sequence[str], *, cwd: Path | None, timeout_s: float, what: str, env: dict[str, str] | None = None
+) -> str:
+    """Run ``argv`` (no shell) and return its stdout+stderr; raise ``RevisionError`` on failure.
+
+    ``what`` starts the error message. A non-zero exit, a missing program and running longer than
+    ``timeout_s`` seconds are failures; the message carries the tail of the output.
+    """
+    try:
+        proc = subprocess.run(
+            list(argv), cwd=cwd, env=env if env is not None else _git_env(), timeout=timeout_s,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+            errors="replace", check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        out = exc.output if isinstance(exc.output, str) else ""
+        raise RevisionError(
+            f"{what}: `{shlex.join(argv)}` timed out after {timeout_s:g} s\n{_tail(out)}"
+        ) from None
+    except OSError as exc:
+        raise RevisionError(f"{what}: cannot run `{shlex.join(argv)}`: {exc}") from None
+    if proc.returncode != 0:
+        raise RevisionError(
+            f"{what}: `{shlex.join(argv)}` exited with status {proc.returncode}\n{_tail(proc.stdout)}"
+        )
+    return proc.stdout
+
+
+def _git(args: Sequence[str], *, git_dir: Path, what: str, timeout_s: float = GIT_TIMEOUT_S) -> str:
+    return run_command(["git", f"--git-dir={git_dir}", *args], cwd=None, timeout_s=timeout_s, what=what)
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path`` (two runners sharing a cache never clone at once)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+class RevisionCache:
+    """Bare clones and worktrees under ``root`` (the runner's ``work_dir/revisions``)."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root).expanduser().resolve()
+
+    def repo_key(self, repo: str) -> str:
+        """A folder name for ``repo``: its last path part and 12 hex digits of its sha256."""
+        norm = normalize_repo(repo)
+        stem = re.sub(r"[^A-Za-z0-9._-]", "_", norm.rstrip("/").rsplit("/", 1)[-1])[:40] or "repo"
+        return f"{stem}-{hashlib.sha256(norm.encode()).hexdigest()[:12]}"
+
+    def _update_clone(self, repo: str, side: str) -> Path:
+        """The bare clone of ``repo``, cloned or fetched now (branches, tags and the remote HEAD)."""
+        norm = normalize_repo(repo)
+        git_dir = self.root / "repos" / f"{self.repo_key(repo)}.git"
+        if not is_url(norm) and not Path(norm).exists():
+            raise RevisionError(f"{side}: repository {repo!r} does not exist on this runner")
+        if not (git_dir / "HEAD").exists():
+            git_dir.parent.mkdir(parents=True, exist_ok=True)
+            run_command(["git", "clone", "--bare", "--quiet", "--", norm, str(git_dir)], cwd=None,
+                        timeout_s=GIT_TIMEOUT_S, what=f"{side}: cannot clone {repo!r}")
+        _git(["fetch", "--quiet", "--force", "--prune", "--", norm, "+refs/heads/*:refs/heads/*",
+              "+refs/tags/*:refs/tags/*", "+HEAD:refs/kernelab/remote-HEAD"],
+             git_dir=git_dir, what=f"{side}: cannot fetch {repo!r}")
+        return git_dir
+
+    def _resolve(self, git_dir: Path, repo: str, ref: str, side: str) -> str:
+        """Full sha of ``ref``; a sha not on any branch is fetched by id. Raises ``RevisionError``."""
+        def rev_parse() -> str | None:
+            try:
+                out = _git(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}"],
+                           git_dir=git_dir, what="rev-parse")
+            except RevisionError:
+                return None
+            return out.strip() or None
+
+        sha = rev_parse()
+        if sha is None and re.fullmatch(r"[0-9a-fA-F]{7,64}", ref):
+            with contextlib.suppress(RevisionError):
+                _git(["fetch", "--quiet", "--", normalize_repo(repo), ref], git_dir=git_dir, what="fetch sha")
+            sha = rev_parse()
+        if sha is None:
+            raise RevisionError(f"{side}: revision {ref!r} not found in repository {repo!r}")
+        return sha
+
+    def materialise(self, source: SourceSpec, side: str, *, allow: AllowList) -> Checkout:
+        """Check ``source`` against ``allow``, then the worktree of its commit, installed.
+
+        Raises ``RevisionError`` (message starting with ``side``) when the repository is not
+        allowed or missing, the ref does not resolve, ``subdir`` does not exist at that commit, or
+        an install step fails.
+        """
+        allow.check(source.repo, side)
+        key = self.repo_key(source.repo)
+        with _locked(self.root / "locks" / f"{key}.lock"):
+            git_dir = self._update_clone(source.repo, side)
+            sha = self._resolve(git_dir, source.repo, source.ref, side)
+            root = self.root / "worktrees" / key / sha
+            if not (root / READY_MARKER).exists() or not _marker_matches(root, source):
+                self._fresh_worktree(git_dir, root, sha, side)
+                path = root / source.subdir if source.subdir else root
+                if not path.is_dir():
+                    raise RevisionError(f"{side}: subdir {source.subdir!r} does not exist at {sha[:12]}")
+                _install(source, path, root / SITE_DIR, side)
+                (root / READY_MARKER).write_text(json.dumps({"install": source.install,
+                                                             "subdir": source.subdir}))
+        path = root / source.subdir if source.subdir else root
+        return Checkout(repo=source.repo, sha=sha, root=root, path=path, site=root / SITE_DIR,
+                        git_dir=git_dir)
+
+    def _fresh_worktree(self, git_dir: Path, root: Path, sha: str, side: str) -> None:
+        if root.exists():  # a failed install or another subdir/install earlier: start over
+            with contextlib.suppress(RevisionError):
+                _git(["worktree", "remove", "--force", str(root)], git_dir=git_dir, what="worktree remove")
+            if root.exists():
+                shutil.rmtree(root)
+        _git(["worktree", "prune"], git_dir=git_dir, what=f"{side}: git worktree prune")
+        root.parent.mkdir(parents=True, exist_ok=True)
+        _git(["worktree", "add", "--detach", "--force", str(root), sha], git_dir=git_dir,
+             what=f"{side}: cannot check out {sha[:12]}")
+
+    def diff_stat(self, baseline: Checkout, candidate: Checkout) -> tuple[str, str]:
+        """``(git diff --stat, git diff --shortstat)`` from baseline to candidate; empty strings
+        when the two come from different repositories."""
+        if baseline.git_dir != candidate.git_dir:
+            return "", ""
+        args = [f"{baseline.sha}", f"{candidate.sha}", "--"]
+        stat = _git(["diff", "--stat=120", *args], git_dir=baseline.git_dir, what="git diff --stat")
+        short = _git(["diff", "--shortstat", *args], git_dir=baseline.git_dir, what="git diff --shortstat")
+        return stat.rstrip(), short.strip()
+
+
+def _marker_matches(root: Path, source: SourceSpec) -> bool:
+    try:
+        marker = json.loads((root / READY_MARKER).read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(marker.get("install") == source.install and marker.get("subdir") == source.subdir)
+
+
+def install_argv(step: str, *, site: Path) -> list[str]:
+    """One install step split like a shell would (``shlex``), ``{python}`` and ``{site}`` replaced.
+
+    Raises ``RevisionError`` for an empty step or unbalanced quotes.
+    """
+    try:
+        argv = shlex.split(step)
+    except ValueError as exc:
+        raise RevisionError(f"install step {step!r} cannot be parsed: {exc}") from None
+    if not argv:
+        raise RevisionError("an install step is empty")
+    return [a.replace("{python}", sys.executable).replace("{site}", str(site)) for a in argv]
+
+
+def _install(source: SourceSpec, path: Path, site: Path, side: str) -> None:
+    site.mkdir(parents=True, exist_ok=True)
+    env = _git_env()
+    env["KERNELAB_SITE"] = str(site)
+    for i, step in enumerate(source.install):
+        try:
+            argv = install_argv(step, site=site)
+        except RevisionError as exc:
+            raise RevisionError(f"{side}: {exc}") from None
+        run_command(argv, cwd=path, timeout_s=INSTALL_TIMEOUT_S, env=env,
+                    what=f"{side}: install step {i + 1} failed")
+
+
+def resolve_ref(repo: str, ref: str) -> tuple[str, str]:
+    """``(sha, branch label)`` of ``ref`` in the local checkout ``repo``, for ``kernelab submit``.
+
+    The label is the ref as given, except ``HEAD`` (or ``@``), which becomes the checked-out
+    branch's name (``HEAD`` when detached). Raises ``RevisionError`` when ``repo`` is not a git
+    checkout or ``ref`` does not name a commit there.
+    """
+    path = Path(repo).expanduser()
+    what = f"revision {ref!r} not found in {repo!r}"
+    sha = run_command(["git", "-C", str(path), "rev-parse", "--verify", "--quiet", "--end-of-options",
+                       f"{ref}^{{commit}}"], cwd=None, timeout_s=GIT_TIMEOUT_S, what=what).strip()
+    label = ref
+    if ref in ("HEAD", "@"):
+        label = run_command(["git", "-C", str(path), "rev-parse", "--abbrev-ref", "HEAD"], cwd=None,
+                            timeout_s=GIT_TIMEOUT_S, what=what).strip() or "HEAD"
+    return sha, label
+
+
+def is_dirty(repo: str) -> bool:
+    """True when the local checkout ``repo`` has uncommitted changes to tracked files."""
+    out = run_command(["git", "-C", str(Path(repo).expanduser()), "status", "--porcelain",
+                       "--untracked-files=no"], cwd=None, timeout_s=GIT_TIMEOUT_S, what="git status")
+    return bool(out.strip())
+
+
+def with_revisions(spec: JobSpec, repo: str, baseline_ref: str | None, candidate_ref: str | None) -> JobSpec:
+    """``spec`` with each side given a ref taken from ``repo`` at that ref.
+
+    A local ``repo`` is made absolute and each ref resolved to its commit sha here (the runner may
+    be another machine, and ``HEAD`` means the submitter's HEAD); the ref's name is kept as the
+    branch label. A URL keeps the refs as given. A side's existing ``subdir`` and ``install``
+    are kept. Raises ``RevisionError`` for a ref that does not resolve.
+    """
+    updates: dict[str, VariantSpec] = {}
+    for side, ref in (("baseline", baseline_ref), ("candidate", candidate_ref)):
+        if ref is None:
+            continue
+        current: VariantSpec = getattr(spec, side)
+        if is_url(repo):
+            repo_value, sha, label = repo, ref, ref
+        else:
+            repo_value = normalize_repo(repo)
+            sha, label = resolve_ref(repo_value, ref)
+        old = current.source
+        source = SourceSpec(repo=repo_value, ref=sha, branch=label,
+                            subdir=old.subdir if old else "", install=old.install if old else [])
+        updates[side] = current.model_copy(update={"source": source})
+    return spec.model_copy(update=updates)

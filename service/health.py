@@ -1,0 +1,360 @@
+"""Node-health verdicts: healthy bands learned from probe history, and the reasons a node is not healthy.
+
+Pure functions over ``service.schemas``: no database, no web framework, so the runner's CLI
+(``kernelab probe``) evaluates a fresh report with the same code as the server.
+
+Figures. A probe report yields *figures*, one number per thing a healthy node should reproduce
+(``probe_figures``):
+
+* ``copy GPU <i>`` — device-local copy bandwidth of GPU i, GB/s (read + written), higher is better;
+* ``peer <i>-><j>`` — peer copy bandwidth, GB/s, higher is better;
+* ``all-reduce <group> <size> time`` — time per all-reduce in us for sizes up to
+  ``latency_max_bytes`` (latency-bound: nccl-tests' times are flat below ~1 MiB on NVLink),
+  lower is better;
+* ``all-reduce <group> <size> busbw`` — bus bandwidth, GB/s, for sizes from ``busbw_min_bytes``
+  (bandwidth-bound), higher is better.
+
+Bands. A node's band per figure is the median, min and max of that figure over its own last
+``band_window`` *healthy* reports (``band_min_probes`` at least, else no band). The limit is
+``copy_min_fraction`` x median for bandwidths (``busbw_min_fraction`` for all-reduce busbw) and
+``latency_max_factor`` x median for times; defaults 0.90, 0.85 and 1.5 from the project's issue 4.
+Medians, not means: a band stays put when a minority of its reports were bad. The fleet's band
+per GPU model is the same over the healthy reports of every node of that model (``fleet_bands``).
+
+Chain. A node's history is evaluated oldest first (``evaluate_history``): each report is judged
+against the band learned from the healthy reports before it, and only healthy reports teach the
+band. So a node that degrades for good stays degraded instead of teaching its band the new, lower
+figures (a deliberate trade: after a legitimate slow-down, e.g. a new driver, the old reports must
+age out of the database or the thresholds be loosened).
+
+Reasons that need no band (``instant_reasons``): a probe that failed or computed a wrong sum, a
+clock-event reason other than the ignored ones (default: only ``gpu_idle`` is ignored, as issue 4
+asks), volatile uncorrected ECC errors that grew since the previous report, and another process
+on a GPU (``contended``: another tenant; ``stats._foreign_processes`` decides what "another" is).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from service.schemas import (
+    Flag,
+    HealthBand,
+    HealthReason,
+    NodeHealth,
+    ProbeReport,
+)
+
+MIB = 1024**2
+# Defaults: the node-health issue (#4) of this project.
+COPY_MIN_FRACTION = 0.90
+BUSBW_MIN_FRACTION = 0.85
+LATENCY_MAX_FACTOR = 1.5
+BAND_WINDOW = 20
+BAND_MIN_PROBES = 3
+FLEET_WINDOW = 500
+LATENCY_MAX_BYTES = 1 * MIB
+BUSBW_MIN_BYTES = 64 * MIB
+IGNORED_CLOCK_REASONS: tuple[str, ...] = ("gpu_idle",)
+
+Better = Literal["higher", "lower"]
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Where a figure leaves its band; see the module docstring. Fractions and factors are
+    dimensionless; sizes in bytes. Raises ``ValueError`` for fractions outside (0, 1], a factor
+    below 1 or counts below 1."""
+
+    copy_min_fraction: float = COPY_MIN_FRACTION
+    busbw_min_fraction: float = BUSBW_MIN_FRACTION
+    latency_max_factor: float = LATENCY_MAX_FACTOR
+    band_window: int = BAND_WINDOW
+    band_min_probes: int = BAND_MIN_PROBES
+    latency_max_bytes: int = LATENCY_MAX_BYTES
+    busbw_min_bytes: int = BUSBW_MIN_BYTES
+    ignored_clock_reasons: tuple[str, ...] = IGNORED_CLOCK_REASONS
+
+    def __post_init__(self) -> None:
+        for name in ("copy_min_fraction", "busbw_min_fraction"):
+            if not 0 < getattr(self, name) <= 1:
+                raise ValueError(f"{name} must lie in (0, 1], got {getattr(self, name)}")
+        if self.latency_max_factor < 1:
+            raise ValueError(f"latency_max_factor must be >= 1, got {self.latency_max_factor}")
+        if self.band_window < 1 or self.band_min_probes < 1:
+            raise ValueError("band_window and band_min_probes must be >= 1")
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One number a probe report yields: ``key`` names it across reports (and nodes of a model)."""
+
+    key: str
+    value: float
+    unit: str
+    better: Better
+    kind: Literal["copy", "peer", "latency", "busbw"]
+    device_index: int | None = None
+    ranks: tuple[int, ...] = ()
+
+
+def size_label(n: int) -> str:
+    """``8`` -> ``"8 B"``, ``1048576`` -> ``"1 MiB"``: whole binary units only, else bytes."""
+    for unit, scale in (("GiB", 1024**3), ("MiB", MIB), ("KiB", 1024)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale} {unit}"
+    return f"{n} B"
+
+
+def _group_label(ranks: Sequence[int], world_size: int) -> str:
+    return f"[{','.join(map(str, ranks))}]" if ranks else f"x{world_size}"
+
+
+def probe_figures(report: ProbeReport, thresholds: Thresholds | None = None) -> list[Figure]:
+    """The figures of ``report`` (module docstring), in report order.
+
+    All-reduce sizes between ``latency_max_bytes`` and ``busbw_min_bytes`` (exclusive) yield no
+    figure: neither their time nor their bandwidth is a stable health signal. CUDA-graph readings
+    get their own keys (``... graph``), since their times differ from eager ones.
+    """
+    t = thresholds or Thresholds()
+    out: list[Figure] = []
+    for c in report.copy_bandwidth:
+        out.append(Figure(f"copy GPU {c.device_index}", c.bandwidth_gbps, "GB/s", "higher", "copy",
+                          device_index=c.device_index))
+    for p in report.peer_copy:
+        if p.peer_access and p.bandwidth_gbps > 0:
+            out.append(Figure(f"peer {p.src_device}->{p.dst_device}", p.bandwidth_gbps, "GB/s", "higher",
+                              "peer", ranks=(p.src_device, p.dst_device)))
+    for a in report.all_reduce:
+        if a.world_size < 2:
+            continue  # one rank moves no data: its "all-reduce" says nothing about the links
+        stem = f"all-reduce {_group_label(a.ranks, a.world_size)} {size_label(a.size_bytes)}"
+        stem += " graph" if a.cuda_graph else ""
+        if a.size_bytes <= t.latency_max_bytes:
+            out.append(Figure(f"{stem} time", a.time_us, "us", "lower", "latency", ranks=tuple(a.ranks)))
+        if a.size_bytes >= t.busbw_min_bytes:
+            out.append(Figure(f"{stem} busbw", a.busbw_gbps, "GB/s", "higher", "busbw", ranks=tuple(a.ranks)))
+    return out
+
+
+def learn_bands(
+    reports: Iterable[ProbeReport], thresholds: Thresholds | None = None, *, scope: str = "node"
+) -> dict[str, HealthBand]:
+    """Band per figure key over ``reports`` (taken to be healthy): median, min, max, count, limit.
+
+    Figures seen in fewer than ``band_min_probes`` reports get no band. ``scope`` (``"node"`` or
+    ``"fleet <model>"``) is copied into each band so a reason can say which band it left.
+    """
+    t = thresholds or Thresholds()
+    values: dict[str, list[float]] = {}
+    meta: dict[str, Figure] = {}
+    for report in reports:
+        for f in probe_figures(report, t):
+            values.setdefault(f.key, []).append(f.value)
+            meta.setdefault(f.key, f)
+    bands: dict[str, HealthBand] = {}
+    for key, vs in values.items():
+        if len(vs) < t.band_min_probes:
+            continue
+        f = meta[key]
+        median = statistics.median(vs)
+        if f.kind == "latency":
+            limit = median * t.latency_max_factor
+        elif f.kind == "busbw":
+            limit = median * t.busbw_min_fraction
+        else:
+            limit = median * t.copy_min_fraction
+        bands[key] = HealthBand(figure=key, unit=f.unit, better=f.better, median=median, low=min(vs),
+                                high=max(vs), n=len(vs), limit=limit, scope=scope)
+    return bands
+
+
+def _outside(f: Figure, band: HealthBand) -> bool:
+    return f.value > band.limit if f.better == "lower" else f.value < band.limit
+
+
+def band_reasons(
+    report: ProbeReport, bands: Mapping[str, HealthBand], thresholds: Thresholds | None = None
+) -> list[HealthReason]:
+    """A ``degraded-node`` reason for every figure of ``report`` beyond its band's limit."""
+    out = []
+    for f in probe_figures(report, thresholds):
+        band = bands.get(f.key)
+        if band is None or not _outside(f, band):
+            continue
+        relation = f"{f.value / band.median:.0%} of" if band.median else "vs"
+        out.append(HealthReason(
+            code=f"{f.kind}-outside-band", flag="degraded-node", figure=f.key, device_index=f.device_index,
+            value=f.value, limit=band.limit,
+            message=(f"{f.key}: {f.value:.4g} {f.unit} is {relation} the {band.scope} band's median "
+                     f"{band.median:.4g} {f.unit} (limit {band.limit:.4g} {f.unit}, "
+                     f"{band.n} healthy probes)"),
+        ))
+    return out
+
+
+def _foreign_processes(processes: Sequence[Mapping[str, object]]) -> int:
+    """Compute processes on one GPU that are not kernelab's own (same rule as ``service.stats``).
+
+    Telemetry marks our own process ``own``; in a container NVML may report host PIDs so that no
+    entry matches, and then one unmarked process is presumed to be ours.
+    """
+    foreign = sum(1 for p in processes if not p.get("own"))
+    if any(p.get("own") for p in processes):
+        return foreign
+    return max(foreign - 1, 0)
+
+
+def instant_reasons(
+    report: ProbeReport, previous: ProbeReport | None = None, thresholds: Thresholds | None = None
+) -> list[HealthReason]:
+    """Reasons visible in ``report`` alone (or against the ``previous`` report for ECC growth).
+
+    ``degraded-node``: a failed probe (``report.errors``), a wrong all-reduce sum, a clock-event
+    reason not in ``ignored_clock_reasons``, ECC (volatile, uncorrected) above the previous
+    report's count for the same GPU (matched by UUID, else index). ``contended``: another compute
+    process on a GPU.
+    """
+    t = thresholds or Thresholds()
+    out: list[HealthReason] = []
+    for probe, text in sorted(report.errors.items()):
+        out.append(HealthReason(code="probe-failed", flag="degraded-node", figure=probe,
+                                message=f"the {probe} probe failed: {text}"))
+    for a in report.all_reduce:
+        if not a.correct:
+            group = _group_label(a.ranks, a.world_size)
+            out.append(HealthReason(code="all-reduce-wrong", flag="degraded-node",
+                                    figure=f"all-reduce {group} {size_label(a.size_bytes)}",
+                                    message=f"all-reduce over {group} of {size_label(a.size_bytes)} "
+                                            "returned a wrong sum"))
+    before = {(g.uuid or str(g.device_index)): g for g in (previous.telemetry if previous else [])}
+    for g in report.telemetry:
+        reasons = [r for r in g.clock_event_reason_names if r not in t.ignored_clock_reasons]
+        if reasons:
+            out.append(HealthReason(
+                code="clock-event", flag="degraded-node", device_index=g.device_index,
+                message=f"GPU {g.device_index}: clock-event reasons {', '.join(reasons)}"))
+        old = before.get(g.uuid or str(g.device_index))
+        old_ecc = old.ecc_volatile_uncorrected if old is not None else None
+        new_ecc = g.ecc_volatile_uncorrected
+        if old_ecc is not None and new_ecc is not None and new_ecc > old_ecc:
+            out.append(HealthReason(
+                code="ecc-growth", flag="degraded-node", device_index=g.device_index,
+                value=float(new_ecc), limit=float(old_ecc),
+                message=(f"GPU {g.device_index}: volatile uncorrected ECC errors grew from "
+                         f"{old_ecc} to {new_ecc}")))
+        foreign = _foreign_processes(g.other_processes)
+        if foreign:
+            out.append(HealthReason(code="other-tenant", flag="contended", device_index=g.device_index,
+                                    value=float(foreign),
+                                    message=f"GPU {g.device_index}: {foreign} other compute process(es)"))
+    return out
+
+
+def status_of(reasons: Sequence[HealthReason]) -> Literal["healthy", "degraded", "contended"]:
+    """``degraded`` if any reason flags ``degraded-node``, else ``contended`` if any, else ``healthy``."""
+    if any(r.flag == "degraded-node" for r in reasons):
+        return "degraded"
+    return "contended" if reasons else "healthy"
+
+
+def flags_of(reasons: Iterable[HealthReason]) -> list[Flag]:
+    """The result flags the reasons imply, without duplicates, ``contended`` before ``degraded-node``."""
+    present = {r.flag for r in reasons}
+    return [f for f in ("contended", "degraded-node") if f in present]  # type: ignore[misc]
+
+
+def evaluate(
+    report: ProbeReport, *, node_bands: Mapping[str, HealthBand] | None = None,
+    fleet_bands: Mapping[str, HealthBand] | None = None, previous: ProbeReport | None = None,
+    thresholds: Thresholds | None = None,
+) -> list[HealthReason]:
+    """Every reason ``report`` is not healthy: instant reasons, then the node band's, then the
+    fleet band's for figures the node band does not flag. Empty: healthy."""
+    reasons = instant_reasons(report, previous, thresholds)
+    node_out = band_reasons(report, node_bands or {}, thresholds)
+    flagged = {r.figure for r in node_out}
+    fleet_out = [r for r in band_reasons(report, fleet_bands or {}, thresholds) if r.figure not in flagged]
+    return reasons + node_out + fleet_out
+
+
+@dataclass
+class History:
+    """Result of ``evaluate_history``: per report its reasons, and the node's current bands."""
+
+    reasons: list[list[HealthReason]] = field(default_factory=list)
+    healthy: list[ProbeReport] = field(default_factory=list)
+    bands: dict[str, HealthBand] = field(default_factory=dict)
+
+
+def evaluate_history(
+    reports: Sequence[ProbeReport], *, fleet_bands: Mapping[str, HealthBand] | None = None,
+    thresholds: Thresholds | None = None,
+) -> History:
+    """Judge a node's ``reports`` oldest first (by ``taken_at``), each against the band of the
+    healthy reports before it (see "Chain" in the module docstring).
+
+    Returns ``History`` whose ``reasons[i]`` belong to ``reports[i]`` (the caller's order), whose
+    ``healthy`` are the reports that taught the band, and whose ``bands`` are the band learned from
+    the last ``band_window`` of them (the band the next report will be judged against).
+    """
+    t = thresholds or Thresholds()
+    order = sorted(range(len(reports)), key=lambda i: reports[i].taken_at)
+    out = History(reasons=[[] for _ in reports])
+    previous: ProbeReport | None = None
+    for i in order:
+        report = reports[i]
+        bands = learn_bands(out.healthy[-t.band_window:], t)
+        reasons = evaluate(report, node_bands=bands, fleet_bands=fleet_bands, previous=previous, thresholds=t)
+        out.reasons[i] = reasons
+        if not reasons:
+            out.healthy.append(report)
+        previous = report
+    out.bands = learn_bands(out.healthy[-t.band_window:], t)
+    return out
+
+
+def fleet_bands(
+    reports: Iterable[ProbeReport], model: str, thresholds: Thresholds | None = None
+) -> dict[str, HealthBand]:
+    """The fleet band of one GPU ``model`` from its nodes' recent reports, those with no instant
+    reason (a median over the fleet needs no chain: a minority of slow nodes cannot move it)."""
+    t = thresholds or Thresholds()
+    clean = [r for r in reports if not instant_reasons(r, None, t)]
+    return learn_bands(clean, t, scope=f"fleet {model}")
+
+
+def node_health(
+    reports: Sequence[ProbeReport], *, fleet: Mapping[str, HealthBand] | None = None,
+    thresholds: Thresholds | None = None, model: str | None = None,
+) -> NodeHealth:
+    """A node's health now: the verdict of its latest report (``status`` ``unknown`` without one),
+    with the node's bands and the fleet's bands (fleet bands only for figures the node has no band for,
+    so the answer shows which band each figure is judged by)."""
+    if not reports:
+        return NodeHealth(status="unknown", model=model, message="no probe report yet")
+    history = evaluate_history(reports, fleet_bands=fleet, thresholds=thresholds)
+    latest = max(range(len(reports)), key=lambda i: reports[i].taken_at)
+    reasons = history.reasons[latest]
+    bands = list(history.bands.values()) + [b for k, b in (fleet or {}).items() if k not in history.bands]
+    status = status_of(reasons)
+    message = "; ".join(r.message for r in reasons) if reasons else (
+        f"every figure within its band ({len(history.healthy)} healthy probes)")
+    return NodeHealth(status=status, model=model, taken_at=reports[latest].taken_at, reasons=reasons,
+                      bands=sorted(bands, key=lambda b: b.figure), flags=flags_of(reasons),
+                      healthy_probes=len(history.healthy), message=message)
+
+
+def report_notes(flags: Sequence[Flag], reasons: Sequence[HealthReason]) -> list[str]:
+    """The sentence a comparison carries when its node was not healthy (empty when it was)."""
+    if not flags:
+        return []
+    what = " and ".join("degraded" if f == "degraded-node" else f for f in flags)
+    detail = "; ".join(dict.fromkeys(r.message for r in reasons))
+    return [f"Measured on a {what} node ({detail}). Comparisons and history views exclude this "
+            "result by default; its numbers are shown for inspection only."]
+

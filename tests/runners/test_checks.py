@@ -1,0 +1,163 @@
+"""Correctness and determinism checks (runners.checks) on the issue-5 kernels, Triton interpreter."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from kernels import Benchmark, Params
+from kernels.bi_matmul import BatchInvariantMatmulBenchmark
+from kernels.conv3d import Conv3dBenchmark, Conv3dParams, alias_offsets, aliases
+from runners.checks import describe_where, run_checks
+from runners.job import run_job
+from service.report import check_summary, format_table, to_markdown
+from service.schemas import CorrectnessSpec, JobSpec, Work
+from service.stats import compare, correctness_flags
+
+pytestmark = pytest.mark.timeout(120)
+CPU = torch.device("cpu")
+# The seed's spatial shape (npq 288 = 2 * 128 + 32: 96 padded rows) with fewer channels, so the
+# interpreter runs it in a second: 15 * 96 = 1440 clobberable outputs.
+SEED_SHAPE = {"N": 1, "C": 8, "D": 4, "H": 8, "W": 9, "K": 16, "BLOCK_N": 16, "BLOCK_K": 64}
+
+
+def _checks(bench: Benchmark[Any], variant: str, values: dict[str, Any], spec: CorrectnessSpec):
+    params = bench.parse_params(values)
+    inputs = bench.make_inputs(params, CPU, 0)
+    rtol, atol = bench.tolerances(params)
+    fn = bench.prepare(variant, params, inputs)
+    return run_checks(bench, variant, params, inputs, fn, bench.reference(params, inputs), spec,
+                      seed=0, device=CPU, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize(("shape", "expected"), [
+    ({"N": 1, "C": 96, "D": 4, "H": 8, "W": 9, "K": 96}, 9120),  # the seed: npq 288, 96 padded rows
+    ({"N": 2, "C": 96, "D": 4, "H": 8, "W": 9, "K": 96}, 0),  # n >= 2: padded rows past the buffer
+    ({"N": 1, "C": 8, "D": 4, "H": 8, "W": 8, "K": 96}, 0),  # npq 256: no padded rows
+    ({"N": 1, "C": 8, "D": 4, "H": 8, "W": 9, "K": 1}, 0),  # one channel: nothing after it
+    ({"N": 1, "C": 8, "D": 2, "H": 2, "W": 2, "K": 4}, 3 * 8 + 0),  # pad 120 > dhw 8: reaches 3 channels
+])
+def test_which_conv3d_shapes_alias(shape: dict[str, int], expected: int) -> None:
+    p = Conv3dParams(**shape)
+    assert len(alias_offsets(p)) == expected
+    assert aliases(p) == (expected > 0)
+
+
+def test_unguarded_conv3d_is_reported_with_the_clobbered_pattern() -> None:
+    bench = Conv3dBenchmark()
+    spec = CorrectnessSpec(repeats=2, determinism_runs=2)
+    bad, out = _checks(bench, "triton", {**SEED_SHAPE, "row_guard": False}, spec)
+    assert not bad.passed and bad.repeats is not None
+    assert bad.repeats.failures == 2 and bad.repeats.failure_errors_identical is True
+    assert bad.repeats.bad_set_jaccard == pytest.approx(1.0)
+    # The padded rows' zeros land exactly on the predicted alias set (the seed's 9120 offsets).
+    zeroed = set((out.flatten() == 0).nonzero().flatten().tolist())
+    assert zeroed == alias_offsets(bench.parse_params({**SEED_SHAPE, "row_guard": False}))
+    assert "channel 1-15 (15/16)" in bad.where and "pixel 0-95 (96/288)" in bad.where
+    assert correctness_flags([bad]) == ["incorrect"]  # a deterministic clobber under the interpreter
+    assert "identical error (clobber)" in check_summary(bad)
+
+    good, _ = _checks(bench, "triton", {**SEED_SHAPE, "row_guard": True}, spec)
+    assert good.passed and good.where == "" and good.repeats is not None and good.repeats.failures == 0
+    assert good.determinism is not None and good.determinism.deterministic
+    assert correctness_flags([good]) == []
+
+
+def test_batch_invariant_gemm_passes_batch_invariance() -> None:
+    bench = BatchInvariantMatmulBenchmark()
+    values = {"M": 40, "N": 48, "K": 200, "dtype": "bfloat16", "BLOCK_M": 16, "BLOCK_N": 32,
+              "BLOCK_K": 32, "CHUNK_K": 64}
+    result, _ = _checks(bench, "triton", values, CorrectnessSpec(batch_invariance=True))
+    assert result.passed
+    bi = result.batch_invariance
+    assert bi is not None and bi.invariant and bi.batch_rows == 40 and bi.rows_checked == 3 + 16
+    assert bi.mismatched_elements == 0 and "batch-invariant" in check_summary(result)
+
+
+class DropParams(Params):
+    M: int = 64
+    N: int = 32
+
+
+class DropOneElement(Benchmark[DropParams]):
+    """A planted race: each run leaves one random element of out unwritten (NaN after poisoning)."""
+
+    name = "drop_one"
+    Params = DropParams
+    variants = ("copy", "dropping")
+
+    def make_inputs(self, params: DropParams, device: Any, seed: int) -> dict[str, Any]:
+        gen = torch.Generator().manual_seed(seed)
+        return {"x": torch.randn(params.M, params.N, generator=gen)}
+
+    def prepare(self, variant: str, params: DropParams, inputs: dict[str, Any]) -> Callable[[], Any]:
+        x, out = inputs["x"], torch.empty_like(inputs["x"])
+        rng = torch.Generator().manual_seed(1234)
+
+        def run() -> torch.Tensor:
+            keep = torch.ones(x.numel(), dtype=torch.bool)
+            if variant == "dropping":
+                keep[int(torch.randint(x.numel(), (1,), generator=rng))] = False
+            out.view(-1)[keep] = x.view(-1)[keep]
+            return out
+
+        return run
+
+    def reference(self, params: DropParams, inputs: dict[str, Any]) -> Any:
+        return inputs["x"].double()
+
+    def work(self, params: DropParams, variant: str) -> Work:
+        return Work(bytes_read=params.M * params.N * 4.0, bytes_written=params.M * params.N * 4.0)
+
+    def output_axes(self, params: DropParams) -> tuple[tuple[str, int | None], ...]:
+        return (("row", 16), ("col", None))
+
+
+def test_planted_dropped_element_is_nondeterministic_with_a_moving_bad_set() -> None:
+    spec = CorrectnessSpec(repeats=8, determinism_runs=8)
+    result, _ = _checks(DropOneElement(), "dropping", {}, spec)
+    r, d = result.repeats, result.determinism
+    assert r is not None and d is not None and not result.passed
+    assert r.failures == 8 and r.failure_errors_identical is False  # same rel. error, other elements
+    assert r.bad_set_jaccard is not None and r.bad_set_jaccard < 0.5  # the dropped element moves
+    assert not d.deterministic and d.differing_runs >= 6 and d.max_differing_elements <= 2
+    assert d.bad_set_jaccard is not None and d.bad_set_jaccard < 1.0
+    assert correctness_flags([result]) == ["incorrect", "nondeterministic"]
+    assert "NON-DETERMINISTIC" in check_summary(result)
+    clean, _ = _checks(DropOneElement(), "copy", {}, spec)
+    assert clean.passed and clean.determinism is not None and clean.determinism.deterministic
+
+
+def test_describe_where_names_rows_modulo_the_tile() -> None:
+    mask = torch.zeros(2, 4, 256, 8, dtype=torch.bool)
+    mask[:, :, 64:128, :] = True
+    mask[:, :, 192:256, :] = True
+    line = describe_where(mask, [("batch", None), ("head", None), ("row", 128), ("dim", None)])
+    assert line == ("8192/16384 bad (50%): batch all 2; head all 4; row 64-127, 192-255 (128/256), "
+                    "row % 128 in 64-127; dim all 8")
+    assert describe_where(torch.zeros(3, dtype=torch.bool), [("x", None)]) == ""
+
+
+def test_chunked_attention_schedules_bitwise_equal_through_run_job() -> None:
+    spec = JobSpec.model_validate({
+        "benchmark": "chunked_attention", "baseline": {"variant": "monolithic"},
+        "candidate": {"variant": "split"},
+        "params": {"B": 2, "H": 2, "S": 80, "L": 200, "D": 48, "dtype": "float16", "BLOCK_M": 32,
+                   "BLOCK_N": 32, "CHUNK": 64},
+        "measurement": {"warmup_ms": 0, "budget_ms": 50, "min_rounds": 2, "max_rounds": 2},
+        "probes": {"copy_bandwidth": False, "all_reduce": False, "nvml": False},
+        "correctness": {"bitwise_vs_baseline": True, "determinism_runs": 2},
+        "device": "cpu",
+    })
+    result = run_job(spec)
+    cell = result.cells[0]
+    assert cell.error is None
+    vs = cell.correctness["candidate"].vs_baseline
+    assert vs is not None and vs.identical and vs.differing_elements == 0
+    comparison = compare(result)
+    assert "incorrect" not in comparison.cells[0].flags and "nondeterministic" not in comparison.cells[0].flags
+    assert "bitwise = baseline" in format_table(comparison)
+    assert "**Correctness checks**" in to_markdown(comparison)
