@@ -8,6 +8,7 @@ tracebacks. Server URL and token come from ``--server``/``--token`` or ``KERNELA
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import signal
@@ -25,6 +26,8 @@ from service.schemas import Comparison, JobPublic, JobSpec
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
+
+WORKER_HEALTHCHECK_S = 120  # uvicorn --workers: seconds a busy worker may miss a health ping
 
 app = typer.Typer(
     name="kernelab",
@@ -428,8 +431,13 @@ def serve(
         os.environ["KERNELAB_DATABASE_URL"] = database_url
     settings = Settings()
     upgrade(settings.database_url)
+    extra: dict[str, int] = {}
+    if "timeout_worker_healthcheck" in inspect.signature(uvicorn.Config).parameters:
+        # A large result body is parsed on the worker's event loop (seconds for a 1,000-cell sweep);
+        # uvicorn's default 5 s worker health check would kill the worker mid-ingest.
+        extra["timeout_worker_healthcheck"] = WORKER_HEALTHCHECK_S
     uvicorn.run("service.app:create_app", factory=True, host=host, port=port, workers=workers,
-                log_level=settings.log_level.lower())
+                log_level=settings.log_level.lower(), **extra)
 
 
 @app.command()

@@ -90,8 +90,9 @@ def _short_error(exc: BaseException) -> str:
 def _probes(spec: JobSpec, phase: Literal["before", "after"], device: torch.device) -> list[ProbeReport]:
     """``run_probes`` when any probe is enabled; a failure becomes a report holding its error.
 
-    The matmul peak counts as a probe on CUDA only (``run_probes`` measures no CPU peak)."""
-    enabled = spec.probes.model_dump()
+    Only the on/off switches count (not ``mode``); the matmul peak counts on CUDA only
+    (``run_probes`` measures no CPU peak)."""
+    enabled = {k: v for k, v in spec.probes.model_dump().items() if isinstance(v, bool)}
     if device.type != "cuda":
         enabled.pop("matmul_peak", None)
     if not any(enabled.values()):

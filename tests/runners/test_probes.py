@@ -140,8 +140,8 @@ def test_format_probe_report_shows_readings_gaps_and_errors() -> None:
     copy_row = next(line for line in lines if "512 MiB" in line)
     assert copy_row.split() == ["1", "512", "MiB", "256.5", "4185.3"]
     assert "all-reduce (nccl, 2 ranks, float32 sum)" in text
-    assert next(line for line in lines if line.startswith("8 B")).split()[-1] == "yes"
-    assert next(line for line in lines if line.startswith("1 MiB")).split()[-1] == "NO"
+    assert next(line for line in lines if line.split()[:3] == ["0,1", "8", "B"]).split()[-1] == "yes"
+    assert next(line for line in lines if line.split()[:3] == ["0,1", "1", "MiB"]).split()[-1] == "NO"
     gpu_row = next(line for line in lines if line.startswith("0 ") and "gpu_idle" in line)
     # unread readings show '-', never 0; one process that is not ours
     assert gpu_row.split() == ["0", "345", "1980", "-", "-", "-", "-", "-", "-", "-", "gpu_idle", "1"]
