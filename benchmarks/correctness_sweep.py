@@ -45,8 +45,16 @@ def main(out_dir: Path) -> None:
         for cell in comparison.cells:
             for variant, check in cell.correctness.items():
                 label = spec.candidate.variant if variant == "candidate" else spec.baseline.variant
-                rows.append((name, cell.label, f"{variant} ({label})", ", ".join(cell.flags) or "-",
-                             check_summary(check).replace("|", "\\|"), cell.error or ""))
+                rows.append(
+                    (
+                        name,
+                        cell.label,
+                        f"{variant} ({label})",
+                        ", ".join(cell.flags) or "-",
+                        check_summary(check).replace("|", "\\|"),
+                        cell.error or "",
+                    )
+                )
     print("\n| spec | cell | variant | flags | checks | error |\n| --- | --- | --- | --- | --- | --- |")
     for row in rows:
         print("| " + " | ".join(row) + " |")

@@ -68,6 +68,7 @@ def _timed_probe(spec: ProbeSpec) -> tuple[ProbeReport, float]:
 
 
 def _row(name: str, measured: float | None, target: str, ok: bool | None, unit: str) -> dict[str, Any]:
+    """A row of the Markdown table; ``ok`` None: no target on this machine (a CPU is shared, noisy)."""
     return {"check": name, "measured": measured, "unit": unit, "target": target,
             "pass": "n/a" if ok is None else ("yes" if ok else "NO")}
 
@@ -138,10 +139,11 @@ def main() -> int:
     out["quick"] = [{"wall_s": w, "report": r.model_dump(mode="json")} for r, w in quick]
     rows.append(_row("quick probe wall (first, incl. CUDA start)", quick[0][1], "record", None, "s"))
     median_wall = sorted(w for _, w in quick[1:])[len(quick[1:]) // 2]
-    rows.append(_row("quick probe wall (next, median)", median_wall, "<= 3 s", median_wall <= 3.0, "s"))
+    wall_ok = median_wall <= 3.0 if cuda else None
+    rows.append(_row("quick probe wall (next, median)", median_wall, "<= 3 s", wall_ok, "s"))
     full, full_wall = _timed_probe(ProbeSpec(mode="full", cuda_graph=True))
     out["full"] = {"wall_s": full_wall, "report": full.model_dump(mode="json")}
-    rows.append(_row("full probe wall", full_wall, "<= 30 s", full_wall <= 30.0, "s"))
+    rows.append(_row("full probe wall", full_wall, "<= 30 s", full_wall <= 30.0 if cuda else None, "s"))
     errors = {k: v for r, _ in quick for k, v in r.errors.items()} | full.errors
     if errors:
         out["errors"] = errors
@@ -174,8 +176,9 @@ def main() -> int:
     out["bands"] = {k: b.model_dump() for k, b in bands.items()}
     healthy_reasons = [health.evaluate(r, node_bands=bands) for r, _ in quick[1:]]
     n_healthy = sum(not r for r in healthy_reasons)
-    rows.append(_row("healthy probes judged healthy", float(n_healthy), f"{len(healthy_reasons)} of "
-                     f"{len(healthy_reasons)}", n_healthy == len(healthy_reasons), "probes"))
+    all_ok = n_healthy == len(healthy_reasons) if cuda else None
+    rows.append(_row("healthy probes judged healthy", float(n_healthy),
+                     f"{len(healthy_reasons)} of {len(healthy_reasons)}", all_ok, "probes"))
     if cuda and count >= 1:
         rows += drill(count, bands, out)
 

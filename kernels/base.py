@@ -111,7 +111,9 @@ class Benchmark(ABC, Generic[P]):
 
         return default_tolerances(str(getattr(params, "dtype", "float32")))
 
-    def batch_slice(self, params: P, inputs: dict[str, Any], start: int, stop: int) -> tuple[P, dict[str, Any]] | None:
+    def batch_slice(
+        self, params: P, inputs: dict[str, Any], start: int, stop: int
+    ) -> tuple[P, dict[str, Any]] | None:
         """Parameters and inputs of rows ``[start, stop)`` of the batch, or None (not batched).
 
         Used by the batch-invariance check (``runners.checks``): the output of the slice must

@@ -30,7 +30,9 @@ class BatchInvariantMatmulParams(Params):
     BLOCK_M: DotBlock = 64
     BLOCK_N: DotBlock = 64
     BLOCK_K: DotBlock = 64
-    CHUNK_K: int = Field(default=1024, gt=0, description="K chunk accumulated from zero, then added ascending")
+    CHUNK_K: int = Field(
+        default=1024, gt=0, description="K chunk accumulated from zero, then added ascending"
+    )
     num_warps: NumWarps = 4
     num_stages: int = Field(default=3, ge=1, le=8)
 
@@ -53,13 +55,19 @@ class BatchInvariantMatmulBenchmark(Benchmark[BatchInvariantMatmulParams]):
         """``{"a": (M, K), "b": (K, N)}`` of params.dtype on device, standard normal from ``seed``."""
         return MatmulBenchmark().make_inputs(self._gemm(params), device, seed)
 
-    def prepare(self, variant: str, params: BatchInvariantMatmulParams, inputs: dict[str, Any]) -> Callable[[], Any]:
-        """Allocate C (M, N) and return the launch closure. Raises ``BenchmarkError`` for an unknown variant."""
+    def prepare(
+        self, variant: str, params: BatchInvariantMatmulParams, inputs: dict[str, Any]
+    ) -> Callable[[], Any]:
+        """Allocate C (M, N) and return the launch closure.
+
+        Raises ``BenchmarkError`` for an unknown variant.
+        """
         import torch
 
         a, b = inputs["a"], inputs["b"]
         c = torch.empty((params.M, params.N), dtype=a.dtype, device=a.device)
         if variant == "torch":
+
             def run_torch() -> Any:
                 return torch.matmul(a, b, out=c)
 
@@ -69,10 +77,19 @@ class BatchInvariantMatmulBenchmark(Benchmark[BatchInvariantMatmulParams]):
 
             kernels = import_triton_kernels("kernels.triton_kernels.bi_matmul", a.device)
             return kernels.make_bi_matmul(
-                a, b, c, BLOCK_M=params.BLOCK_M, BLOCK_N=params.BLOCK_N, BLOCK_K=params.BLOCK_K,
-                CHUNK_K=params.CHUNK_K, num_warps=params.num_warps, num_stages=params.num_stages,
+                a,
+                b,
+                c,
+                BLOCK_M=params.BLOCK_M,
+                BLOCK_N=params.BLOCK_N,
+                BLOCK_K=params.BLOCK_K,
+                CHUNK_K=params.CHUNK_K,
+                num_warps=params.num_warps,
+                num_stages=params.num_stages,
             )
-        raise BenchmarkError(f"unknown variant {variant!r} of 'bi_matmul'; known: {list(self.variants)}", ("variant",))
+        raise BenchmarkError(
+            f"unknown variant {variant!r} of 'bi_matmul'; known: {list(self.variants)}", ("variant",)
+        )
 
     def reference(self, params: BatchInvariantMatmulParams, inputs: dict[str, Any]) -> Any:
         """``a @ b`` in float64 on the inputs' device: (M, N) float64."""

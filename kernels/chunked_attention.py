@@ -67,12 +67,15 @@ class ChunkedAttentionBenchmark(Benchmark[ChunkedAttentionParams]):
         v = randn((p.B, p.H, p.keys, p.D), dtype=dtype, device=device, generator=gen)
         return {"q": q, "k": k, "v": v}
 
-    def prepare(self, variant: str, params: ChunkedAttentionParams, inputs: dict[str, Any]) -> Callable[[], Any]:
+    def prepare(
+        self, variant: str, params: ChunkedAttentionParams, inputs: dict[str, Any]
+    ) -> Callable[[], Any]:
         """Allocate out and return the launch closure. Raises ``BenchmarkError`` for an unknown variant."""
         import torch
 
         q, k, v = inputs["q"], inputs["k"], inputs["v"]
         if variant == "torch":
+
             def run_torch() -> Any:
                 return torch.nn.functional.scaled_dot_product_attention(q, k, v)
 
@@ -83,9 +86,16 @@ class ChunkedAttentionBenchmark(Benchmark[ChunkedAttentionParams]):
             kernels = import_triton_kernels("kernels.triton_kernels.chunked_attention", q.device)
             out = torch.empty_like(q)
             return kernels.make_attention(
-                q.contiguous(), k.contiguous(), v.contiguous(), out, schedule=variant,
-                BLOCK_M=params.BLOCK_M, BLOCK_N=params.BLOCK_N, CHUNK=params.CHUNK,
-                num_warps=params.num_warps, num_stages=params.num_stages,
+                q.contiguous(),
+                k.contiguous(),
+                v.contiguous(),
+                out,
+                schedule=variant,
+                BLOCK_M=params.BLOCK_M,
+                BLOCK_N=params.BLOCK_N,
+                CHUNK=params.CHUNK,
+                num_warps=params.num_warps,
+                num_stages=params.num_stages,
             )
         raise BenchmarkError(
             f"unknown variant {variant!r} of 'chunked_attention'; known: {list(self.variants)}", ("variant",)

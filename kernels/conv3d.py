@@ -95,7 +95,9 @@ def alias_offsets(p: Conv3dParams) -> set[int]:
 
 def aliases(p: Conv3dParams) -> bool:
     """True when the unguarded kernel can clobber live outputs at ``p`` (module doc)."""
-    return p.N == 1 and p.K >= 2 and output_dims(p)[0] * output_dims(p)[1] * output_dims(p)[2] % p.BLOCK_M != 0
+    return (
+        p.N == 1 and p.K >= 2 and output_dims(p)[0] * output_dims(p)[1] * output_dims(p)[2] % p.BLOCK_M != 0
+    )
 
 
 class Conv3dBenchmark(Benchmark[Conv3dParams]):
@@ -123,6 +125,7 @@ class Conv3dBenchmark(Benchmark[Conv3dParams]):
 
         x, w = inputs["x"], inputs["w"]
         if variant == "torch":
+
             def run_torch() -> Any:
                 return torch.nn.functional.conv3d(x, w, padding=params.padding, stride=params.stride)
 
@@ -133,11 +136,21 @@ class Conv3dBenchmark(Benchmark[Conv3dParams]):
             kernels = import_triton_kernels("kernels.triton_kernels.conv3d", x.device)
             y = torch.empty((params.N, params.K, *output_dims(params)), dtype=x.dtype, device=x.device)
             return kernels.make_conv3d(
-                x.contiguous(), w.contiguous(), y, padding=params.padding, stride=params.stride,
-                BLOCK_M=params.BLOCK_M, BLOCK_N=params.BLOCK_N, BLOCK_K=params.BLOCK_K,
-                row_guard=params.row_guard, num_warps=params.num_warps, num_stages=params.num_stages,
+                x.contiguous(),
+                w.contiguous(),
+                y,
+                padding=params.padding,
+                stride=params.stride,
+                BLOCK_M=params.BLOCK_M,
+                BLOCK_N=params.BLOCK_N,
+                BLOCK_K=params.BLOCK_K,
+                row_guard=params.row_guard,
+                num_warps=params.num_warps,
+                num_stages=params.num_stages,
             )
-        raise BenchmarkError(f"unknown variant {variant!r} of 'conv3d'; known: {list(self.variants)}", ("variant",))
+        raise BenchmarkError(
+            f"unknown variant {variant!r} of 'conv3d'; known: {list(self.variants)}", ("variant",)
+        )
 
     def reference(self, params: Conv3dParams, inputs: dict[str, Any]) -> Any:
         """``F.conv3d`` in float64 on the inputs' device: (N, K, Do, Ho, Wo) float64."""

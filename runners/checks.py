@@ -39,8 +39,8 @@ from service.schemas import (
 )
 
 _MAX_RANGES = 4  # index ranges listed per axis before "..."
-_SMALL_BATCH = 8
-_SAME_REL = 1e-12  # failures' rel. errors this close (relative) count as "identical"  # rows of the "small batch" of the batch-invariance check
+_SMALL_BATCH = 8  # rows of the "small batch" of the batch-invariance check
+_SAME_REL = 1e-12  # failures' rel. errors this close (relative) count as "identical"
 _INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
@@ -49,7 +49,8 @@ def scale_inputs(inputs: dict[str, Any], scale: float) -> dict[str, Any]:
     if scale == 1.0:
         return inputs
     return {
-        k: v * scale if isinstance(v, torch.Tensor) and v.is_floating_point() else v for k, v in inputs.items()
+        k: v * scale if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+        for k, v in inputs.items()
     }
 
 
@@ -62,7 +63,9 @@ def poisoned_run(fn: Callable[[], Any], inputs: Mapping[str, Any], device: torch
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"a variant must return a tensor, got {type(out).__name__}")
     ptr = out.untyped_storage().data_ptr()
-    aliased = any(isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() == ptr for t in inputs.values())
+    aliased = any(
+        isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() == ptr for t in inputs.values()
+    )
     if out.dtype != torch.bool and not aliased:
         poison_(out)
     del out
@@ -84,7 +87,9 @@ def _ranges(indices: Sequence[int]) -> str:
     return text + (", ..." if len(spans) > _MAX_RANGES else "")
 
 
-def logical_view(mask: torch.Tensor, bench: Benchmark[Any], params: Any) -> tuple[torch.Tensor, list[tuple[str, int | None]]]:
+def logical_view(
+    mask: torch.Tensor, bench: Benchmark[Any], params: Any
+) -> tuple[torch.Tensor, list[tuple[str, int | None]]]:
     """``mask`` reshaped onto the benchmark's logical axes, and those axes (name, tile)."""
     axes = list(bench.output_axes(params))
     shape = tuple(bench.output_shape(params))
@@ -114,7 +119,7 @@ def describe_where(mask: torch.Tensor, axes: Sequence[tuple[str, int | None]]) -
         idx = hit.nonzero().flatten().tolist()
         size = mask.shape[dim]
         text = f"{name} all {size}" if len(idx) == size else f"{name} {_ranges(idx)} ({len(idx)}/{size})"
-        if tile and size > 1:
+        if tile and size > tile:
             residues = sorted({i % tile for i in idx})
             if len(residues) < min(tile, size):
                 text += f", {name} % {tile} in {_ranges(residues)}"
@@ -157,9 +162,15 @@ def compare_bitwise(
         )
     diff = bitwise_diff(a, b)
     n = int(diff.sum())
-    view, axes = logical_view(diff, bench, params) if bench is not None else (diff, [(f"dim{i}", None) for i in range(diff.dim())])
+    view, axes = (
+        logical_view(diff, bench, params)
+        if bench is not None
+        else (diff, [(f"dim{i}", None) for i in range(diff.dim())])
+    )
     return BitwiseComparison(
-        identical=n == 0, differing_elements=n, max_abs_difference=_max_abs(a, b, diff) if n else 0.0,
+        identical=n == 0,
+        differing_elements=n,
+        max_abs_difference=_max_abs(a, b, diff) if n else 0.0,
         where=describe_where(view, axes),
     )
 
@@ -170,9 +181,20 @@ def _mean(values: Iterable[float]) -> float | None:
 
 
 def _repeat_check(
-    bench: Benchmark[Any], variant: str, params: Any, inputs: dict[str, Any], fn: Callable[[], Any],
-    ref: torch.Tensor, spec: CorrectnessSpec, *, seed: int, device: torch.device, rtol: float, atol: float,
-    first: CorrectnessResult, first_bad: torch.Tensor,
+    bench: Benchmark[Any],
+    variant: str,
+    params: Any,
+    inputs: dict[str, Any],
+    fn: Callable[[], Any],
+    ref: torch.Tensor,
+    spec: CorrectnessSpec,
+    *,
+    seed: int,
+    device: torch.device,
+    rtol: float,
+    atol: float,
+    first: CorrectnessResult,
+    first_bad: torch.Tensor,
 ) -> RepeatCheck:
     errors = [first.rel_error] if not first.passed else []
     max_abs = [first.max_abs_error] if not first.passed else []
@@ -204,17 +226,25 @@ def _repeat_check(
         identical = same_error and all(j == 1.0 for j in jaccards)
     view, axes = logical_view(union, bench, params)
     return RepeatCheck(
-        runs=spec.repeats, inputs=spec.inputs, failures=failures,
+        runs=spec.repeats,
+        inputs=spec.inputs,
+        failures=failures,
         worst_rel_error=max(finite) if finite else None,
         worst_max_abs_error=max((e for e in max_abs if e is not None), default=None),
-        failure_errors_identical=identical, bad_set_jaccard=_mean(jaccards),
+        failure_errors_identical=identical,
+        bad_set_jaccard=_mean(jaccards),
         where=describe_where(view, axes),
     )
 
 
 def _determinism_check(
-    bench: Benchmark[Any], params: Any, inputs: dict[str, Any], fn: Callable[[], Any], first_out: torch.Tensor,
-    runs: int, device: torch.device,
+    bench: Benchmark[Any],
+    params: Any,
+    inputs: dict[str, Any],
+    fn: Callable[[], Any],
+    first_out: torch.Tensor,
+    runs: int,
+    device: torch.device,
 ) -> DeterminismCheck:
     differing, max_elems, max_abs = 0, 0, 0.0
     prev: torch.Tensor | None = None
@@ -235,14 +265,22 @@ def _determinism_check(
         prev = diff
     view, axes = logical_view(union, bench, params)
     return DeterminismCheck(
-        runs=runs, deterministic=differing == 0, differing_runs=differing, max_differing_elements=max_elems,
-        max_abs_difference=max_abs if differing else 0.0, bad_set_jaccard=_mean(jaccards),
+        runs=runs,
+        deterministic=differing == 0,
+        differing_runs=differing,
+        max_differing_elements=max_elems,
+        max_abs_difference=max_abs if differing else 0.0,
+        bad_set_jaccard=_mean(jaccards),
         where=describe_where(view, axes),
     )
 
 
 def _batch_invariance_check(
-    bench: Benchmark[Any], variant: str, params: Any, inputs: dict[str, Any], full: torch.Tensor,
+    bench: Benchmark[Any],
+    variant: str,
+    params: Any,
+    inputs: dict[str, Any],
+    full: torch.Tensor,
     device: torch.device,
 ) -> BatchInvarianceCheck | None:
     rows = bench.batch_rows(params)
@@ -264,23 +302,38 @@ def _batch_invariance_check(
             mismatched[kind] += int(diff.flatten(1).any(dim=1).sum())
             elems += n
             max_abs = max(max_abs, _max_abs(out, full[start:stop], diff) or 0.0)
-    checked = len(alone) + 2 * small
+    checked = len(set(alone) | set(range(small)) | set(range(rows - small, rows)))
     invariant = elems == 0
     message = (
         f"bitwise equal: rows {alone} alone and {small}-row batches at both ends of {rows}"
-        if invariant else
-        f"{mismatched['alone']}/{len(alone)} rows alone and {mismatched['small']}/{2 * small} rows in "
+        if invariant
+        else f"{mismatched['alone']}/{len(alone)} rows alone and {mismatched['small']}/{2 * small} rows in "
         f"{small}-row batches differ from the {rows}-row batch; {elems} elements, max |diff| {max_abs:.3g}"
     )
     return BatchInvarianceCheck(
-        batch_rows=rows, rows_checked=checked, invariant=invariant, mismatched_rows=mismatched,
-        mismatched_elements=elems, max_abs_difference=max_abs, message=message,
+        batch_rows=rows,
+        rows_checked=checked,
+        invariant=invariant,
+        mismatched_rows=mismatched,
+        mismatched_elements=elems,
+        max_abs_difference=max_abs,
+        message=message,
     )
 
 
 def run_checks(
-    bench: Benchmark[Any], variant: str, params: Any, inputs: dict[str, Any], fn: Callable[[], Any],
-    ref: torch.Tensor, spec: CorrectnessSpec, *, seed: int, device: torch.device, rtol: float, atol: float,
+    bench: Benchmark[Any],
+    variant: str,
+    params: Any,
+    inputs: dict[str, Any],
+    fn: Callable[[], Any],
+    ref: torch.Tensor,
+    spec: CorrectnessSpec,
+    *,
+    seed: int,
+    device: torch.device,
+    rtol: float,
+    atol: float,
 ) -> tuple[CorrectnessResult, torch.Tensor]:
     """Every check ``spec`` asks for on one variant; returns the result and the first run's output.
 
@@ -293,25 +346,45 @@ def run_checks(
     out = poisoned_run(fn, inputs, device)
     result = check_output(out, ref, rtol=rtol, atol=atol)
     first_out = out.detach().clone()
-    bad = mismatch_mask(out, ref, rtol=rtol, atol=atol) if out.shape == ref.shape else torch.zeros(0, dtype=torch.bool)
+    bad = (
+        mismatch_mask(out, ref, rtol=rtol, atol=atol)
+        if out.shape == ref.shape
+        else torch.zeros(0, dtype=torch.bool)
+    )
     if bad.numel():
         view, axes = logical_view(bad, bench, params)
         result.where = describe_where(view, axes)
     if spec.repeats > 1 and bad.numel():
         result.repeats = _repeat_check(
-            bench, variant, params, inputs, fn, ref, spec, seed=seed, device=device, rtol=rtol, atol=atol,
-            first=result, first_bad=bad,
+            bench,
+            variant,
+            params,
+            inputs,
+            fn,
+            ref,
+            spec,
+            seed=seed,
+            device=device,
+            rtol=rtol,
+            atol=atol,
+            first=result,
+            first_bad=bad,
         )
         result.passed = result.passed and result.repeats.failures == 0
         if result.repeats.failures:
             r = result.repeats
-            same = {True: "identical error every time (deterministic clobber)",
-                    False: "error varies between failures (a race)", None: ""}[r.failure_errors_identical]
+            same = {
+                True: "identical error every time (deterministic clobber)",
+                False: "error varies between failures (a race)",
+                None: "",
+            }[r.failure_errors_identical]
             worst = "n/a" if r.worst_rel_error is None else f"{r.worst_rel_error:.4g}"
             result.message += f"; repeats: {r.failures}/{r.runs} failed, worst rel {worst}"
             result.message += f", {same}" if same else ""
     if spec.determinism_runs >= 2:
-        result.determinism = _determinism_check(bench, params, inputs, fn, first_out, spec.determinism_runs, device)
+        result.determinism = _determinism_check(
+            bench, params, inputs, fn, first_out, spec.determinism_runs, device
+        )
     if spec.batch_invariance:
         result.batch_invariance = _batch_invariance_check(bench, variant, params, inputs, first_out, device)
     return result, first_out

@@ -160,7 +160,9 @@ def _run_cell(
             else bench.make_inputs(params["candidate"], device, spec.measurement.seed)
         )
         scale = spec.correctness.input_scale
-        inputs = {v: scale_inputs(inputs[v], scale) for v in ("baseline", "candidate")} if scale != 1.0 else inputs
+        if scale != 1.0:
+            inputs = {"baseline": scale_inputs(inputs["baseline"], scale),
+                      "candidate": scale_inputs(inputs["candidate"], scale)}
         fns = {v: bench.prepare(sides[v].variant, params[v], inputs[v]) for v in sides}
         if spec.correctness.enabled:
             progress("correctness")

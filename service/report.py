@@ -163,7 +163,8 @@ def check_summary(check: CorrectnessResult) -> str:
         if r.failures:
             text += f", worst rel {_sci(r.worst_rel_error)}"
             if r.failure_errors_identical is not None:
-                text += ", identical error (clobber)" if r.failure_errors_identical else ", error moves (race)"
+                same = r.failure_errors_identical
+                text += ", identical error (clobber)" if same else ", error moves (race)"
             if r.bad_set_jaccard is not None:
                 text += f", bad-set Jaccard {r.bad_set_jaccard:.2f}"
         parts.append(text)
@@ -177,7 +178,9 @@ def check_summary(check: CorrectnessResult) -> str:
                          f"{d.max_differing_elements} elements, max |diff| {_sci(d.max_abs_difference)}{jac}")
     b = check.batch_invariance
     if b is not None:
-        parts.append(f"batch-invariant ({b.rows_checked} rows)" if b.invariant else f"batch-VARIANT: {b.message}")
+        parts.append(
+            f"batch-invariant ({b.rows_checked} rows)" if b.invariant else f"batch-VARIANT: {b.message}"
+        )
     v = check.vs_baseline
     if v is not None:
         parts.append("bitwise = baseline" if v.identical else

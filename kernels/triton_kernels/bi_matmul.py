@@ -21,9 +21,22 @@ from triton.runtime.interpreter import InterpretedFunction
 
 @triton.jit
 def bi_matmul_kernel(
-    a_ptr, b_ptr, c_ptr, M, N, K,
-    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, CHUNK_K: tl.constexpr,
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    stride_cm,
+    stride_cn,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    CHUNK_K: tl.constexpr,
     UPCAST: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
@@ -38,10 +51,12 @@ def bi_matmul_kernel(
         for k0 in range(c0, c0 + CHUNK_K, BLOCK_K):
             offs_k = k0 + tl.arange(0, BLOCK_K)
             k_ok = offs_k < K
-            a = tl.load(a_ptr + rows[:, None] * stride_am + offs_k[None, :] * stride_ak,
-                        mask=k_ok[None, :], other=0.0)
-            b = tl.load(b_ptr + offs_k[:, None] * stride_bk + cols[None, :] * stride_bn,
-                        mask=k_ok[:, None], other=0.0)
+            a = tl.load(
+                a_ptr + rows[:, None] * stride_am + offs_k[None, :] * stride_ak, mask=k_ok[None, :], other=0.0
+            )
+            b = tl.load(
+                b_ptr + offs_k[:, None] * stride_bk + cols[None, :] * stride_bn, mask=k_ok[:, None], other=0.0
+            )
             if UPCAST:
                 a = a.to(tl.float32)
                 b = b.to(tl.float32)
@@ -55,8 +70,16 @@ KERNELS = (bi_matmul_kernel,)
 
 
 def make_bi_matmul(
-    a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *,
-    BLOCK_M: int, BLOCK_N: int, BLOCK_K: int, CHUNK_K: int, num_warps: int, num_stages: int,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    c: torch.Tensor,
+    *,
+    BLOCK_M: int,
+    BLOCK_N: int,
+    BLOCK_K: int,
+    CHUNK_K: int,
+    num_warps: int,
+    num_stages: int,
 ) -> Callable[[], torch.Tensor]:
     """Compile and return a closure writing ``a @ b`` into ``c``; ``a`` (M, K), ``b`` (K, N), ``c`` (M, N).
 
@@ -64,15 +87,21 @@ def make_bi_matmul(
     """
     (M, K), (K2, N) = a.shape, b.shape
     if K != K2 or tuple(c.shape) != (M, N):
-        raise ValueError(f"matmul shapes do not fit: a {tuple(a.shape)}, b {tuple(b.shape)}, c {tuple(c.shape)}")
+        raise ValueError(
+            f"matmul shapes do not fit: a {tuple(a.shape)}, b {tuple(b.shape)}, c {tuple(c.shape)}"
+        )
     if CHUNK_K % BLOCK_K:
         raise ValueError(f"CHUNK_K={CHUNK_K} is not a multiple of BLOCK_K={BLOCK_K}")
     grid = (triton.cdiv(M, BLOCK_M), triton.cdiv(N, BLOCK_N))
     args = (a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
     meta = {
-        "BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N, "BLOCK_K": BLOCK_K, "CHUNK_K": CHUNK_K,
+        "BLOCK_M": BLOCK_M,
+        "BLOCK_N": BLOCK_N,
+        "BLOCK_K": BLOCK_K,
+        "CHUNK_K": CHUNK_K,
         "UPCAST": isinstance(bi_matmul_kernel, InterpretedFunction) and a.dtype == torch.bfloat16,
-        "num_warps": num_warps, "num_stages": num_stages,
+        "num_warps": num_warps,
+        "num_stages": num_stages,
     }
     bi_matmul_kernel.warmup(*args, grid=grid, **meta)
     launch = bi_matmul_kernel[grid]

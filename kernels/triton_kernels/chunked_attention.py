@@ -3,9 +3,9 @@
 ``out = softmax(q @ k^T * scale) @ v`` per (batch, head); q (B, H, S, D), k and v (B, H, L, D),
 out (B, H, S, D); no mask; ``scale = 1/sqrt(D)``. The arithmetic path (after the seed
 ``seeds/004``'s chunked attention): keys in ``BLOCK_N`` blocks inside fixed ``CHUNK`` chunks;
-each chunk's online softmax starts from the empty state (m = -inf, l = 0, acc = 0); chunk states
+each chunk's online softmax starts from the empty state (m = -inf, denom = 0, acc = 0); chunk states
 are merged in ascending chunk order with the exact FlashAttention-2 rescale
-(``m = max(m1, m2)``, ``l = l1*e^(m1-m) + l2*e^(m2-m)``, ``acc`` likewise); one division at the
+(``m = max(m1, m2)``, ``denom = l1*e^(m1-m) + l2*e^(m2-m)``, ``acc`` likewise); one division at the
 end. Both schedules call the same ``_chunk_state`` and ``_merge``:
 
 * **monolithic**: one program per (query tile, batch*head) walks all chunks;
@@ -31,19 +31,39 @@ from triton.runtime.interpreter import InterpretedFunction
 
 
 @triton.jit
-def _chunk_state(q, k_base, v_base, kv_start, L, stride_kn, stride_vn, offs_d, d_ok, qk_scale,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                 CHUNK: tl.constexpr, UPCAST: tl.constexpr):
+def _chunk_state(
+    q,
+    k_base,
+    v_base,
+    kv_start,
+    L,
+    stride_kn,
+    stride_vn,
+    offs_d,
+    d_ok,
+    qk_scale,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    CHUNK: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
     m = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
-    l = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    denom = tl.zeros((BLOCK_M,), dtype=tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
     for n0 in range(kv_start, kv_start + CHUNK, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         n_ok = offs_n < L
-        kt = tl.load(k_base + offs_n[None, :].to(tl.int64) * stride_kn + offs_d[:, None],
-                     mask=n_ok[None, :] & d_ok[:, None], other=0.0)
-        v = tl.load(v_base + offs_n[:, None].to(tl.int64) * stride_vn + offs_d[None, :],
-                    mask=n_ok[:, None] & d_ok[None, :], other=0.0)
+        kt = tl.load(
+            k_base + offs_n[None, :].to(tl.int64) * stride_kn + offs_d[:, None],
+            mask=n_ok[None, :] & d_ok[:, None],
+            other=0.0,
+        )
+        v = tl.load(
+            v_base + offs_n[:, None].to(tl.int64) * stride_vn + offs_d[None, :],
+            mask=n_ok[:, None] & d_ok[None, :],
+            other=0.0,
+        )
         if UPCAST:
             kt = kt.to(tl.float32)
         s = tl.dot(q, kt, input_precision="ieee") * qk_scale
@@ -51,14 +71,14 @@ def _chunk_state(q, k_base, v_base, kv_start, L, stride_kn, stride_vn, offs_d, d
         m_new = tl.maximum(m, tl.max(s, 1))
         alpha = tl.exp(m - m_new)
         p = tl.exp(s - m_new[:, None])
-        l = l * alpha + tl.sum(p, 1)
+        denom = denom * alpha + tl.sum(p, 1)
         pv = p.to(v.dtype)
         if UPCAST:
             pv = pv.to(tl.float32)
             v = v.to(tl.float32)
         acc = acc * alpha[:, None] + tl.dot(pv, v, input_precision="ieee")
         m = m_new
-    return m, l, acc
+    return m, denom, acc
 
 
 @triton.jit
@@ -72,17 +92,32 @@ def _merge(m1, l1, acc1, m2, l2, acc2):
 @triton.jit
 def _load_q(q_ptr, pid_m, bh, S, D, offs_d, d_ok, BLOCK_M: tl.constexpr, UPCAST: tl.constexpr):
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    q = tl.load(q_ptr + (bh * S + offs_m[:, None]).to(tl.int64) * D + offs_d[None, :],
-                mask=(offs_m[:, None] < S) & d_ok[None, :], other=0.0)
+    q = tl.load(
+        q_ptr + (bh * S + offs_m[:, None]).to(tl.int64) * D + offs_d[None, :],
+        mask=(offs_m[:, None] < S) & d_ok[None, :],
+        other=0.0,
+    )
     if UPCAST:
         q = q.to(tl.float32)
     return q, offs_m
 
 
 @triton.jit
-def attn_monolithic_kernel(q_ptr, k_ptr, v_ptr, o_ptr, S, L, D, qk_scale,
-                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                           CHUNK: tl.constexpr, UPCAST: tl.constexpr):
+def attn_monolithic_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    o_ptr,
+    S,
+    L,
+    D,
+    qk_scale,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    CHUNK: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     offs_d = tl.arange(0, BLOCK_D)
@@ -91,21 +126,40 @@ def attn_monolithic_kernel(q_ptr, k_ptr, v_ptr, o_ptr, S, L, D, qk_scale,
     k_base = k_ptr + bh.to(tl.int64) * L * D
     v_base = v_ptr + bh.to(tl.int64) * L * D
     m = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
-    l = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    denom = tl.zeros((BLOCK_M,), dtype=tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
     for c0 in range(0, L, CHUNK):
-        m2, l2, acc2 = _chunk_state(q, k_base, v_base, c0, L, D, D, offs_d, d_ok, qk_scale,
-                                    BLOCK_M, BLOCK_N, BLOCK_D, CHUNK, UPCAST)
-        m, l, acc = _merge(m, l, acc, m2, l2, acc2)
-    out = acc / l[:, None]
-    tl.store(o_ptr + (bh * S + offs_m[:, None]).to(tl.int64) * D + offs_d[None, :],
-             out.to(o_ptr.dtype.element_ty), mask=(offs_m[:, None] < S) & d_ok[None, :])
+        m2, l2, acc2 = _chunk_state(
+            q, k_base, v_base, c0, L, D, D, offs_d, d_ok, qk_scale, BLOCK_M, BLOCK_N, BLOCK_D, CHUNK, UPCAST
+        )
+        m, denom, acc = _merge(m, denom, acc, m2, l2, acc2)
+    out = acc / denom[:, None]
+    tl.store(
+        o_ptr + (bh * S + offs_m[:, None]).to(tl.int64) * D + offs_d[None, :],
+        out.to(o_ptr.dtype.element_ty),
+        mask=(offs_m[:, None] < S) & d_ok[None, :],
+    )
 
 
 @triton.jit
-def attn_split_chunk_kernel(q_ptr, k_ptr, v_ptr, m_ptr, l_ptr, acc_ptr, S, L, D, qk_scale, n_chunks,
-                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                            CHUNK: tl.constexpr, UPCAST: tl.constexpr):
+def attn_split_chunk_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    m_ptr,
+    l_ptr,
+    acc_ptr,
+    S,
+    L,
+    D,
+    qk_scale,
+    n_chunks,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    CHUNK: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     chunk = tl.program_id(2)
@@ -114,43 +168,71 @@ def attn_split_chunk_kernel(q_ptr, k_ptr, v_ptr, m_ptr, l_ptr, acc_ptr, S, L, D,
     q, offs_m = _load_q(q_ptr, pid_m, bh, S, D, offs_d, d_ok, BLOCK_M, UPCAST)
     k_base = k_ptr + bh.to(tl.int64) * L * D
     v_base = v_ptr + bh.to(tl.int64) * L * D
-    m, l, acc = _chunk_state(q, k_base, v_base, chunk * CHUNK, L, D, D, offs_d, d_ok, qk_scale,
-                             BLOCK_M, BLOCK_N, BLOCK_D, CHUNK, UPCAST)
+    m, denom, acc = _chunk_state(
+        q,
+        k_base,
+        v_base,
+        chunk * CHUNK,
+        L,
+        D,
+        D,
+        offs_d,
+        d_ok,
+        qk_scale,
+        BLOCK_M,
+        BLOCK_N,
+        BLOCK_D,
+        CHUNK,
+        UPCAST,
+    )
     row = (bh * n_chunks + chunk).to(tl.int64) * S + offs_m
     row_ok = offs_m < S
     tl.store(m_ptr + row, m, mask=row_ok)
-    tl.store(l_ptr + row, l, mask=row_ok)
+    tl.store(l_ptr + row, denom, mask=row_ok)
     tl.store(acc_ptr + row[:, None] * BLOCK_D + offs_d[None, :], acc, mask=row_ok[:, None])
 
 
 @triton.jit
-def attn_split_merge_kernel(m_ptr, l_ptr, acc_ptr, o_ptr, S, D, n_chunks,
-                            BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
+def attn_split_merge_kernel(
+    m_ptr, l_ptr, acc_ptr, o_ptr, S, D, n_chunks, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr
+):
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     row_ok = offs_m < S
     m = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
-    l = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    denom = tl.zeros((BLOCK_M,), dtype=tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
     for chunk in range(0, n_chunks):
         row = (bh * n_chunks + chunk).to(tl.int64) * S + offs_m
         m2 = tl.load(m_ptr + row, mask=row_ok, other=0.0)
         l2 = tl.load(l_ptr + row, mask=row_ok, other=1.0)
         acc2 = tl.load(acc_ptr + row[:, None] * BLOCK_D + offs_d[None, :], mask=row_ok[:, None], other=0.0)
-        m, l, acc = _merge(m, l, acc, m2, l2, acc2)
-    out = acc / l[:, None]
-    tl.store(o_ptr + (bh * S + offs_m[:, None]).to(tl.int64) * D + offs_d[None, :],
-             out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None] & (offs_d[None, :] < D))
+        m, denom, acc = _merge(m, denom, acc, m2, l2, acc2)
+    out = acc / denom[:, None]
+    tl.store(
+        o_ptr + (bh * S + offs_m[:, None]).to(tl.int64) * D + offs_d[None, :],
+        out.to(o_ptr.dtype.element_ty),
+        mask=row_ok[:, None] & (offs_d[None, :] < D),
+    )
 
 
 KERNELS = (attn_monolithic_kernel, attn_split_chunk_kernel, attn_split_merge_kernel)
 
 
 def make_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, *, schedule: str,
-    BLOCK_M: int, BLOCK_N: int, CHUNK: int, num_warps: int, num_stages: int,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    *,
+    schedule: str,
+    BLOCK_M: int,
+    BLOCK_N: int,
+    CHUNK: int,
+    num_warps: int,
+    num_stages: int,
 ) -> Callable[[], torch.Tensor]:
     """Compile one schedule (``"monolithic"`` or ``"split"``) and return a closure writing ``out``.
 
@@ -162,7 +244,9 @@ def make_attention(
     B, H, S, D = q.shape
     L = k.shape[2]
     if tuple(k.shape) != (B, H, L, D) or v.shape != k.shape or out.shape != q.shape:
-        raise ValueError(f"attention shapes do not fit: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+        raise ValueError(
+            f"attention shapes do not fit: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+        )
     if not all(t.is_contiguous() for t in (q, k, v, out)):
         raise ValueError("attention needs contiguous q, k, v and out")
     if CHUNK % BLOCK_N:
@@ -185,10 +269,9 @@ def make_attention(
 
         return run_monolithic
     if schedule == "split":
-        f32 = {"dtype": torch.float32, "device": q.device}
-        m_buf = torch.empty((B * H, n_chunks, S), **f32)  # type: ignore[arg-type]
-        l_buf = torch.empty((B * H, n_chunks, S), **f32)  # type: ignore[arg-type]
-        acc_buf = torch.empty((B * H, n_chunks, S, block_d), **f32)  # type: ignore[arg-type]
+        m_buf = torch.empty((B * H, n_chunks, S), dtype=torch.float32, device=q.device)
+        l_buf = torch.empty((B * H, n_chunks, S), dtype=torch.float32, device=q.device)
+        acc_buf = torch.empty((B * H, n_chunks, S, block_d), dtype=torch.float32, device=q.device)
         chunk_args = (q, k, v, m_buf, l_buf, acc_buf, S, L, D, scale, n_chunks)
         merge_args = (m_buf, l_buf, acc_buf, out, S, D, n_chunks)
         merge_consts = {"BLOCK_M": BLOCK_M, "BLOCK_D": block_d}

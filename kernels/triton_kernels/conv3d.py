@@ -27,9 +27,28 @@ from triton.runtime.interpreter import InterpretedFunction
 
 @triton.jit
 def conv3d_kernel(
-    x_ptr, w_ptr, y_ptr, N, C, D, H, W, K, Do, Ho, Wo, PAD, STRIDE,
-    KS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    ROW_CHECK: tl.constexpr, FAST_N1: tl.constexpr, UPCAST: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+    x_ptr,
+    w_ptr,
+    y_ptr,
+    N,
+    C,
+    D,
+    H,
+    W,
+    K,
+    Do,
+    Ho,
+    Wo,
+    PAD,
+    STRIDE,
+    KS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    ROW_CHECK: tl.constexpr,
+    FAST_N1: tl.constexpr,
+    UPCAST: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -55,8 +74,9 @@ def conv3d_kernel(
         zd = od[:, None] * STRIDE - PAD + t[None, :]
         zh = oh[:, None] * STRIDE - PAD + r[None, :]
         zw = ow[:, None] * STRIDE - PAD + s[None, :]
-        a_mask = (m_ok[:, None] & k_ok[None, :] & (zd >= 0) & (zd < D) & (zh >= 0) & (zh < H)
-                  & (zw >= 0) & (zw < W))
+        a_mask = (
+            m_ok[:, None] & k_ok[None, :] & (zd >= 0) & (zd < D) & (zh >= 0) & (zh < H) & (zw >= 0) & (zw < W)
+        )
         a_off = (((n_idx[:, None].to(tl.int64) * C + c[None, :]) * D + zd) * H + zh) * W + zw
         a = tl.load(x_ptr + a_off, mask=a_mask, other=0.0)
         b_off = offs_n[None, :].to(tl.int64) * crs + kk[:, None]
@@ -80,8 +100,18 @@ KERNELS = (conv3d_kernel,)
 
 
 def make_conv3d(
-    x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, *, padding: int, stride: int,
-    BLOCK_M: int, BLOCK_N: int, BLOCK_K: int, row_guard: bool, num_warps: int = 4, num_stages: int = 2,
+    x: torch.Tensor,
+    w: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    padding: int,
+    stride: int,
+    BLOCK_M: int,
+    BLOCK_N: int,
+    BLOCK_K: int,
+    row_guard: bool,
+    num_warps: int = 4,
+    num_stages: int = 2,
 ) -> Callable[[], torch.Tensor]:
     """Compile and return a closure writing ``conv3d(x, w)`` into ``y`` and returning ``y``.
 
@@ -94,18 +124,25 @@ def make_conv3d(
     k, c2, ks, ks2, ks3 = w.shape
     do, ho, wo = ((s + 2 * padding - ks) // stride + 1 for s in (d, h, wd))
     if c2 != c or not ks == ks2 == ks3 or tuple(y.shape) != (n, k, do, ho, wo):
-        raise ValueError(f"conv3d shapes do not fit: x {tuple(x.shape)}, w {tuple(w.shape)}, y {tuple(y.shape)}")
+        raise ValueError(
+            f"conv3d shapes do not fit: x {tuple(x.shape)}, w {tuple(w.shape)}, y {tuple(y.shape)}"
+        )
     if not (x.is_contiguous() and w.is_contiguous() and y.is_contiguous()):
         raise ValueError("conv3d needs contiguous x, w and y")
     npq = n * do * ho * wo
     grid = (triton.cdiv(npq, BLOCK_M), triton.cdiv(k, BLOCK_N))
     args = (x, w, y, n, c, d, h, wd, k, do, ho, wo, padding, stride)
     meta = {
-        "KS": ks, "BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N, "BLOCK_K": BLOCK_K,
-        "ROW_CHECK": row_guard and npq % BLOCK_M != 0, "FAST_N1": n == 1,
+        "KS": ks,
+        "BLOCK_M": BLOCK_M,
+        "BLOCK_N": BLOCK_N,
+        "BLOCK_K": BLOCK_K,
+        "ROW_CHECK": row_guard and npq % BLOCK_M != 0,
+        "FAST_N1": n == 1,
         "UPCAST": isinstance(conv3d_kernel, InterpretedFunction) and x.dtype == torch.bfloat16,
         "INPUT_PRECISION": "ieee",  # exact float32 products; 16-bit dtypes ignore it
-        "num_warps": num_warps, "num_stages": num_stages,
+        "num_warps": num_warps,
+        "num_stages": num_stages,
     }
     conv3d_kernel.warmup(*args, grid=grid, **meta)
     launch = conv3d_kernel[grid]

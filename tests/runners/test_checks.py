@@ -29,17 +29,31 @@ def _checks(bench: Benchmark[Any], variant: str, values: dict[str, Any], spec: C
     inputs = bench.make_inputs(params, CPU, 0)
     rtol, atol = bench.tolerances(params)
     fn = bench.prepare(variant, params, inputs)
-    return run_checks(bench, variant, params, inputs, fn, bench.reference(params, inputs), spec,
-                      seed=0, device=CPU, rtol=rtol, atol=atol)
+    return run_checks(
+        bench,
+        variant,
+        params,
+        inputs,
+        fn,
+        bench.reference(params, inputs),
+        spec,
+        seed=0,
+        device=CPU,
+        rtol=rtol,
+        atol=atol,
+    )
 
 
-@pytest.mark.parametrize(("shape", "expected"), [
-    ({"N": 1, "C": 96, "D": 4, "H": 8, "W": 9, "K": 96}, 9120),  # the seed: npq 288, 96 padded rows
-    ({"N": 2, "C": 96, "D": 4, "H": 8, "W": 9, "K": 96}, 0),  # n >= 2: padded rows past the buffer
-    ({"N": 1, "C": 8, "D": 4, "H": 8, "W": 8, "K": 96}, 0),  # npq 256: no padded rows
-    ({"N": 1, "C": 8, "D": 4, "H": 8, "W": 9, "K": 1}, 0),  # one channel: nothing after it
-    ({"N": 1, "C": 8, "D": 2, "H": 2, "W": 2, "K": 4}, 3 * 8 + 0),  # pad 120 > dhw 8: reaches 3 channels
-])
+@pytest.mark.parametrize(
+    ("shape", "expected"),
+    [
+        ({"N": 1, "C": 96, "D": 4, "H": 8, "W": 9, "K": 96}, 9120),  # the seed: npq 288, 96 padded rows
+        ({"N": 2, "C": 96, "D": 4, "H": 8, "W": 9, "K": 96}, 0),  # n >= 2: padded rows past the buffer
+        ({"N": 1, "C": 8, "D": 4, "H": 8, "W": 8, "K": 96}, 0),  # npq 256: no padded rows
+        ({"N": 1, "C": 8, "D": 4, "H": 8, "W": 9, "K": 1}, 0),  # one channel: nothing after it
+        ({"N": 1, "C": 8, "D": 2, "H": 2, "W": 2, "K": 4}, 3 * 8 + 0),  # pad 120 > dhw 8: reaches 3 channels
+    ],
+)
 def test_which_conv3d_shapes_alias(shape: dict[str, int], expected: int) -> None:
     p = Conv3dParams(**shape)
     assert len(alias_offsets(p)) == expected
@@ -68,12 +82,20 @@ def test_unguarded_conv3d_is_reported_with_the_clobbered_pattern() -> None:
 
 def test_batch_invariant_gemm_passes_batch_invariance() -> None:
     bench = BatchInvariantMatmulBenchmark()
-    values = {"M": 40, "N": 48, "K": 200, "dtype": "bfloat16", "BLOCK_M": 16, "BLOCK_N": 32,
-              "BLOCK_K": 32, "CHUNK_K": 64}
+    values = {
+        "M": 40,
+        "N": 48,
+        "K": 200,
+        "dtype": "bfloat16",
+        "BLOCK_M": 16,
+        "BLOCK_N": 32,
+        "BLOCK_K": 32,
+        "CHUNK_K": 64,
+    }
     result, _ = _checks(bench, "triton", values, CorrectnessSpec(batch_invariance=True))
     assert result.passed
     bi = result.batch_invariance
-    assert bi is not None and bi.invariant and bi.batch_rows == 40 and bi.rows_checked == 3 + 16
+    assert bi is not None and bi.invariant and bi.batch_rows == 40 and bi.rows_checked == 17  # rows 0-7, 20, 32-39
     assert bi.mismatched_elements == 0 and "batch-invariant" in check_summary(result)
 
 
@@ -136,28 +158,44 @@ def test_describe_where_names_rows_modulo_the_tile() -> None:
     mask[:, :, 64:128, :] = True
     mask[:, :, 192:256, :] = True
     line = describe_where(mask, [("batch", None), ("head", None), ("row", 128), ("dim", None)])
-    assert line == ("8192/16384 bad (50%): batch all 2; head all 4; row 64-127, 192-255 (128/256), "
-                    "row % 128 in 64-127; dim all 8")
+    assert line == (
+        "8192/16384 bad (50%): batch all 2; head all 4; row 64-127, 192-255 (128/256), "
+        "row % 128 in 64-127; dim all 8"
+    )
     assert describe_where(torch.zeros(3, dtype=torch.bool), [("x", None)]) == ""
 
 
 def test_chunked_attention_schedules_bitwise_equal_through_run_job() -> None:
-    spec = JobSpec.model_validate({
-        "benchmark": "chunked_attention", "baseline": {"variant": "monolithic"},
-        "candidate": {"variant": "split"},
-        "params": {"B": 2, "H": 2, "S": 80, "L": 200, "D": 48, "dtype": "float16", "BLOCK_M": 32,
-                   "BLOCK_N": 32, "CHUNK": 64},
-        "measurement": {"warmup_ms": 0, "budget_ms": 50, "min_rounds": 2, "max_rounds": 2},
-        "probes": {"copy_bandwidth": False, "all_reduce": False, "nvml": False},
-        "correctness": {"bitwise_vs_baseline": True, "determinism_runs": 2},
-        "device": "cpu",
-    })
+    spec = JobSpec.model_validate(
+        {
+            "benchmark": "chunked_attention",
+            "baseline": {"variant": "monolithic"},
+            "candidate": {"variant": "split"},
+            "params": {
+                "B": 2,
+                "H": 2,
+                "S": 80,
+                "L": 200,
+                "D": 48,
+                "dtype": "float16",
+                "BLOCK_M": 32,
+                "BLOCK_N": 32,
+                "CHUNK": 64,
+            },
+            "measurement": {"warmup_ms": 0, "budget_ms": 50, "min_rounds": 2, "max_rounds": 2},
+            "probes": {"copy_bandwidth": False, "all_reduce": False, "nvml": False},
+            "correctness": {"bitwise_vs_baseline": True, "determinism_runs": 2},
+            "device": "cpu",
+        }
+    )
     result = run_job(spec)
     cell = result.cells[0]
     assert cell.error is None
     vs = cell.correctness["candidate"].vs_baseline
     assert vs is not None and vs.identical and vs.differing_elements == 0
     comparison = compare(result)
-    assert "incorrect" not in comparison.cells[0].flags and "nondeterministic" not in comparison.cells[0].flags
+    assert (
+        "incorrect" not in comparison.cells[0].flags and "nondeterministic" not in comparison.cells[0].flags
+    )
     assert "bitwise = baseline" in format_table(comparison)
     assert "**Correctness checks**" in to_markdown(comparison)

@@ -23,9 +23,15 @@ def test_full_sizes_and_sub_groups() -> None:
 
 def test_gloo_sub_group_sums_its_own_ranks() -> None:
     # Ranks 1 and 2 hold 2 and 3: their group must read 5 everywhere (correct=True), the world 6.
-    rows = measure_all_reduce("cpu", world_size=3, sizes_bytes=[8, 4096], warmup_iters=1, iters=3,
-                              groups=[[1, 2]], timeout_s=120)
-    assert [(r.ranks, r.size_bytes) for r in rows] == [([0, 1, 2], 8), ([0, 1, 2], 4096), ([1, 2], 8), ([1, 2], 4096)]
+    rows = measure_all_reduce(
+        "cpu", world_size=3, sizes_bytes=[8, 4096], warmup_iters=1, iters=3, groups=[[1, 2]], timeout_s=120
+    )
+    assert [(r.ranks, r.size_bytes) for r in rows] == [
+        ([0, 1, 2], 8),
+        ([0, 1, 2], 4096),
+        ([1, 2], 8),
+        ([1, 2], 4096),
+    ]
     assert all(r.correct and r.backend == "gloo" and r.time_us > 0 for r in rows)
     assert [r.world_size for r in rows] == [3, 3, 2, 2]
     assert rows[2].busbw_gbps == pytest.approx(rows[2].algbw_gbps)  # 2(n-1)/n = 1 for n = 2

@@ -37,8 +37,12 @@ def nccl_tests_in_place() -> dict[int, tuple[float, float]]:
 
 
 def h200x2_report(
-    minutes: float = 0.0, *, copy_scale: tuple[float, float] = (1.0, 1.0), latency_scale: float = 1.0,
-    busbw_scale: float = 1.0, sizes: tuple[int, ...] = (8, 512 << 10, 128 << 20, 512 << 20),
+    minutes: float = 0.0,
+    *,
+    copy_scale: tuple[float, float] = (1.0, 1.0),
+    latency_scale: float = 1.0,
+    busbw_scale: float = 1.0,
+    sizes: tuple[int, ...] = (8, 512 << 10, 128 << 20, 512 << 20),
 ) -> ProbeReport:
     """A 2xH200 report taken ``minutes`` after ``T0``: recorded copy x ``copy_scale`` per GPU,
     nccl-tests' times x ``latency_scale`` and busbw x ``busbw_scale``."""
@@ -53,12 +57,25 @@ def h200x2_report(
         algbw = busbw * busbw_scale  # busbw = algbw x 2(n-1)/n = algbw for n = 2
         if busbw_scale != 1.0 and algbw > 0:
             t = size / (algbw * 1e3)
-        reduce.append(AllReduceReading(backend="nccl", world_size=2, ranks=[0, 1], size_bytes=size, time_us=t,
-                                       algbw_gbps=algbw, busbw_gbps=algbw))
-    return one.model_copy(update={
-        "taken_at": T0 + timedelta(minutes=minutes),
-        "copy_bandwidth": [copy.model_copy(update={"device_index": i, "bandwidth_gbps": copy.bandwidth_gbps * s})
-                           for i, s in enumerate(copy_scale)],
-        "all_reduce": reduce,
-        "telemetry": [gpu.model_copy(update={"device_index": i, "uuid": f"GPU-{i}"}) for i in range(2)],
-    })
+        reduce.append(
+            AllReduceReading(
+                backend="nccl",
+                world_size=2,
+                ranks=[0, 1],
+                size_bytes=size,
+                time_us=t,
+                algbw_gbps=algbw,
+                busbw_gbps=algbw,
+            )
+        )
+    return one.model_copy(
+        update={
+            "taken_at": T0 + timedelta(minutes=minutes),
+            "copy_bandwidth": [
+                copy.model_copy(update={"device_index": i, "bandwidth_gbps": copy.bandwidth_gbps * s})
+                for i, s in enumerate(copy_scale)
+            ],
+            "all_reduce": reduce,
+            "telemetry": [gpu.model_copy(update={"device_index": i, "uuid": f"GPU-{i}"}) for i in range(2)],
+        }
+    )

@@ -38,7 +38,9 @@ def test_band_learning_median_and_limits() -> None:
     assert (copy.low, copy.high) == (pytest.approx(0.98 * base), pytest.approx(1.02 * base))
     assert copy.limit == pytest.approx(0.90 * base)
     assert bands["all-reduce [0,1] 8 B time"].limit == pytest.approx(1.5 * nccl_tests_in_place()[8][0])
-    assert bands["all-reduce [0,1] 512 MiB busbw"].limit == pytest.approx(0.85 * nccl_tests_in_place()[512 << 20][1])
+    assert bands["all-reduce [0,1] 512 MiB busbw"].limit == pytest.approx(
+        0.85 * nccl_tests_in_place()[512 << 20][1]
+    )
     assert health.learn_bands(reports[:2]) == {}  # fewer than band_min_probes (3)
 
 
@@ -49,7 +51,8 @@ def test_degraded_copy_named_and_not_learned() -> None:
     assert history.reasons[:4] == [[], [], [], []]
     for reasons in history.reasons[4:]:  # a node that stays slow stays degraded: slow probes never teach
         assert [(r.code, r.flag, r.device_index, r.figure) for r in reasons] == [
-            ("copy-outside-band", "degraded-node", 1, "copy GPU 1")]
+            ("copy-outside-band", "degraded-node", 1, "copy GPU 1")
+        ]
     assert "80% of the node band's median" in history.reasons[4][0].message
     assert len(history.healthy) == 4
 
@@ -61,13 +64,22 @@ def test_recovery_and_just_inside_the_band() -> None:
         h200x2_report(5),  # recovered
     ]
     assert [health.status_of(r) for r in _history(*reports).reasons] == [
-        "healthy", "healthy", "healthy", "healthy", "degraded", "healthy"]
+        "healthy",
+        "healthy",
+        "healthy",
+        "healthy",
+        "degraded",
+        "healthy",
+    ]
 
 
-@pytest.mark.parametrize(("kwargs", "figure"), [
-    ({"latency_scale": 1.6}, "all-reduce [0,1] 8 B time"),
-    ({"busbw_scale": 0.8}, "all-reduce [0,1] 512 MiB busbw"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "figure"),
+    [
+        ({"latency_scale": 1.6}, "all-reduce [0,1] 8 B time"),
+        ({"busbw_scale": 0.8}, "all-reduce [0,1] 512 MiB busbw"),
+    ],
+)
 def test_all_reduce_latency_and_busbw(kwargs, figure) -> None:  # type: ignore[no-untyped-def]
     reasons = _history(*(h200x2_report(i) for i in range(3)), h200x2_report(9, **kwargs)).reasons[-1]
     assert figure in {r.figure for r in reasons}
@@ -79,22 +91,49 @@ def test_all_reduce_latency_and_busbw(kwargs, figure) -> None:  # type: ignore[n
 def test_instant_reasons() -> None:
     base = h200x2_report()
     gpu0, gpu1 = base.telemetry
-    throttled = base.model_copy(update={"telemetry": [
-        gpu0, gpu1.model_copy(update={"clock_event_reason_names": ["sw_thermal"], "clock_event_reasons": 0x20})]})
+    throttled = base.model_copy(
+        update={
+            "telemetry": [
+                gpu0,
+                gpu1.model_copy(
+                    update={"clock_event_reason_names": ["sw_thermal"], "clock_event_reasons": 0x20}
+                ),
+            ]
+        }
+    )
     [reason] = health.instant_reasons(throttled)
     assert (reason.code, reason.flag, reason.device_index) == ("clock-event", "degraded-node", 1)
     assert "sw_thermal" in reason.message
     assert health.instant_reasons(base) == []  # gpu_idle is ignored
-    assert health.instant_reasons(throttled, thresholds=health.Thresholds(
-        ignored_clock_reasons=("gpu_idle", "sw_thermal"))) == []
+    assert (
+        health.instant_reasons(
+            throttled, thresholds=health.Thresholds(ignored_clock_reasons=("gpu_idle", "sw_thermal"))
+        )
+        == []
+    )
 
-    tenant = base.model_copy(update={"telemetry": [gpu0.model_copy(update={"other_processes": [
-        {"pid": 1, "own": True, "used_memory_bytes": 1}, {"pid": 2, "own": False, "used_memory_bytes": 1}]}), gpu1]})
+    tenant = base.model_copy(
+        update={
+            "telemetry": [
+                gpu0.model_copy(
+                    update={
+                        "other_processes": [
+                            {"pid": 1, "own": True, "used_memory_bytes": 1},
+                            {"pid": 2, "own": False, "used_memory_bytes": 1},
+                        ]
+                    }
+                ),
+                gpu1,
+            ]
+        }
+    )
     [reason] = health.instant_reasons(tenant)
     assert (reason.code, reason.flag, reason.device_index) == ("other-tenant", "contended", 0)
     assert health.status_of([reason]) == "contended"
 
-    ecc = base.model_copy(update={"telemetry": [gpu0.model_copy(update={"ecc_volatile_uncorrected": 3}), gpu1]})
+    ecc = base.model_copy(
+        update={"telemetry": [gpu0.model_copy(update={"ecc_volatile_uncorrected": 3}), gpu1]}
+    )
     assert [r.code for r in health.instant_reasons(ecc, previous=base)] == ["ecc-growth"]
     assert health.instant_reasons(ecc, previous=ecc) == []
 
@@ -117,7 +156,9 @@ def test_thresholds_are_configurable_and_validated() -> None:
 def test_fleet_band_judges_a_new_node() -> None:
     fleet = health.fleet_bands([h200x2_report(i) for i in range(6)], "NVIDIA H200")
     assert fleet["copy GPU 0"].scope == "fleet NVIDIA H200"
-    new_node = health.node_health([h200x2_report(30, copy_scale=(0.5, 1.0))], fleet=fleet, model="NVIDIA H200")
+    new_node = health.node_health(
+        [h200x2_report(30, copy_scale=(0.5, 1.0))], fleet=fleet, model="NVIDIA H200"
+    )
     assert new_node.status == "degraded"
     assert [r.figure for r in new_node.reasons] == ["copy GPU 0"]
     assert "fleet NVIDIA H200 band" in new_node.message
@@ -126,11 +167,28 @@ def test_fleet_band_judges_a_new_node() -> None:
 
 
 def test_peer_copy_figures() -> None:
-    report = h200x2_report().model_copy(update={"peer_copy": [
-        PeerCopyReading(src_device=0, dst_device=1, peer_access=True, size_bytes=1 << 28, time_us=700.0,
-                        bandwidth_gbps=383.0),
-        PeerCopyReading(src_device=1, dst_device=0, peer_access=False, size_bytes=1 << 28, time_us=9000.0,
-                        bandwidth_gbps=29.8)]})
+    report = h200x2_report().model_copy(
+        update={
+            "peer_copy": [
+                PeerCopyReading(
+                    src_device=0,
+                    dst_device=1,
+                    peer_access=True,
+                    size_bytes=1 << 28,
+                    time_us=700.0,
+                    bandwidth_gbps=383.0,
+                ),
+                PeerCopyReading(
+                    src_device=1,
+                    dst_device=0,
+                    peer_access=False,
+                    size_bytes=1 << 28,
+                    time_us=9000.0,
+                    bandwidth_gbps=29.8,
+                ),
+            ]
+        }
+    )
     keys = [f.key for f in health.probe_figures(report)]
     assert "peer 0->1" in keys and "peer 1->0" not in keys
 

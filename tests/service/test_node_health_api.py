@@ -23,8 +23,14 @@ def _job_on_node(api, runner, before: ProbeReport, after: ProbeReport) -> int:  
     job_id = api.submit(spec_dict())
     assert api.client.post("/api/v1/runners/claim", json={}, headers=runner).status_code == 200
     result = job_result(job_id, hostname=NODE, key=f"health-key-{job_id:04d}")
-    result = result.model_copy(update={"probes": [before.model_copy(update={"phase": "before"}),
-                                                  after.model_copy(update={"phase": "after"})]})
+    result = result.model_copy(
+        update={
+            "probes": [
+                before.model_copy(update={"phase": "before"}),
+                after.model_copy(update={"phase": "after"}),
+            ]
+        }
+    )
     assert api.post_result(job_id, result, runner).status_code == 201
     return job_id
 
@@ -46,8 +52,9 @@ def test_node_health_status_bands_and_job_flags(api) -> None:  # type: ignore[no
     assert "degraded-node" not in comparison["flags"] and comparison["notes"] == []
 
     # GPU 1 copies at 70% of its band during the next job: the node is degraded, the job flagged.
-    sick_job = _job_on_node(api, runner, h200x2_report(10, copy_scale=(1.0, 0.7)),
-                            h200x2_report(11, copy_scale=(1.0, 0.7)))
+    sick_job = _job_on_node(
+        api, runner, h200x2_report(10, copy_scale=(1.0, 0.7)), h200x2_report(11, copy_scale=(1.0, 0.7))
+    )
     state = api.client.get(f"/api/v1/nodes/{NODE}", headers=read).json()["health"]
     assert state["status"] == "degraded" and state["flags"] == ["degraded-node"]
     assert [(r["code"], r["device_index"]) for r in state["reasons"]] == [("copy-outside-band", 1)]
@@ -73,11 +80,18 @@ def test_contended_node(api) -> None:  # type: ignore[no-untyped-def]
     report = h200x2_report(0)
     gpu0, gpu1 = report.telemetry
     busy = gpu1.model_copy(update={"other_processes": [{"pid": 7, "own": True}, {"pid": 8, "own": False}]})
-    _post_probe(api, runner, report.model_copy(update={"telemetry": [gpu0, busy],
-                                                       "taken_at": report.taken_at + timedelta(hours=1)}))
+    _post_probe(
+        api,
+        runner,
+        report.model_copy(
+            update={"telemetry": [gpu0, busy], "taken_at": report.taken_at + timedelta(hours=1)}
+        ),
+    )
     state = api.client.get(f"/api/v1/nodes/{NODE}", headers=api.token("read")).json()["health"]
     assert state["status"] == "contended"
-    assert [(r["code"], r["device_index"], r["flag"]) for r in state["reasons"]] == [("other-tenant", 1, "contended")]
+    assert [(r["code"], r["device_index"], r["flag"]) for r in state["reasons"]] == [
+        ("other-tenant", 1, "contended")
+    ]
 
 
 def test_unknown_node_is_404(api) -> None:  # type: ignore[no-untyped-def]
