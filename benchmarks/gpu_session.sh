@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The GPU-node check of the main job, as run on the lent H200 (see docs/results/).
 # Usage (repo root, on the GPU node, wheels for the server packages in .whl/):
-#   bash benchmarks/gpu_session.sh OUTDIR [main|timing]
+#   bash benchmarks/gpu_session.sh OUTDIR [main|timing|batch1|batch2]
 # main:   GPU tests, `kernelab probe`, `kernelab up` with both examples (server + runner + job over
-#         real HTTP on SQLite), `kernelab run` with --json/--markdown, the plausibility guard.
+#         real HTTP on SQLite), the plausibility guard.
 # timing: benchmarks/timing_accuracy.py verdicts and methods parts.
+# batch1: (2 GPUs) timing on GPU 0 then the revision A/B job; the correctness sweep on GPU 1 and the
+#         static metrics (compile only) at the same time.
+# batch2: (2 GPUs) probe accuracy + contention drill, GPU unit tests, the guard.
 set -uo pipefail
 out=${1:?usage: gpu_session.sh OUTDIR [main|timing]}; part=${2:-main}
 mkdir -p "$out"
@@ -31,6 +34,22 @@ if [ "$part" = main ]; then
   cp /tmp/kl/kernelab.db "$out/h200.db" 2>/dev/null
   step guard
   timeout 120 python3 benchmarks/timing_accuracy.py --out "$out" --part guard 2>&1 | tail -3 | tee "$out/guard.txt"
+elif [ "$part" = batch1 ]; then
+  step batch1
+  ( CUDA_VISIBLE_DEVICES=1 timeout 400 python3 benchmarks/correctness_sweep.py "$out/correctness" > "$out/correctness.txt" 2>&1 ) &
+  ( CUDA_VISIBLE_DEVICES=1 timeout 300 bash benchmarks/static_metrics_h200.sh "$out/static" > "$out/static.txt" 2>&1 ) &
+  export CUDA_VISIBLE_DEVICES=0
+  timeout 240 python3 benchmarks/timing_accuracy.py --out "$out/timing" --part verdicts --runs 20 > "$out/verdicts.txt" 2>&1
+  timeout 200 python3 benchmarks/timing_accuracy.py --out "$out/timing" --part methods --processes 10 > "$out/methods.txt" 2>&1
+  wait
+  timeout 120 python3 benchmarks/revisions_h200.py "$out/revisions" > "$out/revisions.txt" 2>&1
+  for f in verdicts methods correctness static revisions; do echo "=== $f"; tail -40 "$out/$f.txt"; done
+elif [ "$part" = batch2 ]; then
+  step batch2
+  timeout 300 python3 benchmarks/probe_accuracy.py "$out/probe" > "$out/probe_accuracy.txt" 2>&1
+  timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider --ignore=tests/web tests > "$out/pytest_gpu.txt" 2>&1
+  timeout 120 python3 benchmarks/timing_accuracy.py --out "$out" --part guard > "$out/guard.txt" 2>&1
+  for f in probe_accuracy pytest_gpu guard; do echo "=== $f"; tail -40 "$out/$f.txt"; done
 else
   step timing accuracy
   timeout 300 python3 benchmarks/timing_accuracy.py --out "$out" --part verdicts --runs 20 2>&1 | tee "$out/verdicts.txt"
