@@ -16,7 +16,7 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -431,7 +431,7 @@ def serve(
         os.environ["KERNELAB_DATABASE_URL"] = database_url
     settings = Settings()
     upgrade(settings.database_url)
-    extra: dict[str, int] = {}
+    extra: dict[str, Any] = {}
     if "timeout_worker_healthcheck" in inspect.signature(uvicorn.Config).parameters:
         # A large result body is parsed on the worker's event loop (seconds for a 1,000-cell sweep);
         # uvicorn's default 5 s worker health check would kill the worker mid-ingest.

@@ -95,7 +95,8 @@ def test_batch_invariant_gemm_passes_batch_invariance() -> None:
     result, _ = _checks(bench, "triton", values, CorrectnessSpec(batch_invariance=True))
     assert result.passed
     bi = result.batch_invariance
-    assert bi is not None and bi.invariant and bi.batch_rows == 40 and bi.rows_checked == 17  # rows 0-7, 20, 32-39
+    # rows 0-7, 20, 32-39
+    assert bi is not None and bi.invariant and bi.batch_rows == 40 and bi.rows_checked == 17
     assert bi.mismatched_elements == 0 and "batch-invariant" in check_summary(result)
 
 
