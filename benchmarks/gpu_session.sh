@@ -24,7 +24,7 @@ if [ "$part" = main ]; then
   { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
     python3 -c 'import torch, triton, sys; print(sys.version.split()[0], torch.__version__, torch.version.cuda, triton.__version__)'; } | tee "$out/env.txt"
   step gpu tests
-  timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider --ignore=tests/web tests 2>&1 | tail -15 | tee "$out/pytest_gpu.txt"
+  timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels tests/runners 2>&1 | tail -15 | tee "$out/pytest_gpu.txt"
   step kernelab probe
   timeout 120 $K probe --json "$out/probe.json" 2>&1 | tee "$out/probe.txt"
   step kernelab up softmax
@@ -47,7 +47,7 @@ elif [ "$part" = batch1 ]; then
 elif [ "$part" = batch2 ]; then
   step batch2
   timeout 300 python3 benchmarks/probe_accuracy.py "$out/probe" > "$out/probe_accuracy.txt" 2>&1
-  timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider --ignore=tests/web tests > "$out/pytest_gpu.txt" 2>&1
+  timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels tests/runners > "$out/pytest_gpu.txt" 2>&1
   timeout 120 python3 benchmarks/timing_accuracy.py --out "$out" --part guard > "$out/guard.txt" 2>&1
   for f in probe_accuracy pytest_gpu guard; do echo "=== $f"; tail -40 "$out/$f.txt"; done
 else

@@ -3,6 +3,7 @@ module whose cells fail, skip output elements or override parameters on purpose.
 
 from __future__ import annotations
 
+import os
 import re
 from datetime import UTC
 from typing import Any
@@ -205,8 +206,21 @@ def test_resolve_device_cuda_without_cuda():
         resolve_device(None, "cuda")
 
 
+_GPU_JOB_SCRIPT = """
+import sys
+from runners.job import run_job
+from service.schemas import JobSpec
+print(run_job(JobSpec.model_validate_json(sys.argv[1])).model_dump_json())
+"""
+
+
 @pytest.mark.gpu
 def test_softmax_job_on_gpu():
+    # Triton's mode is fixed per process by its first import (kernels/_device.py), and this test
+    # session may already hold interpreted kernels: run the GPU job in a fresh child process.
+    import subprocess
+    import sys
+
     spec = JobSpec.model_validate({
         "benchmark": "softmax",
         "baseline": {"variant": "torch"},
@@ -216,7 +230,13 @@ def test_softmax_job_on_gpu():
         "probes": NO_PROBES,
         "device": "cuda",
     })
-    result = run_job(spec)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run(
+        [sys.executable, "-c", _GPU_JOB_SCRIPT, spec.model_dump_json()],
+        capture_output=True, text=True, timeout=240, env=env,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = JobResult.model_validate_json(done.stdout.strip().splitlines()[-1])
     (cell,) = result.cells
     assert result.timer == "cuda-graph"  # the GPU default; both softmax variants can be captured
     assert cell.timers == {"baseline": "cuda-graph", "candidate": "cuda-graph"}
