@@ -42,9 +42,13 @@ from service.schemas import CellResult, CorrectnessResult, JobResult, JobSpec, N
 
 TOKEN = "server-load-admin-token-0123456789abcdef"
 SPEC = {
-    "name": "load", "benchmark": "softmax", "baseline": {"variant": "torch"}, "candidate": {"variant": "triton"},
-    "sweep": {"M": [8], "N": [16]}, "probes": {"copy_bandwidth": False, "all_reduce": False, "nvml": False},
-}  # fmt: skip
+    "name": "load",
+    "benchmark": "softmax",
+    "baseline": {"variant": "torch"},
+    "candidate": {"variant": "triton"},
+    "sweep": {"M": [8], "N": [16]},
+    "probes": {"copy_bandwidth": False, "all_reduce": False, "nvml": False},
+}
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -58,13 +62,31 @@ class Server:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         upgrade(url)
-        env = {**os.environ, "KERNELAB_DATABASE_URL": url, "KERNELAB_ADMIN_TOKEN": TOKEN,
-               "KERNELAB_CLAIM_WAIT_MAX_S": "0", "KERNELAB_MAX_REQUEST_BYTES": str(512 * 2**20), "KERNELAB_LOG_LEVEL": "WARNING", "KERNELAB_PUBLIC_DASHBOARD": "1"}  # fmt: skip
+        env = {
+            **os.environ,
+            "KERNELAB_DATABASE_URL": url,
+            "KERNELAB_ADMIN_TOKEN": TOKEN,
+            "KERNELAB_CLAIM_WAIT_MAX_S": "0",
+            "KERNELAB_MAX_REQUEST_BYTES": str(512 * 2**20),
+            "KERNELAB_LOG_LEVEL": "WARNING",
+            "KERNELAB_PUBLIC_DASHBOARD": "1",
+        }
         self.log = log_path.open("wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "runners.cli", "serve", "--port", str(self.port), "--workers", str(workers)],
-            env=env, stdout=self.log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "runners.cli",
+                "serve",
+                "--port",
+                str(self.port),
+                "--workers",
+                str(workers),
+            ],
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
         wait_healthy(self.base, self.proc, timeout_s=120, log_path=log_path)
 
     def stop(self) -> None:
@@ -84,8 +106,10 @@ def claim_load(base: str, runners: int, seconds: float, jobs: int) -> dict[str, 
             http.post("/api/v1/jobs", json=SPEC).raise_for_status()
         tokens = []
         for i in range(runners):
-            r = http.post("/api/v1/runners/register",
-                          json={"name": f"load-{i}", "node": {"hostname": f"load-{i}", "device_type": "cpu"}})  # fmt: skip
+            r = http.post(
+                "/api/v1/runners/register",
+                json={"name": f"load-{i}", "node": {"hostname": f"load-{i}", "device_type": "cpu"}},
+            )
             r.raise_for_status()
             tokens.append(r.json()["token"])
     lat: dict[str, list[float]] = {"claim": [], "heartbeat": []}
@@ -141,40 +165,75 @@ def claim_load(base: str, runners: int, seconds: float, jobs: int) -> dict[str, 
         t.join()
     twice = sum(1 for n in Counter(claimed).values() if n > 1)
     return {
-        "runners": runners, "seconds": seconds, "jobs_queued": jobs, "jobs_claimed": len(claimed),
-        "claimed_twice": twice, "errors": len(errors), "error_kinds": dict(Counter(errors)),
-        "claim_requests": len(lat["claim"]), "heartbeat_requests": len(lat["heartbeat"]),
+        "runners": runners,
+        "seconds": seconds,
+        "jobs_queued": jobs,
+        "jobs_claimed": len(claimed),
+        "claimed_twice": twice,
+        "errors": len(errors),
+        "error_kinds": dict(Counter(errors)),
+        "claim_requests": len(lat["claim"]),
+        "heartbeat_requests": len(lat["heartbeat"]),
         **{f"{k}_p50_ms": _pct(v, 50) for k, v in lat.items()},
         **{f"{k}_p99_ms": _pct(v, 99) for k, v in lat.items()},
-    }  # fmt: skip
+    }
 
 
-def sweep_result(job_id: int, spec: JobSpec, cells: int = 1000, rounds: int = 3, per_round: int = 100) -> JobResult:
+def sweep_result(
+    job_id: int, spec: JobSpec, cells: int = 1000, rounds: int = 3, per_round: int = 100
+) -> JobResult:
     """A valid result of ``cells`` cells, each with 2 variants x ``rounds`` x ``per_round`` samples."""
     rng = np.random.default_rng(0)
     t0 = datetime(2026, 11, 30, tzinfo=UTC)
     work = Work(flops=1e9, bytes_read=1e8, bytes_written=1e8)
-    ok = CorrectnessResult(passed=True, rel_error=1e-7, max_abs_error=1e-8, cosine_similarity=1.0, rtol=1e-5, atol=1e-6)
+    ok = CorrectnessResult(
+        passed=True, rel_error=1e-7, max_abs_error=1e-8, cosine_similarity=1.0, rtol=1e-5, atol=1e-6
+    )
     out = []
     for i in range(cells):
         base = 1e4 * (1 + i % 17)
         samples = [
-            Sample(variant=v, round=r, position=p * 2 + (v == "candidate"), duration_ns=float(base * (0.9 if v == "candidate" else 1.0) * (1 + 0.01 * rng.standard_normal())))  # type: ignore[arg-type]
-            for r in range(rounds) for p in range(per_round) for v in ("baseline", "candidate")
-        ]  # fmt: skip
-        out.append(CellResult(index=i, params={"M": 8, "N": 16 + i}, work={"baseline": work, "candidate": work},
-                              correctness={"baseline": ok, "candidate": ok}, samples=samples))  # fmt: skip
-    return JobResult(idempotency_key=f"load-sweep-{uuid.uuid4().hex}", job_id=job_id, spec=spec,
-                     node=NodeInfo(hostname="load-node", device_type="cpu"), timer="perf_counter",
-                     started_at=t0, finished_at=t0 + timedelta(minutes=5), cells=out)  # fmt: skip
+            Sample(
+                variant=v,
+                round=r,
+                position=p * 2 + (v == "candidate"),
+                duration_ns=float(
+                    base * (0.9 if v == "candidate" else 1.0) * (1 + 0.01 * rng.standard_normal())
+                ),
+            )  # type: ignore[arg-type]
+            for r in range(rounds)
+            for p in range(per_round)
+            for v in ("baseline", "candidate")
+        ]
+        out.append(
+            CellResult(
+                index=i,
+                params={"M": 8, "N": 16 + i},
+                work={"baseline": work, "candidate": work},
+                correctness={"baseline": ok, "candidate": ok},
+                samples=samples,
+            )
+        )
+    return JobResult(
+        idempotency_key=f"load-sweep-{uuid.uuid4().hex}",
+        job_id=job_id,
+        spec=spec,
+        node=NodeInfo(hostname="load-node", device_type="cpu"),
+        timer="perf_counter",
+        started_at=t0,
+        finished_at=t0 + timedelta(minutes=5),
+        cells=out,
+    )
 
 
 def ingest_and_page(base: str, renders: int = 20) -> dict[str, Any]:
     admin = {"Authorization": f"Bearer {TOKEN}"}
     with httpx.Client(base_url=base, headers=admin, timeout=600) as http:
         job = http.post("/api/v1/jobs", json=SPEC).json()["id"]
-        tok = http.post("/api/v1/runners/register",
-                        json={"name": "sweep", "node": {"hostname": "sweep", "device_type": "cpu"}}).json()["token"]  # fmt: skip
+        tok = http.post(
+            "/api/v1/runners/register",
+            json={"name": "sweep", "node": {"hostname": "sweep", "device_type": "cpu"}},
+        ).json()["token"]
         runner = {"Authorization": f"Bearer {tok}", "content-type": "application/json"}
         claim = None
         while claim is None or claim.json()["job_id"] != job:  # older queued jobs are taken and dropped
@@ -204,19 +263,37 @@ def fill_samples(url: str, n: int) -> dict[str, Any]:
     engine = create_engine(url)
     t = time.perf_counter()
     with engine.begin() as conn:
-        job = conn.execute(text("INSERT INTO jobs (name, benchmark, spec, device, status, attempts, max_attempts, created_at) "
-                                "VALUES ('filler', 'softmax', '{}', 'auto', 'succeeded', 1, 1, now()) RETURNING id")).scalar()  # fmt: skip
-        result = conn.execute(text(
-            "INSERT INTO results (job_id, idempotency_key, node_name, node, timer, started_at, finished_at, received_at, spec) "
-            "VALUES (:j, :k, 'filler', '{}', 'perf_counter', now(), now(), now(), '{}') RETURNING id"),
-            {"j": job, "k": f"filler-{uuid.uuid4().hex}"}).scalar()  # fmt: skip
-        cell = conn.execute(text(
-            "INSERT INTO cells (result_id, cell_index, params, baseline_params, candidate_params, work, correctness) "
-            "VALUES (:r, 0, '{}', '{}', '{}', '{}', '{}') RETURNING id"), {"r": result}).scalar()  # fmt: skip
-        conn.execute(text(
-            "INSERT INTO samples (cell_id, variant, round, position, duration_ns, launches, throttled) "
-            "SELECT :c, CASE WHEN g % 2 = 0 THEN 'baseline' ELSE 'candidate' END, g / 200, g % 200, "
-            "1000 + (g % 97), 1, false FROM generate_series(0, :n - 1) AS g"), {"c": cell, "n": n})  # fmt: skip
+        job = conn.execute(
+            text(
+                "INSERT INTO jobs (name, benchmark, spec, device, status, attempts, max_attempts, "
+                "created_at) "
+                "VALUES ('filler', 'softmax', '{}', 'auto', 'succeeded', 1, 1, now()) RETURNING id"
+            )
+        ).scalar()
+        result = conn.execute(
+            text(
+                "INSERT INTO results (job_id, idempotency_key, node_name, node, timer, started_at, "
+                "finished_at, received_at, spec) "
+                "VALUES (:j, :k, 'filler', '{}', 'perf_counter', now(), now(), now(), '{}') RETURNING id"
+            ),
+            {"j": job, "k": f"filler-{uuid.uuid4().hex}"},
+        ).scalar()
+        cell = conn.execute(
+            text(
+                "INSERT INTO cells (result_id, cell_index, params, baseline_params, candidate_params, "
+                "work, correctness) "
+                "VALUES (:r, 0, '{}', '{}', '{}', '{}', '{}') RETURNING id"
+            ),
+            {"r": result},
+        ).scalar()
+        conn.execute(
+            text(
+                "INSERT INTO samples (cell_id, variant, round, position, duration_ns, launches, throttled) "
+                "SELECT :c, CASE WHEN g % 2 = 0 THEN 'baseline' ELSE 'candidate' END, g / 200, g % 200, "
+                "1000 + (g % 97), 1, false FROM generate_series(0, :n - 1) AS g"
+            ),
+            {"c": cell, "n": n},
+        )
     with engine.connect() as conn:
         total = conn.execute(text("SELECT count(*) FROM samples")).scalar()
         conn.execute(text("COMMIT"))
@@ -233,7 +310,10 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--jobs", type=int, default=2000)
     ap.add_argument("--big-samples", type=int, default=10_000_000)
-    ap.add_argument("--pg-url", default=os.environ.get("KERNELAB_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"))
+    ap.add_argument(
+        "--pg-url",
+        default=os.environ.get("KERNELAB_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"),
+    )
     args = ap.parse_args()
     args.out_dir.mkdir(parents=True, exist_ok=True)
     admin = create_engine(args.pg_url, isolation_level="AUTOCOMMIT")
@@ -266,19 +346,44 @@ def main() -> None:
     (args.out_dir / "server_load.json").write_text(json.dumps(report, indent=2))
     c, ps, ss = report["claims"], report["pg_sweep"], report["sqlite_sweep"]
     rows = [
-        ("claim p99 (ms), target <= 100", f"{c['claim_p99_ms']:.1f} (p50 {c['claim_p50_ms']:.1f}; {c['claim_requests']} requests)"),
-        ("heartbeat p99 (ms), target <= 100", f"{c['heartbeat_p99_ms']:.1f} (p50 {c['heartbeat_p50_ms']:.1f}; {c['heartbeat_requests']} requests)"),
-        ("errors / jobs claimed twice, target 0 / 0", f"{c['errors']} / {c['claimed_twice']} ({c['jobs_claimed']} claimed)"),
-        ("ingest 1,000 cells x 600 samples, PostgreSQL (s), target <= 2", f"{ps['ingest_s']:.2f} ({ps['body_mib']:.0f} MiB body)"),
+        (
+            "claim p99 (ms), target <= 100",
+            f"{c['claim_p99_ms']:.1f} (p50 {c['claim_p50_ms']:.1f}; {c['claim_requests']} requests)",
+        ),
+        (
+            "heartbeat p99 (ms), target <= 100",
+            f"{c['heartbeat_p99_ms']:.1f} (p50 {c['heartbeat_p50_ms']:.1f}; "
+            f"{c['heartbeat_requests']} requests)",
+        ),
+        (
+            "errors / jobs claimed twice, target 0 / 0",
+            f"{c['errors']} / {c['claimed_twice']} ({c['jobs_claimed']} claimed)",
+        ),
+        (
+            "ingest 1,000 cells x 600 samples, PostgreSQL (s), target <= 2",
+            f"{ps['ingest_s']:.2f} ({ps['body_mib']:.0f} MiB body)",
+        ),
         ("ingest 1,000 cells x 600 samples, SQLite (s), target <= 2", f"{ss['ingest_s']:.2f}"),
-        ("job page of the sweep, PostgreSQL p50/p95 (ms), target <= 500", f"{ps['page_p50_ms']:.0f} / {ps['page_p95_ms']:.0f}"),
-        ("job page of the sweep, SQLite p50/p95 (ms), target <= 500", f"{ss['page_p50_ms']:.0f} / {ss['page_p95_ms']:.0f}"),
-    ]  # fmt: skip
+        (
+            "job page of the sweep, PostgreSQL p50/p95 (ms), target <= 500",
+            f"{ps['page_p50_ms']:.0f} / {ps['page_p95_ms']:.0f}",
+        ),
+        (
+            "job page of the sweep, SQLite p50/p95 (ms), target <= 500",
+            f"{ss['page_p50_ms']:.0f} / {ss['page_p95_ms']:.0f}",
+        ),
+    ]
     if "pg_big" in report:
         b = report["pg_big"]
-        rows.append((f"job page with {b['samples_total']:,} samples in the DB, p95 (ms), target <= 300",
-                     f"{b['page_p95_ms']:.0f} (fill {b['fill_s']:.0f} s)"))  # fmt: skip
-    print(f"\n| {args.runners} runners, {args.workers} API workers, {args.seconds:g} s | value |\n| --- | --- |")
+        rows.append(
+            (
+                f"job page with {b['samples_total']:,} samples in the DB, p95 (ms), target <= 300",
+                f"{b['page_p95_ms']:.0f} (fill {b['fill_s']:.0f} s)",
+            )
+        )
+    print(
+        f"\n| {args.runners} runners, {args.workers} API workers, {args.seconds:g} s | value |\n| --- | --- |"
+    )
     for k, v in rows:
         print(f"| {k} | {v} |")
 
