@@ -15,13 +15,14 @@ from typing import Any
 
 from pydantic import TypeAdapter
 from sqlalchemy import func, insert, select, union, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from service import models, queue
 from service.auth import create_token
 from service.models import Cell, Job, JobAttempt, ProbeReading, Result, Runner, Sample, utcnow
 from service.schemas import (
     CellResult,
+    Comparison,
     CorrectnessResult,
     JobPublic,
     JobResult,
@@ -267,18 +268,6 @@ def list_nodes(*, session: Session, offset: int = 0, limit: int = 50) -> tuple[l
 # --------------------------------------------------------------------------------------------------
 
 
-def _summary(result: JobResult, job_id: int) -> dict[str, int] | None:
-    """Verdict counts for the jobs list. Statistics never block storing raw data: a failure is
-    logged and the summary left empty (the comparison endpoint recomputes it on read)."""
-    from service.stats import compare
-
-    try:
-        return dict(compare(result, job_id=job_id).summary)
-    except Exception:
-        log.exception("computing the summary of job %s failed; raw results are stored anyway", job_id)
-        return None
-
-
 def store_result(
     *, session: Session, job_id: int, result: JobResult, runner_id: int
 ) -> tuple[int, bool]:  # fmt: skip
@@ -317,8 +306,65 @@ def store_result(
             session=session, report=report, node_name=result.node.hostname, runner_id=runner_id,
             job_id=job_id, result_id=row.id,
         )  # fmt: skip
-    session.execute(update(Job).where(Job.id == job_id).values(summary=_summary(result, job_id)))
+    # The comparison (and the job's verdict summary) is computed after the commit, off the request:
+    # ``store_comparison``; readers recompute it on a miss (``base_comparison``).
     return row.id, False
+
+
+def _compare(result: JobResult, job_id: int) -> Comparison | None:
+    """``stats.compare`` without node-health flags. Statistics never block storing raw data: a
+    failure is logged and None returned (readers recompute on their next read)."""
+    from service.stats import compare
+
+    try:
+        return compare(result, job_id=job_id)
+    except Exception:
+        log.exception("computing the comparison of job %s failed; raw results are stored anyway", job_id)
+        return None
+
+
+def _save_comparison(session: Session, job_id: int, comparison: Comparison) -> None:
+    session.execute(
+        update(Result).where(Result.job_id == job_id).values(comparison=comparison.model_dump(mode="json"))
+    )
+    session.execute(update(Job).where(Job.id == job_id).values(summary=dict(comparison.summary)))
+
+
+def store_comparison(*, factory: sessionmaker[Session], job_id: int) -> None:
+    """Compute and store the comparison of ``job_id``'s stored result (``results.comparison``)
+    and the job's verdict summary, in a session of its own (run after the ingest's commit, e.g. as
+    a background task). Does nothing when the result is gone or already has its comparison."""
+    with factory() as session:
+        if session.scalar(select(Result.comparison).where(Result.job_id == job_id)) is not None:
+            return
+        result = load_result(session=session, job_id=job_id)
+        if result is None:
+            return
+        comparison = _compare(result, job_id)
+        if comparison is not None:
+            _save_comparison(session, job_id, comparison)
+            session.commit()
+
+
+def base_comparison(
+    *, session: Session, job_id: int, result: JobResult | None = None
+) -> Comparison | None:
+    """The stored comparison of ``job_id``'s result (``stats.compare`` without node-health flags),
+    computed from the raw samples and stored on a miss (the caller commits); None when the job has
+    no result. ``result``: the already loaded ``JobResult``, to spare loading it on a miss."""
+    stored = session.execute(select(Result.id, Result.comparison).where(Result.job_id == job_id)).first()
+    if stored is None:
+        return None
+    if stored.comparison is not None:
+        return Comparison.model_validate(stored.comparison)
+    result = result if result is not None else load_result(session=session, job_id=job_id)
+    if result is None:
+        return None
+    from service.stats import compare
+
+    comparison = compare(result, job_id=job_id)
+    _save_comparison(session, job_id, comparison)
+    return comparison
 
 
 def _cell_context(cell: CellResult) -> dict[str, Any]:
@@ -360,11 +406,14 @@ def _insert_cells(session: Session, result_id: int, cells: Sequence[CellResult])
 _SAMPLE_FIELDS = tuple(SampleSchema.model_fields)
 
 
-def load_result(*, session: Session, job_id: int) -> JobResult | None:
+def load_result(
+    *, session: Session, job_id: int, sample_cells: Sequence[int] | None = None
+) -> JobResult | None:
     """Rebuild the ``JobResult`` a runner posted for ``job_id`` from the tables; None if none.
 
     Cells come in ``index`` order, samples in the order they were posted, probe reports in the
-    order they were stored.
+    order they were stored. ``sample_cells``: load the samples of these cell indices only (the
+    other cells come back with no samples); None loads all.
     """
     row = session.scalar(select(Result).where(Result.job_id == job_id))
     if row is None:
@@ -372,9 +421,10 @@ def load_result(*, session: Session, job_id: int) -> JobResult | None:
     cells = list(session.scalars(select(Cell).where(Cell.result_id == row.id).order_by(Cell.cell_index)))
     samples: dict[int, list[SampleSchema]] = {c.id: [] for c in cells}
     columns = [getattr(Sample, f) for f in _SAMPLE_FIELDS]
-    for cell_id, *values in session.execute(
-        select(Sample.cell_id, *columns).join(Cell).where(Cell.result_id == row.id).order_by(Sample.id)
-    ):
+    query = select(Sample.cell_id, *columns).join(Cell).where(Cell.result_id == row.id)
+    if sample_cells is not None:
+        query = query.where(Cell.cell_index.in_(list(sample_cells)))
+    for cell_id, *values in session.execute(query.order_by(Sample.id)):
         samples[cell_id].append(SampleSchema(**dict(zip(_SAMPLE_FIELDS, values, strict=True))))
     reports = session.scalars(
         select(models.ProbeReport.report)

@@ -175,6 +175,8 @@ class Result(Base):
     received_at: Mapped[datetime] = mapped_column(default=utcnow)
     spec: Mapped[dict[str, Any]]
     error: Mapped[str | None] = mapped_column(Text)
+    # ``stats.compare`` of the result without node-health flags (applied on read); NULL until computed.
+    comparison: Mapped[dict[str, Any] | None]
 
 
 class Cell(Base):

@@ -126,7 +126,7 @@ def node_health(
 
 
 def job_health(
-    *, session: Session, result: JobResult, job_id: int | None, settings: Settings
+    *, session: Session, result: JobResult | Comparison, job_id: int | None, settings: Settings
 ) -> tuple[list[Flag], list[HealthReason]]:
     """Flags and reasons of the node that measured ``result``: its before/after probes judged
     against the node's band as it stood then (stored reports of ``job_id``), or, for a result whose
@@ -158,6 +158,38 @@ def compare_job(
     flags, reasons = job_health(session=session, result=result, job_id=job_id, settings=settings)
     return compare(result, job_id=job_id, peaks=peaks, health_flags=flags,
                    notes=health.report_notes(flags, reasons))
+
+
+def with_health(
+    comparison: Comparison, flags: Sequence[Flag], reasons: Sequence[HealthReason]
+) -> Comparison:
+    """``comparison`` (computed without ``health_flags``) as ``compare(..., health_flags=flags,
+    notes=report_notes(flags, reasons))`` would have given it: the flags added to every cell and to
+    the job, the notes set."""
+    from service.stats import _sorted_flags
+
+    out = comparison.model_copy(deep=True)
+    if flags:
+        for c in out.cells:
+            c.flags = _sorted_flags([*c.flags, *flags])
+        out.flags = _sorted_flags([*out.flags, *flags])
+    out.notes = list(health.report_notes(list(flags), list(reasons)))
+    return out
+
+
+def job_comparison(
+    *, session: Session, job_id: int, settings: Settings, result: JobResult | None = None
+) -> Comparison | None:
+    """``compare_job`` of the job's stored result, from its stored comparison (computed and stored
+    on a miss, ``crud.base_comparison``) with the node-health flags applied now; None without a
+    result."""
+    from service import crud
+
+    base = crud.base_comparison(session=session, job_id=job_id, result=result)
+    if base is None:
+        return None
+    flags, reasons = job_health(session=session, result=base, job_id=job_id, settings=settings)
+    return with_health(base, flags, reasons)
 
 
 def excluded_job_ids(*, session: Session, job_ids: Sequence[int], settings: Settings) -> set[int]:

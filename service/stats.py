@@ -136,8 +136,17 @@ def ratio_ci(
         return None
     ratio = float(np.nanmedian(cand)) / base_median
     idx = np.random.default_rng(seed).integers(0, rounds.size, size=(n_resamples, rounds.size))
+    # A resample's median depends only on which rounds it drew (a multiset), not on their order. With
+    # few rounds most of the n_resamples draws repeat a multiset (3 rounds: 10 distinct ones), so the
+    # medians are computed once per distinct multiset and mapped back: identical numbers, far less sorting.
+    if math.comb(2 * rounds.size - 1, rounds.size) < n_resamples:
+        uniq, inverse = np.unique(np.sort(idx, axis=1), axis=0, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        cand_med, base_med = _resampled_medians(cand, uniq)[inverse], _resampled_medians(base, uniq)[inverse]
+    else:
+        cand_med, base_med = _resampled_medians(cand, idx), _resampled_medians(base, idx)
     with np.errstate(divide="ignore", invalid="ignore"):
-        boot = _resampled_medians(cand, idx) / _resampled_medians(base, idx)
+        boot = cand_med / base_med
     boot = boot[np.isfinite(boot)]
     if boot.size == 0:
         return None

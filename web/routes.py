@@ -36,6 +36,7 @@ PLOTLY_JS_URL = "/assets/plotly.min.js"
 PLOTLY_JS_PATH = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 JOBS_PER_PAGE = 50
 NODE_READINGS = 100  # probe reports shown on a node page, newest first
+RAW_FIGURE_SAMPLES = 20_000  # above this many samples a job page draws per-cell summaries, not samples
 VERDICTS = ("faster", "slower", "same", "inconclusive")
 PHASE_ORDER = {"before": 0, "after": 1, "adhoc": 2}
 FLAG_HELP = {
@@ -166,7 +167,16 @@ def job_page(
     if row is None:
         return _not_found(request, f"There is no job #{job_id}.")
     job = crud.job_public(session=session, job=row)
-    result = crud.load_result(session=session, job_id=job_id)
+    comparison = node_health.job_comparison(session=session, job_id=job_id, settings=settings)
+    raw = comparison is None or crud.count_samples(session=session, job_id=job_id) <= RAW_FIGURE_SAMPLES
+    timeline_cell: int | None = None
+    if not raw:  # a large sweep: the stored comparison draws the summary figure; one cell's samples
+        assert comparison is not None
+        indices = [c.index for c in comparison.cells if c.baseline.n + c.baseline.dropped_throttled
+                   + c.candidate.n + c.candidate.dropped_throttled]
+        timeline_cell = cell if cell in indices else (indices[0] if indices else None)
+    only = None if raw else [c for c in (timeline_cell,) if c is not None]
+    result = crud.load_result(session=session, job_id=job_id, sample_cells=only)
     context: dict[str, Any] = {
         "job": job, "result": result, "comparison": None,
         "probes": probe_tables(result.probes if result else []),
@@ -175,9 +185,17 @@ def job_page(
         "threshold_pct": job.spec.measurement.threshold_pct,
         "labels": dict(zip(("baseline", "candidate"), _spec_labels(job.spec, result), strict=True)),
     }
-    if result is not None:
-        comparison = node_health.compare_job(session=session, result=result, job_id=job_id, settings=settings)
-        context.update(_result_context(result, job_id, cell, comparison))
+    if result is not None and comparison is not None:
+        if raw:
+            context.update(_result_context(result, job_id, cell, comparison))
+        else:
+            timeline = figures.timeline_figure(result, timeline_cell) if timeline_cell is not None else None
+            context.update({
+                "comparison": comparison, "has_figures": True,
+                "samples_json": figures.figure_json(figures.samples_figure(comparison)),
+                "timeline_cell": timeline_cell,
+                "timeline_json": figures.figure_json(timeline) if timeline is not None else None,
+            })  # fmt: skip
     return templates.TemplateResponse(request, "job.html", context)
 
 

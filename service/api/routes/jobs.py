@@ -17,7 +17,8 @@ from kernels import validate_spec
 from service import crud, queue
 from service.api.deps import JobId, Offset, ReadToken, SessionDep, SessionFactoryDep, SettingsDep, SubmitToken
 from service.api.errors import SpecInvalidError
-from service.schemas import Comparison, JobPublic, JobResult, JobsPage, JobSpec, JobStatus
+from service.core.config import Settings
+from service.schemas import Comparison, JobPublic, JobsPage, JobSpec, JobStatus
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -63,32 +64,30 @@ def cancel_job(job_id: JobId, _: SubmitToken, session: SessionDep) -> JobPublic:
     return crud.job_public(session=session, job=queue.cancel(session, job_id))
 
 
-def _result_or_409(session: Session, job_id: int) -> JobResult:
+def _comparison_or_409(session: Session, job_id: int, settings: Settings) -> Comparison:
+    """The job's comparison with node-health flags (stored, or computed and stored on a miss)."""
+    from service.node_health import job_comparison
+
     job = queue.get_job(session, job_id)
-    result = crud.load_result(session=session, job_id=job_id)
-    if result is None:
+    comparison = job_comparison(session=session, job_id=job_id, settings=settings)
+    if comparison is None:
         raise HTTPException(status.HTTP_409_CONFLICT, f"job {job_id} has no result yet (status {job.status})")
-    return result
+    return comparison
 
 
 @router.get("/{job_id}/comparison")
 def get_comparison(job_id: JobId, _: ReadToken, session: SessionDep, settings: SettingsDep) -> Comparison:
     """Per-cell statistics and verdicts of the job's result (409 while there is none); flags
     ``degraded-node``/``contended`` and a note when the node's probes left its healthy band."""
-    from service.node_health import compare_job
-
-    result = _result_or_409(session, job_id)
-    return compare_job(session=session, result=result, job_id=job_id, settings=settings)
+    return _comparison_or_409(session, job_id, settings)
 
 
 @router.get("/{job_id}/report.md", response_class=PlainTextResponse)
 def get_report(job_id: JobId, _: ReadToken, session: SessionDep, settings: SettingsDep) -> PlainTextResponse:
     """The comparison as Markdown, ready to paste into a pull request (409 while no result)."""
-    from service.node_health import compare_job
     from service.report import to_markdown
 
-    result = _result_or_409(session, job_id)
-    markdown = to_markdown(compare_job(session=session, result=result, job_id=job_id, settings=settings))
+    markdown = to_markdown(_comparison_or_409(session, job_id, settings))
     return PlainTextResponse(markdown, media_type="text/markdown; charset=utf-8")
 
 
