@@ -10,6 +10,7 @@ the unit that keeps the numbers readable (ns, µs or ms, chosen from the median 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from statistics import median
 
@@ -364,8 +365,14 @@ def _draw_bands(
             fig.add_hrect(y0=band.low, y1=band.high, row=1, col=1, fillcolor=_BAND_COLOUR, line_width=0,
                           layer="below")
         fig.add_hline(y=band.limit, row=row, col=1, line_dash="dash", line_color=_THROTTLED_COLOUR,
-                      line_width=1, annotation_text=f"{band.figure} limit ({band.scope})",
-                      annotation_font_size=10)
+                      line_width=1)
+        # Plotly places annotations on a log axis in log10 units (shapes take data units), so the
+        # label of the log panel's limit line gets y = log10(limit).
+        label_y = band.limit if row == 1 else math.log10(band.limit) if band.limit > 0 else None
+        if label_y is not None:
+            fig.add_annotation(text=f"{band.figure} limit ({band.scope})", y=label_y, x=1, xref="x domain",
+                               xanchor="right", yanchor="bottom", showarrow=False, font_size=10,
+                               row=row, col=1)
     marks = [(r, status, sum(c.bandwidth_gbps for c in r.copy_bandwidth) / len(r.copy_bandwidth))
              for r, status in unhealthy if r.copy_bandwidth]
     if marks:
