@@ -40,6 +40,8 @@ def pg_url() -> Iterator[str]:
             conn.execute(text(f'CREATE DATABASE "{name}"'))
     except OperationalError as exc:
         admin.dispose()
+        if os.environ.get("CI"):  # .ci/run starts PostgreSQL: there, unreachable is a failure
+            pytest.fail(f"PostgreSQL at {PG_URL} is not reachable: {exc.orig}")
         pytest.skip(f"PostgreSQL at {PG_URL} is not reachable: {exc.orig}")
     try:
         yield make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
