@@ -29,7 +29,8 @@ age out of the database or the thresholds be loosened).
 
 Reasons that need no band (``instant_reasons``): a probe that failed or computed a wrong sum, a
 clock-event reason other than the ignored ones (default: only ``gpu_idle`` is ignored, as issue 4
-asks), volatile uncorrected ECC errors that grew since the previous report, and another process
+asks; in a probe taken right after a job, ``sw_power_cap`` is the job's own load and is ignored
+too), volatile uncorrected ECC errors that grew since the previous report, and another process
 on a GPU (``contended``: another tenant; ``stats._foreign_processes`` decides what "another" is).
 """
 
@@ -59,6 +60,11 @@ FLEET_WINDOW = 500
 LATENCY_MAX_BYTES = 1 * MIB
 BUSBW_MIN_BYTES = 64 * MIB
 IGNORED_CLOCK_REASONS: tuple[str, ...] = ("gpu_idle",)
+# Reasons a job's own load raises: an H200 running dense bf16 matmuls reaches its 700 W board limit
+# and NVML reports sw_power_cap (seen 2026-11-30: 557 W, 1635 MHz in the probe right after an
+# 8192^3 matmul job; docs/results/2026-11-30-h200x2-probe-accuracy.md). In an "after" probe they
+# describe the job, not the node; the job's samples carry their own clocks and throttle marks.
+LOAD_CLOCK_REASONS: tuple[str, ...] = ("sw_power_cap",)
 
 Better = Literal["higher", "lower"]
 
@@ -77,6 +83,7 @@ class Thresholds:
     latency_max_bytes: int = LATENCY_MAX_BYTES
     busbw_min_bytes: int = BUSBW_MIN_BYTES
     ignored_clock_reasons: tuple[str, ...] = IGNORED_CLOCK_REASONS
+    after_job_clock_reasons: tuple[str, ...] = LOAD_CLOCK_REASONS
 
     def __post_init__(self) -> None:
         for name in ("copy_min_fraction", "busbw_min_fraction"):
@@ -215,7 +222,8 @@ def instant_reasons(
     """Reasons visible in ``report`` alone (or against the ``previous`` report for ECC growth).
 
     ``degraded-node``: a failed probe (``report.errors``), a wrong all-reduce sum, a clock-event
-    reason not in ``ignored_clock_reasons``, ECC (volatile, uncorrected) above the previous
+    reason not in ``ignored_clock_reasons`` (nor, in an ``after`` probe, in
+    ``after_job_clock_reasons``: the job's own power capping), ECC (volatile, uncorrected) above the previous
     report's count for the same GPU (matched by UUID, else index). ``contended``: another compute
     process on a GPU.
     """
@@ -232,8 +240,11 @@ def instant_reasons(
                                     message=f"all-reduce over {group} of {size_label(a.size_bytes)} "
                                             "returned a wrong sum"))
     before = {(g.uuid or str(g.device_index)): g for g in (previous.telemetry if previous else [])}
+    ignored = set(t.ignored_clock_reasons)
+    if report.phase == "after":
+        ignored |= set(t.after_job_clock_reasons)
     for g in report.telemetry:
-        reasons = [r for r in g.clock_event_reason_names if r not in t.ignored_clock_reasons]
+        reasons = [r for r in g.clock_event_reason_names if r not in ignored]
         if reasons:
             out.append(HealthReason(
                 code="clock-event", flag="degraded-node", device_index=g.device_index,
