@@ -26,7 +26,7 @@ from functools import cache
 from importlib.metadata import entry_points
 from typing import Annotated, Any, ClassVar, Generic, TypeVar, cast
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, field_validator
 
 from service.schemas import JobSpec, ParamValue, Work
 
@@ -41,10 +41,24 @@ class BenchmarkError(Exception):
         self.loc = loc
 
 
+# Largest integer parameter: shapes index tensors with int32 arithmetic in Triton kernels and reach
+# cuBLAS as int32 dimensions, and a larger value only fails later, deep inside a launch.
+MAX_INT_PARAM = 2**31 - 1
+
+
 class Params(BaseModel):
-    """Base for a benchmark's parameter model: unknown parameters are errors."""
+    """Base for a benchmark's parameter model: unknown parameters are errors, and every integer
+    parameter must fit in int32 (``MAX_INT_PARAM``); raises ``pydantic.ValidationError`` naming the
+    field otherwise."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _fits_int32(cls, value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT_PARAM:
+            raise ValueError(f"must be at most {MAX_INT_PARAM} (int32)")
+        return value
 
 
 def _check_power_of_two(value: int) -> int:

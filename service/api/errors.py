@@ -1,5 +1,6 @@
 """Exception handlers: every error is JSON ``{"detail": ...}``, and bad input never becomes a 500.
 
+* ``RequestValidationError`` -> FastAPI's 422, with NaN/Infinity inputs written as strings;
 * ``SpecInvalidError`` (a spec its benchmark rejects) -> 422 in FastAPI's validation format
   ``{"detail": [{"loc": ["body", ...field], "msg": ..., "type": ...}]}``;
 * ``queue.JobNotFoundError`` -> 404; ``queue.LeaseLostError`` and ``InvalidTransitionError`` -> 409;
@@ -12,10 +13,13 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request, status
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DataError, IntegrityError
 
@@ -77,8 +81,27 @@ async def _out_of_range(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+def _json_safe(value: Any) -> Any:
+    """``value`` with non-finite floats as strings: JSON has no NaN/Infinity, and a request body
+    may carry them (Python's json module reads ``NaN`` and ``1e999``)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+async def _request_invalid(_request: Request, exc: Exception) -> JSONResponse:
+    """FastAPI's 422, but safe to encode when the rejected input was NaN or infinite."""
+    assert isinstance(exc, RequestValidationError)
+    return _json(status.HTTP_422_UNPROCESSABLE_CONTENT, _json_safe(jsonable_encoder(exc.errors())))
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Register kernelab's exception handlers on ``app``."""
+    app.add_exception_handler(RequestValidationError, _request_invalid)
     app.add_exception_handler(SpecInvalidError, _spec_invalid)
     app.add_exception_handler(JobNotFoundError, _not_found)
     app.add_exception_handler(LeaseLostError, _conflict)

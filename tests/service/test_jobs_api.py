@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from factories import job_result, spec_dict
 
@@ -33,12 +35,25 @@ def test_submit_valid_spec(api) -> None:  # type: ignore[no-untyped-def]
         ({"baseline": {"variant": "cublas"}}, ["body", "baseline", "variant"]),
         ({"surprise": 1}, ["body", "surprise"]),
         ({"measurement": {"warmup_ms": -1}}, ["body", "measurement", "warmup_ms"]),
+        ({"sweep": {"M": [10**20], "N": [64]}}, ["body", "sweep", "M"]),  # beyond int32
     ],
 )
 def test_submit_invalid_spec_names_the_field(api, change, loc) -> None:  # type: ignore[no-untyped-def]
     r = api.client.post("/api/v1/jobs", json=spec_dict(**change), headers=api.admin)
     assert loc in _loc(r)
     assert api.client.get("/api/v1/jobs", headers=api.admin).json()["count"] == 0
+
+
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "1e999"])
+def test_non_finite_number_is_a_422_not_a_500(api, literal) -> None:  # type: ignore[no-untyped-def]
+    # Python's json module reads NaN/Infinity/1e999; the 422 must still be encodable JSON.
+    spec = spec_dict()
+    spec.pop("measurement", None)
+    body = json.dumps(spec)[:-1] + f', "measurement": {{"budget_ms": {literal}}}}}'
+    r = api.client.post(
+        "/api/v1/jobs", content=body, headers={**api.admin, "content-type": "application/json"}
+    )
+    assert ["body", "measurement", "budget_ms"] in _loc(r)
 
 
 def test_submit_missing_field(api) -> None:  # type: ignore[no-untyped-def]
