@@ -132,7 +132,15 @@ class ServerProcess:
         self.stop()
 
     def start(self, timeout_s: float = SERVER_START_TIMEOUT_S) -> ServerProcess:
-        """Start the server and wait for ``/healthz``. Raises ``ServerStartError`` if it never answers."""
+        """Start the server and wait for ``/healthz``. Raises ``ServerStartError`` if the port is
+        taken (another server there would answer ``/healthz`` in this one's place) or if it never
+        answers."""
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            if probe.connect_ex((self.host, self.port)) == 0:
+                raise ServerStartError(
+                    f"port {self.port} on {self.host} is already in use (another server?); "
+                    "choose another with --port"
+                )
         env = {**os.environ, "KERNELAB_DATABASE_URL": self.database_url,
                "KERNELAB_ADMIN_TOKEN": self._admin_token}
         self.log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -147,3 +147,21 @@ def test_examples_validate_and_are_bundled(name: str) -> None:
     # CPU cells are small (Triton interpreter), GPU cells are real sizes.
     assert max(c["M"] for c in cpu) <= 128 < min(c["M"] for c in cuda)
     assert spec.timeout_s >= 60
+
+
+def test_up_refuses_a_port_already_in_use(tmp_path: Path) -> None:
+    # Another server on the port would answer /healthz in place of ours and reject our token.
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        proc = subprocess.run(
+            [sys.executable, "-m", "runners.cli", "up", "--exit", "--port", str(port),
+             "--data-dir", str(tmp_path / "data")],
+            capture_output=True, text=True, timeout=120,
+        )
+    assert proc.returncode == 1
+    assert f"port {port} on 127.0.0.1 is already in use" in proc.stderr + proc.stdout
+    assert "Traceback" not in proc.stderr
