@@ -285,4 +285,13 @@ def run_job(
         finished_at=datetime.now(UTC),
         cells=results,
         probes=probes,
+        error=all_cells_failed(results),
     )
+
+
+def all_cells_failed(cells: list[CellResult]) -> str | None:
+    """The job-level error when no cell could be measured (the job failed, whatever it stored),
+    else None: ``"all N cells failed; first: <error>"``."""
+    if cells and all(c.error for c in cells):
+        return f"all {len(cells)} cells failed; first: {cells[0].error}"
+    return None

@@ -124,6 +124,14 @@ def test_a_failing_cell_is_recorded_and_the_job_goes_on():
     assert failed.samples == [] and failed.correctness == {}
     assert ok.error is None and ok.samples
     assert ok.correctness["baseline"].passed
+    assert result.error is None  # one cell measured: the job succeeded
+
+
+def test_a_job_whose_every_cell_failed_is_an_error():
+    result = run_job(double_spec(sweep={"fail": [True]}))
+    assert result.error == (
+        "all 1 cells failed; first: RuntimeError: compile error: the toy kernel refuses this cell"
+    )
 
 
 def test_poisoning_exposes_an_unwritten_element():
