@@ -253,7 +253,8 @@ def validate_spec(spec: JobSpec) -> list[dict[str, Any]]:
         if vs.variant not in bench.variants:
             errors.append({
                 "loc": (side, "variant"),
-                "msg": f"unknown variant {vs.variant!r} of {bench.name!r}; known: {list(bench.variants)}",
+                "msg": f"unknown variant {vs.variant!r} of {bench.name!r}; "
+                       f"known: {', '.join(bench.variants)}",
                 "type": "value_error",
             })
     seen: set[tuple[str, ...]] = set()

@@ -88,7 +88,7 @@ class BatchInvariantMatmulBenchmark(Benchmark[BatchInvariantMatmulParams]):
                 num_stages=params.num_stages,
             )
         raise BenchmarkError(
-            f"unknown variant {variant!r} of 'bi_matmul'; known: {list(self.variants)}", ("variant",)
+            f"unknown variant {variant!r} of 'bi_matmul'; known: {', '.join(self.variants)}", ("variant",)
         )
 
     def reference(self, params: BatchInvariantMatmulParams, inputs: dict[str, Any]) -> Any:

@@ -98,7 +98,8 @@ class ChunkedAttentionBenchmark(Benchmark[ChunkedAttentionParams]):
                 num_stages=params.num_stages,
             )
         raise BenchmarkError(
-            f"unknown variant {variant!r} of 'chunked_attention'; known: {list(self.variants)}", ("variant",)
+            f"unknown variant {variant!r} of 'chunked_attention'; known: {', '.join(self.variants)}",
+            ("variant",),
         )
 
     def reference(self, params: ChunkedAttentionParams, inputs: dict[str, Any]) -> Any:

@@ -149,7 +149,7 @@ class Conv3dBenchmark(Benchmark[Conv3dParams]):
                 num_stages=params.num_stages,
             )
         raise BenchmarkError(
-            f"unknown variant {variant!r} of 'conv3d'; known: {list(self.variants)}", ("variant",)
+            f"unknown variant {variant!r} of 'conv3d'; known: {', '.join(self.variants)}", ("variant",)
         )
 
     def reference(self, params: Conv3dParams, inputs: dict[str, Any]) -> Any:

@@ -117,7 +117,7 @@ class MatmulBenchmark(Benchmark[MatmulParams]):
                 input_precision=params.input_precision,
             )
         raise BenchmarkError(
-            f"unknown variant {variant!r} of 'matmul'; known: {list(self.variants)}", ("variant",)
+            f"unknown variant {variant!r} of 'matmul'; known: {', '.join(self.variants)}", ("variant",)
         )
 
     def reference(self, params: MatmulParams, inputs: dict[str, Any]) -> Any:

@@ -127,7 +127,7 @@ class SoftmaxBenchmark(Benchmark[SoftmaxParams]):
             kernels = import_triton_kernels("kernels.triton_kernels.softmax", x.device)
             return kernels.make_softmax(x, out, **launch_config(params))
         raise BenchmarkError(
-            f"unknown variant {variant!r} of 'softmax'; known: {list(self.variants)}", ("variant",)
+            f"unknown variant {variant!r} of 'softmax'; known: {', '.join(self.variants)}", ("variant",)
         )
 
     def reference(self, params: SoftmaxParams, inputs: dict[str, Any]) -> Any:
