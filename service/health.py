@@ -123,9 +123,10 @@ def _group_label(ranks: Sequence[int], world_size: int) -> str:
 def probe_figures(report: ProbeReport, thresholds: Thresholds | None = None) -> list[Figure]:
     """The figures of ``report`` (module docstring), in report order.
 
-    All-reduce sizes between ``latency_max_bytes`` and ``busbw_min_bytes`` (exclusive) yield no
-    figure: neither their time nor their bandwidth is a stable health signal. CUDA-graph readings
-    get their own keys (``... graph``), since their times differ from eager ones.
+    gloo all-reduce readings (CPU mode) yield none. All-reduce sizes between ``latency_max_bytes``
+    and ``busbw_min_bytes`` (exclusive) yield no figure: neither their time nor their bandwidth is
+    a stable health signal. CUDA-graph readings get their own keys (``... graph``), since their
+    times differ from eager ones.
     """
     t = thresholds or Thresholds()
     out: list[Figure] = []
@@ -139,6 +140,10 @@ def probe_figures(report: ProbeReport, thresholds: Thresholds | None = None) -> 
     for a in report.all_reduce:
         if a.world_size < 2:
             continue  # one rank moves no data: its "all-reduce" says nothing about the links
+        if a.backend == "gloo":
+            # gloo between processes of one CPU-only host (kernelab's CPU mode) times the host's
+            # scheduler, not a link: on a loaded 2-core machine it swings 2x between probes.
+            continue
         stem = f"all-reduce {_group_label(a.ranks, a.world_size)} {size_label(a.size_bytes)}"
         stem += " graph" if a.cuda_graph else ""
         if a.size_bytes <= t.latency_max_bytes:

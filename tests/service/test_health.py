@@ -215,3 +215,11 @@ def test_comparison_carries_node_flags_and_note() -> None:
     assert c.notes and "degraded node" in c.notes[0] and "copy GPU 1" in c.notes[0]
     assert c.summary == stats.compare(result).summary  # the verdicts stand; the flag and note qualify them
     assert health.report_notes([], []) == []
+
+
+def test_gloo_all_reduce_is_not_a_health_figure() -> None:
+    # kernelab's CPU mode: gloo between processes of one host times the scheduler, not a link.
+    report = job_result(1).probes[0]
+    assert report.all_reduce and all(a.backend == "gloo" for a in report.all_reduce)
+    keys = [f.key for f in health.probe_figures(report)]
+    assert keys and not any(k.startswith("all-reduce") for k in keys)
