@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from types import ModuleType
 from typing import Any
 
-from runners.probes.telemetry import NvmlUnavailable, load_nvml, nvml_handle
+from runners.probes.telemetry import open_device
 from service.schemas import ContentionReading
 
 logger = logging.getLogger(__name__)
@@ -71,20 +71,10 @@ class GpuContentionMonitor:
         self._handle: Any = None
         self._since_us = 0
         self._own_pid = os.getpid()
-        if device_index is None:
-            self.status = "no device"
-            return
-        try:
-            nvml = load_nvml()
-            self._handle = nvml_handle(nvml, device_index)
-        except NvmlUnavailable as exc:
-            self.status = exc.status
-            return
-        except Exception as exc:  # NVMLError for a missing GPU: the monitor reads nothing
-            self.status = f"NVML error: {exc}"
+        nvml, self._handle, self.status = open_device(device_index)
+        if nvml is None:
             return
         self._nvml = nvml
-        self.status = "ok"
         self.start()
 
     @property

@@ -265,6 +265,25 @@ def read_telemetry() -> tuple[list[GpuTelemetry], str]:
     return readings, STATUS_OK
 
 
+def open_device(device_index: int | None) -> tuple[ModuleType | None, Any, str]:
+    """``(nvml, handle, status)`` for one CUDA device, for the per-sample readers.
+
+    ``nvml`` and ``handle`` are None when nothing can be read: no device (a CPU run, status
+    ``"no device"``), NVML absent (``NvmlUnavailable``'s status) or an NVML error for this device
+    (``"NVML error: ..."``); otherwise status is ``"ok"``. Never raises.
+    """
+    if device_index is None:
+        return None, None, "no device"
+    try:
+        nvml = load_nvml()
+        handle = nvml_handle(nvml, device_index)
+    except NvmlUnavailable as exc:
+        return None, None, exc.status
+    except Exception as exc:  # pynvml.NVMLError (e.g. a missing GPU): the reader degrades to None
+        return None, None, f"NVML error: {exc}"
+    return nvml, handle, STATUS_OK
+
+
 class ContextSampler:
     """Cheap per-sample context of one GPU: SM clock, clock-event reasons, temperature, power.
 
@@ -281,20 +300,10 @@ class ContextSampler:
         self.expected_sm_clock_mhz: float | None = None
         self._nvml: ModuleType | None = None
         self._handle: Any = None
-        if device_index is None:
-            self.status = "no device"
-            return
-        try:
-            nvml = load_nvml()
-            self._handle = nvml_handle(nvml, device_index)
-        except NvmlUnavailable as exc:
-            self.status = exc.status
-            return
-        except Exception as exc:  # NVMLError for a missing GPU: the sampler degrades to None
-            self.status = f"NVML error: {exc}"
+        nvml, self._handle, self.status = open_device(device_index)
+        if nvml is None:
             return
         self._nvml = nvml
-        self.status = STATUS_OK
         max_sm = _try(nvml, lambda: nvml.nvmlDeviceGetMaxClockInfo(self._handle, nvml.NVML_CLOCK_SM))
         self.expected_sm_clock_mhz = float(max_sm) if max_sm else None
 
