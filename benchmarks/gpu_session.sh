@@ -50,6 +50,17 @@ elif [ "$part" = batch2 ]; then
   timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels tests/runners > "$out/pytest_gpu.txt" 2>&1
   timeout 120 python3 benchmarks/timing_accuracy.py --out "$out" --part guard > "$out/guard.txt" 2>&1
   for f in probe_accuracy pytest_gpu guard; do echo "=== $f"; tail -40 "$out/$f.txt"; done
+elif [ "$part" = exp ]; then
+  # (2 GPUs) probe latency by method and the quick probe's timeline; then, on GPU 0 alone with GPU 1
+  # idle, the graph timer's window sweep and the methods table with extra windows.
+  step exp
+  timeout 150 python3 benchmarks/probe_latency.py "$out/probe" > "$out/probe_latency.txt" 2>&1
+  timeout 60 python3 -m pytest -q -m gpu -p no:cacheprovider tests/runners/test_probes_all_reduce.py > "$out/pytest_ar.txt" 2>&1
+  export CUDA_VISIBLE_DEVICES=0
+  timeout 60 python3 benchmarks/timing_accuracy.py --out "$out/timing" --part windows > "$out/windows.txt" 2>&1
+  timeout 330 python3 benchmarks/timing_accuracy.py --out "$out/timing" --part methods --processes 10 \
+    --graph-windows-us "${WINDOWS:-1000,10000}" > "$out/methods.txt" 2>&1
+  for f in probe_latency pytest_ar windows methods; do echo "=== $f"; tail -45 "$out/$f.txt"; done
 else
   step timing accuracy
   timeout 300 python3 benchmarks/timing_accuracy.py --out "$out" --part verdicts --runs 20 2>&1 | tee "$out/verdicts.txt"

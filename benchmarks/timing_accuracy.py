@@ -43,6 +43,16 @@ METHODS = (
     "kernelab cuda-event cold", "kernelab cuda-event hot", "kernelab cuda-graph (default)",
     "do_bench", "do_bench_cudagraph", "event pair per launch",
 )
+# Extra graph-timer windows measured next to the default (set by --graph-windows-us).
+GRAPH_WINDOWS_US: tuple[float, ...] = ()
+
+
+def _window_method(us: float) -> str:
+    return f"kernelab cuda-graph, {us:g} us window"
+
+
+def _methods() -> tuple[str, ...]:
+    return METHODS + tuple(_window_method(us) for us in GRAPH_WINDOWS_US)
 
 
 def _make_kernels(torch: Any) -> dict[str, Any]:
@@ -81,16 +91,27 @@ def _event_pair_per_launch_ns(torch: Any, fn: Any, n: int = 100) -> float:
     return statistics.median(times)
 
 
-def _kernelab_ns(torch: Any, fn: Any, kind: str, l2_flush: bool) -> float:
+def _kernelab_ns(
+    torch: Any, fn: Any, kind: str, l2_flush: bool, window_us: float | None = None,
+    clocks: dict[str, float] | None = None, label: str = "",
+) -> float:
     from runners.engine import measure_pair
-    from runners.timing import make_timer
+    from runners.timing import CudaGraphTimer, make_timer
     from service.schemas import MeasurementSpec
 
     # The spec's defaults (min_time_ms 500, target CI 1%) with a 750 ms budget per pair, so that
     # 10 processes fit the GPU session's time limit.
     settings = MeasurementSpec(l2_flush=l2_flush, budget_ms=750, timer=kind)  # type: ignore[arg-type]
     timer = make_timer(torch.device("cuda"), settings)
+    if window_us is not None:
+        timer = CudaGraphTimer(torch.device("cuda"), l2_flush=l2_flush, min_window_ns=window_us * 1e3,
+                               max_launches=100_000)
     samples = measure_pair(fn, fn, settings, timer)
+    if clocks is not None:
+        mhz = [s.sm_clock_mhz for s in samples if s.sm_clock_mhz is not None]
+        clocks[label] = statistics.median(mhz) if mhz else float("nan")
+        clocks[label + " launches"] = statistics.median(s.launches for s in samples)
+        clocks[label + " samples"] = len(samples)
     return statistics.median(s.duration_ns for s in samples)
 
 
@@ -101,18 +122,24 @@ def worker() -> None:
 
     fns = _make_kernels(torch)
     row: dict[str, dict[str, float]] = {}
+    windows = [float(w) for w in os.environ.get("KERNELAB_GRAPH_WINDOWS_US", "").split(",") if w]
     for name, fn in fns.items():
         for _ in range(3):
             fn()
         torch.cuda.synchronize()
+        clocks: dict[str, float] = {}
         row[name] = {
             METHODS[0]: _kernelab_ns(torch, fn, "cuda-event", True),
             METHODS[1]: _kernelab_ns(torch, fn, "cuda-event", False),
-            METHODS[2]: _kernelab_ns(torch, fn, "cuda-graph", True),
+            METHODS[2]: _kernelab_ns(torch, fn, "cuda-graph", True, clocks=clocks, label="default"),
             METHODS[3]: tt.do_bench(fn, return_mode="median") * 1e6,
             METHODS[4]: tt.do_bench_cudagraph(fn, return_mode="median") * 1e6,
             METHODS[5]: _event_pair_per_launch_ns(torch, fn),
         }
+        for w in windows:
+            row[name][_window_method(w)] = _kernelab_ns(torch, fn, "cuda-graph", True, window_us=w,
+                                                         clocks=clocks, label=f"{w:g} us")
+        row[name]["context"] = clocks  # type: ignore[assignment]
     print("RESULT " + json.dumps(row), flush=True)
 
 
@@ -135,14 +162,65 @@ def part_methods(processes: int, log: Any) -> str:
         "| --- | --- | ---: | ---: |",
     ]
     for k in KERNELS:
-        for m in METHODS:
+        for m in _methods():
             vals = [r[k][m] for r in rows]
             lines.append(f"| {k} | {m} | {_fmt_ns(statistics.median(vals))} | {max(vals) / min(vals):.4f} |")
+    lines += ["", "| kernel | kernelab graph timer | median SM MHz per process (min-max) "
+              "| launches per sample | samples |", "| --- | --- | --- | ---: | ---: |"]
+    for k in KERNELS:
+        for label in ["default", *(f"{w:g} us" for w in GRAPH_WINDOWS_US)]:
+            mhz = [r[k]["context"][label] for r in rows]  # type: ignore[index]
+            lines.append(f"| {k} | {label} | {min(mhz):.0f}-{max(mhz):.0f} | "
+                         f"{statistics.median(r[k]['context'][label + ' launches'] for r in rows):g} | "  # type: ignore[index]
+                         f"{statistics.median(r[k]['context'][label + ' samples'] for r in rows):g} |")  # type: ignore[index]
     one = KERNELS[0]
     graph = statistics.median(r[one]["do_bench_cudagraph"] for r in rows)
-    for m in METHODS[:3]:
+    for m in METHODS[:3] + tuple(_window_method(w) for w in GRAPH_WINDOWS_US):
         mine = statistics.median(r[one][m] for r in rows)
         lines.append(f"\none-element: {m} / do_bench_cudagraph = {mine / graph:.3f} (target <= 1.25)")
+    return "\n".join(lines)
+
+
+def part_windows(log: Any) -> str:
+    """Graph replay time per launch of the one-element kernel against launches per replay.
+
+    A fit t(n) = c + b*n of replay time over launches separates the fixed cost of a replay (c:
+    graph launch, first-node latency, event records) from the per-launch time b; the per-launch
+    reading t(n)/n = b + c/n is what the graph timer reports, so its window must make c/n small.
+    """
+    import numpy as np
+    import torch
+
+    from runners.timing import CudaGraphTimer
+
+    one = torch.ones(1, device="cuda")
+
+    def fn() -> None:
+        one.add_(1.0)
+
+    lines = ["| launches per replay | flush | per launch (median of 30) | replay total |",
+             "| ---: | --- | ---: | ---: |"]
+    fits = []
+    for flush in (True, False):
+        timer = CudaGraphTimer(torch.device("cuda"), l2_flush=flush, max_launches=100_000)
+        ns, totals = [], []
+        counts = (1, 10, 50, 200, 1000, 5000, 20000)
+        for n in counts:
+            for _ in range(3):
+                timer.time_ns(fn, n)
+            per = statistics.median(timer.time_ns(fn, n) for _ in range(30))
+            ns.append(per)
+            totals.append(per * n)
+            lines.append(f"| {n} | {flush} | {per / 1e3:.4f} us | {per * n / 1e3:.2f} us |")
+            log.write(json.dumps({"part": "windows", "flush": flush, "launches": n,
+                                  "per_launch_ns": per}) + "\n")
+        b, c = np.polyfit(np.array(counts, dtype=float), np.array(totals), 1)
+        fits.append(f"flush={flush}: fixed cost per replay c = {c / 1e3:.2f} us, "
+                    f"per launch b = {b / 1e3:.4f} us")
+        timer.reset()
+    from triton.testing import do_bench_cudagraph
+
+    lines += ["", *fits, f"do_bench_cudagraph: {do_bench_cudagraph(fn, return_mode='median') * 1e3:.4f} us"]
     return "\n".join(lines)
 
 
@@ -232,8 +310,13 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("."))
     ap.add_argument("--processes", type=int, default=10)
     ap.add_argument("--runs", type=int, default=20)
-    ap.add_argument("--part", choices=("all", "methods", "verdicts", "guard"), default="all")
+    ap.add_argument("--part", choices=("all", "methods", "verdicts", "guard", "windows"), default="all")
+    ap.add_argument("--graph-windows-us", default="",
+                    help="comma-separated extra graph-timer windows (us) measured next to the default")
     args = ap.parse_args()
+    global GRAPH_WINDOWS_US
+    GRAPH_WINDOWS_US = tuple(float(w) for w in args.graph_windows_us.split(",") if w)
+    os.environ["KERNELAB_GRAPH_WINDOWS_US"] = args.graph_windows_us
     if args.worker:
         worker()
         return
@@ -249,6 +332,8 @@ def main() -> None:
             tables.append(part_guard(log))
         if args.part in ("all", "verdicts"):
             tables.append(part_verdicts(args.runs, log))
+        if args.part == "windows":
+            tables.append(part_windows(log))
         if args.part in ("all", "methods"):
             tables.append(part_methods(args.processes, log))
     print("\n\n".join(tables))

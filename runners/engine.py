@@ -145,8 +145,9 @@ class LocalPairTimer:
         return self.timer.time_ns(self.fns[variant], launches)
 
     def launches_for(self, variant: Variant, per_launch_ns: float) -> int:
-        """``timer.launches_for(per_launch_ns)`` (one timer serves both variants)."""
-        return self.timer.launches_for(per_launch_ns)
+        """``timer.launches_for`` for ``variant``'s callable (one timer serves both variants; a
+        ``FallbackTimer`` sizes each callable's window for the timer that times it)."""
+        return self.timer.launches_for(per_launch_ns, self.fns[variant])
 
 
 def _warm_up(pair: PairTimer, warmup_ms: float) -> dict[Variant, int]:

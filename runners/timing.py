@@ -105,8 +105,10 @@ class Timer(ABC):
         Raises ``ValueError`` when ``launches < 1``; whatever ``fn`` raises propagates.
         """
 
-    def launches_for(self, per_launch_ns: float) -> int:
-        """Launches per sample for a launch estimated at ``per_launch_ns``; see ``choose_launches``."""
+    def launches_for(self, per_launch_ns: float, fn: Callable[[], Any] | None = None) -> int:
+        """Launches per sample for a launch of ``fn`` estimated at ``per_launch_ns``; see
+        ``choose_launches``. ``fn`` matters only to a timer that times callables differently
+        (``FallbackTimer``)."""
         return choose_launches(
             per_launch_ns, min_window_ns=self.min_window_ns, max_launches=self.max_launches
         )
@@ -394,6 +396,14 @@ class FallbackTimer(Timer):
                 self._fallen_back.add(fn)
                 self.fallbacks += 1
         return self.fallback.time_ns(fn, launches)
+
+    def launches_for(self, per_launch_ns: float, fn: Callable[[], Any] | None = None) -> int:
+        """Launches per sample from the timer that times ``fn`` (its own window and cap); with no
+        ``fn``, the combined ``min_window_ns`` and ``max_launches`` (fits either timer)."""
+        if fn is None:
+            return super().launches_for(per_launch_ns)
+        timer = self.fallback if fn in self._fallen_back else self.primary
+        return timer.launches_for(per_launch_ns, fn)
 
     def kind_for(self, fn: Callable[[], Any]) -> str:
         """``fallback.name`` for a callable that fell back, else ``primary.name``."""

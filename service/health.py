@@ -146,6 +146,9 @@ def probe_figures(report: ProbeReport, thresholds: Thresholds | None = None) -> 
             continue
         stem = f"all-reduce {_group_label(a.ranks, a.world_size)} {size_label(a.size_bytes)}"
         stem += " graph" if a.cuda_graph else ""
+        # A host-clock reading of NCCL (before 2026-11-30, or asked for) times torch's dispatch too
+        # (runners.probes.all_reduce): it gets its own band, never mixed with event-timed readings.
+        stem += " host-clock" if a.timed_by == "host-clock" and not a.cuda_graph else ""
         if a.size_bytes <= t.latency_max_bytes:
             out.append(Figure(f"{stem} time", a.time_us, "us", "lower", "latency", ranks=tuple(a.ranks)))
         if a.size_bytes >= t.busbw_min_bytes:

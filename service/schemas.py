@@ -496,6 +496,11 @@ class AllReduceReading(BaseModel):
     busbw_gbps: float = Field(ge=0)
     correct: bool = True
     cuda_graph: bool = Field(default=False, description="timed as one CUDA-graph replay of the ops")
+    timed_by: Literal["host-clock", "cuda-events"] = Field(
+        default="host-clock",
+        description="host clock around the ops + one sync (nccl-tests), or CUDA events behind a spin "
+        "kernel (runners.probes.all_reduce)",
+    )
 
 
 class PeerCopyReading(BaseModel):

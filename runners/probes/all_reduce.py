@@ -7,27 +7,39 @@ port the OS picks (no free-port race), waits with a deadline and kills every ran
 a hung collective can never hang the runner.
 
 Method (nccl-tests ``common.cu``, ``all_reduce_perf -w 10 -n 50``): per size, ``warmup_iters``
-all-reduces, a barrier, then a host clock around ``iters`` back-to-back in-place all-reduces
-followed by one synchronisation (``torch.cuda.synchronize``; gloo's blocking all-reduce has
-already completed when it returns), divided by ``iters``; the per-rank times are averaged over the
-ranks (nccl-tests' default ``-a 1``). algbw = bytes / time; busbw = algbw * 2(n-1)/n
+all-reduces, a barrier, then ``iters`` back-to-back in-place all-reduces timed as one window and
+divided by ``iters``; the per-rank times are averaged over the ranks (nccl-tests' default ``-a 1``).
+How the window is timed (``timing``):
+
+* ``"cuda-events"`` (the CUDA default): the window sits between two CUDA events behind a spin
+  kernel that holds the stream while the host enqueues the ``iters`` ops (``runners.timing.
+  CudaEventTimer`` in hot mode, as nvbandwidth holds its stream); median of ``EVENT_WINDOWS``
+  windows. nccl-tests' host clock around the loop + one sync reads the same thing when the host
+  enqueues faster than the GPU runs the ops, which holds for ``ncclAllReduce`` called from C
+  (~19.5 us per 8 B op on 2xH200) but not for ``torch.distributed.all_reduce`` from Python: its
+  per-call host dispatch (~20-40 us in a VM, varying between runs) made the host-clock figure
+  bimodal, 22 or 33-39 us at 8 B on an idle node (``docs/results/2026-11-30-h200x2-probe-
+  accuracy.md``), i.e. a reading of the host, not of the collective.
+* ``"host-clock"`` (gloo always; CUDA on request): ``time.perf_counter_ns`` around the loop and
+  one ``torch.cuda.synchronize`` (gloo's blocking all-reduce has already completed when it
+  returns), exactly as nccl-tests. algbw = bytes / time; busbw = algbw * 2(n-1)/n
 (nccl-tests ``doc/PERFORMANCE.md``). The timed buffer holds zeros so repeated sums never overflow;
 correctness is checked afterwards on a separate buffer where rank r holds r + 1 everywhere and
 every element must read n(n+1)/2; wrong elements are summed over the ranks like nccl-tests'
 ``#wrong``. Reference on a 2xH200 node: 19.5 us at 8 B, 313 GB/s busbw at 512 MiB
 (``shared/reference/nccl-tests-all_reduce_perf-2xH200.txt``).
 
-Measured with this module on a 2xH200 node (2026-11-30, torch 2.11, driver 580): 512 MiB in
-1713 us (313 GB/s busbw, as nccl-tests), 64 MiB in 256 us, but 38-43 us at 8 B and 1 MiB: below
+Measured with the host clock on a 2xH200 node (2026-11-30, torch 2.11, driver 580): 512 MiB in
+1713 us (313 GB/s busbw, as nccl-tests), 64 MiB in 256 us, but 22-43 us at 8 B and 1 MiB: below
 a few MiB each ``torch.distributed.all_reduce`` call costs more host time than the collective
-itself, so small-size latency here bounds torch's dispatch, not NVLink (nccl-tests calls
-``ncclAllReduce`` from C; CUDA-graph replay would remove the dispatch).
+itself, hence the ``cuda-events`` default.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -45,6 +57,8 @@ MIB = 1024**2
 CUDA_SIZES_BYTES = (8, 1 * MIB, 64 * MIB)
 CPU_SIZES_BYTES = (8, 1 * MIB)
 CUDA_WARMUP_ITERS, CUDA_ITERS = 10, 50  # nccl-tests -w 10 -n 50
+EVENT_WINDOWS = 5  # cuda-events timing: windows of `iters` ops per size; the median is reported
+TIMINGS = ("cuda-events", "host-clock")
 CPU_WARMUP_ITERS, CPU_ITERS = 3, 20
 CPU_WORLD_SIZE = 2
 TIMEOUT_S = 120.0
@@ -98,7 +112,7 @@ def sub_groups(world_size: int) -> list[list[int]]:
 
 def _resolve(
     device_type: str | None, sizes_bytes: Sequence[int] | None, world_size: int | None,
-    warmup_iters: int | None, iters: int | None, timeout_s: float,
+    warmup_iters: int | None, iters: int | None, timeout_s: float, timing: str | None = None,
 ) -> dict[str, Any]:
     """Validate the arguments of ``measure_all_reduce`` into a rank configuration (see there)."""
     if device_type is None:
@@ -130,10 +144,16 @@ def _resolve(
         raise ValueError(f"need warmup_iters >= 0 and iters >= 1, got {warmup}, {n_iters}")
     if timeout_s <= 0:
         raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+    if timing is None:
+        timing = "cuda-events" if device_type == "cuda" else "host-clock"
+    if timing not in TIMINGS:
+        raise ValueError(f"timing must be one of {list(TIMINGS)}, got {timing!r}")
+    if timing == "cuda-events" and device_type != "cuda":
+        raise ValueError("timing 'cuda-events' needs CUDA devices; gloo on the CPU uses 'host-clock'")
     return {
         "backend": backend, "device_type": device_type, "world_size": world,
         "sizes_bytes": [int(s) for s in sizes], "warmup_iters": warmup, "iters": n_iters,
-        "timeout_s": timeout_s,
+        "timeout_s": timeout_s, "timing": timing,
     }
 
 
@@ -159,6 +179,10 @@ class AllReduceRun:
         self.config.update(port=self._store.port, result_dir=str(tmp))
         self._procs: list[subprocess.Popen[bytes]] = []
         self._logs: list[Path] = []
+        self.started_at = time.time()
+        # Per rank, seconds from construction to each stage ("imported", "initialised", "ready",
+        # "go", "measured"), filled by ``wait``: where the probe's wall time goes.
+        self.timeline: list[dict[str, float]] = []
         for rank in range(config["world_size"]):
             log = tmp / f"rank{rank}.log"
             self._logs.append(log)
@@ -182,6 +206,8 @@ class AllReduceRun:
                         for rank in range(self.config["world_size"])]
         finally:
             self.close()
+        self.timeline = [{k: round(v - self.started_at, 4) for k, v in p.get("timeline", {}).items()}
+                         for p in payloads]
         rows = sorted((row for p in payloads for row in p["rows"]), key=lambda row: row.pop("order"))
         notes = sorted({n for p in payloads for n in p["notes"]})
         return [AllReduceReading.model_validate(row) for row in rows], notes
@@ -229,13 +255,14 @@ def start_all_reduce(
     cuda_graph: bool = False,
     timeout_s: float = TIMEOUT_S,
     extra_env: Mapping[str, str] | None = None,
+    timing: str | None = None,
 ) -> AllReduceRun:
     """Start the ranks of ``measure_all_reduce`` (same arguments) without letting them measure yet.
 
     Raises ``ValueError``/``RuntimeError`` as ``measure_all_reduce`` does, before any process starts,
     and ``ValueError`` for a group that names a rank outside ``world_size`` or has fewer than 2 ranks.
     """
-    config = _resolve(device_type, sizes_bytes, world_size, warmup_iters, iters, timeout_s)
+    config = _resolve(device_type, sizes_bytes, world_size, warmup_iters, iters, timeout_s, timing)
     world = config["world_size"]
     for group in groups:
         if len(group) < 2 or any(not 0 <= r < world for r in group) or len(set(group)) != len(group):
@@ -259,6 +286,7 @@ def measure_all_reduce(
     cuda_graph: bool = False,
     timeout_s: float = TIMEOUT_S,
     extra_env: Mapping[str, str] | None = None,
+    timing: str | None = None,
 ) -> list[AllReduceReading]:
     """All-reduce (float32 sum) latency and bandwidth per group and size; one reading per pair.
 
@@ -271,7 +299,9 @@ def measure_all_reduce(
     (``cuda_graph=True`` on the reading): no per-op host dispatch, as nccl-tests ``-G``. A graph
     that cannot be captured leaves a note instead of a reading (see ``AllReduceRun.wait``).
     ``timeout_s`` bounds the whole measurement, process start included. ``extra_env`` is added to
-    each rank's environment (``NCCL_NVLS_ENABLE=0`` is always forced).
+    each rank's environment (``NCCL_NVLS_ENABLE=0`` is always forced). ``timing``: how a window
+    of ``iters`` ops is timed, ``"cuda-events"`` (CUDA default) or ``"host-clock"`` (gloo's only
+    choice); see the module docstring.
 
     Raises ``ValueError`` for a bad configuration (world size, sizes, iteration counts, groups),
     ``RuntimeError`` when a rank fails (its stderr tail is in the message) and ``TimeoutError``
@@ -279,7 +309,7 @@ def measure_all_reduce(
     """
     with start_all_reduce(
         device_type, sizes_bytes=sizes_bytes, world_size=world_size, warmup_iters=warmup_iters, iters=iters,
-        groups=groups, cuda_graph=cuda_graph, timeout_s=timeout_s, extra_env=extra_env,
+        groups=groups, cuda_graph=cuda_graph, timeout_s=timeout_s, extra_env=extra_env, timing=timing,
     ) as run:
         run.go()
         readings, _ = run.wait()
@@ -297,6 +327,7 @@ def _child_main() -> None:
     """Entry point of one rank (run as ``python -c``); configuration in ``KERNELAB_ALL_REDUCE_CONFIG``."""
     import torch.distributed as dist
 
+    timeline = {"imported": time.time()}
     cfg = json.loads(os.environ[_CONFIG_ENV])
     rank, world = cfg["rank"], cfg["world_size"]
     timeout = timedelta(seconds=cfg["timeout_s"])
@@ -309,18 +340,21 @@ def _child_main() -> None:
         cfg["backend"], store=store, rank=rank, world_size=world, timeout=timeout,
         device_id=device if device.type == "cuda" else None,
     )
+    timeline["initialised"] = time.time()
     rows: list[dict[str, Any]] = []
     notes: list[str] = []
     try:
         # new_group is collective: every rank creates every group, in the same order.
         groups = [(ranks, None if len(ranks) == world else dist.new_group(ranks)) for ranks in cfg["groups"]]
+        timeline["ready"] = time.time()
         store.wait([_GO_KEY])
+        timeline["go"] = time.time()
         for g, (ranks, group) in enumerate(groups):
             if rank in ranks:
                 for s, size in enumerate(cfg["sizes_bytes"]):
                     common = dict(size_bytes=size, device=device, ranks=ranks, rank=rank, group=group,
                                   warmup_iters=cfg["warmup_iters"], iters=cfg["iters"],
-                                  backend=cfg["backend"])
+                                  backend=cfg["backend"], timing=cfg["timing"])
                     # Every member measures; the group's first rank reports (times are averaged already).
                     row = _measure_size(**common)  # type: ignore[arg-type]
                     if rank == ranks[0]:
@@ -334,18 +368,21 @@ def _child_main() -> None:
                             notes.append(f"CUDA-graph all-reduce over {ranks} at {size} B failed: {exc}")
             dist.barrier()
     finally:
+        timeline["measured"] = time.time()
         dist.destroy_process_group()
     out = Path(cfg["result_dir"]) / f"result{rank}.json"
-    out.write_text(json.dumps({"rows": rows, "notes": sorted(set(notes))}))
+    out.write_text(json.dumps({"rows": rows, "notes": sorted(set(notes)), "timeline": timeline}))
 
 
 def _measure_size(
     size_bytes: int, *, device: torch.device, ranks: list[int], rank: int, group: Any, warmup_iters: int,
-    iters: int, backend: str, cuda_graph: bool = False,
+    iters: int, backend: str, cuda_graph: bool = False, timing: str = "host-clock",
 ) -> dict[str, Any]:
     """Time one size over ``group`` (None: the world) on this rank (all members call it together);
     returns an AllReduceReading dict. ``cuda_graph``: capture ``iters`` ops into one graph and time
-    one replay (host clock around replay + synchronize, / iters)."""
+    one replay (host clock around replay + synchronize, / iters). Otherwise ``timing``
+    ``"cuda-events"``: median of ``EVENT_WINDOWS`` event-timed windows of ``iters`` ops behind a spin
+    kernel; ``"host-clock"``: one host-timed window."""
     import torch.distributed as dist
 
     n = len(ranks)
@@ -375,15 +412,29 @@ def _measure_size(
     sync()
     dist.barrier(group=group)
     sync()
-    t0 = time.perf_counter_ns()
-    if graph is not None:
-        graph.replay()
-    else:
-        for _ in range(iters):
+    timed_by = "host-clock"
+    if graph is None and timing == "cuda-events":
+        from runners.timing import CudaEventTimer
+
+        timer = CudaEventTimer(device, l2_flush=False, min_window_ns=0.0, max_launches=iters)
+
+        def op() -> None:
             dist.all_reduce(buf, group=group)
-    sync()
-    elapsed_ns = time.perf_counter_ns() - t0
-    mean_ns = torch.tensor([elapsed_ns / iters], dtype=torch.float64, device=device)
+
+        # Every rank issues the same ops in the same order (the timer's first-sample estimate
+        # included), so the collectives stay matched.
+        per_op_ns = statistics.median(timer.time_ns(op, iters) for _ in range(EVENT_WINDOWS))
+        timed_by = "cuda-events"
+    else:
+        t0 = time.perf_counter_ns()
+        if graph is not None:
+            graph.replay()
+        else:
+            for _ in range(iters):
+                dist.all_reduce(buf, group=group)
+        sync()
+        per_op_ns = (time.perf_counter_ns() - t0) / iters
+    mean_ns = torch.tensor([per_op_ns], dtype=torch.float64, device=device)
     dist.all_reduce(mean_ns, group=group)  # sum of the per-rank times -> average over ranks below
 
     check = torch.full((numel,), float(rank + 1), dtype=torch.float32, device=device)
@@ -405,4 +456,5 @@ def _measure_size(
         "busbw_gbps": busbw_gbps(alg, n),
         "correct": int(wrong.item()) == 0,
         "cuda_graph": graph is not None,
+        "timed_by": timed_by,
     }

@@ -71,7 +71,8 @@ def format_probe_report(report: ProbeReport, node: NodeInfo) -> str:
         )
     if report.all_reduce:
         first = report.all_reduce[0]
-        out += ["", f"all-reduce ({first.backend}, {first.world_size} ranks, float32 sum)"]
+        out += ["", f"all-reduce ({first.backend}, {first.world_size} ranks, float32 sum, "
+                    f"timed by {first.timed_by})"]
         out += _table(
             ["group", "size", "time us", "algbw GB/s", "busbw GB/s", "correct"],
             [[(",".join(map(str, r.ranks)) or f"x{r.world_size}") + (" graph" if r.cuda_graph else ""),

@@ -139,7 +139,7 @@ def test_format_probe_report_shows_readings_gaps_and_errors() -> None:
     assert "gpu-node-7" in text and "NVIDIA H200" in text and "60 MiB" in text and "driver 580.159.04" in text
     copy_row = next(line for line in lines if "512 MiB" in line)
     assert copy_row.split() == ["1", "512", "MiB", "256.5", "4185.3"]
-    assert "all-reduce (nccl, 2 ranks, float32 sum)" in text
+    assert "all-reduce (nccl, 2 ranks, float32 sum, timed by host-clock)" in text
     assert next(line for line in lines if line.split()[:3] == ["0,1", "8", "B"]).split()[-1] == "yes"
     assert next(line for line in lines if line.split()[:3] == ["0,1", "1", "MiB"]).split()[-1] == "NO"
     gpu_row = next(line for line in lines if line.startswith("0 ") and "gpu_idle" in line)

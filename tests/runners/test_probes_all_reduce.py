@@ -70,6 +70,31 @@ def test_unknown_device_type_is_rejected() -> None:
         measure_all_reduce("tpu")
 
 
+def test_timing_is_validated_before_any_rank_starts() -> None:
+    with pytest.raises(ValueError, match="timing must be one of"):
+        measure_all_reduce("cpu", timing="wall")
+    with pytest.raises(ValueError, match="needs CUDA devices"):
+        measure_all_reduce("cpu", timing="cuda-events")
+
+
+def test_gloo_readings_say_host_clock() -> None:
+    readings = measure_all_reduce("cpu", sizes_bytes=[8], iters=2, warmup_iters=1)
+    assert [r.timed_by for r in readings] == ["host-clock"]
+
+
+@pytest.mark.gpu
+def test_nccl_event_timing_is_default_and_not_slower_than_the_host_clock() -> None:
+    events = measure_all_reduce("cuda", sizes_bytes=[8, 64 * MIB])
+    host = measure_all_reduce("cuda", sizes_bytes=[8, 64 * MIB], timing="host-clock")
+    assert [r.timed_by for r in events] == ["cuda-events"] * 2
+    assert [r.timed_by for r in host] == ["host-clock"] * 2
+    assert all(r.correct for r in events + host)
+    # The host clock around the ops and one sync also holds the device time of the ops.
+    assert events[0].time_us <= host[0].time_us * 1.1
+    # At 64 MiB both time the link: within 10%.
+    assert events[1].time_us == pytest.approx(host[1].time_us, rel=0.1)
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA error")
 def test_cuda_without_gpu_raises() -> None:
     with pytest.raises(RuntimeError, match="no CUDA GPU"):
