@@ -50,6 +50,14 @@ elif [ "$part" = batch2 ]; then
   timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels tests/runners > "$out/pytest_gpu.txt" 2>&1
   timeout 120 python3 benchmarks/timing_accuracy.py --out "$out" --part guard > "$out/guard.txt" 2>&1
   for f in probe_accuracy pytest_gpu guard; do echo "=== $f"; tail -40 "$out/$f.txt"; done
+elif [ "$part" = exp2 ]; then
+  # (GPU 0 alone, GPU 1 idle) the graph timer's window sweep with clocks, then the methods table.
+  step exp2
+  export CUDA_VISIBLE_DEVICES=0
+  timeout 60 python3 benchmarks/timing_accuracy.py --out "$out/timing" --part windows > "$out/windows.txt" 2>&1
+  timeout 420 python3 benchmarks/timing_accuracy.py --out "$out/timing" --part methods --processes 10 \
+    --graph-windows-us "${WINDOWS:-1000,10000}" > "$out/methods.txt" 2>&1
+  for f in windows methods; do echo "=== $f"; tail -60 "$out/$f.txt"; done
 elif [ "$part" = exp ]; then
   # (2 GPUs) probe latency by method and the quick probe's timeline; then, on GPU 0 alone with GPU 1
   # idle, the graph timer's window sweep and the methods table with extra windows.

@@ -11,6 +11,8 @@ Parts:
   and ``import torch`` done (``imported``), NCCL communicator up (``initialised``), groups made
   (``ready``), ``go`` seen, measurements done; plus the parent's copy probe time and the whole
   ``run_probes(quick)`` wall time (issue 4 target: <= 3 s on 2 GPUs).
+* ``pool``: the same quick probe with the runner daemon's ``AllReducePool`` (ranks started once,
+  as every job of a runner gets it), ``2 * --repeats`` times.
 * ``methods``: all-reduce at 8 B, 1 MiB, 64 MiB over all GPUs, ``--repeats`` runs per timing
   (``cuda-events`` behind a spin kernel, ``host-clock`` as nccl-tests) and one CUDA-graph run
   (reference: nccl-tests 19.5 us at 8 B on 2xH200, target <= 1.15x = 22.4 us).
@@ -72,6 +74,31 @@ def part_timeline(repeats: int, out: dict[str, Any]) -> list[str]:
     return lines
 
 
+def part_pool(repeats: int, out: dict[str, Any]) -> list[str]:
+    """Quick probes as a runner's jobs get them: with the daemon's ``AllReducePool`` (ranks up)."""
+    from runners.probes import run_probes
+    from runners.probes.all_reduce import AllReducePool, set_pool
+    from service.schemas import ProbeSpec
+
+    t0 = time.perf_counter()
+    with AllReducePool("cuda") as pool:
+        first, _ = pool.measure()
+        start_s = time.perf_counter() - t0
+        set_pool(pool)
+        try:
+            reports = [run_probes(ProbeSpec(mode="quick"), "before", device_type="cuda")
+                       for _ in range(repeats * 2)]
+        finally:
+            set_pool(None)
+    walls = [r.wall_s for r in reports]
+    eight = [r.all_reduce[0].time_us for r in reports if r.all_reduce]
+    out["pool"] = {"start_and_first_request_s": start_s, "quick_probe_wall_s": walls, "8B_us": eight,
+                   "errors": [r.errors for r in reports if r.errors]}
+    return [f"pool start + first request: {start_s:.2f} s (once per runner)",
+            f"run_probes(quick) with the pool: {', '.join(f'{w:.2f}' for w in walls)} s (target <= 3 s); "
+            f"8 B {', '.join(f'{e:.1f}' for e in eight)} us; errors {out['pool']['errors'] or 'none'}"]
+
+
 def part_methods(repeats: int, out: dict[str, Any]) -> list[str]:
     from runners.probes.all_reduce import measure_all_reduce
 
@@ -107,7 +134,8 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     out: dict[str, Any] = {"gpus": torch.cuda.device_count(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
     lines = [f"# {torch.cuda.get_device_name()} x{out['gpus']} torch {torch.__version__} {out['date']}", ""]
-    lines += part_methods(args.repeats, out) + [""] + part_timeline(args.repeats, out)
+    lines += part_methods(args.repeats, out) + [""] + part_timeline(args.repeats, out) + [""]
+    lines += part_pool(args.repeats, out)
     (args.out / "probe_latency.json").write_text(json.dumps(out, indent=1))
     print("\n".join(lines))
     return 0

@@ -96,6 +96,7 @@ def _kernelab_ns(
     clocks: dict[str, float] | None = None, label: str = "",
 ) -> float:
     from runners.engine import measure_pair
+    from runners.probes.telemetry import ContextSampler
     from runners.timing import CudaGraphTimer, make_timer
     from service.schemas import MeasurementSpec
 
@@ -106,7 +107,9 @@ def _kernelab_ns(
     if window_us is not None:
         timer = CudaGraphTimer(torch.device("cuda"), l2_flush=l2_flush, min_window_ns=window_us * 1e3,
                                max_launches=100_000)
-    samples = measure_pair(fn, fn, settings, timer)
+    # As a job measures: with the per-sample NVML context sampler (runners.job).
+    measured = measure_pair(fn, fn, settings, timer, sampler=ContextSampler(torch.cuda.current_device()))
+    samples = measured.rows() if hasattr(measured, "rows") else measured  # columnar or a list
     if clocks is not None:
         mhz = [s.sm_clock_mhz for s in samples if s.sm_clock_mhz is not None]
         clocks[label] = statistics.median(mhz) if mhz else float("nan")
@@ -191,6 +194,7 @@ def part_windows(log: Any) -> str:
     import numpy as np
     import torch
 
+    from runners.probes.telemetry import ContextSampler
     from runners.timing import CudaGraphTimer
 
     one = torch.ones(1, device="cuda")
@@ -198,20 +202,22 @@ def part_windows(log: Any) -> str:
     def fn() -> None:
         one.add_(1.0)
 
-    lines = ["| launches per replay | flush | per launch (median of 30) | replay total |",
-             "| ---: | --- | ---: | ---: |"]
+    lines = ["| launches per replay | flush | per launch (median of 30) | replay total | SM MHz after |",
+             "| ---: | --- | ---: | ---: | ---: |"]
     fits = []
-    for flush in (True, False):
+    for flush in (False, True, False):  # no-flush twice: first and last, to expose order effects
         timer = CudaGraphTimer(torch.device("cuda"), l2_flush=flush, max_launches=100_000)
+        sampler = ContextSampler(torch.cuda.current_device())
         ns, totals = [], []
         counts = (1, 10, 50, 200, 1000, 5000, 20000)
         for n in counts:
             for _ in range(3):
                 timer.time_ns(fn, n)
             per = statistics.median(timer.time_ns(fn, n) for _ in range(30))
+            mhz = sampler.read().get("sm_clock_mhz")
             ns.append(per)
             totals.append(per * n)
-            lines.append(f"| {n} | {flush} | {per / 1e3:.4f} us | {per * n / 1e3:.2f} us |")
+            lines.append(f"| {n} | {flush} | {per / 1e3:.4f} us | {per * n / 1e3:.2f} us | {mhz} |")
             log.write(json.dumps({"part": "windows", "flush": flush, "launches": n,
                                   "per_launch_ns": per}) + "\n")
         b, c = np.polyfit(np.array(counts, dtype=float), np.array(totals), 1)
@@ -316,7 +322,6 @@ def main() -> None:
     args = ap.parse_args()
     global GRAPH_WINDOWS_US
     GRAPH_WINDOWS_US = tuple(float(w) for w in args.graph_windows_us.split(",") if w)
-    os.environ["KERNELAB_GRAPH_WINDOWS_US"] = args.graph_windows_us
     if args.worker:
         worker()
         return
@@ -335,6 +340,7 @@ def main() -> None:
         if args.part == "windows":
             tables.append(part_windows(log))
         if args.part in ("all", "methods"):
+            os.environ["KERNELAB_GRAPH_WINDOWS_US"] = args.graph_windows_us  # read by the workers
             tables.append(part_methods(args.processes, log))
     print("\n\n".join(tables))
 

@@ -28,6 +28,10 @@ EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 
 WORKER_HEALTHCHECK_S = 120  # uvicorn --workers: seconds a busy worker may miss a health ping
+# Idle HTTP keep-alive, s: longer than a runner's quietest gap (daemon heartbeat lease_s/3 = 40 s),
+# so the server never closes a runner's connection just as the runner sends on it (uvicorn's 5 s
+# default did: heartbeats 10 s apart raced the close and failed with ReadError).
+KEEP_ALIVE_S = 75
 
 app = typer.Typer(
     name="kernelab",
@@ -386,6 +390,9 @@ def runner(
     work_dir: Annotated[Path, typer.Option("--work-dir", help="token, spool, scratch")] = DEFAULT_WORK_DIR,
     log_level: Annotated[str, typer.Option("--log-level")] = "INFO",
     allow_repo: AllowRepoOpt = None,
+    probe_pool: Annotated[str, typer.Option(
+        "--probe-pool", help="keep all-reduce probe ranks alive between probes: auto (2+ GPUs), on, off",
+    )] = "auto",
 ) -> None:
     """Run the runner daemon: claim jobs, run them in a child process, post results."""
     from runners.daemon import Runner
@@ -395,7 +402,7 @@ def runner(
     try:
         daemon = Runner(
             client, name, once=once, poll_s=poll_s, lease_s=lease_s, work_dir=work_dir, grace_s=grace_s,
-            allowed_repos=allow_repo or [],
+            allowed_repos=allow_repo or [], probe_pool=probe_pool,
         )
     except ValueError as exc:
         client.close()
@@ -437,7 +444,7 @@ def serve(
         # uvicorn's default 5 s worker health check would kill the worker mid-ingest.
         extra["timeout_worker_healthcheck"] = WORKER_HEALTHCHECK_S
     uvicorn.run("service.app:create_app", factory=True, host=host, port=port, workers=workers,
-                log_level=settings.log_level.lower(), **extra)
+                log_level=settings.log_level.lower(), timeout_keep_alive=KEEP_ALIVE_S, **extra)
 
 
 @app.command()

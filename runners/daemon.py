@@ -41,6 +41,7 @@ import uuid
 from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -57,6 +58,7 @@ STDERR_TAIL_CHARS = 4000  # how much of a failed child's stderr goes into the fa
 LEASE_LOST_STATUS = frozenset({404, 409})
 JOB_FAILED_MARK = "worker: job failed: "  # runners.worker's last stderr line on a job failure
 RUNNER_NAME = re.compile(r"^[A-Za-z0-9._:-]{1,200}$")  # service.schemas.RunnerRegister.name
+PROBE_POOL_MODES = ("auto", "on", "off")  # Runner(probe_pool=...), see Runner._pool_env
 
 
 class Runner:
@@ -89,9 +91,14 @@ class Runner:
         grace_s: float = 60.0,
         node: NodeInfo | None = None,
         allowed_repos: Sequence[str] = (),
+        probe_pool: str = "auto",
     ):
         if not RUNNER_NAME.match(name):
             raise ValueError(f"runner name {name!r} must match {RUNNER_NAME.pattern}")
+        if probe_pool not in PROBE_POOL_MODES:
+            raise ValueError(f"probe_pool must be one of {list(PROBE_POOL_MODES)}, got {probe_pool!r}")
+        self.probe_pool = probe_pool
+        self._pool: Any = None  # runners.probes.all_reduce.AllReducePool, started by the first job
         self.client = client
         self.name = name
         self.once = once
@@ -130,10 +137,49 @@ class Runner:
         self.close()
 
     def close(self) -> None:
-        """Close the client made for this runner's own token (not the caller's client)."""
+        """Close the client made for this runner's own token (not the caller's client) and stop the
+        all-reduce pool."""
         if self._own_client is not None:
             self._own_client.close()
             self._own_client = None
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    def _pool_env(self, claim: JobClaim) -> dict[str, str]:
+        """The worker's environment entry for this runner's all-reduce pool (``{}`` without one).
+
+        ``probe_pool``: ``"auto"`` keeps a pool on a node with 2+ CUDA GPUs, ``"on"`` also on a
+        CPU-only node (gloo), ``"off"`` never. The pool starts with the first job that probes the
+        all-reduce and is restarted when it has lost a rank; a pool that cannot start is logged
+        and the job's probes start their own ranks.
+        """
+        spec = claim.spec
+        if self.probe_pool == "off" or not spec.probes.all_reduce:
+            return {}
+        try:
+            import torch
+
+            from runners.probes.all_reduce import AllReducePool
+            from runners.probes.telemetry import POOL_ENV
+
+            gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            device_type = spec.device if spec.device != "auto" else ("cuda" if gpus else "cpu")
+            if device_type == "cuda" and gpus < 2:
+                return {}
+            if device_type == "cpu" and self.probe_pool != "on":
+                return {}
+            if self._pool is not None and (not self._pool.alive() or self._pool.device_type != device_type):
+                self._pool.close()
+                self._pool = None
+            if self._pool is None:
+                self._pool = AllReducePool(device_type)
+                log.info("runner %s: all-reduce probe pool started (%s x%d, pids %s)", self.name,
+                         device_type, self._pool.world_size, self._pool.pids)
+            return {POOL_ENV: json.dumps(self._pool.handover())}
+        except Exception as exc:  # the probes fall back to their own ranks
+            log.warning("runner %s: no all-reduce probe pool: %s", self.name, exc)
+            return {}
 
     def stop(self) -> None:
         """Stop claiming; a running job gets ``grace_s`` seconds to finish. Thread/signal safe."""
@@ -320,7 +366,7 @@ class Runner:
         finished = threading.Event()
         with err_path.open("w", encoding="utf-8") as err_fh:
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err_fh, text=True,
-                                    start_new_session=True)
+                                    start_new_session=True, env={**os.environ, **self._pool_env(claim)})
             reader = threading.Thread(target=self._relay_stdout, args=(proc, job_id), daemon=True)
             beater = threading.Thread(target=self._heartbeat, args=(job_id, finished, lease_lost),
                                       daemon=True)

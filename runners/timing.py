@@ -24,11 +24,13 @@ CudaEventTimer)``, chosen from the H200 measurements of ``benchmarks/timing_accu
 (``docs/results/2026-11-30-h200-timing-accuracy.md``, medians of 10 processes): for a one-element
 kernel, graph replay per launch read 1.25 us against do_bench_cudagraph's 1.03 us (1.22x, the
 only kernelab timer within the 1.25x target), while the event timer read 3.87 us cold and 1.77 us
-hot (3.77x and 1.73x); for kernels of 100 us and more all methods agreed within ~2%. With
-``l2_flush`` the graph timer flushes once per replay, so only a replay's first launch is cold; a
-replay holds more than one launch only for kernels shorter than the 50 us minimum window, whose
-inputs mostly stay in L2 between launches anyway (as with ``do_bench_cudagraph``). A graph replays
-only device work: host-side work inside the callable runs once, at capture.
+hot (3.77x and 1.73x); for kernels of 100 us and more all methods agreed within ~2%. The graph
+timer's minimum window is 1 ms (``_GRAPH_MIN_WINDOW_NS``; with 50 us windows the fixed ~5.7 us
+cost of a replay read the one-element kernel 1.27-1.29x do_bench_cudagraph). With ``l2_flush``
+the graph timer flushes once per replay, so only a replay's first launch is cold: kernels shorter
+than the window are measured warm, as ``do_bench_cudagraph`` measures them; nvbench-style cold
+numbers per launch come from ``timer: cuda-event`` with ``l2_flush``. A graph replays only device
+work: host-side work inside the callable runs once, at capture.
 
 Sources: nvbench (blocking kernel, cold mode, L2 size from device properties), nccl-tests and
 nvbandwidth (spin kernel holding the stream), ``triton.testing.do_bench`` (milliseconds, L2 clear).
@@ -58,6 +60,13 @@ _GPU_MIN_WINDOW_NS = 50_000  # 50 us of kernel time per sample
 # blocked host would let the GPU drain the queue and idle inside the window. A hot-mode sample
 # enqueues ~launches kernels, a cold-mode one ~4 operations per launch (memset, 2 events, kernel).
 _GPU_MAX_LAUNCHES_HOT = 500
+# CUDA-graph replay: one replay costs a fixed ~5.7 us besides its launches (graph launch, first
+# node, the cold first launch; H200 fit t(n) = c + b*n, docs/results/2026-11-30-h200-timing-
+# accuracy.md), so a 50 us window read a one-element kernel 1.27-1.29x do_bench_cudagraph; a 1 ms
+# window keeps c under 0.6% of the window. A replay is one host launch, so no queue-depth cap
+# applies; 10,000 launches covers 1 ms of the shortest kernels (~1 us).
+_GRAPH_MIN_WINDOW_NS = 1_000_000
+_GRAPH_MAX_LAUNCHES = 10_000
 _GPU_MAX_LAUNCHES_COLD = 64
 # Spin kernel sizing: cover the measured host enqueue time with a margin, within bounds.
 _SPIN_MARGIN = 1.5
@@ -296,7 +305,8 @@ class CudaGraphTimer(_CudaTimerBase):
     The graph is captured on first use for a given ``(fn, launches)`` (after three warm-up calls
     on the capture stream, as the PyTorch CUDA-graph notes require) and kept until ``reset`` or a
     different ``launches`` for that ``fn``. Per sample: spin kernel, optional L2 memset (only the
-    replay's first launch is cold), start event, replay, stop event.
+    replay's first launch is cold), start event, replay, stop event. Default window 1 ms, at most
+    10,000 launches per replay (see ``_GRAPH_MIN_WINDOW_NS``).
     """
 
     name: ClassVar[str] = "cuda-graph"
@@ -306,8 +316,8 @@ class CudaGraphTimer(_CudaTimerBase):
         device: torch.device,
         *,
         l2_flush: bool = True,
-        min_window_ns: float = _GPU_MIN_WINDOW_NS,
-        max_launches: int = _GPU_MAX_LAUNCHES_HOT,
+        min_window_ns: float = _GRAPH_MIN_WINDOW_NS,
+        max_launches: int = _GRAPH_MAX_LAUNCHES,
     ) -> None:
         super().__init__(device, l2_flush=l2_flush, min_window_ns=min_window_ns, max_launches=max_launches)
         self._graphs: dict[Callable[[], Any], tuple[int, torch.cuda.CUDAGraph]] = {}

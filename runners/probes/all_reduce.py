@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -51,6 +52,7 @@ from typing import Any
 
 import torch
 
+from runners.probes.telemetry import POOL_ENV, register_own_pids, unregister_own_pids
 from service.schemas import AllReduceReading
 
 MIB = 1024**2
@@ -70,6 +72,8 @@ _FORCED_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
 _CHILD_CODE = "from runners.probes.all_reduce import _child_main; _child_main()"
 _CONFIG_ENV = "KERNELAB_ALL_REDUCE_CONFIG"
 _GO_KEY = "kernelab/go"  # set in the rendezvous store when the ranks may start measuring
+_REQ_KEY, _DONE_KEY, _SEQ_KEY = "kernelab/req", "kernelab/done", "kernelab/seq"  # AllReducePool
+_POOL_IDLE_WAIT_S = 30.0  # an idle pool rank re-checks its parent this often
 
 
 def algbw_gbps(size_bytes: int, time_us: float) -> float:
@@ -244,6 +248,205 @@ class AllReduceRun:
         self.close()
 
 
+def _pid_running(pid: int) -> bool:
+    """True when ``pid`` exists and is not a zombie (``/proc/<pid>/stat`` state, where readable)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no procfs: signal 0 is all we know
+    return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
+
+
+def _check_groups(groups: Sequence[Sequence[int]], world: int) -> None:
+    """Raise ``ValueError`` for a group that names a rank outside ``world`` or has fewer than 2 ranks."""
+    for group in groups:
+        if len(group) < 2 or any(not 0 <= r < world for r in group) or len(set(group)) != len(group):
+            raise ValueError(f"group {list(group)} must name >= 2 distinct ranks of 0..{world - 1}")
+
+
+class AllReducePool:
+    """All-reduce ranks started once and kept for many measurements: the runner's probe pool.
+
+    Starting the ranks costs 3-5 s on a 2xH200 node (measured: interpreter and ``import torch``
+    3.0-4.3 s, NCCL communicator 0.4-0.6 s, teardown ~1 s; ``benchmarks/probe_latency.py``), more
+    than the quick probe's 3 s budget, and a job runs a quick probe before and after. A pool pays
+    it once per runner: its ranks wait (idle, no GPU work) on the rendezvous store between
+    requests, each ``measure`` is one request, and groups are made once per rank list. The ranks
+    are registered as this runner's own GPU processes (``telemetry.register_own_pids``), so they
+    never read as another tenant; each holds a CUDA context (~0.5 GiB) on its GPU while the pool
+    lives, and frees its buffers after every request (``torch.cuda.empty_cache``).
+
+    ``handover()`` describes the pool for another process (the daemon hands it to each job's
+    worker in ``telemetry.POOL_ENV``); ``AllReducePoolClient`` uses it there. Use as a context
+    manager or call ``close()``. Raises what ``start_all_reduce`` raises for a bad configuration.
+    """
+
+    def __init__(
+        self, device_type: str | None = None, *, world_size: int | None = None, timeout_s: float = TIMEOUT_S,
+        extra_env: Mapping[str, str] | None = None,
+    ):
+        config = _resolve(device_type, None, world_size, None, None, timeout_s)
+        config.update(pool=True, groups=[list(range(config["world_size"]))], cuda_graph=False)
+        env = {**os.environ, **(extra_env or {}), **_FORCED_ENV}
+        env.pop(POOL_ENV, None)
+        if config["device_type"] == "cpu":
+            env.setdefault("OMP_NUM_THREADS", "1")
+        self.config = config
+        self._run = AllReduceRun(config, env)
+        self.pids = [p.pid for p in self._run._procs]
+        register_own_pids(self.pids)
+        self._client = AllReducePoolClient(self.handover(), store=self._run._store)
+
+    @property
+    def world_size(self) -> int:
+        return int(self.config["world_size"])
+
+    @property
+    def device_type(self) -> str:
+        return str(self.config["device_type"])
+
+    def handover(self) -> dict[str, Any]:
+        """JSON-able description for ``AllReducePoolClient`` in another process of this host."""
+        return {key: self.config[key] for key in ("port", "result_dir", "world_size", "device_type",
+                                                  "warmup_iters", "iters", "timing", "timeout_s")} | {
+            "pids": self.pids}
+
+    def alive(self) -> bool:
+        """Whether every rank process is still running."""
+        return all(p.poll() is None for p in self._run._procs)
+
+    def measure(self, **request: Any) -> tuple[list[AllReduceReading], list[str]]:
+        """``AllReducePoolClient.measure`` from the owning process."""
+        return self._client.measure(**request)
+
+    def close(self) -> None:
+        """Ask the ranks to stop, wait up to 5 s, kill what is left. Idempotent."""
+        if self.alive():
+            try:
+                self._client.stop()
+                deadline = time.monotonic() + 5.0
+                while time.monotonic() < deadline and self.alive():
+                    time.sleep(_POLL_S)
+            except Exception:  # the store is gone: the kill below ends the ranks
+                pass
+        self._run.close()
+        unregister_own_pids(self.pids)
+
+    def __enter__(self) -> AllReducePool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AllReducePoolClient:
+    """Requests measurements from an ``AllReducePool`` (maybe owned by another process).
+
+    ``handover``: ``AllReducePool.handover()``. One request at a time per pool (the runner runs one
+    job at a time); a request number comes from the store's atomic counter.
+    """
+
+    def __init__(self, handover: Mapping[str, Any], *, store: Any = None):
+        from torch.distributed import TCPStore
+
+        self.handover = dict(handover)
+        self.world_size = int(handover["world_size"])
+        self.device_type = str(handover["device_type"])
+        self.pids = [int(p) for p in handover["pids"]]
+        self._timeout_s = float(handover["timeout_s"])
+        self._store = store if store is not None else TCPStore(
+            "127.0.0.1", int(handover["port"]), None, False, timedelta(seconds=self._timeout_s))
+
+    def alive(self) -> bool:
+        """Whether every rank process is still running (not gone, not a zombie)."""
+        return all(_pid_running(pid) for pid in self.pids)
+
+    def stop(self) -> None:
+        """Ask the ranks to end (a stop request)."""
+        k = int(self._store.add(_SEQ_KEY, 1)) - 1
+        self._store.set(f"{_REQ_KEY}/{k}", json.dumps({"stop": True}))
+
+    def kill(self) -> None:
+        """Kill every rank (a hung or broken pool). Never raises."""
+        for pid in self.pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+    def measure(
+        self, *, sizes_bytes: Sequence[int] | None = None, groups: Sequence[Sequence[int]] = (),
+        cuda_graph: bool = False, warmup_iters: int | None = None, iters: int | None = None,
+        timing: str | None = None,
+    ) -> tuple[list[AllReduceReading], list[str]]:
+        """One measurement over the whole pool and ``groups`` (as ``measure_all_reduce``): ``(readings,
+        notes)``. Raises ``ValueError`` for a bad request (nothing sent), ``RuntimeError`` when a rank
+        has died and ``TimeoutError`` past the pool's ``timeout_s`` (every rank killed first: the pool
+        is then dead and its owner must start a new one)."""
+        config = _resolve(self.device_type, sizes_bytes, self.world_size, warmup_iters, iters,
+                          self._timeout_s, timing)
+        _check_groups(groups, self.world_size)
+        if not self.alive():
+            raise RuntimeError("the all-reduce pool has lost a rank")
+        request = {
+            "sizes_bytes": config["sizes_bytes"], "warmup_iters": config["warmup_iters"],
+            "iters": config["iters"], "timing": config["timing"],
+            "groups": [list(range(self.world_size)), *(sorted(int(r) for r in g) for g in groups)],
+            "cuda_graph": bool(cuda_graph) and self.device_type == "cuda",
+        }
+        k = int(self._store.add(_SEQ_KEY, 1)) - 1
+        self._store.set(f"{_REQ_KEY}/{k}", json.dumps(request))
+        done = [f"{_DONE_KEY}/{k}/{rank}" for rank in range(self.world_size)]
+        deadline = time.monotonic() + self._timeout_s
+        while not self._store.check(done):
+            if not self.alive():
+                self.kill()
+                raise RuntimeError(f"an all-reduce pool rank died during request {k}")
+            if time.monotonic() > deadline:
+                self.kill()
+                raise TimeoutError(f"the all-reduce pool did not answer request {k} in {self._timeout_s} s; "
+                                   "its ranks were killed")
+            time.sleep(_POLL_S / 4)
+        result_dir = Path(self.handover["result_dir"])
+        payloads = [json.loads((result_dir / f"result{rank}-{k}.json").read_text())
+                    for rank in range(self.world_size)]
+        for rank in range(self.world_size):
+            (result_dir / f"result{rank}-{k}.json").unlink(missing_ok=True)
+        rows = sorted((row for p in payloads for row in p["rows"]), key=lambda row: row.pop("order"))
+        notes = sorted({n for p in payloads for n in p["notes"]})
+        return [AllReduceReading.model_validate(row) for row in rows], notes
+
+
+_POOL: AllReducePool | AllReducePoolClient | None = None
+
+
+def set_pool(pool: AllReducePool | AllReducePoolClient | None) -> None:
+    """Make ``pool`` the one ``active_pool`` returns in this process (None: forget it)."""
+    global _POOL
+    _POOL = pool
+
+
+def active_pool() -> AllReducePool | AllReducePoolClient | None:
+    """The pool the probes of this process use: the one given to ``set_pool``, else a client of the
+    pool described in ``telemetry.POOL_ENV`` (set by the daemon for a job's worker), else None. A
+    pool that has lost a rank is dropped (None)."""
+    global _POOL
+    if _POOL is None and os.environ.get(POOL_ENV):
+        try:
+            _POOL = AllReducePoolClient(json.loads(os.environ[POOL_ENV]))
+        except Exception:  # a stale or malformed hand-over: measure without the pool
+            _POOL = None
+    if _POOL is not None and not _POOL.alive():
+        _POOL = None
+    return _POOL
+
+
 def start_all_reduce(
     device_type: str | None = None,
     *,
@@ -264,9 +467,7 @@ def start_all_reduce(
     """
     config = _resolve(device_type, sizes_bytes, world_size, warmup_iters, iters, timeout_s, timing)
     world = config["world_size"]
-    for group in groups:
-        if len(group) < 2 or any(not 0 <= r < world for r in group) or len(set(group)) != len(group):
-            raise ValueError(f"group {list(group)} must name >= 2 distinct ranks of 0..{world - 1}")
+    _check_groups(groups, world)
     config["groups"] = [list(range(world)), *(sorted(int(r) for r in g) for g in groups)]
     config["cuda_graph"] = bool(cuda_graph) and config["device_type"] == "cuda"
     env = {**os.environ, **(extra_env or {}), **_FORCED_ENV}
@@ -341,37 +542,103 @@ def _child_main() -> None:
         device_id=device if device.type == "cuda" else None,
     )
     timeline["initialised"] = time.time()
-    rows: list[dict[str, Any]] = []
-    notes: list[str] = []
+    if cfg.get("pool"):
+        try:
+            _pool_loop(cfg, store, rank, world, device)
+        finally:
+            dist.destroy_process_group()
+        return
     try:
         # new_group is collective: every rank creates every group, in the same order.
         groups = [(ranks, None if len(ranks) == world else dist.new_group(ranks)) for ranks in cfg["groups"]]
         timeline["ready"] = time.time()
         store.wait([_GO_KEY])
         timeline["go"] = time.time()
-        for g, (ranks, group) in enumerate(groups):
-            if rank in ranks:
-                for s, size in enumerate(cfg["sizes_bytes"]):
-                    common = dict(size_bytes=size, device=device, ranks=ranks, rank=rank, group=group,
-                                  warmup_iters=cfg["warmup_iters"], iters=cfg["iters"],
-                                  backend=cfg["backend"], timing=cfg["timing"])
-                    # Every member measures; the group's first rank reports (times are averaged already).
-                    row = _measure_size(**common)  # type: ignore[arg-type]
-                    if rank == ranks[0]:
-                        rows.append({**row, "order": [g, s, 0]})
-                    if cfg.get("cuda_graph"):
-                        try:
-                            row = _measure_size(**common, cuda_graph=True)  # type: ignore[arg-type]
-                            if rank == ranks[0]:
-                                rows.append({**row, "order": [g, s, 1]})
-                        except RuntimeError as exc:
-                            notes.append(f"CUDA-graph all-reduce over {ranks} at {size} B failed: {exc}")
-            dist.barrier()
+        rows, notes = _measure_groups(cfg, groups, rank, device)
     finally:
         timeline["measured"] = time.time()
         dist.destroy_process_group()
     out = Path(cfg["result_dir"]) / f"result{rank}.json"
     out.write_text(json.dumps({"rows": rows, "notes": sorted(set(notes)), "timeline": timeline}))
+
+
+def _measure_groups(
+    cfg: dict[str, Any], groups: list[tuple[list[int], Any]], rank: int, device: torch.device
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every size of ``cfg`` over every group this rank belongs to; ``(rows, notes)`` (rows only on
+    each group's first rank, with an ``order`` key)."""
+    import torch.distributed as dist
+
+    rows: list[dict[str, Any]] = []
+    notes: list[str] = []
+    for g, (ranks, group) in enumerate(groups):
+        if rank in ranks:
+            for s, size in enumerate(cfg["sizes_bytes"]):
+                common = dict(size_bytes=size, device=device, ranks=ranks, rank=rank, group=group,
+                              warmup_iters=cfg["warmup_iters"], iters=cfg["iters"],
+                              backend=cfg["backend"], timing=cfg["timing"])
+                # Every member measures; the group's first rank reports (times are averaged already).
+                row = _measure_size(**common)  # type: ignore[arg-type]
+                if rank == ranks[0]:
+                    rows.append({**row, "order": [g, s, 0]})
+                if cfg.get("cuda_graph"):
+                    try:
+                        row = _measure_size(**common, cuda_graph=True)  # type: ignore[arg-type]
+                        if rank == ranks[0]:
+                            rows.append({**row, "order": [g, s, 1]})
+                    except RuntimeError as exc:
+                        notes.append(f"CUDA-graph all-reduce over {ranks} at {size} B failed: {exc}")
+        dist.barrier()
+    return rows, notes
+
+
+def _pool_loop(cfg: dict[str, Any], store: Any, rank: int, world: int, device: torch.device) -> None:
+    """A pool rank: serve measurement requests ``kernelab/req/<k>`` (k = 0, 1, ...) until a stop
+    request or until the parent's store goes away (then ``store.wait`` raises and the rank ends).
+
+    Each request is a JSON object with ``sizes_bytes``, ``groups``, ``warmup_iters``, ``iters``,
+    ``cuda_graph``, ``timing``; the rank writes ``result<rank>-<k>.json`` (rows, notes) and then
+    sets ``kernelab/done/<k>/<rank>``. Groups are made once per rank list and kept.
+    """
+    import torch.distributed as dist
+
+    made: dict[tuple[int, ...], Any] = {}
+    k = 0
+    while True:
+        key = f"{_REQ_KEY}/{k}"
+        try:
+            store.wait([key], timedelta(seconds=_POOL_IDLE_WAIT_S))
+        except Exception:  # a timeout (idle pool: wait again) or a closed store (parent gone)
+            if os.getppid() == 1 or not _store_alive(store):
+                return
+            continue
+        request = json.loads(store.get(key))
+        if request.get("stop"):
+            return
+        t0 = time.time()
+        cfg_k = {**cfg, **request}
+        groups = []
+        for ranks in cfg_k["groups"]:
+            ranks = [int(r) for r in ranks]
+            if tuple(ranks) not in made:  # new_group is collective: every rank makes it, in order
+                made[tuple(ranks)] = None if len(ranks) == world else dist.new_group(ranks)
+            groups.append((ranks, made[tuple(ranks)]))
+        rows, notes = _measure_groups(cfg_k, groups, rank, device)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()  # give the job the buffers back between probes
+        out = Path(cfg["result_dir"]) / f"result{rank}-{k}.json"
+        out.write_text(json.dumps({"rows": rows, "notes": sorted(set(notes)),
+                                   "timeline": {"request": t0, "measured": time.time()}}))
+        store.set(f"{_DONE_KEY}/{k}/{rank}", "1")
+        k += 1
+
+
+def _store_alive(store: Any) -> bool:
+    try:
+        store.check(["kernelab/alive"])
+        return True
+    except Exception:
+        return False
 
 
 def _measure_size(

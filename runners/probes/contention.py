@@ -19,13 +19,12 @@ two readings). Without NVML (a CPU node, no driver, no permission) no reading is
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Iterable
 from types import ModuleType
 from typing import Any
 
-from runners.probes.telemetry import open_device
+from runners.probes.telemetry import open_device, own_pids
 from service.schemas import ContentionReading
 
 logger = logging.getLogger(__name__)
@@ -36,21 +35,23 @@ _NS_PER_US = 1000  # NVML utilisation timestamps are CPU time in microseconds si
 def merge_processes(
     compute: Iterable[tuple[int, int | None]],
     utilisation: Iterable[tuple[int, float]],
-    own_pid: int,
+    own_pid: int | Iterable[int],
 ) -> list[dict[str, Any]]:
     """One entry per pid: ``{"pid", "own", "used_memory_bytes", "sm_util_pct"}``, sorted by pid.
 
     ``compute``: ``(pid, used memory in bytes or None)`` per compute process; ``utilisation``:
     ``(pid, SM utilisation in percent)`` per NVML sample (a pid may have several: the highest is
     kept). ``sm_util_pct`` is None for a process without samples, ``used_memory_bytes`` None for
-    a process seen only in the samples. ``own`` is ``pid == own_pid``.
+    a process seen only in the samples. ``own`` is ``pid in own_pid`` (one pid or several: this
+    runner's processes, ``telemetry.own_pids``).
     """
+    own = {own_pid} if isinstance(own_pid, int) else set(own_pid)
     merged: dict[int, dict[str, Any]] = {}
     for pid, used in compute:
-        merged[pid] = {"pid": pid, "own": pid == own_pid, "used_memory_bytes": used, "sm_util_pct": None}
+        merged[pid] = {"pid": pid, "own": pid in own, "used_memory_bytes": used, "sm_util_pct": None}
     for pid, util in utilisation:
         entry = merged.setdefault(
-            pid, {"pid": pid, "own": pid == own_pid, "used_memory_bytes": None, "sm_util_pct": None}
+            pid, {"pid": pid, "own": pid in own, "used_memory_bytes": None, "sm_util_pct": None}
         )
         entry["sm_util_pct"] = max(float(util), entry["sm_util_pct"] or 0.0)
     return [merged[pid] for pid in sorted(merged)]
@@ -70,7 +71,6 @@ class GpuContentionMonitor:
         self._nvml: ModuleType | None = None
         self._handle: Any = None
         self._since_us = 0
-        self._own_pid = os.getpid()
         nvml, self._handle, self.status = open_device(device_index)
         if nvml is None:
             return
@@ -112,7 +112,7 @@ class GpuContentionMonitor:
         if nvml is None:
             return
         try:
-            processes = merge_processes(self._compute(nvml), self._utilisation(nvml), self._own_pid)
+            processes = merge_processes(self._compute(nvml), self._utilisation(nvml), own_pids())
         except Exception:  # a monitoring failure must not lose the cell's measurement
             logger.exception("contention reading failed")
             return

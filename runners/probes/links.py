@@ -11,6 +11,10 @@ all-reduce over all GPUs at 8 B, 1 MiB, 64 MiB. ``full`` (budget 30 s): sizes 8 
 (CUDA; 8 B ... 4 MiB over gloo), the sub-groups of ``all_reduce.sub_groups`` (pairs; TP4 on 8
 GPUs), CUDA-graph readings when ``ProbeSpec.cuda_graph``, and peer copy for every ordered GPU pair.
 One GPU: there is no all-reduce to measure (one rank moves no data); the report says so in ``notes``.
+
+With an ``all_reduce.active_pool()`` (the runner daemon keeps one per node; see ``AllReducePool``)
+the all-reduce is a request to its ranks, already up, after the copies: no start-up cost. A pool
+that fails (a rank died, a timeout) is dropped with a note, and the probe starts ranks of its own.
 """
 
 from __future__ import annotations
@@ -20,7 +24,14 @@ from typing import Any
 
 import torch
 
-from runners.probes.all_reduce import AllReduceRun, full_sizes_bytes, start_all_reduce, sub_groups
+from runners.probes.all_reduce import (
+    AllReduceRun,
+    active_pool,
+    full_sizes_bytes,
+    set_pool,
+    start_all_reduce,
+    sub_groups,
+)
 from runners.probes.copy_bandwidth import measure_copy_bandwidth, measure_peer_copy
 from service.schemas import ProbeSpec
 
@@ -42,21 +53,23 @@ def measure_links(
     (``run_probes``' error recorder), never out of here."""
     notes: list[str] = fields.setdefault("notes", [])
     run: AllReduceRun | None = None
+    full = spec.mode == "full"
+    world = _world(device_type)
+    sizes = (full_sizes_bytes() if device_type == "cuda" else CPU_FULL_SIZES_BYTES) if full else None
+    groups = sub_groups(world) if full else []
+    cuda_graph = full and spec.cuda_graph
+    pool = active_pool() if spec.all_reduce else None
+    if pool is not None and (pool.device_type != device_type or pool.world_size != world):
+        pool = None
+
+    def start() -> None:
+        nonlocal run
+        run = start_all_reduce(device_type, sizes_bytes=sizes, groups=groups, cuda_graph=cuda_graph)
+
     if spec.all_reduce:
-        world = _world(device_type)
         if device_type == "cuda" and world < 2:
             notes.append(ONE_GPU_NOTE)
-        else:
-            def start() -> None:
-                nonlocal run
-                full = spec.mode == "full"
-                sizes = None
-                if full:
-                    sizes = full_sizes_bytes() if device_type == "cuda" else CPU_FULL_SIZES_BYTES
-                groups = sub_groups(world) if full else []
-                run = start_all_reduce(device_type, sizes_bytes=sizes, groups=groups,
-                                       cuda_graph=full and spec.cuda_graph)
-
+        elif pool is None:
             capture(errors, "all_reduce", start)
     try:
         if spec.copy_bandwidth:
@@ -69,6 +82,15 @@ def measure_links(
                     fields["peer_copy"] = measure_peer_copy()
 
                 capture(errors, "peer_copy", peer)
+        if pool is not None:
+            try:
+                fields["all_reduce"], more = pool.measure(
+                    sizes_bytes=sizes, groups=groups, cuda_graph=cuda_graph)
+                notes.extend(more)
+            except (RuntimeError, TimeoutError, OSError) as exc:
+                notes.append(f"all-reduce pool failed ({type(exc).__name__}: {exc}); measured with new ranks")
+                set_pool(None)
+                capture(errors, "all_reduce", start)
         if run is not None:
             active = run
 

@@ -18,9 +18,10 @@ PCI order.
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import Any, TypeVar
 
@@ -187,16 +188,45 @@ def _memory_temperature_c(nvml: ModuleType, handle: Any) -> float | None:
     return value if value > 0 else None  # boards without an HBM sensor answer 0
 
 
+# Processes of this runner besides the current one that hold GPU contexts (the persistent
+# all-reduce ranks of ``runners.probes.all_reduce.AllReducePool``): registered in-process, or
+# handed to a job's worker process in ``POOL_ENV`` (JSON with a "pids" list) by the daemon.
+_OWN_PIDS: set[int] = set()
+POOL_ENV = "KERNELAB_ALL_REDUCE_POOL"
+
+
+def register_own_pids(pids: Iterable[int]) -> None:
+    """Count ``pids`` as this runner's own GPU processes (never as another tenant)."""
+    _OWN_PIDS.update(int(p) for p in pids)
+
+
+def unregister_own_pids(pids: Iterable[int]) -> None:
+    """Undo ``register_own_pids`` for ``pids`` (their processes have ended)."""
+    _OWN_PIDS.difference_update(int(p) for p in pids)
+
+
+def own_pids() -> frozenset[int]:
+    """This process, the pids registered with ``register_own_pids`` and those of ``POOL_ENV``."""
+    pids = {os.getpid(), *_OWN_PIDS}
+    raw = os.environ.get(POOL_ENV)
+    if raw:
+        try:
+            pids.update(int(p) for p in json.loads(raw).get("pids", []))
+        except (ValueError, TypeError, AttributeError):
+            pass  # a malformed hand-over only loses the own-marking, never the reading
+    return frozenset(pids)
+
+
 def _other_processes(nvml: ModuleType, handle: Any) -> list[dict[str, Any]]:
     procs = _try(nvml, lambda: nvml.nvmlDeviceGetComputeRunningProcesses(handle)) or []
-    own = os.getpid()
+    own = own_pids()
     out = []
     for proc in procs:
         used = getattr(proc, "usedGpuMemory", None)
         out.append({
             "pid": int(proc.pid),
             "used_memory_bytes": int(used) if used is not None else None,
-            "own": int(proc.pid) == own,
+            "own": int(proc.pid) in own,
         })
     return out
 
@@ -206,7 +236,8 @@ def gpu_telemetry(nvml: ModuleType, device_index: int) -> GpuTelemetry:
 
     Units: clocks MHz, temperatures degrees C, power W (NVML's mW / 1000), memory bytes.
     ``other_processes``: ``{"pid", "used_memory_bytes", "own"}`` per compute process, ``own`` True
-    for this process (in a container NVML may report host PIDs, so ``own`` can be False for us).
+    for this runner's processes (``own_pids``; in a container NVML may report host PIDs, so
+    ``own`` can be False for us).
     Raises ``nvml.NVMLError`` when the GPU itself cannot be opened.
     """
     h = nvml_handle(nvml, device_index)

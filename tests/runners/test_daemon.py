@@ -18,7 +18,7 @@ from runners.client import KernelabAPIError, KernelabClient, KernelabUnavailable
 from runners.daemon import Runner
 from runners.local import ServerProcess, admin_token, free_port
 from runners.spool import Spool
-from service.schemas import JobPublic, JobSpec
+from service.schemas import JobPublic, JobSpec, ProbeSpec
 
 
 def _spec(*, budget_ms: float, timeout_s: float = 120.0, cells: int = 1) -> JobSpec:
@@ -261,3 +261,36 @@ def test_client_errors_name_the_field_and_give_up_on_a_dead_server(stack: Stack)
     dead = stack.track(KernelabClient(f"http://127.0.0.1:{free_port()}", "t", retries=2, backoff_s=0.01))
     with pytest.raises(KernelabUnavailable, match="after 2 retries"):
         dead.get_job(1)
+
+
+def test_probe_pool_serves_the_probes_of_every_job(stack: Stack, tmp_path: Path) -> None:
+    # probe_pool="on": a pool on this CPU-only node too (gloo), so the hand-over to the job's
+    # worker runs here as it does on a GPU node ("auto" = 2+ GPUs).
+    from runners.probes.all_reduce import _SEQ_KEY
+
+    admin = stack.client()
+    spec = _spec(budget_ms=200).model_copy(
+        update={"probes": ProbeSpec(copy_bandwidth=False, all_reduce=True, nvml=False)})
+    jobs = [admin.submit(spec), admin.submit(spec)]
+    runner = stack.runner("pool-node", tmp_path / "runner", probe_pool="on")
+    runner.run()
+    assert (runner.done, runner.failed) == (2, 0)
+    pool = runner._pool
+    assert pool is not None and pool.alive()
+    # Before and after each job: four requests, all served by the same two rank processes.
+    assert int(pool._run._store.add(_SEQ_KEY, 0)) == 4
+    for job in jobs:
+        probes = admin.comparison(job.id).probes
+        assert [p.phase for p in probes] == ["before", "after"]
+        for report in probes:
+            assert [r.size_bytes for r in report.all_reduce] == [8, 1024 * 1024]
+            assert not any("pool failed" in n for n in report.notes)
+    pids = list(pool.pids)
+    runner.close()
+    assert runner._pool is None and not any(_running(p) for p in pids)
+
+
+def _running(pid: int) -> bool:
+    from runners.probes.all_reduce import _pid_running
+
+    return _pid_running(pid)

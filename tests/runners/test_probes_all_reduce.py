@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -118,3 +123,82 @@ def test_nccl_all_gpus_quick_sizes() -> None:
 def test_nccl_world_size_above_gpu_count_is_rejected() -> None:
     with pytest.raises(ValueError, match="exceeds"):
         measure_all_reduce("cuda", world_size=torch.cuda.device_count() + 1)
+
+
+# --------------------------------------------------------------------------------------------------
+# AllReducePool: ranks kept alive between probes (gloo on the CPU; the same code serves NCCL)
+# --------------------------------------------------------------------------------------------------
+
+
+def test_pool_serves_many_requests_from_the_same_ranks_and_other_processes() -> None:
+    from runners.probes.all_reduce import AllReducePool
+    from runners.probes.telemetry import own_pids
+
+    with AllReducePool("cpu") as pool:
+        assert set(pool.pids) <= own_pids()  # never another tenant in telemetry
+        first, notes = pool.measure(sizes_bytes=[8, 1024])
+        assert notes == [] and [r.size_bytes for r in first] == [8, 1024]
+        assert all(r.correct and r.world_size == 2 and r.timed_by == "host-clock" for r in first)
+        # A second request, with a sub-group, is served by the same processes.
+        pids = list(pool.pids)
+        second, _ = pool.measure(sizes_bytes=[8], groups=[[0, 1]])
+        assert [r.ranks for r in second] == [[0, 1], [0, 1]] and pool.pids == pids and pool.alive()
+        # Another process uses the pool through its hand-over (as the daemon's job worker does).
+        code = (
+            "import json, sys; from runners.probes.all_reduce import AllReducePoolClient; "
+            "c = AllReducePoolClient(json.loads(sys.argv[1])); r, _ = c.measure(sizes_bytes=[64]); "
+            "print(json.dumps([x.size_bytes for x in r if x.correct]))"
+        )
+        out = subprocess.run([sys.executable, "-c", code, json.dumps(pool.handover())], capture_output=True,
+                             text=True, timeout=120, check=True)
+        assert json.loads(out.stdout.strip().splitlines()[-1]) == [64]
+        with pytest.raises(ValueError, match="distinct ranks"):
+            pool.measure(groups=[[0, 5]])
+    assert not pool.alive()
+    assert not set(pool.pids) & own_pids()
+
+
+def test_pool_that_lost_a_rank_is_dropped_and_the_probe_starts_its_own() -> None:
+    from runners.probes import run_probes
+    from runners.probes.all_reduce import AllReducePool, active_pool, set_pool
+    from service.schemas import ProbeSpec
+
+    pool = AllReducePool("cpu")
+    try:
+        pool.measure(sizes_bytes=[8])
+        set_pool(pool)
+        os.kill(pool.pids[1], signal.SIGKILL)
+        _wait_dead(pool)
+        with pytest.raises(RuntimeError, match="lost a rank|died"):
+            pool.measure(sizes_bytes=[8])
+        assert active_pool() is None  # dropped
+        set_pool(pool)  # as if the probe had not checked first: it must still measure
+        report = run_probes(ProbeSpec(mode="quick", nvml=False, copy_bandwidth=False), device_type="cpu")
+        assert report.errors == {} and [r.size_bytes for r in report.all_reduce] == [8, 1024 * 1024]
+    finally:
+        set_pool(None)
+        pool.close()
+
+
+def _wait_dead(pool) -> None:
+    for _ in range(100):
+        if not pool.alive():
+            return
+        time.sleep(0.05)
+    raise AssertionError("the killed rank still runs")
+
+
+@pytest.mark.gpu
+def test_nccl_pool_serves_quick_and_full_requests() -> None:
+    from runners.probes.all_reduce import AllReducePool, sub_groups
+
+    n = torch.cuda.device_count()
+    if n < 2:
+        pytest.skip("needs 2 GPUs")
+    with AllReducePool("cuda") as pool:
+        quick, _ = pool.measure()
+        assert [r.size_bytes for r in quick] == [8, MIB, 64 * MIB] and all(r.correct for r in quick)
+        assert all(r.timed_by == "cuda-events" for r in quick)
+        again, notes = pool.measure(sizes_bytes=[8], groups=sub_groups(n), cuda_graph=True)
+        assert all(r.correct for r in again) and any(r.cuda_graph for r in again), notes
+        assert pool.alive()

@@ -138,6 +138,18 @@ def test_fallback_takes_over_only_for_the_callable_that_cannot_be_captured():
     assert timer.label == "preferred+perf_counter"  # the job keeps the record
 
 
+def test_fallback_sizes_each_callables_window_with_its_own_timer():
+    # A graph timer's window and cap (1 ms, 10,000) must not be cut to the event timer's (64
+    # launches) for callables the graph times, nor the other way round.
+    good, bad = busy(1_000), busy(1_000)
+    preferred = RefusingTimer({bad}, min_window_ns=1_000_000, max_launches=10_000)
+    timer = FallbackTimer(preferred, CpuTimer(min_window_ns=50_000, max_launches=64))
+    timer.time_ns(bad, 1)  # falls back
+    assert timer.launches_for(1_000.0, good) == 1_000
+    assert timer.launches_for(1_000.0, bad) == 50
+    assert timer.launches_for(1_000.0) == 64  # no callable: fits both timers
+
+
 def test_fallback_propagates_real_errors():
     def broken() -> None:
         raise ZeroDivisionError("kernel failed")
