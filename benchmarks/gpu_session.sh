@@ -50,6 +50,28 @@ elif [ "$part" = batch2 ]; then
   timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels tests/runners > "$out/pytest_gpu.txt" 2>&1
   timeout 120 python3 benchmarks/timing_accuracy.py --out "$out" --part guard > "$out/guard.txt" 2>&1
   for f in probe_accuracy pytest_gpu guard; do echo "=== $f"; tail -40 "$out/$f.txt"; done
+elif [ "$part" = probes ]; then
+  # (2 GPUs) all-reduce latency by method, the quick probe's timeline and its wall with the runner's
+  # pool, probe accuracy + contention drill, the probe GPU tests, the matmul main job under the
+  # daemon (pool on; the after-probe false-positive check).
+  step probes
+  timeout 150 python3 benchmarks/probe_latency.py "$out/probe" > "$out/probe_latency.txt" 2>&1
+  timeout 150 python3 benchmarks/probe_accuracy.py "$out/probe" > "$out/probe_accuracy.txt" 2>&1
+  timeout 90 python3 -m pytest -q -m gpu -p no:cacheprovider tests/runners/test_probes_all_reduce.py > "$out/pytest_ar.txt" 2>&1
+  timeout 150 $K up --exit --port 8765 --data-dir /tmp/kl --spec examples/matmul.yaml > "$out/up_matmul.txt" 2>&1
+  cp /tmp/kl/kernelab.db "$out/h200x2-matmul.db" 2>/dev/null
+  for f in probe_latency probe_accuracy pytest_ar; do echo "=== $f"; tail -40 "$out/$f.txt"; done
+  echo "=== up_matmul"; grep -E "took|verdict|degraded|contended|slower|faster|pool|error" "$out/up_matmul.txt" | head -30
+elif [ "$part" = timing2 ]; then
+  # (GPU 0 alone, GPU 1 idle) verdicts with the current defaults, methods with the old 50 us graph
+  # window next to the default, the guard.
+  step timing2
+  export CUDA_VISIBLE_DEVICES=0
+  timeout 150 python3 benchmarks/timing_accuracy.py --out "$out/timing" --part verdicts --runs 20 > "$out/verdicts.txt" 2>&1
+  timeout 300 python3 benchmarks/timing_accuracy.py --out "$out/timing" --part methods --processes 10 \
+    --graph-windows-us 50 > "$out/methods.txt" 2>&1
+  timeout 90 python3 benchmarks/timing_accuracy.py --out "$out/timing" --part guard > "$out/guard.txt" 2>&1
+  for f in verdicts methods guard; do echo "=== $f"; tail -50 "$out/$f.txt"; done
 elif [ "$part" = exp2 ]; then
   # (GPU 0 alone, GPU 1 idle) the graph timer's window sweep with clocks, then the methods table.
   step exp2
