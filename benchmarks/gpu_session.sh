@@ -72,6 +72,17 @@ elif [ "$part" = timing2 ]; then
     --graph-windows-us 50 > "$out/methods.txt" 2>&1
   timeout 90 python3 benchmarks/timing_accuracy.py --out "$out/timing" --part guard > "$out/guard.txt" 2>&1
   for f in verdicts methods guard; do echo "=== $f"; tail -50 "$out/$f.txt"; done
+elif [ "$part" = run4 ]; then
+  # (2 GPUs) all-reduce by method and quick probes with the pool; then timing2 on GPU 0 alone.
+  step run4
+  timeout 120 python3 benchmarks/probe_latency.py "$out/probe" --parts methods,pool --repeats 5 > "$out/probe_latency.txt" 2>&1
+  timeout 60 python3 -m pytest -q -m gpu -p no:cacheprovider tests/runners/test_probes_all_reduce.py > "$out/pytest_ar.txt" 2>&1
+  export CUDA_VISIBLE_DEVICES=0
+  timeout 130 python3 benchmarks/timing_accuracy.py --out "$out/timing" --part verdicts --runs 20 > "$out/verdicts.txt" 2>&1
+  timeout 250 python3 benchmarks/timing_accuracy.py --out "$out/timing" --part methods --processes 10 \
+    --graph-windows-us 50 > "$out/methods.txt" 2>&1
+  timeout 40 python3 benchmarks/timing_accuracy.py --out "$out/timing" --part guard > "$out/guard.txt" 2>&1
+  for f in probe_latency pytest_ar verdicts methods guard; do echo "=== $f"; tail -42 "$out/$f.txt"; done
 elif [ "$part" = exp2 ]; then
   # (GPU 0 alone, GPU 1 idle) the graph timer's window sweep with clocks, then the methods table.
   step exp2

@@ -126,7 +126,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--parts", default="methods,timeline,pool", help="comma-separated parts to run")
     args = parser.parse_args()
+    parts = set(args.parts.split(","))
     import torch
 
     if torch.cuda.device_count() < 2:
@@ -134,8 +136,9 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     out: dict[str, Any] = {"gpus": torch.cuda.device_count(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
     lines = [f"# {torch.cuda.get_device_name()} x{out['gpus']} torch {torch.__version__} {out['date']}", ""]
-    lines += part_methods(args.repeats, out) + [""] + part_timeline(args.repeats, out) + [""]
-    lines += part_pool(args.repeats, out)
+    for name, part in (("methods", part_methods), ("timeline", part_timeline), ("pool", part_pool)):
+        if name in parts:
+            lines += part(args.repeats, out) + [""]
     (args.out / "probe_latency.json").write_text(json.dumps(out, indent=1))
     print("\n".join(lines))
     return 0

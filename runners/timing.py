@@ -76,6 +76,28 @@ _SPIN_MAX_NS = 200_000_000  # 200 ms: a sanity cap for very slow host-side launc
 _SPIN_CALIBRATION_CYCLES = 10_000_000  # ~5 ms at 2 GHz: long enough that event overhead is < 0.1%
 
 
+_SPIN_RATES: dict[int, float] = {}
+
+
+def spin_cycles_per_ns(device: torch.device) -> float:
+    """Cycles per ns of ``torch.cuda._sleep`` on CUDA ``device``, measured once per process.
+
+    One calibration spin raises the clocks from idle, a second one is timed with events
+    (``_SPIN_CALIBRATION_CYCLES``, ~5 ms at 2 GHz). Raises ``RuntimeError`` without CUDA.
+    """
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _SPIN_RATES:
+        with torch.cuda.device(index):
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(_SPIN_CALIBRATION_CYCLES)
+            start.record()
+            torch.cuda._sleep(_SPIN_CALIBRATION_CYCLES)
+            stop.record()
+            stop.synchronize()
+            _SPIN_RATES[index] = _SPIN_CALIBRATION_CYCLES / max(start.elapsed_time(stop) * 1e6, 1.0)
+    return _SPIN_RATES[index]
+
+
 def choose_launches(per_launch_ns: float, *, min_window_ns: float, max_launches: int) -> int:
     """Launches per sample so one sample covers at least ``min_window_ns``.
 

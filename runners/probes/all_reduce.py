@@ -12,9 +12,10 @@ divided by ``iters``; the per-rank times are averaged over the ranks (nccl-tests
 How the window is timed (``timing``):
 
 * ``"cuda-events"`` (the CUDA default): the window sits between two CUDA events behind a spin
-  kernel that holds the stream while the host enqueues the ``iters`` ops (``runners.timing.
-  CudaEventTimer`` in hot mode, as nvbandwidth holds its stream); median of ``EVENT_WINDOWS``
-  windows. nccl-tests' host clock around the loop + one sync reads the same thing when the host
+  kernel that holds the stream while the host enqueues the ``iters`` ops (as nvbandwidth holds
+  its stream); every rank spins equally long right after a group barrier, so the ranks' windows
+  open together (with per-rank spins the skew between ranks landed in the window: 7.7 or 21 us
+  per 8 B op between runs); median of ``EVENT_WINDOWS`` windows. nccl-tests' host clock around the loop + one sync reads the same thing when the host
   enqueues faster than the GPU runs the ops, which holds for ``ncclAllReduce`` called from C
   (~19.5 us per 8 B op on 2xH200) but not for ``torch.distributed.all_reduce`` from Python: its
   per-call host dispatch (~20-40 us in a VM, varying between runs) made the host-clock figure
@@ -22,8 +23,9 @@ How the window is timed (``timing``):
   accuracy.md``), i.e. a reading of the host, not of the collective.
 * ``"host-clock"`` (gloo always; CUDA on request): ``time.perf_counter_ns`` around the loop and
   one ``torch.cuda.synchronize`` (gloo's blocking all-reduce has already completed when it
-  returns), exactly as nccl-tests. algbw = bytes / time; busbw = algbw * 2(n-1)/n
-(nccl-tests ``doc/PERFORMANCE.md``). The timed buffer holds zeros so repeated sums never overflow;
+  returns), exactly as nccl-tests.
+
+algbw = bytes / time; busbw = algbw * 2(n-1)/n (nccl-tests ``doc/PERFORMANCE.md``). The timed buffer holds zeros so repeated sums never overflow;
 correctness is checked afterwards on a separate buffer where rank r holds r + 1 everywhere and
 every element must read n(n+1)/2; wrong elements are summed over the ranks like nccl-tests'
 ``#wrong``. Reference on a 2xH200 node: 19.5 us at 8 B, 313 GB/s busbw at 512 MiB
@@ -641,6 +643,53 @@ def _store_alive(store: Any) -> bool:
         return False
 
 
+def _event_timed_ns(
+    buf: torch.Tensor, group: Any, device: torch.device, iters: int, probe_iters: int
+) -> float:
+    """Median over ``EVENT_WINDOWS`` windows of ``iters`` all-reduces, ns per op, CUDA events.
+
+    Each window: a host barrier of the group (so the ranks start within microseconds of each
+    other), a spin kernel of the same length on every rank (the group's largest host enqueue time
+    for ``iters`` ops, measured on ``probe_iters`` unsynchronised calls, x1.5 + 50 us), start event,
+    the ops, stop event. A window whose host enqueue outlasted its spin (the GPU may have waited
+    for the host inside it) is taken again with a spin twice as long, at most 3 times.
+    """
+    import torch.distributed as dist
+
+    from runners.timing import spin_cycles_per_ns
+
+    cycles_per_ns = spin_cycles_per_ns(device)
+    torch.cuda.synchronize(device)
+    t0 = time.perf_counter_ns()
+    for _ in range(probe_iters):
+        dist.all_reduce(buf, group=group)
+    host_ns = torch.tensor([(time.perf_counter_ns() - t0) / probe_iters], dtype=torch.float64, device=device)
+    dist.all_reduce(host_ns, op=dist.ReduceOp.MAX, group=group)
+    spin_ns = 1.5 * float(host_ns.item()) * iters + 50_000.0
+    times: list[float] = []
+    for _ in range(EVENT_WINDOWS):
+        for _attempt in range(4):
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize(device)
+            dist.barrier(group=group)
+            torch.cuda.synchronize(device)
+            torch.cuda._sleep(max(1, int(spin_ns * cycles_per_ns)))
+            t_enqueue = time.perf_counter_ns()
+            start.record()
+            for _ in range(iters):
+                dist.all_reduce(buf, group=group)
+            stop.record()
+            exposed = torch.tensor([float(time.perf_counter_ns() - t_enqueue > spin_ns)], device=device)
+            stop.synchronize()
+            # Every rank must agree whether to take the window again (or the ops would mismatch).
+            dist.all_reduce(exposed, op=dist.ReduceOp.MAX, group=group)
+            if exposed.item() == 0.0:
+                break
+            spin_ns *= 2
+        times.append(start.elapsed_time(stop) * 1e6 / iters)
+    return statistics.median(times)
+
+
 def _measure_size(
     size_bytes: int, *, device: torch.device, ranks: list[int], rank: int, group: Any, warmup_iters: int,
     iters: int, backend: str, cuda_graph: bool = False, timing: str = "host-clock",
@@ -681,16 +730,7 @@ def _measure_size(
     sync()
     timed_by = "host-clock"
     if graph is None and timing == "cuda-events":
-        from runners.timing import CudaEventTimer
-
-        timer = CudaEventTimer(device, l2_flush=False, min_window_ns=0.0, max_launches=iters)
-
-        def op() -> None:
-            dist.all_reduce(buf, group=group)
-
-        # Every rank issues the same ops in the same order (the timer's first-sample estimate
-        # included), so the collectives stay matched.
-        per_op_ns = statistics.median(timer.time_ns(op, iters) for _ in range(EVENT_WINDOWS))
+        per_op_ns = _event_timed_ns(buf, group, device, iters, max(1, warmup_iters))
         timed_by = "cuda-events"
     else:
         t0 = time.perf_counter_ns()
