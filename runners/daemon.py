@@ -149,8 +149,9 @@ class Runner:
     def _pool_env(self, claim: JobClaim) -> dict[str, str]:
         """The worker's environment entry for this runner's all-reduce pool (``{}`` without one).
 
-        ``probe_pool``: ``"auto"`` keeps a pool on a node with 2+ CUDA GPUs, ``"on"`` also on a
-        CPU-only node (gloo), ``"off"`` never. The pool starts with the first job that probes the
+        ``probe_pool``: ``"auto"`` keeps a pool on a node with 2+ CUDA GPUs none of which is in an
+        exclusive compute mode (NVML), ``"on"`` also there and on a CPU-only node (gloo), ``"off"``
+        never. The pool starts with the first job that probes the
         all-reduce and is restarted when it has lost a rank; a pool that cannot start is logged
         and the job's probes start their own ranks.
         """
@@ -167,6 +168,13 @@ class Runner:
             device_type = spec.device if spec.device != "auto" else ("cuda" if gpus else "cpu")
             if device_type == "cuda" and gpus < 2:
                 return {}
+            if device_type == "cuda" and self.probe_pool == "auto":
+                from runners.probes.telemetry import exclusive_gpus
+
+                if exclusive := exclusive_gpus(gpus):
+                    log.info("runner %s: no probe pool: GPUs %s are in an exclusive compute mode",
+                             self.name, exclusive)
+                    return {}
             if device_type == "cpu" and self.probe_pool != "on":
                 return {}
             if self._pool is not None and (not self._pool.alive() or self._pool.device_type != device_type):

@@ -12,24 +12,24 @@ divided by ``iters``; the per-rank times are averaged over the ranks (nccl-tests
 How the window is timed (``timing``):
 
 * ``"cuda-events"`` (the CUDA default): the window sits between two CUDA events behind a spin
-  kernel that holds the stream while the host enqueues the ``iters`` ops (as nvbandwidth holds
-  its stream); every rank spins equally long right after a group barrier, so the ranks' windows
-  open together (with per-rank spins the skew between ranks landed in the window: 7.7 or 21 us
-  per 8 B op between runs); median of ``EVENT_WINDOWS`` windows. nccl-tests' host clock around the loop + one sync reads the same thing when the host
-  enqueues faster than the GPU runs the ops, which holds for ``ncclAllReduce`` called from C
-  (~19.5 us per 8 B op on 2xH200) but not for ``torch.distributed.all_reduce`` from Python: its
-  per-call host dispatch (~20-40 us in a VM, varying between runs) made the host-clock figure
-  bimodal, 22 or 33-39 us at 8 B on an idle node (``docs/results/2026-11-30-h200x2-probe-
-  accuracy.md``), i.e. a reading of the host, not of the collective.
-* ``"host-clock"`` (gloo always; CUDA on request): ``time.perf_counter_ns`` around the loop and
-  one ``torch.cuda.synchronize`` (gloo's blocking all-reduce has already completed when it
-  returns), exactly as nccl-tests.
+  kernel that holds the stream while the host enqueues the ``iters`` ops (as nvbandwidth holds its
+  stream); every rank spins equally long right after a group barrier, so the ranks' windows open
+  together (with per-rank spins the skew between ranks landed in the window: 7.7 or 21 us per 8 B
+  op between runs); median of ``EVENT_WINDOWS`` windows. nccl-tests' host clock around the loop +
+  one sync reads the same thing when the host enqueues faster than the GPU runs the ops, which
+  holds for ``ncclAllReduce`` called from C (~19.5 us per 8 B op on 2xH200) but not for
+  ``torch.distributed.all_reduce`` from Python: its per-call host dispatch (~20-40 us in a VM,
+  varying between runs) made the host-clock figure 25-46 us at 8 B on an idle node against 6.0 us
+  event-timed (``docs/results/2026-11-30-h200x2-probe-accuracy.md``): a reading of the host.
+* ``"host-clock"`` (gloo always; CUDA on request): ``time.perf_counter_ns`` around the loop and one
+  ``torch.cuda.synchronize`` (gloo's blocking all-reduce has already completed when it returns),
+  exactly as nccl-tests.
 
-algbw = bytes / time; busbw = algbw * 2(n-1)/n (nccl-tests ``doc/PERFORMANCE.md``). The timed buffer holds zeros so repeated sums never overflow;
-correctness is checked afterwards on a separate buffer where rank r holds r + 1 everywhere and
-every element must read n(n+1)/2; wrong elements are summed over the ranks like nccl-tests'
-``#wrong``. Reference on a 2xH200 node: 19.5 us at 8 B, 313 GB/s busbw at 512 MiB
-(``shared/reference/nccl-tests-all_reduce_perf-2xH200.txt``).
+algbw = bytes / time; busbw = algbw * 2(n-1)/n (nccl-tests ``doc/PERFORMANCE.md``). The timed
+buffer holds zeros so repeated sums never overflow; correctness is checked afterwards on a separate
+buffer where rank r holds r + 1 everywhere and every element must read n(n+1)/2; wrong elements are
+summed over the ranks like nccl-tests' ``#wrong``. Reference on a 2xH200 node: 19.5 us at 8 B,
+313 GB/s busbw at 512 MiB (``shared/reference/nccl-tests-all_reduce_perf-2xH200.txt``).
 
 Measured with the host clock on a 2xH200 node (2026-11-30, torch 2.11, driver 580): 512 MiB in
 1713 us (313 GB/s busbw, as nccl-tests), 64 MiB in 256 us, but 22-43 us at 8 B and 1 MiB: below

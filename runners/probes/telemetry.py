@@ -296,6 +296,27 @@ def read_telemetry() -> tuple[list[GpuTelemetry], str]:
     return readings, STATUS_OK
 
 
+def exclusive_gpus(device_count: int) -> list[int]:
+    """CUDA device indices (of ``0..device_count-1``) in an exclusive compute mode (NVML
+    ``EXCLUSIVE_PROCESS`` or ``EXCLUSIVE_THREAD``), where a second process cannot create a context.
+    Empty when NVML is absent or refuses the query: unknown is not exclusive."""
+    try:
+        nvml = load_nvml()
+    except NvmlUnavailable:
+        return []
+    out = []
+    for index in range(device_count):
+        try:
+            mode = nvml.nvmlDeviceGetComputeMode(nvml_handle(nvml, index))
+        except Exception:  # pynvml.NVMLError: not supported / no permission
+            continue
+        exclusive = (nvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS,
+                     getattr(nvml, "NVML_COMPUTEMODE_EXCLUSIVE_THREAD", 1))
+        if mode in exclusive:
+            out.append(index)
+    return out
+
+
 def open_device(device_index: int | None) -> tuple[ModuleType | None, Any, str]:
     """``(nvml, handle, status)`` for one CUDA device, for the per-sample readers.
 
