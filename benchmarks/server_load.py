@@ -7,11 +7,13 @@
    (one thread and one HTTP connection each) loop for ``--seconds``: claim (no wait) and, holding
    a job, heartbeat twice. Reports claim/heartbeat p50/p99 (ms), errors (any answer other than
    200/204, or a transport error) and jobs claimed twice (must be 0).
-2. Ingest one 1,000-cell sweep result (2 variants x 3 rounds x 100 samples per cell: 600,000
-   samples) with ``POST /jobs/{id}/results``, on SQLite and on PostgreSQL (wall time of the POST).
-3. The dashboard job page of that sweep (``GET /jobs/{id}``): 20 renders, p50/p95 (ms).
-4. PostgreSQL only: ``--big-samples`` raw samples added with one ``INSERT ... SELECT FROM
-   generate_series`` (under one filler result/cell), then the job page again (p95).
+2. Ingest 1,000-cell sweep results (2 variants x 3 rounds x 100 samples per cell: 600,000
+   samples, columnar JSON) with ``POST /jobs/{id}/results``, on SQLite and on PostgreSQL: three in
+   a row, each once the previous comparison is stored; the slowest POST (request start to 2xx).
+3. The dashboard job page of the last sweep (``GET /jobs/{id}``): 20 renders, p50/p95 (ms).
+4. PostgreSQL only: at least ``--big-samples`` raw samples added as filler results of the sweep's
+   shape with binary ``COPY`` (``fill_samples``), then the job page again (p95) and the sweep's raw
+   samples downloaded (JSON, CSV, one 10,000-row page).
 
 Writes ``OUT_DIR/server_load.json`` (every number) and server logs; prints a Markdown table last.
 """
@@ -21,12 +23,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
-import threading
 import time
 import uuid
-from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,16 @@ from sqlalchemy.engine import make_url
 
 from runners.local import free_port, wait_healthy
 from service.core.db import upgrade
-from service.schemas import CellResult, CorrectnessResult, JobResult, JobSpec, NodeInfo, Sample, Work
+from service.schemas import (
+    CellResult,
+    CorrectnessResult,
+    JobResult,
+    JobSpec,
+    NodeInfo,
+    SampleColumns,
+    Variant,
+    Work,
+)
 
 TOKEN = "server-load-admin-token-0123456789abcdef"
 SPEC = {
@@ -66,7 +76,7 @@ class Server:
             **os.environ,
             "KERNELAB_DATABASE_URL": url,
             "KERNELAB_ADMIN_TOKEN": TOKEN,
-            "KERNELAB_CLAIM_WAIT_MAX_S": "0",
+            "KERNELAB_CLAIM_WAIT_MAX_S": "30",  # claim_load long-polls 20 s; the ingest claims with wait_s 0
             "KERNELAB_MAX_REQUEST_BYTES": str(512 * 2**20),
             "KERNELAB_LOG_LEVEL": "WARNING",
             "KERNELAB_PUBLIC_DASHBOARD": "1",
@@ -99,84 +109,97 @@ class Server:
         self.log.close()
 
 
-def claim_load(base: str, runners: int, seconds: float, jobs: int) -> dict[str, Any]:
-    admin = {"Authorization": f"Bearer {TOKEN}"}
-    with httpx.Client(base_url=base, headers=admin, timeout=60) as http:
-        for _ in range(jobs):
-            http.post("/api/v1/jobs", json=SPEC).raise_for_status()
-        tokens = []
-        for i in range(runners):
-            r = http.post(
-                "/api/v1/runners/register",
-                json={"name": f"load-{i}", "node": {"hostname": f"load-{i}", "device_type": "cpu"}},
-            )
-            r.raise_for_status()
-            tokens.append(r.json()["token"])
-    lat: dict[str, list[float]] = {"claim": [], "heartbeat": []}
-    errors: list[str] = []
-    claimed: list[int] = []
-    lock = threading.Lock()
-    start = threading.Barrier(runners)
-    deadline = [0.0]
+def claim_load(
+    base: str, runners: int, seconds: float, out_dir: Path, *, mode: str = "protocol",
+    extra: list[str] | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """``runners`` simulated runners against ``base`` for ``seconds`` (``benchmarks/claim_client.py``
+    in a child process: asyncio + httpx, one connection per runner). ``mode`` "protocol" follows
+    the runner daemon's protocol and reports latency per request kind; "saturation" is the closed
+    loop with zero think time and reports throughput. ``extra``: more client arguments. Returns
+    the client's summary (latencies in ms: ``ms[kind]`` = n, p50, p95, p99, max)."""
+    out = out_dir / f"claims-{mode}.json"
+    command = [
+        sys.executable, str(Path(__file__).with_name("claim_client.py")), "--base", base, "--token", TOKEN,
+        "--out", str(out), "--mode", mode, "--runners", str(runners), "--seconds", str(seconds),
+        *(extra or []),
+    ]  # fmt: skip
+    subprocess.run(command, check=True, timeout=seconds + 600)
+    return dict(json.loads(out.read_text()))
 
-    def runner(token: str) -> None:
-        mine: dict[str, list[float]] = {"claim": [], "heartbeat": []}
-        got: list[int] = []
-        errs: list[str] = []
-        with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=30) as c:
-            start.wait()
-            while time.monotonic() < deadline[0]:
-                t = time.perf_counter()
-                try:
-                    r = c.post("/api/v1/runners/claim", json={"wait_s": 0, "lease_s": 600})
-                except httpx.HTTPError as exc:
-                    errs.append(f"claim: {type(exc).__name__}")
-                    continue
-                mine["claim"].append((time.perf_counter() - t) * 1e3)
-                if r.status_code == 204:
-                    time.sleep(0.5)  # an idle runner polls again
-                    continue
-                if r.status_code != 200:
-                    errs.append(f"claim: HTTP {r.status_code}")
-                    continue
-                job_id = r.json()["job_id"]
-                got.append(job_id)
-                for _ in range(2):
-                    t = time.perf_counter()
-                    try:
-                        h = c.post(f"/api/v1/runners/jobs/{job_id}/heartbeat", json={"lease_s": 600})
-                        mine["heartbeat"].append((time.perf_counter() - t) * 1e3)
-                        if h.status_code != 200:
-                            errs.append(f"heartbeat: HTTP {h.status_code}")
-                    except httpx.HTTPError as exc:
-                        errs.append(f"heartbeat: {type(exc).__name__}")
-                    time.sleep(0.2)
-        with lock:
-            for k in lat:
-                lat[k].extend(mine[k])
-            claimed.extend(got)
-            errors.extend(errs)
 
-    threads = [threading.Thread(target=runner, args=(t,)) for t in tokens]
-    deadline[0] = time.monotonic() + seconds + 5  # includes the barrier wait
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    twice = sum(1 for n in Counter(claimed).values() if n > 1)
-    return {
-        "runners": runners,
-        "seconds": seconds,
-        "jobs_queued": jobs,
-        "jobs_claimed": len(claimed),
-        "claimed_twice": twice,
-        "errors": len(errors),
-        "error_kinds": dict(Counter(errors)),
-        "claim_requests": len(lat["claim"]),
-        "heartbeat_requests": len(lat["heartbeat"]),
-        **{f"{k}_p50_ms": _pct(v, 50) for k, v in lat.items()},
-        **{f"{k}_p99_ms": _pct(v, 99) for k, v in lat.items()},
-    }
+def claims_both_modes(base: str, args: argparse.Namespace) -> dict[str, Any]:
+    """``claim_load`` in protocol mode for ``args.seconds``, then in saturation mode for
+    ``args.saturation_s`` (skipped when 0)."""
+    extra = shlex.split(args.claim_args)
+    out = {"protocol": claim_load(base, args.runners, args.seconds, args.out_dir, extra=extra)}
+    if args.saturation_s > 0:
+        out["saturation"] = claim_load(
+            base, args.runners, args.saturation_s, args.out_dir, mode="saturation",
+            extra=["--depth", str(args.jobs), *extra],
+        )  # fmt: skip
+    return out
+
+
+def claims_only(args: argparse.Namespace) -> None:
+    """Part 1 alone: a fresh PostgreSQL database, ``--workers`` API workers, both claim modes;
+    writes ``OUT_DIR/claims.json`` and prints the table."""
+    admin = create_engine(args.pg_url, isolation_level="AUTOCOMMIT")
+    name = f"kl_load_{uuid.uuid4().hex[:10]}"
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    pg = make_url(args.pg_url).set(database=name).render_as_string(hide_password=False)
+    report: dict[str, Any] = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "cpus": os.cpu_count(),
+                              "workers": args.workers}  # fmt: skip
+    try:
+        server = Server(pg, args.workers, args.out_dir / "server-pg.log")
+        try:
+            report["claims"] = claims_both_modes(server.base, args)
+        finally:
+            server.stop()
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+    (args.out_dir / "claims.json").write_text(json.dumps(report, indent=2))
+    print(f"\n| {args.runners} runners, {args.workers} API workers, PostgreSQL | value |\n| --- | --- |")
+    for k, v in _claim_rows(report["claims"]):
+        print(f"| {k} | {v} |")
+
+
+def _claim_rows(claims: dict[str, Any]) -> list[tuple[str, str]]:
+    """Table rows of ``claims_both_modes``'s answer."""
+    c = claims["protocol"]
+
+    def ms(kind: str) -> str:
+        m = c["ms"][kind]
+        return f"{m['p50']:.1f} / {m['p95']:.1f} / {m['p99']:.1f} (n={m['n']})" if m["n"] else "none"
+
+    return [
+        ("claim answered with an already-queued job, p50/p95/p99 ms (target p99 <= 100)", ms("claim_ready")),
+        ("heartbeat, p50/p95/p99 ms (target p99 <= 100)", ms("heartbeat")),
+        ("job end (fail endpoint), p50/p95/p99 ms", ms("fail")),
+        ("submit, p50/p95/p99 ms", ms("submit")),
+        ("long poll woken by a new job: submit answer -> claim answer, ms", ms("claim_woken_dispatch")),
+        (f"long poll ended empty: ms past wait_s={c['poll_s']:g} s", ms("claim_empty_overshoot")),
+        (
+            "errors / jobs claimed twice (target 0 / 0)",
+            f"{c['errors']} / {c['claimed_twice']} ({c['jobs_claimed']} claimed, {c['requests']} requests, "
+            f"{c['throughput_rps']:.0f} req/s)",
+        ),
+        *(
+            [
+                (
+                    "saturation (closed loop, zero think time): THROUGHPUT req/s, not a latency target",
+                    f"{sat['throughput_rps']:.0f} req/s over {sat['wall_s']:.0f} s; errors {sat['errors']}, "
+                    f"claimed twice {sat['claimed_twice']}; heartbeat p50/p99 "
+                    f"{sat['ms']['heartbeat']['p50']:.0f} / {sat['ms']['heartbeat']['p99']:.0f} ms",
+                )
+            ]
+            if (sat := claims.get("saturation"))
+            else []
+        ),
+    ]
 
 
 def sweep_result(
@@ -189,22 +212,17 @@ def sweep_result(
     ok = CorrectnessResult(
         passed=True, rel_error=1e-7, max_abs_error=1e-8, cosine_similarity=1.0, rtol=1e-5, atol=1e-6
     )
+    per_cell = rounds * per_round * 2
+    variant: list[Variant] = ["baseline", "candidate"] * (rounds * per_round)  # each round: B, C, B, C, ...
+    round_ = np.repeat(np.arange(rounds), 2 * per_round).tolist()
+    position = np.tile(np.arange(2 * per_round), rounds).tolist()
+    factor = np.tile([1.0, 0.9], rounds * per_round)  # the candidate 10% faster
     out = []
     for i in range(cells):
-        base = 1e4 * (1 + i % 17)
-        samples = [
-            Sample(
-                variant=v,
-                round=r,
-                position=p * 2 + (v == "candidate"),
-                duration_ns=float(
-                    base * (0.9 if v == "candidate" else 1.0) * (1 + 0.01 * rng.standard_normal())
-                ),
-            )  # type: ignore[arg-type]
-            for r in range(rounds)
-            for p in range(per_round)
-            for v in ("baseline", "candidate")
-        ]
+        duration = 1e4 * (1 + i % 17) * factor * (1 + 0.01 * rng.standard_normal(per_cell))
+        samples = SampleColumns(
+            variant=variant, round=round_, position=position, duration_ns=duration.tolist()
+        )
         out.append(
             CellResult(
                 index=i,
@@ -226,80 +244,186 @@ def sweep_result(
     )
 
 
-def ingest_and_page(base: str, renders: int = 20) -> dict[str, Any]:
+def _ingest_one(http: httpx.Client, runner: dict[str, str]) -> tuple[int, float, int]:
+    """Submit, claim and post one 1,000-cell sweep result (``sweep_result``): ``(job id, seconds
+    from the start of the POST to its 2xx answer, body bytes)``. The body is serialised first."""
+    job = http.post("/api/v1/jobs", json=SPEC).json()["id"]
+    claim = None
+    while claim is None or claim.json()["job_id"] != job:  # older queued jobs are taken and dropped
+        claim = http.post("/api/v1/runners/claim", json={"wait_s": 0, "lease_s": 600}, headers=runner)
+        claim.raise_for_status()
+    body = sweep_result(job, JobSpec.model_validate(claim.json()["spec"])).model_dump_json()
+    t = time.perf_counter()
+    r = http.post(f"/api/v1/jobs/{job}/results", content=body, headers=runner)
+    ingest_s = time.perf_counter() - t
+    r.raise_for_status()
+    return job, ingest_s, len(body)
+
+
+def _wait_for_comparison(http: httpx.Client, job: int, timeout_s: float = 600.0) -> float:
+    """Seconds until the job's background comparison is stored (its verdict summary is set)."""
+    t = time.perf_counter()
+    while not http.get(f"/api/v1/jobs/{job}").json()["summary"]:
+        if time.perf_counter() - t > timeout_s:
+            raise TimeoutError(f"job {job}: no comparison after {timeout_s} s")
+        time.sleep(0.25)
+    return time.perf_counter() - t
+
+
+def ingest_and_page(base: str, renders: int = 20, ingests: int = 3) -> dict[str, Any]:
+    """``ingests`` sweep results posted one after another, each once the previous one's background
+    comparison is stored (so each POST meets an idle server, as the first does); ``ingest_s`` is
+    the slowest. Then ``renders`` renders of the last job's page, right after its ingest."""
     admin = {"Authorization": f"Bearer {TOKEN}"}
     with httpx.Client(base_url=base, headers=admin, timeout=600) as http:
-        job = http.post("/api/v1/jobs", json=SPEC).json()["id"]
         tok = http.post(
             "/api/v1/runners/register",
             json={"name": "sweep", "node": {"hostname": "sweep", "device_type": "cpu"}},
         ).json()["token"]
         runner = {"Authorization": f"Bearer {tok}", "content-type": "application/json"}
-        claim = None
-        while claim is None or claim.json()["job_id"] != job:  # older queued jobs are taken and dropped
-            claim = http.post("/api/v1/runners/claim", json={"wait_s": 0, "lease_s": 600}, headers=runner)
-            claim.raise_for_status()
-        body = sweep_result(job, JobSpec.model_validate(claim.json()["spec"])).model_dump_json()
-        t = time.perf_counter()
-        r = http.post(f"/api/v1/jobs/{job}/results", content=body, headers=runner)
-        ingest_s = time.perf_counter() - t
-        r.raise_for_status()
+        times: list[float] = []
+        compare_s: list[float] = []
+        jobs: list[int] = []
+        for _ in range(ingests):
+            if jobs:
+                compare_s.append(_wait_for_comparison(http, jobs[-1]))
+            job, ingest_s, size = _ingest_one(http, runner)
+            jobs.append(job)
+            times.append(ingest_s)
         page = _page(http, job, renders)
-    return {"job_id": job, "ingest_s": ingest_s, "body_mib": len(body) / 2**20, **page}
+    return {"job_id": job, "ingest_s": max(times), "ingest_all_s": times, "comparison_wait_s": compare_s,
+            "body_mib": size / 2**20, **page}  # fmt: skip
 
 
-def _page(http: httpx.Client, job: int, renders: int) -> dict[str, float]:
+def _page(http: httpx.Client, job: int, renders: int, query: str = "") -> dict[str, float]:
+    """``renders`` sequential ``GET /jobs/{job}{query}``: the first render's time, p50/p95 over all
+    renders (ms, the first included) and the page size (KiB)."""
     times = []
+    size = 0
     for _ in range(renders):
         t = time.perf_counter()
-        r = http.get(f"/jobs/{job}")
+        r = http.get(f"/jobs/{job}{query}")
         times.append((time.perf_counter() - t) * 1e3)
         r.raise_for_status()
-    return {"page_p50_ms": _pct(times, 50), "page_p95_ms": _pct(times, 95)}
+        size = len(r.content)
+    return {
+        "page_first_ms": times[0] if times else float("nan"),
+        "page_p50_ms": _pct(times, 50),
+        "page_p95_ms": _pct(times, 95),
+        "page_kib": size / 1024,
+    }
 
 
-def fill_samples(url: str, n: int) -> dict[str, Any]:
-    """Add ``n`` raw samples under one filler result with one ``INSERT ... SELECT generate_series``."""
+_FILL_CELLS = 1000  # cells per filler result: the 1,000-cell sweep's shape
+_FILL_PER_CELL = 600  # samples per filler cell: 2 variants x 3 rounds x 100
+
+
+def _filler_blocks(rng: np.random.Generator, cells: int, per_cell: int) -> list[dict[str, Any]]:
+    """``sample_blocks`` columns of ``cells`` cells of GPU-like samples (every column filled: SM
+    clock, clock-event reasons, temperature, power), encoded as ``service.sample_blocks`` does,
+    without building Python lists (numpy straight to bytes)."""
+    half = per_cell // 2
+    const = {
+        "n": per_cell,
+        "variant": np.tile(np.array([0, 1], "u1"), half).tobytes(),
+        "round": np.repeat(np.arange(3, dtype="<i4"), -(-per_cell // 3))[:per_cell].tobytes(),
+        "position": np.tile(np.arange(-(-per_cell // 3), dtype="<i4"), 3)[:per_cell].tobytes(),
+        "launches": np.full(per_cell, 16, "<i4").tobytes(),
+    }
+    scale = np.tile([1.0, 0.9], half)
+    base = 1e4 * (1 + np.arange(cells) % 17)[:, None] * scale
+    duration = base * (1 + 0.01 * rng.standard_normal((cells, per_cell)))
+    clock = np.round(1980 - 30 * rng.random((cells, per_cell)))
+    reasons = np.where(rng.random((cells, per_cell)) < 0.01, 4, 0).astype("<i8")
+    temperature = np.round(45 + 20 * rng.random((cells, per_cell)), 1)
+    power = np.round(250 + 400 * rng.random((cells, per_cell)), 2)
+    throttled = (clock < 1485).astype("u1")
+    columns = {"duration_ns": duration, "sm_clock_mhz": clock, "temperature_c": temperature, "power_w": power}
+    return [
+        {**const, **{name: values[i].astype("<f8").tobytes() for name, values in columns.items()},
+         "clock_event_reasons": reasons[i].tobytes(), "throttled": throttled[i].tobytes()}
+        for i in range(cells)
+    ]  # fmt: skip
+
+
+def fill_samples(url: str, n: int, *, seed: int = 0) -> dict[str, Any]:
+    """Add at least ``n`` raw samples to the PostgreSQL database ``url``: ceil(n / 600,000) filler
+    results shaped like the 1,000-cell sweep (1,000 cells x 600 GPU-like samples, every column
+    filled: 54 bytes a sample), one transaction each, written straight into ``jobs``/``results``
+    (one row each, a valid spec and node), ``cells`` and ``sample_blocks`` with psycopg's binary
+    ``COPY`` (``service.bulk``, as the ingest does on PostgreSQL); not through the HTTP API (that
+    would also run 167 background comparisons, ~10 s of CPU each on this machine). Each block
+    decodes with ``service.sample_blocks.decode`` (checked on the first). Then ``VACUUM ANALYZE``.
+    Returns the samples added and in total, the seconds taken and the database and table sizes."""
+    from service import bulk, sample_blocks
+    from service.core.db import make_session_factory
+    from service.models import Cell, Job, Result, SampleBlock
+
+    per_result = _FILL_CELLS * _FILL_PER_CELL
+    results = -(-n // per_result)
+    spec = {**SPEC, "sweep": {"M": [8], "N": [16 + i for i in range(_FILL_CELLS)]}}
+    node = {"hostname": "filler", "device_type": "cuda", "device_name": "filler GPU", "device_count": 1}
+    rng = np.random.default_rng(seed)
     engine = create_engine(url)
+    factory = make_session_factory(engine)
     t = time.perf_counter()
-    with engine.begin() as conn:
-        job = conn.execute(
-            text(
-                "INSERT INTO jobs (name, benchmark, spec, device, status, attempts, max_attempts, "
-                "created_at) "
-                "VALUES ('filler', 'softmax', '{}', 'auto', 'succeeded', 1, 1, now()) RETURNING id"
-            )
-        ).scalar()
-        result = conn.execute(
-            text(
-                "INSERT INTO results (job_id, idempotency_key, node_name, node, timer, started_at, "
-                "finished_at, received_at, spec) "
-                "VALUES (:j, :k, 'filler', '{}', 'perf_counter', now(), now(), now(), '{}') RETURNING id"
-            ),
-            {"j": job, "k": f"filler-{uuid.uuid4().hex}"},
-        ).scalar()
-        cell = conn.execute(
-            text(
-                "INSERT INTO cells (result_id, cell_index, params, baseline_params, candidate_params, "
-                "work, correctness) "
-                "VALUES (:r, 0, '{}', '{}', '{}', '{}', '{}') RETURNING id"
-            ),
-            {"r": result},
-        ).scalar()
-        conn.execute(
-            text(
-                "INSERT INTO samples (cell_id, variant, round, position, duration_ns, launches, throttled) "
-                "SELECT :c, CASE WHEN g % 2 = 0 THEN 'baseline' ELSE 'candidate' END, g / 200, g % 200, "
-                "1000 + (g % 97), 1, false FROM generate_series(0, :n - 1) AS g"
-            ),
-            {"c": cell, "n": n},
-        )
-    with engine.connect() as conn:
-        total = conn.execute(text("SELECT count(*) FROM samples")).scalar()
-        conn.execute(text("COMMIT"))
-        conn.execute(text("ANALYZE samples"))
+    for k in range(results):
+        blocks = _filler_blocks(rng, _FILL_CELLS, _FILL_PER_CELL)
+        if k == 0:
+            assert len(sample_blocks.decode(blocks[0])) == _FILL_PER_CELL
+        with factory.begin() as session:
+            now = datetime.now(UTC)
+            job = Job(
+                name=f"filler {k}", benchmark="softmax", spec=spec, device="auto", status="succeeded",
+                attempts=1, max_attempts=1, created_at=now, started_at=now, finished_at=now,
+            )  # fmt: skip
+            session.add(job)
+            session.flush()
+            result = Result(
+                job_id=job.id, idempotency_key=f"filler-{uuid.uuid4().hex}", node_name="filler", node=node,
+                timer="cuda-graph", started_at=now, finished_at=now, spec=spec,
+            )  # fmt: skip
+            session.add(result)
+            session.flush()
+            cell_rows = [
+                {"result_id": result.id, "cell_index": i, "params": {"M": 8, "N": 16 + i},
+                 "baseline_params": {}, "candidate_params": {}, "work": {}, "correctness": {}, "error": None,
+                 "context": None, "static": None}
+                for i in range(_FILL_CELLS)
+            ]  # fmt: skip
+            cell_ids = bulk.insert_rows_returning_ids(session, Cell, cell_rows)
+            rows = [{"cell_id": c, **b} for c, b in zip(cell_ids, blocks, strict=True)]
+            bulk.insert_rows(session, SampleBlock, rows)
+    fill_s = time.perf_counter() - t
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("VACUUM ANALYZE"))
+        total = int(conn.execute(text("SELECT coalesce(sum(n), 0) FROM sample_blocks")).scalar_one())
+        db_bytes = int(conn.execute(text("SELECT pg_database_size(current_database())")).scalar_one())
+        table_bytes = int(conn.execute(text("SELECT pg_total_relation_size('sample_blocks')")).scalar_one())
     engine.dispose()
-    return {"samples_added": n, "fill_s": time.perf_counter() - t, "samples_total": total}
+    return {"samples_added": results * per_result, "filler_results": results, "fill_s": fill_s,
+            "fill_and_vacuum_s": time.perf_counter() - t, "samples_total": total,
+            "db_gib": db_bytes / 2**30, "sample_blocks_gib": table_bytes / 2**30}  # fmt: skip
+
+
+def download_samples(base: str, job: int) -> dict[str, Any]:
+    """The raw samples of ``job`` through ``GET /api/v1/jobs/{id}/samples``: the whole JSON and the
+    whole CSV download (seconds, MiB, rows) and one 10,000-row page from the middle (ms)."""
+    out: dict[str, Any] = {}
+    with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=600) as http:
+        for fmt in ("json", "csv"):
+            t = time.perf_counter()
+            r = http.get(f"/api/v1/jobs/{job}/samples", params={"format": fmt})
+            r.raise_for_status()
+            out[f"{fmt}_s"] = time.perf_counter() - t
+            out[f"{fmt}_mib"] = len(r.content) / 2**20
+            out["rows"] = int(r.headers["X-Total-Count"])
+        t = time.perf_counter()
+        r = http.get(f"/api/v1/jobs/{job}/samples", params={"offset": out["rows"] // 2, "limit": 10_000})
+        r.raise_for_status()
+        out["page_10000_ms"] = (time.perf_counter() - t) * 1e3
+        assert len(r.json()) == min(10_000, out["rows"] - out["rows"] // 2)
+    return out
 
 
 def main() -> None:
@@ -307,8 +431,13 @@ def main() -> None:
     ap.add_argument("out_dir", type=Path)
     ap.add_argument("--runners", type=int, default=200)
     ap.add_argument("--workers", type=int, default=4)
-    ap.add_argument("--seconds", type=float, default=20.0)
-    ap.add_argument("--jobs", type=int, default=2000)
+    ap.add_argument("--seconds", type=float, default=90.0, help="claim load, protocol mode, s")
+    ap.add_argument(
+        "--saturation-s", type=float, default=30.0, help="claim load, saturation mode, s; 0: none"
+    )
+    ap.add_argument("--jobs", type=int, default=400, help="saturation mode: jobs kept queued")
+    ap.add_argument("--claim-args", default="", help="more benchmarks/claim_client.py arguments, one string")
+    ap.add_argument("--claims-only", action="store_true", help="only the claim load (part 1)")
     ap.add_argument("--big-samples", type=int, default=10_000_000)
     ap.add_argument(
         "--pg-url",
@@ -316,6 +445,9 @@ def main() -> None:
     )
     args = ap.parse_args()
     args.out_dir.mkdir(parents=True, exist_ok=True)
+    if args.claims_only:
+        claims_only(args)
+        return
     admin = create_engine(args.pg_url, isolation_level="AUTOCOMMIT")
     name = f"kl_load_{uuid.uuid4().hex[:10]}"
     with admin.connect() as conn:
@@ -325,12 +457,13 @@ def main() -> None:
     try:
         server = Server(pg, args.workers, args.out_dir / "server-pg.log")
         try:
-            report["claims"] = claim_load(server.base, args.runners, args.seconds, args.jobs)
+            report["claims"] = claims_both_modes(server.base, args)
             report["pg_sweep"] = ingest_and_page(server.base)
             if args.big_samples:
                 report["pg_big"] = fill_samples(pg, args.big_samples)
                 with httpx.Client(base_url=server.base, timeout=60) as http:
                     report["pg_big"].update(_page(http, report["pg_sweep"]["job_id"], 20))
+                report["pg_big"]["download"] = download_samples(server.base, report["pg_sweep"]["job_id"])
         finally:
             server.stop()
         sqlite = f"sqlite:///{args.out_dir / 'load.db'}"
@@ -346,19 +479,7 @@ def main() -> None:
     (args.out_dir / "server_load.json").write_text(json.dumps(report, indent=2))
     c, ps, ss = report["claims"], report["pg_sweep"], report["sqlite_sweep"]
     rows = [
-        (
-            "claim p99 (ms), target <= 100",
-            f"{c['claim_p99_ms']:.1f} (p50 {c['claim_p50_ms']:.1f}; {c['claim_requests']} requests)",
-        ),
-        (
-            "heartbeat p99 (ms), target <= 100",
-            f"{c['heartbeat_p99_ms']:.1f} (p50 {c['heartbeat_p50_ms']:.1f}; "
-            f"{c['heartbeat_requests']} requests)",
-        ),
-        (
-            "errors / jobs claimed twice, target 0 / 0",
-            f"{c['errors']} / {c['claimed_twice']} ({c['jobs_claimed']} claimed)",
-        ),
+        *_claim_rows(c),
         (
             "ingest 1,000 cells x 600 samples, PostgreSQL (s), target <= 2",
             f"{ps['ingest_s']:.2f} ({ps['body_mib']:.0f} MiB body)",

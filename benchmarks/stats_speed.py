@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 import numpy as np
 
 from service import stats
-from service.schemas import CellResult, JobResult, JobSpec, NodeInfo, Sample
+from service.schemas import CellResult, JobResult, JobSpec, NodeInfo, Sample, SampleColumns
 
 
 def synthetic_samples(rounds: int, seed: int) -> list[Sample]:
@@ -44,7 +44,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=20)
     args = parser.parse_args()
-    samples = synthetic_samples(args.rounds, seed=0)
+    samples = SampleColumns.from_rows(synthetic_samples(args.rounds, seed=0))
     print(f"ratio_ci, {args.rounds} rounds, 2000 resamples: "
           f"{median_ms(lambda: stats.ratio_ci(samples), args.repeats):.2f} ms")
     now = datetime.now(UTC)

@@ -261,12 +261,12 @@ def part_verdicts(runs: int, log: Any) -> str:
             result = run_job(_softmax_spec(16384, cand_m, budget, seed=i))
             c = compare(result).cells[0]
             verdicts.append(c.verdict)
-            rounds = 1 + max(s.round for s in result.cells[0].samples)
+            rounds = 1 + max(result.cells[0].samples.round)
             log.write(json.dumps({
                 "part": "verdicts", "case": label, "run": i, "verdict": c.verdict, "ratio": c.ratio,
                 "ci": [c.ci_low, c.ci_high], "flags": c.flags, "rounds": rounds, "wall_s": time.time() - t0,
                 "timer": result.timer,
-                "timed_ms": sum(s.duration_ns * s.launches for s in result.cells[0].samples) / 1e6,
+                "timed_ms": sum(s.duration_ns * s.launches for s in result.cells[0].samples.rows()) / 1e6,
             }) + "\n")
             print(f"{label} run {i}: {c.verdict} ratio {c.ratio:.4f} [{c.ci_low:.4f}, {c.ci_high:.4f}] "
                   f"{rounds} rounds {time.time() - t0:.1f} s", flush=True)
@@ -294,9 +294,10 @@ def part_guard(log: Any) -> str:
     # The bound comes from the job's own probe (runners.probes.peak), not from the caller.
     peak_tflops = max(r.tflops for p in result.probes for r in p.matmul_peak)
     honest = compare(result).cells[0]
-    for s in result.cells[0].samples:
-        if s.variant == "candidate":
-            s.duration_ns = 3000.0  # the first-call do_bench figure: 0.0030 ms
+    samples = result.cells[0].samples
+    samples.duration_ns = [  # candidate: the first-call do_bench figure, 3000 ns = 0.0030 ms
+        3000.0 if v == "candidate" else d for v, d in zip(samples.variant, samples.duration_ns, strict=True)
+    ]
     injected = compare(result).cells[0]
     log.write(json.dumps({
         "part": "guard", "peak_tflops": peak_tflops, "honest": honest.model_dump(mode="json"),

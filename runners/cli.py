@@ -1,4 +1,5 @@
-"""The ``kernelab`` command line: ``up``, ``serve``, ``runner``, ``submit``, ``run``, ``probe``, ``report``.
+"""The ``kernelab`` command line: ``up``, ``serve``, ``runner``, ``submit``, ``run``, ``probe``, ``report``,
+``token create|list|revoke``.
 
 Every command that reads a spec reports a bad file as ``FILE:LINE: field: message`` and exits 2;
 unreachable servers and refused requests are one-line messages with exit status 1, never
@@ -15,6 +16,9 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -100,10 +104,10 @@ def apply_refs(spec: JobSpec, spec_path: Path, repo: str, baseline_ref: str | No
     return spec
 
 
-def _client(server: str, token: str) -> KernelabClient:
+def _client(server: str, token: str, **kwargs: Any) -> KernelabClient:
     if not token:
         raise _fail("no token: pass --token or set KERNELAB_TOKEN", EXIT_BAD_INPUT)
-    return KernelabClient(server, token)
+    return KernelabClient(server, token, **kwargs)
 
 
 def _setup_logging(level: str) -> None:
@@ -378,6 +382,79 @@ def report(
             raise _fail(f"server unreachable: {exc}") from None
 
 
+token_app = typer.Typer(
+    help="Manage API tokens on a server (needs an admin token): create, list, revoke.", no_args_is_help=True
+)
+app.add_typer(token_app, name="token")
+TOKEN_RETRIES = 1  # an operator at a terminal: say "unreachable" after one retry, not after ~15 s
+
+
+class TokenScope(StrEnum):
+    """Scopes a token can be created with (``runner`` tokens come from runner registration)."""
+
+    read = "read"
+    submit = "submit"
+    admin = "admin"
+
+
+@contextmanager
+def _one_line_errors(what: str) -> Iterator[None]:
+    """Turn the client's errors into one line on stderr and exit status 1 (no traceback)."""
+    try:
+        yield
+    except KernelabAPIError as exc:
+        raise _fail(f"{what}: HTTP {exc.status_code}: {exc.detail}") from None
+    except KernelabUnavailable as exc:
+        raise _fail(f"{what}: server unreachable: {exc}") from None
+
+
+@token_app.command("create")
+def token_create(
+    name: Annotated[str, typer.Option("--name", help="who or what holds the token, e.g. ci")],
+    scope: Annotated[TokenScope, typer.Option("--scope", help="admin implies submit implies read")],
+    server: ServerOpt = DEFAULT_SERVER,
+    token: TokenOpt = "",
+) -> None:
+    """Create a token; print it once on stdout (the server keeps only its hash)."""
+    with _client(server, token, retries=TOKEN_RETRIES) as client, _one_line_errors("token create"):
+        issued = client.create_token(name, [scope.value])
+    typer.echo(issued["token"])
+    typer.echo(f"token {issued['id']} {issued['name']!r} ({', '.join(issued['scopes'])}): shown only now, "
+               "store it", err=True)  # fmt: skip
+
+
+@token_app.command("list")
+def token_list(
+    server: ServerOpt = DEFAULT_SERVER,
+    token: TokenOpt = "",
+    live: Annotated[bool, typer.Option("--live", help="leave out revoked tokens")] = False,
+) -> None:
+    """List tokens (id, name, scopes, runner, created, revoked); never their secrets."""
+    with _client(server, token, retries=TOKEN_RETRIES) as client, _one_line_errors("token list"):
+        rows = client.list_tokens(live_only=live)
+    table = [("ID", "NAME", "SCOPES", "RUNNER", "CREATED", "REVOKED")] + [
+        (str(r["id"]), r["name"], ",".join(r["scopes"]), str(r["runner_id"] or ""), r["created_at"][:19],
+         (r["revoked_at"] or "")[:19])
+        for r in rows
+    ]  # fmt: skip
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    for row in table:
+        typer.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+
+@token_app.command("revoke")
+def token_revoke(
+    token_id: Annotated[int, typer.Argument(help="token id (kernelab token list)", min=1)],
+    server: ServerOpt = DEFAULT_SERVER,
+    token: TokenOpt = "",
+) -> None:
+    """Revoke a token: its next request gets 401. Revoking a revoked token is not an error."""
+    what = f"token revoke {token_id}"
+    with _client(server, token, retries=TOKEN_RETRIES) as client, _one_line_errors(what):
+        row = client.revoke_token(token_id)
+    typer.echo(f"token {row['id']} {row['name']!r} revoked at {row['revoked_at']}")
+
+
 @app.command()
 def runner(
     server: ServerOpt = DEFAULT_SERVER,
@@ -443,8 +520,10 @@ def serve(
         # A large result body is parsed on the worker's event loop (seconds for a 1,000-cell sweep);
         # uvicorn's default 5 s worker health check would kill the worker mid-ingest.
         extra["timeout_worker_healthcheck"] = WORKER_HEALTHCHECK_S
-    uvicorn.run("service.app:create_app", factory=True, host=host, port=port, workers=workers,
-                log_level=settings.log_level.lower(), timeout_keep_alive=KEEP_ALIVE_S, **extra)
+    from service import serve as server
+
+    server.run(workers=workers, host=host, port=port, log_level=settings.log_level.lower(),
+               timeout_keep_alive=KEEP_ALIVE_S, **extra)  # fmt: skip
 
 
 @app.command()

@@ -307,6 +307,41 @@ class KernelabClient:
         """``GET /nodes/{name}``: the node with its recent probes, as decoded JSON."""
         return self.request("GET", f"/nodes/{node_name}", idempotent=True).json()
 
+    # ---------------------------------------------------------------------------------------------
+    # tokens (admin scope)
+
+    def create_token(self, name: str, scopes: list[str]) -> dict[str, Any]:
+        """``POST /tokens``: issue a token with ``scopes`` ("read", "submit", "admin").
+
+        Returns the decoded ``TokenIssued``: ``id``, ``name``, ``scopes``, ``runner_id``,
+        ``created_at``, ``revoked_at`` and ``token``, the plain secret, which the server never
+        shows again. Raises ``KernelabAPIError`` (401/403 without an admin token, 422 for a bad
+        name or scope).
+        """
+        body = {"name": name, "scopes": scopes}
+        return dict(self.request("POST", "/tokens", json=body, idempotent=False).json())
+
+    def list_tokens(self, *, live_only: bool = False, page: int = 500) -> list[dict[str, Any]]:
+        """``GET /tokens``, every page: all tokens newest first (``TokenPublic`` dicts, no secrets);
+        ``live_only`` leaves out revoked ones."""
+        params: dict[str, Any] = {"limit": page}
+        if live_only:
+            params["revoked"] = "false"
+        rows: list[dict[str, Any]] = []
+        while True:
+            resp = self.request("GET", "/tokens", params={**params, "offset": len(rows)}, idempotent=True)
+            answer = resp.json()
+            rows += answer["data"]
+            if not answer["data"] or len(rows) >= answer["count"]:
+                return rows
+
+    def revoke_token(self, token_id: int) -> dict[str, Any]:
+        """``POST /tokens/{id}/revoke`` (idempotent): the token's ``TokenPublic`` dict afterwards.
+
+        Raises ``KernelabAPIError`` 404 for an unknown id, 409 for the caller's own token.
+        """
+        return dict(self.request("POST", f"/tokens/{token_id}/revoke", idempotent=True).json())
+
 
 def _dump(model: BaseModel) -> Any:
     return model.model_dump(mode="json")

@@ -33,7 +33,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from runners.timing import Timer
-from service.schemas import MeasurementSpec, Sample, Variant
+from service.schemas import MeasurementSpec, Sample, SampleColumns, Variant
 from service.stats import kept_samples, ratio_ci
 
 THROTTLE_CLOCK_FRACTION = 0.75  # nvbench: below 75% of the expected SM clock is throttled
@@ -97,7 +97,7 @@ def is_throttled(sm_clock_mhz: float | None, expected_sm_clock_mhz: float | None
     return sm_clock_mhz < THROTTLE_CLOCK_FRACTION * expected_sm_clock_mhz
 
 
-def ci_half_width(samples: list[Sample], settings: MeasurementSpec) -> tuple[float, float] | None:
+def ci_half_width(samples: SampleColumns, settings: MeasurementSpec) -> tuple[float, float] | None:
     """``(ratio, relative CI half-width)`` of candidate/baseline over ``samples``, or None.
 
     Uses ``service.stats.ratio_ci`` (bootstrap resampling whole rounds, 95%, seeded with
@@ -204,15 +204,16 @@ def measure_pair(
     sampler: ClockSampler | None = None,
     progress: ProgressFn | None = None,
     monitor: ContentionMonitor | None = None,
-) -> list[Sample]:
-    """Measure two zero-argument callables interleaved; every raw sample, in the order taken.
+) -> SampleColumns:
+    """Measure two zero-argument callables interleaved; every raw sample, in the order taken
+    (columnar: ``SampleColumns``, what ``CellResult.samples`` holds and the server stores).
 
     ``fn_baseline``/``fn_candidate`` launch one run each (on the timer's device and stream).
     Warm-up: both alternate for ``settings.warmup_ms`` each; it also estimates each variant's ns
     per launch, from which ``timer.launches_for`` picks that variant's launches per sample (each
     sample then covers at least ``timer.min_window_ns``; a variant 1000x slower than the other
     does not get the other's launch count). Then rounds run until the stop rule of the module
-    docstring. Each ``Sample`` carries ``round``, ``position``, ``launches``, ``duration_ns`` (ns
+    docstring. Each sample carries ``round``, ``position``, ``launches``, ``duration_ns`` (ns
     per launch) and, with a ``sampler``, the context read after it; ``throttled`` is set when its
     SM clock is below 75% of ``sampler.expected_sm_clock_mhz``.
 
@@ -231,7 +232,7 @@ def measure_interleaved(
     sampler: ClockSampler | None = None,
     progress: ProgressFn | None = None,
     monitor: ContentionMonitor | None = None,
-) -> list[Sample]:
+) -> SampleColumns:
     """``measure_pair`` over any ``PairTimer``: warm-up, interleaved rounds, stop rule, samples.
 
     The round order, launch counts, per-sample context and stop rule are decided here, in the
@@ -242,7 +243,7 @@ def measure_interleaved(
     rng = np.random.default_rng(settings.seed)
     budget_ns = settings.budget_ms * 1e6
     target = settings.target_ci_pct / 100.0
-    samples: list[Sample] = []
+    samples = SampleColumns()
     next_check = settings.min_rounds
     rounds = 0
     min_time_ns = settings.min_time_ms * _NS_PER_MS

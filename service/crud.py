@@ -17,10 +17,11 @@ from pydantic import TypeAdapter
 from sqlalchemy import func, insert, select, union, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from service import models, queue
+from service import bulk, models, queue, sample_blocks
 from service.auth import create_token
-from service.models import Cell, Job, JobAttempt, ProbeReading, Result, Runner, Sample, utcnow
+from service.models import Cell, Job, JobAttempt, ProbeReading, Result, Runner, SampleBlock, utcnow
 from service.schemas import (
+    SAMPLE_FIELDS,
     CellResult,
     Comparison,
     CorrectnessResult,
@@ -30,11 +31,11 @@ from service.schemas import (
     JobSpec,
     NodeInfo,
     ProbeReport,
+    SampleColumns,
     StaticComparison,
     Variant,
     Work,
 )
-from service.schemas import Sample as SampleSchema
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,7 @@ SAMPLE_COLUMNS = (
     "sm_clock_mhz", "clock_event_reasons", "temperature_c", "power_w", "throttled",
 )  # fmt: skip
 """Columns of ``iter_sample_rows`` and of ``GET /jobs/{id}/samples`` (CSV header order)."""
+_BLOCK_COLUMNS = [SampleBlock.n, *(getattr(SampleBlock, name) for name in SAMPLE_FIELDS)]
 
 
 class ResultConflictError(Exception):
@@ -275,7 +277,8 @@ def store_result(
     duplicate)``.
 
     A repeated ``idempotency_key`` for the same job stores nothing and returns the first result's
-    id with ``duplicate=True``. Cells and samples are bulk-inserted; probe reports are stored
+    id with ``duplicate=True``. Cells are bulk-inserted, then one ``sample_blocks`` row of
+    columnar arrays per cell with samples (``service.sample_blocks``); probe reports are stored
     linked to the job, the result and the node (``result.node.hostname``). Raises
     ``ResultConflictError`` (key of another job, or ``result.job_id`` not ``job_id``),
     ``queue.JobNotFoundError``, ``queue.LeaseLostError`` (caller does not hold the lease).
@@ -393,17 +396,13 @@ def _insert_cells(session: Session, result_id: int, cells: Sequence[CellResult])
         }  # fmt: skip
         for c in cells
     ]
-    cell_ids = session.scalars(insert(Cell).returning(Cell.id, sort_by_parameter_order=True), cell_rows).all()
-    sample_rows = [
-        {"cell_id": cell_id, **s.model_dump()}
+    cell_ids = bulk.insert_rows_returning_ids(session, Cell, cell_rows)
+    blocks = [
+        {"cell_id": cell_id, **sample_blocks.encode(cell.samples)}
         for cell_id, cell in zip(cell_ids, cells, strict=True)
-        for s in cell.samples
+        if len(cell.samples)
     ]
-    if sample_rows:
-        session.execute(insert(Sample), sample_rows)
-
-
-_SAMPLE_FIELDS = tuple(SampleSchema.model_fields)
+    bulk.insert_rows(session, SampleBlock, blocks)
 
 
 def load_result(
@@ -419,13 +418,10 @@ def load_result(
     if row is None:
         return None
     cells = list(session.scalars(select(Cell).where(Cell.result_id == row.id).order_by(Cell.cell_index)))
-    samples: dict[int, list[SampleSchema]] = {c.id: [] for c in cells}
-    columns = [getattr(Sample, f) for f in _SAMPLE_FIELDS]
-    query = select(Sample.cell_id, *columns).join(Cell).where(Cell.result_id == row.id)
+    query = select(SampleBlock.cell_id, *_BLOCK_COLUMNS).join(Cell).where(Cell.result_id == row.id)
     if sample_cells is not None:
         query = query.where(Cell.cell_index.in_(list(sample_cells)))
-    for cell_id, *values in session.execute(query.order_by(Sample.id)):
-        samples[cell_id].append(SampleSchema(**dict(zip(_SAMPLE_FIELDS, values, strict=True))))
+    samples = {block.cell_id: sample_blocks.decode(block._mapping) for block in session.execute(query)}
     reports = session.scalars(
         select(models.ProbeReport.report)
         .where(models.ProbeReport.result_id == row.id)
@@ -442,7 +438,7 @@ def load_result(
                 candidate_params=c.candidate_params,
                 work=_WORK_BY_VARIANT.validate_python(c.work),
                 correctness=_CORRECTNESS_BY_VARIANT.validate_python(c.correctness),
-                samples=samples[c.id], error=c.error,
+                samples=samples.get(c.id) or SampleColumns(), error=c.error,
                 timers=(c.context or {}).get("timers", {}),
                 contention=(c.context or {}).get("contention", []),
                 static=None if c.static is None else StaticComparison.model_validate(c.static),
@@ -460,27 +456,74 @@ def has_result(*, session: Session, job_id: int) -> bool:
 def count_samples(*, session: Session, job_id: int) -> int:
     """How many raw samples the job's result holds (0 without a result)."""
     return session.scalar(
-        select(func.count(Sample.id)).join(Cell, Cell.id == Sample.cell_id)
+        select(func.coalesce(func.sum(SampleBlock.n), 0)).join(Cell, Cell.id == SampleBlock.cell_id)
         .join(Result, Result.id == Cell.result_id).where(Result.job_id == job_id)
     ) or 0  # fmt: skip
+
+
+def _block_slices(
+    session: Session, job_id: int, offset: int, limit: int | None
+) -> list[tuple[int, int, int]]:
+    """``(block id, first, end)``: the sample positions of each block (cell index order) that
+    fall in rows ``[offset, offset + limit)`` of the job's samples."""
+    sizes = session.execute(
+        select(SampleBlock.id, SampleBlock.n).join(Cell, Cell.id == SampleBlock.cell_id)
+        .join(Result, Result.id == Cell.result_id).where(Result.job_id == job_id)
+        .order_by(Cell.cell_index)
+    )  # fmt: skip
+    stop = None if limit is None else offset + limit
+    out, start = [], 0
+    for block_id, n in sizes:
+        first = max(offset - start, 0)
+        end = n if stop is None else min(stop - start, n)
+        if first < end:
+            out.append((block_id, first, end))
+        start += n
+        if stop is not None and start >= stop:
+            break
+    return out
 
 
 def iter_sample_rows(
     *, session: Session, job_id: int, batch: int = 5000, offset: int = 0, limit: int | None = None
 ) -> Iterator[dict[str, Any]]:
-    """Raw samples of a job's result as flat dicts with ``SAMPLE_COLUMNS`` keys, streamed in
-    batches of ``batch`` rows (cell index order, then posting order). ``params`` is the cell's
-    parameter dict; ``duration_ns`` is nanoseconds per launch. ``offset``/``limit`` select a page
-    of that order (``limit=None``: to the end)."""
-    stmt = (
-        select(Cell.cell_index, Cell.params, *(getattr(Sample, c) for c in SAMPLE_COLUMNS[2:]))
-        .join(Cell, Cell.id == Sample.cell_id)
+    """Raw samples of a job's result as flat dicts with ``SAMPLE_COLUMNS`` keys, streamed (cell
+    index order, then posting order), reading blocks of about ``batch`` samples per query.
+    ``params`` is the cell's parameter dict; ``duration_ns`` is nanoseconds per launch.
+    ``offset``/``limit`` select a page of that order (``limit=None``: to the end)."""
+    slices = _block_slices(session, job_id, offset, limit)
+    while slices:
+        chunk: list[tuple[int, int, int]] = []
+        taken = 0
+        while slices and (not chunk or taken + slices[0][2] - slices[0][1] <= batch):
+            chunk.append(slices.pop(0))
+            taken += chunk[-1][2] - chunk[-1][1]
+        rows = session.execute(
+            select(SampleBlock.id, Cell.cell_index, Cell.params, *_BLOCK_COLUMNS)
+            .join(Cell, Cell.id == SampleBlock.cell_id)
+            .where(SampleBlock.id.in_([block_id for block_id, _, _ in chunk]))
+        )
+        by_id = {r.id: r for r in rows}
+        for block_id, first, end in chunk:
+            block = by_id[block_id]
+            columns = sample_blocks.decode(block._mapping)
+            values = [getattr(columns, name)[first:end] for name in SAMPLE_FIELDS]
+            cell = (block.cell_index, block.params)
+            for sample in zip(*values, strict=True):
+                yield dict(zip(SAMPLE_COLUMNS, cell + sample, strict=True))
+
+
+def load_cell_samples(*, session: Session, job_id: int, cell_index: int) -> SampleColumns | None:
+    """The raw samples of one cell of the job's stored result (posting order), reading that cell's
+    block alone; an empty ``SampleColumns`` for a cell without samples, None when the job has no
+    result or the result no cell ``cell_index``. (For pages that draw one cell of a large sweep:
+    ``load_result(sample_cells=...)`` rebuilds every cell.)"""
+    found = session.execute(
+        select(Cell.id, SampleBlock.id.label("block_id"), *_BLOCK_COLUMNS).select_from(Cell)
         .join(Result, Result.id == Cell.result_id)
-        .where(Result.job_id == job_id)
-        .order_by(Cell.cell_index, Sample.id)
-        .offset(offset)
-        .limit(limit)
-        .execution_options(yield_per=batch)
-    )
-    for row in session.execute(stmt):
-        yield dict(zip(SAMPLE_COLUMNS, row, strict=True))
+        .join(SampleBlock, SampleBlock.cell_id == Cell.id, isouter=True)
+        .where(Result.job_id == job_id, Cell.cell_index == cell_index)
+    ).first()  # fmt: skip
+    if found is None:
+        return None
+    return SampleColumns() if found.block_id is None else sample_blocks.decode(found._mapping)

@@ -15,13 +15,13 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
-    Boolean,
     CheckConstraint,
     DateTime,
     Float,
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Text,
@@ -203,31 +203,30 @@ class Cell(Base):
     static: Mapped[dict[str, Any] | None]
 
 
-class Sample(Base):
-    """One raw timed sample: nanoseconds per launch and the clock context at that moment."""
+class SampleBlock(Base):
+    """The raw samples of one cell, columnar: ``n`` values per array column, sample ``i`` at index
+    ``i`` in the order taken. Arrays are little-endian numpy bytes (``service.sample_blocks``):
+    ``variant`` u1 (0 baseline, 1 candidate), ``round``/``position``/``launches`` int32,
+    ``duration_ns`` float64 (ns per launch), ``sm_clock_mhz``/``temperature_c``/``power_w`` float64
+    with NaN for null, ``clock_event_reasons`` int64 with -1 for null, ``throttled`` u1. A nullable
+    column is NULL when every sample's value is null. Cells without samples have no block.
+    """
 
-    __tablename__ = "samples"
-    __table_args__ = (
-        CheckConstraint(_in("variant", VARIANTS), name="variant"),
-        CheckConstraint("round >= 0", name="round_nonnegative"),
-        CheckConstraint("position >= 0", name="position_nonnegative"),
-        CheckConstraint("duration_ns >= 0", name="duration_ns_nonnegative"),
-        CheckConstraint("launches >= 1", name="launches_positive"),
-        CheckConstraint("sm_clock_mhz >= 0", name="sm_clock_mhz_nonnegative"),
-        CheckConstraint("power_w >= 0", name="power_w_nonnegative"),
-    )
-    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer(), "sqlite"), primary_key=True)
-    cell_id: Mapped[int] = mapped_column(ForeignKey("cells.id", ondelete="CASCADE"), index=True)
-    variant: Mapped[str] = mapped_column(String(16))
-    round: Mapped[int] = mapped_column(Integer)
-    position: Mapped[int] = mapped_column(Integer)
-    duration_ns: Mapped[float] = mapped_column(Float)
-    launches: Mapped[int] = mapped_column(Integer, default=1)
-    sm_clock_mhz: Mapped[float | None] = mapped_column(Float)
-    clock_event_reasons: Mapped[int | None] = mapped_column(BigInteger)
-    temperature_c: Mapped[float | None] = mapped_column(Float)
-    power_w: Mapped[float | None] = mapped_column(Float)
-    throttled: Mapped[bool] = mapped_column(Boolean, default=False)
+    __tablename__ = "sample_blocks"
+    __table_args__ = (CheckConstraint("n >= 0", name="n_nonnegative"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    cell_id: Mapped[int] = mapped_column(ForeignKey("cells.id", ondelete="CASCADE"), unique=True)
+    n: Mapped[int] = mapped_column(Integer)
+    variant: Mapped[bytes] = mapped_column(LargeBinary)
+    round: Mapped[bytes] = mapped_column(LargeBinary)
+    position: Mapped[bytes] = mapped_column(LargeBinary)
+    duration_ns: Mapped[bytes] = mapped_column(LargeBinary)
+    launches: Mapped[bytes] = mapped_column(LargeBinary)
+    sm_clock_mhz: Mapped[bytes | None] = mapped_column(LargeBinary)
+    clock_event_reasons: Mapped[bytes | None] = mapped_column(LargeBinary)
+    temperature_c: Mapped[bytes | None] = mapped_column(LargeBinary)
+    power_w: Mapped[bytes | None] = mapped_column(LargeBinary)
+    throttled: Mapped[bytes] = mapped_column(LargeBinary)
 
 
 class ProbeReport(Base):

@@ -165,16 +165,17 @@ def with_health(
 ) -> Comparison:
     """``comparison`` (computed without ``health_flags``) as ``compare(..., health_flags=flags,
     notes=report_notes(flags, reasons))`` would have given it: the flags added to every cell and to
-    the job, the notes set."""
+    the job, the notes set. ``comparison`` is not changed; the copy shares its unchanged parts
+    (cell statistics, probes), so neither may be mutated in place (a deep copy of a 1,000-cell
+    comparison costs ~80 ms, more than the page that shows it)."""
     from service.stats import _sorted_flags
 
-    out = comparison.model_copy(deep=True)
+    update: dict[str, Any] = {"notes": list(health.report_notes(list(flags), list(reasons)))}
     if flags:
-        for c in out.cells:
-            c.flags = _sorted_flags([*c.flags, *flags])
-        out.flags = _sorted_flags([*out.flags, *flags])
-    out.notes = list(health.report_notes(list(flags), list(reasons)))
-    return out
+        update["cells"] = [c.model_copy(update={"flags": _sorted_flags([*c.flags, *flags])})
+                           for c in comparison.cells]  # fmt: skip
+        update["flags"] = _sorted_flags([*comparison.flags, *flags])
+    return comparison.model_copy(update=update)
 
 
 def job_comparison(

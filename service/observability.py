@@ -113,12 +113,17 @@ class RequestLogMiddleware:
             await self.app(scope, receive, record_status)
         finally:
             path = scope.get("path", "")
-            self.log.log(
-                logging.DEBUG if path in self._QUIET else logging.INFO,
-                "%s %s %d", scope.get("method", ""), path, status,
-                extra={"event": "request", "method": scope.get("method", ""), "path": path, "status": status,
-                       "duration_ms": round((time.perf_counter() - started) * 1e3, 3)},
-            )  # fmt: skip
+            level = logging.DEBUG if path in self._QUIET else logging.INFO
+            if self.log.isEnabledFor(level):  # skip building the record's fields when it is dropped
+                self._log(level, scope, path, status, started)
+
+    def _log(self, level: int, scope: Scope, path: str, status: int, started: float) -> None:
+        method = scope.get("method", "")
+        self.log.log(
+            level, "%s %s %d", method, path, status,
+            extra={"event": "request", "method": method, "path": path, "status": status,
+                   "duration_ms": round((time.perf_counter() - started) * 1e3, 3)},
+        )  # fmt: skip
 
 
 def _duration_s_expr(dialect: str) -> Any:

@@ -15,10 +15,20 @@ The shape of a job, end to end::
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    TypeAdapter,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 Variant = Literal["baseline", "candidate"]
 Verdict = Literal["faster", "slower", "same", "inconclusive"]
@@ -263,23 +273,139 @@ class Work(BaseModel):
     bytes_written: float = Field(default=0.0, ge=0)
 
 
+_INT32_MAX = 2**31 - 1  # round, position and launches are stored as int32 (service.sample_blocks)
+_INT64_MAX = 2**63 - 1  # clock_event_reasons is stored as int64
+_Int32 = Annotated[int, Field(ge=0, le=_INT32_MAX)]
+_Launches = Annotated[int, Field(ge=1, le=_INT32_MAX)]
+_Reasons = Annotated[int, Field(ge=0, le=_INT64_MAX, description="NVML bitmask")]
+_Finite = Annotated[float, Field(allow_inf_nan=False)]
+_FiniteNonNeg = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
 class Sample(BaseModel):
-    """One timed sample of one variant.
+    """One timed sample of one variant (a row of ``SampleColumns``).
 
     ``duration_ns`` is the time of one launch: the timed window divided by ``launches``.
-    Context fields are None where the platform cannot read them (CPU, no NVML).
+    Context fields are None where the platform cannot read them (CPU, no NVML). Floats must be
+    finite (NaN/inf: 422); ``round``, ``position`` and ``launches`` fit in int32.
     """
 
     variant: Variant
-    round: int = Field(ge=0, description="interleaving round number")
-    position: int = Field(ge=0, description="position of this sample inside its round")
-    duration_ns: float = Field(ge=0)
-    launches: int = Field(default=1, ge=1)
-    sm_clock_mhz: float | None = Field(default=None, ge=0)
-    clock_event_reasons: int | None = Field(default=None, ge=0, description="NVML bitmask")
-    temperature_c: float | None = None
-    power_w: float | None = Field(default=None, ge=0)
+    round: int = Field(ge=0, le=_INT32_MAX, description="interleaving round number")
+    position: int = Field(ge=0, le=_INT32_MAX, description="position of this sample inside its round")
+    duration_ns: float = Field(ge=0, allow_inf_nan=False)
+    launches: int = Field(default=1, ge=1, le=_INT32_MAX)
+    sm_clock_mhz: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    clock_event_reasons: int | None = Field(default=None, ge=0, le=_INT64_MAX, description="NVML bitmask")
+    temperature_c: float | None = Field(default=None, allow_inf_nan=False)
+    power_w: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     throttled: bool = False
+
+
+SAMPLE_FIELDS: tuple[str, ...] = tuple(Sample.model_fields)
+"""The columns of ``SampleColumns`` (and fields of ``Sample``), in wire and storage order."""
+_SAMPLE_ROWS = TypeAdapter(list[Sample])
+# Columns a client may leave out, and the value every sample then gets.
+_COLUMN_DEFAULTS: dict[str, Any] = {
+    "launches": 1, "sm_clock_mhz": None, "clock_event_reasons": None, "temperature_c": None,
+    "power_w": None, "throttled": False,
+}  # fmt: skip
+
+
+class SampleColumns(BaseModel):
+    """The raw samples of one cell, column by column: sample ``i`` is the ``i``-th value of every
+    list (the order the runner took them). Columnar because a 1,000-cell sweep carries 600,000
+    samples: one JSON object per sample costs ~3x the bytes and the parse time.
+
+    Fields and units as in ``Sample``; ``variant`` gives the sample count n. ``launches``,
+    ``throttled`` and the context columns may be left out (1, False, None for every sample).
+    The row form (a JSON array of ``Sample`` objects, as posted before) is accepted and turned into
+    columns. Dumps leave out the optional columns that hold only their default (a CPU runner's
+    samples carry no clocks: 4 columns of nulls fewer). Raises (422): a column whose length is
+    not n (the message names it), an unknown column, any value ``Sample`` refuses (the error's
+    ``loc`` ends in column name and index).
+
+    Python use: ``len(cols)``; ``cols.rows()`` -> ``list[Sample]``; ``SampleColumns.from_rows``;
+    ``cols.append(sample)``; numpy arrays with ``np.asarray(cols.duration_ns)`` and so on.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    variant: list[Variant] = Field(default_factory=list, description="one per sample: defines n")
+    round: list[_Int32] = Field(default_factory=list)
+    position: list[_Int32] = Field(default_factory=list)
+    duration_ns: list[_FiniteNonNeg] = Field(default_factory=list, description="ns per launch")
+    launches: list[_Launches] = Field(default_factory=list, description="left out: 1 per sample")
+    sm_clock_mhz: list[_FiniteNonNeg | None] = Field(default_factory=list, description="left out: null")
+    clock_event_reasons: list[_Reasons | None] = Field(default_factory=list, description="left out: null")
+    temperature_c: list[_Finite | None] = Field(default_factory=list, description="left out: null")
+    power_w: list[_FiniteNonNeg | None] = Field(default_factory=list, description="left out: null")
+    throttled: list[bool] = Field(default_factory=list, description="left out: false")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_row_form(cls, data: Any) -> Any:
+        if isinstance(data, list):  # one object per sample: validate as rows, then transpose
+            rows = _SAMPLE_ROWS.validate_python(data)
+            return {name: [getattr(r, name) for r in rows] for name in SAMPLE_FIELDS}
+        return data
+
+    @model_validator(mode="after")
+    def _one_value_per_sample(self) -> SampleColumns:
+        n = len(self.variant)
+        given = set(self.model_fields_set)
+        for name, default in _COLUMN_DEFAULTS.items():
+            if name not in given:
+                setattr(self, name, [default] * n)
+        for name in SAMPLE_FIELDS[1:]:
+            got = len(getattr(self, name))
+            if name not in given and name not in _COLUMN_DEFAULTS and n:
+                raise ValueError(f"samples.{name} is missing ({n} samples in samples.variant)")
+            if got != n:
+                raise ValueError(
+                    f"samples.{name} has {got} values but samples.variant has {n}: every column "
+                    "holds one value per sample"
+                )
+        return self
+
+    @model_serializer(mode="wrap")
+    def _leave_out_defaults(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        n = len(self)
+        for name, default in _COLUMN_DEFAULTS.items():
+            if name in out and getattr(self, name).count(default) == n:
+                del out[name]
+        return out
+
+    def __len__(self) -> int:
+        return len(self.variant)
+
+    def rows(self) -> list[Sample]:
+        """The samples as ``Sample`` objects, in order (not validated again)."""
+        columns = [getattr(self, name) for name in SAMPLE_FIELDS]
+        return [
+            Sample.model_construct(**dict(zip(SAMPLE_FIELDS, values, strict=True)))
+            for values in zip(*columns, strict=True)
+        ]
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[Sample]) -> SampleColumns:
+        """Columns of already validated ``Sample`` objects, in their order."""
+        rows = list(rows)
+        return cls.unchecked({name: [getattr(r, name) for r in rows] for name in SAMPLE_FIELDS})
+
+    @classmethod
+    def unchecked(cls, columns: Mapping[str, list[Any]]) -> SampleColumns:
+        """Columns known to be valid (filtered from valid columns, read back from storage), not
+        validated again: every name of ``SAMPLE_FIELDS``, lists of one length. Raises KeyError
+        for a missing column."""
+        values: dict[str, Any] = {name: columns[name] for name in SAMPLE_FIELDS}
+        return cls.model_construct(None, **values)
+
+    def append(self, sample: Sample) -> None:
+        """Add one validated ``Sample`` at the end of every column."""
+        for name in SAMPLE_FIELDS:
+            getattr(self, name).append(getattr(sample, name))
 
 
 class CorrectnessResult(BaseModel):
@@ -452,7 +578,9 @@ class CellResult(BaseModel):
     baseline_params: dict[str, ParamValue] = Field(default_factory=dict)
     candidate_params: dict[str, ParamValue] = Field(default_factory=dict)
     work: dict[Variant, Work] = Field(default_factory=dict)
-    samples: list[Sample] = Field(default_factory=list)
+    samples: SampleColumns = Field(
+        default_factory=SampleColumns, description="raw samples, columnar (the row form is accepted)"
+    )
     correctness: dict[Variant, CorrectnessResult] = Field(default_factory=dict)
     error: str | None = Field(default=None, description="set when the cell could not be measured")
     timers: dict[Variant, str] = Field(

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import compress
 from statistics import NormalDist
 from typing import get_args
 
 import numpy as np
 
 from service.schemas import (
+    SAMPLE_FIELDS,
     CellComparison,
     CellResult,
     Comparison,
@@ -35,7 +37,7 @@ from service.schemas import (
     JobResult,
     ParamValue,
     ProbeReport,
-    Sample,
+    SampleColumns,
     Variant,
     VariantStats,
     Verdict,
@@ -56,14 +58,22 @@ def _sorted_flags(flags: Iterable[Flag]) -> list[Flag]:
     return sorted(present, key=_FLAG_ORDER.index)
 
 
-def kept_samples(samples: Iterable[Sample], *, exclude_throttled: bool) -> list[Sample]:
+def kept_samples(samples: SampleColumns, *, exclude_throttled: bool) -> SampleColumns:
     """The samples the statistics use: all of them, or those not taken while throttled.
 
     nvbench discards samples whose SM clock fell below 75% of the default clock; the runner marks
     such samples ``throttled=True`` and ``MeasurementSpec.exclude_throttled`` (default True)
-    drops them here.
+    drops them here. Returns ``samples`` itself when nothing is dropped (do not mutate it).
     """
-    return [s for s in samples if not (exclude_throttled and s.throttled)]
+    if not (exclude_throttled and any(samples.throttled)):
+        return samples
+    keep = [not t for t in samples.throttled]
+    return SampleColumns.unchecked({n: list(compress(getattr(samples, n), keep)) for n in SAMPLE_FIELDS})
+
+
+def is_candidate(samples: SampleColumns) -> np.ndarray:
+    """``(n,)`` bool: True where the sample is the candidate's, False for the baseline's."""
+    return np.fromiter(map("candidate".__eq__, samples.variant), dtype=bool, count=len(samples))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -71,17 +81,19 @@ def kept_samples(samples: Iterable[Sample], *, exclude_throttled: bool) -> list[
 # --------------------------------------------------------------------------------------------------
 
 
-def _round_matrix(samples: Sequence[Sample], variant: Variant, rounds: np.ndarray) -> np.ndarray:
-    """``(len(rounds), k_max)`` float64 durations (ns) of ``variant`` per round, NaN-padded."""
-    per_round: dict[int, list[float]] = {}
-    for s in samples:
-        if s.variant == variant:
-            per_round.setdefault(s.round, []).append(s.duration_ns)
-    width = max((len(v) for v in per_round.values()), default=0)
-    out = np.full((rounds.size, width), np.nan)
-    for row, r in enumerate(rounds.tolist()):
-        values = per_round.get(r, ())
-        out[row, : len(values)] = values
+def _round_matrix(sample_rounds: np.ndarray, durations: np.ndarray, rounds: np.ndarray) -> np.ndarray:
+    """``(len(rounds), k_max)`` float64 durations (ns) per round, NaN-padded, each row in sample order.
+
+    ``sample_rounds``/``durations``: (n,) int64 round and float64 ns of one variant's samples;
+    ``rounds``: the sorted distinct rounds of the cell (rows of the matrix).
+    """
+    row = np.searchsorted(rounds, sample_rounds)
+    counts = np.bincount(row, minlength=rounds.size)
+    out = np.full((rounds.size, int(counts.max(initial=0))), np.nan)
+    order = np.argsort(row, kind="stable")
+    starts = np.cumsum(counts) - counts
+    column = np.arange(row.size) - np.repeat(starts, counts)
+    out[row[order], column] = durations[order]
     return out
 
 
@@ -101,7 +113,7 @@ def _resampled_medians(matrix: np.ndarray, idx: np.ndarray) -> np.ndarray:
 
 
 def ratio_ci(
-    samples: Sequence[Sample], *, confidence: float = 0.95, n_resamples: int = 2000, seed: int = 0
+    samples: SampleColumns, *, confidence: float = 0.95, n_resamples: int = 2000, seed: int = 0
 ) -> tuple[float, float, float] | None:
     """Ratio of medians candidate/baseline and its bootstrap CI over whole rounds.
 
@@ -124,13 +136,15 @@ def ratio_ci(
         raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
     if n_resamples < 1:
         raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
-    for variant in _VARIANTS:
-        own = [s for s in samples if s.variant == variant]
-        if len(own) < 2 or len({s.round for s in own}) < 2:
+    candidate = is_candidate(samples)
+    sample_rounds = np.asarray(samples.round, dtype=np.int64)
+    durations = np.asarray(samples.duration_ns, dtype=np.float64)
+    for own in (~candidate, candidate):
+        if np.count_nonzero(own) < 2 or np.unique(sample_rounds[own]).size < 2:
             return None
-    rounds = np.unique(np.fromiter((s.round for s in samples), dtype=np.int64))
-    base = _round_matrix(samples, "baseline", rounds)
-    cand = _round_matrix(samples, "candidate", rounds)
+    rounds = np.unique(sample_rounds)
+    base = _round_matrix(sample_rounds[~candidate], durations[~candidate], rounds)
+    cand = _round_matrix(sample_rounds[candidate], durations[candidate], rounds)
     base_median = float(np.nanmedian(base))
     if base_median <= 0.0:
         return None
@@ -459,15 +473,13 @@ def compare_cell(
             flags=["failed"], correctness=cell.correctness, error=cell.error, static=cell.static,
         )
     kept = kept_samples(cell.samples, exclude_throttled=m.exclude_throttled)
-    times = {v: np.array([s.duration_ns for s in kept if s.variant == v]) for v in _VARIANTS}
-    stats = {
-        v: variant_stats(
-            times[v], dropped_throttled=sum(1 for s in cell.samples if s.variant == v) - times[v].size
-        )
-        for v in _VARIANTS
-    }
+    kept_candidate, durations = is_candidate(kept), np.asarray(kept.duration_ns, dtype=np.float64)
+    times = {"baseline": durations[~kept_candidate], "candidate": durations[kept_candidate]}
+    taken_candidate = int(np.count_nonzero(is_candidate(cell.samples)))
+    taken = {"baseline": len(cell.samples) - taken_candidate, "candidate": taken_candidate}
+    stats = {v: variant_stats(times[v], dropped_throttled=taken[v] - times[v].size) for v in _VARIANTS}
     flags: list[Flag] = []
-    if any(s.throttled for s in cell.samples):
+    if any(cell.samples.throttled):
         flags.append("throttled")
     if any(s.median_ns and s.iqr_ns is not None and s.iqr_ns / s.median_ns > _NOISY_IQR_FRACTION
            for s in stats.values()):

@@ -11,16 +11,20 @@ the unit that keeps the numbers readable (ns, µs or ms, chosen from the median 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from functools import cache
 from statistics import median
+from typing import Any
 
+import numpy as np
 import plotly.graph_objects as go
+import plotly.io as pio
 from markupsafe import Markup
 from plotly.subplots import make_subplots
 
 from service import stats
 from service.history import HistoryPoint
-from service.schemas import CellResult, Comparison, HealthBand, JobResult, ProbeReport, Sample, Variant
+from service.schemas import CellResult, Comparison, HealthBand, JobResult, ProbeReport, SampleColumns, Variant
 
 # Colours of the two sides everywhere on the dashboard (the CSS badges use the same pair).
 VARIANT_COLOURS: dict[Variant, str] = {"baseline": "#5b6b7f", "candidate": "#d9622b"}
@@ -34,12 +38,19 @@ _TIME_UNITS: tuple[tuple[str, float], ...] = (("ns", 1.0), ("µs", 1e3), ("ms", 
 _AUTO_LOG_SPAN = 30.0
 # Above this many samples per variant a box shows outliers only, not every point (page weight).
 _MAX_POINTS_PER_VARIANT = 5_000
+_Group = Sequence[float] | np.ndarray  # durations of one (variant, cell): the log-axis choice
 _LAYOUT = dict(
-    template="plotly_white",
     margin=dict(l=60, r=20, t=80, b=50),
     font=dict(family="system-ui, -apple-system, Segoe UI, Roboto, sans-serif", size=12),
     legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="right", x=1.0),
 )
+
+
+@cache
+def _template() -> dict[str, Any]:
+    """The ``plotly_white`` template as a plain dict (figure dicts carry it resolved, as
+    ``Figure.to_json`` does)."""
+    return pio.templates["plotly_white"].to_plotly_json()
 
 
 def time_unit(values_ns: Iterable[float]) -> tuple[str, float]:
@@ -64,24 +75,39 @@ def _side_labels(result: JobResult) -> dict[Variant, str]:
     return {"baseline": baseline, "candidate": candidate}
 
 
-def _kept(result: JobResult, cell: CellResult, variant: Variant) -> list[Sample]:
-    """The samples of ``variant`` that ``service.stats`` keeps, in execution order."""
-    kept = stats.kept_samples(cell.samples, exclude_throttled=result.spec.measurement.exclude_throttled)
-    return sorted((s for s in kept if s.variant == variant), key=lambda s: (s.round, s.position))
+def _execution_order(samples: SampleColumns) -> np.ndarray:
+    """Indices of ``samples`` sorted by (round, position), ties kept in posting order: (n,) int64."""
+    keys = (np.asarray(samples.position, dtype=np.int64), np.asarray(samples.round, dtype=np.int64))
+    return np.lexsort(keys)
 
 
-def _median_span(groups: Iterable[Sequence[float]]) -> float:
+def _kept(result: JobResult, cell: CellResult, variant: Variant) -> np.ndarray:
+    """Durations (ns, float64) of the samples of ``variant`` that ``service.stats`` keeps, in
+    execution order: all of them, or those not throttled when the spec's
+    ``measurement.exclude_throttled`` is set (the rule of ``stats.kept_samples``)."""
+    samples = cell.samples
+    if not len(samples):
+        return np.empty(0)
+    order = _execution_order(samples)
+    keep = np.asarray(samples.variant)[order] == variant
+    if result.spec.measurement.exclude_throttled:
+        keep &= ~np.asarray(samples.throttled, dtype=bool)[order]
+    return np.asarray(samples.duration_ns, dtype=np.float64)[order][keep]
+
+
+def _median_span(groups: Iterable[_Group]) -> float:
     """max/min of the positive medians of ``groups`` (1.0 when fewer than two)."""
-    medians = [median(g) for g in groups if g]
+    medians = [median(g) for g in groups if len(g)]
     positive = [m for m in medians if m > 0]
     return max(positive) / min(positive) if len(positive) >= 2 else 1.0
 
 
-def _apply_log(fig: go.Figure, log_y: bool | None, groups: Iterable[Sequence[float]]) -> None:
-    """Log y when asked, or (``log_y=None``) when the groups' medians span > ``_AUTO_LOG_SPAN``."""
+def _log_layout(log_y: bool | None, groups: Iterable[_Group]) -> dict[str, Any]:
+    """Layout keys for a log y axis when asked, or (``log_y=None``) when the groups' medians span
+    more than ``_AUTO_LOG_SPAN``; with the linear/log toggle."""
     if log_y is None:
         log_y = _median_span(groups) > _AUTO_LOG_SPAN
-    fig.update_layout(yaxis_type="log" if log_y else "linear", updatemenus=_log_toggle(active=int(log_y)))
+    return {"updatemenus": _log_toggle(active=int(log_y)), "yaxis_type": "log" if log_y else "linear"}
 
 
 def _log_toggle(active: int) -> list[dict]:
@@ -104,8 +130,21 @@ def _log_toggle(active: int) -> list[dict]:
     ]
 
 
+def _layout(title: str, log: dict[str, Any], yaxis: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """The common layout with ``title`` (top left), the log switch of ``_log_layout`` and ``yaxis``."""
+    return {
+        **_LAYOUT, "template": _template(), "title": {"text": title, "x": 0.0, "xanchor": "left", "y": 0.98},
+        "updatemenus": log["updatemenus"], "yaxis": {**yaxis, "type": log["yaxis_type"]}, **extra,
+    }  # fmt: skip
+
+
 def samples_figure(data: JobResult | Comparison, *, log_y: bool | None = None) -> go.Figure:
-    """Per-cell distributions of baseline vs candidate, side by side.
+    """``samples_figure_dict`` as a validated ``plotly.graph_objects.Figure``."""
+    return go.Figure(samples_figure_dict(data, log_y=log_y))
+
+
+def samples_figure_dict(data: JobResult | Comparison, *, log_y: bool | None = None) -> dict[str, Any]:
+    """Per-cell distributions of baseline vs candidate, side by side, as a plotly figure dict.
 
     ``data`` is either a ``JobResult`` (raw samples: one box per cell and variant with every kept
     sample drawn as a jittered point; the kept samples are those ``service.stats`` uses) or a
@@ -114,165 +153,154 @@ def samples_figure(data: JobResult | Comparison, *, log_y: bool | None = None) -
     with the cells along x in sweep order. Durations are per launch, shown in the unit chosen by
     ``time_unit``. ``log_y``: start the y axis in log (True) or linear (False) scale; None picks
     log when the (cell, variant) medians span more than 30x. A button toggles it in the browser.
+
+    Returns ``{"data": [trace, trace], "layout": {...}}`` of plain lists, dicts, str and float (not
+    validated: ``go.Figure(d)`` validates it; ``figure_json`` serialises it). O(samples) work and
+    no plotly object construction, so a 1,000-cell sweep costs milliseconds.
     """
-    fig = go.Figure()
     if isinstance(data, JobResult):
-        _raw_boxes(fig, data)
+        traces, groups, ytitle = _raw_boxes(data)
         title = "Samples per cell (each point is one timed sample)"
     else:
-        _summary_points(fig, data)
+        traces, groups, ytitle = _summary_points(data)
         title = "Median per cell (bars: interquartile range)"
-    fig.update_layout(
-        **_LAYOUT,
-        title=dict(text=title, x=0.0, xanchor="left", y=0.98),
-        boxmode="group",
-        scattermode="group",
-        xaxis=dict(title=dict(text="cell"), type="category"),
-    )
-    groups: dict[tuple[int, str], list[float]] = {}
-    for i, trace in enumerate(fig.data):
-        for x, y in zip(trace.x or (), trace.y or (), strict=True):
-            groups.setdefault((i, x), []).append(y)
-    _apply_log(fig, log_y, groups.values())
-    return fig
+    layout = _layout(title, _log_layout(log_y, groups), {"title": {"text": ytitle}}, boxmode="group",
+                     scattermode="group", xaxis={"title": {"text": "cell"}, "type": "category"})
+    return {"data": traces, "layout": layout}
 
 
-def _raw_boxes(fig: go.Figure, result: JobResult) -> None:
+def _raw_boxes(result: JobResult) -> tuple[list[dict[str, Any]], list[_Group], str]:
+    """Box traces, the (variant, cell) groups of durations for the log choice, the y title."""
     labels = _side_labels(result)
-    per_variant: dict[Variant, tuple[list[str], list[float]]] = {"baseline": ([], []), "candidate": ([], [])}
-    for cell in result.cells:
-        cell_name = stats.cell_label(result, cell)
-        for variant, (xs, ys) in per_variant.items():
-            for s in _kept(result, cell, variant):
-                xs.append(cell_name)
-                ys.append(s.duration_ns)
-    unit, scale = time_unit(per_variant["baseline"][1] + per_variant["candidate"][1])
-    for variant, (xs, ys) in per_variant.items():
-        fig.add_trace(
-            go.Box(
-                name=f"{variant}: {labels[variant]}",
-                legendgroup=variant,
-                x=xs,
-                y=[y / scale for y in ys],
-                marker=dict(color=VARIANT_COLOURS[variant], size=4, opacity=0.6),
-                line=dict(width=1.5),
-                boxpoints="all" if len(ys) <= _MAX_POINTS_PER_VARIANT else "outliers",
-                jitter=0.4,
-                pointpos=0,
-                hovertemplate=f"%{{x}}<br>%{{y:.4g}} {unit}<extra>{variant}</extra>",
-            )
-        )
-    fig.update_yaxes(title=dict(text=f"time per launch ({unit})"))
+    kept = {v: [_kept(result, cell, v) for cell in result.cells] for v in VARIANT_COLOURS}
+    names = [stats.cell_label(result, cell) for cell in result.cells]
+    every = np.concatenate([a for per_cell in kept.values() for a in per_cell] or [np.empty(0)])
+    unit, scale = time_unit(every.tolist())
+    traces = []
+    for variant, per_cell in kept.items():
+        n = sum(a.size for a in per_cell)
+        traces.append({
+            "type": "box", "name": f"{variant}: {labels[variant]}", "legendgroup": variant,
+            "x": [name for name, a in zip(names, per_cell, strict=True) for _ in range(a.size)],
+            "y": (np.concatenate(per_cell) / scale).tolist() if per_cell else [],
+            "marker": {"color": VARIANT_COLOURS[variant], "size": 4, "opacity": 0.6},
+            "line": {"width": 1.5},
+            "boxpoints": "all" if n <= _MAX_POINTS_PER_VARIANT else "outliers",
+            "jitter": 0.4, "pointpos": 0,
+            "hovertemplate": f"%{{x}}<br>%{{y:.4g}} {unit}<extra>{variant}</extra>",
+        })  # fmt: skip
+    groups: list[_Group] = [a for per_cell in kept.values() for a in per_cell]
+    return traces, groups, f"time per launch ({unit})"
 
 
-def _summary_points(fig: go.Figure, comparison: Comparison) -> None:
+def _summary_points(comparison: Comparison) -> tuple[list[dict[str, Any]], list[_Group], str]:
+    """Median markers with IQR bars, the (variant, cell) medians for the log choice, the y title."""
     medians = [
         v.median_ns for c in comparison.cells for v in (c.baseline, c.candidate) if v.median_ns is not None
     ]
     unit, scale = time_unit(medians)
     labels = {"baseline": comparison.baseline_label, "candidate": comparison.candidate_label}
+    traces = []
+    groups: list[_Group] = []
     for variant in ("baseline", "candidate"):
         xs, ys, lo, hi = [], [], [], []
         for cell in comparison.cells:
-            stats = getattr(cell, variant)
-            if stats.median_ns is None:
+            side = getattr(cell, variant)
+            if side.median_ns is None:
                 continue
-            q1 = stats.q1_ns if stats.q1_ns is not None else stats.median_ns
-            q3 = stats.q3_ns if stats.q3_ns is not None else stats.median_ns
+            q1 = side.q1_ns if side.q1_ns is not None else side.median_ns
+            q3 = side.q3_ns if side.q3_ns is not None else side.median_ns
             xs.append(cell.label)
-            ys.append(stats.median_ns / scale)
-            lo.append((stats.median_ns - q1) / scale)
-            hi.append((q3 - stats.median_ns) / scale)
-        fig.add_trace(
-            go.Scatter(
-                name=f"{variant}: {labels[variant]}",
-                x=xs,
-                y=ys,
-                mode="markers",
-                marker=dict(color=VARIANT_COLOURS[variant], size=9, symbol="diamond"),
-                error_y=dict(type="data", symmetric=False, array=hi, arrayminus=lo, thickness=1.5),
-                hovertemplate=f"%{{x}}<br>median %{{y:.4g}} {unit}<extra>{variant}</extra>",
-            )
-        )
-    fig.update_yaxes(title=dict(text=f"median time per launch ({unit})"))
+            ys.append(side.median_ns / scale)
+            lo.append((side.median_ns - q1) / scale)
+            hi.append((q3 - side.median_ns) / scale)
+        groups += [[y] for y in ys]
+        traces.append({
+            "type": "scatter", "name": f"{variant}: {labels[variant]}", "x": xs, "y": ys, "mode": "markers",
+            "marker": {"color": VARIANT_COLOURS[variant], "size": 9, "symbol": "diamond"},
+            "error_y": {"type": "data", "symmetric": False, "array": hi, "arrayminus": lo, "thickness": 1.5},
+            "hovertemplate": f"%{{x}}<br>median %{{y:.4g}} {unit}<extra>{variant}</extra>",
+        })  # fmt: skip
+    return traces, groups, f"median time per launch ({unit})"
 
 
 def timeline_figure(result: JobResult, cell_index: int, *, log_y: bool | None = None) -> go.Figure:
-    """Round-by-round durations of one cell: interleaving, drift and clocks at a glance.
-
-    x is the interleaving round; samples inside a round are spread over it by their position, so
-    an ABBA round reads A·B·B·A left to right. One line-and-marker trace per variant (all samples,
-    throttled included), then, only when present, a trace of the throttled samples (red crosses)
-    and a trace of the SM clock (MHz, right axis). ``log_y`` as in ``samples_figure`` (None: log
-    when the two variants' medians differ more than 30x). Raises ``KeyError`` when no cell of
-    ``result`` has ``index == cell_index``.
-    """
+    """``timeline_figure_dict`` of the cell of ``result`` with ``index == cell_index`` (its samples,
+    the sides' labels, "Timeline of cell 3: M=8, N=16" as title), as a validated ``Figure``.
+    Raises ``KeyError`` when no cell of ``result`` has that index."""
     cell = next((c for c in result.cells if c.index == cell_index), None)
     if cell is None:
         raise KeyError(f"job result has no cell with index {cell_index}")
-    ordered = sorted(cell.samples, key=lambda s: (s.round, s.position))
-    per_round: dict[int, int] = {}
-    for s in ordered:
-        per_round[s.round] = per_round.get(s.round, 0) + 1
-    xs = [s.round + s.position / max(per_round[s.round], 1) for s in ordered]
-    unit, scale = time_unit(s.duration_ns for s in ordered)
-    clocked = [s.sm_clock_mhz is not None for s in ordered]
-    fig = make_subplots(specs=[[{"secondary_y": any(clocked)}]])
+    title = timeline_title(cell.index, stats.cell_label(result, cell))
     labels = _side_labels(result)
-    for variant in ("baseline", "candidate"):
-        pts = [(x, s) for x, s in zip(xs, ordered, strict=True) if s.variant == variant]
-        fig.add_trace(
-            go.Scatter(
-                name=f"{variant}: {labels[variant]}",
-                x=[x for x, _ in pts],
-                y=[s.duration_ns / scale for _, s in pts],
-                customdata=[[s.round, s.position] for _, s in pts],
-                mode="lines+markers",
-                line=dict(color=VARIANT_COLOURS[variant], width=1),
-                marker=dict(color=VARIANT_COLOURS[variant], size=5),
-                hovertemplate=(
-                    f"round %{{customdata[0]}}, position %{{customdata[1]}}<br>%{{y:.4g}} {unit}"
-                    f"<extra>{variant}</extra>"
-                ),
-            ),
-            secondary_y=False,
-        )
-    throttled = [(x, s) for x, s in zip(xs, ordered, strict=True) if s.throttled]
-    if throttled:
-        fig.add_trace(
-            go.Scatter(
-                name="throttled",
-                x=[x for x, _ in throttled],
-                y=[s.duration_ns / scale for _, s in throttled],
-                mode="markers",
-                marker=dict(color=_THROTTLED_COLOUR, symbol="x", size=9),
-                hovertemplate=f"throttled %{{y:.4g}} {unit}<extra></extra>",
-            ),
-            secondary_y=False,
-        )
-    if any(clocked):
-        pts = [(x, s) for x, s in zip(xs, ordered, strict=True) if s.sm_clock_mhz is not None]
-        fig.add_trace(
-            go.Scatter(
-                name="SM clock",
-                x=[x for x, _ in pts],
-                y=[s.sm_clock_mhz for _, s in pts],
-                mode="lines",
-                line=dict(color=_CLOCK_COLOUR, width=1, shape="hv"),
-                hovertemplate="%{y:.0f} MHz<extra>SM clock</extra>",
-            ),
-            secondary_y=True,
-        )
-        fig.update_yaxes(title=dict(text="SM clock (MHz)"), secondary_y=True, showgrid=False)
-    fig.update_layout(
-        **_LAYOUT,
-        title=dict(text=f"Timeline of cell {cell.index}: {stats.cell_label(result, cell)}", x=0.0, y=0.98),
-    )
-    fig.update_xaxes(title=dict(text="interleaving round"))
-    fig.update_yaxes(title=dict(text=f"time per launch ({unit})"), secondary_y=False)
-    by_variant = [[s.duration_ns for s in ordered if s.variant == v] for v in ("baseline", "candidate")]
-    _apply_log(fig, log_y, by_variant)
-    return fig
+    return go.Figure(timeline_figure_dict(cell.samples, labels=labels, title=title, log_y=log_y))
+
+
+def timeline_title(cell_index: int, label: str) -> str:
+    """The title of a cell's timeline: ``"Timeline of cell 3: M=8, N=16"``."""
+    return f"Timeline of cell {cell_index}: {label}"
+
+
+def timeline_figure_dict(
+    samples: SampleColumns, *, labels: Mapping[Variant, str], title: str, log_y: bool | None = None
+) -> dict[str, Any]:
+    """Round-by-round durations of one cell's ``samples``, as a plotly figure dict: interleaving,
+    drift and clocks at a glance.
+
+    x is the interleaving round; samples inside a round are spread over it by their position, so
+    an ABBA round reads A·B·B·A left to right. One line-and-marker trace per variant (all samples,
+    throttled included; named ``"baseline: <labels['baseline']>"``), then, only when present, a trace
+    of the throttled samples (red crosses) and a trace of the SM clock (MHz, right axis ``y2``).
+    Durations in ns per launch, shown in the unit of ``time_unit``. ``log_y`` as in
+    ``samples_figure_dict`` (None: log when the two variants' medians differ more than 30x).
+    """
+    s = samples
+    order = _execution_order(s)
+    rounds = np.asarray(s.round, dtype=np.int64)[order]
+    position = np.asarray(s.position, dtype=np.float64)[order]
+    duration = np.asarray(s.duration_ns, dtype=np.float64)[order]
+    variant = np.asarray(s.variant)[order]
+    throttled = np.asarray(s.throttled, dtype=bool)[order]
+    clock = np.array([np.nan if c is None else c for c in s.sm_clock_mhz], dtype=np.float64)[order]
+    _, first, counts = np.unique(rounds, return_inverse=True, return_counts=True)
+    xs = rounds + position / np.maximum(counts[first], 1)
+    unit, scale = time_unit(duration.tolist())
+    clocked = ~np.isnan(clock)
+    traces: list[dict[str, Any]] = []
+    for v in ("baseline", "candidate"):
+        mine = variant == v
+        traces.append({
+            "type": "scatter", "name": f"{v}: {labels[v]}", "x": xs[mine].tolist(),
+            "y": (duration[mine] / scale).tolist(),
+            "customdata": np.stack([rounds[mine], position[mine].astype(np.int64)], axis=1).tolist(),
+            "mode": "lines+markers", "line": {"color": VARIANT_COLOURS[v], "width": 1},
+            "marker": {"color": VARIANT_COLOURS[v], "size": 5},
+            "hovertemplate": (f"round %{{customdata[0]}}, position %{{customdata[1]}}<br>%{{y:.4g}} {unit}"
+                              f"<extra>{v}</extra>"),
+            "xaxis": "x", "yaxis": "y",
+        })  # fmt: skip
+    if throttled.any():
+        traces.append({
+            "type": "scatter", "name": "throttled", "x": xs[throttled].tolist(),
+            "y": (duration[throttled] / scale).tolist(), "mode": "markers",
+            "marker": {"color": _THROTTLED_COLOUR, "symbol": "x", "size": 9},
+            "hovertemplate": f"throttled %{{y:.4g}} {unit}<extra></extra>", "xaxis": "x", "yaxis": "y",
+        })  # fmt: skip
+    # The axes make_subplots(specs=[[{"secondary_y": ...}]]) lays out.
+    xaxis = {"anchor": "y", "domain": [0.0, 1.0], "title": {"text": "interleaving round"}}
+    axes: dict[str, Any] = {"xaxis": xaxis}
+    if clocked.any():
+        traces.append({
+            "type": "scatter", "name": "SM clock", "x": xs[clocked].tolist(), "y": clock[clocked].tolist(),
+            "mode": "lines", "line": {"color": _CLOCK_COLOUR, "width": 1, "shape": "hv"},
+            "hovertemplate": "%{y:.0f} MHz<extra>SM clock</extra>", "xaxis": "x", "yaxis": "y2",
+        })  # fmt: skip
+        axes["xaxis"]["domain"] = [0.0, 0.94]
+        axes["yaxis2"] = {"anchor": "x", "overlaying": "y", "side": "right", "showgrid": False,
+                          "title": {"text": "SM clock (MHz)"}}  # fmt: skip
+    groups: list[_Group] = [duration[variant == v] for v in ("baseline", "candidate")]
+    yaxis = {"anchor": "x", "domain": [0.0, 1.0], "title": {"text": f"time per launch ({unit})"}}
+    return {"data": traces, "layout": {**_layout(title, _log_layout(log_y, groups), yaxis), **axes}}
 
 
 def probe_history_figure(
@@ -344,7 +372,8 @@ def probe_history_figure(
     _draw_bands(fig, bands, unhealthy)
     fig.update_yaxes(type="log", row=2, col=1)
     fig.update_layout(
-        **{**_LAYOUT, "legend": dict(orientation="v"), "margin": dict(l=60, r=20, t=40, b=40)}, height=560
+        **{**_LAYOUT, "legend": dict(orientation="v"), "margin": dict(l=60, r=20, t=40, b=40)},
+        template="plotly_white", height=560,
     )
     if not ordered:
         fig.add_annotation(
@@ -400,14 +429,16 @@ _SCRIPT_SAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\
                               "\u2029": "\\u2029"})
 
 
-def figure_json(fig: go.Figure) -> Markup:
-    """``fig`` as plotly JSON that is safe inside ``<script type="application/json">``.
+def figure_json(fig: go.Figure | Mapping[str, Any]) -> Markup:
+    """``fig`` (a ``Figure``, or a figure dict of the ``*_dict`` builders, serialised as is without
+    validation) as plotly JSON that is safe inside ``<script type="application/json">``.
 
     Serialised with ``plotly.io.to_json``; ``<``, ``>``, ``&`` and U+2028/9 are then written as
     ``\\uXXXX`` escapes, which leaves the JSON value unchanged (they can only occur inside strings)
     while a user string such as ``</script><script>alert(1)</script>`` can no longer end the element.
     """
-    return Markup(fig.to_json().translate(_SCRIPT_SAFE))
+    text = fig.to_json() if isinstance(fig, go.Figure) else pio.to_json(dict(fig), validate=False)
+    return Markup(text.translate(_SCRIPT_SAFE))
 
 
 def branch_history_figure(points: Sequence[HistoryPoint]) -> go.Figure:

@@ -6,14 +6,16 @@ plotly.js itself is served from the plotly Python package at ``/assets/plotly.mi
 nodes may be offline). Autoescaping is on for every template; figures are embedded as JSON made
 safe for ``<script>`` by ``web.figures.figure_json``.
 
-Pages read the database through ``service.crud`` and compute statistics on read with
-``service.stats.compare``; the view helpers here only reshape schemas for the templates.
+Pages read the database through ``service.crud``. The job page shows the comparison stored after
+ingest (``results.comparison``, computed and stored on a miss) with node-health flags applied on
+read; what it derives from a result is cached per process (``web.job_view``), since a stored
+result never changes. The view helpers here only reshape schemas for the templates.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -23,12 +25,13 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.templating import Jinja2Templates
 
-from service import crud, health, models, node_health, stats
+from service import crud, health, models, node_health
 from service.api.deps import SessionDep, SettingsDep, dashboard_access
 from service.history import DEFAULT_JOBS as DEFAULT_HISTORY_JOBS
 from service.history import branch_history
-from service.schemas import Comparison, JobResult, JobSpec, NodeInfo, ProbeReport
-from web import figures
+from service.schemas import JobResult, NodeInfo, ProbeReport
+from web import figures, job_view
+from web.job_view import CellOrder
 
 API_PREFIX = "/api/v1"
 STATIC_URL = "/static"
@@ -37,6 +40,9 @@ PLOTLY_JS_PATH = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 JOBS_PER_PAGE = 50
 NODE_READINGS = 100  # probe reports shown on a node page, newest first
 RAW_FIGURE_SAMPLES = 20_000  # above this many samples a job page draws per-cell summaries, not samples
+COMPARISON_PENDING_S = 600.0  # how long after its arrival a large result may wait for its comparison
+PENDING_REFRESH_S = 3  # the "comparison being computed" page reloads itself this often
+TIMELINE_LINKS = 50  # up to this many cells the timeline lists a link per cell; above, previous/next
 VERDICTS = ("faster", "slower", "same", "inconclusive")
 PHASE_ORDER = {"before": 0, "after": 1, "adhoc": 2}
 FLAG_HELP = {
@@ -95,6 +101,10 @@ def _environment() -> jinja2.Environment:
 
 
 templates = Jinja2Templates(env=_environment())
+# Compile every page template now, when the app is imported (before it serves), not on a page's first
+# request: job.html's first compile took ~0.9 s when it met the ingest's background comparison.
+for _name in templates.env.list_templates(filter_func=lambda name: name.endswith(".html")):
+    templates.env.get_template(_name)
 router = APIRouter(include_in_schema=False)
 DashboardAccess = [Depends(dashboard_access)]
 
@@ -157,67 +167,88 @@ def jobs_page(
 def job_page(
     request: Request, job_id: int, session: SessionDep, settings: SettingsDep,
     cell: Annotated[int | None, Query(ge=0)] = None,
+    order: Annotated[CellOrder, Query()] = "index",
+    offset: Annotated[int, Query(ge=0)] = 0,
 ) -> HTMLResponse:
     """One job: header, before/after table, sample and timeline figures, probe readings.
 
-    ``cell`` picks the sweep cell whose timeline is drawn (default: the first). A queued or running
-    job shows its status and no table. An unknown id answers the 404 page.
+    ``cell`` picks the sweep cell whose timeline is drawn (default: the first with samples).
+    ``order`` (``index``, ``slowest``, ``fastest``, ``flagged``) and ``offset`` page the
+    before/after table, ``job_view.CELLS_PER_PAGE`` rows at a time; the summary figure always
+    shows every cell. A queued or running job shows its status and no table; a large result
+    (over ``RAW_FIGURE_SAMPLES`` samples) whose comparison the ingest's background task has not
+    stored yet, within ``COMPARISON_PENDING_S`` of its arrival, shows "comparison being computed"
+    and reloads itself (older results without one get it computed and stored here). An unknown
+    id answers the 404 page; a bad ``cell``/``order``/``offset`` a 422 naming the field.
     """
-    row = session.get(models.Job, job_id)
-    if row is None:
+    job_row = session.get(models.Job, job_id)
+    if job_row is None:
         return _not_found(request, f"There is no job #{job_id}.")
-    job = crud.job_public(session=session, job=row)
-    comparison = node_health.job_comparison(session=session, job_id=job_id, settings=settings)
-    raw = comparison is None or crud.count_samples(session=session, job_id=job_id) <= RAW_FIGURE_SAMPLES
-    timeline_cell: int | None = None
-    if not raw:  # a large sweep: the stored comparison draws the summary figure; one cell's samples
-        assert comparison is not None
-        indices = [c.index for c in comparison.cells if c.baseline.n + c.baseline.dropped_throttled
-                   + c.candidate.n + c.candidate.dropped_throttled]
-        timeline_cell = cell if cell in indices else (indices[0] if indices else None)
-    only = None if raw else [c for c in (timeline_cell,) if c is not None]
-    result = crud.load_result(session=session, job_id=job_id, sample_cells=only)
+    job = crud.job_public(session=session, job=job_row)
+    row = job_view.result_row(session=session, job_id=job_id)
     context: dict[str, Any] = {
-        "job": job, "result": result, "comparison": None,
-        "probes": probe_tables(result.probes if result else []),
-        # Probe reports and results are filed under the node's hostname; a runner's name may differ.
-        "node_name": result.node.hostname if result else job.node,
+        "job": job, "has_result": row is not None, "result_error": row.error if row else None,
+        "comparison": None, "pending": False, "probes": probe_tables([]), "node_name": job.node,
         "threshold_pct": job.spec.measurement.threshold_pct,
-        "labels": dict(zip(("baseline", "candidate"), _spec_labels(job.spec, result), strict=True)),
-    }
-    if result is not None and comparison is not None:
+        "labels": dict(zip(("baseline", "candidate"), (job.spec.baseline.variant, job.spec.candidate.variant),
+                           strict=True)),
+    }  # fmt: skip
+    if row is None:
+        return templates.TemplateResponse(request, "job.html", context)
+    context["node_name"] = row.node_name
+    entry = job_view.JobPageCache.of(request.app).entry(row)
+    if entry.n_samples is None:
+        entry.n_samples = crud.count_samples(session=session, job_id=job_id)
+    raw = entry.n_samples <= RAW_FIGURE_SAMPLES
+    age_s = (datetime.now(UTC) - row.received_at).total_seconds()
+    if not row.has_comparison and not raw and age_s < COMPARISON_PENDING_S:
+        context.update(pending=True, refresh_s=PENDING_REFRESH_S)
+        return templates.TemplateResponse(request, "job.html", context)
+    loaded: list[JobResult | None] = []
+
+    def load() -> JobResult | None:  # a raw-sized result is read whole, once
+        if not loaded:
+            loaded.append(crud.load_result(session=session, job_id=job_id))
+        return loaded[0]
+
+    view = job_view.job_view(session=session, job_id=job_id, entry=entry, settings=settings,
+                             load=load if raw else None)
+    comparison = view.comparison
+    if entry.samples_json is None:
         if raw:
-            context.update(_result_context(result, job_id, cell, comparison))
-        else:
-            timeline = figures.timeline_figure(result, timeline_cell) if timeline_cell is not None else None
-            context.update({
-                "comparison": comparison, "has_figures": True,
-                "samples_json": figures.figure_json(figures.samples_figure(comparison)),
-                "timeline_cell": timeline_cell,
-                "timeline_json": figures.figure_json(timeline) if timeline is not None else None,
-            })  # fmt: skip
+            result = load()
+            assert result is not None
+            entry.samples_json = figures.figure_json(figures.samples_figure_dict(result))
+        else:  # a large sweep: the stored comparison draws the summary figure
+            entry.samples_json = figures.figure_json(figures.samples_figure_dict(comparison))
+    timeline_cell = cell if cell in view.drawable else (view.drawable[0] if view.drawable else None)
+    timeline = None
+    if timeline_cell is not None:
+        timeline = job_view.timeline_json(session=session, job_id=job_id, entry=entry, comparison=comparison,
+                                          cell=timeline_cell, load=load if raw else None)  # fmt: skip
+    page = job_view.cell_page(view, order, offset)
+    context.update({
+        "comparison": comparison, "has_figures": True, "page": page, "orders": job_view.CELL_ORDERS,
+        # the table's order and page, kept by the links that pick a timeline cell or page on
+        "query": {k: v for k, v in (("order", page.order), ("offset", page.offset)) if v not in ("index", 0)},
+        "probes": probe_tables(comparison.probes),
+        "labels": {"baseline": comparison.baseline_label, "candidate": comparison.candidate_label},
+        "samples_json": entry.samples_json, "timeline_cell": timeline_cell, "timeline_json": timeline,
+        "timeline_nav": _timeline_nav(view.drawable, timeline_cell),
+        "timeline_label": next((c.label for c in comparison.cells if c.index == timeline_cell), None),
+        "cell_labels": {c.index: c.label for c in comparison.cells} if len(comparison.cells) <= TIMELINE_LINKS
+        else None,
+    })  # fmt: skip
     return templates.TemplateResponse(request, "job.html", context)
 
 
-def _spec_labels(spec: JobSpec, result: JobResult | None) -> tuple[str, str]:
-    if result is not None:
-        return stats.variant_labels(result)
-    return spec.baseline.variant, spec.candidate.variant
-
-
-def _result_context(
-    result: JobResult, job_id: int, cell: int | None, comparison: Comparison
-) -> dict[str, Any]:
-    indices = [c.index for c in result.cells if c.samples]
-    timeline_cell = cell if cell in indices else (indices[0] if indices else None)
-    timeline = figures.timeline_figure(result, timeline_cell) if timeline_cell is not None else None
-    return {
-        "comparison": comparison,
-        "has_figures": True,
-        "samples_json": figures.figure_json(figures.samples_figure(result)),
-        "timeline_cell": timeline_cell,
-        "timeline_json": figures.figure_json(timeline) if timeline is not None else None,
-    }
+def _timeline_nav(drawable: Sequence[int], current: int | None) -> dict[str, int | None]:
+    """The drawable cells before and after ``current`` (None at the ends or without one)."""
+    if current is None or current not in drawable:
+        return {"previous": None, "next": None}
+    i = drawable.index(current)
+    return {"previous": drawable[i - 1] if i > 0 else None,
+            "next": drawable[i + 1] if i + 1 < len(drawable) else None}  # fmt: skip
 
 
 @router.get("/nodes/{name}", response_class=HTMLResponse, dependencies=DashboardAccess)

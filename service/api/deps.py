@@ -5,16 +5,20 @@ error and rolled back otherwise; the commit happens before the response is sent,
 never sees a success whose data was not stored. ``SettingsDep``: the app's ``Settings``.
 ``ReadToken``/``SubmitToken``/``AdminToken``/``RunnerToken``: the caller's ``Principal``, checked
 for the scope (401 with ``WWW-Authenticate: Bearer`` without a valid token, 403 without the
-scope). ``DashboardAccess``: for web pages (cookie ``kernelab_token`` or bearer header; nothing
-needed when ``public_dashboard`` is set).
+scope). ``RunnerCallDep``: the runner endpoints' hot path (claim, heartbeat, fail): the token is
+checked in the transaction the handler's work runs and commits in, one pool checkout and one
+worker-thread hop per request. ``DashboardAccess``: for web pages (cookie
+``kernelab_token`` or bearer header; nothing needed when ``public_dashboard`` is set).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Annotated
+from dataclasses import dataclass
+from typing import Annotated, TypeVar
 
 from fastapi import Depends, HTTPException, Path, Query, Request, status
+from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -62,19 +66,37 @@ SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 SessionFactoryDep = Annotated[sessionmaker[Session], Depends(get_session_factory)]
 
 
+_NO_TOKEN = "a bearer token is required (Authorization: Bearer <token>)"
+
+
 def _unauthorized(message: str) -> HTTPException:
     return HTTPException(status.HTTP_401_UNAUTHORIZED, message, headers={"WWW-Authenticate": "Bearer"})
 
 
-def _principal(request: Request, credentials: HTTPAuthorizationCredentials | None) -> Principal | None:
-    """Authenticate a bearer token in a short session of its own (kept out of the request's)."""
+def authorize(session: Session, credentials: HTTPAuthorizationCredentials | None, scope: Scope) -> Principal:
+    """The principal of ``credentials`` if it holds ``scope``, read in ``session`` (blocking I/O).
+
+    Raises HTTP 401 (no or bad token) and 403 (token without ``scope``; for ``runner``, a token
+    not bound to a runner row, so ``principal.runner_id`` is always set).
+    """
     if credentials is None:
-        return None
-    with request.app.state.session_factory() as session:
-        principal = authenticate(session, credentials.credentials)
+        raise _unauthorized(_NO_TOKEN)
+    principal = authenticate(session, credentials.credentials)
     if principal is None:
         raise _unauthorized("invalid or revoked token")
+    if not principal.has(scope):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, f"this token lacks the {scope!r} scope")
+    if scope == "runner" and principal.runner_id is None:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "this runner token is not bound to a runner")
     return principal
+
+
+def _principal(request: Request, credentials: HTTPAuthorizationCredentials | None, scope: Scope) -> Principal:
+    """``authorize`` in a short session of its own (kept out of the request's)."""
+    if credentials is None:
+        raise _unauthorized(_NO_TOKEN)
+    with request.app.state.session_factory() as session:
+        return authorize(session, credentials, scope)
 
 
 def require(scope: Scope) -> Callable[..., Principal]:
@@ -94,14 +116,7 @@ def require(scope: Scope) -> Callable[..., Principal]:
         cookie = request.cookies.get(TOKEN_COOKIE)
         if credentials is None and cookie and scope == "read" and request.method in _SAFE_METHODS:
             credentials = HTTPAuthorizationCredentials(scheme="Bearer", credentials=cookie)
-        principal = _principal(request, credentials)
-        if principal is None:
-            raise _unauthorized("a bearer token is required (Authorization: Bearer <token>)")
-        if not principal.has(scope):
-            raise HTTPException(status.HTTP_403_FORBIDDEN, f"this token lacks the {scope!r} scope")
-        if scope == "runner" and principal.runner_id is None:
-            raise HTTPException(status.HTTP_403_FORBIDDEN, "this runner token is not bound to a runner")
-        return principal
+        return _principal(request, credentials, scope)
 
     dependency.__name__ = f"require_{scope}"
     return dependency
@@ -111,6 +126,46 @@ ReadToken = Annotated[Principal, Depends(require("read"))]
 SubmitToken = Annotated[Principal, Depends(require("submit"))]
 AdminToken = Annotated[Principal, Depends(require("admin"))]
 RunnerToken = Annotated[Principal, Depends(require("runner"))]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RunnerCall:
+    """A runner request's bearer token, checked (scope ``runner``) by ``run`` in the same session
+    and transaction as the handler's work.
+
+    Everything a request does with the database happens in one worker-thread hop: a thread never
+    holds a pooled connection while it waits for another thread (with 40 threads and a pool of 15
+    connections, holding one across hops deadlocks under load until the pool times out).
+    """
+
+    credentials: HTTPAuthorizationCredentials
+    session_factory: sessionmaker[Session]
+
+    def _in_transaction(self, work: Callable[[Session, Principal], T]) -> T:
+        with self.session_factory.begin() as session:
+            return work(session, authorize(session, self.credentials, "runner"))
+
+    async def run(self, work: Callable[[Session, Principal], T]) -> T:
+        """``work(session, principal)`` after the token check (``principal.runner_id`` is set),
+        then commit; rolled back if it raises. Raises HTTP 401 (bad or revoked token) and 403 (not
+        a runner token)."""
+        return await run_in_threadpool(self._in_transaction, work)
+
+
+async def runner_call(
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> RunnerCall:
+    """The runner endpoints' dependency: 401 at once without a bearer token; the token itself is
+    checked by ``RunnerCall.run`` inside the handler's transaction (so a request with a bad token
+    *and* a bad body is answered 422 for the body, like any request whose body does not parse)."""
+    if credentials is None:
+        raise _unauthorized(_NO_TOKEN)
+    return RunnerCall(credentials, request.app.state.session_factory)
+
+
+RunnerCallDep = Annotated[RunnerCall, Depends(runner_call)]
 
 
 def dashboard_access(
@@ -127,12 +182,9 @@ def dashboard_access(
     cookie = request.cookies.get(TOKEN_COOKIE)
     if credentials is None and cookie:
         credentials = HTTPAuthorizationCredentials(scheme="Bearer", credentials=cookie)
-    principal = _principal(request, credentials)
-    if principal is None:
+    if credentials is None:
         raise _unauthorized("sign in: open /login?token=<read token>")
-    if not principal.has("read"):
-        raise HTTPException(status.HTTP_403_FORBIDDEN, "this token lacks the 'read' scope")
-    return principal
+    return _principal(request, credentials, "read")
 
 
 DashboardAccess = Annotated[Principal | None, Depends(dashboard_access)]

@@ -40,11 +40,15 @@ def test_matches_reference(variant: str, config: dict[str, int], dtype: str) -> 
     assert res.cosine_similarity > 0.9999
 
 
-def test_tile_configurations_agree_bitwise_in_float32() -> None:
-    # The same K blocking accumulates in the same order whatever BLOCK_M, BLOCK_N and GROUP_M are.
+def test_tile_configurations_agree_in_float32() -> None:
+    # The same K blocking accumulates the K blocks in the same order whatever BLOCK_M, BLOCK_N and
+    # GROUP_M are. Under the Triton interpreter each block product is numpy's matmul, whose BLAS
+    # orders the 16 products inside a block by the block's shape (bitwise equal on one CPU model,
+    # not on an AMD EPYC with numpy 2.4 / OpenBLAS): equal to float32 rounding, not bitwise.
     _, a = _check("triton", BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, GROUP_M=1)
     _, b = _check("triton", BLOCK_M=32, BLOCK_N=16, BLOCK_K=16, GROUP_M=4)
-    assert torch.equal(a, b)
+    assert not torch.equal(a, torch.zeros_like(a))
+    torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-5)
 
 
 def test_a_wrong_product_fails() -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from runners.engine import ci_half_width, is_throttled, measure_pair, round_order
 from runners.timing import CpuTimer
-from service.schemas import MeasurementSpec, Sample
+from service.schemas import MeasurementSpec, Sample, SampleColumns
 
 
 def busy_wait(duration_ns: float) -> None:
@@ -46,12 +46,12 @@ def settings(**kw) -> MeasurementSpec:
     return MeasurementSpec(**{**base, **kw})
 
 
-def rounds_of(samples: list[Sample]) -> int:
-    return len({s.round for s in samples})
+def rounds_of(samples: SampleColumns) -> int:
+    return len(set(samples.round))
 
 
-def sequence(samples: list[Sample]) -> list[str]:
-    return [s.variant[0] for s in samples]
+def sequence(samples: SampleColumns) -> list[str]:
+    return [s.variant[0] for s in samples.rows()]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -64,8 +64,8 @@ def test_abba_order_round_and_position_recorded():
         fixed(20_000), fixed(20_000), settings(min_rounds=6, max_rounds=6), CpuTimer()
     )
     assert sequence(samples) == list("bccb" * 3)
-    assert [s.round for s in samples] == [r for r in range(6) for _ in range(2)]
-    assert [s.position for s in samples] == [0, 1] * 6
+    assert [s.round for s in samples.rows()] == [r for r in range(6) for _ in range(2)]
+    assert [s.position for s in samples.rows()] == [0, 1] * 6
 
 
 def test_abba_with_several_samples_per_round():
@@ -73,7 +73,7 @@ def test_abba_with_several_samples_per_round():
         fixed(20_000), fixed(20_000), settings(min_rounds=2, max_rounds=2, samples_per_round=2), CpuTimer()
     )
     assert sequence(samples) == list("bcbc" + "cbcb")
-    assert [s.position for s in samples] == [0, 1, 2, 3] * 2
+    assert [s.position for s in samples.rows()] == [0, 1, 2, 3] * 2
 
 
 def test_samples_are_in_execution_order():
@@ -84,8 +84,8 @@ def test_samples_are_in_execution_order():
         settings(min_rounds=8, max_rounds=8, order="random", seed=3), timer,
     )
     # The tail of the call log is the measured samples, each `launches` calls of one variant.
-    measured = log[len(log) - sum(s.launches for s in samples):]
-    expected = [s.variant[0] for s in samples for _ in range(s.launches)]
+    measured = log[len(log) - sum(s.launches for s in samples.rows()):]
+    expected = [s.variant[0] for s in samples.rows() for _ in range(s.launches)]
     assert measured == expected
 
 
@@ -95,7 +95,7 @@ def test_random_order_is_seeded_and_reproducible():
             fixed(5_000), fixed(5_000), settings(min_rounds=24, max_rounds=24, order="random", seed=seed),
             CpuTimer(min_window_ns=20_000),
         )
-        return [(s.variant, s.round, s.position) for s in samples]
+        return [(s.variant, s.round, s.position) for s in samples.rows()]
 
     first, again, other = run(7), run(7), run(8)
     assert first == again
@@ -175,10 +175,10 @@ def test_progress_reports_the_ci_checks():
 
 def test_ci_half_width_needs_two_rounds():
     spec = settings()
-    one_round = [
+    one_round = SampleColumns.from_rows([
         Sample(variant="baseline", round=0, position=0, duration_ns=10.0),
         Sample(variant="candidate", round=0, position=1, duration_ns=11.0),
-    ]
+    ])
     assert ci_half_width(one_round, spec) is None
 
 
@@ -191,19 +191,19 @@ def test_launches_cover_the_minimum_window():
     samples = measure_pair(
         fixed(250_000), fixed(2_500_000), settings(min_rounds=2, max_rounds=2), CpuTimer()
     )
-    base = {s.launches for s in samples if s.variant == "baseline"}
-    cand = {s.launches for s in samples if s.variant == "candidate"}
+    base = {s.launches for s in samples.rows() if s.variant == "baseline"}
+    cand = {s.launches for s in samples.rows() if s.variant == "candidate"}
     assert len(base) == 1 and len(cand) == 1  # fixed for the whole measurement
     (b,), (c,) = base, cand
     assert 3 <= b <= 4  # ceil(1 ms / ~250 us); 3 when a loaded box stretches the estimate
     assert c == 1  # one 2.5 ms launch already covers 1 ms
-    assert all(s.duration_ns * s.launches >= 0.9e6 for s in samples if s.variant == "baseline")
+    assert all(s.duration_ns * s.launches >= 0.9e6 for s in samples.rows() if s.variant == "baseline")
 
 
 def test_launches_capped_for_a_tiny_callable():
     timer = CpuTimer(max_launches=300)
     samples = measure_pair(lambda: None, lambda: None, settings(min_rounds=2, max_rounds=2), timer)
-    assert {s.launches for s in samples} == {300}
+    assert set(samples.launches) == {300}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -237,10 +237,11 @@ def test_throttled_samples_marked_from_the_clock():
         sampler=sampler,
     )
     assert sampler.reads == len(samples) == 12
-    assert [s.sm_clock_mhz for s in samples] == clocks * 2
+    assert [s.sm_clock_mhz for s in samples.rows()] == clocks * 2
     # nvbench's rule: below 75% of the expected clock (1485 MHz of 1980) is throttled.
-    assert [s.throttled for s in samples] == [False, True, False, True, False, False] * 2
-    assert all(s.temperature_c == 61.0 and s.power_w == 512.5 and s.clock_event_reasons == 4 for s in samples)
+    assert [s.throttled for s in samples.rows()] == [False, True, False, True, False, False] * 2
+    assert set(samples.temperature_c) == {61.0} and set(samples.power_w) == {512.5}
+    assert set(samples.clock_event_reasons) == {4}
 
 
 def test_no_throttling_without_an_expected_clock():
@@ -249,13 +250,13 @@ def test_no_throttling_without_an_expected_clock():
         fixed(10_000), fixed(10_000), settings(min_rounds=2, max_rounds=2), CpuTimer(min_window_ns=20_000),
         sampler=sampler,
     )
-    assert not any(s.throttled for s in samples)
-    assert all(s.sm_clock_mhz == 100.0 for s in samples)
+    assert not any(s.throttled for s in samples.rows())
+    assert all(s.sm_clock_mhz == 100.0 for s in samples.rows())
 
 
 def test_no_sampler_leaves_context_empty():
     samples = measure_pair(fixed(10_000), fixed(10_000), settings(min_rounds=2, max_rounds=2), CpuTimer())
-    assert all(s.sm_clock_mhz is None and s.power_w is None and not s.throttled for s in samples)
+    assert all(s.sm_clock_mhz is None and s.power_w is None and not s.throttled for s in samples.rows())
 
 
 @pytest.mark.parametrize(

@@ -102,8 +102,8 @@ def test_softmax_job_on_cpu():
     for cell in result.cells:
         assert cell.error is None
         assert cell.correctness["baseline"].passed and cell.correctness["candidate"].passed
-        assert {s.variant for s in cell.samples} == {"baseline", "candidate"}
-        assert len({s.round for s in cell.samples}) >= 3
+        assert {s.variant for s in cell.samples.rows()} == {"baseline", "candidate"}
+        assert len({s.round for s in cell.samples.rows()}) >= 3
         nbytes = cell.params["M"] * cell.params["N"] * 4
         assert cell.work["baseline"].bytes_read == nbytes == cell.work["candidate"].bytes_written
     assert {(i, n) for i, n, _ in calls} == {(0, 2), (1, 2)}
@@ -121,7 +121,7 @@ def test_a_failing_cell_is_recorded_and_the_job_goes_on():
     result = run_job(spec)
     failed, ok = result.cells
     assert failed.error == "RuntimeError: compile error: the toy kernel refuses this cell"
-    assert failed.samples == [] and failed.correctness == {}
+    assert len(failed.samples) == 0 and failed.correctness == {}
     assert ok.error is None and ok.samples
     assert ok.correctness["baseline"].passed
     assert result.error is None  # one cell measured: the job succeeded
@@ -251,5 +251,5 @@ def test_softmax_job_on_gpu():
     assert cell.error is None
     assert cell.correctness["baseline"].passed and cell.correctness["candidate"].passed
     # 4096*4096 float32 read + written = 128 MiB; at <= 4.8 TB/s (HBM3e datasheet) >= 28 us.
-    assert min(s.duration_ns for s in cell.samples) > 128 * 2**20 / 4.8e12 * 1e9
-    assert any(s.sm_clock_mhz is not None for s in cell.samples)
+    assert min(s.duration_ns for s in cell.samples.rows()) > 128 * 2**20 / 4.8e12 * 1e9
+    assert any(s.sm_clock_mhz is not None for s in cell.samples.rows())

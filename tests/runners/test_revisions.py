@@ -128,8 +128,8 @@ def test_measure_interleaved_drives_any_pair_timer() -> None:
     settings = MeasurementSpec(warmup_ms=0, min_rounds=4, max_rounds=4, budget_ms=10_000)
     pair = _Scripted()
     samples = measure_interleaved(pair, settings)
-    assert [(s.variant, s.round, s.launches) for s in samples] == [
+    assert [(s.variant, s.round, s.launches) for s in samples.rows()] == [
         ("baseline", 0, 3), ("candidate", 0, 5), ("candidate", 1, 5), ("baseline", 1, 3),
         ("baseline", 2, 3), ("candidate", 2, 5), ("candidate", 3, 5), ("baseline", 3, 3),
     ]
-    assert pair.calls[-8:] == [(s.variant, s.launches) for s in samples]
+    assert pair.calls[-8:] == [(s.variant, s.launches) for s in samples.rows()]

@@ -18,7 +18,7 @@ import torch
 from runners.engine import measure_pair
 from runners.job import run_job
 from runners.timing import CpuTimer, FallbackTimer, TimerUnsupported, make_timer
-from service.schemas import JobSpec, MeasurementSpec, Sample
+from service.schemas import JobSpec, MeasurementSpec, SampleColumns
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -32,12 +32,12 @@ def busy(duration_ns: float) -> Callable[[], None]:
     return fn
 
 
-def timed_ms(samples: list[Sample]) -> float:
-    return sum(s.duration_ns * s.launches for s in samples) / 1e6
+def timed_ms(samples: SampleColumns) -> float:
+    return sum(s.duration_ns * s.launches for s in samples.rows()) / 1e6
 
 
-def rounds_of(samples: list[Sample]) -> int:
-    return len({s.round for s in samples})
+def rounds_of(samples: SampleColumns) -> int:
+    return len(set(samples.round))
 
 
 def spec(**kw: Any) -> MeasurementSpec:
@@ -127,7 +127,7 @@ def test_fallback_takes_over_only_for_the_callable_that_cannot_be_captured():
     assert timer.name == "preferred" and timer.label == "preferred"
     assert timer.min_window_ns == 100_000 and timer.max_launches == 64  # suits both timers
     samples = measure_pair(good, bad, spec(min_time_ms=0.0, max_rounds=6, target_ci_pct=1e-6), timer)
-    assert len(samples) == 12 and all(s.duration_ns > 15_000 for s in samples)
+    assert len(samples) == 12 and all(s.duration_ns > 15_000 for s in samples.rows())
     assert timer.kind_for(good) == "preferred" and timer.kind_for(bad) == "perf_counter"
     assert timer.fallbacks == 1 and timer.label == "preferred+perf_counter"
     calls = preferred.calls
@@ -195,7 +195,7 @@ def test_gpu_auto_timer_falls_back_for_a_callable_that_syncs():
         return float(x.sum().item())  # a device-to-host read: illegal while capturing
 
     samples = measure_pair(capturable, syncs, MeasurementSpec(budget_ms=300, min_time_ms=10), timer)
-    assert samples and all(s.duration_ns > 0 for s in samples)
+    assert samples and all(s.duration_ns > 0 for s in samples.rows())
     assert timer.kind_for(capturable) == "cuda-graph" and timer.kind_for(syncs) == "cuda-event"
     assert timer.label == "cuda-graph+cuda-event"
     torch.cuda.synchronize(dev)  # the failed capture left no error behind

@@ -32,7 +32,7 @@ from runners.client import KernelabClient
 from runners.daemon import Runner
 from runners.local import ServerProcess, free_port
 from service.core.db import make_engine
-from service.models import Cell, Job, JobAttempt, Result, Sample
+from service.models import Cell, Job, JobAttempt, Result, SampleBlock
 from service.schemas import CellResult, CorrectnessResult, JobResult, JobSpec, NodeInfo, Work
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
@@ -85,8 +85,8 @@ def _counts(url: str, job_id: int) -> dict[str, int]:
                 select(func.count()).select_from(Cell).join(Result).where(Result.job_id == job_id)
             )
             samples = conn.scalar(
-                select(func.count())
-                .select_from(Sample)
+                select(func.coalesce(func.sum(SampleBlock.n), 0))
+                .select_from(SampleBlock)
                 .join(Cell)
                 .join(Result)
                 .where(Result.job_id == job_id)
@@ -174,7 +174,9 @@ def test_server_killed_during_a_large_ingest_leaves_no_partial_result(
     runner = admin.with_token(token)
     claim = runner.claim(wait_s=0, lease_s=600)
     assert claim is not None and claim.job_id == job.id
-    result = _big_result(job.id, claim.spec, "ingest-node", cells=100, samples_per_cell=1000)
+    # Large enough that storing it (after the "ingest started" line the drill waits for) takes far
+    # longer than the drill's 50 ms polling: 1,000 cells and blocks of 1,000 samples (~0.5-1 s).
+    result = _big_result(job.id, claim.spec, "ingest-node", cells=1000, samples_per_cell=1000)
     body = result.model_dump_json()
     answers: list[Any] = []
 
@@ -205,9 +207,9 @@ def test_server_killed_during_a_large_ingest_leaves_no_partial_result(
     again = runner.post_result(job.id, result)
     assert not again.duplicate
     counts = _counts(migrated_url, job.id)
-    assert (counts["results"], counts["cells"], counts["samples"]) == (1, 100, 100_000), counts
+    assert (counts["results"], counts["cells"], counts["samples"]) == (1, 1000, 1_000_000), counts
     assert runner.post_result(job.id, result).duplicate  # a retry stores nothing more
-    assert _counts(migrated_url, job.id)["samples"] == 100_000
+    assert _counts(migrated_url, job.id)["samples"] == 1_000_000
     assert any(
         e.get("event") == "ingest stored" and e.get("job_id") == job.id for e in _events(server.log_path)
     )

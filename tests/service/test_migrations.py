@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from typing import Any
+
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import inspect
+from factories import spec_dict
+from sqlalchemy import MetaData, Table, insert, inspect, select, text
 
+from service import crud
 from service.app import create_app
 from service.core.config import Settings
 from service.core.db import (
@@ -15,12 +20,13 @@ from service.core.db import (
     downgrade,
     head_revision,
     make_engine,
+    make_session_factory,
     upgrade,
 )
 from service.models import Base
 
 TABLES = {
-    "tokens", "runners", "jobs", "job_attempts", "results", "cells", "samples", "probe_reports",
+    "tokens", "runners", "jobs", "job_attempts", "results", "cells", "sample_blocks", "probe_reports",
     "probe_readings",
 }  # fmt: skip
 
@@ -74,3 +80,74 @@ def test_sqlite_folder_is_created(tmp_path) -> None:
     url = f"sqlite:///{tmp_path / 'a' / 'b' / 'k.db'}"
     upgrade(url)
     assert (tmp_path / "a" / "b" / "k.db").is_file()
+
+
+def _old_sample_rows() -> list[dict[str, Any]]:
+    """Rows of the pre-0010 ``samples`` table for two cells: nulls, partial context, throttling."""
+    rows = []
+    for i in range(7):
+        rows.append({
+            "cell": i % 2, "variant": ("baseline", "candidate")[i % 3 == 0], "round": i // 2,
+            "position": i % 2,
+            "duration_ns": 1000.0 + i / 3, "launches": 1 + i, "throttled": i == 4,
+            "sm_clock_mhz": None if i % 2 else 1980.0 - i, "clock_event_reasons": None if i < 3 else 4 * i,
+            "temperature_c": None if i == 5 else -1.5 + i, "power_w": None,
+        })  # fmt: skip
+    return rows
+
+
+def test_samples_move_to_blocks_and_back(db_url: str) -> None:
+    """0010 moves each cell's ``samples`` rows into one block and back on downgrade: the same values
+    in the same order (nulls included), read through ``crud`` in between."""
+    upgrade(db_url, "0009_comparison")
+    old = _old_sample_rows()
+    engine = make_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            meta = MetaData()
+            jobs, results, cells, samples = (
+                Table(name, meta, autoload_with=conn) for name in ("jobs", "results", "cells", "samples")
+            )
+            now = datetime(2026, 11, 30, tzinfo=UTC)
+            job_id = conn.execute(insert(jobs).values(
+                name="m", benchmark="softmax", spec=spec_dict(), device="cpu", status="succeeded", attempts=1,
+                max_attempts=1, created_at=now).returning(jobs.c.id)).scalar_one()  # fmt: skip
+            result_id = conn.execute(insert(results).values(
+                job_id=job_id, idempotency_key="migrate-0010", node_name="n", timer="perf_counter",
+                node={"hostname": "n", "device_type": "cpu"}, spec=spec_dict(), started_at=now,
+                finished_at=now, received_at=now).returning(results.c.id)).scalar_one()  # fmt: skip
+            cell_ids = [conn.execute(insert(cells).values(
+                result_id=result_id, cell_index=i, params={"N": i}, baseline_params={}, candidate_params={},
+                work={}, correctness={}).returning(cells.c.id)).scalar_one() for i in range(3)]  # fmt: skip
+            for row in old:
+                values = {k: v for k, v in row.items() if k != "cell"}
+                conn.execute(insert(samples).values(cell_id=cell_ids[row["cell"]], **values))
+        expected = {
+            c: [{k: v for k, v in r.items() if k != "cell"} for r in old if r["cell"] == c] for c in range(3)
+        }
+
+        upgrade(db_url)
+        with make_session_factory(engine)() as session:
+            result = crud.load_result(session=session, job_id=job_id)
+            assert result is not None
+            assert [[s.model_dump() for s in c.samples.rows()] for c in result.cells] == [
+                expected[0], expected[1], []
+            ]
+            assert crud.count_samples(session=session, job_id=job_id) == len(old)
+            assert [r["cell_index"] for r in crud.iter_sample_rows(session=session, job_id=job_id)] == (
+                [0] * len(expected[0]) + [1] * len(expected[1])
+            )
+        with engine.connect() as conn:
+            assert conn.scalar(text("SELECT count(*) FROM sample_blocks")) == 2  # the empty cell has none
+
+        downgrade(db_url, "0009_comparison")
+        with engine.connect() as conn:
+            samples = Table("samples", MetaData(), autoload_with=conn)
+            back = [dict(r._mapping) for r in conn.execute(select(samples).order_by(samples.c.id))]
+        assert [{k: v for k, v in r.items() if k not in ("id", "cell_id")} for r in back] == (
+            expected[0] + expected[1]
+        )
+        owners = [cell_ids[0]] * len(expected[0]) + [cell_ids[1]] * len(expected[1])
+        assert [r["cell_id"] for r in back] == owners
+    finally:
+        engine.dispose()

@@ -4,6 +4,7 @@ probe reports and nodes."""
 from __future__ import annotations
 
 import csv
+import gc
 import io
 import json
 
@@ -11,15 +12,17 @@ from factories import job_result, probe_report
 from sqlalchemy import func, select
 
 from service import crud
-from service.models import Cell, ProbeReading, ProbeReport, Result, Sample
+from service.models import Cell, ProbeReading, ProbeReport, Result, SampleBlock
 
 
 def _counts(api) -> tuple[int, ...]:  # type: ignore[no-untyped-def]
+    """Rows of results, cells, probe reports and readings; raw samples (summed over the blocks)."""
     with api.factory() as session:
-        return tuple(
-            session.scalar(select(func.count()).select_from(t))
-            for t in (Result, Cell, Sample, ProbeReport, ProbeReading)
-        )
+        tables = (Result, Cell, ProbeReport, ProbeReading)
+        count = select(func.count())
+        results, cells, reports, readings = (session.scalar(count.select_from(t)) for t in tables)
+        samples = session.scalar(select(func.coalesce(func.sum(SampleBlock.n), 0)))
+        return (results, cells, samples, reports, readings)
 
 
 def _claimed(api, name: str = "node-a"):  # type: ignore[no-untyped-def]
@@ -50,12 +53,49 @@ def test_ingest_is_idempotent_and_round_trips(api) -> None:  # type: ignore[no-u
 def test_invalid_sample_stores_nothing(api) -> None:  # type: ignore[no-untyped-def]
     job_id, runner = _claimed(api)
     body = json.loads(job_result(job_id).model_dump_json())
-    body["cells"][1]["samples"][3]["duration_ns"] = -5.0
+    body["cells"][1]["samples"]["duration_ns"][3] = -5.0
     r = api.client.post(f"/api/v1/jobs/{job_id}/results", json=body, headers=runner)
     assert r.status_code == 422
-    assert ["body", "cells", 1, "samples", 3, "duration_ns"] in [e["loc"] for e in r.json()["detail"]]
+    assert ["body", "cells", 1, "samples", "duration_ns", 3] in [e["loc"] for e in r.json()["detail"]]
     assert _counts(api) == (0, 0, 0, 0, 0)
     assert api.client.get(f"/api/v1/jobs/{job_id}", headers=api.admin).json()["status"] == "running"
+
+
+def test_sample_columns_of_unequal_length_are_refused_by_name(api) -> None:  # type: ignore[no-untyped-def]
+    job_id, runner = _claimed(api)
+    body = json.loads(job_result(job_id).model_dump_json())
+    body["cells"][0]["samples"]["round"].pop()
+    body["cells"][1]["samples"]["power_w"][0] = float("inf")
+    r = api.client.post(f"/api/v1/jobs/{job_id}/results", content=json.dumps(body), headers={
+        **runner, "content-type": "application/json"})  # fmt: skip
+    assert r.status_code == 422
+    errors = {tuple(e["loc"]): e["msg"] for e in r.json()["detail"]}
+    assert "samples.round has 23 values but samples.variant has 24" in errors["body", "cells", 0, "samples"]
+    assert ("body", "cells", 1, "samples", "power_w", 0) in errors
+    body = json.loads(job_result(job_id).model_dump_json())
+    body["cells"][0]["samples"]["duration"] = body["cells"][0]["samples"].pop("duration_ns")
+    r = api.client.post(f"/api/v1/jobs/{job_id}/results", json=body, headers=runner)
+    assert r.status_code == 422
+    assert ["body", "cells", 0, "samples", "duration"] in [e["loc"] for e in r.json()["detail"]]
+    assert _counts(api) == (0, 0, 0, 0, 0)
+
+
+def test_row_form_of_older_runners_is_stored_the_same(api) -> None:  # type: ignore[no-untyped-def]
+    """A body whose cells carry one JSON object per sample (the form before columns) is accepted,
+    validated per row (``loc`` names the row) and stored exactly as the columnar form."""
+    job_id, runner = _claimed(api)
+    result = job_result(job_id)
+    body = json.loads(result.model_dump_json())
+    for cell, posted in zip(body["cells"], result.cells, strict=True):
+        cell["samples"] = [s.model_dump(exclude_defaults=True) for s in posted.samples.rows()]
+    bad = json.loads(json.dumps(body))
+    bad["cells"][1]["samples"][3]["round"] = -1
+    r = api.client.post(f"/api/v1/jobs/{job_id}/results", json=bad, headers=runner)
+    assert r.status_code == 422
+    assert ["body", "cells", 1, "samples", 3, "round"] in [e["loc"] for e in r.json()["detail"]]
+    assert api.client.post(f"/api/v1/jobs/{job_id}/results", json=body, headers=runner).status_code == 201
+    with api.factory() as session:
+        assert crud.load_result(session=session, job_id=job_id) == result
 
 
 def test_failure_inside_the_transaction_rolls_everything_back(api) -> None:  # type: ignore[no-untyped-def]
@@ -93,7 +133,9 @@ def test_samples_json_and_csv(api) -> None:  # type: ignore[no-untyped-def]
     result = job_result(job_id)
     api.post_result(job_id, result, runner)
     expected = [
-        (c.index, s.variant, s.round, s.position, s.duration_ns) for c in result.cells for s in c.samples
+        (c.index, s.variant, s.round, s.position, s.duration_ns)
+        for c in result.cells
+        for s in c.samples.rows()
     ]
     rows = api.client.get(f"/api/v1/jobs/{job_id}/samples?format=json", headers=read).json()
     assert [
@@ -135,3 +177,19 @@ def test_probe_reports_and_nodes(api) -> None:  # type: ignore[no-untyped-def]
         assert [r["busbw_gbps"] for r in busbw] == [0.00027, 1.165, 0.00027, 1.165]
     assert api.client.get("/api/v1/nodes/node-z", headers=read).status_code == 404
     assert api.client.post("/api/v1/nodes/node-b/probes", json={}, headers=api.admin).status_code == 403
+
+
+def test_garbage_collection_pauses_during_an_ingest_and_resumes(api) -> None:  # type: ignore[no-untyped-def]
+    """The results route pauses the cyclic collector while it runs (nestable) and restores it."""
+    from service.api.routes.results import _gc_paused
+
+    assert gc.isenabled()
+    with _gc_paused():
+        with _gc_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    job_id, runner = _claimed(api)
+    assert api.post_result(job_id, job_result(job_id), runner).status_code == 201
+    assert api.client.post(f"/api/v1/jobs/{job_id}/results", content=b"{", headers=runner).status_code == 422
+    assert gc.isenabled()

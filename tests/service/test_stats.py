@@ -19,6 +19,7 @@ from service.schemas import (
     NodeInfo,
     ProbeReport,
     Sample,
+    SampleColumns,
     VariantStats,
     Work,
 )
@@ -168,27 +169,50 @@ def test_round_bootstrap_is_wider_than_sample_bootstrap_under_round_drift():
     samples = make_samples(rounds=40, per_round=10, noise=0.005, round_noise=0.03, seed=6)
     # the same values, each sample pretending to be its own round (what an i.i.d. bootstrap assumes)
     iid = [s.model_copy(update={"round": i}) for i, s in enumerate(samples)]
-    _, lo_r, hi_r = stats.ratio_ci(samples)
-    _, lo_s, hi_s = stats.ratio_ci(iid)
+    _, lo_r, hi_r = stats.ratio_ci(SampleColumns.from_rows(samples))
+    _, lo_s, hi_s = stats.ratio_ci(SampleColumns.from_rows(iid))
     assert (hi_r - lo_r) > 2.0 * (hi_s - lo_s)
 
 
 def test_ratio_ci_is_deterministic_per_seed_and_needs_two_rounds():
-    samples = make_samples(rounds=30, seed=7)
+    rows = make_samples(rounds=30, seed=7)
+    samples = SampleColumns.from_rows(rows)
     assert stats.ratio_ci(samples, seed=3) == stats.ratio_ci(samples, seed=3)
     assert stats.ratio_ci(samples, seed=3) != stats.ratio_ci(samples, seed=4)
-    one_round = make_samples(rounds=1, per_round=5)
+    one_round = SampleColumns.from_rows(make_samples(rounds=1, per_round=5))
     assert stats.ratio_ci(one_round) is None
-    assert stats.ratio_ci([s for s in samples if s.variant == "baseline"]) is None
+    assert stats.ratio_ci(SampleColumns.from_rows(s for s in rows if s.variant == "baseline")) is None
     with pytest.raises(ValueError, match="confidence"):
         stats.ratio_ci(samples, confidence=1.0)
+
+
+def test_round_matrix_keeps_each_round_in_sample_order():
+    """Row r holds round ``rounds[r]``'s durations in the order taken, NaN-padded to the longest."""
+    rng = np.random.default_rng(5)
+    sample_rounds = rng.integers(0, 9, size=200) * 3  # some rounds absent, uneven counts
+    durations = rng.uniform(1.0, 2.0, size=200)
+    rounds = np.unique(np.append(sample_rounds, [100]))  # a round of the cell without samples here
+    matrix = stats._round_matrix(sample_rounds, durations, rounds)
+    for row, r in enumerate(rounds):
+        own = durations[sample_rounds == r].tolist()
+        assert matrix[row, : len(own)].tolist() == own and np.isnan(matrix[row, len(own):]).all()
+    assert matrix.shape[1] == np.bincount(sample_rounds).max()
+
+
+def test_kept_samples_drops_throttled_rows_of_every_column():
+    rows = make_samples(rounds=4)
+    rows[1] = rows[1].model_copy(update={"throttled": True})
+    cols = SampleColumns.from_rows(rows)
+    assert stats.kept_samples(cols, exclude_throttled=False) is cols
+    kept = stats.kept_samples(cols, exclude_throttled=True)
+    assert kept.rows() == rows[:1] + rows[2:]
 
 
 def test_ratio_ci_handles_rounds_missing_one_variant():
     samples = make_samples(rounds=50, ratio=1.05, seed=8)
     # a variant absent from most rounds (e.g. dropped as throttled) still gives a finite CI
     sparse = [s for s in samples if s.variant == "candidate" or s.round % 10 == 0]
-    ratio, lo, hi = stats.ratio_ci(sparse)
+    ratio, lo, hi = stats.ratio_ci(SampleColumns.from_rows(sparse))
     assert np.isfinite([lo, hi]).all()
     assert lo <= ratio <= hi
 

@@ -1,17 +1,26 @@
-"""``/runners``: register (admin), long-poll claim, lease heartbeat, failure report (runner)."""
+"""``/runners``: register (admin), long-poll claim, lease heartbeat, failure report (runner).
+
+The runner endpoints are the hot path of a fleet (hundreds of runners heartbeating and
+long-polling): each is an ``async`` handler whose token check and work run in one session, one
+transaction, in one worker-thread hop (``deps.RunnerCallDep``); a waiting claim holds no
+connection and no thread (``service.queue_watch``).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
-from fastapi import APIRouter, Request, Response, status
+from fastapi import APIRouter, FastAPI, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session, sessionmaker
 
 from service import crud, queue
-from service.api.deps import AdminToken, JobId, RunnerToken, SessionDep, SessionFactoryDep, SettingsDep
-from service.models import Job
+from service.api.deps import AdminToken, JobId, RunnerCallDep, SessionDep, SettingsDep
+from service.auth import Principal
+from service.queue_watch import QueueWatch
 from service.schemas import (
     ClaimRequest,
     Heartbeat,
@@ -23,7 +32,17 @@ from service.schemas import (
     RunnerRegistered,
 )
 
-router = APIRouter(prefix="/runners", tags=["runners"])
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """At shutdown, stop this process's ``QueueWatch`` before the app disposes its engine."""
+    yield
+    watch: QueueWatch | None = getattr(app.state, "queue_watch", None)
+    if watch is not None and watch.loop is asyncio.get_running_loop():
+        await watch.aclose()
+
+
+router = APIRouter(prefix="/runners", tags=["runners"], lifespan=_lifespan)
 
 
 @router.post("/register")
@@ -33,20 +52,38 @@ def register(body: RunnerRegister, _: AdminToken, session: SessionDep) -> Runner
     return RunnerRegistered(runner_id=runner.id, name=runner.name, token=token)
 
 
-def _claim_public(job: Job) -> JobClaim:
-    assert job.lease_expires_at is not None
-    return JobClaim(
-        job_id=job.id, attempt=job.attempts, spec=JobSpec.model_validate(job.spec),
-        lease_expires_at=job.lease_expires_at,
-    )  # fmt: skip
+def _claim_public(job: queue.LeasedJob) -> JobClaim:
+    return JobClaim(job_id=job.id, attempt=job.attempts, spec=JobSpec.model_validate(job.spec),
+                    lease_expires_at=job.lease_expires_at)  # fmt: skip
 
 
-def _try_claim(factory: sessionmaker[Session], runner_id: int, lease_s: float) -> JobClaim | None:
-    """One claim attempt in its own committed transaction (expired leases are re-queued too)."""
+def _runner_id(principal: Principal) -> int:
+    assert principal.runner_id is not None  # deps.authorize checks it for the runner scope
+    return principal.runner_id
+
+
+def _try_claim(session: Session, runner_id: int, device_type: str | None, lease_s: float) -> JobClaim | None:
+    """One claim attempt in ``session`` (expired leases are re-queued too); the caller commits."""
+    job = queue.claim(session, runner_id=runner_id, lease_s=lease_s, device_type=device_type)
+    return None if job is None else _claim_public(job)
+
+
+def _claim_again(
+    factory: sessionmaker[Session], runner_id: int, device_type: str | None, lease_s: float
+) -> JobClaim | None:
+    """A claim attempt in its own committed transaction (after a wake-up)."""
     with factory.begin() as session:
-        device_type = crud.runner_device_type(session=session, runner_id=runner_id)
-        job = queue.claim(session, runner_id=runner_id, lease_s=lease_s, device_type=device_type)
-        return None if job is None else _claim_public(job)
+        return _try_claim(session, runner_id, device_type, lease_s)
+
+
+def queue_watch(request: Request) -> QueueWatch:
+    """This process's ``QueueWatch`` (one per app and event loop, made on first use)."""
+    watch: QueueWatch | None = getattr(request.app.state, "queue_watch", None)
+    if watch is None or watch.loop is not asyncio.get_running_loop():
+        settings = request.app.state.settings
+        watch = QueueWatch(request.app.state.session_factory, poll_s=settings.claim_poll_s)
+        request.app.state.queue_watch = watch
+    return watch
 
 
 @router.post(
@@ -55,42 +92,56 @@ def _try_claim(factory: sessionmaker[Session], runner_id: int, lease_s: float) -
     responses={204: {"description": "no job became available within wait_s"}},
 )
 async def claim(
-    body: ClaimRequest,
-    principal: RunnerToken,
-    settings: SettingsDep,
-    factory: SessionFactoryDep,
-    request: Request,
+    body: ClaimRequest, call: RunnerCallDep, settings: SettingsDep, request: Request
 ) -> JobClaim | Response:
     """Claim the oldest queued job this runner's device can run, waiting up to ``wait_s``
     seconds (capped by ``KERNELAB_CLAIM_WAIT_MAX_S``) for one. 200 ``JobClaim`` or 204.
 
-    The lease is ``lease_s`` seconds (``KERNELAB_LEASE_S`` when the body does not set it).
-    Each attempt runs in the threadpool; the event loop only sleeps between attempts.
+    The lease is ``lease_s`` seconds (``KERNELAB_LEASE_S`` when the body does not set it). The
+    first attempt runs at once; then the claim waits in this process's ``QueueWatch``, which
+    reads the queue every ``KERNELAB_CLAIM_POLL_S`` seconds for all waiting claims together and
+    wakes this one when a job for its device is there; a claim lost to another runner waits again.
     """
     lease_s = body.lease_s if "lease_s" in body.model_fields_set else settings.lease_s
     deadline = time.monotonic() + min(body.wait_s, settings.claim_wait_max_s)
-    runner_id = principal.runner_id
-    assert runner_id is not None
-    while True:
-        claimed = await run_in_threadpool(_try_claim, factory, runner_id, lease_s)
-        if claimed is not None:
-            return claimed
+
+    def first(session: Session, principal: Principal) -> tuple[Principal, JobClaim | None]:
+        return principal, _try_claim(session, _runner_id(principal), principal.device_type, lease_s)
+
+    principal, claimed = await call.run(first)
+    runner_id, device_type = _runner_id(principal), principal.device_type
+    watch = queue_watch(request)
+    while claimed is None:
         remaining = deadline - time.monotonic()
-        if remaining <= 0 or await request.is_disconnected():
+        if remaining <= 0 or not await watch.wait(device_type, remaining):
             return Response(status_code=status.HTTP_204_NO_CONTENT)
-        await asyncio.sleep(min(settings.claim_poll_s, remaining))
+        if await request.is_disconnected():  # nobody would run the job: leave it queued
+            return Response(status_code=status.HTTP_204_NO_CONTENT)
+        claimed = await run_in_threadpool(_claim_again, call.session_factory, runner_id, device_type, lease_s)
+    return claimed
 
 
 @router.post("/jobs/{job_id}/heartbeat")
-def heartbeat(job_id: JobId, body: Heartbeat, principal: RunnerToken, session: SessionDep) -> JobClaim:
+async def heartbeat(job_id: JobId, body: Heartbeat, call: RunnerCallDep) -> JobClaim:
     """Extend the lease by ``lease_s`` seconds from now; 409 when the lease is no longer yours
     (expired, re-queued, cancelled): stop working on the job."""
-    job = queue.heartbeat(session, job_id, runner_id=principal.runner_id, lease_s=body.lease_s)  # type: ignore[arg-type]
-    return _claim_public(job)
+
+    def work(session: Session, principal: Principal) -> JobClaim:
+        job = queue.heartbeat(
+            session, job_id, runner_id=_runner_id(principal), lease_s=body.lease_s, durable=False
+        )
+        return _claim_public(job)
+
+    return await call.run(work)
 
 
 @router.post("/jobs/{job_id}/fail")
-def fail(job_id: JobId, body: JobFailure, principal: RunnerToken, session: SessionDep) -> JobPublic:
+async def fail(job_id: JobId, body: JobFailure, call: RunnerCallDep) -> JobPublic:
     """Report that the leased job failed; with ``retry`` it is re-queued while attempts remain."""
-    job = queue.fail(session, job_id, runner_id=principal.runner_id, error=body.error, retry=body.retry)  # type: ignore[arg-type]
-    return crud.job_public(session=session, job=job)
+
+    def work(session: Session, principal: Principal) -> JobPublic:
+        runner_id = _runner_id(principal)
+        job = queue.fail(session, job_id, runner_id=runner_id, error=body.error, retry=body.retry)
+        return crud.job_public(session=session, job=job)
+
+    return await call.run(work)

@@ -1,0 +1,191 @@
+"""The dashboard job page of a large sweep through the real app and database (SQLite and
+PostgreSQL): summary figure of every cell, the before/after table in pages and orders, one cell's
+timeline, "comparison being computed" while the background task runs, computing on a miss for old
+results, node-health flags applied on read although the page data is cached, 422 on bad input.
+
+The thresholds that make a sweep "large" (``RAW_FIGURE_SAMPLES``) and the page size are lowered
+with ``monkeypatch`` so that a 10-cell result exercises the paths a 1,000-cell sweep takes.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from factories import job_result, samples, spec_dict
+from health_fixtures import h200x2_report
+from sqlalchemy import null, select, update
+
+from service import crud, models
+from service.schemas import CorrectnessResult, JobResult, ProbeReport, SampleColumns
+from web import job_view, routes
+
+CELLS = 10
+ROUNDS = 4  # x 4 samples per round (factories.samples): 16 per cell
+XSS = "</script><script>alert(1)</script>"
+# Candidate / baseline time per cell, in an order that is not the sweep order.
+RATIOS = [0.8, 1.3, 0.7, 1.1, 0.9, 1.5, 0.6, 1.0, 1.2, 0.75]
+FAILED_CELL = 4  # flagged "incorrect"
+THROTTLED_CELL = 7  # flagged "throttled"
+
+
+@pytest.fixture
+def small_pages(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every result counts as large; 4 table rows per page; previous/next timeline links."""
+    monkeypatch.setattr(routes, "RAW_FIGURE_SAMPLES", 10)
+    monkeypatch.setattr(job_view, "CELLS_PER_PAGE", 4)
+    monkeypatch.setattr(routes, "TIMELINE_LINKS", 5)
+
+
+def _sweep_result(
+    job_id: int, *, hostname: str = "node-a", probes: list[ProbeReport] | None = None
+) -> JobResult:
+    spec = spec_dict(sweep={"M": [4], "N": [64 * (i + 1) for i in range(CELLS)]})
+    result = job_result(job_id, spec=spec, rounds=ROUNDS, hostname=hostname, key=f"page-key-{job_id}")
+    cells = []
+    for cell, ratio in zip(result.cells, RATIOS, strict=True):
+        base_ns = 1000.0 * (cell.index + 1)
+        cols = SampleColumns.model_validate(samples(ROUNDS, base_ns, ratio * base_ns))
+        if cell.index != THROTTLED_CELL:  # factories throttle one sample per cell: keep one cell's
+            cols = cols.model_copy(update={"throttled": [False] * len(cols)})
+        update_: dict = {"samples": cols}
+        if cell.index == 1:
+            update_["params"] = {**cell.params, "N": XSS}
+        if cell.index == FAILED_CELL:
+            bad = CorrectnessResult(passed=False, rel_error=0.5, max_abs_error=1.0, cosine_similarity=0.1,
+                                    rtol=1e-5, atol=1e-6, message="wrong")  # fmt: skip
+            update_["correctness"] = {**cell.correctness, "candidate": bad}
+        cells.append(cell.model_copy(update=update_))
+    return result.model_copy(update={"cells": cells, **({"probes": probes} if probes is not None else {})})
+
+
+def _post_sweep(api, **kwargs) -> int:  # type: ignore[no-untyped-def]
+    runner = api.runner(kwargs.get("hostname", "node-a"))
+    job_id = api.submit(spec_dict(sweep={"M": [4], "N": [64 * (i + 1) for i in range(CELLS)]}))
+    assert api.client.post("/api/v1/runners/claim", json={}, headers=runner).status_code == 200
+    assert api.post_result(job_id, _sweep_result(job_id, **kwargs), runner).status_code == 201
+    return job_id
+
+
+def _rows(page: str) -> list[str]:
+    """The cell labels of the before/after table, unescaped, in page order."""
+    table = page.split('id="comparison-table"', 1)[1].split("</table>", 1)[0]
+    return [html.unescape(m) for m in re.findall(r'title="timeline of this cell">([^<]*)</a>', table)]
+
+
+def _figure(page: str, fig_id: str) -> dict:
+    m = re.search(rf'<script type="application/json" data-figure-for="{fig_id}">(.*?)</script>', page, re.S)
+    assert m is not None, fig_id
+    return json.loads(m.group(1))
+
+
+def test_large_sweep_pages_cells_and_draws_every_cell(api, small_pages) -> None:  # type: ignore[no-untyped-def]
+    job_id = _post_sweep(api)
+    comparison = api.client.get(f"/api/v1/jobs/{job_id}/comparison", headers=api.admin).json()
+    labels = [c["label"] for c in comparison["cells"]]
+    assert XSS in labels[1]
+
+    page = api.client.get(f"/jobs/{job_id}", headers=api.admin)
+    assert page.status_code == 200
+    assert _rows(page.text) == labels[:4]
+    assert "cells 1–4 of 10 (2 flagged)" in page.text
+    assert f"offset={4}" in page.text and 'id="cells-previous"' not in page.text
+    assert XSS not in page.text and "<script>alert" not in page.text  # escaped in HTML and in JSON
+    summary = _figure(page.text, "fig-samples")
+    assert [t["type"] for t in summary["data"]] == ["scatter", "scatter"]
+    assert [t["x"] for t in summary["data"]] == [labels, labels]  # every cell, not one page
+    medians = [c["baseline"]["median_ns"] for c in comparison["cells"]]
+    scale = 1e3  # medians from 1 to 10 µs: drawn in µs
+    assert summary["data"][0]["y"] == pytest.approx([m / scale for m in medians])
+
+    last = api.client.get(f"/jobs/{job_id}?offset=8", headers=api.admin).text
+    assert _rows(last) == labels[8:] and 'id="cells-next"' not in last
+    assert _rows(api.client.get(f"/jobs/{job_id}?offset=500", headers=api.admin).text) == labels[8:]
+
+    by_delta = sorted(comparison["cells"], key=lambda c: -c["delta_pct"])
+    slowest = api.client.get(f"/jobs/{job_id}?order=slowest", headers=api.admin).text
+    assert _rows(slowest) == [c["label"] for c in by_delta[:4]]
+    fastest = api.client.get(f"/jobs/{job_id}?order=fastest&offset=4", headers=api.admin).text
+    assert _rows(fastest) == [c["label"] for c in by_delta[::-1][4:8]]
+    flagged = api.client.get(f"/jobs/{job_id}?order=flagged", headers=api.admin).text
+    assert _rows(flagged)[:3] == [labels[FAILED_CELL], labels[THROTTLED_CELL], labels[0]]
+    assert 'href="?order=flagged&amp;offset=4"' in flagged  # paging keeps the order
+
+
+def test_timeline_of_the_chosen_cell_only(api, small_pages) -> None:  # type: ignore[no-untyped-def]
+    job_id = _post_sweep(api)
+    posted = _sweep_result(job_id)
+    first = _figure(api.client.get(f"/jobs/{job_id}", headers=api.admin).text, "fig-timeline")
+    assert "cell 0" in first["layout"]["title"]["text"]
+    page = api.client.get(f"/jobs/{job_id}?cell=7&order=slowest", headers=api.admin).text
+    timeline = _figure(page, "fig-timeline")
+    assert "cell 7" in timeline["layout"]["title"]["text"]
+    cell = posted.cells[7].samples
+    want = sorted((r, p, d) for v, r, p, d in zip(cell.variant, cell.round, cell.position, cell.duration_ns,
+                                                  strict=True) if v == "baseline")  # fmt: skip
+    assert timeline["data"][0]["y"] == pytest.approx([d / 1e3 for _, _, d in want])  # µs, execution order
+    assert "throttled" in [t["name"] for t in timeline["data"]]  # factories throttle one sample per cell
+    # more cells than TIMELINE_LINKS: previous/next links that keep the table's order
+    assert 'id="timeline-previous" href="?order=slowest&amp;cell=6#timeline"' in page
+    assert 'id="timeline-next" href="?order=slowest&amp;cell=8#timeline"' in page
+
+
+def test_comparison_pending_then_computed_on_a_miss(api, small_pages) -> None:  # type: ignore[no-untyped-def]
+    job_id = _post_sweep(api)
+    with api.factory.begin() as session:  # as right after the ingest, before the background task
+        session.execute(update(models.Result).where(models.Result.job_id == job_id).values(comparison=null()))
+    pending = api.client.get(f"/jobs/{job_id}", headers=api.admin)
+    assert pending.status_code == 200
+    assert 'id="comparison-pending"' in pending.text and 'http-equiv="refresh"' in pending.text
+    assert 'id="comparison-table"' not in pending.text and "raw samples (CSV)" in pending.text
+
+    with api.factory.begin() as session:  # an old result without a stored comparison
+        old = datetime.now(UTC) - timedelta(seconds=routes.COMPARISON_PENDING_S + 1)
+        session.execute(update(models.Result).where(models.Result.job_id == job_id).values(received_at=old))
+    page = api.client.get(f"/jobs/{job_id}", headers=api.admin)
+    assert page.status_code == 200 and 'id="comparison-pending"' not in page.text
+    assert len(_rows(page.text)) == 4
+    with api.factory() as session:
+        stored = session.scalar(select(models.Result.comparison).where(models.Result.job_id == job_id))
+    assert stored is not None and len(stored["cells"]) == CELLS  # computed once and stored
+
+
+def test_cached_page_follows_node_health(api, small_pages) -> None:  # type: ignore[no-untyped-def]
+    node = "h200-node-1"
+    sick = [h200x2_report(10 + i, copy_scale=(1.0, 0.7)).model_copy(update={"phase": phase})
+            for i, phase in enumerate(("before", "after"))]  # fmt: skip
+    job_id = _post_sweep(api, hostname=node, probes=sick)
+    page = api.client.get(f"/jobs/{job_id}", headers=api.admin).text
+    assert "node-health-note" not in page  # no band yet: nothing to judge the probes by
+    runner = api.runner("prober")
+    for minute in range(4):  # earlier healthy readings make the band of the job's day
+        report = h200x2_report(minute)
+        r = api.client.post(f"/api/v1/nodes/{node}/probes", content=report.model_dump_json(),
+                            headers={**runner, "content-type": "application/json"})  # fmt: skip
+        assert r.status_code == 201, r.text
+    page = api.client.get(f"/jobs/{job_id}", headers=api.admin).text
+    assert "node-health-note" in page and "copy GPU 1" in page
+    assert "cells 1–4 of 10 (10 flagged)" in page  # the flag reaches every cell
+
+
+@pytest.mark.parametrize(
+    "query, field", [("order=bogus", "order"), ("offset=-1", "offset"), ("cell=-2", "cell")]
+)
+def test_bad_query_is_a_422_naming_the_field(api, query: str, field: str) -> None:  # type: ignore[no-untyped-def]
+    job_id = api.submit()
+    r = api.client.get(f"/jobs/{job_id}?{query}", headers=api.admin)
+    assert r.status_code == 422
+    assert r.json()["detail"][0]["loc"] == ["query", field]
+
+
+def test_load_cell_samples_reads_one_cell(api) -> None:  # type: ignore[no-untyped-def]
+    job_id = _post_sweep(api)
+    posted = _sweep_result(job_id)
+    with api.factory() as session:
+        got = crud.load_cell_samples(session=session, job_id=job_id, cell_index=3)
+        assert got is not None and got.model_dump() == posted.cells[3].samples.model_dump()
+        assert crud.load_cell_samples(session=session, job_id=job_id, cell_index=CELLS) is None
+        assert crud.load_cell_samples(session=session, job_id=job_id + 1000, cell_index=0) is None

@@ -1,0 +1,198 @@
+"""Long-polling claims wait in one ``QueueWatch`` per server process (``service.queue_watch``): the
+database sees one queue read per poll period however many runners wait, a new job wakes one
+waiter, a job for another device wakes none, and with two ``kernelab serve`` workers on
+PostgreSQL every job submitted while runners wait is handed out exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+from factories import spec_dict
+from sqlalchemy import event, select
+
+from runners.local import free_port, wait_healthy
+from service import queue
+from service.core.db import make_engine, make_session_factory
+from service.models import Job, Runner, utcnow
+from service.queue_watch import QueueWatch
+from service.schemas import JobSpec
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _count_statements(api):  # type: ignore[no-untyped-def]
+    """A list that grows by one entry per SQL statement the app's engine runs."""
+    seen: list[str] = []
+    event.listen(api.client.app.state.engine, "before_cursor_execute",
+                 lambda conn, cursor, statement, *rest: seen.append(statement))  # fmt: skip
+    return seen
+
+
+def _claims(api, headers: list[dict[str, str]], wait_s: float) -> list[int]:  # type: ignore[no-untyped-def]
+    """Concurrent long polls, one per runner header; the status of each."""
+    with ThreadPoolExecutor(len(headers)) as pool:
+        answers = pool.map(
+            lambda h: api.client.post("/api/v1/runners/claim", json={"wait_s": wait_s}, headers=h), headers
+        )
+        return [r.status_code for r in answers]
+
+
+def test_waiting_claims_share_one_queue_read_per_poll(api) -> None:  # type: ignore[no-untyped-def]
+    runners = [api.runner(f"idle-{i}") for i in range(12)]
+    statements = _count_statements(api)
+    assert _claims(api, runners[:1], 0.0) == [204]
+    per_claim = len(statements)  # one empty claim: token check, re-queue check, candidate read
+    statements.clear()
+    wait_s, poll_s = 1.0, api.client.app.state.settings.claim_poll_s
+    t0 = time.monotonic()
+    assert _claims(api, runners, wait_s) == [204] * len(runners)
+    assert wait_s <= time.monotonic() - t0 < wait_s + 2.0
+    polls = math.ceil(wait_s / poll_s) + 1
+    # Each claim's first attempt, plus at most one queue read per poll period. A poll per waiting
+    # runner (the old loop) would have been len(runners) * polls claim transactions.
+    assert len(statements) <= len(runners) * per_claim + polls, len(statements)
+    assert 1 <= api.client.app.state.queue_watch.polls <= polls
+
+
+def test_a_new_job_wakes_one_waiter(api) -> None:  # type: ignore[no-untyped-def]
+    runners = [api.runner(f"w-{i}") for i in range(5)]
+    submitted: list[int] = []
+    timer = threading.Timer(0.3, lambda: submitted.append(api.submit()))
+    timer.start()
+    wait_s = 3.0
+    with ThreadPoolExecutor(len(runners)) as pool:
+        started = time.monotonic()
+
+        def claim(h: dict[str, str]) -> tuple[int, float, int | None]:
+            r = api.client.post("/api/v1/runners/claim", json={"wait_s": wait_s}, headers=h)
+            job_id = r.json()["job_id"] if r.status_code == 200 else None
+            return r.status_code, time.monotonic() - started, job_id
+
+        answers = list(pool.map(claim, runners))
+    timer.join()
+    got = [a for a in answers if a[0] == 200]
+    assert len(got) == 1 and got[0][2] == submitted[0]
+    assert got[0][1] < wait_s  # woken, not timed out
+    assert sorted(a[0] for a in answers) == [200] + [204] * (len(runners) - 1)
+
+
+def test_a_job_for_another_device_wakes_no_waiter(api) -> None:  # type: ignore[no-untyped-def]
+    cuda_job = api.submit(spec_dict(device="cuda"))
+    cpu_runner, gpu_runner = api.runner("cpu-node"), api.runner("gpu-node", device_type="cuda")
+    t0 = time.monotonic()
+    r = api.client.post("/api/v1/runners/claim", json={"wait_s": 0.5}, headers=cpu_runner)
+    assert r.status_code == 204
+    assert time.monotonic() - t0 >= 0.5
+    with api.factory() as session:
+        assert queue.claimable(session, device_type="cpu", limit=10) == 0
+        assert queue.claimable(session, device_type="cuda", limit=10) == 1
+        assert queue.claimable(session, limit=10) == 1
+    r = api.client.post("/api/v1/runners/claim", json={"wait_s": 0.5}, headers=gpu_runner)
+    assert r.status_code == 200 and r.json()["job_id"] == cuda_job
+
+
+def test_claimable_counts_expired_leases_and_stops_at_limit(api) -> None:  # type: ignore[no-untyped-def]
+    spec = JobSpec.model_validate(spec_dict())
+    with api.factory.begin() as session:
+        runner = Runner(name="r")
+        session.add(runner)
+        session.flush()
+        for _ in range(3):
+            queue.submit(session, spec, max_attempts=3)
+    with api.factory.begin() as session:
+        taken = queue.claim(session, runner_id=runner.id, lease_s=60)
+        assert taken is not None
+    with api.factory() as session:
+        assert queue.claimable(session, limit=10) == 2
+        assert queue.claimable(session, limit=1) == 1
+        later = utcnow() + timedelta(seconds=120)  # the lease has expired by then: claimable again
+        assert queue.claimable(session, limit=10, now=later) == 3
+        assert session.scalar(select(Job.status).where(Job.id == taken.id)) == "running"
+
+
+def test_close_ends_waits_and_the_poll_task(migrated_url: str) -> None:
+    """``aclose`` (the runners router's lifespan calls it at shutdown) answers waiting claims at
+    once and lets the poll task finish before the engine is disposed."""
+    engine = make_engine(migrated_url)
+
+    async def scenario() -> tuple[bool, float, int]:
+        watch = QueueWatch(make_session_factory(engine), poll_s=0.05)
+        waiting = asyncio.create_task(watch.wait("cpu", timeout_s=30.0))
+        await asyncio.sleep(0.2)  # a few empty polls
+        t0 = time.monotonic()
+        await watch.aclose()
+        woken = await waiting
+        return woken, time.monotonic() - t0, watch.polls
+
+    try:
+        woken, closed_s, polls = asyncio.run(scenario())
+    finally:
+        engine.dispose()
+    assert woken is False and closed_s < 5.0 and polls >= 1
+
+
+TOKEN = "watch-admin-token-0123456789abcdef"
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_two_workers_hand_jobs_submitted_during_long_polls_out_once(pg_url: str, tmp_path: Path) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "KERNELAB_DATABASE_URL": pg_url, "KERNELAB_ADMIN_TOKEN": TOKEN,
+           "KERNELAB_CLAIM_POLL_S": "0.1"}  # fmt: skip
+    log_path = tmp_path / "server.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "runners.cli", "serve", "--port", str(port), "--workers", "2"],
+            env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    try:
+        wait_healthy(url, proc, timeout_s=60, log_path=log_path)
+        admin = {"Authorization": f"Bearer {TOKEN}"}
+        runners = 6
+        with httpx.Client(base_url=url, timeout=30, headers=admin) as http:
+            tokens = [
+                http.post("/api/v1/runners/register", json={"name": f"lp-{i}", "node": {
+                    "hostname": f"lp-{i}", "device_type": "cpu"}}).json()["token"]
+                for i in range(runners)
+            ]  # fmt: skip
+
+            def long_poll(token: str) -> int | None:
+                auth = {"Authorization": f"Bearer {token}"}
+                with httpx.Client(base_url=url, timeout=60, headers=auth) as c:
+                    r = c.post("/api/v1/runners/claim", json={"wait_s": 20, "lease_s": 600})
+                    assert r.status_code in (200, 204), r.text
+                    return r.json()["job_id"] if r.status_code == 200 else None
+
+            with ThreadPoolExecutor(runners) as pool:
+                waiting = [pool.submit(long_poll, t) for t in tokens]
+                time.sleep(1.0)  # every runner is waiting now (its first attempt found nothing)
+                submitted = {http.post("/api/v1/jobs", json=spec_dict()).json()["id"] for _ in range(runners)}
+                t0 = time.monotonic()
+                claimed = [f.result() for f in waiting]
+                woken_s = time.monotonic() - t0
+        assert sorted(j for j in claimed if j is not None) == sorted(submitted)
+        assert Counter(claimed).most_common(1)[0][1] == 1  # no job handed out twice
+        assert woken_s < 10.0  # woken by the jobs, well before the 20 s long poll ends
+        assert "Traceback" not in log_path.read_text()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -1,0 +1,247 @@
+"""What the job page shows of a stored result, built once per result and kept per process.
+
+A stored result never changes and its comparison (``results.comparison``, without node-health
+flags) is stored once, so the parsed comparison, the samples figure and each cell's timeline
+figure are cached per result, keyed by ``(result id, received_at)``. Node-health flags are applied
+on read (``service.node_health``): they are judged on every render, and the comparison with them
+is cached under the flags and notes it got, so a change of the node's health shows at once.
+
+The cache lives on the app (``JobPageCache.of(app)``): one per process and per database, bounded
+to the ``PAGE_CACHE_RESULTS`` most recently shown results. Nothing here computes statistics that
+are not stored: a missing comparison is computed and stored by ``crud.base_comparison`` as before.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from markupsafe import Markup
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service import crud, models, node_health
+from service.core.config import Settings
+from service.schemas import CellComparison, Comparison, CorrectnessResult, JobResult, Variant
+from web import figures
+
+PAGE_CACHE_RESULTS = 16  # results whose page data a process keeps (a 1,000-cell one: ~10 MB)
+TIMELINES_PER_RESULT = 64  # timeline figures kept per result (one per cell shown)
+VIEWS_PER_RESULT = 4  # node-health states kept per result
+CELLS_PER_PAGE = 100  # rows of the before/after table per page
+CellOrder = Literal["index", "slowest", "fastest", "flagged"]
+CELL_ORDERS: dict[CellOrder, str] = {
+    "index": "sweep order",
+    "slowest": "slowest first",
+    "fastest": "fastest first",
+    "flagged": "flagged first",
+}
+"""Orders of the before/after table (query ``order``) and their link texts: ``slowest`` sorts by
+Δ % descending (the candidate's worst regression first), ``fastest`` ascending, cells without a
+Δ last; ``flagged`` puts cells with a flag, an error or a failed correctness check first."""
+
+_cache_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class ResultRow:
+    """The columns of a job's ``results`` row the page needs, without the comparison JSON."""
+
+    id: int
+    received_at: datetime
+    has_comparison: bool
+    error: str | None
+    node_name: str  # the hostname the result (and its probe reports) is filed under
+
+
+def result_row(*, session: Session, job_id: int) -> ResultRow | None:
+    """``ResultRow`` of ``job_id``'s stored result; None when the job has no result. One query that
+    reads neither the comparison JSON nor any sample."""
+    row = session.execute(
+        select(models.Result.id, models.Result.received_at, models.Result.comparison.is_not(None),
+               models.Result.error, models.Result.node_name).where(models.Result.job_id == job_id)
+    ).first()  # fmt: skip
+    return None if row is None else ResultRow(row[0], row[1], bool(row[2]), row[3], row[4])
+
+
+@dataclass
+class JobView:
+    """A comparison with its node-health flags and what the page derives from it (all cells)."""
+
+    comparison: Comparison
+    drawable: list[int]  # indices of the cells with at least one sample, sweep order
+    flagged: int  # cells with a flag, an error or a failed correctness check
+    _orders: dict[str, list[CellComparison]] = field(default_factory=dict)
+
+    def ordered(self, order: CellOrder) -> list[CellComparison]:
+        """The cells in ``order`` (``CELL_ORDERS``), computed once per order."""
+        if order not in self._orders:
+            self._orders[order] = _sorted_cells(self.comparison.cells, order)
+        return self._orders[order]
+
+
+def _flagged(cell: CellComparison) -> bool:
+    return bool(cell.flags or cell.error or any(not c.passed for c in cell.correctness.values()))
+
+
+def _sorted_cells(cells: Sequence[CellComparison], order: CellOrder) -> list[CellComparison]:
+    if order == "index":
+        return list(cells)
+    if order == "flagged":
+        return sorted(cells, key=lambda c: not _flagged(c))  # stable: sweep order inside each group
+    sign = -1.0 if order == "slowest" else 1.0
+    return sorted(cells, key=lambda c: (c.delta_pct is None, sign * (c.delta_pct or 0.0)))
+
+
+@dataclass
+class ResultEntry:
+    """Everything cached for one stored result (see the module docstring)."""
+
+    base: Comparison | None = None
+    n_samples: int | None = None
+    samples_json: Markup | None = None
+    timelines: OrderedDict[int, Markup] = field(default_factory=OrderedDict)
+    views: OrderedDict[tuple[tuple[str, ...], tuple[str, ...]], JobView] = field(default_factory=OrderedDict)
+
+
+class JobPageCache:
+    """A bounded LRU of ``ResultEntry`` by ``(result id, received_at)``; safe across the threads
+    that run sync routes. Values are built outside the lock: two requests may build the same one
+    at once, and the later store wins (they are equal)."""
+
+    def __init__(self, results: int = PAGE_CACHE_RESULTS):
+        self.results = results
+        self._entries: OrderedDict[tuple[int, datetime], ResultEntry] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @classmethod
+    def of(cls, app: Any) -> JobPageCache:
+        """The cache of ``app`` (a Starlette app; made on first use, kept in ``app.state``)."""
+        with _cache_lock:
+            cache = getattr(app.state, "job_page_cache", None)
+            if cache is None:
+                cache = cls()
+                app.state.job_page_cache = cache
+            return cache
+
+    def entry(self, row: ResultRow) -> ResultEntry:
+        """The entry of ``row``'s result (new and empty on a miss); marks it most recently used."""
+        key = (row.id, row.received_at)
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                entry = self._entries[key] = ResultEntry()
+                while len(self._entries) > self.results:
+                    self._entries.popitem(last=False)
+            else:
+                self._entries.move_to_end(key)
+            return entry
+
+    def __repr__(self) -> str:
+        return f"<JobPageCache results={len(self._entries)}/{self.results}>"
+
+
+def _remember(store: OrderedDict[Any, Any], key: Any, value: Any, limit: int) -> None:
+    with _cache_lock:
+        store[key] = value
+        store.move_to_end(key)
+        while len(store) > limit:
+            store.popitem(last=False)
+
+
+def job_view(
+    *, session: Session, job_id: int, entry: ResultEntry, settings: Settings,
+    load: Callable[[], JobResult | None] | None = None,
+) -> JobView:
+    """The comparison of ``job_id``'s result with node-health flags applied now, as a ``JobView``.
+
+    The base comparison comes from ``entry``, else from ``crud.base_comparison`` (the stored one,
+    or computed from the raw samples and stored on a miss; ``load()`` may give the already loaded
+    ``JobResult`` for that). The flags are judged on every call (``node_health.job_health``).
+    """
+    if entry.base is None:
+        entry.base = crud.base_comparison(session=session, job_id=job_id, result=load() if load else None)
+        if entry.base is None:  # the result vanished between the queries
+            raise LookupError(f"job {job_id} has no result")
+    base = entry.base
+    flags, reasons = node_health.job_health(session=session, result=base, job_id=job_id, settings=settings)
+    comparison = node_health.with_health(base, flags, reasons)
+    key = (tuple(flags), tuple(comparison.notes))
+    view = entry.views.get(key)
+    if view is None:
+        drawable = [c.index for c in comparison.cells if c.baseline.n + c.baseline.dropped_throttled
+                    + c.candidate.n + c.candidate.dropped_throttled]  # fmt: skip
+        view = JobView(comparison, drawable, sum(1 for c in comparison.cells if _flagged(c)))
+        _remember(entry.views, key, view, VIEWS_PER_RESULT)
+    return view
+
+
+def timeline_json(
+    *, session: Session, job_id: int, entry: ResultEntry, comparison: Comparison, cell: int,
+    load: Callable[[], JobResult | None] | None = None,
+) -> Markup:
+    """The timeline figure JSON of cell ``cell`` (``figures.timeline_figure_dict``; labels and
+    title from ``comparison``), cached per result. On a miss the samples are those of the cell of
+    ``load()`` when given (a result read whole anyway), else read with ``crud.load_cell_samples``.
+    Raises ``LookupError`` when the result or the cell is gone."""
+    cached = entry.timelines.get(cell)
+    if cached is not None:
+        return cached
+    if load is not None:
+        result = load()
+        samples = None if result is None else next((c.samples for c in result.cells if c.index == cell), None)
+    else:
+        samples = crud.load_cell_samples(session=session, job_id=job_id, cell_index=cell)
+    label = next((c.label for c in comparison.cells if c.index == cell), None)
+    if samples is None or label is None:
+        raise LookupError(f"job {job_id} has no result cell {cell}")
+    labels: dict[Variant, str] = {"baseline": comparison.baseline_label,
+                                  "candidate": comparison.candidate_label}  # fmt: skip
+    figure = figures.timeline_figure_dict(samples, labels=labels, title=figures.timeline_title(cell, label))
+    text = figures.figure_json(figure)
+    _remember(entry.timelines, cell, text, TIMELINES_PER_RESULT)
+    return text
+
+
+@dataclass(frozen=True)
+class CellPage:
+    """One page of the before/after table: ``cells`` are rows ``offset .. offset + len(cells)`` of
+    ``total`` in ``order``; ``flagged`` counts the flagged cells of the whole sweep."""
+
+    cells: list[CellComparison]
+    order: CellOrder
+    offset: int
+    limit: int
+    total: int
+    flagged: int
+    checked: Sequence[tuple[CellComparison, str, CorrectnessResult]]  # rows of the correctness table
+    static: list[CellComparison]  # cells of this page with an ISA comparison
+
+    @property
+    def previous(self) -> int | None:
+        return max(self.offset - self.limit, 0) if self.offset > 0 else None
+
+    @property
+    def next(self) -> int | None:
+        return self.offset + self.limit if self.offset + self.limit < self.total else None
+
+
+def cell_page(view: JobView, order: CellOrder, offset: int, limit: int | None = None) -> CellPage:
+    """Rows ``offset .. offset + limit`` (default ``CELLS_PER_PAGE``) of the cells in ``order``; an
+    offset past the end shows the last page. The correctness and ISA tables list the cells of the
+    same page."""
+    limit = limit or CELLS_PER_PAGE
+    ordered = view.ordered(order)
+    total = len(ordered)
+    offset = min(offset, max(total - 1, 0) // limit * limit)
+    cells = ordered[offset: offset + limit]
+    checked = [
+        (cell, variant, check) for cell in cells for variant, check in cell.correctness.items()
+        if check.repeats is not None or check.determinism is not None or check.batch_invariance is not None
+        or check.vs_baseline is not None
+    ]  # fmt: skip
+    return CellPage(cells, order, offset, limit, total, view.flagged, checked, [c for c in cells if c.static])
