@@ -2,13 +2,14 @@
 connection per runner (200 threads would take the CPU the server is being measured on).
 
     python benchmarks/claim_client.py --base URL --token ADMIN --out FILE.json
-        [--mode protocol|saturation] [--runners 200] [--seconds 90] [--poll-s 20] [--lease-s 30]
-        [--job-s 2 12] [--fed-s 40] [--quiet-s 35] [--depth 40]
+        [--mode protocol|saturation] [--runners 200] [--seconds 90] [--poll-s 20] [--lease-s 15]
+        [--job-s 2 20] [--fed-s 40] [--quiet-s 35] [--depth 40]
 
 ``protocol`` (default): the runner daemon's protocol (``runners/daemon.py``) on a shorter clock.
 An idle runner long-polls ``POST /runners/claim {"wait_s": poll_s, "lease_s": lease_s}``; holding
-a job it heartbeats every ``lease_s / 3`` seconds (the daemon's rule; 30 s leases give 10 s
-heartbeats, the daemon's default 120 s would give 40 s); the job "runs" ``uniform(job_s)``
+a job it heartbeats every ``lease_s / 3`` seconds (the daemon's rule; 15 s leases give 5 s
+heartbeats, so most requests are heartbeats as in a real fleet, where the daemon's default 120 s
+lease gives 40 s heartbeats during jobs of minutes); the job "runs" ``uniform(job_s)``
 seconds, then ``POST /runners/jobs/{id}/fail {"retry": false}`` ends it (a small body, no result
 ingest) and the runner claims again. Runners start spread over ``lease_s / 3`` seconds. A
 submitter alternates *fed* phases (``fed_s``: keeps ``depth`` jobs queued, 4 submits in flight)
@@ -260,6 +261,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             for _ in range(args.depth):
                 await _submit_counted(load, admin)
             load.ms.clear()
+            load.samples.clear()
         clients = [
             httpx.AsyncClient(
                 base_url=args.base,
@@ -351,8 +353,8 @@ def main() -> None:
     ap.add_argument("--runners", type=int, default=200)
     ap.add_argument("--seconds", type=float, default=90.0)
     ap.add_argument("--poll-s", type=float, default=20.0, help="claim long-poll wait_s (daemon default)")
-    ap.add_argument("--lease-s", type=float, default=30.0, help="lease; heartbeat every lease_s / 3")
-    ap.add_argument("--job-s", type=float, nargs=2, default=(2.0, 12.0), help="job duration range, s")
+    ap.add_argument("--lease-s", type=float, default=15.0, help="lease; heartbeat every lease_s / 3")
+    ap.add_argument("--job-s", type=float, nargs=2, default=(2.0, 20.0), help="job duration range, s")
     ap.add_argument("--fed-s", type=float, default=40.0, help="phase with the queue kept fed, s")
     ap.add_argument("--quiet-s", type=float, default=35.0, help="phase with no submits, s")
     ap.add_argument("--depth", type=int, default=40, help="jobs kept queued in fed phases")

@@ -1,12 +1,17 @@
 """Load test of the result server on loopback (CPU only; no GPU needed).
 
-    python benchmarks/server_load.py OUT_DIR [--runners 200] [--workers 4] [--seconds 20]
+    python benchmarks/server_load.py OUT_DIR [--runners 200] [--workers 4] [--seconds 90]
+        [--saturation-s 30] [--claim-args "--lease-s 15 ..."] [--claims-only]
         [--big-samples 10000000] [--pg-url postgresql+psycopg://postgres@127.0.0.1:5432/test]
 
 1. ``kernelab serve --workers W`` on a fresh PostgreSQL database; ``--runners`` simulated runners
-   (one thread and one HTTP connection each) loop for ``--seconds``: claim (no wait) and, holding
-   a job, heartbeat twice. Reports claim/heartbeat p50/p99 (ms), errors (any answer other than
-   200/204, or a transport error) and jobs claimed twice (must be 0).
+   in a separate process (``benchmarks/claim_client.py``: asyncio + httpx, one connection each)
+   follow the runner daemon's protocol for ``--seconds`` (long-poll claims, heartbeats every
+   lease/3, jobs of a few seconds ended through the fail endpoint, a submitter that alternates
+   fed and quiet phases): p50/p95/p99 (ms) of claims answered with a queued job, heartbeats, job
+   ends, submits, woken long polls (submit -> claim) and empty long polls (time past ``wait_s``);
+   errors and jobs claimed twice (must be 0). Then ``--saturation-s`` of the closed loop with zero
+   think time, reported as throughput (requests/s), not as a latency. ``--claims-only`` stops here.
 2. Ingest 1,000-cell sweep results (2 variants x 3 rounds x 100 samples per cell: 600,000
    samples, columnar JSON) with ``POST /jobs/{id}/results``, on SQLite and on PostgreSQL: three in
    a row, each once the previous comparison is stored; the slowest POST (request start to 2xx).

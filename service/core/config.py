@@ -42,7 +42,9 @@ class Settings(BaseSettings):
     lease_s: float = Field(default=120.0, ge=5, le=3600, description="lease when a claim names none")
     max_attempts: int = Field(default=3, ge=1, le=100, description="claims of one job before it fails")
     claim_wait_max_s: float = Field(default=30.0, ge=0, le=60, description="longest claim long-poll")
-    claim_poll_s: float = Field(default=0.25, gt=0, le=10, description="sleep between claim attempts")
+    claim_poll_s: float = Field(
+        default=0.25, gt=0, le=10, description="while claims wait, a process reads the queue this often (s)"
+    )
     max_request_bytes: int = Field(
         default=64 * 1024 * 1024, ge=1024, description="larger request bodies are refused with 413"
     )

@@ -18,8 +18,9 @@ from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session, sessionmaker
 
 from service import crud, queue
-from service.api.deps import AdminToken, JobId, RunnerCallDep, SessionDep, SettingsDep
+from service.api.deps import AdminToken, JobId, RunnerCallDep, SessionDep
 from service.auth import Principal
+from service.core.config import Settings
 from service.queue_watch import QueueWatch
 from service.schemas import (
     ClaimRequest,
@@ -91,9 +92,7 @@ def queue_watch(request: Request) -> QueueWatch:
     response_model=JobClaim,
     responses={204: {"description": "no job became available within wait_s"}},
 )
-async def claim(
-    body: ClaimRequest, call: RunnerCallDep, settings: SettingsDep, request: Request
-) -> JobClaim | Response:
+async def claim(body: ClaimRequest, call: RunnerCallDep, request: Request) -> JobClaim | Response:
     """Claim the oldest queued job this runner's device can run, waiting up to ``wait_s``
     seconds (capped by ``KERNELAB_CLAIM_WAIT_MAX_S``) for one. 200 ``JobClaim`` or 204.
 
@@ -102,6 +101,7 @@ async def claim(
     reads the queue every ``KERNELAB_CLAIM_POLL_S`` seconds for all waiting claims together and
     wakes this one when a job for its device is there; a claim lost to another runner waits again.
     """
+    settings: Settings = request.app.state.settings  # not SettingsDep: a sync dependency costs a thread hop
     lease_s = body.lease_s if "lease_s" in body.model_fields_set else settings.lease_s
     deadline = time.monotonic() + min(body.wait_s, settings.claim_wait_max_s)
 
