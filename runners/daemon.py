@@ -185,7 +185,7 @@ class Runner:
                 log.info("runner %s: all-reduce probe pool started (%s x%d, pids %s)", self.name,
                          device_type, self._pool.world_size, self._pool.pids)
             return {POOL_ENV: json.dumps(self._pool.handover())}
-        except Exception as exc:  # the probes fall back to their own ranks
+        except (RuntimeError, ValueError, OSError) as exc:  # the probes fall back to their own ranks
             log.warning("runner %s: no all-reduce probe pool: %s", self.name, exc)
             return {}
 

@@ -21,6 +21,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from fastapi.concurrency import run_in_threadpool
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from service import queue
@@ -105,7 +106,7 @@ class QueueWatch:
                 wanted = Counter(w.device_type for w in self._waiters)
                 try:
                     found = await run_in_threadpool(self._read, dict(wanted))
-                except Exception as exc:  # the database is down: waiters time out; try again next tick
+                except SQLAlchemyError as exc:  # the database is down: waiters time out; try next tick
                     log.warning("queue watch: reading the queue failed: %s", exc)
                     continue
                 self.polls += 1

@@ -335,7 +335,7 @@ class AllReducePool:
                 deadline = time.monotonic() + 5.0
                 while time.monotonic() < deadline and self.alive():
                     time.sleep(_POLL_S)
-            except Exception:  # the store is gone: the kill below ends the ranks
+            except (RuntimeError, OSError):  # torch's DistError: the store is gone; the kill below ends them
                 pass
         self._run.close()
         unregister_own_pids(self.pids)
@@ -442,7 +442,7 @@ def active_pool() -> AllReducePool | AllReducePoolClient | None:
     if _POOL is None and os.environ.get(POOL_ENV):
         try:
             _POOL = AllReducePoolClient(json.loads(os.environ[POOL_ENV]))
-        except Exception:  # a stale or malformed hand-over: measure without the pool
+        except (ValueError, KeyError, TypeError, RuntimeError):  # malformed, or no store: no pool
             _POOL = None
     if _POOL is not None and not _POOL.alive():
         _POOL = None
@@ -610,7 +610,7 @@ def _pool_loop(cfg: dict[str, Any], store: Any, rank: int, world: int, device: t
         key = f"{_REQ_KEY}/{k}"
         try:
             store.wait([key], timedelta(seconds=_POOL_IDLE_WAIT_S))
-        except Exception:  # a timeout (idle pool: wait again) or a closed store (parent gone)
+        except RuntimeError:  # torch's DistStoreError (idle: wait again) or DistNetworkError (parent gone)
             if os.getppid() == 1 or not _store_alive(store):
                 return
             continue
@@ -639,7 +639,7 @@ def _store_alive(store: Any) -> bool:
     try:
         store.check(["kernelab/alive"])
         return True
-    except Exception:
+    except RuntimeError:  # torch.distributed.DistError: the store's host is gone
         return False
 
 

@@ -306,9 +306,11 @@ def exclusive_gpus(device_count: int) -> list[int]:
         return []
     out = []
     for index in range(device_count):
-        try:
-            mode = nvml.nvmlDeviceGetComputeMode(nvml_handle(nvml, index))
-        except Exception:  # pynvml.NVMLError: not supported / no permission
+        def compute_mode(i: int = index) -> int:
+            return int(nvml.nvmlDeviceGetComputeMode(nvml_handle(nvml, i)))
+
+        mode = _try(nvml, compute_mode)  # NVMLError (not supported / no permission): unknown
+        if mode is None:
             continue
         exclusive = (nvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS,
                      getattr(nvml, "NVML_COMPUTEMODE_EXCLUSIVE_THREAD", 1))
