@@ -33,12 +33,14 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
+import psutil
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
@@ -114,36 +116,140 @@ class Server:
         self.log.close()
 
 
+def cpu_seconds(pids: list[int]) -> dict[str, float]:
+    """CPU time (user + system, s) so far of the processes ``pids`` with their children (the API
+    server: the uvicorn supervisor and its workers) and of every PostgreSQL process on this machine
+    (its backends serve the API's connections). Processes that ended meanwhile are not counted."""
+
+    def total(procs: list[psutil.Process]) -> float:
+        s = 0.0
+        for proc in procs:
+            try:
+                t = proc.cpu_times()
+            except psutil.NoSuchProcess:
+                continue
+            s += t.user + t.system
+        return s
+
+    api: list[psutil.Process] = []
+    for pid in pids:
+        root = psutil.Process(pid)
+        api += [root, *root.children(recursive=True)]
+    postgres = [p for p in psutil.process_iter(["name"]) if (p.info["name"] or "").startswith("postgres")]
+    return {"api": total(api), "postgres": total(postgres)}
+
+
 def claim_load(
     base: str, runners: int, seconds: float, out_dir: Path, *, mode: str = "protocol",
-    extra: list[str] | None = None,
+    extra: list[str] | None = None, server_pid: int | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """``runners`` simulated runners against ``base`` for ``seconds`` (``benchmarks/claim_client.py``
     in a child process: asyncio + httpx, one connection per runner). ``mode`` "protocol" follows
     the runner daemon's protocol and reports latency per request kind; "saturation" is the closed
     loop with zero think time and reports throughput. ``extra``: more client arguments. Returns
-    the client's summary (latencies in ms: ``ms[kind]`` = n, p50, p95, p99, max)."""
+    the client's summary (latencies in ms: ``ms[kind]`` = n, p50, p95, p99, max); with
+    ``server_pid`` also ``cpu_ms_per_request``: CPU ms of the API server (all workers) and of
+    PostgreSQL per request of the load (counted in: registering the runners, idle queue polls)."""
     out = out_dir / f"claims-{mode}.json"
+    before = cpu_seconds([server_pid]) if server_pid else None
     command = [
         sys.executable, str(Path(__file__).with_name("claim_client.py")), "--base", base, "--token", TOKEN,
         "--out", str(out), "--mode", mode, "--runners", str(runners), "--seconds", str(seconds),
         *(extra or []),
     ]  # fmt: skip
     subprocess.run(command, check=True, timeout=seconds + 600)
-    return dict(json.loads(out.read_text()))
+    summary = dict(json.loads(out.read_text()))
+    if before is not None and server_pid is not None:
+        after = cpu_seconds([server_pid])
+        n = max(int(summary["requests"]), 1)
+        summary["cpu_ms_per_request"] = {k: 1e3 * (after[k] - before[k]) / n for k in after}
+    return summary
 
 
-def claims_both_modes(base: str, args: argparse.Namespace) -> dict[str, Any]:
+def request_cost(base: str, server_pid: int, n: int) -> dict[str, Any]:
+    """Sequential cost of the runner endpoints, one client, no concurrency: ``n`` heartbeats of
+    one leased job, then ``n`` (submit, claim, fail) cycles. Per request kind: latency p50/p99 (ms,
+    client side) and CPU ms of the API server and of PostgreSQL per request (``cpu_seconds``).
+    Start the server with one worker so nothing else runs in it."""
+    out: dict[str, Any] = {"n": n}
+    admin = {"Authorization": f"Bearer {TOKEN}"}
+    with httpx.Client(base_url=base, timeout=60) as http:
+        r = http.post("/api/v1/runners/register", headers=admin,
+                      json={"name": "cost", "node": {"hostname": "cost", "device_type": "cpu"}})  # fmt: skip
+        r.raise_for_status()
+        runner = {"Authorization": f"Bearer {r.json()['token']}"}
+
+        def post(path: str, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
+            r = http.post(path, json=body, headers=headers)
+            r.raise_for_status()
+            return dict(r.json())
+
+        def measure(kind: str, step: Callable[[], None], requests_per_step: int) -> None:
+            ms: list[float] = []
+            before = cpu_seconds([server_pid])
+            for _ in range(n):
+                t0 = time.perf_counter()
+                step()
+                ms.append(1e3 * (time.perf_counter() - t0) / requests_per_step)
+            after = cpu_seconds([server_pid])
+            calls = n * requests_per_step
+            out[kind] = {"p50_ms": _pct(ms, 50), "p99_ms": _pct(ms, 99),
+                         **{f"cpu_ms_{k}": 1e3 * (after[k] - before[k]) / calls for k in after}}  # fmt: skip
+
+        post("/api/v1/jobs", SPEC, admin)
+        job = post("/api/v1/runners/claim", {"wait_s": 0, "lease_s": 3600}, runner)["job_id"]
+        beat = f"/api/v1/runners/jobs/{job}/heartbeat"
+        measure("heartbeat", lambda: post(beat, {"lease_s": 3600}, runner), 1)
+
+        def cycle() -> None:
+            post("/api/v1/jobs", SPEC, admin)
+            claimed = post("/api/v1/runners/claim", {"wait_s": 0, "lease_s": 60}, runner)["job_id"]
+            post(f"/api/v1/runners/jobs/{claimed}/fail", {"error": "cost", "retry": False}, runner)
+
+        measure("submit_claim_fail", cycle, 3)
+    return out
+
+
+def claims_both_modes(base: str, args: argparse.Namespace, server_pid: int | None = None) -> dict[str, Any]:
     """``claim_load`` in protocol mode for ``args.seconds``, then in saturation mode for
     ``args.saturation_s`` (skipped when 0)."""
     extra = shlex.split(args.claim_args)
-    out = {"protocol": claim_load(base, args.runners, args.seconds, args.out_dir, extra=extra)}
+    out = {"protocol": claim_load(base, args.runners, args.seconds, args.out_dir, extra=extra,
+                                  server_pid=server_pid)}  # fmt: skip
     if args.saturation_s > 0:
         out["saturation"] = claim_load(
             base, args.runners, args.saturation_s, args.out_dir, mode="saturation",
-            extra=["--depth", str(args.jobs), *extra],
+            extra=["--depth", str(args.jobs), *extra], server_pid=server_pid,
         )  # fmt: skip
     return out
+
+
+def request_cost_only(args: argparse.Namespace) -> None:
+    """``request_cost`` alone: a fresh PostgreSQL database, one API worker; writes
+    ``OUT_DIR/request_cost.json`` and prints the table."""
+    admin = create_engine(args.pg_url, isolation_level="AUTOCOMMIT")
+    name = f"kl_load_{uuid.uuid4().hex[:10]}"
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    pg = make_url(args.pg_url).set(database=name).render_as_string(hide_password=False)
+    report: dict[str, Any] = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "cpus": os.cpu_count()}
+    try:
+        server = Server(pg, 1, args.out_dir / "server-cost.log")
+        try:
+            report["request_cost"] = request_cost(server.base, server.proc.pid, args.request_cost)
+        finally:
+            server.stop()
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+    (args.out_dir / "request_cost.json").write_text(json.dumps(report, indent=2))
+    print("\n| sequential, 1 API worker, PostgreSQL | p50 / p99 ms | CPU ms per request: API / PostgreSQL |")
+    print("| --- | --- | --- |")
+    for kind, c in report["request_cost"].items():
+        if isinstance(c, dict):
+            cpu = f"{c['cpu_ms_api']:.2f} / {c['cpu_ms_postgres']:.2f}"
+            print(f"| {kind} | {c['p50_ms']:.2f} / {c['p99_ms']:.2f} | {cpu} |")
 
 
 def claims_only(args: argparse.Namespace) -> None:
@@ -159,7 +265,7 @@ def claims_only(args: argparse.Namespace) -> None:
     try:
         server = Server(pg, args.workers, args.out_dir / "server-pg.log")
         try:
-            report["claims"] = claims_both_modes(server.base, args)
+            report["claims"] = claims_both_modes(server.base, args, server.proc.pid)
         finally:
             server.stop()
     finally:
@@ -191,6 +297,16 @@ def _claim_rows(claims: dict[str, Any]) -> list[tuple[str, str]]:
             "errors / jobs claimed twice (target 0 / 0)",
             f"{c['errors']} / {c['claimed_twice']} ({c['jobs_claimed']} claimed, {c['requests']} requests, "
             f"{c['throughput_rps']:.0f} req/s)",
+        ),
+        *(
+            [
+                (
+                    "CPU per request: API server (all workers) / PostgreSQL, ms",
+                    f"{cpu['api']:.2f} / {cpu['postgres']:.2f}",
+                )
+            ]
+            if (cpu := c.get("cpu_ms_per_request"))
+            else []
         ),
         *(
             [
@@ -442,6 +558,13 @@ def main() -> None:
     )
     ap.add_argument("--jobs", type=int, default=400, help="saturation mode: jobs kept queued")
     ap.add_argument("--claim-args", default="", help="more benchmarks/claim_client.py arguments, one string")
+    ap.add_argument(
+        "--request-cost",
+        type=int,
+        default=0,
+        metavar="N",
+        help="only the sequential cost of N heartbeats and N submit/claim/fail cycles (1 worker)",
+    )
     ap.add_argument("--claims-only", action="store_true", help="only the claim load (part 1)")
     ap.add_argument("--big-samples", type=int, default=10_000_000)
     ap.add_argument(
@@ -450,6 +573,9 @@ def main() -> None:
     )
     args = ap.parse_args()
     args.out_dir.mkdir(parents=True, exist_ok=True)
+    if args.request_cost:
+        request_cost_only(args)
+        return
     if args.claims_only:
         claims_only(args)
         return
@@ -462,7 +588,7 @@ def main() -> None:
     try:
         server = Server(pg, args.workers, args.out_dir / "server-pg.log")
         try:
-            report["claims"] = claims_both_modes(server.base, args)
+            report["claims"] = claims_both_modes(server.base, args, server.proc.pid)
             report["pg_sweep"] = ingest_and_page(server.base)
             if args.big_samples:
                 report["pg_big"] = fill_samples(pg, args.big_samples)

@@ -63,13 +63,27 @@ _EXPIRED = select(_jobs.c.id, _jobs.c.attempts, _jobs.c.max_attempts, _jobs.c.le
     _jobs.c.status == "running", _jobs.c.lease_expires_at < bindparam("p_now")
 )
 _LEASED = (_jobs.c.id, _jobs.c.attempts, _jobs.c.spec, _jobs.c.lease_expires_at)  # LeasedJob's columns
+_LEASE = (_jobs.c.id, _jobs.c.attempts, _jobs.c.lease_expires_at)  # Lease's columns
 _HEARTBEAT = (
     update(_jobs)
     .where(_jobs.c.id == bindparam("p_job_id"), _jobs.c.status == "running",
            _jobs.c.lease_runner_id == bindparam("p_runner_id"),
            _jobs.c.lease_expires_at >= bindparam("p_now"))
     .values(lease_expires_at=bindparam("p_until"))
-    .returning(*_LEASED)
+    .returning(*_LEASE)
+)  # fmt: skip
+# PostgreSQL: the lease extension and the runner's last-seen time in one statement (a
+# data-modifying CTE runs to completion whether or not the primary query reads it; PostgreSQL
+# manual, "Data-Modifying Statements in WITH"). SQLite has no UPDATE inside WITH: two statements.
+_HEARTBEAT_CTE = _HEARTBEAT.cte("extended")
+_HEARTBEAT_PG = (
+    select(*_HEARTBEAT_CTE.c)
+    .add_cte(
+        update(_runners)
+        .where(_runners.c.id == bindparam("p_runner_id"), select(_HEARTBEAT_CTE.c.id).exists())
+        .values(last_seen_at=bindparam("p_now"))
+        .cte("seen")
+    )
 )  # fmt: skip
 _ASYNC_COMMIT = text("SET LOCAL synchronous_commit = off")
 _TAKE = update(_jobs).values(
@@ -97,6 +111,14 @@ class LeasedJob(NamedTuple):
     id: int
     attempts: int
     spec: dict[str, Any]
+    lease_expires_at: datetime
+
+
+class Lease(NamedTuple):
+    """A job's lease as a heartbeat leaves it: ``lease_expires_at`` aware UTC."""
+
+    id: int
+    attempts: int
     lease_expires_at: datetime
 
 
@@ -273,29 +295,32 @@ def heartbeat(
     lease_s: float,
     now: datetime | None = None,
     durable: bool = True,
-) -> LeasedJob:
-    """Extend the lease to ``now + lease_s`` seconds; returns the leased job's columns.
+) -> Lease:
+    """Extend the lease to ``now + lease_s`` seconds and mark the runner seen; returns the lease.
 
-    ``durable=False`` (PostgreSQL; ignored elsewhere) lets this transaction's commit return before
-    its WAL reaches the disk: a crash of the database server can then lose the last ~0.6 s of lease
-    extensions (``wal_writer_delay`` x 3), which the runner's next heartbeat redoes; the database
-    stays consistent (PostgreSQL manual, "Asynchronous Commit"). It saves a disk flush per
-    heartbeat; claims and job endings stay durable.
+    On PostgreSQL one statement (``_HEARTBEAT_PG``) does both. ``durable=False`` (PostgreSQL;
+    ignored elsewhere) lets this transaction's commit return before its WAL reaches the disk: a
+    crash of the database server can then lose the last ~0.6 s of lease extensions
+    (``wal_writer_delay`` x 3), which the runner's next heartbeat redoes; the database stays
+    consistent (PostgreSQL manual, "Asynchronous Commit"). It saves a disk flush per heartbeat;
+    claims and job endings stay durable.
 
     Raises ``JobNotFoundError``, or ``LeaseLostError`` when the lease expired, the job was
     re-queued, cancelled or finished, or another runner holds it.
     """
     now = now or utcnow()
-    if not durable and session.get_bind().dialect.name == "postgresql":
+    postgres = session.get_bind().dialect.name == "postgresql"
+    if postgres and not durable:
         session.execute(_ASYNC_COMMIT)
     until = now + timedelta(seconds=lease_s)
     params = {"p_job_id": job_id, "p_runner_id": runner_id, "p_now": now, "p_until": until}
-    row = session.execute(_HEARTBEAT, params).one_or_none()
+    row = session.execute(_HEARTBEAT_PG if postgres else _HEARTBEAT, params).one_or_none()
     if row is None:
         _held(session, job_id, runner_id, now, allow_expired=False)  # raises with the reason
         raise LeaseLostError(f"runner {runner_id} lost the lease of job {job_id}", job_id)
-    _seen(session, runner_id, now)
-    return LeasedJob(*row)
+    if not postgres:
+        _seen(session, runner_id, now)
+    return Lease(*row)
 
 
 def fail(

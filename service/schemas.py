@@ -865,6 +865,15 @@ class JobClaim(BaseModel):
     lease_expires_at: datetime
 
 
+class LeasePublic(BaseModel):
+    """A heartbeat's answer: the job's lease now ends at ``lease_expires_at`` (UTC); ``attempt``
+    is the attempt the lease belongs to (1-based)."""
+
+    job_id: int
+    attempt: int
+    lease_expires_at: datetime
+
+
 class Heartbeat(_Strict):
     lease_s: float = Field(default=120.0, ge=5, le=3600)
 

@@ -50,6 +50,42 @@ def test_claim_heartbeat_and_lease_loss(api) -> None:  # type: ignore[no-untyped
     assert lost.status_code == 409 and "expired" in lost.json()["detail"]
 
 
+def _last_seen(api, name: str):  # type: ignore[no-untyped-def]
+    from service.models import Runner
+
+    with api.factory() as session:
+        return session.scalar(select(Runner.last_seen_at).where(Runner.name == name))
+
+
+def _set_last_seen(api, name: str, when) -> None:  # type: ignore[no-untyped-def]
+    from service.models import Runner
+
+    with api.factory.begin() as session:
+        session.scalars(select(Runner).where(Runner.name == name)).one().last_seen_at = when
+
+
+def test_heartbeat_answers_the_lease_and_marks_only_the_holder_seen(api) -> None:  # type: ignore[no-untyped-def]
+    job_id = api.submit()
+    a, b = api.runner("a"), api.runner("b")
+    claim = api.client.post("/api/v1/runners/claim", json={"lease_s": 30}, headers=a).json()
+    long_ago = utcnow() - timedelta(days=1)
+    _set_last_seen(api, "a", long_ago)
+    _set_last_seen(api, "b", long_ago)
+    hb = api.client.post(f"/api/v1/runners/jobs/{job_id}/heartbeat", json={"lease_s": 600}, headers=a)
+    assert hb.status_code == 200
+    body = hb.json()
+    assert set(body) == {"job_id", "attempt", "lease_expires_at"}
+    assert (body["job_id"], body["attempt"]) == (job_id, claim["attempt"])
+    assert body["lease_expires_at"] > claim["lease_expires_at"]
+    assert _last_seen(api, "a") > long_ago + timedelta(hours=23)  # the holder's heartbeat marks it seen
+    refused = api.client.post(f"/api/v1/runners/jobs/{job_id}/heartbeat", json={}, headers=b)
+    assert refused.status_code == 409
+    assert _last_seen(api, "b") == long_ago  # a refused heartbeat changes nothing (rolled back)
+    with api.factory() as session:
+        stored = session.get(Job, job_id).lease_expires_at
+    assert stored.isoformat().replace("+00:00", "Z") == body["lease_expires_at"].replace("+00:00", "Z")
+
+
 def test_expired_lease_requeues_then_fails_after_max_attempts(api) -> None:  # type: ignore[no-untyped-def]
     job_id = api.submit()
     runner = api.runner()

@@ -29,6 +29,7 @@ from service.schemas import (
     JobFailure,
     JobPublic,
     JobSpec,
+    LeasePublic,
     RunnerRegister,
     RunnerRegistered,
 )
@@ -122,15 +123,16 @@ async def claim(body: ClaimRequest, call: RunnerCallDep, request: Request) -> Jo
 
 
 @router.post("/jobs/{job_id}/heartbeat")
-async def heartbeat(job_id: JobId, body: Heartbeat, call: RunnerCallDep) -> JobClaim:
+async def heartbeat(job_id: JobId, body: Heartbeat, call: RunnerCallDep) -> LeasePublic:
     """Extend the lease by ``lease_s`` seconds from now; 409 when the lease is no longer yours
-    (expired, re-queued, cancelled): stop working on the job."""
+    (expired, re-queued, cancelled): stop working on the job. The answer carries the lease, not
+    the job's spec (the runner has it from the claim)."""
 
-    def work(session: Session, principal: Principal) -> JobClaim:
-        job = queue.heartbeat(
+    def work(session: Session, principal: Principal) -> LeasePublic:
+        lease = queue.heartbeat(
             session, job_id, runner_id=_runner_id(principal), lease_s=body.lease_s, durable=False
         )
-        return _claim_public(job)
+        return LeasePublic(job_id=lease.id, attempt=lease.attempts, lease_expires_at=lease.lease_expires_at)
 
     return await call.run(work)
 
