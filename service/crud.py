@@ -8,10 +8,10 @@ once, so a result is stored whole or not at all. Queue state changes live in ``s
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import TypeAdapter
 from sqlalchemy import func, insert, select, union, update
@@ -484,13 +484,23 @@ def _block_slices(
     return out
 
 
-def iter_sample_rows(
+class BlockSlice(NamedTuple):
+    """Samples ``[first, end)`` of one cell's stored block (``first < end <= block["n"]``)."""
+
+    cell_index: int
+    params: dict[str, Any]
+    block: Mapping[Any, Any]
+    """``n`` and every ``SAMPLE_FIELDS`` column as stored (``sample_blocks`` encoding)."""
+    first: int
+    end: int
+
+
+def iter_sample_blocks(
     *, session: Session, job_id: int, batch: int = 5000, offset: int = 0, limit: int | None = None
-) -> Iterator[dict[str, Any]]:
-    """Raw samples of a job's result as flat dicts with ``SAMPLE_COLUMNS`` keys, streamed (cell
-    index order, then posting order), reading blocks of about ``batch`` samples per query.
-    ``params`` is the cell's parameter dict; ``duration_ns`` is nanoseconds per launch.
-    ``offset``/``limit`` select a page of that order (``limit=None``: to the end)."""
+) -> Iterator[BlockSlice]:
+    """The raw samples of a job's result as ``BlockSlice``s, streamed in cell index order: the
+    rows ``[offset, offset + limit)`` of the order of ``iter_sample_rows`` (``limit=None``: to the
+    end), reading blocks of about ``batch`` samples per query."""
     slices = _block_slices(session, job_id, offset, limit)
     while slices:
         chunk: list[tuple[int, int, int]] = []
@@ -506,11 +516,24 @@ def iter_sample_rows(
         by_id = {r.id: r for r in rows}
         for block_id, first, end in chunk:
             block = by_id[block_id]
-            columns = sample_blocks.decode(block._mapping)
-            values = [getattr(columns, name)[first:end] for name in SAMPLE_FIELDS]
-            cell = (block.cell_index, block.params)
-            for sample in zip(*values, strict=True):
-                yield dict(zip(SAMPLE_COLUMNS, cell + sample, strict=True))
+            yield BlockSlice(block.cell_index, block.params, block._mapping, first, end)
+
+
+def iter_sample_rows(
+    *, session: Session, job_id: int, batch: int = 5000, offset: int = 0, limit: int | None = None
+) -> Iterator[dict[str, Any]]:
+    """Raw samples of a job's result as flat dicts with ``SAMPLE_COLUMNS`` keys, streamed (cell
+    index order, then posting order), reading blocks of about ``batch`` samples per query.
+    ``params`` is the cell's parameter dict; ``duration_ns`` is nanoseconds per launch.
+    ``offset``/``limit`` select a page of that order (``limit=None``: to the end). One dict per
+    sample: ``service.sample_export`` writes the download's text per block instead (this is its
+    row-by-row reference in the tests)."""
+    for part in iter_sample_blocks(session=session, job_id=job_id, batch=batch, offset=offset, limit=limit):
+        columns = sample_blocks.decode(part.block)
+        values = [getattr(columns, name)[part.first : part.end] for name in SAMPLE_FIELDS]
+        cell = (part.cell_index, part.params)
+        for sample in zip(*values, strict=True):
+            yield dict(zip(SAMPLE_COLUMNS, cell + sample, strict=True))
 
 
 def load_cell_samples(*, session: Session, job_id: int, cell_index: int) -> SampleColumns | None:

@@ -114,3 +114,11 @@ def decode(block: Mapping[Any, Any]) -> SampleColumns:
         reasons = _array(block, "clock_event_reasons")
         columns["clock_event_reasons"] = [None if r < 0 else r for r in reasons.tolist()]
     return SampleColumns.unchecked(columns)
+
+
+def arrays(block: Mapping[Any, Any], first: int = 0, end: int | None = None) -> dict[str, np.ndarray | None]:
+    """Samples ``[first, end)`` of a stored block as numpy arrays, one per ``SAMPLE_FIELDS`` name
+    (``end=None``: to ``n``): read-only views of the stored bytes, in the stored dtype and null
+    encoding (module docstring), shape ``(end - first,)``; None for a column stored as SQL NULL
+    (every sample null). Raises ``CorruptBlockError`` like ``decode``."""
+    return {name: None if block[name] is None else _array(block, name)[first:end] for name in DTYPES}

@@ -3,9 +3,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
@@ -14,7 +11,7 @@ from fastapi.responses import PlainTextResponse, StreamingResponse
 from sqlalchemy.orm import Session, sessionmaker
 
 from kernels import validate_spec
-from service import crud, queue
+from service import crud, queue, sample_export
 from service.api.deps import JobId, Offset, ReadToken, SessionDep, SessionFactoryDep, SettingsDep, SubmitToken
 from service.api.errors import SpecInvalidError
 from service.core.config import Settings
@@ -23,7 +20,6 @@ from service.schemas import Comparison, JobPublic, JobsPage, JobSpec, JobStatus
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
 MAX_PAGE = 500  # largest ?limit= of a list
-_STREAM_ROWS = 2000  # sample rows per streamed chunk
 MAX_SAMPLE_PAGE = 1_000_000  # largest ?limit= of /jobs/{id}/samples
 
 
@@ -92,31 +88,13 @@ def get_report(job_id: JobId, _: ReadToken, session: SessionDep, settings: Setti
 
 
 def _csv_chunks(factory: sessionmaker[Session], job_id: int, page: dict[str, Any]) -> Iterator[str]:
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=crud.SAMPLE_COLUMNS, lineterminator="\n")
-    writer.writeheader()
     with factory() as session:
-        for i, row in enumerate(crud.iter_sample_rows(session=session, job_id=job_id, **page), 1):
-            writer.writerow({**row, "params": json.dumps(row["params"], sort_keys=True)})
-            if i % _STREAM_ROWS == 0:
-                yield buf.getvalue()
-                buf.seek(0)
-                buf.truncate()
-    yield buf.getvalue()
+        yield from sample_export.csv_chunks(crud.iter_sample_blocks(session=session, job_id=job_id, **page))
 
 
 def _json_chunks(factory: sessionmaker[Session], job_id: int, page: dict[str, Any]) -> Iterator[str]:
-    yield "["
-    parts: list[str] = []
-    first = True
     with factory() as session:
-        for row in crud.iter_sample_rows(session=session, job_id=job_id, **page):
-            parts.append(("" if first else ",") + json.dumps(row, allow_nan=False))
-            first = False
-            if len(parts) >= _STREAM_ROWS:
-                yield "".join(parts)
-                parts.clear()
-    yield "".join(parts) + "]"
+        yield from sample_export.json_chunks(crud.iter_sample_blocks(session=session, job_id=job_id, **page))
 
 
 @router.get("/{job_id}/samples", responses={200: {"content": {"text/csv": {}, "application/json": {}}}})
