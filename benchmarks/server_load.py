@@ -184,7 +184,7 @@ def request_cost(base: str, server_pid: int, n: int) -> dict[str, Any]:
             r.raise_for_status()
             return dict(r.json())
 
-        def measure(kind: str, step: Callable[[], None], requests_per_step: int) -> None:
+        def measure(kind: str, step: Callable[[], object], requests_per_step: int) -> None:
             ms: list[float] = []
             before = cpu_seconds([server_pid])
             for _ in range(n):

@@ -2,7 +2,7 @@
 
 Pure functions over numpy/scipy; no database, no web framework. The runner imports this module for
 ``ratio_ci`` (the engine's adaptive stop), so only numpy is imported at module level:
-``scipy.stats`` costs ~0.6 s to import and is imported inside ``compare`` where it is needed.
+``scipy.stats`` costs ~0.6 s to import and is imported inside the functions that need it.
 
 Method (reference/gpu-measurement-method.md, "Statistics for A/B on a noisy machine"):
 
@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
 from itertools import compress
 from statistics import NormalDist
-from typing import get_args
+from typing import NamedTuple, get_args
 
 import numpy as np
 
@@ -112,6 +113,23 @@ def _resampled_medians(matrix: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return np.where(count > 0, (lower + upper) / 2, np.nan)
 
 
+@lru_cache(maxsize=256)
+def _round_multisets(seed: int, n_rounds: int, n_resamples: int) -> tuple[np.ndarray, np.ndarray]:
+    """The seeded bootstrap draws of ``ratio_ci`` as distinct multisets of rounds.
+
+    Draws ``(n_resamples, n_rounds)`` round indices with ``numpy.random.default_rng(seed)`` and
+    returns ``(uniq, inverse)``: ``uniq`` (U, n_rounds) int64, the distinct draws with each row
+    sorted; ``inverse`` (n_resamples,) int64, the row of ``uniq`` that draw i is. A function of the
+    arguments only, so cached: a sweep's cells share seed and round count and draw once. Read-only.
+    """
+    idx = np.random.default_rng(seed).integers(0, n_rounds, size=(n_resamples, n_rounds))
+    uniq, inverse = np.unique(np.sort(idx, axis=1), axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    uniq.flags.writeable = False
+    inverse.flags.writeable = False
+    return uniq, inverse
+
+
 def ratio_ci(
     samples: SampleColumns, *, confidence: float = 0.95, n_resamples: int = 2000, seed: int = 0
 ) -> tuple[float, float, float] | None:
@@ -129,35 +147,59 @@ def ratio_ci(
     section 11.6). Resamples in which a variant has no sample (possible when its samples sit in
     few rounds) are left out, so the interval is conditional on both sides being observed.
     Resampling is numpy-vectorised and seeded (``numpy.random.default_rng(seed)``): ~15 ms for
-    200 rounds and 2000 resamples on a 2-core CI machine (``benchmarks/stats_speed.py``).
+    200 rounds and 2000 resamples on a 2-core CI machine (``benchmarks/stats_speed.py``); with few
+    rounds (3: 10 distinct resamples) the draws are cached per ``(seed, rounds, n_resamples)`` and a
+    cell of 600 samples costs well under 1 ms (``benchmarks/compare_speed.py``).
     Raises ValueError for ``confidence`` outside (0, 1) or ``n_resamples`` < 1.
     """
+    return _ratio_ci(
+        is_candidate(samples),
+        np.asarray(samples.round, dtype=np.int64),
+        np.asarray(samples.duration_ns, dtype=np.float64),
+        confidence=confidence,
+        n_resamples=n_resamples,
+        seed=seed,
+    )
+
+
+def _ratio_ci(
+    candidate: np.ndarray,
+    sample_rounds: np.ndarray,
+    durations: np.ndarray,
+    *,
+    confidence: float,
+    n_resamples: int,
+    seed: int,
+) -> tuple[float, float, float] | None:
+    """``ratio_ci`` on arrays: (n,) bool ``is_candidate``, (n,) int64 rounds, (n,) float64 ns."""
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
     if n_resamples < 1:
         raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
-    candidate = is_candidate(samples)
-    sample_rounds = np.asarray(samples.round, dtype=np.int64)
-    durations = np.asarray(samples.duration_ns, dtype=np.float64)
+    sides = []
     for own in (~candidate, candidate):
-        if np.count_nonzero(own) < 2 or np.unique(sample_rounds[own]).size < 2:
+        own_rounds = sample_rounds[own]
+        if own_rounds.size < 2 or own_rounds.min() == own_rounds.max():  # < 2 samples or rounds
             return None
-    rounds = np.unique(sample_rounds)
-    base = _round_matrix(sample_rounds[~candidate], durations[~candidate], rounds)
-    cand = _round_matrix(sample_rounds[candidate], durations[candidate], rounds)
-    base_median = float(np.nanmedian(base))
+        sides.append((own_rounds, durations[own]))
+    (base_rounds, base_ns), (cand_rounds, cand_ns) = sides
+    base_median = float(np.median(base_ns))  # the median of the matrix below without its NaN padding
     if base_median <= 0.0:
         return None
-    ratio = float(np.nanmedian(cand)) / base_median
-    idx = np.random.default_rng(seed).integers(0, rounds.size, size=(n_resamples, rounds.size))
+    ratio = float(np.median(cand_ns)) / base_median
+    rounds = np.unique(sample_rounds)
+    base = _round_matrix(base_rounds, base_ns, rounds)
+    cand = _round_matrix(cand_rounds, cand_ns, rounds)
     # A resample's median depends only on which rounds it drew (a multiset), not on their order. With
     # few rounds most of the n_resamples draws repeat a multiset (3 rounds: 10 distinct ones), so the
     # medians are computed once per distinct multiset and mapped back: identical numbers, far less sorting.
     if math.comb(2 * rounds.size - 1, rounds.size) < n_resamples:
-        uniq, inverse = np.unique(np.sort(idx, axis=1), axis=0, return_inverse=True)
-        inverse = inverse.reshape(-1)
+        # cached for integer seeds only: any other seed numpy accepts (None: fresh entropy) draws anew
+        draw = _round_multisets if isinstance(seed, int | np.integer) else _round_multisets.__wrapped__
+        uniq, inverse = draw(seed, int(rounds.size), int(n_resamples))
         cand_med, base_med = _resampled_medians(cand, uniq)[inverse], _resampled_medians(base, uniq)[inverse]
     else:
+        idx = np.random.default_rng(seed).integers(0, rounds.size, size=(n_resamples, rounds.size))
         cand_med, base_med = _resampled_medians(cand, idx), _resampled_medians(base, idx)
     with np.errstate(divide="ignore", invalid="ignore"):
         boot = cand_med / base_med
@@ -174,28 +216,47 @@ def ratio_ci(
 # --------------------------------------------------------------------------------------------------
 
 
-def _kth_difference(base_sorted: np.ndarray, cand: np.ndarray, k: int) -> float:
+_HL_PAIRWISE_MAX = 1 << 21  # hodges_lehmann forms the m*n differences up to this many (16 MiB of float64)
+_EPS = float(np.finfo(np.float64).eps)
+_TINY = 4 * math.ulp(0.0)  # a few of the smallest subnormal: rounding is absolute down there
+
+
+def _kth_difference(base_sorted: np.ndarray, cand: np.ndarray, k: int, value: float | None = None) -> float:
     """k-th smallest (1-based) of the m*n differences cand[j] - base[i], without forming them.
 
     Bisection on the value d with the pair count #{c_j - b_i <= d} from ``searchsorted``:
     O((m + n) log m) per step, so 10^4 x 10^4 samples cost ~50 vector steps, not 10^8 floats.
     Converges to 1e-12 of the differences' range.
+
+    ``value``: the exact k-th difference, when the caller has it (``hodges_lehmann`` selects it with
+    ``np.partition`` for up to ``_HL_PAIRWISE_MAX`` pairs). The bisection then takes the same steps
+    and returns the same number, but decides "count(d) >= k" as "value <= d": the two agree
+    wherever |d - value| exceeds the rounding of the differences and of ``cand - d`` (bounded by
+    4 machine epsilons of max|c| + max|b| + |d|, plus a margin for subnormals); only within that
+    band are pairs counted (a sweep of 1,000 cells: ~150 counts instead of ~160,000).
     """
     m, n = base_sorted.size, cand.size
 
     def count_le(d: float) -> int:
         return m * n - int(np.searchsorted(base_sorted, cand - d, side="left").sum())
 
+    scale = float(np.abs(cand).max() + np.abs(base_sorted).max()) if value is not None else 0.0
+
+    def reaches_k(d: float) -> bool:  # count_le(d) >= k
+        if value is not None and abs(d - value) > 4 * _EPS * (scale + abs(d)) + _TINY:
+            return value <= d
+        return count_le(d) >= k
+
     lo = float(cand.min() - base_sorted[-1])
     hi = float(cand.max() - base_sorted[0])
-    if count_le(lo) >= k:
+    if reaches_k(lo):
         return lo
     tol = 1e-12 * max(hi - lo, abs(hi), abs(lo), 1e-300)
     while hi - lo > tol:
         mid = 0.5 * (lo + hi)
         if mid in (lo, hi):
             break
-        if count_le(mid) >= k:
+        if reaches_k(mid):
             hi = mid
         else:
             lo = mid
@@ -214,6 +275,12 @@ def hodges_lehmann(
     Methods*, 2nd ed. 1999, section 4.3). The CI bounds are None when C < 1 (too few samples
     for the confidence level). Assumes independent samples; it is a companion to the round
     bootstrap, not the verdict. Raises ValueError on an empty input.
+
+    Each order statistic is found by bisection to 1e-12 of the differences' range
+    (``_kth_difference``). Up to ``_HL_PAIRWISE_MAX`` pairs of finite values, the differences are
+    formed (``np.subtract.outer``) and the order statistics selected exactly with one
+    ``np.partition``, which the bisection then follows instead of counting pairs: the same numbers,
+    ~1 ms instead of ~4 ms for 300 x 300 samples on a 2-core CI machine.
     """
     base = np.sort(np.asarray(baseline_ns, dtype=np.float64))
     cand = np.asarray(candidate_ns, dtype=np.float64)
@@ -221,15 +288,21 @@ def hodges_lehmann(
         raise ValueError("hodges_lehmann needs at least one sample on each side")
     m, n = base.size, cand.size
     total = m * n
-    if total % 2:
-        shift = _kth_difference(base, cand, (total + 1) // 2)
-    else:
-        shift = 0.5 * (_kth_difference(base, cand, total // 2) + _kth_difference(base, cand, total // 2 + 1))
     z = NormalDist().inv_cdf(1 - (1 - confidence) / 2)
     c_alpha = math.floor(total / 2 - z * math.sqrt(total * (m + n + 1) / 12))
+    middle = [(total + 1) // 2] if total % 2 else [total // 2, total // 2 + 1]
+    ranks = middle + ([c_alpha, total + 1 - c_alpha] if c_alpha >= 1 else [])
+    exact: dict[int, float] = {}
+    if total <= _HL_PAIRWISE_MAX and np.isfinite(base).all() and np.isfinite(cand).all():
+        kth = sorted({k - 1 for k in ranks})
+        diffs = np.subtract.outer(cand, base).ravel()  # (n*m,) float64, a fresh array: partitioned in place
+        diffs.partition(kth)
+        exact = dict(zip((k + 1 for k in kth), diffs[kth].tolist(), strict=True))
+    kths = {k: _kth_difference(base, cand, k, exact.get(k)) for k in ranks}
+    shift = kths[middle[0]] if total % 2 else 0.5 * (kths[middle[0]] + kths[middle[1]])
     if c_alpha < 1:
         return shift, None, None
-    return shift, _kth_difference(base, cand, c_alpha), _kth_difference(base, cand, total + 1 - c_alpha)
+    return shift, kths[c_alpha], kths[total + 1 - c_alpha]
 
 
 def min_detectable_effect_pct(base: VariantStats, cand: VariantStats) -> float | None:
@@ -258,8 +331,14 @@ def variant_stats(durations_ns: np.ndarray, *, dropped_throttled: int = 0) -> Va
         return VariantStats(n=0, dropped_throttled=dropped_throttled)
     q1, median, q3 = (float(v) for v in np.percentile(x, [25, 50, 75]))
     return VariantStats(
-        n=int(x.size), dropped_throttled=dropped_throttled, median_ns=median, min_ns=float(x.min()),
-        q1_ns=q1, q3_ns=q3, iqr_ns=q3 - q1, mean_ns=float(x.mean()),
+        n=int(x.size),
+        dropped_throttled=dropped_throttled,
+        median_ns=median,
+        min_ns=float(x.min()),
+        q1_ns=q1,
+        q3_ns=q3,
+        iqr_ns=q3 - q1,
+        mean_ns=float(x.mean()),
     )
 
 
@@ -449,8 +528,92 @@ def correctness_flags(checks: Iterable[CorrectnessResult]) -> list[Flag]:
     return flags
 
 
+class _Kept(NamedTuple):
+    """A cell's kept samples (``kept_samples``) as arrays, and what was taken before dropping."""
+
+    candidate: np.ndarray  # (n,) bool, ``is_candidate``
+    rounds: np.ndarray  # (n,) int64
+    durations: np.ndarray  # (n,) float64 ns
+    times: dict[Variant, np.ndarray]  # per variant, (n_v,) float64 ns in sample order
+    taken: dict[Variant, int]  # samples taken per variant, throttled ones included
+    throttled: bool  # any sample throttled, dropped or not
+
+
+def _kept(cell: CellResult, *, exclude_throttled: bool) -> _Kept:
+    """``kept_samples`` of ``cell`` as arrays: the same rows, without building a ``SampleColumns``."""
+    samples = cell.samples
+    taken_candidate = is_candidate(samples)
+    throttled = np.fromiter(samples.throttled, dtype=bool, count=len(samples))
+    rounds = np.asarray(samples.round, dtype=np.int64)
+    durations = np.asarray(samples.duration_ns, dtype=np.float64)
+    candidate = taken_candidate
+    any_throttled = bool(throttled.any())
+    if exclude_throttled and any_throttled:
+        keep = ~throttled
+        candidate, rounds, durations = taken_candidate[keep], rounds[keep], durations[keep]
+    n_candidate = int(np.count_nonzero(taken_candidate))
+    return _Kept(
+        candidate=candidate,
+        rounds=rounds,
+        durations=durations,
+        times={"baseline": durations[~candidate], "candidate": durations[candidate]},
+        taken={"baseline": len(samples) - n_candidate, "candidate": n_candidate},
+        throttled=any_throttled,
+    )
+
+
+def _mann_whitney_p(sides: Sequence[tuple[np.ndarray, np.ndarray] | None]) -> list[float | None]:
+    """Two-sided Mann-Whitney U p-value, candidate vs baseline, per ``(baseline_ns, candidate_ns)``.
+
+    ``scipy.stats.mannwhitneyu(candidate, baseline, alternative="two-sided")`` with its default
+    ``method="auto"``; None for a pair that is None or has an empty side, or a non-finite p. Pairs
+    of finite values with more than 8 samples on both sides are tested in one call per shape
+    (n_b, n_c) along axis 1 (a 1,000-cell sweep: one call instead of 1,000 at ~1 ms of overhead
+    each). For such sizes "auto" always takes the normal approximation, with each row's own tie
+    correction, and the rank sums and tie counts are sums of integers and halves, exact in float64:
+    each row's p is the number a call of its own gives. Smaller pairs, where "auto" takes the exact
+    distribution unless there are ties, are tested one by one.
+    """
+    from scipy.stats import mannwhitneyu
+
+    raw: dict[int, float] = {}
+    batches: dict[tuple[int, int], list[tuple[int, np.ndarray, np.ndarray]]] = {}
+    for i, pair in enumerate(sides):
+        if pair is None or pair[0].size == 0 or pair[1].size == 0:
+            continue
+        base, cand = pair
+        if base.size > 8 and cand.size > 8 and np.isfinite(base).all() and np.isfinite(cand).all():
+            batches.setdefault((base.size, cand.size), []).append((i, base, cand))
+        else:
+            raw[i] = float(mannwhitneyu(cand, base, alternative="two-sided").pvalue)
+    for batch in batches.values():
+        cands, bases = np.stack([c for _, _, c in batch]), np.stack([b for _, b, _ in batch])
+        pvalues = np.atleast_1d(mannwhitneyu(cands, bases, alternative="two-sided", axis=1).pvalue)
+        raw.update(zip([i for i, _, _ in batch], pvalues.tolist(), strict=True))
+    return [None if (p := raw.get(i)) is None or not math.isfinite(p) else p for i in range(len(sides))]
+
+
+def _failed_cell(result: JobResult, cell: CellResult) -> CellComparison:
+    return CellComparison(
+        index=cell.index,
+        params=cell.params,
+        label=cell_label(result, cell),
+        baseline=VariantStats(n=0),
+        candidate=VariantStats(n=0),
+        verdict="inconclusive",
+        flags=["failed"],
+        correctness=cell.correctness,
+        error=cell.error,
+        static=cell.static,
+    )
+
+
 def compare_cell(
-    result: JobResult, cell: CellResult, peaks: Mapping[str, float], *, n_resamples: int = 2000,
+    result: JobResult,
+    cell: CellResult,
+    peaks: Mapping[str, float],
+    *,
+    n_resamples: int = 2000,
     seed: int = 0,
 ) -> CellComparison:
     """Statistics, verdict and flags of one cell; ``p_adjusted`` is left for ``compare``.
@@ -462,27 +625,34 @@ def compare_cell(
     cell's measurement, ``CellResult.contention``), ``implausible`` (a rate above 1.1x the node's
     peak; such a cell is never ``faster``: its verdict becomes ``inconclusive``).
     """
-    from scipy.stats import mannwhitneyu
-
-    m = result.spec.measurement
-    label = cell_label(result, cell)
     if cell.error is not None:
-        return CellComparison(
-            index=cell.index, params=cell.params, label=label, baseline=VariantStats(n=0),
-            candidate=VariantStats(n=0), verdict="inconclusive",
-            flags=["failed"], correctness=cell.correctness, error=cell.error, static=cell.static,
-        )
-    kept = kept_samples(cell.samples, exclude_throttled=m.exclude_throttled)
-    kept_candidate, durations = is_candidate(kept), np.asarray(kept.duration_ns, dtype=np.float64)
-    times = {"baseline": durations[~kept_candidate], "candidate": durations[kept_candidate]}
-    taken_candidate = int(np.count_nonzero(is_candidate(cell.samples)))
-    taken = {"baseline": len(cell.samples) - taken_candidate, "candidate": taken_candidate}
-    stats = {v: variant_stats(times[v], dropped_throttled=taken[v] - times[v].size) for v in _VARIANTS}
+        return _failed_cell(result, cell)
+    kept = _kept(cell, exclude_throttled=result.spec.measurement.exclude_throttled)
+    (p,) = _mann_whitney_p([(kept.times["baseline"], kept.times["candidate"])])
+    return _compare_kept(result, cell, peaks, kept, p, n_resamples=n_resamples, seed=seed)
+
+
+def _compare_kept(
+    result: JobResult,
+    cell: CellResult,
+    peaks: Mapping[str, float],
+    kept: _Kept,
+    p: float | None,
+    *,
+    n_resamples: int,
+    seed: int,
+) -> CellComparison:
+    """``compare_cell`` of a cell without error, its kept samples and Mann-Whitney p given."""
+    m = result.spec.measurement
+    times = kept.times
+    stats = {v: variant_stats(times[v], dropped_throttled=kept.taken[v] - times[v].size) for v in _VARIANTS}
     flags: list[Flag] = []
-    if any(cell.samples.throttled):
+    if kept.throttled:
         flags.append("throttled")
-    if any(s.median_ns and s.iqr_ns is not None and s.iqr_ns / s.median_ns > _NOISY_IQR_FRACTION
-           for s in stats.values()):
+    if any(
+        s.median_ns and s.iqr_ns is not None and s.iqr_ns / s.median_ns > _NOISY_IQR_FRACTION
+        for s in stats.values()
+    ):
         flags.append("noisy")
     flags += correctness_flags(cell.correctness.values())
     if contention_seen(cell.contention):
@@ -493,32 +663,50 @@ def compare_cell(
         flags.append("implausible")
 
     ratio = ci_low = ci_high = None
-    rc = ratio_ci(kept, n_resamples=n_resamples, seed=seed)
+    rc = _ratio_ci(
+        kept.candidate, kept.rounds, kept.durations, confidence=0.95, n_resamples=n_resamples, seed=seed
+    )
     if rc is not None:
         ratio, ci_low, ci_high = rc
-    hl = p = None
+    hl = None
     if times["baseline"].size >= 1 and times["candidate"].size >= 1:
         hl = hodges_lehmann(times["baseline"], times["candidate"])
-        p_raw = float(mannwhitneyu(times["candidate"], times["baseline"], alternative="two-sided").pvalue)
-        p = p_raw if math.isfinite(p_raw) else None
     v = verdict(ratio, ci_low, ci_high, m.threshold_pct)
     if v == "faster" and "implausible" in flags:
         v = "inconclusive"
     return CellComparison(
-        index=cell.index, params=cell.params, label=label, baseline=stats["baseline"],
-        candidate=stats["candidate"], ratio=ratio,
-        ci_low=ci_low, ci_high=ci_high, delta_pct=None if ratio is None else (ratio - 1) * 100,
-        hl_shift_ns=None if hl is None else hl[0], hl_ci_low_ns=None if hl is None else hl[1],
-        hl_ci_high_ns=None if hl is None else hl[2], p_value=p,
-        mde_pct=min_detectable_effect_pct(stats["baseline"], stats["candidate"]), verdict=v,
-        flags=_sorted_flags(flags), correctness=cell.correctness, throughput=rates, timers=cell.timers,
+        index=cell.index,
+        params=cell.params,
+        label=cell_label(result, cell),
+        baseline=stats["baseline"],
+        candidate=stats["candidate"],
+        ratio=ratio,
+        ci_low=ci_low,
+        ci_high=ci_high,
+        delta_pct=None if ratio is None else (ratio - 1) * 100,
+        hl_shift_ns=None if hl is None else hl[0],
+        hl_ci_low_ns=None if hl is None else hl[1],
+        hl_ci_high_ns=None if hl is None else hl[2],
+        p_value=p,
+        mde_pct=min_detectable_effect_pct(stats["baseline"], stats["candidate"]),
+        verdict=v,
+        flags=_sorted_flags(flags),
+        correctness=cell.correctness,
+        throughput=rates,
+        timers=cell.timers,
         static=cell.static,
     )
 
 
 def compare(
-    result: JobResult, *, job_id: int | None = None, peaks: Mapping[str, float] | None = None,
-    n_resamples: int = 2000, seed: int = 0, health_flags: Iterable[Flag] = (), notes: Iterable[str] = (),
+    result: JobResult,
+    *,
+    job_id: int | None = None,
+    peaks: Mapping[str, float] | None = None,
+    n_resamples: int = 2000,
+    seed: int = 0,
+    health_flags: Iterable[Flag] = (),
+    notes: Iterable[str] = (),
 ) -> Comparison:
     """A job's before/after comparison: every cell's statistics, verdict and flags.
 
@@ -537,7 +725,19 @@ def compare(
     from scipy.stats import false_discovery_control
 
     bounds = node_peaks(result, peaks)
-    cells = [compare_cell(result, c, bounds, n_resamples=n_resamples, seed=seed) for c in result.cells]
+    exclude_throttled = result.spec.measurement.exclude_throttled
+    kept = [
+        None if c.error is not None else _kept(c, exclude_throttled=exclude_throttled) for c in result.cells
+    ]
+    p_values = _mann_whitney_p(
+        [None if k is None else (k.times["baseline"], k.times["candidate"]) for k in kept]
+    )
+    cells = [
+        _failed_cell(result, c)
+        if k is None
+        else _compare_kept(result, c, bounds, k, p, n_resamples=n_resamples, seed=seed)
+        for c, k, p in zip(result.cells, kept, p_values, strict=True)
+    ]
     tested = [c for c in cells if c.p_value is not None]
     if tested:
         adjusted = false_discovery_control([c.p_value for c in tested], method="bh")
@@ -555,8 +755,17 @@ def compare(
         summary[c.verdict] = summary.get(c.verdict, 0) + 1
     baseline_label, candidate_label = variant_labels(result)
     return Comparison(
-        job_id=result.job_id if job_id is None else job_id, name=result.spec.name,
-        benchmark=result.spec.benchmark, baseline_label=baseline_label, candidate_label=candidate_label,
-        threshold_pct=result.spec.measurement.threshold_pct, timer=result.timer, node=result.node,
-        cells=cells, probes=result.probes, flags=_sorted_flags(flags), summary=summary, notes=list(notes),
+        job_id=result.job_id if job_id is None else job_id,
+        name=result.spec.name,
+        benchmark=result.spec.benchmark,
+        baseline_label=baseline_label,
+        candidate_label=candidate_label,
+        threshold_pct=result.spec.measurement.threshold_pct,
+        timer=result.timer,
+        node=result.node,
+        cells=cells,
+        probes=result.probes,
+        flags=_sorted_flags(flags),
+        summary=summary,
+        notes=list(notes),
     )
