@@ -83,7 +83,8 @@ class MaxBodySizeMiddleware:
 
 
 def _bootstrap_admin(settings: Settings, factory) -> None:  # type: ignore[no-untyped-def]
-    """Store ``KERNELAB_ADMIN_TOKEN`` (hashed). Several uvicorn workers start at once: when another
+    """Store ``KERNELAB_ADMIN_TOKEN`` (hashed); a revoked one stays revoked (logged as a warning).
+    Several uvicorn workers start at once: when another
     worker inserted the row first (unique digest), run again, which now finds and updates it."""
     if settings.admin_token is None:
         return
@@ -91,7 +92,14 @@ def _bootstrap_admin(settings: Settings, factory) -> None:  # type: ignore[no-un
     for attempt in range(2):
         try:
             with factory.begin() as session:
-                ensure_token(session, token, "admin (KERNELAB_ADMIN_TOKEN)", ["admin"])
+                row = ensure_token(session, token, "admin (KERNELAB_ADMIN_TOKEN)", ["admin"])
+                if row.revoked_at is not None:
+                    log.warning(
+                        "KERNELAB_ADMIN_TOKEN is token %d, revoked at %s: it stays revoked; set a new "
+                        "KERNELAB_ADMIN_TOKEN (or use another admin token)",
+                        row.id, row.revoked_at.isoformat(),
+                        extra={"event": "bootstrap token revoked", "token_id": row.id},
+                    )  # fmt: skip
             return
         except IntegrityError:
             if attempt:

@@ -88,8 +88,10 @@ def ensure_token(session: Session, token: str, name: str, scopes: Iterable[Scope
     """Make sure ``token`` (a plain token chosen by the operator) exists with ``scopes``.
 
     Used at start-up for ``KERNELAB_ADMIN_TOKEN``. An existing row with the same digest gets the
-    scopes and is un-revoked. Does not commit. Raises ``ValueError`` for an unknown scope or a
-    token shorter than 16 characters.
+    scopes; a revoked one stays revoked (a restart must not bring a leaked, revoked admin token
+    back: the operator sets a new ``KERNELAB_ADMIN_TOKEN``). Returns the row, whose
+    ``revoked_at`` tells the caller. Does not commit. Raises ``ValueError`` for an unknown scope or
+    a token shorter than 16 characters.
     """
     if len(token) < 16:
         raise ValueError("a bootstrap token must be at least 16 characters")
@@ -100,9 +102,8 @@ def ensure_token(session: Session, token: str, name: str, scopes: Iterable[Scope
     if row is None:
         row = models.Token(name=name, token_sha256=digest, scopes=scope_list)
         session.add(row)
-    else:
+    elif row.revoked_at is None:
         row.scopes = sorted(set(row.scopes) | set(scope_list))
-        row.revoked_at = None
     session.flush()
     return row
 

@@ -3,7 +3,9 @@
 Logs: ``KERNELAB_LOG_FORMAT=json`` makes every record of the ``service`` and ``uvicorn`` loggers
 one JSON object per line: ``ts`` (UTC ISO 8601), ``level``, ``logger``, ``message`` and any
 ``extra={...}`` fields (``event``, ``job_id``, ``method``, ``path``, ``status``, ``duration_ms``).
-Tokens never reach a log record (only token row ids and names do).
+Tokens never reach a log record (only token row ids and names do): our request log leaves out
+query strings and headers, and uvicorn's access log line loses its query string
+(``RedactQueryFilter``: ``GET /login?token=...`` is logged as ``GET /login?<redacted>``).
 
 Metrics (``GET /metrics``, Prometheus text format 0.0.4, rendered by ``prometheus_client``) are
 read from the database at scrape time, so every uvicorn worker behind one PostgreSQL answers the
@@ -40,6 +42,25 @@ JOB_DURATION_BUCKETS_S = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0
 _STANDARD_ATTRS = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
 
 
+class RedactQueryFilter(logging.Filter):
+    """Replaces the query string of uvicorn's access-log records with ``<redacted>``.
+
+    ``uvicorn.access`` logs ``'%s - "%s %s HTTP/%s" %d'`` with ``(client, method, full_path,
+    http_version, status)`` (uvicorn ``httptools_impl``/``h11_impl``); ``full_path`` carries the
+    query, where ``/login?token=`` puts a token. Records of other shapes pass unchanged.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) == 5 and isinstance(args[2], str) and "?" in args[2]:
+            record.args = (args[0], args[1], args[2].split("?", 1)[0] + "?<redacted>", *args[3:])
+        return True
+
+
+_REDACT = RedactQueryFilter()
+_NOT_FIELDS = frozenset({"color_message"})  # uvicorn's ANSI-coloured copy of the message
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per record: ``ts``, ``level``, ``logger``, ``message``, the record's
     ``extra`` fields, and ``exc`` (formatted traceback) when there is one."""
@@ -52,7 +73,7 @@ class JsonFormatter(logging.Formatter):
             "message": record.getMessage(),
         }
         for key, value in record.__dict__.items():
-            if key not in _STANDARD_ATTRS and not key.startswith("_"):
+            if key not in _STANDARD_ATTRS and key not in _NOT_FIELDS and not key.startswith("_"):
                 entry[key] = value
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
@@ -61,12 +82,16 @@ class JsonFormatter(logging.Formatter):
 
 def configure_logging(log_format: str, level: str) -> None:
     """Give the ``service`` and ``uvicorn`` loggers one stderr handler with the chosen format
-    (``"json"`` or ``"text"``) at ``level``; idempotent (an app built twice adds no handler)."""
+    (``"json"`` or ``"text"``) at ``level``, and uvicorn's access log the ``RedactQueryFilter``;
+    idempotent (an app built twice adds no handler and no second filter)."""
     formatter: logging.Formatter = (
         JsonFormatter()
         if log_format == "json"
         else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     )
+    access = logging.getLogger("uvicorn.access")
+    if _REDACT not in access.filters:
+        access.addFilter(_REDACT)
     for name in ("service", "uvicorn", "uvicorn.error", "uvicorn.access"):
         logger = logging.getLogger(name)
         logger.setLevel(level)

@@ -42,6 +42,27 @@ def test_reregistering_a_runner_revokes_its_old_token(api) -> None:  # type: ign
     assert api.client.post("/api/v1/runners/claim", json={}, headers=new).status_code == 204
 
 
+def test_a_revoked_bootstrap_admin_token_stays_revoked_after_a_restart(  # type: ignore[no-untyped-def]
+    settings: Settings, client_class, admin_token, caplog
+) -> None:
+    bootstrap = {"Authorization": f"Bearer {admin_token}"}
+    with client_class(create_app(settings)) as client:
+        body = {"name": "admin2", "scopes": ["admin"]}
+        second = client.post("/api/v1/tokens", json=body, headers=bootstrap)
+        assert second.status_code == 201, second.text
+        other = {"Authorization": f"Bearer {second.json()['token']}"}
+        first_id = next(t["id"] for t in client.get("/api/v1/tokens", headers=other).json()["data"]
+                        if t["name"].startswith("admin (KERNELAB_ADMIN_TOKEN)"))  # fmt: skip
+        assert client.post(f"/api/v1/tokens/{first_id}/revoke", headers=other).status_code == 200
+        assert client.get("/api/v1/tokens", headers=bootstrap).status_code == 401
+    with caplog.at_level("WARNING", logger="service.app"), client_class(create_app(settings)) as client:
+        # the restart did not revive it
+        assert client.get("/api/v1/tokens", headers=bootstrap).status_code == 401
+        assert client.get("/api/v1/tokens", headers=other).status_code == 200
+    assert any("stays revoked" in r.getMessage() for r in caplog.records)
+    assert admin_token not in caplog.text
+
+
 def _dashboard_app(settings: Settings):  # type: ignore[no-untyped-def]
     app = create_app(settings)
     probe = APIRouter()

@@ -7,10 +7,19 @@ import csv
 import io
 import json
 import logging
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
+import httpx
+import pytest
 from factories import job_result, spec_dict
 from prometheus_client.parser import text_string_to_metric_families
 
+from runners.local import free_port, wait_healthy
+from service.core.db import upgrade
 from service.observability import JsonFormatter
 
 
@@ -118,3 +127,45 @@ def test_json_log_lines_carry_the_extra_fields() -> None:
     assert entry["message"] == "GET /x" and entry["level"] == "INFO"
     assert (entry["event"], entry["status"], entry["logger"]) == ("request", 200, "service.http")
     assert entry["ts"].endswith("+00:00")
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_server_log_holds_no_token(log_format: str, tmp_path: Path) -> None:
+    """A real ``kernelab serve``: a token in ``/login?token=`` (the dashboard's sign-in link), in
+    a bearer header and in a registration answer never reaches the log; the access line of the
+    sign-in request is there, its query redacted."""
+    db = f"sqlite:///{tmp_path / 'log.db'}"
+    upgrade(db)
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    admin = "log-test-admin-token-0123456789abcdef"
+    env = {**os.environ, "KERNELAB_DATABASE_URL": db, "KERNELAB_ADMIN_TOKEN": admin,
+           "KERNELAB_LOG_FORMAT": log_format, "KERNELAB_LOG_LEVEL": "INFO"}  # fmt: skip
+    log_path = tmp_path / "server.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "runners.cli", "serve", "--port", str(port)],
+            env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    try:
+        wait_healthy(base, proc, timeout_s=60, log_path=log_path)
+        with httpx.Client(base_url=base, timeout=30) as http:
+            assert http.get(f"/login?token={admin}").status_code in (200, 303)
+            auth = {"Authorization": f"Bearer {admin}"}
+            body = {"name": "log-node", "node": {"hostname": "log-node", "device_type": "cpu"}}
+            runner = http.post("/api/v1/runners/register", headers=auth, json=body)
+            assert runner.status_code == 200, runner.text
+            assert http.get(f"/api/v1/jobs?limit=5&token={admin}", headers=auth).status_code == 200
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    text = log_path.read_text()
+    assert "/login?<redacted>" in text, text[-3000:]  # the access line is there, without its query
+    for secret in (admin, runner.json()["token"]):
+        assert secret not in text, f"a token reached the {log_format} log"
+    if log_format == "json":
+        assert "color_message" not in text and "\x1b[" not in text
