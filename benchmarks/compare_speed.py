@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from server_load import SPEC, sweep_result  # noqa: E402
+from server_load import sweep_result, sweep_spec  # noqa: E402
 
 from service import stats  # noqa: E402
 from service.schemas import JobSpec  # noqa: E402
@@ -32,7 +32,8 @@ def main() -> None:
     parser.add_argument("--per-round", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    result = sweep_result(1, JobSpec.model_validate(SPEC), args.cells, args.rounds, args.per_round)
+    spec = JobSpec.model_validate(sweep_spec(args.cells))
+    result = sweep_result(1, spec, args.cells, args.rounds, args.per_round)
     stats.compare(result)  # warm-up: scipy.stats import, numpy caches
     wall, cpu = [], []
     for _ in range(args.repeats):

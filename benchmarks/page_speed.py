@@ -46,7 +46,7 @@ from sqlalchemy import create_engine, select, text
 from sqlalchemy.engine import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.server_load import SPEC, TOKEN, Server, _page, sweep_result  # noqa: E402
+from benchmarks.server_load import TOKEN, Server, _page, sweep_result, sweep_spec  # noqa: E402
 from service import models  # noqa: E402
 from service.core.config import Settings  # noqa: E402
 from service.core.db import make_engine, make_session_factory  # noqa: E402
@@ -76,7 +76,7 @@ def database(kind: str, pg_url: str, folder: Path) -> Iterator[str]:
 
 def ingest(http: httpx.Client, cells: int) -> tuple[int, float]:
     """Submit, claim and post one ``sweep_result`` of ``cells`` cells; ``(job_id, POST wall s)``."""
-    job = http.post("/api/v1/jobs", json=SPEC).json()["id"]
+    job = http.post("/api/v1/jobs", json=sweep_spec(cells)).json()["id"]
     node = {"hostname": "speed", "device_type": "cpu"}
     registered = http.post("/api/v1/runners/register", json={"name": "speed", "node": node})
     registered.raise_for_status()

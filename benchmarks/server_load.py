@@ -323,10 +323,19 @@ def _claim_rows(claims: dict[str, Any]) -> list[tuple[str, str]]:
     ]
 
 
+def sweep_spec(cells: int = 1000) -> dict[str, Any]:
+    """``SPEC`` with a sweep of ``cells`` cells (``M=8``, ``N=16 .. 16 + cells - 1``)."""
+    return {**SPEC, "sweep": {"M": [8], "N": [16 + i for i in range(cells)]}}
+
+
 def sweep_result(
     job_id: int, spec: JobSpec, cells: int = 1000, rounds: int = 3, per_round: int = 100
 ) -> JobResult:
-    """A valid result of ``cells`` cells, each with 2 variants x ``rounds`` x ``per_round`` samples."""
+    """A valid result of the first ``cells`` cells of ``spec``'s sweep (``sweep_spec(cells)``:
+    all of them), each with 2 variants x ``rounds`` x ``per_round`` samples."""
+    sweep = spec.cells("cpu")
+    if len(sweep) < cells:
+        raise ValueError(f"the spec's sweep has {len(sweep)} cells, fewer than {cells}: see sweep_spec")
     rng = np.random.default_rng(0)
     t0 = datetime(2026, 11, 30, tzinfo=UTC)
     work = Work(flops=1e9, bytes_read=1e8, bytes_written=1e8)
@@ -347,7 +356,7 @@ def sweep_result(
         out.append(
             CellResult(
                 index=i,
-                params={"M": 8, "N": 16 + i},
+                params=sweep[i],
                 work={"baseline": work, "candidate": work},
                 correctness={"baseline": ok, "candidate": ok},
                 samples=samples,
@@ -368,7 +377,7 @@ def sweep_result(
 def _ingest_one(http: httpx.Client, runner: dict[str, str]) -> tuple[int, float, int]:
     """Submit, claim and post one 1,000-cell sweep result (``sweep_result``): ``(job id, seconds
     from the start of the POST to its 2xx answer, body bytes)``. The body is serialised first."""
-    job = http.post("/api/v1/jobs", json=SPEC).json()["id"]
+    job = http.post("/api/v1/jobs", json=sweep_spec()).json()["id"]
     claim = None
     while claim is None or claim.json()["job_id"] != job:  # older queued jobs are taken and dropped
         claim = http.post("/api/v1/runners/claim", json={"wait_s": 0, "lease_s": 600}, headers=runner)
@@ -487,7 +496,7 @@ def fill_samples(url: str, n: int, *, seed: int = 0) -> dict[str, Any]:
 
     per_result = _FILL_CELLS * _FILL_PER_CELL
     results = -(-n // per_result)
-    spec = {**SPEC, "sweep": {"M": [8], "N": [16 + i for i in range(_FILL_CELLS)]}}
+    spec = sweep_spec(_FILL_CELLS)
     node = {"hostname": "filler", "device_type": "cuda", "device_name": "filler GPU", "device_count": 1}
     rng = np.random.default_rng(seed)
     engine = create_engine(url)

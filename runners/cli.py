@@ -1,5 +1,5 @@
 """The ``kernelab`` command line: ``up``, ``serve``, ``runner``, ``submit``, ``run``, ``probe``, ``report``,
-``token create|list|revoke``.
+``token create|list|rotate|revoke``.
 
 Every command that reads a spec reports a bad file as ``FILE:LINE: field: message`` and exits 2;
 unreachable servers and refused requests are one-line messages with exit status 1, never
@@ -383,7 +383,8 @@ def report(
 
 
 token_app = typer.Typer(
-    help="Manage API tokens on a server (needs an admin token): create, list, revoke.", no_args_is_help=True
+    help="Manage API tokens on a server (needs an admin token): create, list, rotate, revoke.",
+    no_args_is_help=True,
 )
 app.add_typer(token_app, name="token")
 TOKEN_RETRIES = 1  # an operator at a terminal: say "unreachable" after one retry, not after ~15 s
@@ -440,6 +441,24 @@ def token_list(
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     for row in table:
         typer.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+
+@token_app.command("rotate")
+def token_rotate(
+    token_id: Annotated[int, typer.Argument(help="token id (kernelab token list)", min=1)],
+    server: ServerOpt = DEFAULT_SERVER,
+    token: TokenOpt = "",
+) -> None:
+    """Replace a token: a new one with the same name, scopes and runner is printed once on stdout and
+    the old one is revoked. For a runner's token, start the runner with ``--token NEW``."""
+    what = f"token rotate {token_id}"
+    with _client(server, token, retries=TOKEN_RETRIES) as client, _one_line_errors(what):
+        # not idempotent: a retry after the server rotated would answer 409 (old token revoked)
+        issued = dict(client.request("POST", f"/tokens/{token_id}/rotate", idempotent=False).json())
+    typer.echo(issued["token"])
+    runner = f", runner {issued['runner_id']}" if issued.get("runner_id") else ""
+    typer.echo(f"token {issued['id']} {issued['name']!r} ({', '.join(issued['scopes'])}{runner}) replaces "
+               f"token {token_id}, now revoked: shown only now, store it", err=True)  # fmt: skip
 
 
 @token_app.command("revoke")

@@ -40,6 +40,7 @@ from service.schemas import (
     NodeInfo,
     ProbeReport,
     ResultAccepted,
+    RunnerIdentity,
     RunnerRegister,
     RunnerRegistered,
 )
@@ -266,6 +267,16 @@ class KernelabClient:
         return RunnerRegistered.model_validate(
             self.request("POST", "/runners/register", json=body, idempotent=False).json()
         )
+
+    def whoami(self) -> RunnerIdentity:
+        """``GET /runners/me`` (runner scope): the runner this client's token belongs to.
+        Raises ``KernelabAPIError`` 401 (refused token) or 403 (not a runner token)."""
+        return RunnerIdentity.model_validate(self.request("GET", "/runners/me", idempotent=True).json())
+
+    @property
+    def token(self) -> str | None:
+        """The bearer token this client sends (never log it)."""
+        return self._token
 
     def claim(self, *, wait_s: float = 0.0, lease_s: float = 120.0) -> JobClaim | None:
         """``POST /runners/claim``: long-poll up to ``wait_s`` s; ``None`` when nothing is queued (204)."""

@@ -8,7 +8,9 @@ Loop (``Runner.run``)::
 
 * **Tokens.** Given an admin token the runner registers (``POST /runners/register``) and keeps its
   per-runner token in ``work_dir/runner-<name>.json`` (mode 0600) so a restart reuses it; given a
-  runner token (registration answers 403) it uses that token directly. Tokens are never logged.
+  runner token (registration answers 403) it uses that token directly. A runner token given while
+  a different one is saved (e.g. after ``kernelab token rotate``) replaces the saved one. Tokens are
+  never logged.
 * **Nothing measured is lost.** A result goes into ``work_dir/spool/<name>/`` before it is posted
   and leaves it only when the server acknowledged it; an unreachable server leaves it there to be
   re-sent on the next loop or after a restart (see ``runners.spool``).
@@ -222,8 +224,10 @@ class Runner:
             self._loop()
         except KernelabAPIError as exc:
             if exc.status_code == 401 and self._token_saved:
-                log.error("runner %s: the token saved in %s was refused; delete that file to register "
-                          "again with an admin token", self.name, self.token_file)
+                log.error("runner %s: the token saved in %s was refused (revoked or rotated). To recover, "
+                          "rotate it with `kernelab token rotate ID` (ID: see `kernelab token list`%s) and "
+                          "start with --token NEW, or delete that file and register again with an admin "
+                          "token", self.name, self.token_file, self._runner_hint())
             raise
         finally:
             for sig, handler in previous.items():
@@ -257,11 +261,22 @@ class Runner:
     def ensure_token(self) -> None:
         """Switch ``self.client`` to this runner's own token.
 
-        Order: a token saved in ``token_file`` for this server; else register with the client's
-        token (admin) and save the answer; else (registration answers 403) keep the client's token
-        as a runner token. Raises ``KernelabAPIError`` for any other refusal (e.g. 401).
+        Order: the client's token when a different token is saved in ``token_file`` for this
+        server and the server takes the client's token as a runner token (it then replaces the
+        saved one in the file: how a rotated runner token is put in place); else the saved token;
+        else register with the client's token (admin) and save the answer; else (registration
+        answers 403) keep the client's token as a runner token. Raises ``KernelabAPIError`` for
+        any other refusal (e.g. 401).
         """
         saved = self._load_token()
+        given = self.client.token  # the token the caller's client was made with (--token)
+        if saved is not None and given and given != saved and self._is_runner_token():
+            self._save_token(given)
+            self._use_token(given)
+            self._token_saved = True
+            log.info("runner %s: the given runner token replaces the one saved in %s",
+                     self.name, self.token_file)
+            return
         if saved is not None:
             self._use_token(saved)
             self._token_saved = True
@@ -274,14 +289,49 @@ class Runner:
                 log.info("runner %s: token is not an admin token; using it as a runner token", self.name)
                 return
             raise
-        self.work_dir.mkdir(parents=True, exist_ok=True)
-        payload = {"server": self.client.base_url, "name": registered.name,
-                   "runner_id": registered.runner_id, "token": registered.token}
-        atomic_write_text(self.token_file, json.dumps(payload))
-        os.chmod(self.token_file, 0o600)
+        self._save_token(registered.token, runner_id=registered.runner_id, name=registered.name)
         self._use_token(registered.token)
         log.info("runner %s: registered as runner %d; token saved in %s",
                  self.name, registered.runner_id, self.token_file)
+
+    def _is_runner_token(self) -> bool:
+        """Whether the server takes the client's token as a runner token (``GET /runners/me``: 401
+        refused, 403 not a runner token, e.g. an admin one). An unreachable server: False (the
+        saved token is used; the next start asks again)."""
+        try:
+            self.client.whoami()
+        except KernelabAPIError as exc:
+            if exc.status_code == 401:
+                log.warning("runner %s: the given token was refused; trying the one saved in %s",
+                            self.name, self.token_file)
+            return False
+        except KernelabUnavailable as exc:
+            log.warning("runner %s: cannot check the given token (%s); using the one saved in %s",
+                        self.name, exc, self.token_file)
+            return False
+        return True
+
+    def _save_token(self, token: str, *, runner_id: int | None = None, name: str | None = None) -> None:
+        """Write ``token`` to ``token_file`` (mode 0600) for this server; a runner id and name not
+        given are kept from the file (a rotated token keeps its runner)."""
+        try:
+            old = json.loads(self.token_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            old = {}
+        old = old if isinstance(old, dict) else {}
+        payload = {"server": self.client.base_url, "name": name or old.get("name") or self.name,
+                   "runner_id": runner_id if runner_id is not None else old.get("runner_id"), "token": token}
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(self.token_file, json.dumps(payload))
+        os.chmod(self.token_file, 0o600)
+
+    def _runner_hint(self) -> str:
+        """``", runner N"`` from ``token_file``, or ``""``."""
+        try:
+            runner_id = json.loads(self.token_file.read_text(encoding="utf-8")).get("runner_id")
+        except (OSError, ValueError, AttributeError):
+            return ""
+        return f", runner {runner_id}" if runner_id else ""
 
     def _use_token(self, token: str) -> None:
         self.close()

@@ -52,7 +52,84 @@ _BLOCK_COLUMNS = [SampleBlock.n, *(getattr(SampleBlock, name) for name in SAMPLE
 
 
 class ResultConflictError(Exception):
-    """A result cannot be stored: its idempotency key belongs to another job, or ids disagree."""
+    """A result cannot be stored: its idempotency key belongs to another job or was stored with a
+    different result, or ids disagree (HTTP 409)."""
+
+
+class ResultInvalidError(Exception):
+    """A well-formed result that does not fit its job (HTTP 422): ``errors`` are dicts with
+    ``loc`` (inside the body), ``msg`` and ``type``, as pydantic reports them."""
+
+    def __init__(self, errors: Sequence[dict[str, Any]]):
+        super().__init__("; ".join(str(e["msg"]) for e in errors))
+        self.errors = list(errors)
+
+
+_MAX_REPORTED = 10  # mismatching cells named in one 422
+
+
+def check_result_fits_job(result: JobResult, spec: JobSpec, job_id: int) -> None:
+    """Raise ``ResultInvalidError`` unless ``result`` is a result of the job whose spec is ``spec``.
+
+    * ``spec``: the result's spec must equal the job's (a runner echoes the spec it claimed);
+    * ``cells[i].index``: in ``range(n)`` and not repeated, ``n`` the number of cells of the job's
+      sweep on the result's device type (``JobSpec.cells(node.device_type)``);
+    * ``cells[i].params``: the sweep's parameters of that index;
+    * ``cells``: every cell of the sweep is there, unless the result carries a job-level ``error``
+      (a job that failed part-way stores what it measured).
+    """
+    errors: list[dict[str, Any]] = []
+    if result.spec != spec:
+        mine, theirs = result.spec.model_dump(mode="json"), spec.model_dump(mode="json")
+        fields = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
+        msg = f"the result's spec is not job {job_id}'s spec (differs in: {', '.join(fields)})"
+        errors.append({"loc": ["spec"], "type": "value_error", "msg": msg})
+    expected = spec.cells(result.node.device_type)
+    seen: dict[int, int] = {}
+    for i, cell in enumerate(result.cells):
+        if not 0 <= cell.index < len(expected):
+            msg = (f"cell index {cell.index} is not in the job's sweep of {len(expected)} cells "
+                   f"on {result.node.device_type}")  # fmt: skip
+            errors.append({"loc": ["cells", i, "index"], "type": "value_error", "msg": msg})
+        elif cell.index in seen:
+            errors.append({"loc": ["cells", i, "index"], "type": "value_error",
+                           "msg": f"cell index {cell.index} also at cells[{seen[cell.index]}]"})  # fmt: skip
+        elif cell.params != expected[cell.index]:
+            errors.append({"loc": ["cells", i, "params"], "type": "value_error",
+                           "msg": f"cell {cell.index}'s params {cell.params} are not the sweep's "
+                                  f"{expected[cell.index]}"})  # fmt: skip
+        seen.setdefault(cell.index, i)
+    missing = [k for k in range(len(expected)) if k not in seen]
+    if missing and result.error is None:
+        listed = ", ".join(map(str, missing[:_MAX_REPORTED]))
+        listed += ", ..." if len(missing) > _MAX_REPORTED else ""
+        errors.append({"loc": ["cells"], "type": "value_error",
+                       "msg": f"the result holds {len(seen)} of the job's {len(expected)} cells (missing: "
+                              f"{listed}); only a result with an error may leave cells out"})  # fmt: skip
+    if len(errors) > _MAX_REPORTED + 1:  # the first few and the last (the missing cells, if any)
+        errors = errors[:_MAX_REPORTED] + errors[-1:]
+    if errors:
+        raise ResultInvalidError(errors)
+
+
+def _same_result(session: Session, result_id: int, result: JobResult) -> list[str]:
+    """Fields in which the stored result ``result_id`` differs from ``result`` (a repeat of its
+    idempotency key): times, node, timer, error, cell indices and sample counts per cell."""
+    row = session.get(Result, result_id)
+    assert row is not None
+    differs = [name for name, stored, posted in (
+        ("started_at", row.started_at, result.started_at),
+        ("finished_at", row.finished_at, result.finished_at),
+        ("node", row.node_name, result.node.hostname), ("timer", row.timer, result.timer),
+        ("error", row.error, result.error),
+    ) if stored != posted]  # fmt: skip
+    stored_cells = {index: n for index, n in session.execute(
+        select(Cell.cell_index, func.coalesce(SampleBlock.n, 0))
+        .outerjoin(SampleBlock, SampleBlock.cell_id == Cell.id).where(Cell.result_id == result_id)
+    )}  # fmt: skip
+    if stored_cells != {c.index: len(c.samples) for c in result.cells}:
+        differs.append("cells")
+    return differs
 
 
 # --------------------------------------------------------------------------------------------------
@@ -280,7 +357,8 @@ def store_result(
     id with ``duplicate=True``. Cells are bulk-inserted, then one ``sample_blocks`` row of
     columnar arrays per cell with samples (``service.sample_blocks``); probe reports are stored
     linked to the job, the result and the node (``result.node.hostname``). Raises
-    ``ResultConflictError`` (key of another job, or ``result.job_id`` not ``job_id``),
+    ``ResultConflictError`` (key of another job or of a different result, or ``result.job_id`` not
+    ``job_id``), ``ResultInvalidError`` (the result does not fit the job),
     ``queue.JobNotFoundError``, ``queue.LeaseLostError`` (caller does not hold the lease).
     """
     if result.job_id is not None and result.job_id != job_id:
@@ -293,8 +371,15 @@ def store_result(
             raise ResultConflictError(
                 f"idempotency key {result.idempotency_key!r} already stored for job {existing.job_id}"
             )
+        differs = _same_result(session, existing.id, result)
+        if differs:
+            raise ResultConflictError(
+                f"idempotency key {result.idempotency_key!r} was stored for job {job_id} with a different "
+                f"result (differs in: {', '.join(differs)}); a retry must repeat the same result"
+            )
         return existing.id, True
-    queue.complete(session, job_id, runner_id=runner_id, error=result.error)
+    queue.complete(session, job_id, runner_id=runner_id, error=result.error)  # 409 first: the lease
+    check_result_fits_job(result, JobSpec.model_validate(queue.get_job(session, job_id).spec), job_id)
     row = Result(
         job_id=job_id, idempotency_key=result.idempotency_key, runner_id=runner_id,
         node_name=result.node.hostname, node=result.node.model_dump(mode="json"), timer=result.timer,

@@ -842,6 +842,26 @@ class JobsPage(BaseModel):
     count: int
 
 
+AttemptOutcome = Literal["running", "succeeded", "failed", "expired", "cancelled"]
+"""How one claim of a job ended (``models.ATTEMPT_OUTCOMES``); ``running`` while it holds the lease."""
+
+
+class AttemptPublic(BaseModel):
+    """One claim of a job by a runner (a row of ``job_attempts``)."""
+
+    attempt: int = Field(description="1 for the first claim, counting up")
+    runner: str | None = Field(default=None, description="runner name; null if the runner was deleted")
+    claimed_at: datetime
+    ended_at: datetime | None = None
+    outcome: AttemptOutcome
+    error: str | None = None
+
+
+class AttemptsPage(BaseModel):
+    data: list[AttemptPublic]
+    count: int
+
+
 class RunnerRegister(_Strict):
     name: Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:-]+$")]
     node: NodeInfo | None = None
@@ -851,6 +871,13 @@ class RunnerRegistered(BaseModel):
     runner_id: int
     name: str
     token: str = Field(description="per-runner bearer token; shown once, stored hashed")
+
+
+class RunnerIdentity(BaseModel):
+    """``GET /runners/me``: the runner a runner token belongs to."""
+
+    runner_id: int
+    name: str
 
 
 class ClaimRequest(_Strict):

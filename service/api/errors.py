@@ -1,8 +1,9 @@
 """Exception handlers: every error is JSON ``{"detail": ...}``, and bad input never becomes a 500.
 
 * ``RequestValidationError`` -> FastAPI's 422, with NaN/Infinity inputs written as strings;
-* ``SpecInvalidError`` (a spec its benchmark rejects) -> 422 in FastAPI's validation format
-  ``{"detail": [{"loc": ["body", ...field], "msg": ..., "type": ...}]}``;
+* ``SpecInvalidError`` (a spec its benchmark rejects) and ``crud.ResultInvalidError`` (a result
+  that does not fit its job: cells outside the sweep, missing or repeated, another spec) -> 422 in
+  FastAPI's validation format ``{"detail": [{"loc": ["body", ...field], "msg": ..., "type": ...}]}``;
 * ``queue.JobNotFoundError`` -> 404; ``queue.LeaseLostError`` and ``InvalidTransitionError`` -> 409;
 * ``crud.ResultConflictError`` and ``sqlalchemy.exc.IntegrityError`` (a unique or check
   constraint the request broke, e.g. a concurrent duplicate) -> 409 with the reason;
@@ -23,7 +24,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DataError, IntegrityError
 
-from service.crud import ResultConflictError
+from service.crud import ResultConflictError, ResultInvalidError
 from service.queue import InvalidTransitionError, JobNotFoundError, LeaseLostError
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,7 @@ def _json(status_code: int, detail: Any) -> JSONResponse:
 
 
 async def _spec_invalid(_request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, SpecInvalidError)
+    assert isinstance(exc, SpecInvalidError | ResultInvalidError)
     detail = [
         {
             "loc": ["body", *e.get("loc", ())],
@@ -103,6 +104,7 @@ def install_error_handlers(app: FastAPI) -> None:
     """Register kernelab's exception handlers on ``app``."""
     app.add_exception_handler(RequestValidationError, _request_invalid)
     app.add_exception_handler(SpecInvalidError, _spec_invalid)
+    app.add_exception_handler(ResultInvalidError, _spec_invalid)
     app.add_exception_handler(JobNotFoundError, _not_found)
     app.add_exception_handler(LeaseLostError, _conflict)
     app.add_exception_handler(InvalidTransitionError, _conflict)

@@ -63,6 +63,15 @@ def test_a_revoked_bootstrap_admin_token_stays_revoked_after_a_restart(  # type:
     assert admin_token not in caplog.text
 
 
+def test_runners_me_names_the_runner_of_a_runner_token_only(api) -> None:  # type: ignore[no-untyped-def]
+    runner = api.runner("node-me")
+    me = api.client.get("/api/v1/runners/me", headers=runner)
+    assert me.status_code == 200 and me.json()["name"] == "node-me" and me.json()["runner_id"] >= 1
+    assert api.client.get("/api/v1/runners/me", headers=api.admin).status_code == 403
+    assert api.client.get("/api/v1/runners/me", headers={"Authorization": "Bearer nope"}).status_code == 401
+    assert api.client.get("/api/v1/runners/me").status_code == 401
+
+
 def _dashboard_app(settings: Settings):  # type: ignore[no-untyped-def]
     app = create_app(settings)
     probe = APIRouter()

@@ -159,9 +159,9 @@ def _big_result(job_id: int, spec: JobSpec, node: str, *, cells: int, samples_pe
         idempotency_key=f"drill-ingest-{job_id:06d}", job_id=job_id, spec=spec,
         node=NodeInfo(hostname=node, device_type="cpu"),
         timer="perf_counter", started_at=t0, finished_at=t0 + timedelta(seconds=60),
-        cells=[CellResult(index=i, params={"M": 8, "N": 16 + i}, work={"baseline": work, "candidate": work},
+        cells=[CellResult(index=i, params=params, work={"baseline": work, "candidate": work},
                           correctness={"baseline": ok, "candidate": ok}, samples=rows)
-               for i in range(cells)],
+               for i, params in enumerate(spec.cells("cpu")[:cells])],
     )  # fmt: skip
 
 
@@ -169,7 +169,7 @@ def test_server_killed_during_a_large_ingest_leaves_no_partial_result(
     server: ServerProcess, migrated_url: str
 ) -> None:
     admin = KernelabClient(server.url, TOKEN, retries=1, backoff_s=0.05)
-    job = admin.submit(_spec(budget_ms=100))
+    job = admin.submit(_spec(budget_ms=100, cells=1000))
     token = admin.register("ingest-node", NodeInfo(hostname="ingest-node", device_type="cpu")).token
     runner = admin.with_token(token)
     claim = runner.claim(wait_s=0, lease_s=600)

@@ -98,16 +98,62 @@ def test_row_form_of_older_runners_is_stored_the_same(api) -> None:  # type: ign
         assert crud.load_result(session=session, job_id=job_id) == result
 
 
-def test_failure_inside_the_transaction_rolls_everything_back(api) -> None:  # type: ignore[no-untyped-def]
-    """Two cells with one index pass pydantic but break the (result_id, cell_index) unique key
-    after the result row and the first inserts: 409 and nothing stored."""
+def test_failure_inside_the_transaction_rolls_everything_back(api, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A database error after the result row, the cells and the sample blocks were inserted (here:
+    a unique key broken while storing the probes): 409 and nothing stored, the job still running."""
+    from sqlalchemy.exc import IntegrityError
+
+    from service import crud
+
+    def broken(**_: object) -> None:
+        raise IntegrityError("INSERT INTO probe_reports ...", {}, Exception("duplicate key value"))
+
     job_id, runner = _claimed(api)
-    result = job_result(job_id)
-    result.cells[1].index = 0
-    r = api.post_result(job_id, result, runner)
+    monkeypatch.setattr(crud, "store_probe_report", broken)
+    r = api.post_result(job_id, job_result(job_id), runner)
     assert r.status_code == 409 and "conflicts with stored data" in r.json()["detail"]
     assert _counts(api) == (0, 0, 0, 0, 0)
     assert api.client.get(f"/api/v1/jobs/{job_id}", headers=api.admin).json()["status"] == "running"
+
+
+def test_result_must_fit_the_job(api) -> None:  # type: ignore[no-untyped-def]
+    """Cells outside the sweep, repeated, with other params or missing, and another spec: 422
+    naming the field, nothing stored, the job still running; the complete result then lands."""
+    job_id, runner = _claimed(api)
+    good = job_result(job_id)  # the 2 cells of spec_dict()'s sweep
+    cases = [  # (result, the fields the 422 names)
+        (good.model_copy(update={"cells": [good.cells[0], good.cells[0]]}), ["cells.1.index", "cells"]),
+        (good.model_copy(update={"cells": [good.cells[0].model_copy(update={"index": 99})]}),
+         ["cells.0.index", "cells"]),
+        (good.model_copy(update={"cells": [good.cells[0], good.cells[1].model_copy(
+            update={"params": {**good.cells[1].params, "N": 12345}})]}), ["cells.1.params"]),
+        (good.model_copy(update={"cells": good.cells[:1]}), ["cells"]),
+        (good.model_copy(update={"spec": good.spec.model_copy(update={"name": "forged"})}), ["spec"]),
+    ]  # fmt: skip
+    for result, locs in cases:
+        r = api.post_result(job_id, result, runner)
+        assert r.status_code == 422, (locs, r.text)
+        assert [".".join(map(str, e["loc"][1:])) for e in r.json()["detail"]] == locs, r.text
+        assert all(e["msg"] for e in r.json()["detail"])
+        assert _counts(api) == (0, 0, 0, 0, 0)
+    assert "differs in: name" in api.post_result(job_id, cases[-1][0], runner).json()["detail"][0]["msg"]
+    assert api.client.get(f"/api/v1/jobs/{job_id}", headers=api.admin).json()["status"] == "running"
+    # A result with a job-level error may hold part of the sweep (what was measured before it failed).
+    partial = good.model_copy(update={"cells": good.cells[:1], "error": "OOM in cell 1"})
+    assert api.post_result(job_id, partial, runner).status_code == 201
+
+
+def test_a_repeated_key_must_repeat_the_result(api) -> None:  # type: ignore[no-untyped-def]
+    job_id, runner = _claimed(api)
+    first = job_result(job_id, key="retry-key-1")
+    assert api.post_result(job_id, first, runner).status_code == 201
+    again = api.post_result(job_id, first, runner)
+    assert again.status_code == 200 and again.json()["duplicate"] is True
+    other = first.model_copy(update={"cells": first.cells[:1], "error": "different"})
+    r = api.post_result(job_id, other, runner)
+    assert r.status_code == 409, r.text
+    assert "different result" in r.json()["detail"] and "error" in r.json()["detail"]
+    assert "cells" in r.json()["detail"]
 
 
 def test_result_needs_the_lease(api) -> None:  # type: ignore[no-untyped-def]

@@ -8,14 +8,15 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Query, Request, status
 from fastapi.responses import PlainTextResponse, StreamingResponse
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from kernels import validate_spec
-from service import crud, queue, sample_export
+from service import crud, models, queue, sample_export
 from service.api.deps import JobId, Offset, ReadToken, SessionDep, SessionFactoryDep, SettingsDep, SubmitToken
 from service.api.errors import SpecInvalidError
 from service.core.config import Settings
-from service.schemas import Comparison, JobPublic, JobsPage, JobSpec, JobStatus
+from service.schemas import AttemptPublic, AttemptsPage, Comparison, JobPublic, JobsPage, JobSpec, JobStatus
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -52,6 +53,37 @@ def list_jobs(
 def get_job(job_id: JobId, _: ReadToken, session: SessionDep) -> JobPublic:
     """One job (404 if unknown)."""
     return crud.job_public(session=session, job=queue.get_job(session, job_id))
+
+
+def attempts_page(*, session: Session, job_id: int, offset: int = 0, limit: int = MAX_PAGE) -> AttemptsPage:
+    """A page of ``job_id``'s attempts in claim order, each with its runner's name (None once the
+    runner row is gone); ``count`` is the job's number of attempts. The job is not checked here."""
+    attempt = models.JobAttempt
+    count = session.scalar(select(func.count()).select_from(attempt).where(attempt.job_id == job_id)) or 0
+    rows = session.execute(
+        select(attempt.attempt, models.Runner.name.label("runner"), attempt.claimed_at, attempt.ended_at,
+               attempt.outcome, attempt.error)
+        .outerjoin(models.Runner, models.Runner.id == attempt.runner_id)
+        .where(attempt.job_id == job_id)
+        .order_by(attempt.attempt, attempt.id)
+        .offset(offset)
+        .limit(limit)
+    )  # fmt: skip
+    return AttemptsPage(data=[AttemptPublic.model_validate(dict(row._mapping)) for row in rows], count=count)
+
+
+@router.get("/{job_id}/attempts")
+def get_attempts(
+    job_id: JobId,
+    _: ReadToken,
+    session: SessionDep,
+    offset: Offset = 0,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
+) -> AttemptsPage:
+    """The job's attempts (claims by runners) in order: attempt number, runner name (null if the
+    runner was deleted), claimed/ended times, outcome and error. 404 if the job is unknown."""
+    queue.get_job(session, job_id)
+    return attempts_page(session=session, job_id=job_id, offset=offset, limit=limit)
 
 
 @router.post("/{job_id}/cancel")

@@ -15,12 +15,14 @@ from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, FastAPI, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from service import crud, queue
 from service.api.deps import AdminToken, JobId, RunnerCallDep, SessionDep
 from service.auth import Principal
 from service.core.config import Settings
+from service.models import Runner
 from service.queue_watch import QueueWatch
 from service.schemas import (
     ClaimRequest,
@@ -30,6 +32,7 @@ from service.schemas import (
     JobPublic,
     JobSpec,
     LeasePublic,
+    RunnerIdentity,
     RunnerRegister,
     RunnerRegistered,
 )
@@ -52,6 +55,19 @@ def register(body: RunnerRegister, _: AdminToken, session: SessionDep) -> Runner
     """Create or re-register a runner and return its per-runner token (shown once)."""
     runner, token = crud.register_runner(session=session, name=body.name, node=body.node)
     return RunnerRegistered(runner_id=runner.id, name=runner.name, token=token)
+
+
+@router.get("/me")
+async def me(call: RunnerCallDep) -> RunnerIdentity:
+    """The runner this runner token belongs to: 401 for a refused token, 403 for a token that is
+    not a runner token. Changes nothing (a daemon checks a token it was given with it)."""
+
+    def work(session: Session, principal: Principal) -> RunnerIdentity:
+        runner_id = _runner_id(principal)
+        name = session.scalar(select(Runner.name).where(Runner.id == runner_id))
+        return RunnerIdentity(runner_id=runner_id, name=name or "")
+
+    return await call.run(work)
 
 
 def _claim_public(job: queue.LeasedJob) -> JobClaim:
