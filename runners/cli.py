@@ -491,7 +491,7 @@ def runner(
     )] = "auto",
 ) -> None:
     """Run the runner daemon: claim jobs, run them in a child process, post results."""
-    from runners.daemon import Runner
+    from runners.daemon import Runner, RunnerTokenMismatchError
 
     _setup_logging(log_level)
     client = _client(server, token)
@@ -509,6 +509,8 @@ def runner(
         raise _fail(f"runner {name}: {exc}") from None
     except KernelabUnavailable as exc:
         raise _fail(f"runner {name}: server unreachable: {exc}") from None
+    except RunnerTokenMismatchError as exc:
+        raise _fail(str(exc)) from None
     finally:
         daemon.close()
         client.close()

@@ -49,7 +49,7 @@ from pydantic import ValidationError
 
 from runners.client import KernelabAPIError, KernelabClient, KernelabUnavailable
 from runners.spool import Spool, atomic_write_text
-from service.schemas import JobClaim, NodeInfo
+from service.schemas import JobClaim, NodeInfo, RunnerIdentity
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,10 @@ LEASE_LOST_STATUS = frozenset({404, 409})
 JOB_FAILED_MARK = "worker: job failed: "  # runners.worker's last stderr line on a job failure
 RUNNER_NAME = re.compile(r"^[A-Za-z0-9._:-]{1,200}$")  # service.schemas.RunnerRegister.name
 PROBE_POOL_MODES = ("auto", "on", "off")  # Runner(probe_pool=...), see Runner._pool_env
+
+
+class RunnerTokenMismatchError(Exception):
+    """``--token`` is another runner's token: it would make this daemon work as that runner."""
 
 
 class Runner:
@@ -262,15 +266,26 @@ class Runner:
         """Switch ``self.client`` to this runner's own token.
 
         Order: the client's token when a different token is saved in ``token_file`` for this
-        server and the server takes the client's token as a runner token (it then replaces the
-        saved one in the file: how a rotated runner token is put in place); else the saved token;
+        server and the server takes the client's token as this runner's token (same name, and the
+        runner id the file records): it then replaces the saved one in the file (how a rotated
+        runner token is put in place); another runner's token raises ``RunnerTokenMismatchError``
+        and changes nothing; else the saved token;
         else register with the client's token (admin) and save the answer; else (registration
         answers 403) keep the client's token as a runner token. Raises ``KernelabAPIError`` for
         any other refusal (e.g. 401).
         """
         saved = self._load_token()
         given = self.client.token  # the token the caller's client was made with (--token)
-        if saved is not None and given and given != saved and self._is_runner_token():
+        identity = self._runner_identity() if saved is not None and given and given != saved else None
+        if identity is not None and given:
+            saved_id = self._saved_runner_id()
+            if identity.name != self.name or (saved_id is not None and identity.runner_id != saved_id):
+                ours = f"{self.name!r}" + (f", id {saved_id}" if saved_id is not None else "")
+                raise RunnerTokenMismatchError(
+                    f"runner {self.name}: the given --token belongs to runner {identity.name!r} (id "
+                    f"{identity.runner_id}), not to this runner ({ours}, saved in {self.token_file}); "
+                    "nothing was changed: give this runner's own (rotated) token, or an admin token"
+                )
             self._save_token(given)
             self._use_token(given)
             self._token_saved = True
@@ -294,22 +309,29 @@ class Runner:
         log.info("runner %s: registered as runner %d; token saved in %s",
                  self.name, registered.runner_id, self.token_file)
 
-    def _is_runner_token(self) -> bool:
-        """Whether the server takes the client's token as a runner token (``GET /runners/me``: 401
-        refused, 403 not a runner token, e.g. an admin one). An unreachable server: False (the
-        saved token is used; the next start asks again)."""
+    def _runner_identity(self) -> RunnerIdentity | None:
+        """The runner the client's token belongs to, if the server takes it as a runner token
+        (``GET /runners/me``: 401 refused, 403 not a runner token, e.g. an admin one), else None.
+        An unreachable server: None (the saved token is used; the next start asks again)."""
         try:
-            self.client.whoami()
+            return self.client.whoami()
         except KernelabAPIError as exc:
             if exc.status_code == 401:
                 log.warning("runner %s: the given token was refused; trying the one saved in %s",
                             self.name, self.token_file)
-            return False
+            return None
         except KernelabUnavailable as exc:
             log.warning("runner %s: cannot check the given token (%s); using the one saved in %s",
                         self.name, exc, self.token_file)
-            return False
-        return True
+            return None
+
+    def _saved_runner_id(self) -> int | None:
+        """``runner_id`` recorded in ``token_file``, or None."""
+        try:
+            runner_id = json.loads(self.token_file.read_text(encoding="utf-8")).get("runner_id")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return runner_id if isinstance(runner_id, int) else None
 
     def _save_token(self, token: str, *, runner_id: int | None = None, name: str | None = None) -> None:
         """Write ``token`` to ``token_file`` (mode 0600) for this server; a runner id and name not

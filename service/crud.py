@@ -72,6 +72,7 @@ def check_result_fits_job(result: JobResult, spec: JobSpec, job_id: int) -> None
     """Raise ``ResultInvalidError`` unless ``result`` is a result of the job whose spec is ``spec``.
 
     * ``spec``: the result's spec must equal the job's (a runner echoes the spec it claimed);
+    * ``node.device_type``: the job's ``device`` unless that is ``auto``;
     * ``cells[i].index``: in ``range(n)`` and not repeated, ``n`` the number of cells of the job's
       sweep on the result's device type (``JobSpec.cells(node.device_type)``);
     * ``cells[i].params``: the sweep's parameters of that index;
@@ -84,6 +85,9 @@ def check_result_fits_job(result: JobResult, spec: JobSpec, job_id: int) -> None
         fields = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
         msg = f"the result's spec is not job {job_id}'s spec (differs in: {', '.join(fields)})"
         errors.append({"loc": ["spec"], "type": "value_error", "msg": msg})
+    if spec.device != "auto" and result.node.device_type != spec.device:
+        msg = f"job {job_id} runs on {spec.device}; the result was measured on {result.node.device_type}"
+        errors.append({"loc": ["node", "device_type"], "type": "value_error", "msg": msg})
     expected = spec.cells(result.node.device_type)
     seen: dict[int, int] = {}
     for i, cell in enumerate(result.cells):
@@ -114,7 +118,7 @@ def check_result_fits_job(result: JobResult, spec: JobSpec, job_id: int) -> None
 
 def _same_result(session: Session, result_id: int, result: JobResult) -> list[str]:
     """Fields in which the stored result ``result_id`` differs from ``result`` (a repeat of its
-    idempotency key): times, node, timer, error, cell indices and sample counts per cell."""
+    idempotency key): times, node, timer, error, and per cell its index, sample count and error."""
     row = session.get(Result, result_id)
     assert row is not None
     differs = [name for name, stored, posted in (
@@ -123,11 +127,11 @@ def _same_result(session: Session, result_id: int, result: JobResult) -> list[st
         ("node", row.node_name, result.node.hostname), ("timer", row.timer, result.timer),
         ("error", row.error, result.error),
     ) if stored != posted]  # fmt: skip
-    stored_cells = {index: n for index, n in session.execute(
-        select(Cell.cell_index, func.coalesce(SampleBlock.n, 0))
+    stored_cells = {index: (n, error) for index, n, error in session.execute(
+        select(Cell.cell_index, func.coalesce(SampleBlock.n, 0), Cell.error)
         .outerjoin(SampleBlock, SampleBlock.cell_id == Cell.id).where(Cell.result_id == result_id)
     )}  # fmt: skip
-    if stored_cells != {c.index: len(c.samples) for c in result.cells}:
+    if stored_cells != {c.index: (len(c.samples), c.error) for c in result.cells}:
         differs.append("cells")
     return differs
 

@@ -139,3 +139,12 @@ def test_runner_starts_with_a_rotated_token(server: tuple[str, str], tmp_path: P
     again = _runner(url, admin, name, work_dir)  # a restart with the admin token reuses the new one
     assert again.returncode == 0 and "using the token saved" in again.stderr, again.stderr
     assert json.loads(token_file.read_text())["token"] == new
+
+    # another runner's token is refused, and the file keeps this runner's
+    other = _runner(url, admin, "other-node", tmp_path / "other")
+    assert other.returncode == 0, other.stderr
+    other_token = json.loads((tmp_path / "other" / "runner-other-node.json").read_text())["token"]
+    wrong = _runner(url, other_token, name, work_dir)
+    assert wrong.returncode == 1 and "belongs to runner 'other-node'" in wrong.stderr, wrong.stderr
+    assert "Traceback" not in wrong.stderr and other_token not in wrong.stderr
+    assert json.loads(token_file.read_text())["token"] == new

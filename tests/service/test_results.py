@@ -128,6 +128,8 @@ def test_result_must_fit_the_job(api) -> None:  # type: ignore[no-untyped-def]
         (good.model_copy(update={"cells": [good.cells[0], good.cells[1].model_copy(
             update={"params": {**good.cells[1].params, "N": 12345}})]}), ["cells.1.params"]),
         (good.model_copy(update={"cells": good.cells[:1]}), ["cells"]),
+        (good.model_copy(update={"node": good.node.model_copy(update={"device_type": "cuda"})}),
+         ["node.device_type"]),  # spec_dict() asks for device: cpu
         (good.model_copy(update={"spec": good.spec.model_copy(update={"name": "forged"})}), ["spec"]),
     ]  # fmt: skip
     for result, locs in cases:
@@ -154,6 +156,10 @@ def test_a_repeated_key_must_repeat_the_result(api) -> None:  # type: ignore[no-
     assert r.status_code == 409, r.text
     assert "different result" in r.json()["detail"] and "error" in r.json()["detail"]
     assert "cells" in r.json()["detail"]
+    cell_error = first.model_copy(update={"cells": [first.cells[0].model_copy(update={"error": "OOM"}),
+                                                    *first.cells[1:]]})  # fmt: skip
+    r = api.post_result(job_id, cell_error, runner)
+    assert r.status_code == 409 and "differs in: cells" in r.json()["detail"], r.text
 
 
 def test_result_needs_the_lease(api) -> None:  # type: ignore[no-untyped-def]
