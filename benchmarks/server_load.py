@@ -33,7 +33,8 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -224,25 +225,32 @@ def claims_both_modes(base: str, args: argparse.Namespace, server_pid: int | Non
     return out
 
 
-def request_cost_only(args: argparse.Namespace) -> None:
-    """``request_cost`` alone: a fresh PostgreSQL database, one API worker; writes
-    ``OUT_DIR/request_cost.json`` and prints the table."""
-    admin = create_engine(args.pg_url, isolation_level="AUTOCOMMIT")
+@contextmanager
+def fresh_database(pg_url: str) -> Iterator[str]:
+    """A new, empty PostgreSQL database next to ``pg_url``'s (named ``kl_load_<random>``): its
+    URL, dropped (``WITH (FORCE)``) on exit."""
+    admin = create_engine(pg_url, isolation_level="AUTOCOMMIT")
     name = f"kl_load_{uuid.uuid4().hex[:10]}"
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
-    pg = make_url(args.pg_url).set(database=name).render_as_string(hide_password=False)
-    report: dict[str, Any] = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "cpus": os.cpu_count()}
     try:
+        yield make_url(pg_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def request_cost_only(args: argparse.Namespace) -> None:
+    """``request_cost`` alone: a fresh PostgreSQL database, one API worker; writes
+    ``OUT_DIR/request_cost.json`` and prints the table."""
+    report: dict[str, Any] = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "cpus": os.cpu_count()}
+    with fresh_database(args.pg_url) as pg:
         server = Server(pg, 1, args.out_dir / "server-cost.log")
         try:
             report["request_cost"] = request_cost(server.base, server.proc.pid, args.request_cost)
         finally:
             server.stop()
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
     (args.out_dir / "request_cost.json").write_text(json.dumps(report, indent=2))
     print("\n| sequential, 1 API worker, PostgreSQL | p50 / p99 ms | CPU ms per request: API / PostgreSQL |")
     print("| --- | --- | --- |")
@@ -255,23 +263,14 @@ def request_cost_only(args: argparse.Namespace) -> None:
 def claims_only(args: argparse.Namespace) -> None:
     """Part 1 alone: a fresh PostgreSQL database, ``--workers`` API workers, both claim modes;
     writes ``OUT_DIR/claims.json`` and prints the table."""
-    admin = create_engine(args.pg_url, isolation_level="AUTOCOMMIT")
-    name = f"kl_load_{uuid.uuid4().hex[:10]}"
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    pg = make_url(args.pg_url).set(database=name).render_as_string(hide_password=False)
     report: dict[str, Any] = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "cpus": os.cpu_count(),
                               "workers": args.workers}  # fmt: skip
-    try:
+    with fresh_database(args.pg_url) as pg:
         server = Server(pg, args.workers, args.out_dir / "server-pg.log")
         try:
             report["claims"] = claims_both_modes(server.base, args, server.proc.pid)
         finally:
             server.stop()
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
     (args.out_dir / "claims.json").write_text(json.dumps(report, indent=2))
     print(f"\n| {args.runners} runners, {args.workers} API workers, PostgreSQL | value |\n| --- | --- |")
     for k, v in _claim_rows(report["claims"]):
@@ -593,13 +592,8 @@ def main() -> None:
     if args.claims_only:
         claims_only(args)
         return
-    admin = create_engine(args.pg_url, isolation_level="AUTOCOMMIT")
-    name = f"kl_load_{uuid.uuid4().hex[:10]}"
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    pg = make_url(args.pg_url).set(database=name).render_as_string(hide_password=False)
     report: dict[str, Any] = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "cpus": os.cpu_count()}
-    try:
+    with fresh_database(args.pg_url) as pg:
         server = Server(pg, args.workers, args.out_dir / "server-pg.log")
         try:
             report["claims"] = claims_both_modes(server.base, args, server.proc.pid)
@@ -617,10 +611,6 @@ def main() -> None:
             report["sqlite_sweep"] = ingest_and_page(server.base)
         finally:
             server.stop()
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
     (args.out_dir / "server_load.json").write_text(json.dumps(report, indent=2))
     c, ps, ss = report["claims"], report["pg_sweep"], report["sqlite_sweep"]
     rows = [

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -16,19 +15,9 @@ import pytest
 from typer.testing import CliRunner
 
 from runners.cli import app
-from runners.local import ServerProcess, admin_token, free_port
+from runners.local import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    """(URL, admin token) of a server on a temp SQLite file, shared by this module's tests."""
-    tmp = tmp_path_factory.mktemp("token-cli")
-    token = admin_token(tmp)
-    with ServerProcess(f"sqlite:///{tmp / 'kernelab.db'}", port=free_port(), admin_token=token,
-                       log_path=tmp / "server.log") as proc:  # fmt: skip
-        yield proc.url, token
 
 
 def _token(url: str, token: str, *args: str):  # type: ignore[no-untyped-def]

@@ -10,15 +10,13 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from typer.testing import CliRunner
+from test_cli_token import _refused, _token
 
-from runners.cli import app
-from runners.local import ServerProcess, admin_token, free_port
+from runners.local import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -32,30 +30,6 @@ SPEC = {
     "probes": {"copy_bandwidth": False, "all_reduce": False, "nvml": False},
     "timeout_s": 120,
 }
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    """(URL, admin token) of a server on a temp SQLite file, shared by this module's tests."""
-    tmp = tmp_path_factory.mktemp("token-rotation")
-    token = admin_token(tmp)
-    with ServerProcess(f"sqlite:///{tmp / 'kernelab.db'}", port=free_port(), admin_token=token,
-                       log_path=tmp / "server.log") as proc:  # fmt: skip
-        yield proc.url, token
-
-
-def _token(url: str, token: str, *args: str):  # type: ignore[no-untyped-def]
-    env = {"KERNELAB_SERVER": url, "KERNELAB_TOKEN": token}
-    return CliRunner().invoke(app, ["token", *args], env=env)
-
-
-def _refused(result, *needles: str) -> None:  # type: ignore[no-untyped-def]
-    """Exit status 1, one line on stderr holding each needle, nothing on stdout, no traceback."""
-    assert result.exit_code == 1, (result.stdout, result.stderr)
-    assert isinstance(result.exception, SystemExit)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and all(n in lines[0] for n in needles), result.stderr
-    assert result.stdout == "" and "Traceback" not in result.stderr
 
 
 def _api(url: str, token: str, method: str, path: str, **kwargs):  # type: ignore[no-untyped-def]
