@@ -34,7 +34,6 @@ import pstats
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -42,11 +41,10 @@ from typing import Any
 
 import httpx
 from pydantic import SecretStr
-from sqlalchemy import create_engine, select, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import select
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.server_load import TOKEN, Server, _page, sweep_result, sweep_spec  # noqa: E402
+from benchmarks.server_load import TOKEN, Server, _page, fresh_database, sweep_result, sweep_spec  # noqa: E402
 from service import models  # noqa: E402
 from service.core.config import Settings  # noqa: E402
 from service.core.db import make_engine, make_session_factory  # noqa: E402
@@ -62,16 +60,8 @@ def database(kind: str, pg_url: str, folder: Path) -> Iterator[str]:
     if kind == "sqlite":
         yield f"sqlite:///{folder / 'page-speed.db'}"
         return
-    admin = create_engine(pg_url, isolation_level="AUTOCOMMIT")
-    name = f"kl_page_{uuid.uuid4().hex[:10]}"
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield make_url(pg_url).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+    with fresh_database(pg_url) as url:
+        yield url
 
 
 def ingest(http: httpx.Client, cells: int) -> tuple[int, float]:
