@@ -197,6 +197,8 @@ class KernelabClient:
             except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
                 last = f"{type(exc).__name__}: {exc}"
                 continue
+            except httpx.UnsupportedProtocol as exc:  # a server URL without http(s)://: no retry helps
+                raise KernelabUnavailable(f"server URL {self.base_url!r}: {exc}") from exc
             except httpx.TransportError as exc:
                 if not idempotent:
                     raise KernelabUnavailable(

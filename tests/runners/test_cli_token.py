@@ -86,3 +86,12 @@ def test_unreachable_server_as_a_real_process(tmp_path: Path) -> None:
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and "token list: server unreachable" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_server_url_without_http_fails_at_once() -> None:
+    """``--server not-a-url``: one line naming the URL, exit status 1, not retried (the message
+    of retried failures ends "after N retries")."""
+    result = CliRunner().invoke(app, ["token", "list", "--server", "not-a-url"],
+                                env={"KERNELAB_TOKEN": "some-admin-token-0123456789"})  # fmt: skip
+    _refused(result, "server unreachable", "'not-a-url'", "http")
+    assert "retries" not in result.stderr
