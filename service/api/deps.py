@@ -38,6 +38,17 @@ Offset = Annotated[int, Query(ge=0, le=MAX_OFFSET, description="rows to skip")]
 _bearer = HTTPBearer(auto_error=False, description="kernelab token (scopes read, submit, admin, runner)")
 
 
+def page_headers(request: Request, *, total: int, offset: int, limit: int | None) -> dict[str, str]:
+    """Headers of one page of a list: ``X-Total-Count`` (items in the whole list) and, while
+    items remain after this page, an RFC 8288 ``Link: <url>; rel="next"`` to the next page (the
+    request's URL with ``offset``/``limit`` replaced). ``limit=None``: the page runs to the end."""
+    headers = {"X-Total-Count": str(total)}
+    if limit is not None and offset + limit < total:
+        next_url = request.url.include_query_params(offset=offset + limit, limit=limit)
+        headers["Link"] = f'<{next_url}>; rel="next"'
+    return headers
+
+
 def get_settings(request: Request) -> Settings:
     """The ``Settings`` the app was built with."""
     return request.app.state.settings

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from factories import job_result, spec_dict
+from factories import job_result, probe_report, spec_dict
 from prometheus_client.parser import text_string_to_metric_families
 
 from runners.local import free_port, wait_healthy
@@ -169,3 +169,30 @@ def test_server_log_holds_no_token(log_format: str, tmp_path: Path) -> None:
         assert secret not in text, f"a token reached the {log_format} log"
     if log_format == "json":
         assert "color_message" not in text and "\x1b[" not in text
+
+
+def test_every_list_pages_with_total_and_next_link(api) -> None:  # type: ignore[no-untyped-def]
+    """``/jobs``, ``/tokens``, ``/nodes`` and ``/jobs/{id}/attempts`` answer ``X-Total-Count`` and,
+    while items remain, ``Link: <...offset=N...>; rel="next"`` (as the raw samples do)."""
+    jobs = [api.submit() for _ in range(3)]
+    runner = api.runner("pager-node")
+    claim = api.client.post("/api/v1/runners/claim", json={"wait_s": 0}, headers=runner).json()
+    api.client.post(f"/api/v1/runners/jobs/{claim['job_id']}/fail", json={"error": "x", "retry": True},
+                    headers=runner)  # fmt: skip
+    api.client.post("/api/v1/runners/claim", json={"wait_s": 0}, headers=runner)  # attempt 2
+    api.client.post("/api/v1/nodes/pager-node/probes", json=probe_report().model_dump(mode="json"),
+                    headers=runner)  # fmt: skip
+    for path, total in (("/api/v1/jobs", len(jobs)), ("/api/v1/tokens", None), ("/api/v1/nodes", 1),
+                        (f"/api/v1/jobs/{claim['job_id']}/attempts", 2)):  # fmt: skip
+        whole = api.client.get(path, headers=api.admin)
+        assert whole.status_code == 200, (path, whole.text)
+        count = whole.json()["count"]
+        assert whole.headers["x-total-count"] == str(count) and (total is None or count == total), path
+        assert "link" not in whole.headers, path
+        first = api.client.get(f"{path}?limit=1", headers=api.admin)
+        assert first.headers["x-total-count"] == str(count) and len(first.json()["data"]) == 1
+        if count > 1:
+            assert 'rel="next"' in first.headers["link"] and "offset=1" in first.headers["link"], path
+            assert "limit=1" in first.headers["link"]
+        last = api.client.get(f"{path}?limit=1&offset={count - 1}", headers=api.admin)
+        assert "link" not in last.headers, path

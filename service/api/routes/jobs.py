@@ -6,14 +6,23 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, HTTPException, Query, Request, status
+from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from fastapi.responses import PlainTextResponse, StreamingResponse
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from kernels import validate_spec
 from service import crud, models, queue, sample_export
-from service.api.deps import JobId, Offset, ReadToken, SessionDep, SessionFactoryDep, SettingsDep, SubmitToken
+from service.api.deps import (
+    JobId,
+    Offset,
+    ReadToken,
+    SessionDep,
+    SessionFactoryDep,
+    SettingsDep,
+    SubmitToken,
+    page_headers,
+)
 from service.api.errors import SpecInvalidError
 from service.core.config import Settings
 from service.schemas import AttemptPublic, AttemptsPage, Comparison, JobPublic, JobsPage, JobSpec, JobStatus
@@ -38,6 +47,8 @@ def submit_job(
 
 @router.get("")
 def list_jobs(
+    request: Request,
+    response: Response,
     _: ReadToken,
     session: SessionDep,
     offset: Offset = 0,
@@ -45,8 +56,11 @@ def list_jobs(
     status: JobStatus | None = None,
     benchmark: str | None = None,
 ) -> JobsPage:
-    """Jobs, newest first, optionally filtered by status and benchmark."""
-    return crud.list_jobs(session=session, offset=offset, limit=limit, status=status, benchmark=benchmark)
+    """Jobs, newest first, optionally filtered by status and benchmark. Headers ``X-Total-Count``
+    and, while jobs remain, ``Link: <...>; rel="next"``."""
+    page = crud.list_jobs(session=session, offset=offset, limit=limit, status=status, benchmark=benchmark)
+    response.headers.update(page_headers(request, total=page.count, offset=offset, limit=limit))
+    return page
 
 
 @router.get("/{job_id}")
@@ -74,6 +88,8 @@ def attempts_page(*, session: Session, job_id: int, offset: int = 0, limit: int 
 
 @router.get("/{job_id}/attempts")
 def get_attempts(
+    request: Request,
+    response: Response,
     job_id: JobId,
     _: ReadToken,
     session: SessionDep,
@@ -83,7 +99,9 @@ def get_attempts(
     """The job's attempts (claims by runners) in order: attempt number, runner name (null if the
     runner was deleted), claimed/ended times, outcome and error. 404 if the job is unknown."""
     queue.get_job(session, job_id)
-    return attempts_page(session=session, job_id=job_id, offset=offset, limit=limit)
+    page = attempts_page(session=session, job_id=job_id, offset=offset, limit=limit)
+    response.headers.update(page_headers(request, total=page.count, offset=offset, limit=limit))
+    return page
 
 
 @router.post("/{job_id}/cancel")
@@ -151,10 +169,7 @@ def get_samples(
     if not crud.has_result(session=session, job_id=job_id):
         raise HTTPException(status.HTTP_409_CONFLICT, f"job {job_id} has no result yet (status {job.status})")
     total = crud.count_samples(session=session, job_id=job_id)
-    headers: dict[str, Any] = {"X-Total-Count": str(total)}
-    if limit is not None and offset + limit < total:
-        next_url = request.url.include_query_params(offset=offset + limit, limit=limit)
-        headers["Link"] = f'<{next_url}>; rel="next"'
+    headers: dict[str, Any] = page_headers(request, total=total, offset=offset, limit=limit)
     page = {"offset": offset, "limit": limit}
     if format == "csv":
         headers["Content-Disposition"] = f'attachment; filename="job-{job_id}-samples.csv"'

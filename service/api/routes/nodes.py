@@ -8,11 +8,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Path, Query, status
+from fastapi import APIRouter, HTTPException, Path, Query, Request, Response, status
 from pydantic import BaseModel
 
 from service import crud, node_health
-from service.api.deps import Offset, ReadToken, RunnerToken, SessionDep, SettingsDep
+from service.api.deps import Offset, ReadToken, RunnerToken, SessionDep, SettingsDep, page_headers
 from service.schemas import NodeHealth, ProbeReport
 
 router = APIRouter(prefix="/nodes", tags=["nodes"])
@@ -68,6 +68,8 @@ def post_probe(
 
 @router.get("")
 def list_nodes(
+    request: Request,
+    response: Response,
     _: ReadToken,
     session: SessionDep,
     offset: Offset = 0,
@@ -75,6 +77,7 @@ def list_nodes(
 ) -> NodesPage:
     """Nodes that sent a probe report or a result, by name."""
     nodes, count = crud.list_nodes(session=session, offset=offset, limit=limit)
+    response.headers.update(page_headers(request, total=count, offset=offset, limit=limit))
     return NodesPage(data=[NodePublic(**vars(n)) for n in nodes], count=count)
 
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Path, Query, status
+from fastapi import APIRouter, HTTPException, Path, Query, Request, Response, status
 from pydantic import BaseModel, Field
 from sqlalchemy import func, select
 
 from service import models
-from service.api.deps import MAX_ROW_ID, AdminToken, Offset, SessionDep
+from service.api.deps import MAX_ROW_ID, AdminToken, Offset, SessionDep, page_headers
 from service.auth import Scope, create_token, hash_token, revoke_token
 
 router = APIRouter(prefix="/tokens", tags=["tokens"])
@@ -75,6 +75,8 @@ def _by_secret(session: SessionDep, plain: str) -> models.Token:
 
 @router.get("")
 def list_tokens(
+    request: Request,
+    response: Response,
     _: AdminToken,
     session: SessionDep,
     offset: Offset = 0,
@@ -89,6 +91,7 @@ def list_tokens(
     rows = session.scalars(
         select(models.Token).where(*where).order_by(models.Token.id.desc()).offset(offset).limit(limit)
     )
+    response.headers.update(page_headers(request, total=count, offset=offset, limit=limit))
     return TokensPage(data=[_public(r) for r in rows], count=count)
 
 
