@@ -43,10 +43,30 @@ Flag = Literal[
 ParamValue = int | float | str | bool
 
 
+def _nul_free(value: Any) -> bool:
+    """Whether no text in ``value`` (a str, or dicts/lists of them, keys included) holds U+0000."""
+    if isinstance(value, str):
+        return "\x00" not in value
+    if isinstance(value, dict):
+        return all(_nul_free(k) and _nul_free(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return all(_nul_free(v) for v in value)
+    return True
+
+
 class _Strict(BaseModel):
-    """Base for inbound schemas: unknown fields are an error that names the field."""
+    """Base for inbound schemas: unknown fields are an error that names the field, and so is text
+    holding U+0000 (PostgreSQL's text and JSON types cannot store it; without this check the
+    database refused it later with a message that named no field)."""
 
     model_config = ConfigDict(extra="forbid")
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _no_nul(cls, value: Any) -> Any:
+        if not _nul_free(value):
+            raise ValueError("text cannot contain the NUL character (U+0000)")
+        return value
 
 
 # --------------------------------------------------------------------------------------------------

@@ -87,3 +87,21 @@ def test_every_api_route_is_covered(api) -> None:  # type: ignore[no-untyped-def
         bare = path.replace("{job_id}", "").replace("{name}", "")
         for method in route.methods - {"HEAD", "OPTIONS"}:
             assert (method, bare) in covered, f"{method} {path} has no negative-path entry"
+
+
+def test_nul_characters_are_a_422_naming_the_field(api) -> None:  # type: ignore[no-untyped-def]
+    """PostgreSQL stores no U+0000 in text or JSON: the API refuses it up front, naming the field,
+    instead of a late database error that names none."""
+    from factories import spec_dict
+
+    r = api.client.post("/api/v1/jobs", json=spec_dict(name="bad\u0000name"), headers=api.admin)
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "name"], r.text
+    assert "NUL" in r.json()["detail"][0]["msg"]
+    job = api.submit()
+    runner = api.runner("nul-node")
+    assert api.client.post("/api/v1/runners/claim", json={"wait_s": 0}, headers=runner).status_code == 200
+    r = api.client.post(f"/api/v1/runners/jobs/{job}/fail", json={"error": "oom\u0000"}, headers=runner)
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "error"], r.text
+    r = api.client.get("/api/v1/nodes/bad%00node", headers=api.admin)
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["path", "name"], r.text
+    assert api.client.get(f"/api/v1/jobs/{job}", headers=api.admin).json()["status"] == "running"

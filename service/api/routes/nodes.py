@@ -18,7 +18,7 @@ from service.schemas import NodeHealth, ProbeReport
 router = APIRouter(prefix="/nodes", tags=["nodes"])
 
 MAX_PAGE = 500
-NodeName = Annotated[str, Path(min_length=1, max_length=255)]
+NodeName = Annotated[str, Path(min_length=1, max_length=255, pattern=r"^[^\x00]+$")]
 
 
 class ProbeStored(BaseModel):
