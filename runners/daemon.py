@@ -49,7 +49,7 @@ from pydantic import ValidationError
 
 from runners.client import KernelabAPIError, KernelabClient, KernelabUnavailable
 from runners.spool import Spool, atomic_write_text
-from service.schemas import JobClaim, NodeInfo, RunnerIdentity
+from service.schemas import JobClaim, NodeInfo
 
 log = logging.getLogger(__name__)
 
@@ -276,21 +276,7 @@ class Runner:
         """
         saved = self._load_token()
         given = self.client.token  # the token the caller's client was made with (--token)
-        identity = self._runner_identity() if saved is not None and given and given != saved else None
-        if identity is not None and given:
-            saved_id = self._saved_runner_id()
-            if identity.name != self.name or (saved_id is not None and identity.runner_id != saved_id):
-                ours = f"{self.name!r}" + (f", id {saved_id}" if saved_id is not None else "")
-                raise RunnerTokenMismatchError(
-                    f"runner {self.name}: the given --token belongs to runner {identity.name!r} (id "
-                    f"{identity.runner_id}), not to this runner ({ours}, saved in {self.token_file}); "
-                    "nothing was changed: give this runner's own (rotated) token, or an admin token"
-                )
-            self._save_token(given)
-            self._use_token(given)
-            self._token_saved = True
-            log.info("runner %s: the given runner token replaces the one saved in %s",
-                     self.name, self.token_file)
+        if saved is not None and given and given != saved and self._takes_given_token(given):
             return
         if saved is not None:
             self._use_token(saved)
@@ -309,38 +295,55 @@ class Runner:
         log.info("runner %s: registered as runner %d; token saved in %s",
                  self.name, registered.runner_id, self.token_file)
 
-    def _runner_identity(self) -> RunnerIdentity | None:
-        """The runner the client's token belongs to, if the server takes it as a runner token
-        (``GET /runners/me``: 401 refused, 403 not a runner token, e.g. an admin one), else None.
-        An unreachable server: None (the saved token is used; the next start asks again)."""
+    def _takes_given_token(self, given: str) -> bool:
+        """Put ``given`` (the client's token, not the saved one) in place if the server takes it as
+        this runner's token (``GET /runners/me``: same name, and the runner id the file records):
+        saved, used, True. False when the server refuses it (401), it is no runner token (403, e.g.
+        an admin one) or the server is unreachable: the saved token is used (the next start asks
+        again). Raises ``RunnerTokenMismatchError`` for another runner's token, changing nothing."""
         try:
-            return self.client.whoami()
+            identity = self.client.whoami()
         except KernelabAPIError as exc:
             if exc.status_code == 401:
                 log.warning("runner %s: the given token was refused; trying the one saved in %s",
                             self.name, self.token_file)
-            return None
+            return False
         except KernelabUnavailable as exc:
             log.warning("runner %s: cannot check the given token (%s); using the one saved in %s",
                         self.name, exc, self.token_file)
-            return None
+            return False
+        saved_id = self._saved_runner_id()
+        if identity.name != self.name or (saved_id is not None and identity.runner_id != saved_id):
+            ours = f"{self.name!r}" + (f", id {saved_id}" if saved_id is not None else "")
+            raise RunnerTokenMismatchError(
+                f"runner {self.name}: the given --token belongs to runner {identity.name!r} (id "
+                f"{identity.runner_id}), not to this runner ({ours}, saved in {self.token_file}); "
+                "nothing was changed: give this runner's own (rotated) token, or an admin token"
+            )
+        self._save_token(given)
+        self._use_token(given)
+        self._token_saved = True
+        log.info("runner %s: the given runner token replaces the one saved in %s", self.name, self.token_file)
+        return True
+
+    def _token_record(self) -> dict[str, Any]:
+        """The JSON object in ``token_file`` (``server``, ``name``, ``runner_id``, ``token``), or
+        ``{}`` when there is none or it cannot be read."""
+        try:
+            record = json.loads(self.token_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return record if isinstance(record, dict) else {}
 
     def _saved_runner_id(self) -> int | None:
         """``runner_id`` recorded in ``token_file``, or None."""
-        try:
-            runner_id = json.loads(self.token_file.read_text(encoding="utf-8")).get("runner_id")
-        except (OSError, ValueError, AttributeError):
-            return None
+        runner_id = self._token_record().get("runner_id")
         return runner_id if isinstance(runner_id, int) else None
 
     def _save_token(self, token: str, *, runner_id: int | None = None, name: str | None = None) -> None:
         """Write ``token`` to ``token_file`` (mode 0600) for this server; a runner id and name not
         given are kept from the file (a rotated token keeps its runner)."""
-        try:
-            old = json.loads(self.token_file.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            old = {}
-        old = old if isinstance(old, dict) else {}
+        old = self._token_record()
         payload = {"server": self.client.base_url, "name": name or old.get("name") or self.name,
                    "runner_id": runner_id if runner_id is not None else old.get("runner_id"), "token": token}
         self.work_dir.mkdir(parents=True, exist_ok=True)
@@ -349,10 +352,7 @@ class Runner:
 
     def _runner_hint(self) -> str:
         """``", runner N"`` from ``token_file``, or ``""``."""
-        try:
-            runner_id = json.loads(self.token_file.read_text(encoding="utf-8")).get("runner_id")
-        except (OSError, ValueError, AttributeError):
-            return ""
+        runner_id = self._saved_runner_id()
         return f", runner {runner_id}" if runner_id else ""
 
     def _use_token(self, token: str) -> None:
@@ -360,13 +360,10 @@ class Runner:
         self._own_client = self.client = self.client.with_token(token)
 
     def _load_token(self) -> str | None:
-        try:
-            payload = json.loads(self.token_file.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        record = self._token_record()
+        if record.get("server") != self.client.base_url or not record.get("token"):
             return None
-        if payload.get("server") != self.client.base_url or not payload.get("token"):
-            return None
-        return str(payload["token"])
+        return str(record["token"])
 
     def _node_info(self) -> NodeInfo | None:
         if self.node is None:

@@ -22,6 +22,8 @@ from service.auth import create_token
 from service.models import Cell, Job, JobAttempt, ProbeReading, Result, Runner, SampleBlock, utcnow
 from service.schemas import (
     SAMPLE_FIELDS,
+    AttemptPublic,
+    AttemptsPage,
     CellResult,
     Comparison,
     CorrectnessResult,
@@ -173,6 +175,23 @@ def _public(job: Job, node: str | None) -> JobPublic:
 def job_public(*, session: Session, job: Job) -> JobPublic:
     """The API view of one job row (``node`` is the runner of its latest attempt)."""
     return _public(job, _runner_names(session, [job.id]).get(job.id))
+
+
+def attempts_page(*, session: Session, job_id: int, offset: int = 0, limit: int = 500) -> AttemptsPage:
+    """A page of ``job_id``'s attempts in claim order, each with its runner's name (None once the
+    runner row is gone); ``count`` is the job's number of attempts. The job is not checked here."""
+    of_job = JobAttempt.job_id == job_id
+    count = session.scalar(select(func.count()).select_from(JobAttempt).where(of_job)) or 0
+    rows = session.execute(
+        select(JobAttempt.attempt, Runner.name.label("runner"), JobAttempt.claimed_at, JobAttempt.ended_at,
+               JobAttempt.outcome, JobAttempt.error)
+        .outerjoin(Runner, Runner.id == JobAttempt.runner_id)
+        .where(of_job)
+        .order_by(JobAttempt.attempt, JobAttempt.id)
+        .offset(offset)
+        .limit(limit)
+    )  # fmt: skip
+    return AttemptsPage(data=[AttemptPublic.model_validate(dict(row._mapping)) for row in rows], count=count)
 
 
 def list_jobs(
@@ -382,8 +401,8 @@ def store_result(
                 f"result (differs in: {', '.join(differs)}); a retry must repeat the same result"
             )
         return existing.id, True
-    queue.complete(session, job_id, runner_id=runner_id, error=result.error)  # 409 first: the lease
-    check_result_fits_job(result, JobSpec.model_validate(queue.get_job(session, job_id).spec), job_id)
+    job = queue.complete(session, job_id, runner_id=runner_id, error=result.error)  # 409 first: the lease
+    check_result_fits_job(result, JobSpec.model_validate(job.spec), job_id)
     row = Result(
         job_id=job_id, idempotency_key=result.idempotency_key, runner_id=runner_id,
         node_name=result.node.hostname, node=result.node.model_dump(mode="json"), timer=result.timer,

@@ -27,7 +27,6 @@ from fastapi.templating import Jinja2Templates
 
 from service import crud, health, models, node_health
 from service.api.deps import SessionDep, SettingsDep, dashboard_access
-from service.api.routes.jobs import attempts_page
 from service.history import DEFAULT_JOBS as DEFAULT_HISTORY_JOBS
 from service.history import branch_history
 from service.schemas import JobResult, NodeInfo, ProbeReport
@@ -190,7 +189,7 @@ def job_page(
     context: dict[str, Any] = {
         "job": job, "has_result": row is not None, "result_error": row.error if row else None,
         "comparison": None, "pending": False, "probes": probe_tables([]), "node_name": job.node,
-        "attempts": attempts_page(session=session, job_id=job_id).data,
+        "attempts": crud.attempts_page(session=session, job_id=job_id).data,
         "threshold_pct": job.spec.measurement.threshold_pct,
         "labels": dict(zip(("baseline", "candidate"), (job.spec.baseline.variant, job.spec.candidate.variant),
                            strict=True)),

@@ -199,12 +199,11 @@ def _wait_dead(pool) -> None:
 
 
 @pytest.mark.gpu
+@needs_two_gpus
 def test_nccl_pool_serves_quick_and_full_requests() -> None:
     from runners.probes.all_reduce import AllReducePool, sub_groups
 
     n = torch.cuda.device_count()
-    if n < 2:
-        pytest.skip("needs 2 GPUs (a one-rank all-reduce moves no data)")
     with AllReducePool("cuda") as pool:
         quick, _ = pool.measure()
         assert [r.size_bytes for r in quick] == [8, MIB, 64 * MIB] and all(r.correct for r in quick)

@@ -8,11 +8,10 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from fastapi.responses import PlainTextResponse, StreamingResponse
-from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from kernels import validate_spec
-from service import crud, models, queue, sample_export
+from service import crud, queue, sample_export
 from service.api.deps import (
     JobId,
     Offset,
@@ -25,7 +24,7 @@ from service.api.deps import (
 )
 from service.api.errors import SpecInvalidError
 from service.core.config import Settings
-from service.schemas import AttemptPublic, AttemptsPage, Comparison, JobPublic, JobsPage, JobSpec, JobStatus
+from service.schemas import AttemptsPage, Comparison, JobPublic, JobsPage, JobSpec, JobStatus
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -69,23 +68,6 @@ def get_job(job_id: JobId, _: ReadToken, session: SessionDep) -> JobPublic:
     return crud.job_public(session=session, job=queue.get_job(session, job_id))
 
 
-def attempts_page(*, session: Session, job_id: int, offset: int = 0, limit: int = MAX_PAGE) -> AttemptsPage:
-    """A page of ``job_id``'s attempts in claim order, each with its runner's name (None once the
-    runner row is gone); ``count`` is the job's number of attempts. The job is not checked here."""
-    attempt = models.JobAttempt
-    count = session.scalar(select(func.count()).select_from(attempt).where(attempt.job_id == job_id)) or 0
-    rows = session.execute(
-        select(attempt.attempt, models.Runner.name.label("runner"), attempt.claimed_at, attempt.ended_at,
-               attempt.outcome, attempt.error)
-        .outerjoin(models.Runner, models.Runner.id == attempt.runner_id)
-        .where(attempt.job_id == job_id)
-        .order_by(attempt.attempt, attempt.id)
-        .offset(offset)
-        .limit(limit)
-    )  # fmt: skip
-    return AttemptsPage(data=[AttemptPublic.model_validate(dict(row._mapping)) for row in rows], count=count)
-
-
 @router.get("/{job_id}/attempts")
 def get_attempts(
     request: Request,
@@ -99,7 +81,7 @@ def get_attempts(
     """The job's attempts (claims by runners) in order: attempt number, runner name (null if the
     runner was deleted), claimed/ended times, outcome and error. 404 if the job is unknown."""
     queue.get_job(session, job_id)
-    page = attempts_page(session=session, job_id=job_id, offset=offset, limit=limit)
+    page = crud.attempts_page(session=session, job_id=job_id, offset=offset, limit=limit)
     response.headers.update(page_headers(request, total=page.count, offset=offset, limit=limit))
     return page
 
