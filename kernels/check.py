@@ -70,7 +70,7 @@ def check_output(out: Any, ref: Any, *, rtol: float, atol: float) -> Correctness
         raise TypeError(f"check_output needs tensors, got {type(out).__name__} and {type(ref).__name__}")
     if tuple(out.shape) != tuple(ref.shape):
         return CorrectnessResult(
-            passed=False, rtol=rtol, atol=atol,
+            passed=False, rtol=rtol, atol=atol, dtype=_dtype(out),
             message=f"FAIL: output shape {tuple(out.shape)} != reference shape {tuple(ref.shape)}",
         )
     out64, ref64 = _as_cpu_f64(out), _as_cpu_f64(ref)
@@ -95,8 +95,12 @@ def check_output(out: Any, ref: Any, *, rtol: float, atol: float) -> Correctness
         )
     return CorrectnessResult(
         passed=passed, rel_error=rel, max_abs_error=max_abs, cosine_similarity=cosine,
-        nonfinite=nonfinite, message=message, rtol=rtol, atol=atol,
+        nonfinite=nonfinite, message=message, rtol=rtol, atol=atol, dtype=_dtype(out),
     )
+
+
+def _dtype(t: torch.Tensor) -> str:
+    return str(t.dtype).removeprefix("torch.")
 
 
 def _as_cpu_f64(t: torch.Tensor) -> torch.Tensor:

@@ -56,6 +56,7 @@ from service.schemas import (
     ProbeReport,
     Variant,
 )
+from service.verdicts import all_cells_failed
 
 logger = logging.getLogger(__name__)
 
@@ -287,11 +288,3 @@ def run_job(
         probes=probes,
         error=all_cells_failed(results),
     )
-
-
-def all_cells_failed(cells: list[CellResult]) -> str | None:
-    """The job-level error when no cell could be measured (the job failed, whatever it stored),
-    else None: ``"all N cells failed; first: <error>"``."""
-    if cells and all(c.error for c in cells):
-        return f"all {len(cells)} cells failed; first: {cells[0].error}"
-    return None

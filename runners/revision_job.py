@@ -60,6 +60,7 @@ from service.schemas import (
     Variant,
     Work,
 )
+from service.verdicts import all_cells_failed
 
 log = logging.getLogger(__name__)
 
@@ -300,5 +301,5 @@ def run_revision_job(
     return JobResult(
         idempotency_key=idempotency_key or uuid.uuid4().hex, job_id=job_id, spec=spec, node=node,
         timer=setup["baseline"]["timer"], started_at=started_at, finished_at=datetime.now(UTC),
-        cells=results, probes=probes,
+        cells=results, probes=probes, error=all_cells_failed(results),
     )

@@ -17,7 +17,7 @@ from pydantic import TypeAdapter
 from sqlalchemy import func, insert, select, union, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from service import bulk, models, queue, sample_blocks
+from service import bulk, models, queue, sample_blocks, verdicts
 from service.auth import create_token
 from service.models import Cell, Job, JobAttempt, ProbeReading, Result, Runner, SampleBlock, utcnow
 from service.schemas import (
@@ -401,7 +401,9 @@ def store_result(
                 f"result (differs in: {', '.join(differs)}); a retry must repeat the same result"
             )
         return existing.id, True
-    job = queue.complete(session, job_id, runner_id=runner_id, error=result.error)  # 409 first: the lease
+    # A job none of whose cells measured failed, whatever the runner says (service.verdicts.job_error).
+    error = verdicts.job_error(result)
+    job = queue.complete(session, job_id, runner_id=runner_id, error=error)  # 409 first: the lease
     check_result_fits_job(result, JobSpec.model_validate(job.spec), job_id)
     row = Result(
         job_id=job_id, idempotency_key=result.idempotency_key, runner_id=runner_id,
@@ -467,7 +469,10 @@ def base_comparison(
     if stored is None:
         return None
     if stored.comparison is not None:
-        return Comparison.model_validate(stored.comparison)
+        comparison = Comparison.model_validate(stored.comparison)
+        if comparison.method_version >= verdicts.METHOD_VERSION:
+            return comparison
+        # judged by older verdict rules (e.g. a wrong kernel could read "faster"): judge it again
     result = result if result is not None else load_result(session=session, job_id=job_id)
     if result is None:
         return None
@@ -479,10 +484,13 @@ def base_comparison(
 
 
 def _cell_context(cell: CellResult) -> dict[str, Any]:
-    """``cells.context``: the timer kind per variant and the contention readings of a cell."""
+    """``cells.context``: how the cell was measured: the timer kind per variant, the contention
+    readings, the checked samples through the timer and the runner's findings (JSON)."""
     return {
         "timers": dict(cell.timers),
         "contention": [r.model_dump(mode="json") for r in cell.contention],
+        "timed_checks": {v: [t.model_dump(mode="json") for t in ts] for v, ts in cell.timed_checks.items()},
+        "findings": [f.model_dump(mode="json") for f in cell.findings],
     }
 
 
@@ -549,6 +557,8 @@ def load_result(
                 samples=samples.get(c.id) or SampleColumns(), error=c.error,
                 timers=(c.context or {}).get("timers", {}),
                 contention=(c.context or {}).get("contention", []),
+                timed_checks=(c.context or {}).get("timed_checks", {}),
+                findings=(c.context or {}).get("findings", []),
                 static=None if c.static is None else StaticComparison.model_validate(c.static),
             )
             for c in cells

@@ -16,26 +16,16 @@ from service.schemas import (
     CellComparison,
     Comparison,
     CorrectnessResult,
+    Flag,
     NodeInfo,
     ProbeReport,
     RevisionsInfo,
     StaticComparison,
 )
+from service.verdicts import FLAG_NOTES, VERDICT_ORDER
 
 _MISSING = "n/a"
-_VERDICT_ORDER = ("faster", "slower", "same", "inconclusive")
-FLAG_NOTES: dict[str, str] = {
-    "noisy": "IQR/median above 10% on a side (torch.utils.benchmark's warning threshold).",
-    "throttled": "some samples were taken while the GPU was throttled (excluded from the statistics "
-    "unless the spec keeps them; the flag says how many were dropped, baseline+candidate).",
-    "contended": "another process was on the GPU before or during the measurement.",
-    "degraded-node": "the node's health probes were below its healthy band.",
-    "implausible": "an implied rate exceeds 1.1x the node's measured peak: a timing error, never "
-    "reported as a speed-up.",
-    "incorrect": "a variant failed its correctness check: its timing is of a wrong result.",
-    "nondeterministic": "outputs differed bitwise between identical runs.",
-    "failed": "the cell (or job) could not be measured; see the error.",
-}
+_VERDICT_ORDER = VERDICT_ORDER
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|~])")
 
 
@@ -248,8 +238,8 @@ def format_table(c: Comparison) -> str:
     return "\n".join(out) + "\n"
 
 
-def _flags_present(c: Comparison) -> list[str]:
-    seen: list[str] = []
+def _flags_present(c: Comparison) -> list[Flag]:
+    seen: list[Flag] = []
     for flag in [*c.flags, *(f for cell in c.cells for f in cell.flags)]:
         if flag not in seen:
             seen.append(flag)

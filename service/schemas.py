@@ -31,14 +31,21 @@ from pydantic import (
 )
 
 Variant = Literal["baseline", "candidate"]
-Verdict = Literal["faster", "slower", "same", "inconclusive"]
+TimingVerdict = Literal["faster", "slower", "same", "inconclusive"]
+"""What the timing alone says of a cell (``service.verdicts.timing_verdict``)."""
+Verdict = Literal[
+    "failed", "incorrect", "nondeterministic", "implausible", "inconclusive", "faster", "slower", "same",
+]
+"""A cell's verdict, highest precedence first (``service.verdicts``): correctness outranks speed."""
 DeviceType = Literal["cpu", "cuda"]
 JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
-# Flags that travel with every number (DESIGN.md "Statistics and verdicts").
+# Flags that travel with every number (DESIGN.md "Statistics and verdicts"); their meaning is
+# ``service.verdicts.FLAG_NOTES``.
 Flag = Literal[
-    "noisy", "throttled", "contended", "degraded-node", "implausible", "incorrect", "nondeterministic",
-    "failed",
+    "noisy", "throttled", "contended", "degraded-node", "node-changed", "implausible", "incorrect",
+    "less-accurate", "nondeterministic", "timer-mismatch", "tampered", "failed",
 ]
+Severity = Literal["error", "warning", "info"]
 
 ParamValue = int | float | str | bool
 
@@ -438,6 +445,7 @@ class CorrectnessResult(BaseModel):
     rtol: float | None = None
     atol: float | None = None
     nonfinite: int = Field(default=0, ge=0, description="NaN/Inf elements in the output")
+    dtype: str | None = Field(default=None, description="the output's dtype, e.g. 'float32'")
     message: str = ""
     # Results of runners.checks (issue 5); None where the check did not run.
     where: str = Field(default="", description="bad elements in the output's logical coordinates")
@@ -513,6 +521,40 @@ class ContentionReading(BaseModel):
 
     round: int = Field(ge=0, description="rounds completed when read")
     processes: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class Reason(BaseModel):
+    """Why a verdict or a number is what it is: a machine-readable ``code`` (the catalogue is
+    ``service.verdicts.REASONS``), one sentence for a person, the side it concerns (None: the cell
+    or job) and a severity (``error``: decides the verdict; ``warning``/``info``: told, not
+    decisive). The shape of nvbench_compare's ``DecisionReason``."""
+
+    code: str = Field(min_length=1, max_length=64, pattern=r"^[a-z0-9-]+$")
+    message: str = Field(max_length=2_000)
+    side: Variant | None = None
+    severity: Severity = "error"
+
+
+class TimedCheck(BaseModel):
+    """One checked sample of one side: the output of the timed method, verified.
+
+    The runner refills the inputs in place with fresh values (``seed``), poisons the output,
+    takes one sample exactly as the timing does (``timer``: a CUDA-graph replay, a CUDA-event
+    window, a ``perf_counter`` window), and checks what came out: the output at the window's end
+    against the reference, the output at rest against the output at the window's end (work that
+    ran on after the window), the inputs' fingerprint before and after (a call that modified its
+    inputs), threads the call left running, device work still queued after the window.
+    ``findings`` holds the failures as ``Reason`` codes (``service.verdicts.REASONS``).
+    """
+
+    timer: str = Field(max_length=64)
+    round: int = Field(ge=0, description="rounds completed when the check ran")
+    seed: int = Field(ge=0)
+    launches: int = Field(default=1, ge=1)
+    duration_ns: float | None = Field(default=None, ge=0, allow_inf_nan=False, description="ns per launch")
+    passed: bool
+    correctness: CorrectnessResult | None = None
+    findings: list[Reason] = Field(default_factory=list)
 
 
 StaticVerdict = Literal["identical", "different", "only-baseline", "only-candidate"]
@@ -608,6 +650,14 @@ class CellResult(BaseModel):
     )
     contention: list[ContentionReading] = Field(default_factory=list)
     static: StaticComparison | None = None
+    timed_checks: dict[Variant, list[TimedCheck]] = Field(
+        default_factory=dict, description="checked samples through the timer, per side"
+    )
+    findings: list[Reason] = Field(
+        default_factory=list,
+        description="what the runner found about the cell's measurement (timer fallback, empty graph, "
+        "patched timer, node changed during the job, ...); codes in service.verdicts.REASONS",
+    )
 
 
 class CopyBandwidthReading(BaseModel):
@@ -810,8 +860,16 @@ class CellComparison(BaseModel):
     p_adjusted: float | None = Field(default=None, description="Benjamini-Hochberg over the sweep")
     mde_pct: float | None = Field(default=None, description="minimum detectable effect, percent")
     verdict: Verdict
+    timing_verdict: TimingVerdict | None = Field(
+        default=None, description="what the timing alone says; the verdict outranks it (service.verdicts)"
+    )
+    reasons: list[Reason] = Field(
+        default_factory=list,
+        description="why the verdict is what it is, deciding reason first (service.verdicts.REASONS)",
+    )
     flags: list[Flag] = Field(default_factory=list)
     correctness: dict[Variant, CorrectnessResult] = Field(default_factory=dict)
+    timed_checks: dict[Variant, list[TimedCheck]] = Field(default_factory=dict)
     throughput: dict[str, float] = Field(default_factory=dict, description="e.g. candidate_tflops")
     error: str | None = None
     static: StaticComparison | None = None
@@ -834,6 +892,13 @@ class Comparison(BaseModel):
     flags: list[Flag] = Field(default_factory=list, description="job-level flags")
     summary: dict[str, int] = Field(default_factory=dict, description="verdict -> count")
     notes: list[str] = Field(default_factory=list, description="e.g. why the result is excluded")
+    reasons: list[Reason] = Field(
+        default_factory=list, description="job-level findings (e.g. the node changed during the job)"
+    )
+    method_version: int = Field(
+        default=1, description="version of the verdict rules that computed this comparison "
+        "(service.verdicts.METHOD_VERSION); a stored comparison of an older version is recomputed"
+    )
 
 
 # --------------------------------------------------------------------------------------------------

@@ -12,8 +12,9 @@ Method (reference/gpu-measurement-method.md, "Statistics for A/B on a noisy mach
   state and are not independent (a cluster bootstrap; Davison & Hinkley 1997, section 3.8);
 * companions: Hodges-Lehmann shift with its distribution-free CI, Mann-Whitney U p-value
   (Benjamini-Hochberg adjusted across the sweep), minimum detectable effect;
-* verdict ``faster``/``slower``/``same``/``inconclusive`` against the spec's threshold, see
-  ``verdict``; flags that make a number untrustworthy travel with it.
+* the timing verdict ``faster``/``slower``/``same``/``inconclusive`` against the spec's threshold,
+  then the cell's verdict by the precedence of ``service.verdicts`` (a wrong or failed side, an
+  implausible time outrank any speed); flags that make a number untrustworthy travel with it.
 """
 
 from __future__ import annotations
@@ -27,21 +28,21 @@ from typing import NamedTuple, get_args
 
 import numpy as np
 
+from service import verdicts
 from service.schemas import (
     SAMPLE_FIELDS,
     CellComparison,
     CellResult,
     Comparison,
     ContentionReading,
-    CorrectnessResult,
     Flag,
     JobResult,
     ParamValue,
     ProbeReport,
+    Reason,
     SampleColumns,
     Variant,
     VariantStats,
-    Verdict,
     Work,
 )
 
@@ -347,35 +348,6 @@ def variant_stats(durations_ns: np.ndarray, *, dropped_throttled: int = 0) -> Va
 # --------------------------------------------------------------------------------------------------
 
 
-def verdict(
-    ratio: float | None, ci_low: float | None, ci_high: float | None, threshold_pct: float
-) -> Verdict:
-    """Verdict for a ratio candidate/baseline with CI, against threshold t = threshold_pct / 100.
-
-    * ``faster``: ci_high < 1 (the speed-up is statistically real) AND ratio < 1 - t (it is large
-      enough to matter);
-    * ``slower``: ci_low > 1 AND ratio > 1 + t;
-    * ``same``: the whole CI lies inside [1 - t, 1 + t] (an equivalence test: any change is
-      smaller than the threshold, with the CI's confidence);
-    * ``inconclusive``: anything else, e.g. a CI that straddles 1 - t or 1 + t, or no ratio.
-
-    Why not "faster only when the whole CI lies beyond 1 - t": a real change close to the
-    threshold would then stay inconclusive however many samples are taken. Requiring a CI that
-    excludes 1 plus a point estimate beyond the threshold is the rule of nvbench compare (a gap
-    that must also exceed a minimum) with a proper interval instead of [min, Q3].
-    """
-    if ratio is None or ci_low is None or ci_high is None:
-        return "inconclusive"
-    t = threshold_pct / 100
-    if ci_high < 1 and ratio < 1 - t:
-        return "faster"
-    if ci_low > 1 and ratio > 1 + t:
-        return "slower"
-    if 1 - t <= ci_low and ci_high <= 1 + t:
-        return "same"
-    return "inconclusive"
-
-
 def throughput(work: Mapping[Variant, Work], stats: Mapping[Variant, VariantStats]) -> dict[str, float]:
     """Achieved rates at the median time: ``{variant}_gbps`` and ``{variant}_tflops``.
 
@@ -414,8 +386,11 @@ def node_peaks(result: JobResult, peaks: Mapping[str, float] | None = None) -> d
     return out
 
 
-def implausible(rates: Mapping[str, float], peaks: Mapping[str, float], *, bound_bytes: bool) -> bool:
-    """True when a rate from ``throughput`` exceeds 1.1x the node's peak.
+def implausible(
+    rates: Mapping[str, float], peaks: Mapping[str, float], *, bound_bytes: bool
+) -> list[str]:
+    """The keys of ``rates`` (from ``throughput``) that exceed 1.1x the node's peak; empty when none
+    does (so the result reads as a truth value).
 
     A result faster than the hardware can go is a timing error: ``triton.testing.do_bench`` once
     returned 0.003 ms for a bf16 4096^3 matmul on an H200, i.e. 46 PFLOP/s against a ~990 TFLOP/s
@@ -424,14 +399,32 @@ def implausible(rates: Mapping[str, float], peaks: Mapping[str, float], *, bound
     which only the first follows the flush), where cache-resident kernels can legitimately exceed
     DRAM copy bandwidth.
     """
+    out: list[str] = []
     for key, rate in rates.items():
         if key.endswith("_gbps") and bound_bytes and "copy_gbps" in peaks:
             if rate > _PEAK_MARGIN * peaks["copy_gbps"]:
-                return True
+                out.append(key)
         if key.endswith("_tflops") and "matmul_tflops" in peaks:
             if rate > _PEAK_MARGIN * peaks["matmul_tflops"]:
-                return True
-    return False
+                out.append(key)
+    return out
+
+
+def _implausible_reasons(
+    rates: Mapping[str, float], peaks: Mapping[str, float], keys: list[str]
+) -> list[Reason]:
+    out = []
+    for key in keys:
+        side, _, unit = key.partition("_")
+        peak_key = "copy_gbps" if unit == "gbps" else "matmul_tflops"
+        label = "GB/s" if unit == "gbps" else "TFLOP/s"
+        out.append(verdicts.reason(
+            "rate-above-peak",
+            f"{side}: {rates[key]:,.1f} {label} from the declared work exceeds 1.1x the node's measured "
+            f"peak of {peaks[peak_key]:,.1f} {label}: a timing error, not a speed",
+            side=side if side in _VARIANTS else None,  # type: ignore[arg-type]
+        ))
+    return out
 
 
 # --------------------------------------------------------------------------------------------------
@@ -504,31 +497,6 @@ def probe_flags(probes: Iterable[ProbeReport]) -> list[Flag]:
     return flags
 
 
-def is_nondeterministic(check: CorrectnessResult) -> bool:
-    """True when repeated runs of one variant on the same inputs disagreed (``runners.checks``).
-
-    Either the bitwise determinism check saw differing runs, or the repeat check on fixed inputs
-    failed only sometimes or with errors that changed between failures (a race, not a clobber).
-    """
-    if check.determinism is not None and not check.determinism.deterministic:
-        return True
-    r = check.repeats
-    if r is None or r.inputs != "fixed" or r.failures == 0:
-        return False
-    return r.failures < r.runs or r.failure_errors_identical is False
-
-
-def correctness_flags(checks: Iterable[CorrectnessResult]) -> list[Flag]:
-    """``incorrect`` when a variant failed its correctness check; ``nondeterministic`` (above)."""
-    checks = list(checks)
-    flags: list[Flag] = []
-    if any(not c.passed for c in checks):
-        flags.append("incorrect")
-    if any(is_nondeterministic(c) for c in checks):
-        flags.append("nondeterministic")
-    return flags
-
-
 class _Kept(NamedTuple):
     """A cell's kept samples (``kept_samples``) as arrays, and what was taken before dropping."""
 
@@ -595,17 +563,25 @@ def _mann_whitney_p(sides: Sequence[tuple[np.ndarray, np.ndarray] | None]) -> li
 
 
 def _failed_cell(result: JobResult, cell: CellResult) -> CellComparison:
+    """A cell whose measurement failed: verdict ``failed`` with the error as its reason; whatever
+    correctness data it got is kept (and told), no statistics."""
+    found = [verdicts.reason("side-failed", cell.error or "the cell could not be measured")]
+    found += verdicts.correctness_reasons(result, cell)
+    decision = verdicts.decide("inconclusive", found)
     return CellComparison(
         index=cell.index,
         params=cell.params,
         label=cell_label(result, cell),
         baseline=VariantStats(n=0),
         candidate=VariantStats(n=0),
-        verdict="inconclusive",
-        flags=["failed"],
+        verdict=decision.verdict,
+        reasons=decision.reasons,
+        flags=_sorted_flags(decision.flags),
         correctness=cell.correctness,
+        timed_checks=cell.timed_checks,
         error=cell.error,
         static=cell.static,
+        timers=cell.timers,
     )
 
 
@@ -617,14 +593,14 @@ def compare_cell(
     n_resamples: int = 2000,
     seed: int = 0,
 ) -> CellComparison:
-    """Statistics, verdict and flags of one cell; ``p_adjusted`` is left for ``compare``.
+    """Statistics, verdict, reasons and flags of one cell; ``p_adjusted`` is left for ``compare``.
 
-    Flags: ``failed`` (cell.error; verdict inconclusive, empty stats), ``throttled`` (any sample
-    throttled, dropped or not), ``noisy`` (IQR/median > 10% on either side), ``incorrect`` (a
-    variant failed its correctness check: the timing verdict stands, the flag tells the reader the
-    speed is of a wrong result), ``contended`` (a process other than ours was on the GPU during the
-    cell's measurement, ``CellResult.contention``), ``implausible`` (a rate above 1.1x the node's
-    peak; such a cell is never ``faster``: its verdict becomes ``inconclusive``).
+    The verdict follows ``service.verdicts`` (failed > incorrect > nondeterministic > implausible >
+    inconclusive > faster/slower/same); ``timing_verdict`` keeps what the timing alone says.
+    A cell with an error is ``failed`` with empty statistics. Flags besides those the reasons raise:
+    ``throttled`` (any sample throttled, dropped or not), ``noisy`` (IQR/median > 10% on either
+    side), ``contended`` (a process other than ours was on the GPU during the cell's measurement,
+    ``CellResult.contention``).
     """
     if cell.error is not None:
         return _failed_cell(result, cell)
@@ -655,9 +631,10 @@ def _compare_kept(
         for s in stats.values()
     ):
         flags.append("noisy")
-    flags += correctness_flags(cell.correctness.values())
     if contention_seen(cell.contention):
         flags.append("contended")
+    found = verdicts.correctness_reasons(result, cell) + verdicts.timer_reasons(cell)
+    found += verdicts.resolution_reasons(result.node.device_type, {v: stats[v].median_ns for v in _VARIANTS})
     rates = throughput(cell.work, stats)
     # The copy-bandwidth bound holds only where every launch was timed cold: one launch per sample
     # after an L2 flush. A sample of n > 1 launches (a CUDA graph replay, a batch of short kernels)
@@ -665,8 +642,7 @@ def _compare_kept(
     launches = cell.samples.launches
     one_launch = bool(launches) and max(launches) == 1
     bound_bytes = m.l2_flush and result.node.device_type == "cuda" and one_launch
-    if implausible(rates, peaks, bound_bytes=bound_bytes):
-        flags.append("implausible")
+    found += _implausible_reasons(rates, peaks, implausible(rates, peaks, bound_bytes=bound_bytes))
 
     ratio = ci_low = ci_high = None
     rc = _ratio_ci(
@@ -677,9 +653,12 @@ def _compare_kept(
     hl = None
     if times["baseline"].size >= 1 and times["candidate"].size >= 1:
         hl = hodges_lehmann(times["baseline"], times["candidate"])
-    v = verdict(ratio, ci_low, ci_high, m.threshold_pct)
-    if v == "faster" and "implausible" in flags:
-        v = "inconclusive"
+    timing, why = verdicts.timing_verdict(ratio, ci_low, ci_high, m.threshold_pct)
+    if why is not None:
+        if stats["baseline"].median_ns == 0.0:
+            why = verdicts.reason("zero-baseline", "the baseline's median time is 0 ns: no ratio")
+        found.append(why)
+    decision = verdicts.decide(timing, found)
     return CellComparison(
         index=cell.index,
         params=cell.params,
@@ -695,9 +674,12 @@ def _compare_kept(
         hl_ci_high_ns=None if hl is None else hl[2],
         p_value=p,
         mde_pct=min_detectable_effect_pct(stats["baseline"], stats["candidate"]),
-        verdict=v,
-        flags=_sorted_flags(flags),
+        verdict=decision.verdict,
+        timing_verdict=timing,
+        reasons=decision.reasons,
+        flags=_sorted_flags([*flags, *decision.flags]),
         correctness=cell.correctness,
+        timed_checks=cell.timed_checks,
         throughput=rates,
         timers=cell.timers,
         static=cell.static,
@@ -754,11 +736,11 @@ def compare(
         for c in cells:
             c.flags = _sorted_flags([*c.flags, *node_flags])
     flags: list[Flag] = [f for c in cells for f in c.flags] + probe_flags(result.probes) + node_flags
-    if result.error:
+    job_reasons = []
+    error = verdicts.job_error(result)
+    if error:
         flags.append("failed")
-    summary: dict[str, int] = {}
-    for c in cells:
-        summary[c.verdict] = summary.get(c.verdict, 0) + 1
+        job_reasons.append(verdicts.reason("job-failed", error))
     baseline_label, candidate_label = variant_labels(result)
     return Comparison(
         job_id=result.job_id if job_id is None else job_id,
@@ -772,6 +754,8 @@ def compare(
         cells=cells,
         probes=result.probes,
         flags=_sorted_flags(flags),
-        summary=summary,
+        summary=verdicts.summary([c.verdict for c in cells]),
         notes=list(notes),
+        reasons=job_reasons,
+        method_version=verdicts.METHOD_VERSION,
     )

@@ -30,6 +30,7 @@ from service.api.deps import SessionDep, SettingsDep, dashboard_access
 from service.history import DEFAULT_JOBS as DEFAULT_HISTORY_JOBS
 from service.history import branch_history
 from service.schemas import JobResult, NodeInfo, ProbeReport
+from service.verdicts import FLAG_NOTES, VERDICT_ORDER
 from web import figures, job_view
 from web.job_view import CellOrder
 
@@ -43,18 +44,9 @@ RAW_FIGURE_SAMPLES = 20_000  # above this many samples a job page draws per-cell
 COMPARISON_PENDING_S = 600.0  # how long after its arrival a large result may wait for its comparison
 PENDING_REFRESH_S = 3  # the "comparison being computed" page reloads itself this often
 TIMELINE_LINKS = 50  # up to this many cells the timeline lists a link per cell; above, previous/next
-VERDICTS = ("faster", "slower", "same", "inconclusive")
+VERDICTS = VERDICT_ORDER
 PHASE_ORDER = {"before": 0, "after": 1, "adhoc": 2}
-FLAG_HELP = {
-    "noisy": "the confidence interval is wider than the threshold allows",
-    "throttled": "samples were taken while the GPU was throttled",
-    "contended": "other processes used the GPU during the job",
-    "degraded-node": "the node's probes were below its healthy band",
-    "implausible": "the implied rate exceeds the node's measured peak",
-    "incorrect": "an output failed the correctness check",
-    "nondeterministic": "repeated runs were not bitwise identical",
-    "failed": "the job or this cell failed",
-}
+FLAG_HELP = FLAG_NOTES
 
 
 def _duration(value_ns: float | None) -> str:

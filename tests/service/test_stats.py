@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import get_args
 
 import numpy as np
 import pytest
 from scipy.stats import false_discovery_control
 
-from service import stats
+from service import stats, verdicts
 from service.schemas import (
     CellResult,
     CopyBandwidthReading,
     CorrectnessResult,
+    Flag,
     GpuTelemetry,
     JobResult,
     JobSpec,
@@ -157,7 +159,12 @@ def test_ci_straddling_threshold_is_inconclusive():
     ],
 )
 def test_verdict_rule(ratio, low, high, expected):
-    assert stats.verdict(ratio, low, high, threshold_pct=1.0) == expected
+    timing, why = verdicts.timing_verdict(ratio, low, high, threshold_pct=1.0)
+    assert timing == expected
+    # an inconclusive timing always says why; a decided one needs no reason
+    assert (why is not None) == (expected == "inconclusive")
+    if why is not None:
+        assert why.code == ("no-interval" if ratio is None else "ci-straddles")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -301,7 +308,9 @@ def test_implausible_flops_is_never_faster():
     assert plain.throughput["candidate_tflops"] == pytest.approx(flops / plain.candidate.median_ns / 1e3)
     guarded = stats.compare(result, peaks={"matmul_tflops": 990.0}).cells[0]
     assert "implausible" in guarded.flags
-    assert guarded.verdict == "inconclusive"
+    assert guarded.verdict == "implausible" and guarded.timing_verdict == "faster"
+    assert [r.code for r in guarded.reasons][:2] == ["rate-above-peak", "rate-above-peak"]
+    assert guarded.reasons[0].side == "baseline" and "TFLOP/s" in guarded.reasons[0].message
 
 
 def _copy_probe(gbps: float) -> ProbeReport:
@@ -329,13 +338,45 @@ def test_copy_probe_bounds_bytes_in_cold_gpu_mode_only():
     assert "implausible" not in stats.compare(warm).cells[0].flags
 
 
-def test_incorrect_keeps_timing_verdict_and_flags():
-    bad = {"candidate": CorrectnessResult(passed=False, rel_error=0.3, message="rows 0-63 wrong")}
+@pytest.mark.parametrize("side", ["baseline", "candidate"])
+def test_a_wrong_side_is_incorrect_whatever_its_speed(side):
+    bad = {side: CorrectnessResult(passed=False, rel_error=0.3, message="rows 0-63 wrong")}
     result = make_result([make_cell(0, make_samples(rounds=60, ratio=0.9, seed=14), correctness=bad)])
     c = stats.compare(result).cells[0]
-    assert c.verdict == "faster"
+    assert c.verdict == "incorrect"
+    assert c.timing_verdict == "faster" and c.ratio is not None and c.ratio < 0.95  # numbers stay
     assert "incorrect" in c.flags
-    assert c.correctness["candidate"].message == "rows 0-63 wrong"
+    assert c.reasons[0].code == "wrong-output" and c.reasons[0].side == side
+    assert c.reasons[0].message == f"{side}: rows 0-63 wrong"
+    assert c.correctness[side].message == "rows 0-63 wrong"
+
+
+@pytest.mark.parametrize(
+    ("codes", "expected"),
+    [
+        ([], "faster"),
+        (["less-accurate"], "inconclusive"),
+        (["rate-above-peak", "less-accurate"], "implausible"),
+        (["nondeterministic", "rate-above-peak"], "nondeterministic"),
+        (["rate-above-peak", "wrong-under-timing", "nondeterministic"], "incorrect"),
+        (["wrong-output", "side-failed"], "failed"),
+        (["correctness-off"], "faster"),  # told, never decisive
+    ],
+)
+def test_verdict_precedence(codes, expected):
+    found = [verdicts.reason(code, code) for code in codes]
+    decision = verdicts.decide("faster", found)
+    assert decision.verdict == expected
+    if expected != "faster":  # the deciding reason comes first
+        assert verdicts.deciding_class(decision.reasons[0]) == expected
+
+
+def test_every_reason_code_is_explained_and_its_flag_exists():
+    for code, kind in verdicts.REASONS.items():
+        assert kind.meaning and code == code.lower()
+        assert kind.verdict in (None, *verdicts.VERDICT_ORDER)
+        assert kind.flag is None or kind.flag in verdicts.FLAG_NOTES
+    assert set(verdicts.FLAG_NOTES) == set(get_args(Flag))
 
 
 def test_failed_cell_and_job_flags():
@@ -346,11 +387,13 @@ def test_failed_cell_and_job_flags():
     probe = ProbeReport(phase="before", taken_at=NOW, telemetry=[telemetry])
     comp = stats.compare(make_result([good, failed], probes=[probe], error="probe after timed out"), job_id=7)
     f = comp.cells[1]
-    assert f.verdict == "inconclusive" and f.flags == ["failed"]
+    assert f.verdict == "failed" and f.flags == ["failed"]
+    assert f.reasons[0].code == "side-failed" and f.reasons[0].message == "CUDA error: out of memory"
     assert f.baseline.n == 0 and f.ratio is None and f.error == "CUDA error: out of memory"
     assert comp.job_id == 7
     assert comp.flags == ["contended", "failed"]
-    assert comp.summary == {"same": 1, "inconclusive": 1}
+    assert comp.summary == {"failed": 1, "same": 1}
+    assert [r.code for r in comp.reasons] == ["job-failed"]
 
 
 def test_contended_needs_a_foreign_process():

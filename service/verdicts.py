@@ -1,0 +1,379 @@
+"""Verdict policy: what a cell's timing, correctness checks and findings add up to.
+
+Correctness outranks speed. A cell's verdict is the highest class among its deciding reasons::
+
+    failed > incorrect > nondeterministic > implausible > inconclusive > faster / slower / same
+
+* ``failed``: a side raised or timed out, or the measurement cannot be trusted at all (kernelab's
+  timing functions were replaced while the job ran);
+* ``incorrect``: a side's output was wrong, in the eager check or under the timed method, or the
+  call did something a kernel must not (modified its inputs, left work running after the timed
+  window, returned a lazy output); the reason names the side;
+* ``nondeterministic``: repeated runs on the same inputs differed bitwise (only where the spec
+  asked for determinism runs or repeats);
+* ``implausible``: a rate above the node's measured peak, a time per launch below what any launch
+  takes on the device, or a timed call that launched no device work;
+* ``inconclusive``: the numbers stand but cannot decide: no confidence interval, a CI that
+  straddles the threshold, sides timed by different methods, a node that changed during the job,
+  a candidate far less accurate than the baseline at the same dtype;
+* only when no reason decides does the timing verdict (``timing_verdict``) speak: ``faster``,
+  ``slower`` or ``same``.
+
+Every deciding reason is a ``schemas.Reason`` with a code from ``REASONS`` and a sentence; the
+timing numbers of an ``incorrect`` or ``implausible`` cell are kept (``CellComparison.ratio`` and
+``timing_verdict``), shown greyed, never as the verdict. ``FLAG_NOTES`` is the one description of
+each flag, used by the text table, the Markdown and the dashboard.
+
+Pure functions over ``service.schemas``; no database, no numpy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple, get_args
+
+from service.schemas import (
+    CellResult,
+    CorrectnessResult,
+    Flag,
+    JobResult,
+    Reason,
+    Severity,
+    TimingVerdict,
+    Variant,
+    Verdict,
+)
+
+METHOD_VERSION = 2
+"""Version of these rules. A stored ``Comparison`` with a lower ``method_version`` was judged by
+older rules (e.g. a wrong kernel could read ``faster``) and is recomputed from its raw result."""
+
+VERDICT_ORDER: tuple[Verdict, ...] = get_args(Verdict)
+"""Every verdict, highest precedence first (the order of ``schemas.Verdict``)."""
+PROBLEM_VERDICTS: frozenset[Verdict] = frozenset({"failed", "incorrect", "nondeterministic", "implausible"})
+"""Verdicts under which the cell's timing is not a result: numbers greyed, shown in red."""
+
+
+class ReasonKind(NamedTuple):
+    """A reason code's verdict class (None: told, never decisive), the flag it raises, and what it
+    means in one sentence (shown where the code is explained)."""
+
+    verdict: Verdict | None
+    flag: Flag | None
+    meaning: str
+
+
+REASONS: dict[str, ReasonKind] = {
+    # failed
+    "side-failed": ReasonKind("failed", "failed", "a side raised or could not be measured"),
+    "job-failed": ReasonKind("failed", "failed", "the job could not be measured"),
+    "timer-tampered": ReasonKind(
+        "failed", "tampered", "kernelab's timing or checking functions were replaced while the job ran"
+    ),
+    # incorrect
+    "wrong-output": ReasonKind("incorrect", "incorrect", "the output differs from the reference"),
+    "wrong-under-timing": ReasonKind(
+        "incorrect", "incorrect",
+        "the output of the timed method (a CUDA-graph replay, a timed launch) differs from the reference",
+    ),
+    "output-after-window": ReasonKind(
+        "incorrect", "incorrect", "the output still changed after the timed window had ended"
+    ),
+    "work-after-window": ReasonKind(
+        "incorrect", "incorrect", "device work the call started was still running after the timed window"
+    ),
+    "background-work": ReasonKind(
+        "incorrect", "incorrect", "the call left a thread running after it returned"
+    ),
+    "inputs-modified": ReasonKind("incorrect", "incorrect", "the call modified its inputs"),
+    "inputs-differ": ReasonKind("incorrect", "incorrect", "the two sides were checked on different inputs"),
+    "not-a-tensor": ReasonKind(
+        "incorrect", "incorrect", "the call returned no plain tensor (a lazy, deferred or wrapped output)"
+    ),
+    # nondeterministic
+    "nondeterministic": ReasonKind(
+        "nondeterministic", "nondeterministic", "repeated runs on the same inputs differed bitwise"
+    ),
+    # implausible
+    "rate-above-peak": ReasonKind(
+        "implausible", "implausible", "an implied rate exceeds 1.1x the node's measured peak"
+    ),
+    "below-resolution": ReasonKind(
+        "implausible", "implausible", "a time per launch below what any launch takes on this device"
+    ),
+    "no-device-work": ReasonKind("implausible", "implausible", "a timed call launched no device work"),
+    # inconclusive
+    "no-interval": ReasonKind("inconclusive", None, "too few samples or rounds for a confidence interval"),
+    "too-few-rounds": ReasonKind(
+        "inconclusive", None, "fewer rounds or samples than a verdict needs"
+    ),
+    "zero-baseline": ReasonKind("inconclusive", None, "the baseline's median time is zero: no ratio"),
+    "ci-straddles": ReasonKind("inconclusive", None, "the confidence interval overlaps the threshold"),
+    "timer-mismatch": ReasonKind(
+        "inconclusive", "timer-mismatch", "the two sides were timed by different methods"
+    ),
+    "node-changed": ReasonKind(
+        "inconclusive", "node-changed", "the node's probes changed during the job beyond their noise"
+    ),
+    "less-accurate": ReasonKind(
+        "inconclusive", "less-accurate",
+        "the candidate's error is far above the baseline's at the same dtype (a precision downgrade?)",
+    ),
+    # told, never decisive
+    "correctness-off": ReasonKind(None, None, "the spec turned the correctness check off"),
+}
+
+FLAG_NOTES: dict[Flag, str] = {
+    "noisy": "IQR/median above 10% on a side (torch.utils.benchmark's warning threshold).",
+    "throttled": "some samples were taken while the GPU was throttled (excluded from the statistics "
+    "unless the spec keeps them; the flag says how many were dropped, baseline+candidate).",
+    "contended": "another process was on the GPU before or during the measurement.",
+    "degraded-node": "the node's health probes were below its healthy band.",
+    "node-changed": "the node's probes after the job differ from those before it beyond their noise: "
+    "the job may have changed the node; the cells' timing cannot decide.",
+    "implausible": "an implied rate exceeds the node's measured peak, a time is below any launch's, or "
+    "a call launched no device work: a timing error, never a verdict.",
+    "incorrect": "a side's output was wrong (eager check or under the timed method) or the call cheated: "
+    "its timing is of a wrong result.",
+    "less-accurate": "the candidate's error is far above the baseline's at the same dtype.",
+    "nondeterministic": "outputs differed bitwise between identical runs.",
+    "timer-mismatch": "the two sides were timed by different methods: their ratio is no verdict.",
+    "tampered": "kernelab's timing or checking functions were replaced while the job ran.",
+    "failed": "the cell (or job) could not be measured; see the error.",
+}
+
+_RANK: dict[Verdict, int] = {v: i for i, v in enumerate(VERDICT_ORDER)}
+
+
+def reason(code: str, message: str, *, side: Variant | None = None) -> Reason:
+    """A ``Reason`` for ``code``; its severity is ``error`` when the code decides a verdict, else
+    ``warning``. Raises ``KeyError`` for a code not in ``REASONS`` (a caller's bug)."""
+    severity: Severity = "error" if REASONS[code].verdict is not None else "warning"
+    return Reason(code=code, message=message[:2000], side=side, severity=severity)
+
+
+def deciding_class(r: Reason) -> Verdict | None:
+    """The verdict class ``r`` decides (None for an informational or unknown code)."""
+    kind = REASONS.get(r.code)
+    return None if kind is None else kind.verdict
+
+
+class Decision(NamedTuple):
+    """A cell's verdict, its reasons (deciding first, then by precedence) and the flags they raise."""
+
+    verdict: Verdict
+    reasons: list[Reason]
+    flags: list[Flag]
+
+
+def decide(timing: TimingVerdict, reasons: Iterable[Reason]) -> Decision:
+    """The verdict of a cell whose timing alone says ``timing``, given everything found.
+
+    The highest class among the deciding reasons wins (module docstring); without one, ``timing``
+    stands. Reasons come back sorted by their class (deciding ones first, informational last,
+    stable within a class); duplicates (same code, side and message) are dropped. Flags are those
+    the reasons' codes raise.
+    """
+    unique: list[Reason] = []
+    seen: set[tuple[str, str | None, str]] = set()
+    for r in reasons:
+        key = (r.code, r.side, r.message)
+        if key not in seen:
+            seen.add(key)
+            unique.append(r)
+    unique.sort(key=lambda r: _RANK.get(deciding_class(r) or "faster", len(_RANK)))
+    classes = [c for r in unique if (c := deciding_class(r)) is not None]
+    verdict: Verdict = min(classes, key=_RANK.__getitem__) if classes else timing
+    flags = [kind.flag for r in unique if (kind := REASONS.get(r.code)) is not None and kind.flag]
+    return Decision(verdict, unique, flags)
+
+
+def timing_verdict(
+    ratio: float | None, ci_low: float | None, ci_high: float | None, threshold_pct: float
+) -> tuple[TimingVerdict, Reason | None]:
+    """What the ratio candidate/baseline and its CI say against threshold t = threshold_pct / 100.
+
+    * ``faster``: ci_high < 1 (the speed-up is statistically real) AND ratio < 1 - t (it is large
+      enough to matter);
+    * ``slower``: ci_low > 1 AND ratio > 1 + t;
+    * ``same``: the whole CI lies inside [1 - t, 1 + t] (an equivalence test: any change is
+      smaller than the threshold, with the CI's confidence);
+    * ``inconclusive`` otherwise, with the reason: no interval, or a CI that straddles 1 - t or 1 + t.
+
+    Why not "faster only when the whole CI lies beyond 1 - t": a real change close to the
+    threshold would then stay inconclusive however many samples are taken. Requiring a CI that
+    excludes 1 plus a point estimate beyond the threshold is the rule of nvbench compare (a gap
+    that must also exceed a minimum) with a proper interval instead of [min, Q3].
+    """
+    if ratio is None or ci_low is None or ci_high is None:
+        return "inconclusive", reason("no-interval", "no confidence interval: too few samples or rounds")
+    t = threshold_pct / 100
+    if ci_high < 1 and ratio < 1 - t:
+        return "faster", None
+    if ci_low > 1 and ratio > 1 + t:
+        return "slower", None
+    if 1 - t <= ci_low and ci_high <= 1 + t:
+        return "same", None
+    return "inconclusive", reason(
+        "ci-straddles",
+        f"the 95% CI [{ci_low:.4g}, {ci_high:.4g}] of the ratio {ratio:.4g} reaches across the "
+        f"±{threshold_pct:g}% threshold: neither a change nor its absence is shown",
+    )
+
+
+def summary(verdicts: Sequence[Verdict]) -> dict[str, int]:
+    """``{verdict: count}`` in ``VERDICT_ORDER``, verdicts with no cell left out."""
+    counts = {v: 0 for v in VERDICT_ORDER}
+    for v in verdicts:
+        counts[v] += 1
+    return {v: n for v, n in counts.items() if n}
+
+
+def job_error(result: JobResult) -> str | None:
+    """The job-level error of ``result``: the runner's own, or, when every cell failed, ``"all N
+    cells failed; first: <error>"``; None when at least one cell was measured. The server applies
+    this rule itself, whatever the runner says: a job none of whose cells measured is ``failed``."""
+    if result.error:
+        return result.error
+    return all_cells_failed(result.cells)
+
+
+def all_cells_failed(cells: Sequence[CellResult]) -> str | None:
+    """``"all N cells failed; first: <error>"`` when ``cells`` is non-empty and every one has an
+    error, else None."""
+    if cells and all(c.error for c in cells):
+        return f"all {len(cells)} cells failed; first: {cells[0].error}"
+    return None
+
+
+# --------------------------------------------------------------------------------------------------
+# Reasons found in a cell's raw result
+# --------------------------------------------------------------------------------------------------
+
+LESS_ACCURATE_FACTOR = 10.0
+"""A candidate whose relative error exceeds this many times the larger of the baseline's error and
+the dtype's machine epsilon is ``less-accurate`` (e.g. a float32 kernel computing in TF32 or
+bfloat16 that passes a loose tolerance)."""
+
+# Machine epsilon (spacing of representable numbers just above 1) per dtype: IEEE 754-2008 for the
+# binary formats (float64 2^-52, float32 2^-23, float16 2^-10), bfloat16 2^-7 (7 explicit mantissa
+# bits), TF32 2^-10 (NVIDIA A100 whitepaper: 10 explicit mantissa bits), OCP OFP8 rev. 1.0 for fp8
+# (E4M3 2^-3, E5M2 2^-2).
+MACHINE_EPSILON: dict[str, float] = {
+    "float64": 2.0**-52, "float32": 2.0**-23, "tf32": 2.0**-10, "float16": 2.0**-10,
+    "bfloat16": 2.0**-7, "float8_e4m3fn": 2.0**-3, "float8_e4m3fnuz": 2.0**-3, "float8_e5m2": 2.0**-2,
+    "float8_e5m2fnuz": 2.0**-2,
+}  # fmt: skip
+
+MIN_LAUNCH_NS: dict[str, float] = {"cuda": 250.0, "cpu": 10.0}
+"""Shortest credible time per launch, ns, per device type. On a GPU no kernel, copy or memset runs
+in less: the shortest graph-replayed kernel on an H200 takes about 1 us (a one-element kernel reads
+1.02 us per launch under ``triton.testing.do_bench_cudagraph``; docs/results/2026-11-30-h200-timing-
+accuracy.md). On a CPU a Python call alone costs more than 10 ns. A median below it is no timing."""
+
+
+def _dtype_name(value: object) -> str | None:
+    if not isinstance(value, str):
+        return None
+    name = value.strip().lower().removeprefix("torch.")
+    return {"fp32": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16",
+            "fp64": "float64", "double": "float64", "float": "float32"}.get(name, name)
+
+
+def correctness_reasons(result: JobResult, cell: CellResult) -> list[Reason]:
+    """The reasons a cell's correctness data gives (each naming its side): a failed eager check
+    (``wrong-output``), findings of the checked samples through the timer (``timed_checks``), the
+    runner's own findings about the cell, repeated runs that differed (``nondeterministic``), a
+    candidate far less accurate than its baseline (``less-accurate``, see ``LESS_ACCURATE_FACTOR``),
+    and ``correctness-off`` when the spec turned the check off."""
+    out: list[Reason] = []
+    for side, check in cell.correctness.items():
+        if not check.passed:
+            text = check.message or "the output differs from the reference"
+            out.append(reason("wrong-output", f"{side}: {text}", side=side))
+        if is_nondeterministic(check):
+            out.append(reason("nondeterministic", f"{side}: {_nondeterminism_text(check)}", side=side))
+    for side, checks in cell.timed_checks.items():
+        for timed in checks:
+            out += [f if f.side is not None else f.model_copy(update={"side": side}) for f in timed.findings]
+    out += cell.findings
+    out += _accuracy_reasons(cell)
+    if not result.spec.correctness.enabled:
+        out.append(reason("correctness-off", "the outputs were not checked (correctness.enabled is false)"))
+    return out
+
+
+def is_nondeterministic(check: CorrectnessResult) -> bool:
+    """True when repeated runs of one side on the same inputs disagreed (``runners.checks``):
+    the bitwise determinism check saw differing runs, or the repeat check on fixed inputs failed
+    only sometimes or with errors that changed between failures (a race, not a clobber)."""
+    if check.determinism is not None and not check.determinism.deterministic:
+        return True
+    r = check.repeats
+    if r is None or r.inputs != "fixed" or r.failures == 0:
+        return False
+    return r.failures < r.runs or r.failure_errors_identical is False
+
+
+def _nondeterminism_text(check: CorrectnessResult) -> str:
+    d = check.determinism
+    if d is not None and not d.deterministic:
+        where = f"; {d.where}" if d.where else ""
+        return f"{d.differing_runs}/{max(d.runs - 1, 1)} runs on the same inputs differed bitwise{where}"
+    r = check.repeats
+    assert r is not None
+    return f"{r.failures}/{r.runs} runs on the same inputs failed, with errors that moved (a race)"
+
+
+def _accuracy_reasons(cell: CellResult) -> list[Reason]:
+    base, cand = cell.correctness.get("baseline"), cell.correctness.get("candidate")
+    if base is None or cand is None or not (base.passed and cand.passed):
+        return []
+    if base.rel_error is None or cand.rel_error is None:
+        return []
+    sides = ((base, cell.baseline_params or cell.params), (cand, cell.candidate_params or cell.params))
+    dtypes = {_dtype_name(c.dtype) or _dtype_name(params.get("dtype")) for c, params in sides}
+    if len(dtypes) != 1:
+        return []  # the sides compute at different dtypes: their errors are not comparable
+    (dtype,) = dtypes
+    eps = MACHINE_EPSILON.get(dtype or "")
+    if eps is None:
+        return []
+    floor = max(base.rel_error, eps)
+    if cand.rel_error <= LESS_ACCURATE_FACTOR * floor:
+        return []
+    return [reason(
+        "less-accurate",
+        f"candidate: rel. error {cand.rel_error:.3g} is {cand.rel_error / floor:,.0f}x the baseline's "
+        f"{base.rel_error:.3g} at {dtype} (machine epsilon {eps:.3g}); it passed a tolerance of "
+        f"rtol={cand.rtol:g}, but a precision downgrade is no speed-up of the same computation",
+        side="candidate",
+    )]
+
+
+def resolution_reasons(device_type: str, medians_ns: dict[Variant, float | None]) -> list[Reason]:
+    """``below-resolution`` for each side whose median time per launch is below
+    ``MIN_LAUNCH_NS[device_type]`` (a zero time included)."""
+    floor = MIN_LAUNCH_NS.get(device_type)
+    if floor is None:
+        return []
+    return [
+        reason("below-resolution",
+               f"{side}: {median:.3g} ns per launch is below the {floor:g} ns any launch takes on a "
+               f"{device_type} device: the call launched (almost) nothing, or the timing failed", side=side)
+        for side, median in medians_ns.items()
+        if median is not None and median < floor
+    ]
+
+
+def timer_reasons(cell: CellResult) -> list[Reason]:
+    """``timer-mismatch`` when the two sides were timed by different methods (a capture fallback on
+    one side only): their ratio compares two methods, not two kernels."""
+    kinds = {cell.timers.get("baseline"), cell.timers.get("candidate")}
+    if len(kinds) == 2 and None not in kinds:
+        return [reason(
+            "timer-mismatch",
+            f"baseline timed by {cell.timers['baseline']}, candidate by {cell.timers['candidate']}: "
+            "the ratio compares two timing methods",
+        )]
+    return []
