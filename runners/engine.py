@@ -120,8 +120,8 @@ class PairTimer(Protocol):
     """The step of the engine that may run elsewhere: time one sample of one variant.
 
     ``runners.engine`` decides the order and the launch counts; a ``PairTimer`` only executes.
-    ``LocalPairTimer`` calls the two callables in this process; ``runners.revision_job`` sends
-    each request to the worker process of that variant's source revision.
+    ``LocalPairTimer`` calls the two sides in this process; ``runners.revision_job`` sends each
+    request to the worker process of that variant's source revision.
     """
 
     def time_ns(self, variant: Variant, launches: int) -> float:
@@ -132,22 +132,91 @@ class PairTimer(Protocol):
         """Launches per sample for ``variant`` whose launch is estimated at ``per_launch_ns``."""
         ...
 
+    def timer_kind(self, variant: Variant) -> str:
+        """The timer kind that times ``variant`` now (a CUDA-graph capture may have fallen back)."""
+        ...
+
+    def use_fallback(self, variant: Variant) -> bool:
+        """Time ``variant`` with its timer's fallback from now on; False when there is none."""
+        ...
+
+
+class Side(Protocol):
+    """One side as ``LocalPairTimer`` drives it (``runners.sides.LocalSide`` implements it)."""
+
+    @property
+    def timer_kind(self) -> str: ...
+
+    def time_ns(self, launches: int) -> float: ...
+
+    def launches_for(self, per_launch_ns: float) -> int: ...
+
+    def use_fallback(self) -> bool: ...
+
+
+class CallableSide:
+    """A ``Side`` of one zero-argument callable timed by a ``runners.timing.Timer``."""
+
+    def __init__(self, fn: Callable[[], Any], timer: Timer):
+        self.fn, self.timer = fn, timer
+
+    @property
+    def timer_kind(self) -> str:
+        return self.timer.kind_for(self.fn)
+
+    def time_ns(self, launches: int) -> float:
+        """``timer.time_ns`` of the callable; whatever it raises propagates."""
+        return self.timer.time_ns(self.fn, launches)
+
+    def launches_for(self, per_launch_ns: float) -> int:
+        """``timer.launches_for`` for the callable (a ``FallbackTimer`` sizes each callable's
+        window for the timer that times it)."""
+        return self.timer.launches_for(per_launch_ns, self.fn)
+
+    def use_fallback(self) -> bool:
+        use = getattr(self.timer, "use_fallback", None)
+        if use is None:
+            return False
+        use(self.fn)
+        return True
+
 
 class LocalPairTimer:
-    """``PairTimer`` over two zero-argument callables and one ``runners.timing.Timer`` in-process."""
+    """``PairTimer`` over two ``Side`` objects in this process."""
 
-    def __init__(self, fns: Mapping[Variant, Callable[[], Any]], timer: Timer):
-        self.fns = dict(fns)
-        self.timer = timer
+    def __init__(self, sides: Mapping[Variant, Side]):
+        self.sides = dict(sides)
 
     def time_ns(self, variant: Variant, launches: int) -> float:
-        """``timer.time_ns`` of ``variant``'s callable; whatever the callable raises propagates."""
-        return self.timer.time_ns(self.fns[variant], launches)
+        return self.sides[variant].time_ns(launches)
 
     def launches_for(self, variant: Variant, per_launch_ns: float) -> int:
-        """``timer.launches_for`` for ``variant``'s callable (one timer serves both variants; a
-        ``FallbackTimer`` sizes each callable's window for the timer that times it)."""
-        return self.timer.launches_for(per_launch_ns, self.fns[variant])
+        return self.sides[variant].launches_for(per_launch_ns)
+
+    def timer_kind(self, variant: Variant) -> str:
+        return self.sides[variant].timer_kind
+
+    def use_fallback(self, variant: Variant) -> bool:
+        return self.sides[variant].use_fallback()
+
+
+Checkpoint = Callable[[int, Mapping[Variant, int]], None]
+"""Called by ``measure_interleaved`` after the first round and after the last one with the rounds
+completed and each side's launches per sample (``runners.job`` takes its checked samples there)."""
+
+
+def _align_timers(pair: PairTimer) -> bool:
+    """When the two sides are timed by different methods (one fell back from a CUDA-graph
+    capture), move the other one to its fallback too, so both are timed alike; True when a side
+    moved. Sides whose methods still differ are recorded by the caller (``timer-mismatch``)."""
+    kinds = {v: pair.timer_kind(v) for v in VARIANTS}
+    if kinds["baseline"] == kinds["candidate"]:
+        return False
+    moved = False
+    for variant in VARIANTS:
+        if pair.use_fallback(variant):
+            moved = True
+    return moved and pair.timer_kind("baseline") == pair.timer_kind("candidate")
 
 
 def _warm_up(pair: PairTimer, warmup_ms: float) -> dict[Variant, int]:
@@ -221,7 +290,8 @@ def measure_pair(
     round, at each CI check and after the last round. Whatever the callables or the timer raise
     propagates (the caller records it against the cell).
     """
-    pair = LocalPairTimer({"baseline": fn_baseline, "candidate": fn_candidate}, timer)
+    pair = LocalPairTimer({"baseline": CallableSide(fn_baseline, timer),
+                           "candidate": CallableSide(fn_candidate, timer)})
     return measure_interleaved(pair, settings, sampler=sampler, progress=progress, monitor=monitor)
 
 
@@ -232,14 +302,20 @@ def measure_interleaved(
     sampler: ClockSampler | None = None,
     progress: ProgressFn | None = None,
     monitor: ContentionMonitor | None = None,
+    checkpoint: Checkpoint | None = None,
 ) -> SampleColumns:
     """``measure_pair`` over any ``PairTimer``: warm-up, interleaved rounds, stop rule, samples.
 
     The round order, launch counts, per-sample context and stop rule are decided here, in the
     calling process, whatever process times the samples (see ``measure_pair`` for the contract).
-    Whatever ``pair`` raises propagates.
+    When the warm-up leaves the two sides on different timing methods (a CUDA-graph capture that
+    failed for one side), both move to the fallback and the warm-up runs again (``_align_timers``).
+    ``checkpoint(rounds, launches)`` runs after the first and after the last round (its time is
+    not sampled). Whatever ``pair`` or ``checkpoint`` raises propagates.
     """
     launches = _warm_up(pair, settings.warmup_ms)
+    if _align_timers(pair):
+        launches = _warm_up(pair, settings.warmup_ms)
     rng = np.random.default_rng(settings.seed)
     budget_ns = settings.budget_ms * 1e6
     target = settings.target_ci_pct / 100.0
@@ -257,6 +333,10 @@ def measure_interleaved(
             timed_ns += duration_ns * launches[variant]
             samples.append(_sample(variant, rounds, position, duration_ns, launches[variant], sampler))
         rounds += 1
+        if rounds == 1 and checkpoint is not None:
+            t_check = time.perf_counter_ns()
+            checkpoint(rounds, launches)
+            t_start += time.perf_counter_ns() - t_check  # the budget is for sampling, not checking
         if rounds < settings.min_rounds:
             continue
         elapsed_ns = time.perf_counter_ns() - t_start
@@ -276,4 +356,6 @@ def measure_interleaved(
             next_check = rounds + max(_MIN_CHECK_INTERVAL_ROUNDS, math.ceil(_CHECK_GROWTH * rounds))
     if monitor is not None:
         monitor.check(rounds)
+    if checkpoint is not None:
+        checkpoint(rounds, launches)
     return samples

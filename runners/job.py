@@ -41,22 +41,26 @@ import torch
 from kernels import Benchmark, get_benchmark
 from kernels._device import configure_triton_env
 from kernels.check import check_output, poison_
-from runners.checks import compare_bitwise, run_checks, scale_inputs
-from runners.engine import ClockSampler, measure_pair
+from runners import integrity
+from runners.checks import bitwise_diff, compare_bitwise, run_checks, scale_inputs
+from runners.engine import ClockSampler, LocalPairTimer, measure_interleaved
 from runners.probes import node_info, run_probes
 from runners.probes.contention import GpuContentionMonitor
+from runners.probes.copy_bandwidth import measure_cuda_copy
 from runners.probes.telemetry import ContextSampler
+from runners.sides import LocalSide, modified_inputs, refill_inputs, snapshot_inputs
 from runners.timing import Timer, TimerKind, make_timer
 from service.schemas import (
     CellResult,
     CorrectnessResult,
     JobResult,
     JobSpec,
+    NodeInfo,
     ParamValue,
     ProbeReport,
     Variant,
 )
-from service.verdicts import all_cells_failed
+from service.verdicts import all_cells_failed, reason
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +98,7 @@ def _probes(spec: JobSpec, phase: Literal["before", "after"], device: torch.devi
     Only the on/off switches count (not ``mode``); the matmul peak counts on CUDA only
     (``run_probes`` measures no CPU peak)."""
     enabled = {k: v for k, v in spec.probes.model_dump().items() if isinstance(v, bool)}
+    enabled.pop("canary")  # measured in the measuring process, not a probe report
     if device.type != "cuda":
         enabled.pop("matmul_peak", None)
     if not any(enabled.values()):
@@ -139,65 +144,143 @@ def check_variant(
     return check_output(out, ref, rtol=rtol, atol=atol)
 
 
+CHECK_SEED_STRIDE = 7919  # checked sample k draws its fresh inputs with seed + 7919 * (k + 1)
+
+
+def check_seed(seed: int, k: int) -> int:
+    """The seed of the fresh inputs of checked sample ``k`` (0-based) of a cell measured with
+    ``seed``: apart from the cell's own inputs and from the repeat check's ``seed + i``."""
+    return seed + CHECK_SEED_STRIDE * (k + 1)
+
+
+def _prepare_sides(
+    bench: Benchmark[Any], spec: JobSpec, cell: dict[str, ParamValue], device: torch.device, timer: Timer,
+) -> tuple[dict[Variant, Any], dict[Variant, dict[str, Any]], dict[Variant, LocalSide]]:
+    """Each side's parameters, inputs (shared when the parameters are equal, scaled by
+    ``correctness.input_scale``) and prepared ``LocalSide`` with the cell's tolerances."""
+    specs: dict[Variant, Any] = {"baseline": spec.baseline, "candidate": spec.candidate}
+    params = {v: bench.parse_params({**cell, **s.params}) for v, s in specs.items()}
+    inputs: dict[Variant, dict[str, Any]] = {
+        "baseline": bench.make_inputs(params["baseline"], device, spec.measurement.seed)
+    }
+    inputs["candidate"] = (
+        inputs["baseline"]
+        if params["candidate"] == params["baseline"]
+        else bench.make_inputs(params["candidate"], device, spec.measurement.seed)
+    )
+    scale = spec.correctness.input_scale
+    if scale != 1.0:
+        shared = inputs["candidate"] is inputs["baseline"]
+        inputs["baseline"] = scale_inputs(inputs["baseline"], scale)
+        inputs["candidate"] = inputs["baseline"] if shared else scale_inputs(inputs["candidate"], scale)
+    sides: dict[Variant, LocalSide] = {}
+    for v, side_spec in specs.items():
+        default_rtol, default_atol = bench.tolerances(params[v])
+        rtol = spec.correctness.rtol if spec.correctness.rtol is not None else default_rtol
+        atol = spec.correctness.atol if spec.correctness.atol is not None else default_atol
+        fn = bench.prepare(side_spec.variant, params[v], inputs[v])
+        sides[v] = LocalSide(side=v, bench=bench, variant=side_spec.variant, params=params[v],
+                             inputs=inputs[v], fn=fn, timer=timer, device=device, rtol=rtol, atol=atol)
+    return params, inputs, sides
+
+
+def _eager_checks(
+    bench: Benchmark[Any], spec: JobSpec, result: CellResult, params: dict[Variant, Any],
+    sides: dict[Variant, LocalSide], device: torch.device,
+) -> None:
+    """Step 4 of the module docstring, into ``result.correctness`` and ``result.findings``."""
+    refs = {v: bench.reference(params[v], sides[v].inputs) for v in sides}  # before any run
+    outs: dict[Variant, torch.Tensor] = {}
+    for v, side in sides.items():
+        before = snapshot_inputs(side.inputs)
+        result.correctness[v], outs[v] = run_checks(
+            bench, side.variant, params[v], side.inputs, side.fn, refs[v], spec.correctness,
+            seed=spec.measurement.seed, device=device, rtol=side.rtol, atol=side.atol,
+        )
+        if before is not None:
+            # An in-place kernel's output is one of its inputs: that one may change (to the output).
+            modified = [k for k in modified_inputs(before, side.inputs)
+                        if not _is_output(side.inputs[k], outs[v])]
+            if modified:
+                result.findings.append(reason(
+                    "inputs-modified", f"{v}: the call modified its inputs {', '.join(modified)} "
+                    "(eager check)", side=v))
+                refill_inputs(side.inputs, before)  # the other side must see the inputs as made
+    if spec.correctness.bitwise_vs_baseline:
+        candidate = result.correctness["candidate"]
+        candidate.vs_baseline = compare_bitwise(
+            outs["candidate"], outs["baseline"], bench, params["candidate"]
+        )
+        if not candidate.vs_baseline.identical:
+            candidate.passed = False
+            candidate.message += f"; differs bitwise from the baseline: {candidate.vs_baseline.where}"
+
+
+def _is_output(tensor: Any, out: torch.Tensor) -> bool:
+    """Whether input ``tensor`` now holds exactly ``out`` (an in-place kernel wrote its output there)."""
+    return (isinstance(tensor, torch.Tensor) and tensor.shape == out.shape and tensor.dtype == out.dtype
+            and not bool(bitwise_diff(tensor, out).any()))
+
+
+def _checked_samples(
+    spec: JobSpec, result: CellResult, sides: dict[Variant, LocalSide]
+) -> Callable[[int, Mapping[Variant, int]], None]:
+    """The engine's checkpoint: one checked sample per side through the timer (``runners.sides``)
+    into ``result.timed_checks``, and the integrity of kernelab's timing functions."""
+    taken = [0]
+
+    def checkpoint(rounds: int, launches: Mapping[Variant, int]) -> None:
+        seed = check_seed(spec.measurement.seed, taken[0])
+        taken[0] += 1
+        for v, side in sides.items():
+            check = side.checked_sample(seed=seed, rounds=rounds, launches=launches[v])
+            result.timed_checks.setdefault(v, []).append(check)
+        _integrity(result)
+
+    return checkpoint
+
+
+def _integrity(result: CellResult) -> None:
+    """A ``timer-tampered`` finding when a function kernelab times or checks with was replaced."""
+    found = integrity.tamper_reason()
+    if found is not None and not any(f.code == "timer-tampered" for f in result.findings):
+        result.findings.append(found)
+
+
 def _run_cell(
     bench: Benchmark[Any], spec: JobSpec, index: int, cell: dict[str, ParamValue], device: torch.device,
     timer: Timer, sampler: ClockSampler | None, progress: Callable[[str], None],
     monitor: GpuContentionMonitor | None = None,
 ) -> CellResult:
     """Measure one cell; an exception is recorded in ``CellResult.error`` with what came before."""
-    sides: dict[Variant, Any] = {"baseline": spec.baseline, "candidate": spec.candidate}
-    merged = {v: {**cell, **side.params} for v, side in sides.items()}
+    merged = {"baseline": {**cell, **spec.baseline.params}, "candidate": {**cell, **spec.candidate.params}}
     result = CellResult(
         index=index, params=cell, baseline_params=merged["baseline"], candidate_params=merged["candidate"]
     )
+    sides: dict[Variant, LocalSide] = {}
     try:
-        params = {v: bench.parse_params(merged[v]) for v in sides}
-        inputs: dict[Variant, dict[str, Any]] = {
-            "baseline": bench.make_inputs(params["baseline"], device, spec.measurement.seed)
-        }
-        inputs["candidate"] = (
-            inputs["baseline"]
-            if params["candidate"] == params["baseline"]
-            else bench.make_inputs(params["candidate"], device, spec.measurement.seed)
-        )
-        scale = spec.correctness.input_scale
-        if scale != 1.0:
-            inputs = {"baseline": scale_inputs(inputs["baseline"], scale),
-                      "candidate": scale_inputs(inputs["candidate"], scale)}
-        fns = {v: bench.prepare(sides[v].variant, params[v], inputs[v]) for v in sides}
+        _integrity(result)
+        params, _, sides = _prepare_sides(bench, spec, cell, device, timer)
         if spec.correctness.enabled:
             progress("correctness")
-            refs = {v: bench.reference(params[v], inputs[v]) for v in sides}  # before any run
-            outs: dict[Variant, torch.Tensor] = {}
-            for v in sides:
-                default_rtol, default_atol = bench.tolerances(params[v])
-                rtol = spec.correctness.rtol if spec.correctness.rtol is not None else default_rtol
-                atol = spec.correctness.atol if spec.correctness.atol is not None else default_atol
-                result.correctness[v], outs[v] = run_checks(
-                    bench, sides[v].variant, params[v], inputs[v], fns[v], refs[v], spec.correctness,
-                    seed=spec.measurement.seed, device=device, rtol=rtol, atol=atol,
-                )
-            if spec.correctness.bitwise_vs_baseline:
-                candidate = result.correctness["candidate"]
-                candidate.vs_baseline = compare_bitwise(
-                    outs["candidate"], outs["baseline"], bench, params["candidate"]
-                )
-                if not candidate.vs_baseline.identical:
-                    candidate.passed = False
-                    candidate.message += f"; differs bitwise from the baseline: {candidate.vs_baseline.where}"
-            del refs, outs
+            _eager_checks(bench, spec, result, params, sides, device)
         progress("measuring")
         if monitor is not None:
             monitor.start()
+        checkpoint = _checked_samples(spec, result, sides) if spec.correctness.enabled and \
+            spec.correctness.timed_checks else None
         try:
-            result.samples = measure_pair(
-                fns["baseline"], fns["candidate"], spec.measurement, timer, sampler=sampler,
-                progress=progress, monitor=monitor,
+            result.samples = measure_interleaved(
+                LocalPairTimer(sides), spec.measurement, sampler=sampler, progress=progress, monitor=monitor,
+                checkpoint=checkpoint,
             )
         finally:
-            result.timers = {v: timer.kind_for(fns[v]) for v in sides}
+            result.timers = {v: side.timer_kind for v, side in sides.items()}
             result.contention = monitor.take() if monitor is not None else []
+        for side in sides.values():
+            result.findings += side.device_work_findings()
         result.work = {v: bench.work(params[v], sides[v].variant) for v in sides}
+        _integrity(result)
     except Exception as exc:  # one cell's failure must not lose the job's other cells
         logger.exception("cell %d %s failed", index, cell)
         result.error = _short_error(exc)
@@ -228,6 +311,85 @@ def _free_device_memory(device: torch.device, timer: Timer) -> None:
         torch.cuda.empty_cache()
 
 
+CANARY_TOLERANCE = 0.15
+"""A cell after which the in-process copy-bandwidth canary reads more than 15% away from the
+reading taken before the benchmark was imported (either way) gets a ``node-changed`` finding.
+The H200 copy probe varies by well under 1% between readings (4,184-4,190 GB/s over a day,
+docs/results/2026-11-30-h200x2-probe-accuracy.md); the cheats it is for moved it by 3x and 100x."""
+_CANARY_SAMPLES = 3
+
+
+def _canary_gbps(device: torch.device) -> float | None:
+    """Device-local copy bandwidth (GB/s) measured in this process with kernelab's own timing code
+    (``runners.probes.copy_bandwidth``, 3 samples); None off CUDA or when it cannot run."""
+    if device.type != "cuda":
+        return None
+    try:
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return measure_cuda_copy(index, samples=_CANARY_SAMPLES).bandwidth_gbps
+    except RuntimeError:
+        logger.warning("copy-bandwidth canary failed", exc_info=True)
+        return None
+
+
+def _canary_check(result: CellResult, reference_gbps: float | None, device: torch.device) -> None:
+    """After a cell: the canary again; a ``node-changed`` finding when it left the band."""
+    if reference_gbps is None or result.error is not None:
+        return
+    now = _canary_gbps(device)
+    if now is None:
+        return
+    change = now / reference_gbps - 1
+    if abs(change) > CANARY_TOLERANCE:
+        result.findings.append(reason(
+            "node-changed",
+            f"device copy bandwidth in the measuring process read {now:,.0f} GB/s after this cell against "
+            f"{reference_gbps:,.0f} GB/s before the benchmark was loaded ({100 * change:+.0f}%, beyond "
+            f"±{100 * CANARY_TOLERANCE:.0f}%): the cell changed the device's state (a cache or clock policy, "
+            "a patched timer, another tenant); its timing cannot decide"))
+
+
+def measure_cells(
+    spec: JobSpec,
+    *,
+    device: torch.device,
+    progress: ProgressCallback | None = None,
+    timer_kind: TimerKind | None = None,
+) -> tuple[list[CellResult], NodeInfo, str]:
+    """Measure every sweep cell of ``spec`` in this process: ``(cells, node fingerprint, timer
+    label)`` (module docstring, steps 1-8). Imports the benchmark: run it in a process of its own
+    (``run_job`` does, through ``python -m runners.measure``). Raises ``kernels.BenchmarkError``
+    for an unknown benchmark; failures inside a cell never raise."""
+    configure_triton_env(device)  # TRITON_INTERPRET for the CPU, before anything imports triton
+    integrity.take_snapshot()  # before the benchmark module is imported
+    report: ProgressCallback = progress if progress is not None else (lambda i, n, msg: None)
+    guard = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+    with guard:
+        canary = _canary_gbps(device) if spec.probes.canary else None  # before the benchmark's import
+        bench = get_benchmark(spec.benchmark)
+        timer = make_timer(device, spec.measurement, kind=timer_kind)
+        sampler = ContextSampler(device.index) if device.type == "cuda" else None
+        monitor = GpuContentionMonitor(device.index) if device.type == "cuda" else None
+        cells = spec.cells(device.type)  # type: ignore[arg-type]
+        results: list[CellResult] = []
+        with _cpu_threads(1) if device.type == "cpu" else contextlib.nullcontext():
+            for index, cell in enumerate(cells):
+                report(index, len(cells), f"cell {index + 1}/{len(cells)} {cell}")
+                result = _run_cell(bench, spec, index, cell, device, timer, sampler,
+                                   partial(report, index, len(cells)), monitor)
+                _free_device_memory(device, timer)
+                _canary_check(result, canary, device)
+                report(index, len(cells), f"done: {result.error or f'{len(result.samples)} samples'}")
+                results.append(result)
+        if spec.static_metrics.enabled and cells:  # after the timing: compiling loads the CPU
+            from runners.static_metrics import attach_static
+
+            report(len(cells) - 1, len(cells), "static metrics of the compiled kernels")
+            attach_static(spec, results, device)
+        # After the cells: the fingerprint then shows whether Triton kernels ran interpreted.
+        return results, node_info(device), timer.label
+
+
 def run_job(
     spec: JobSpec,
     *,
@@ -236,52 +398,42 @@ def run_job(
     device: str | torch.device | None = None,
     progress: ProgressCallback | None = None,
     timer_kind: TimerKind | None = None,
+    isolate: bool = True,
 ) -> JobResult:
     """Run ``spec`` on this node and return every raw result (see the module docstring).
 
+    The probes before and after run in this process; the cells are measured in a child process
+    (``python -m runners.measure``) that is killed once ``spec.timeout_s`` has passed, unless
+    ``isolate`` is False (the cells are then measured here, e.g. by tests of the engine).
     ``device`` overrides ``spec.device`` (``"auto"``: the GPU when there is one). ``progress(cell
     index, cell count, message)`` is called as each cell advances. ``timer_kind`` overrides
     ``spec.measurement.timer`` (``runners.timing.make_timer``). ``idempotency_key`` defaults to a
-    fresh ``uuid4().hex``; timestamps are UTC. Raises ``RuntimeError`` for a CUDA device without CUDA and
-    ``kernels.BenchmarkError`` for an unknown benchmark; failures inside a cell never raise.
+    fresh ``uuid4().hex``; timestamps are UTC. Raises ``RuntimeError`` for a CUDA device without
+    CUDA, ``kernels.BenchmarkError`` for an unknown benchmark, ``runners.measure.MeasureError``
+    when the child fails or overruns ``timeout_s``; failures inside a cell never raise.
     """
     started_at = datetime.now(UTC)
     dev = resolve_device(device, spec.device)
-    configure_triton_env(dev)  # TRITON_INTERPRET for the CPU, before anything imports triton
-    bench = get_benchmark(spec.benchmark)
-    timer = make_timer(dev, spec.measurement, kind=timer_kind)
-    sampler = ContextSampler(dev.index) if dev.type == "cuda" else None
-    monitor = GpuContentionMonitor(dev.index) if dev.type == "cuda" else None
-    cells = spec.cells(dev.type)  # type: ignore[arg-type]
-    report: ProgressCallback = progress if progress is not None else (lambda i, n, msg: None)
+    configure_triton_env(dev)  # inherited by the child, before anything imports triton
     guard = torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext()
     with guard:
         probes = _probes(spec, "before", dev)
-        results: list[CellResult] = []
-        with _cpu_threads(1) if dev.type == "cpu" else contextlib.nullcontext():
-            for index, cell in enumerate(cells):
-                report(index, len(cells), f"cell {index + 1}/{len(cells)} {cell}")
-                result = _run_cell(
-                    bench, spec, index, cell, dev, timer, sampler,
-                    partial(report, index, len(cells)), monitor,
-                )
-                _free_device_memory(dev, timer)
-                report(index, len(cells), f"done: {result.error or f'{len(result.samples)} samples'}")
-                results.append(result)
-        if spec.static_metrics.enabled and cells:  # after the timing: compiling loads the CPU
-            from runners.static_metrics import attach_static
+    if isolate:
+        from runners.measure import measure_in_child
 
-            report(len(cells) - 1, len(cells), "static metrics of the compiled kernels")
-            attach_static(spec, results, dev)
-        # After the cells: the fingerprint then shows whether Triton kernels ran interpreted.
-        node = node_info(dev)
+        results, node, timer_label = measure_in_child(
+            spec, device=dev, progress=progress, timer_kind=timer_kind, timeout_s=spec.timeout_s,
+        )
+    else:
+        results, node, timer_label = measure_cells(spec, device=dev, progress=progress, timer_kind=timer_kind)
+    with guard:
         probes += _probes(spec, "after", dev)
     return JobResult(
         idempotency_key=idempotency_key or uuid.uuid4().hex,
         job_id=job_id,
         spec=spec,
         node=node,
-        timer=timer.label,
+        timer=timer_label,
         started_at=started_at,
         finished_at=datetime.now(UTC),
         cells=results,

@@ -35,7 +35,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -45,7 +45,7 @@ import torch
 
 from kernels._device import configure_triton_env
 from runners.engine import measure_interleaved
-from runners.job import ProgressCallback, _probes, _short_error, resolve_device
+from runners.job import ProgressCallback, _probes, _short_error, check_seed, resolve_device
 from runners.probes import node_info
 from runners.probes.telemetry import ContextSampler
 from runners.revisions import AllowList, Checkout, RevisionCache, RevisionError
@@ -55,8 +55,10 @@ from service.schemas import (
     CorrectnessResult,
     JobResult,
     JobSpec,
+    Reason,
     RevisionInfo,
     RevisionsInfo,
+    TimedCheck,
     Variant,
     Work,
 )
@@ -157,6 +159,32 @@ class RemotePairTimer:
         return choose_launches(per_launch_ns, min_window_ns=float(info["min_window_ns"]),
                                max_launches=int(info["max_launches"]))
 
+    def _ask(self, variant: Variant, payload: dict[str, Any]) -> dict[str, Any]:
+        answer = self.channels[variant].request(payload)
+        if not answer.get("ok"):
+            raise RuntimeError(f"{variant}: {answer.get('error')}")
+        return answer
+
+    def timer_kind(self, variant: Variant) -> str:
+        """The timer kind that times ``variant`` in its worker now."""
+        return str(self._ask(variant, {"op": "kind"})["kind"])
+
+    def use_fallback(self, variant: Variant) -> bool:
+        """Move ``variant``'s worker to its timer's fallback."""
+        return bool(self._ask(variant, {"op": "fallback"})["moved"])
+
+    def verify(
+        self, variant: Variant, *, seed: int, rounds: int, launches: int
+    ) -> tuple[TimedCheck, list[Reason]]:
+        """A checked sample of ``variant`` in its worker (``runners.sides.LocalSide.checked_sample``)."""
+        answer = self._ask(variant, {"op": "verify", "seed": seed, "rounds": rounds, "launches": launches})
+        found = [Reason.model_validate(f) for f in answer["findings"]]
+        return TimedCheck.model_validate(answer["check"]), found
+
+    def finish(self, variant: Variant) -> list[Reason]:
+        """Findings of ``variant``'s worker after the rounds (no device work, a replaced timer)."""
+        return [Reason.model_validate(f) for f in self._ask(variant, {"op": "finish"})["findings"]]
+
 
 def _label(spec: JobSpec, side: Variant, checkout: Checkout | None) -> str:
     source = getattr(spec, side).source
@@ -211,8 +239,26 @@ def _run_cell(
         for side, answer in answers.items():
             if answer.get("correctness") is not None:
                 result.correctness[side] = CorrectnessResult.model_validate(answer["correctness"])
+            result.findings += [Reason.model_validate(f) for f in answer.get("findings", [])]
         progress("measuring")
-        result.samples = measure_interleaved(pair, spec.measurement, sampler=sampler, progress=progress)
+        taken = [0]
+
+        def checkpoint(rounds: int, launches: Mapping[Variant, int]) -> None:
+            seed = check_seed(spec.measurement.seed, taken[0])
+            taken[0] += 1
+            for side in SIDES:
+                check, found = pair.verify(side, seed=seed, rounds=rounds, launches=launches[side])
+                result.timed_checks.setdefault(side, []).append(check)
+                result.findings += [f for f in found if f not in result.findings]
+
+        checks = spec.correctness.enabled and spec.correctness.timed_checks
+        try:
+            result.samples = measure_interleaved(pair, spec.measurement, sampler=sampler, progress=progress,
+                                                 checkpoint=checkpoint if checks else None)
+        finally:
+            result.timers = {side: pair.timer_kind(side) for side in SIDES}
+        for side in SIDES:
+            result.findings += [f for f in pair.finish(side) if f not in result.findings]
         result.work = {side: Work.model_validate(answers[side]["work"]) for side in SIDES}
     except RevisionError:
         raise  # a dead or hung worker ends the job

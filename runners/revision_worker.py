@@ -20,6 +20,13 @@ Requests (in the order the parent sends them):
   Answer: ``correctness`` (``CorrectnessResult`` JSON or null), ``work``.
 * ``{"op": "time", "launches": n}``: one sample of the prepared cell (``Timer.time_ns``); answer
   ``ns`` (per launch).
+* ``{"op": "kind"}``: the timer kind of the prepared cell (``kind``); ``{"op": "fallback"}`` moves
+  it to the timer's fallback (``moved``), so both sides are timed alike.
+* ``{"op": "verify", "seed": s, "rounds": r, "launches": n}``: a checked sample through the timer
+  (``runners.sides.LocalSide.checked_sample``); answer ``check`` (``TimedCheck`` JSON) and
+  ``findings`` (a replaced timing function, ``runners.integrity``).
+* ``{"op": "finish"}``: after the cell's rounds: ``findings`` (no device work, ``runners.sides``;
+  a replaced timing function).
 * ``{"op": "release"}``: drop the cell's inputs, callable and timer state, free device memory.
 * ``{"op": "exit"}``: answer, then exit 0 (end of stdin does the same).
 
@@ -46,10 +53,13 @@ from pydantic import ValidationError
 # revision's ``kernels`` package then replaces the installed one for the benchmark only.
 from kernels._device import configure_triton_env
 from kernels.base import builtin_reference
+from runners import integrity
 from runners.job import _short_error, check_variant
 from runners.probes import node_info
+from runners.sides import LocalSide, modified_inputs, refill_inputs, snapshot_inputs
 from runners.timing import make_timer
-from service.schemas import JobSpec, Variant, Work
+from service.schemas import JobSpec, Reason, Variant, Work
+from service.verdicts import reason
 
 _BENCHMARK_METHODS = ("variants", "make_inputs", "prepare", "reference", "work", "parse_params", "tolerances")
 
@@ -104,6 +114,7 @@ class RevisionWorker:
         self.timer: Any = None
         self.fn: Callable[[], Any] | None = None
         self.inputs: dict[str, Any] | None = None
+        self.prepared: LocalSide | None = None
 
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
         """Serve one request; return the answer (without ``ok``). Raises ``WorkerError``."""
@@ -112,10 +123,21 @@ class RevisionWorker:
             return self.setup(request)
         if op == "cell":
             return self.cell(int(request["index"]))
-        if op == "time":
-            if self.fn is None or self.timer is None:
+        if op in ("time", "kind", "fallback", "verify", "finish"):
+            side = self.prepared
+            if side is None:
                 raise WorkerError("no cell is prepared")
-            return {"ns": self.timer.time_ns(self.fn, int(request["launches"]))}
+            if op == "time":
+                return {"ns": side.time_ns(int(request["launches"]))}
+            if op == "kind":
+                return {"kind": side.timer_kind}
+            if op == "fallback":
+                return {"moved": side.use_fallback()}
+            if op == "verify":
+                check = side.checked_sample(seed=int(request["seed"]), rounds=int(request["rounds"]),
+                                            launches=int(request["launches"]))
+                return {"check": check.model_dump(mode="json"), "findings": _dump(_tampered())}
+            return {"findings": _dump(side.device_work_findings() + _tampered())}
         if op == "release":
             self.release()
             return {}
@@ -124,6 +146,7 @@ class RevisionWorker:
     def setup(self, request: dict[str, Any]) -> dict[str, Any]:
         self.spec = spec = JobSpec.model_validate(request["spec"])
         self.side = request["side"]
+        integrity.take_snapshot()  # before the revision's benchmark is imported
         self.device = torch.device(request["device"])
         configure_triton_env(self.device)
         if self.device.type == "cuda":
@@ -167,27 +190,48 @@ class RevisionWorker:
         params = bench.parse_params({**cell, **side_spec.params})
         self.inputs = bench.make_inputs(params, self.device, spec.measurement.seed)
         self.fn = bench.prepare(side_spec.variant, params, self.inputs)
+        default_rtol, default_atol = bench.tolerances(params)
+        rtol = spec.correctness.rtol if spec.correctness.rtol is not None else default_rtol
+        atol = spec.correctness.atol if spec.correctness.atol is not None else default_atol
+        self.prepared = LocalSide(side=self.side, bench=bench, variant=side_spec.variant, params=params,
+                                  inputs=self.inputs, fn=self.fn, timer=self.timer, device=self.device,
+                                  rtol=rtol, atol=atol)
         correctness = None
+        findings: list[Reason] = []
         if spec.correctness.enabled:
             ref = bench.reference(params, self.inputs)
-            default_rtol, default_atol = bench.tolerances(params)
-            rtol = spec.correctness.rtol if spec.correctness.rtol is not None else default_rtol
-            atol = spec.correctness.atol if spec.correctness.atol is not None else default_atol
+            before = snapshot_inputs(self.inputs)
             check = check_variant(self.fn, ref, self.inputs, rtol=rtol, atol=atol, device=self.device)
             correctness = check.model_dump(mode="json")
+            if before is not None:
+                modified = modified_inputs(before, self.inputs)
+                if modified:
+                    findings.append(reason("inputs-modified", f"{self.side}: the call modified its inputs "
+                                           f"{', '.join(modified)} (eager check)", side=self.side))
+                    refill_inputs(self.inputs, before)
             del ref
         work = Work.model_validate(bench.work(params, side_spec.variant).model_dump())
-        return {"correctness": correctness, "work": work.model_dump(mode="json")}
+        return {"correctness": correctness, "work": work.model_dump(mode="json"), "findings": _dump(findings)}
 
     def release(self) -> None:
         self.fn = None
         self.inputs = None
+        self.prepared = None
         if self.timer is not None:
             self.timer.reset()
         gc.collect()
         if self.device is not None and self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
             torch.cuda.empty_cache()
+
+
+def _tampered() -> list[Reason]:
+    found = integrity.tamper_reason()
+    return [] if found is None else [found]
+
+
+def _dump(reasons: list[Reason]) -> list[dict[str, Any]]:
+    return [r.model_dump(mode="json") for r in reasons]
 
 
 def _answer(out: IO[str], payload: dict[str, Any]) -> None:

@@ -41,6 +41,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, ClassVar, Literal
@@ -129,12 +130,32 @@ class Timer(ABC):
     min_window_ns: float
     max_launches: int
 
+    def __init__(self) -> None:
+        # fn -> what its last timed launch returned (``output_of``)
+        self._outputs: dict[Callable[[], Any], Any] = {}
+
     @abstractmethod
     def time_ns(self, fn: Callable[[], Any], launches: int) -> float:
         """Time one sample: ``launches`` calls of ``fn``; returns nanoseconds per launch (float).
 
         Raises ``ValueError`` when ``launches < 1``; whatever ``fn`` raises propagates.
         """
+
+    def output_of(self, fn: Callable[[], Any]) -> Any:
+        """What the timed method's last launch of ``fn`` returned: the return value of the last
+        call of the latest ``time_ns`` (for a CUDA graph, the graph's static output, which every
+        replay rewrites). None before the first sample. The checked samples (``runners.sides``)
+        poison it before a sample and verify it after."""
+        return self._outputs.get(fn)
+
+    def empty_capture(self, fn: Callable[[], Any]) -> bool:
+        """True when the timed method saw ``fn`` launch no device work at all (a CUDA graph
+        captured from its calls holds no node). Only the CUDA-graph timer can tell; else False."""
+        return False
+
+    def forget_output(self, fn: Callable[[], Any]) -> None:
+        """Drop the reference to ``fn``'s last output (so its memory can be reused)."""
+        self._outputs.pop(fn, None)
 
     def launches_for(self, per_launch_ns: float, fn: Callable[[], Any] | None = None) -> int:
         """Launches per sample for a launch of ``fn`` estimated at ``per_launch_ns``; see
@@ -146,7 +167,8 @@ class Timer(ABC):
 
     @abstractmethod
     def reset(self) -> None:
-        """Drop per-callable state (calibrations, captured graphs) so their memory can be freed."""
+        """Drop per-callable state (calibrations, captured graphs, last outputs) so their memory
+        can be freed."""
 
     def kind_for(self, fn: Callable[[], Any]) -> str:
         """The timer kind that times ``fn`` (``name``, unless a fallback took over for it)."""
@@ -175,6 +197,7 @@ class CpuTimer(Timer):
     def __init__(
         self, *, min_window_ns: float = _CPU_MIN_WINDOW_NS, max_launches: int = _CPU_MAX_LAUNCHES
     ) -> None:
+        super().__init__()
         self.device = torch.device("cpu")
         self.min_window_ns = float(min_window_ns)
         self.max_launches = int(max_launches)
@@ -182,19 +205,24 @@ class CpuTimer(Timer):
     def time_ns(self, fn: Callable[[], Any], launches: int) -> float:
         """ns per launch over ``launches`` calls of ``fn`` (wall clock, ``perf_counter_ns``)."""
         _check_launches(launches)
+        out = None
         t0 = time.perf_counter_ns()
         for _ in range(launches):
-            fn()
-        return (time.perf_counter_ns() - t0) / launches
+            out = fn()
+        elapsed = time.perf_counter_ns() - t0
+        self._outputs[fn] = out
+        return elapsed / launches
 
     def reset(self) -> None:
-        """Nothing to drop: the CPU timer keeps no per-callable state."""
+        """Drop the last outputs (the CPU timer keeps no other per-callable state)."""
+        self._outputs.clear()
 
 
 class _CudaTimerBase(Timer):
     """Shared CUDA state: device, L2 flush buffer, spin-kernel calibration."""
 
     def __init__(self, device: torch.device, *, l2_flush: bool, min_window_ns: float, max_launches: int):
+        super().__init__()
         if not torch.cuda.is_available():
             raise RuntimeError("CUDA timers need a CUDA device; torch.cuda.is_available() is False")
         if device.type != "cuda":
@@ -216,6 +244,7 @@ class _CudaTimerBase(Timer):
 
     def reset(self) -> None:
         self._enqueue_ns.clear()
+        self._outputs.clear()
 
     def _flush(self) -> None:
         if self.flush_buffer is not None:
@@ -304,18 +333,20 @@ class CudaEventTimer(_CudaTimerBase):
             starts = [torch.cuda.Event(enable_timing=True) for _ in range(pairs)]
             stops = [torch.cuda.Event(enable_timing=True) for _ in range(pairs)]
             spin_ns, t_spin = self._spin(fn, launches)
+            out = None
             if self.flush_buffer is not None:
                 for start, stop in zip(starts, stops, strict=True):
                     self.flush_buffer.zero_()
                     start.record()
-                    fn()
+                    out = fn()
                     stop.record()
             else:
                 starts[0].record()
                 for _ in range(launches):
-                    fn()
+                    out = fn()
                 stops[0].record()
             self._account(fn, spin_ns, t_spin, launches)
+            self._outputs[fn] = out
             stops[-1].synchronize()
             total_ms = sum(s.elapsed_time(e) for s, e in zip(starts, stops, strict=True))
         return total_ms * 1e6 / launches
@@ -343,10 +374,17 @@ class CudaGraphTimer(_CudaTimerBase):
     ) -> None:
         super().__init__(device, l2_flush=l2_flush, min_window_ns=min_window_ns, max_launches=max_launches)
         self._graphs: dict[Callable[[], Any], tuple[int, torch.cuda.CUDAGraph]] = {}
+        self._empty: set[Callable[[], Any]] = set()
 
     def reset(self) -> None:
         super().reset()
         self._graphs.clear()
+        self._empty.clear()
+
+    def empty_capture(self, fn: Callable[[], Any]) -> bool:
+        """True when the latest graph captured from ``fn``'s calls holds no node: the calls
+        launched no device work (torch warns "The CUDA Graph is empty")."""
+        return fn in self._empty
 
     def _graph(self, fn: Callable[[], Any], launches: int) -> torch.cuda.CUDAGraph:
         cached = self._graphs.get(fn)
@@ -360,16 +398,26 @@ class CudaGraphTimer(_CudaTimerBase):
                 fn()
         torch.cuda.current_stream(self.device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
+        out = None
         try:
-            with torch.cuda.graph(graph, stream=stream):
-                for _ in range(launches):
-                    fn()
+            # torch warns "The CUDA Graph is empty" when the capture recorded no node: the calls
+            # launched no device work. Recorded (never raised, whatever the warning filters say).
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                with torch.cuda.graph(graph, stream=stream):
+                    for _ in range(launches):
+                        out = fn()
         except RuntimeError as exc:  # torch raises RuntimeError (CUDA error) for capture failures
             del graph
             torch.cuda.synchronize(self.device)  # a sticky CUDA error is a real failure: raise it
             raise TimerUnsupported(f"cannot capture the callable in a CUDA graph: {exc}") from exc
         torch.cuda.synchronize(self.device)
+        if any("graph is empty" in str(w.message).lower() for w in caught):
+            self._empty.add(fn)
+        else:
+            self._empty.discard(fn)
         self._graphs[fn] = (launches, graph)
+        self._outputs[fn] = out  # the graph's static output: every replay rewrites it
         return graph
 
     def time_ns(self, fn: Callable[[], Any], launches: int) -> float:
@@ -408,6 +456,7 @@ class FallbackTimer(Timer):
     def __init__(self, primary: Timer, fallback: Timer) -> None:
         if primary.device != fallback.device:
             raise ValueError(f"timers on different devices: {primary.device} and {fallback.device}")
+        super().__init__()
         self.primary, self.fallback = primary, fallback
         self.name = primary.name  # type: ignore[misc]  # an instance attribute shadows the ClassVar
         self.device = primary.device
@@ -434,12 +483,35 @@ class FallbackTimer(Timer):
         ``fn``, the combined ``min_window_ns`` and ``max_launches`` (fits either timer)."""
         if fn is None:
             return super().launches_for(per_launch_ns)
-        timer = self.fallback if fn in self._fallen_back else self.primary
-        return timer.launches_for(per_launch_ns, fn)
+        return self._timer_of(fn).launches_for(per_launch_ns, fn)
 
     def kind_for(self, fn: Callable[[], Any]) -> str:
         """``fallback.name`` for a callable that fell back, else ``primary.name``."""
         return self.fallback.name if fn in self._fallen_back else self.primary.name
+
+    def _timer_of(self, fn: Callable[[], Any]) -> Timer:
+        return self.fallback if fn in self._fallen_back else self.primary
+
+    def output_of(self, fn: Callable[[], Any]) -> Any:
+        """``output_of`` of the timer that times ``fn``."""
+        return self._timer_of(fn).output_of(fn)
+
+    def forget_output(self, fn: Callable[[], Any]) -> None:
+        """``forget_output`` on both timers."""
+        self.primary.forget_output(fn)
+        self.fallback.forget_output(fn)
+
+    def empty_capture(self, fn: Callable[[], Any]) -> bool:
+        """``empty_capture`` of the primary timer (a CUDA graph captured from ``fn``'s calls that
+        holds no node stays empty whatever times ``fn`` after it)."""
+        return self.primary.empty_capture(fn)
+
+    def use_fallback(self, fn: Callable[[], Any]) -> None:
+        """Time ``fn`` with the fallback from now on (until ``reset``): the engine moves the other
+        side of a pair there when one side fell back, so both sides are timed by one method."""
+        if fn not in self._fallen_back:
+            self._fallen_back.add(fn)
+            self.fallbacks += 1
 
     @property
     def label(self) -> str:

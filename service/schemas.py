@@ -188,6 +188,11 @@ class ProbeSpec(_Strict):
     matmul_peak: bool = Field(
         default=True, description="bf16 matmul TFLOP/s once per process (CUDA only), for plausibility"
     )
+    canary: bool = Field(
+        default=True,
+        description="CUDA: a device copy timed in the measuring process before the benchmark is imported "
+        "and after every cell; a cell after which it moved by more than 15% is node-changed",
+    )
 
 
 class CorrectnessSpec(_Strict):
@@ -214,6 +219,12 @@ class CorrectnessSpec(_Strict):
     )
     input_scale: float = Field(
         default=1.0, gt=0, description="multiply floating inputs (1: unscaled; 0.5 can hide races)"
+    )
+    timed_checks: bool = Field(
+        default=True,
+        description="check the output of the timed method too: after the first and the last round, one "
+        "sample per side through the timer on fresh inputs, its output verified (runners.sides); off "
+        "only leaves the eager check, which a kernel wrong under CUDA-graph replay passes",
     )
 
 

@@ -123,6 +123,12 @@ class _Scripted:
     def launches_for(self, variant: Variant, per_launch_ns: float) -> int:
         return 3 if variant == "baseline" else 5
 
+    def timer_kind(self, variant: Variant) -> str:
+        return "scripted"
+
+    def use_fallback(self, variant: Variant) -> bool:
+        return False
+
 
 def test_measure_interleaved_drives_any_pair_timer() -> None:
     settings = MeasurementSpec(warmup_ms=0, min_rounds=4, max_rounds=4, budget_ms=10_000)

@@ -120,7 +120,7 @@ class RefusingTimer(CpuTimer):
         return super().time_ns(fn, launches)
 
 
-def test_fallback_takes_over_only_for_the_callable_that_cannot_be_captured():
+def test_a_side_that_cannot_be_captured_takes_the_other_side_to_the_fallback_too():
     good, bad = busy(20_000), busy(20_000)
     preferred = RefusingTimer({bad}, min_window_ns=40_000, max_launches=500)
     timer = FallbackTimer(preferred, CpuTimer(min_window_ns=100_000, max_launches=64))
@@ -128,14 +128,27 @@ def test_fallback_takes_over_only_for_the_callable_that_cannot_be_captured():
     assert timer.min_window_ns == 100_000 and timer.max_launches == 64  # suits both timers
     samples = measure_pair(good, bad, spec(min_time_ms=0.0, max_rounds=6, target_ci_pct=1e-6), timer)
     assert len(samples) == 12 and all(s.duration_ns > 15_000 for s in samples.rows())
-    assert timer.kind_for(good) == "preferred" and timer.kind_for(bad) == "perf_counter"
-    assert timer.fallbacks == 1 and timer.label == "preferred+perf_counter"
+    # both sides timed by one method: a ratio of a graph replay and an event window means nothing
+    assert timer.kind_for(good) == "perf_counter" and timer.kind_for(bad) == "perf_counter"
+    assert timer.fallbacks == 2 and timer.label == "preferred+perf_counter"
     calls = preferred.calls
     timer.time_ns(bad, 1)
+    timer.time_ns(good, 1)
     assert preferred.calls == calls  # a callable that fell back is not offered to the primary again
     timer.reset()
     assert timer.kind_for(bad) == "preferred"  # new callables (next cell) start from the primary
     assert timer.label == "preferred+perf_counter"  # the job keeps the record
+
+
+def test_without_a_fallback_for_the_other_side_the_methods_stay_apart_and_the_cell_says_so():
+    from service.schemas import CellResult
+    from service.verdicts import timer_reasons
+
+    cell = CellResult(index=0, params={}, timers={"baseline": "cuda-graph", "candidate": "cuda-event"})
+    (found,) = timer_reasons(cell)
+    assert found.code == "timer-mismatch" and "cuda-graph" in found.message and "cuda-event" in found.message
+    same = CellResult(index=0, params={}, timers=dict.fromkeys(("baseline", "candidate"), "cuda-event"))
+    assert timer_reasons(same) == []
 
 
 def test_fallback_sizes_each_callables_window_with_its_own_timer():
@@ -196,6 +209,6 @@ def test_gpu_auto_timer_falls_back_for_a_callable_that_syncs():
 
     samples = measure_pair(capturable, syncs, MeasurementSpec(budget_ms=300, min_time_ms=10), timer)
     assert samples and all(s.duration_ns > 0 for s in samples.rows())
-    assert timer.kind_for(capturable) == "cuda-graph" and timer.kind_for(syncs) == "cuda-event"
+    assert timer.kind_for(capturable) == "cuda-event" and timer.kind_for(syncs) == "cuda-event"
     assert timer.label == "cuda-graph+cuda-event"
     torch.cuda.synchronize(dev)  # the failed capture left no error behind

@@ -1,0 +1,196 @@
+"""The measuring process of a job: ``python -m runners.measure SPEC_JSON OUT_JSON``.
+
+``runners.job.run_job`` probes the node in its own process, which never imports benchmark code,
+and measures the cells here, in a fresh child: a benchmark module that patches a timing function,
+sets a device-wide cache policy in its CUDA context or leaves threads behind reaches only this
+process, which ends with the job. The child:
+
+1. reads the ``JobSpec`` JSON file ``SPEC_JSON``;
+2. runs ``runners.job.measure_cells`` on ``--device`` with ``--timer-kind``, printing one line
+   ``progress: <cell index> <cell count> <message>`` per step on stdout;
+3. writes ``MeasuredCells`` JSON to ``OUT_JSON`` atomically (temp file + rename).
+
+Exit status: 0 measured; 2 unusable arguments or spec file; 3 the benchmark cannot be loaded
+(``kernels.BenchmarkError``, message on stderr after ``measure: benchmark: ``); 1 anything else
+raised (``measure: failed: <error>`` on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO
+
+import torch
+from pydantic import BaseModel, Field, ValidationError
+
+from runners.spool import atomic_write_text
+from service.schemas import CellResult, JobSpec, NodeInfo
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_BENCHMARK = 3
+_KILL_WAIT_S = 5.0
+_STDERR_TAIL_CHARS = 4_000
+SCHEMA_VERSION = 1
+ProgressFn = Callable[[int, int, str], None]
+
+
+class MeasuredCells(BaseModel):
+    """What the measuring process hands back: the cells, the node's fingerprint as the measuring
+    process saw it (e.g. Triton interpreted) and the timer label. ``schema_version`` names the
+    layout (1)."""
+
+    schema_version: int = Field(default=SCHEMA_VERSION)
+    cells: list[CellResult]
+    node: NodeInfo
+    timer: str
+
+
+class MeasureError(RuntimeError):
+    """The measuring process failed, was killed, or outlasted the job's ``timeout_s``."""
+
+
+def measure_in_child(
+    spec: JobSpec,
+    *,
+    device: torch.device,
+    progress: ProgressFn | None = None,
+    timer_kind: str | None = None,
+    timeout_s: float,
+) -> tuple[list[CellResult], NodeInfo, str]:
+    """Measure ``spec``'s cells in a fresh ``python -m runners.measure`` process on ``device`` and
+    return ``(cells, node, timer label)`` as ``runners.job.measure_cells`` does. ``progress(index,
+    count, message)`` gets the child's progress lines. The child (its whole process group) is
+    killed after ``timeout_s`` seconds or when this call is interrupted. Raises
+    ``kernels.BenchmarkError`` when the benchmark cannot be loaded, ``MeasureError`` for any other
+    failure of the child (the message holds its last stderr line)."""
+    from kernels import BenchmarkError
+
+    with tempfile.TemporaryDirectory(prefix="kernelab-measure-") as tmp:
+        spec_path, out_path, err_path = Path(tmp, "spec.json"), Path(tmp, "cells.json"), Path(tmp, "stderr")
+        spec_path.write_text(spec.model_dump_json(), encoding="utf-8")
+        cmd = [sys.executable, "-m", "runners.measure", str(spec_path), str(out_path),
+               "--device", str(device)]
+        if timer_kind is not None:
+            cmd += ["--timer-kind", timer_kind]
+        with err_path.open("w", encoding="utf-8") as err:
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL,
+                                    text=True, start_new_session=True, env=_child_env())
+            relay = threading.Thread(target=_relay, args=(proc.stdout, progress), daemon=True)
+            relay.start()
+            try:
+                code = proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                _kill_group(proc)
+                raise MeasureError(f"timed out: the measurement ran longer than the spec's timeout_s = "
+                                   f"{timeout_s:g} s and was killed") from None
+            except BaseException:
+                _kill_group(proc)
+                raise
+            finally:
+                relay.join(timeout=5.0)
+                if proc.stdout is not None:
+                    proc.stdout.close()
+        tail = err_path.read_text(encoding="utf-8", errors="replace")[-_STDERR_TAIL_CHARS:]
+        if code == EXIT_BENCHMARK:
+            raise BenchmarkError(_last_line(tail, "measure: benchmark: "))
+        if code != EXIT_OK or not out_path.exists():
+            why = _last_line(tail, "measure: failed: ") or f"the measuring process exited with status {code}"
+            raise MeasureError(why)
+        measured = MeasuredCells.model_validate_json(out_path.read_text(encoding="utf-8"))
+    return measured.cells, measured.node, measured.timer
+
+
+def _child_env() -> dict[str, str]:
+    """This process's environment with ``PYTHONPATH`` set to its ``sys.path``: the measuring
+    process imports the benchmark modules this process could import (a module next to the spec,
+    a test module), and nothing else changes."""
+    paths = [p for p in sys.path if p and os.path.isdir(p)]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
+
+
+def _relay(stream: IO[str] | None, progress: ProgressFn | None) -> None:
+    if stream is None:
+        return
+    for line in stream:
+        head, _, message = line.rstrip("\n").partition(" ")
+        if head != "progress:" or progress is None:
+            continue
+        index, _, rest = message.partition(" ")
+        count, _, text = rest.partition(" ")
+        with contextlib.suppress(ValueError):
+            progress(int(index), int(count), text)
+
+
+def _last_line(text: str, mark: str) -> str:
+    lines = [line[len(mark):].strip() for line in text.splitlines() if line.startswith(mark)]
+    return lines[-1] if lines else ""
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    """SIGTERM the child's process group, SIGKILL it after ``_KILL_WAIT_S`` seconds."""
+    for sig, wait_s in ((signal.SIGTERM, _KILL_WAIT_S), (signal.SIGKILL, None)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+    proc.wait()
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m runners.measure", description=__doc__.splitlines()[0])
+    p.add_argument("spec_json", type=Path)
+    p.add_argument("out_json", type=Path)
+    p.add_argument("--device", required=True, help="e.g. cpu or cuda:0")
+    p.add_argument("--timer-kind", default=None)
+    return p
+
+
+def _print_progress(index: int, total: int, message: str) -> None:
+    print(f"progress: {index} {total} {' '.join(message.split())}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure the cells of ``SPEC_JSON`` (module docstring); return the exit status."""
+    args = _parser().parse_args(argv)
+    try:
+        spec = JobSpec.model_validate_json(args.spec_json.read_text(encoding="utf-8"))
+    except (OSError, ValidationError) as exc:
+        print(f"measure: failed: cannot read spec {args.spec_json}: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    from kernels import BenchmarkError
+    from runners.job import measure_cells
+
+    t0 = time.perf_counter()
+    try:
+        cells, node, timer = measure_cells(spec, device=torch.device(args.device), progress=_print_progress,
+                                           timer_kind=args.timer_kind)
+    except BenchmarkError as exc:
+        print(f"measure: benchmark: {exc}", file=sys.stderr)
+        return EXIT_BENCHMARK
+    except Exception as exc:  # the job's own failure: reported, never hidden
+        traceback.print_exc(file=sys.stderr)
+        print(f"measure: failed: {type(exc).__name__}: {' '.join(str(exc).split())}", file=sys.stderr)
+        return EXIT_FAILED
+    atomic_write_text(args.out_json, MeasuredCells(cells=cells, node=node, timer=timer).model_dump_json())
+    print(f"measure: {len(cells)} cells in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,290 @@
+"""One side of a cell, prepared in this process, and its checked samples through the timer.
+
+The engine (``runners.engine``) times a side by asking for samples; ``LocalSide`` serves them
+with a ``runners.timing.Timer`` and can also take a **checked sample**: one sample timed exactly
+as the others (the same CUDA graph replay, the same event window), whose output is verified.
+That closes the gap between what is checked and what is timed: a kernel that is right when
+launched directly but wrong under graph replay, a result cached across calls, an output written
+after the window, are all caught by looking at what the timed method produced. Per checked sample:
+
+1. the inputs are **refilled in place** with fresh random values (``bench.make_inputs`` with a new
+   seed, copied into the same tensors, so a CUDA graph's replays read them and a result cached by
+   pointer, shape or ``id`` is stale), and the float64 reference is computed on them first;
+2. a bitwise copy of the inputs is kept; the previous output is **poisoned** (NaN; an output that
+   aliases an input, an in-place kernel, is not poisoned and not checked here);
+3. **one sample** through the timer, with the engine's launch count, its time recorded;
+4. right after the window: the output is copied on the timing stream (``at_stop``), then the
+   device is drained and the time the drain took is measured; threads the call started and left
+   running are listed and joined (up to ``_THREAD_JOIN_S``); the output is read again (``at_rest``);
+5. findings (``service.verdicts.REASONS`` codes, each ending the cell ``incorrect``):
+   ``not-a-tensor`` (the call returned no plain ``torch.Tensor``: a wrapped, lazy or deferred
+   output), ``wrong-under-timing`` (``at_stop`` differs from the reference; the message names the
+   method: "under cuda-graph replay", "in a timed cuda-event window", ...), ``output-after-window``
+   (``at_rest`` differs bitwise from ``at_stop``), ``work-after-window`` (the drain took longer
+   than ``_DRAIN_SLACK_NS`` and 20x the idle device's own synchronisation, twice in a row: device
+   work the call started outside the timed stream was still running), ``background-work``,
+   ``inputs-modified`` (the inputs' bytes changed).
+
+Sources: the cheats are those published by kernel-evaluation services (KernelBench, "KernelBench:
+Can LLMs Write Efficient GPU Kernels?", Ouyang et al. 2025, and GPU MODE's leaderboard reviews):
+work on another stream, cached results, deferred outputs, modified inputs, partial writes.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from kernels.check import check_output, mismatch_mask, poison_
+from runners.checks import bitwise_diff, describe_where, logical_view
+from runners.devicework import device_work_per_call
+from runners.timing import Timer
+from service.schemas import CorrectnessResult, Reason, TimedCheck, Variant
+from service.verdicts import reason
+
+_DRAIN_SLACK_NS = 100_000  # 100 us: an idle device's synchronize returns in ~2-20 us
+_DRAIN_IDLE_FACTOR = 20.0
+_THREAD_JOIN_S = 2.0  # how long a checked sample waits for threads the call left running
+_METHOD = {
+    "cuda-graph": "under CUDA-graph replay",
+    "cuda-event": "in a timed CUDA-event window",
+    "perf_counter": "in a timed perf_counter window",
+}
+
+
+def _timed_method(kind: str) -> str:
+    return _METHOD.get(kind, f"under the {kind} timer")
+
+
+def refill_inputs(inputs: dict[str, Any], fresh: Mapping[str, Any]) -> list[str]:
+    """Copy ``fresh``'s tensors into ``inputs``' tensors of the same key, shape and dtype (in place:
+    the same storage, new values); return the keys that could not be refilled (not a tensor, or
+    of another shape or dtype). Non-tensor inputs are left alone."""
+    kept = []
+    with torch.no_grad():
+        for key, tensor in inputs.items():
+            if not isinstance(tensor, torch.Tensor):
+                continue
+            new = fresh.get(key)
+            if isinstance(new, torch.Tensor) and new.shape == tensor.shape and new.dtype == tensor.dtype:
+                tensor.copy_(new)
+            else:
+                kept.append(key)
+    return kept
+
+
+def _aliases(out: torch.Tensor, inputs: Mapping[str, Any]) -> bool:
+    ptr = out.untyped_storage().data_ptr()
+    return any(isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() == ptr for t in inputs.values())
+
+
+def snapshot_inputs(inputs: Mapping[str, Any]) -> dict[str, torch.Tensor] | None:
+    """A copy of every tensor input (None when the copies do not fit in device memory)."""
+    try:
+        return {k: t.detach().clone() for k, t in inputs.items() if isinstance(t, torch.Tensor)}
+    except torch.OutOfMemoryError:
+        return None
+
+
+def modified_inputs(before: Mapping[str, torch.Tensor], inputs: Mapping[str, Any]) -> list[str]:
+    """Keys of ``inputs`` whose bytes differ from the copies in ``before`` (``bitwise_diff``)."""
+    return [k for k, old in before.items()
+            if isinstance(inputs.get(k), torch.Tensor) and bool(bitwise_diff(old, inputs[k]).any())]
+
+
+def _idle_sync_ns(device: torch.device) -> float:
+    """How long ``torch.cuda.synchronize`` takes on this idle device (ns, the worst of three)."""
+    torch.cuda.synchronize(device)
+    worst = 0
+    for _ in range(3):
+        t0 = time.perf_counter_ns()
+        torch.cuda.synchronize(device)
+        worst = max(worst, time.perf_counter_ns() - t0)
+    return float(worst)
+
+
+class LocalSide:
+    """One side of a cell in this process: the prepared callable, its inputs, its timer.
+
+    ``bench``/``variant``/``params``: what ``bench.prepare`` was called with; ``inputs``: the dict
+    the callable reads (refilled in place by checked samples; shared with the other side when
+    their parameters are equal); ``rtol``/``atol``: the cell's tolerances. Implements the engine's
+    per-side protocol: ``time_ns``, ``launches_for``, ``timer_kind``, ``checked_sample``.
+    """
+
+    def __init__(
+        self, *, side: Variant, bench: Any, variant: str, params: Any, inputs: dict[str, Any],
+        fn: Callable[[], Any], timer: Timer, device: torch.device, rtol: float, atol: float,
+    ) -> None:
+        self.side, self.bench, self.variant, self.params = side, bench, variant, params
+        self.inputs, self.fn, self.timer, self.device = inputs, fn, timer, device
+        self.rtol, self.atol = rtol, atol
+        self._at_stop: torch.Tensor | None = None  # the output copied at a checked window's end
+
+    def __repr__(self) -> str:
+        return f"<LocalSide {self.side} {self.variant!r} timer={self.timer_kind}>"
+
+    @property
+    def timer_kind(self) -> str:
+        """The timer kind that times this side (a CUDA-graph capture may have fallen back)."""
+        return self.timer.kind_for(self.fn)
+
+    def time_ns(self, launches: int) -> float:
+        """One sample of ``launches`` launches; ns per launch (``Timer.time_ns``)."""
+        return self.timer.time_ns(self.fn, launches)
+
+    def launches_for(self, per_launch_ns: float) -> int:
+        """Launches per sample for a launch estimated at ``per_launch_ns`` (``Timer.launches_for``)."""
+        return self.timer.launches_for(per_launch_ns, self.fn)
+
+    def use_fallback(self) -> bool:
+        """Move this side to its timer's fallback method (``FallbackTimer.use_fallback``); False
+        when the timer has none."""
+        use = getattr(self.timer, "use_fallback", None)
+        if use is None:
+            return False
+        use(self.fn)
+        return True
+
+    def checked_sample(self, *, seed: int, rounds: int, launches: int) -> TimedCheck:
+        """One sample timed as the others, its output verified (module docstring). ``launches``:
+        the engine's launches per sample (a CUDA graph is replayed with them; another timer takes
+        one launch, see below). Whatever the benchmark or the timer raises propagates (the cell is
+        then ``failed``)."""
+        kind = self.timer_kind
+        fresh = self.bench.make_inputs(self.params, self.device, seed)
+        unfilled = refill_inputs(self.inputs, fresh)
+        del fresh
+        ref = self.bench.reference(self.params, self.inputs)  # before the call can touch the inputs
+        before = snapshot_inputs(self.inputs)
+        previous = self.timer.output_of(self.fn)
+        in_place = isinstance(previous, torch.Tensor) and _aliases(previous, self.inputs)
+        if isinstance(previous, torch.Tensor) and previous.dtype != torch.bool and not in_place:
+            poison_(previous)
+        if kind != "cuda-graph":
+            # A graph's replays rewrite its static output: poisoned above. A callable that allocates
+            # its output gets a new block per call; released here, the poisoned block is what the
+            # caching allocator hands to the next allocation of its size: one launch, then.
+            self.timer.forget_output(self.fn)
+            launches = 1
+        del previous
+        idle_ns = _idle_sync_ns(self.device) if self.device.type == "cuda" else 0.0
+        threads = set(threading.enumerate())
+        ns = self.time_ns(launches)
+        out = self.timer.output_of(self.fn)
+        if type(out) is not torch.Tensor:
+            what = f"{type(out).__module__}.{type(out).__qualname__}"
+            found = [reason("not-a-tensor", f"{self.side}: the timed call returned {what}, not a plain "
+                            "torch.Tensor: a wrapped, lazy or deferred output", side=self.side)]
+            return self._result(kind, rounds, seed, launches, ns, None, found)
+        findings = self._after_window(out, kind, launches, threads, idle_ns)
+        if before is not None and not in_place:
+            modified = modified_inputs(before, self.inputs)
+            if modified:
+                findings.append(reason("inputs-modified", f"{self.side}: the timed call modified its inputs "
+                                       f"{', '.join(modified)}", side=self.side))
+        check = None
+        if not in_place:
+            assert self._at_stop is not None
+            check = self._check(self._at_stop, ref)
+            if not check.passed:
+                findings.append(reason("wrong-under-timing", f"{self.side}: wrong {_timed_method(kind)} "
+                                       f"(fresh inputs, seed {seed}): {check.message}"
+                                       + (f"; where: {check.where}" if check.where else ""), side=self.side))
+            if unfilled:
+                check.message += f"; not refilled (no tensor of a fixed shape): {', '.join(unfilled)}"
+        return self._result(kind, rounds, seed, launches, ns, check, findings)
+
+    def _after_window(
+        self, out: torch.Tensor, kind: str, launches: int, threads: set[threading.Thread], idle_ns: float
+    ) -> list[Reason]:
+        """Steps 4-5 of the module docstring for the output ``out`` of a sample that just ended:
+        keeps the copy taken at the window's end in ``self._at_stop``; returns the findings."""
+        findings: list[Reason] = []
+        self._at_stop = at_stop = out.detach().clone()
+        drain_ns = self._drain_ns()
+        left = [t for t in threading.enumerate() if t not in threads and t.is_alive()]
+        for t in left:
+            t.join(_THREAD_JOIN_S)
+        if left:
+            names = ", ".join(sorted(t.name for t in left))
+            findings.append(reason("background-work", f"{self.side}: the call left {len(left)} thread(s) "
+                                   f"running after the timed window ({names})", side=self.side))
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        if at_stop.shape == out.shape:
+            changed = bitwise_diff(at_stop, out)
+            if bool(changed.any()):
+                view, axes = logical_view(changed, self.bench, self.params)
+                findings.append(reason("output-after-window", f"{self.side}: the output changed after the "
+                                       f"timed window had ended {_timed_method(kind)}: "
+                                       f"{describe_where(view, axes)}", side=self.side))
+        limit = max(_DRAIN_SLACK_NS, _DRAIN_IDLE_FACTOR * idle_ns)
+        if self.device.type == "cuda" and drain_ns > limit:
+            again = self._drain_after_sample(launches)  # a second look: a busy host can delay a sync
+            if again > limit:
+                findings.append(reason(
+                    "work-after-window",
+                    f"{self.side}: device work was still running {min(drain_ns, again) / 1e3:,.0f} us after "
+                    f"the timed window had ended {_timed_method(kind)} (an idle device synchronises in "
+                    f"{idle_ns / 1e3:,.0f} us): work on another stream, or queued past the stop event",
+                    side=self.side))
+        return findings
+
+    def _check(self, out: torch.Tensor, ref: Any) -> CorrectnessResult:
+        """``check_output`` of the output at the window's end, with the bad elements located."""
+        check = check_output(out, ref, rtol=self.rtol, atol=self.atol)
+        if not check.passed and isinstance(ref, torch.Tensor) and out.shape == ref.shape:
+            bad = mismatch_mask(out, ref, rtol=self.rtol, atol=self.atol)
+            view, axes = logical_view(bad, self.bench, self.params)
+            check.where = describe_where(view, axes)
+        return check
+
+    def device_work_findings(self) -> list[Reason]:
+        """``no-device-work`` when the CUDA graph captured from this side's timed calls holds no
+        node, or when an eager call launched no kernel, copy or memset (``runners.devicework``);
+        empty on a CPU or when the profiler cannot count."""
+        if self.device.type != "cuda":
+            return []
+        if self.timer.empty_capture(self.fn):
+            return [reason("no-device-work", f"{self.side}: the CUDA graph captured from its timed calls "
+                           "holds no node: the calls launched no device work", side=self.side)]
+        counts = device_work_per_call(self.fn, self.device)
+        if counts is None or min(counts) > 0:
+            return []
+        return [reason("no-device-work", f"{self.side}: {counts.count(0)} of {len(counts)} profiled calls "
+                       "launched no kernel, copy or memset (device activities per call: "
+                       f"{', '.join(map(str, counts))})", side=self.side)]
+
+    def _drain_ns(self) -> float:
+        """After a sample: wait for the ``at_stop`` copy on the timing stream, then time how long
+        a device-wide synchronize still takes (ns; 0 on a CPU)."""
+        if self.device.type != "cuda":
+            return 0.0
+        copied = torch.cuda.Event()
+        copied.record()
+        copied.synchronize()
+        t0 = time.perf_counter_ns()
+        torch.cuda.synchronize(self.device)
+        return float(time.perf_counter_ns() - t0)
+
+    def _drain_after_sample(self, launches: int) -> float:
+        """A second look: one more (unchecked) sample and the drain after it (ns)."""
+        self.time_ns(launches)
+        return self._drain_ns()
+
+    def _result(
+        self, kind: str, rounds: int, seed: int, launches: int, ns: float,
+        check: CorrectnessResult | None, findings: list[Reason],
+    ) -> TimedCheck:
+        self._at_stop = None
+        return TimedCheck(
+            timer=kind, round=rounds, seed=seed, launches=launches,
+            duration_ns=ns if math.isfinite(ns) and ns >= 0 else None,
+            passed=not any(f.severity == "error" for f in findings), correctness=check, findings=findings,
+        )

@@ -1,0 +1,104 @@
+"""The adversarial suite on the CPU: every cheat of ``cheats.py`` ends in its named reason and a
+verdict that is not ``faster``, through ``run_job`` (the measuring child process) and
+``service.stats.compare``; the timing alone (``timing_verdict``) would have read faster, which is
+what each defence prevents. GPU members: ``test_cheats_gpu.py``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from cheats import CHEATS, ScaleBenchmark
+
+from runners import integrity
+from runners.job import run_job
+from runners.sides import modified_inputs, refill_inputs, snapshot_inputs
+from service.schemas import JobSpec
+from service.stats import compare
+
+QUICK = {"warmup_ms": 2.0, "budget_ms": 300.0, "min_rounds": 4, "max_rounds": 40, "min_time_ms": 0.0}
+NO_PROBES = {"copy_bandwidth": False, "all_reduce": False, "nvml": False}
+
+
+def cheat_spec(candidate: str, **correctness: Any) -> JobSpec:
+    return JobSpec.model_validate({
+        "benchmark": "cheats:ScaleBenchmark", "baseline": {"variant": "honest"},
+        "candidate": {"variant": candidate}, "params": {"M": 256, "N": 256}, "device": "cpu",
+        "measurement": QUICK, "probes": NO_PROBES, "correctness": correctness,
+    })
+
+
+LOOSE = {"rtol": 0.05, "atol": 0.1}  # a tolerance loose enough for a bfloat16 result
+
+
+@pytest.mark.parametrize("cheat", sorted(CHEATS))
+def test_every_cheat_is_caught_by_its_defence(cheat: str) -> None:
+    spec = cheat_spec(cheat, **(LOOSE if cheat == "less_accurate" else {}))
+    cell = compare(run_job(spec)).cells[0]
+    codes = {r.code for r in cell.reasons}
+    assert CHEATS[cheat] <= codes, (cheat, cell.verdict, [r.message for r in cell.reasons])
+    assert cell.verdict not in ("faster", "same", "slower")
+    assert cell.reasons[0].side in ("candidate", None)  # the cheat is named, not the honest side
+    assert not any(r.side == "baseline" for r in cell.reasons if r.severity == "error")
+
+
+@pytest.mark.parametrize("cheat", ["cache_ptr", "constant", "deferred"])
+def test_without_checked_samples_a_cached_answer_reads_faster(cheat: str) -> None:
+    """The defence is what catches these: with the timed checks off, the eager check passes and the
+    cheat reads faster (which is why they are on by default)."""
+    cell = compare(run_job(cheat_spec(cheat, timed_checks=False))).cells[0]
+    assert cell.correctness["candidate"].passed
+    assert cell.verdict == "faster", [r.message for r in cell.reasons]
+
+
+def test_an_honest_pair_passes_every_check() -> None:
+    result = run_job(cheat_spec("honest"))
+    cell = compare(result).cells[0]
+    # no check fires on honest code: the verdict is the timing's (which, A/A on a shared CPU, is noise)
+    assert cell.verdict == cell.timing_verdict and not cell.error
+    assert {r.code for r in cell.reasons} <= {"ci-straddles", "no-interval"}
+    checks = result.cells[0].timed_checks
+    assert {v: len(c) for v, c in checks.items()} == {"baseline": 2, "candidate": 2}
+    assert all(c.passed and c.timer == "perf_counter" and c.correctness is not None for cs in checks.values()
+               for c in cs)
+    assert checks["baseline"][0].round == 1 and checks["baseline"][1].round >= 4
+
+
+def test_refill_keeps_storage_and_modified_inputs_are_named() -> None:
+    bench = ScaleBenchmark()
+    params = bench.parse_params({"M": 4, "N": 3})
+    inputs = bench.make_inputs(params, torch.device("cpu"), 0)
+    pointers = {k: t.data_ptr() for k, t in inputs.items()}
+    before = snapshot_inputs(inputs)
+    assert before is not None and modified_inputs(before, inputs) == []
+    fresh = bench.make_inputs(params, torch.device("cpu"), 1)
+    assert refill_inputs(inputs, {**fresh, "y": torch.zeros(2)}) == ["y"]  # wrong shape: left alone
+    assert {k: t.data_ptr() for k, t in inputs.items()} == pointers
+    assert torch.equal(inputs["x"], fresh["x"]) and modified_inputs(before, inputs) == ["x"]
+    inputs["x"].copy_(before["x"])
+    inputs["x"][0, 0] = -0.0 if before["x"][0, 0] == 0 else before["x"][0, 0]
+    assert modified_inputs(before, inputs) == []
+    inputs["y"][1, 2] = torch.nextafter(before["y"][1, 2], torch.tensor(float("inf")))  # one ulp
+    assert modified_inputs(before, inputs) == ["y"]
+
+
+def test_a_replaced_timing_function_is_named() -> None:
+    snapshot = integrity.Snapshot()
+    assert snapshot.tampered() == []
+    real = torch.cuda.Event.elapsed_time
+    try:
+        torch.cuda.Event.elapsed_time = lambda self, end: 0.0  # type: ignore[method-assign,assignment]
+        assert snapshot.tampered() == ["torch.cuda.Event.elapsed_time"]
+    finally:
+        torch.cuda.Event.elapsed_time = real  # type: ignore[method-assign]
+    assert snapshot.tampered() == []
+    import runners.timing
+
+    code = runners.timing.CpuTimer.time_ns.__code__
+    try:
+        runners.timing.CpuTimer.time_ns.__code__ = (lambda self, fn, launches: 1.0).__code__
+        assert snapshot.tampered() == ["runners.timing.CpuTimer.time_ns"]
+    finally:
+        runners.timing.CpuTimer.time_ns.__code__ = code
+    assert snapshot.tampered() == []
