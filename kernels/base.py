@@ -99,7 +99,9 @@ class Benchmark(ABC, Generic[P]):
 
         Draw them from a ``torch.Generator`` seeded with ``seed``
         (``kernels._device.seeded_generator`` and ``kernels._device.randn``) so a cell is
-        reproducible and baseline and candidate see the same data.
+        reproducible and baseline and candidate see the same data. Every seed must give tensors of
+        the same shapes and dtypes: the checked samples (``runners.sides``) draw inputs with other
+        seeds and copy them into the tensors the prepared callable reads.
         """
 
     @abstractmethod
@@ -107,8 +109,11 @@ class Benchmark(ABC, Generic[P]):
         """Return a zero-argument callable that launches ``variant`` once and returns its output.
 
         All allocation and compilation that can happen outside the timed closure happens here;
-        the output buffer may be preallocated and reused. Raises ``BenchmarkError`` for an unknown
-        variant.
+        the output buffer may be preallocated and reused. The callable must compute from the
+        current values of ``inputs``' tensors on every call: kernelab refills them in place with
+        fresh values between checked samples, so a result derived from the values here (a cached
+        answer, or a copy such as ``.contiguous()`` of a non-contiguous input) reads as wrong.
+        Raises ``BenchmarkError`` for an unknown variant.
         """
 
     @abstractmethod

@@ -65,14 +65,17 @@ from service.verdicts import all_cells_failed, reason
 logger = logging.getLogger(__name__)
 
 ProgressCallback = Callable[[int, int, str], None]
+_PROBE_TIMEOUT_S = 600.0  # a probe process that takes longer is killed; its report says so
 _ERROR_MAX_CHARS = 500  # a cell's error is one short line; the full traceback goes to the log
 
 
 def resolve_device(requested: str | torch.device | None, spec_device: str = "auto") -> torch.device:
     """The device a job runs on: ``requested`` if given, else the spec's ``device``.
 
-    ``"auto"`` is ``cuda:<current>`` when torch sees a GPU, else ``cpu``; a bare ``cuda`` gets the
-    current device index. Raises ``RuntimeError`` for a CUDA device on a node without CUDA.
+    ``"auto"`` is ``cuda:0`` when torch sees a GPU, else ``cpu``; a bare ``cuda`` is ``cuda:0``
+    (the first visible GPU: ``CUDA_VISIBLE_DEVICES`` chooses). No CUDA context is created here: the
+    orchestrating process of a job must not hold the GPU (``runners.measure``). Raises
+    ``RuntimeError`` for a CUDA device on a node without CUDA.
     """
     value = requested if requested is not None else spec_device
     if value == "auto":
@@ -82,7 +85,7 @@ def resolve_device(requested: str | torch.device | None, spec_device: str = "aut
         if not torch.cuda.is_available():
             raise RuntimeError(f"the job asks for device {value!r} but torch sees no CUDA GPU here")
         if device.index is None:
-            device = torch.device("cuda", torch.cuda.current_device())
+            device = torch.device("cuda", 0)
     return device
 
 
@@ -92,23 +95,39 @@ def _short_error(exc: BaseException) -> str:
     return text if len(text) <= _ERROR_MAX_CHARS else text[: _ERROR_MAX_CHARS - 3] + "..."
 
 
-def _probes(spec: JobSpec, phase: Literal["before", "after"], device: torch.device) -> list[ProbeReport]:
-    """``run_probes`` when any probe is enabled; a failure becomes a report holding its error.
-
-    Only the on/off switches count (not ``mode``); the matmul peak counts on CUDA only
-    (``run_probes`` measures no CPU peak)."""
+def probes_enabled(spec: JobSpec, device_type: str) -> bool:
+    """Whether ``spec`` asks for any probe report on a ``device_type`` node: only the on/off
+    switches count (not ``mode``, not the in-process ``canary``); the matmul peak counts on CUDA
+    only (``run_probes`` measures no CPU peak)."""
     enabled = {k: v for k, v in spec.probes.model_dump().items() if isinstance(v, bool)}
-    enabled.pop("canary")  # measured in the measuring process, not a probe report
-    if device.type != "cuda":
+    enabled.pop("canary")
+    enabled.pop("cuda_graph")
+    if device_type != "cuda":
         enabled.pop("matmul_peak", None)
-    if not any(enabled.values()):
+    return any(enabled.values())
+
+
+def probe_reports(spec: JobSpec, phase: str, device_type: str) -> list[ProbeReport]:
+    """``run_probes`` when ``probes_enabled``; a failure becomes a report holding its error."""
+    if not probes_enabled(spec, device_type):
         return []
     try:
-        return [run_probes(spec.probes, phase, device_type=device.type)]
+        return [run_probes(spec.probes, phase, device_type=device_type)]
     except Exception as exc:
         logger.exception("probes (%s) failed", phase)
         error = {"run_probes": _short_error(exc)}
-        return [ProbeReport(phase=phase, taken_at=datetime.now(UTC), errors=error)]
+        return [ProbeReport(phase=phase, taken_at=datetime.now(UTC), errors=error)]  # type: ignore[arg-type]
+
+
+def _probes(spec: JobSpec, phase: Literal["before", "after"], device: torch.device) -> list[ProbeReport]:
+    """The ``phase`` probe reports of ``spec`` on ``device``, taken in a fresh process that never
+    imports benchmark code and then exits (``runners.measure.probes_in_child``); none when no probe
+    is enabled."""
+    if not probes_enabled(spec, device.type):
+        return []
+    from runners.measure import probes_in_child
+
+    return probes_in_child(spec, phase=phase, device_type=device.type, timeout_s=_PROBE_TIMEOUT_S)
 
 
 def _aliases_input(out: torch.Tensor, inputs: Mapping[str, Any]) -> bool:
@@ -402,9 +421,10 @@ def run_job(
 ) -> JobResult:
     """Run ``spec`` on this node and return every raw result (see the module docstring).
 
-    The probes before and after run in this process; the cells are measured in a child process
-    (``python -m runners.measure``) that is killed once ``spec.timeout_s`` has passed, unless
-    ``isolate`` is False (the cells are then measured here, e.g. by tests of the engine).
+    The probes before and after, and the cells, each run in a fresh child process (``python -m
+    runners.measure``; this process never touches the GPU); the measuring child is killed once
+    ``spec.timeout_s`` has passed. With ``isolate`` False the cells are measured in this process
+    (tests of the engine, the Python API).
     ``device`` overrides ``spec.device`` (``"auto"``: the GPU when there is one). ``progress(cell
     index, cell count, message)`` is called as each cell advances. ``timer_kind`` overrides
     ``spec.measurement.timer`` (``runners.timing.make_timer``). ``idempotency_key`` defaults to a
@@ -415,9 +435,7 @@ def run_job(
     started_at = datetime.now(UTC)
     dev = resolve_device(device, spec.device)
     configure_triton_env(dev)  # inherited by the child, before anything imports triton
-    guard = torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext()
-    with guard:
-        probes = _probes(spec, "before", dev)
+    probes = _probes(spec, "before", dev)
     if isolate:
         from runners.measure import measure_in_child
 
@@ -426,8 +444,7 @@ def run_job(
         )
     else:
         results, node, timer_label = measure_cells(spec, device=dev, progress=progress, timer_kind=timer_kind)
-    with guard:
-        probes += _probes(spec, "after", dev)
+    probes += _probes(spec, "after", dev)
     return JobResult(
         idempotency_key=idempotency_key or uuid.uuid4().hex,
         job_id=job_id,

@@ -1,16 +1,19 @@
-"""The measuring process of a job: ``python -m runners.measure SPEC_JSON OUT_JSON``.
+"""The processes of a job: ``python -m runners.measure cells|probes SPEC_JSON OUT_JSON``.
 
-``runners.job.run_job`` probes the node in its own process, which never imports benchmark code,
-and measures the cells here, in a fresh child: a benchmark module that patches a timing function,
-sets a device-wide cache policy in its CUDA context or leaves threads behind reaches only this
-process, which ends with the job. The child:
+``runners.job.run_job`` orchestrates a job without touching the GPU itself: it probes the node in
+one fresh process (``probes``), measures the cells in another (``cells``) and probes again in a
+third. A benchmark module that patches a timing function, sets a cache policy in its CUDA context
+or leaves threads behind reaches only the measuring process, which ends with its cells; the
+probes never share a process with benchmark code, and only one of the job's processes holds the
+GPU at a time (NVML then sees no other tenant of ours). Each child reads the ``JobSpec`` JSON file
+``SPEC_JSON`` and writes its answer to ``OUT_JSON`` atomically (temp file + rename):
 
-1. reads the ``JobSpec`` JSON file ``SPEC_JSON``;
-2. runs ``runners.job.measure_cells`` on ``--device`` with ``--timer-kind``, printing one line
-   ``progress: <cell index> <cell count> <message>`` per step on stdout;
-3. writes ``MeasuredCells`` JSON to ``OUT_JSON`` atomically (temp file + rename).
+* ``cells --device D [--timer-kind K]``: ``runners.job.measure_cells``, one line ``progress:
+  <cell index> <cell count> <message>`` per step on stdout; ``MeasuredCells`` JSON;
+* ``probes --phase before|after --device-type cpu|cuda``: ``runners.job.probe_reports``; a JSON
+  list of ``ProbeReport``.
 
-Exit status: 0 measured; 2 unusable arguments or spec file; 3 the benchmark cannot be loaded
+Exit status: 0 done; 2 unusable arguments or spec file; 3 the benchmark cannot be loaded
 (``kernels.BenchmarkError``, message on stderr after ``measure: benchmark: ``); 1 anything else
 raised (``measure: failed: <error>`` on stderr).
 """
@@ -32,10 +35,10 @@ from pathlib import Path
 from typing import IO
 
 import torch
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from runners.spool import atomic_write_text
-from service.schemas import CellResult, JobSpec, NodeInfo
+from service.schemas import CellResult, JobSpec, NodeInfo, ProbeReport
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -70,21 +73,46 @@ def measure_in_child(
     timer_kind: str | None = None,
     timeout_s: float,
 ) -> tuple[list[CellResult], NodeInfo, str]:
-    """Measure ``spec``'s cells in a fresh ``python -m runners.measure`` process on ``device`` and
-    return ``(cells, node, timer label)`` as ``runners.job.measure_cells`` does. ``progress(index,
-    count, message)`` gets the child's progress lines. The child (its whole process group) is
-    killed after ``timeout_s`` seconds or when this call is interrupted. Raises
+    """Measure ``spec``'s cells in a fresh ``python -m runners.measure cells`` process on ``device``
+    and return ``(cells, node, timer label)`` as ``runners.job.measure_cells`` does.
+    ``progress(index, count, message)`` gets the child's progress lines. The child (its whole
+    process group) is killed after ``timeout_s`` seconds or when this call is interrupted. Raises
     ``kernels.BenchmarkError`` when the benchmark cannot be loaded, ``MeasureError`` for any other
     failure of the child (the message holds its last stderr line)."""
+    args = ["cells", "--device", str(device)] + (["--timer-kind", timer_kind] if timer_kind else [])
+    text = _run_child(spec, args, progress=progress, timeout_s=timeout_s, what="measurement")
+    measured = MeasuredCells.model_validate_json(text)
+    return measured.cells, measured.node, measured.timer
+
+
+def probes_in_child(spec: JobSpec, *, phase: str, device_type: str, timeout_s: float) -> list[ProbeReport]:
+    """``runners.job.probe_reports`` of ``spec`` in a fresh ``python -m runners.measure probes``
+    process (a process that never imports benchmark code). A child that fails or overruns
+    ``timeout_s`` gives one report holding the error (a probe failure is a finding about the
+    node, never a lost job)."""
+    from datetime import UTC, datetime
+
+    try:
+        text = _run_child(spec, ["probes", "--phase", phase, "--device-type", device_type],
+                          progress=None, timeout_s=timeout_s, what="probe")
+    except MeasureError as exc:
+        return [ProbeReport(phase=phase, taken_at=datetime.now(UTC),  # type: ignore[arg-type]
+                            errors={"run_probes": str(exc)[:500]})]
+    return _PROBE_REPORTS.validate_json(text)
+
+
+_PROBE_REPORTS = TypeAdapter(list[ProbeReport])
+
+
+def _run_child(spec: JobSpec, args: list[str], *, progress: ProgressFn | None, timeout_s: float,
+               what: str) -> str:
+    """Run ``python -m runners.measure ARGS SPEC OUT``; the text of OUT (see ``measure_in_child``)."""
     from kernels import BenchmarkError
 
     with tempfile.TemporaryDirectory(prefix="kernelab-measure-") as tmp:
-        spec_path, out_path, err_path = Path(tmp, "spec.json"), Path(tmp, "cells.json"), Path(tmp, "stderr")
+        spec_path, out_path, err_path = Path(tmp, "spec.json"), Path(tmp, "out.json"), Path(tmp, "stderr")
         spec_path.write_text(spec.model_dump_json(), encoding="utf-8")
-        cmd = [sys.executable, "-m", "runners.measure", str(spec_path), str(out_path),
-               "--device", str(device)]
-        if timer_kind is not None:
-            cmd += ["--timer-kind", timer_kind]
+        cmd = [sys.executable, "-m", "runners.measure", args[0], str(spec_path), str(out_path), *args[1:]]
         with err_path.open("w", encoding="utf-8") as err:
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL,
                                     text=True, start_new_session=True, env=_child_env())
@@ -94,7 +122,7 @@ def measure_in_child(
                 code = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 _kill_group(proc)
-                raise MeasureError(f"timed out: the measurement ran longer than the spec's timeout_s = "
+                raise MeasureError(f"timed out: the {what} ran longer than the spec's timeout_s = "
                                    f"{timeout_s:g} s and was killed") from None
             except BaseException:
                 _kill_group(proc)
@@ -107,18 +135,21 @@ def measure_in_child(
         if code == EXIT_BENCHMARK:
             raise BenchmarkError(_last_line(tail, "measure: benchmark: "))
         if code != EXIT_OK or not out_path.exists():
-            why = _last_line(tail, "measure: failed: ") or f"the measuring process exited with status {code}"
+            why = _last_line(tail, "measure: failed: ") or f"the {what} process exited with status {code}"
             raise MeasureError(why)
-        measured = MeasuredCells.model_validate_json(out_path.read_text(encoding="utf-8"))
-    return measured.cells, measured.node, measured.timer
+        return out_path.read_text(encoding="utf-8")
 
 
 def _child_env() -> dict[str, str]:
-    """This process's environment with ``PYTHONPATH`` set to its ``sys.path``: the measuring
-    process imports the benchmark modules this process could import (a module next to the spec,
-    a test module), and nothing else changes."""
+    """This process's environment with ``PYTHONPATH`` set to its ``sys.path`` (the child imports the
+    benchmark modules this process could import: a module next to the spec, a test module) and
+    this process's pid added to ``KERNELAB_OWN_PIDS`` (NVML then counts it as ours, never as
+    another tenant)."""
+    from runners.probes.telemetry import OWN_PIDS_ENV
+
     paths = [p for p in sys.path if p and os.path.isdir(p)]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
+    own = ",".join(filter(None, (os.environ.get(OWN_PIDS_ENV, ""), str(os.getpid()))))
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)), OWN_PIDS_ENV: own}
 
 
 def _relay(stream: IO[str] | None, progress: ProgressFn | None) -> None:
@@ -154,10 +185,13 @@ def _kill_group(proc: subprocess.Popen[str]) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m runners.measure", description=__doc__.splitlines()[0])
+    p.add_argument("what", choices=["cells", "probes"])
     p.add_argument("spec_json", type=Path)
     p.add_argument("out_json", type=Path)
-    p.add_argument("--device", required=True, help="e.g. cpu or cuda:0")
+    p.add_argument("--device", default="cpu", help="cells: e.g. cpu or cuda:0")
     p.add_argument("--timer-kind", default=None)
+    p.add_argument("--phase", choices=["before", "after"], default="before")
+    p.add_argument("--device-type", choices=["cpu", "cuda"], default="cpu")
     return p
 
 
@@ -166,7 +200,7 @@ def _print_progress(index: int, total: int, message: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Measure the cells of ``SPEC_JSON`` (module docstring); return the exit status."""
+    """Measure the cells or take the probes of ``SPEC_JSON`` (module docstring); the exit status."""
     args = _parser().parse_args(argv)
     try:
         spec = JobSpec.model_validate_json(args.spec_json.read_text(encoding="utf-8"))
@@ -174,10 +208,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"measure: failed: cannot read spec {args.spec_json}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     from kernels import BenchmarkError
-    from runners.job import measure_cells
+    from runners.job import measure_cells, probe_reports
 
     t0 = time.perf_counter()
     try:
+        if args.what == "probes":
+            reports = probe_reports(spec, args.phase, args.device_type)
+            atomic_write_text(args.out_json, _PROBE_REPORTS.dump_json(reports).decode())
+            return EXIT_OK
         cells, node, timer = measure_cells(spec, device=torch.device(args.device), progress=_print_progress,
                                            timer_kind=args.timer_kind)
     except BenchmarkError as exc:

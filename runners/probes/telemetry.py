@@ -205,9 +205,16 @@ def unregister_own_pids(pids: Iterable[int]) -> None:
     _OWN_PIDS.difference_update(int(p) for p in pids)
 
 
+OWN_PIDS_ENV = "KERNELAB_OWN_PIDS"  # comma-separated pids of kernelab processes above this one
+
+
 def own_pids() -> frozenset[int]:
-    """This process, the pids registered with ``register_own_pids`` and those of ``POOL_ENV``."""
+    """This process, the pids registered with ``register_own_pids``, those of ``POOL_ENV`` and of
+    ``OWN_PIDS_ENV`` (the job's orchestrating process, ``runners.measure``)."""
     pids = {os.getpid(), *_OWN_PIDS}
+    for part in os.environ.get(OWN_PIDS_ENV, "").split(","):
+        if part.strip().isdigit():
+            pids.add(int(part))
     raw = os.environ.get(POOL_ENV)
     if raw:
         try:

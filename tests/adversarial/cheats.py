@@ -26,6 +26,8 @@ GPU only (``GPU_CHEATS``):
 * ``graph_wrong``: right when launched directly, half the work while a CUDA graph is captured;
 * ``side_stream``: launches the work on a side stream and returns without joining it;
 * ``host_cache``: launches device work only on every eighth call, returns the cached output else;
+* ``noop_after_first``: launches device work on its first call only (a CUDA graph of its calls is
+  empty);
 * ``patch_events``: replaces ``torch.cuda.Event.elapsed_time`` (times read 100x short);
 * ``l2_policy``: sets the context's L2 fetch granularity to 32 bytes through the CUDA runtime
   (every later kernel of the process slows down, both sides alike).
@@ -67,6 +69,7 @@ GPU_CHEATS: dict[str, set[str]] = {
     "graph_wrong": {"wrong-under-timing"},
     "side_stream": {"wrong-under-timing", "output-after-window", "work-after-window"},
     "host_cache": {"no-device-work"},
+    "noop_after_first": {"no-device-work", "wrong-under-timing"},
     "patch_events": {"timer-tampered"},
     "l2_policy": {"node-changed"},
 }
@@ -295,6 +298,18 @@ class ScaleBenchmark(Benchmark[ScaleParams]):
             calls[0] += 1
             if calls[0] % 8 == 1:
                 _compute(x, y, out)
+            return out
+
+        return run
+
+    def _noop_after_first(self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor,
+                          p: ScaleParams) -> Callable[[], Any]:
+        done = [False]
+
+        def run() -> torch.Tensor:
+            if not done[0]:
+                _compute(x, y, out)
+                done[0] = True
             return out
 
         return run

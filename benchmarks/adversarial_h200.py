@@ -1,0 +1,141 @@
+"""The adversarial suite on a GPU: every cheat of tests/adversarial/cheats.py through ``run_job``
+and ``compare``, honest A/A pairs, the "job changes the node" cases with probes on, the real
+examples for false findings, and the cost of the checked samples.
+
+Usage (repo root, on the GPU node):
+``python3 benchmarks/adversarial_h200.py OUTDIR [--part all|suite|node|examples]``.
+Writes ``OUTDIR/adversarial.json`` and prints a table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests" / "adversarial"))
+
+from cheats import CHEATS, GPU_CHEATS  # noqa: E402
+
+from runners.job import run_job  # noqa: E402
+from service.schemas import JobResult, JobSpec  # noqa: E402
+from service.stats import compare  # noqa: E402
+
+QUICK = {"warmup_ms": 5.0, "budget_ms": 400.0, "min_rounds": 4, "max_rounds": 400, "min_time_ms": 50.0}
+NO_PROBES = {"copy_bandwidth": False, "all_reduce": False, "nvml": False, "matmul_peak": False}
+PROBES = {"copy_bandwidth": True, "all_reduce": False, "nvml": True, "matmul_peak": False}
+
+
+def spec(candidate: str, *, benchmark: str = "cheats:ScaleBenchmark", probes: dict[str, bool] = NO_PROBES,
+         **correctness: Any) -> JobSpec:
+    return JobSpec.model_validate({
+        "benchmark": benchmark, "baseline": {"variant": "honest"}, "candidate": {"variant": candidate},
+        "params": {"M": 4096, "N": 4096, "work": 8}, "device": "cuda", "measurement": QUICK,
+        "probes": probes, "correctness": correctness,
+    })
+
+
+def row(name: str, result: JobResult, wall_s: float, wanted: set[str] | None) -> dict[str, Any]:
+    c = compare(result)
+    cell = c.cells[0]
+    codes = sorted({r.code for r in cell.reasons})
+    copy = {p.phase: round(max((r.bandwidth_gbps for r in p.copy_bandwidth), default=0.0), 1)
+            for p in result.probes}
+    caught = None
+    if wanted is not None:
+        caught = bool(wanted & set(codes)) and cell.verdict not in ("faster", "same", "slower")
+    return {
+        "case": name, "verdict": cell.verdict, "timing_verdict": cell.timing_verdict,
+        "ratio": None if cell.ratio is None else round(cell.ratio, 4),
+        "baseline_median_ns": cell.baseline.median_ns, "candidate_median_ns": cell.candidate.median_ns,
+        "timers": cell.timers, "codes": codes, "error": cell.error,
+        "caught": caught,
+        "reasons": [f"{r.code}: {r.message}" for r in cell.reasons][:6],
+        "job_reasons": [f"{r.code}: {r.message}" for r in c.reasons],
+        "copy_probe_gbps": copy, "wall_s": round(wall_s, 1),
+        "timed_checks": {v: [t.model_dump(mode="json", exclude={"correctness"}) for t in ts]
+                         for v, ts in result.cells[0].timed_checks.items()},
+    }
+
+
+def run(name: str, s: JobSpec, wanted: set[str] | None) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    try:
+        result = run_job(s)
+    except Exception as exc:  # record and go on: one broken case must not lose the others
+        return {"case": name, "verdict": "ERROR", "error": f"{type(exc).__name__}: {exc}", "caught": False}
+    out = row(name, result, time.perf_counter() - t0, wanted)
+    print(f"{name:22s} {out['verdict']:14s} timing={out['timing_verdict']} ratio={out['ratio']} "
+          f"codes={out['codes']} caught={out['caught']} copy={out['copy_probe_gbps']} {out['wall_s']} s",
+          flush=True)
+    return out
+
+
+def l2_policy_effect() -> dict[str, Any]:
+    """Copy bandwidth in one fresh process before and after the L2 fetch-granularity limit."""
+    code = (
+        "import sys; sys.path.insert(0, 'tests/adversarial'); import torch, json\n"
+        "from runners.probes.copy_bandwidth import measure_cuda_copy\n"
+        "from cheats import set_l2_fetch_granularity\n"
+        "a = measure_cuda_copy(0, samples=5).bandwidth_gbps\n"
+        "set_l2_fetch_granularity(32)\n"
+        "b = measure_cuda_copy(0, samples=5).bandwidth_gbps\n"
+        "print(json.dumps({'before_gbps': a, 'after_gbps': b}))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    try:
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"error": proc.stderr[-2000:]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--part", default="all", choices=["all", "suite", "node", "examples"])
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, Any]] = []
+    extra: dict[str, Any] = {}
+    if args.part in ("all", "suite"):
+        for i in range(3):
+            rows.append(run(f"A/A honest #{i + 1}", spec("honest"), None))
+        for name in sorted({**CHEATS, **GPU_CHEATS}):
+            loose = {"rtol": 0.05, "atol": 0.1} if name == "less_accurate" else {}
+            rows.append(run(name, spec(name, **loose), GPU_CHEATS.get(name) or CHEATS[name]))
+    if args.part in ("all", "node"):
+        extra["l2_policy_effect"] = l2_policy_effect()
+        print("l2 policy effect:", extra["l2_policy_effect"], flush=True)
+        rows.append(run("honest + probes", spec("honest", probes=PROBES), None))
+        rows.append(run("patched at import + probes",
+                        spec("honest", benchmark="cheats_import_patch:PatchedAtImport", probes=PROBES),
+                        {"timer-tampered", "node-changed"}))
+        rows.append(run("l2_policy + probes", spec("l2_policy", probes=PROBES), {"node-changed"}))
+        rows.append(run("noop_after_first + probes", spec("noop_after_first", probes=PROBES),
+                        {"no-device-work"}))
+    if args.part in ("all", "examples"):
+        for example in ("softmax", "matmul"):
+            data = yaml.safe_load((ROOT / "runners" / "examples" / f"{example}.yaml").read_text())
+            for checks in (True, False):
+                data.setdefault("correctness", {})["timed_checks"] = checks
+                rows.append(run(f"example {example} checks={'on' if checks else 'off'}",
+                                JobSpec.model_validate(data), None))
+    (args.out / "adversarial.json").write_text(json.dumps({"rows": rows, **extra}, indent=2, default=str))
+    print("\n| case | verdict | timing alone | ratio | reasons | caught | wall s |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        codes = ", ".join(r.get("codes", [])) or r.get("error") or ""
+        print(f"| {r['case']} | {r['verdict']} | {r.get('timing_verdict')} | {r.get('ratio')} | {codes} | "
+              f"{r.get('caught')} | {r.get('wall_s')} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

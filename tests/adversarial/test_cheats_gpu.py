@@ -1,0 +1,46 @@
+"""The adversarial suite's GPU members on a CUDA GPU (skipped without one): cheats that need a
+device (graph replay, streams, device work, CUDA events, the context's cache policy) and the CPU
+cheats again under the default CUDA-graph timer. Numbers of a run on an H200 are in
+docs/results/2026-12-01-h200-adversarial.md (``benchmarks/adversarial_h200.py``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from cheats import CHEATS, GPU_CHEATS
+
+from runners.job import run_job
+from service.schemas import JobSpec
+from service.stats import compare
+
+pytestmark = pytest.mark.gpu
+
+QUICK = {"warmup_ms": 5.0, "budget_ms": 400.0, "min_rounds": 4, "max_rounds": 200, "min_time_ms": 20.0}
+NO_PROBES = {"copy_bandwidth": False, "all_reduce": False, "nvml": False, "matmul_peak": False}
+
+
+def gpu_spec(candidate: str, **correctness: Any) -> JobSpec:
+    return JobSpec.model_validate({
+        "benchmark": "cheats:ScaleBenchmark", "baseline": {"variant": "honest"},
+        "candidate": {"variant": candidate}, "params": {"M": 2048, "N": 2048, "work": 8}, "device": "cuda",
+        "measurement": QUICK, "probes": NO_PROBES, "correctness": correctness,
+    })
+
+
+@pytest.mark.parametrize("cheat", sorted({**CHEATS, **GPU_CHEATS}))
+def test_every_cheat_is_caught_on_the_gpu(cheat: str) -> None:
+    loose = {"rtol": 0.05, "atol": 0.1} if cheat == "less_accurate" else {}
+    cell = compare(run_job(gpu_spec(cheat, **loose))).cells[0]
+    codes = {r.code for r in cell.reasons}
+    wanted = GPU_CHEATS.get(cheat) or CHEATS[cheat]
+    assert wanted & codes, (cheat, cell.verdict, [r.message for r in cell.reasons])
+    assert cell.verdict not in ("faster", "same", "slower")
+
+
+def test_an_honest_pair_raises_no_finding_on_the_gpu() -> None:
+    result = run_job(gpu_spec("honest"))
+    cell = compare(result).cells[0]
+    assert cell.verdict == cell.timing_verdict, [r.message for r in cell.reasons]
+    checks = result.cells[0].timed_checks
+    assert all(c.passed and c.timer == "cuda-graph" for cs in checks.values() for c in cs)
