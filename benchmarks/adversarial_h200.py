@@ -22,7 +22,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "adversarial"))
 
-from cheats import CHEATS, GPU_CHEATS  # noqa: E402
+from cheats import CHEATS, GPU_CHEATS, GPU_OVERRIDES  # noqa: E402
 
 from runners.job import run_job  # noqa: E402
 from service.schemas import JobResult, JobSpec  # noqa: E402
@@ -60,6 +60,8 @@ def row(name: str, result: JobResult, wall_s: float, wanted: set[str] | None) ->
         "reasons": [f"{r.code}: {r.message}" for r in cell.reasons][:6],
         "job_reasons": [f"{r.code}: {r.message}" for r in c.reasons],
         "copy_probe_gbps": copy, "wall_s": round(wall_s, 1),
+        "phase_s": {k: round(sum(cl.phase_s.get(k, 0.0) for cl in result.cells), 2)
+                    for k in ("prepare", "correctness", "measure", "checks", "device_work", "canary")},
         "timed_checks": {v: [t.model_dump(mode="json", exclude={"correctness"}) for t in ts]
                          for v, ts in result.cells[0].timed_checks.items()},
     }
@@ -73,21 +75,24 @@ def run(name: str, s: JobSpec, wanted: set[str] | None) -> dict[str, Any]:
         return {"case": name, "verdict": "ERROR", "error": f"{type(exc).__name__}: {exc}", "caught": False}
     out = row(name, result, time.perf_counter() - t0, wanted)
     print(f"{name:22s} {out['verdict']:14s} timing={out['timing_verdict']} ratio={out['ratio']} "
-          f"codes={out['codes']} caught={out['caught']} copy={out['copy_probe_gbps']} {out['wall_s']} s",
-          flush=True)
+          f"codes={out['codes']} caught={out['caught']} copy={out['copy_probe_gbps']} {out['wall_s']} s "
+          f"phases={out['phase_s']}", flush=True)
     return out
 
 
 def l2_policy_effect() -> dict[str, Any]:
-    """Copy bandwidth in one fresh process before and after the L2 fetch-granularity limit."""
+    """Copy bandwidth in one fresh process: as found, after the largest persisting-L2 set-aside,
+    and with a device hog streaming copies on a side stream."""
     code = (
         "import sys; sys.path.insert(0, 'tests/adversarial'); import torch, json\n"
         "from runners.probes.copy_bandwidth import measure_cuda_copy\n"
-        "from cheats import set_l2_fetch_granularity\n"
+        "from cheats import set_persisting_l2, start_device_hog\n"
         "a = measure_cuda_copy(0, samples=5).bandwidth_gbps\n"
-        "set_l2_fetch_granularity(32)\n"
+        "set_persisting_l2(torch.cuda.get_device_properties(0).L2_cache_size * 3 // 4)\n"
         "b = measure_cuda_copy(0, samples=5).bandwidth_gbps\n"
-        "print(json.dumps({'before_gbps': a, 'after_gbps': b}))\n"
+        "start_device_hog(torch.device('cuda', 0))\n"
+        "c = measure_cuda_copy(0, samples=5).bandwidth_gbps\n"
+        "print(json.dumps({'before_gbps': a, 'persisting_l2_gbps': b, 'with_hog_gbps': c}))\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     try:
@@ -100,16 +105,21 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("out", type=Path)
     ap.add_argument("--part", default="all", choices=["all", "suite", "node", "examples"])
+    ap.add_argument("--cases", default="", help="comma list: only these suite cases (A/A is 'honest')")
     args = ap.parse_args()
+    only = set(filter(None, args.cases.split(",")))
     args.out.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
     extra: dict[str, Any] = {}
     if args.part in ("all", "suite"):
-        for i in range(3):
+        for i in range(3 if not only else int("honest" in only)):
             rows.append(run(f"A/A honest #{i + 1}", spec("honest"), None))
         for name in sorted({**CHEATS, **GPU_CHEATS}):
+            if only and name not in only:
+                continue
             loose = {"rtol": 0.05, "atol": 0.1} if name == "less_accurate" else {}
-            rows.append(run(name, spec(name, **loose), GPU_CHEATS.get(name) or CHEATS[name]))
+            wanted = GPU_OVERRIDES.get(name) or GPU_CHEATS.get(name) or CHEATS[name]
+            rows.append(run(name, spec(name, **loose), wanted or None))
     if args.part in ("all", "node"):
         extra["l2_policy_effect"] = l2_policy_effect()
         print("l2 policy effect:", extra["l2_policy_effect"], flush=True)
@@ -117,13 +127,13 @@ def main() -> int:
         rows.append(run("patched at import + probes",
                         spec("honest", benchmark="cheats_import_patch:PatchedAtImport", probes=PROBES),
                         {"timer-tampered", "node-changed"}))
-        rows.append(run("l2_policy + probes", spec("l2_policy", probes=PROBES), {"node-changed"}))
+        rows.append(run("device_hog + probes", spec("device_hog", probes=PROBES), {"node-changed"}))
         rows.append(run("noop_after_first + probes", spec("noop_after_first", probes=PROBES),
                         {"no-device-work"}))
     if args.part in ("all", "examples"):
         for example in ("softmax", "matmul"):
             data = yaml.safe_load((ROOT / "runners" / "examples" / f"{example}.yaml").read_text())
-            for checks in (True, False):
+            for checks in (True, False) if not only else (True,):
                 data.setdefault("correctness", {})["timed_checks"] = checks
                 rows.append(run(f"example {example} checks={'on' if checks else 'off'}",
                                 JobSpec.model_validate(data), None))

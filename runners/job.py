@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
@@ -241,6 +242,16 @@ def _is_output(tensor: Any, out: torch.Tensor) -> bool:
             and not bool(bitwise_diff(tensor, out).any()))
 
 
+@contextlib.contextmanager
+def _phase(result: CellResult, name: str) -> Iterator[None]:
+    """Add the wall time of the block to ``result.phase_s[name]`` (s)."""
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        result.phase_s[name] = round(result.phase_s.get(name, 0.0) + time.perf_counter() - t0, 6)
+
+
 def _checked_samples(
     spec: JobSpec, result: CellResult, sides: dict[Variant, LocalSide]
 ) -> Callable[[int, Mapping[Variant, int]], None]:
@@ -251,10 +262,11 @@ def _checked_samples(
     def checkpoint(rounds: int, launches: Mapping[Variant, int]) -> None:
         seed = check_seed(spec.measurement.seed, taken[0])
         taken[0] += 1
-        for v, side in sides.items():
-            check = side.checked_sample(seed=seed, rounds=rounds, launches=launches[v])
-            result.timed_checks.setdefault(v, []).append(check)
-        _integrity(result)
+        with _phase(result, "checks"):
+            for v, side in sides.items():
+                check = side.checked_sample(seed=seed, rounds=rounds, launches=launches[v])
+                result.timed_checks.setdefault(v, []).append(check)
+            _integrity(result)
 
     return checkpoint
 
@@ -279,25 +291,31 @@ def _run_cell(
     sides: dict[Variant, LocalSide] = {}
     try:
         _integrity(result)
-        params, _, sides = _prepare_sides(bench, spec, cell, device, timer)
+        with _phase(result, "prepare"):
+            params, _, sides = _prepare_sides(bench, spec, cell, device, timer)
         if spec.correctness.enabled:
             progress("correctness")
-            _eager_checks(bench, spec, result, params, sides, device)
+            with _phase(result, "correctness"):
+                _eager_checks(bench, spec, result, params, sides, device)
         progress("measuring")
         if monitor is not None:
             monitor.start()
         checkpoint = _checked_samples(spec, result, sides) if spec.correctness.enabled and \
             spec.correctness.timed_checks else None
+        t_measure = time.perf_counter()
         try:
             result.samples = measure_interleaved(
                 LocalPairTimer(sides), spec.measurement, sampler=sampler, progress=progress, monitor=monitor,
                 checkpoint=checkpoint,
             )
         finally:
+            result.phase_s["measure"] = round(
+                time.perf_counter() - t_measure - result.phase_s.get("checks", 0.0), 6)
             result.timers = {v: side.timer_kind for v, side in sides.items()}
             result.contention = monitor.take() if monitor is not None else []
-        for side in sides.values():
-            result.findings += side.device_work_findings()
+        with _phase(result, "device_work"):
+            for side in sides.values():
+                result.findings += side.device_work_findings()
         result.work = {v: bench.work(params[v], sides[v].variant) for v in sides}
         _integrity(result)
     except Exception as exc:  # one cell's failure must not lose the job's other cells
@@ -355,7 +373,8 @@ def _canary_check(result: CellResult, reference_gbps: float | None, device: torc
     """After a cell: the canary again; a ``node-changed`` finding when it left the band."""
     if reference_gbps is None or result.error is not None:
         return
-    now = _canary_gbps(device)
+    with _phase(result, "canary"):
+        now = _canary_gbps(device)
     if now is None:
         return
     change = now / reference_gbps - 1

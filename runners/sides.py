@@ -192,6 +192,8 @@ class LocalSide:
         if not in_place:
             assert self._at_stop is not None
             check = self._check(self._at_stop, ref)
+            if kind == "cuda-graph":
+                findings += self._one_fresh_call(seed + 1)
             if not check.passed:
                 findings.append(reason("wrong-under-timing", f"{self.side}: wrong {_timed_method(kind)} "
                                        f"(fresh inputs, seed {seed}): {check.message}"
@@ -199,6 +201,24 @@ class LocalSide:
             if unfilled:
                 check.message += f"; not refilled (no tensor of a fixed shape): {', '.join(unfilled)}"
         return self._result(kind, rounds, seed, launches, ns, check, findings)
+
+    def _one_fresh_call(self, seed: int) -> list[Reason]:
+        """A graph's replays of ``launches`` calls hide an output that lags one call behind its
+        inputs (each launch but the first reads the inputs the previous one saw): one eager call
+        right after a refill must be right too (``wrong-output`` otherwise)."""
+        refill_inputs(self.inputs, self.bench.make_inputs(self.params, self.device, seed))
+        ref = self.bench.reference(self.params, self.inputs)
+        out = self.fn()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        if not isinstance(out, torch.Tensor):
+            return []  # not-a-tensor is told by the timed check
+        check = self._check(out, ref)
+        if check.passed:
+            return []
+        return [reason("wrong-output", f"{self.side}: one call right after its inputs changed (fresh inputs, "
+                       f"seed {seed}) returned a wrong output: {check.message}"
+                       + (f"; where: {check.where}" if check.where else ""), side=self.side)]
 
     def _after_window(
         self, out: torch.Tensor, kind: str, launches: int, threads: set[threading.Thread], idle_ns: float

@@ -491,6 +491,7 @@ def _cell_context(cell: CellResult) -> dict[str, Any]:
         "contention": [r.model_dump(mode="json") for r in cell.contention],
         "timed_checks": {v: [t.model_dump(mode="json") for t in ts] for v, ts in cell.timed_checks.items()},
         "findings": [f.model_dump(mode="json") for f in cell.findings],
+        "phase_s": dict(cell.phase_s),
     }
 
 
@@ -559,6 +560,7 @@ def load_result(
                 contention=(c.context or {}).get("contention", []),
                 timed_checks=(c.context or {}).get("timed_checks", {}),
                 findings=(c.context or {}).get("findings", []),
+                phase_s=(c.context or {}).get("phase_s", {}),
                 static=None if c.static is None else StaticComparison.model_validate(c.static),
             )
             for c in cells

@@ -669,6 +669,11 @@ class CellResult(BaseModel):
         description="what the runner found about the cell's measurement (timer fallback, empty graph, "
         "patched timer, node changed during the job, ...); codes in service.verdicts.REASONS",
     )
+    phase_s: dict[str, float] = Field(
+        default_factory=dict,
+        description="wall time of the cell's phases on the runner, s: prepare, correctness, measure "
+        "(the rounds), checks (the checked samples), device_work, canary",
+    )
 
 
 class CopyBandwidthReading(BaseModel):
