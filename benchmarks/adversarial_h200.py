@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -80,27 +79,6 @@ def run(name: str, s: JobSpec, wanted: set[str] | None) -> dict[str, Any]:
     return out
 
 
-def l2_policy_effect() -> dict[str, Any]:
-    """Copy bandwidth in one fresh process: as found, after the largest persisting-L2 set-aside,
-    and with a device hog streaming copies on a side stream."""
-    code = (
-        "import sys; sys.path.insert(0, 'tests/adversarial'); import torch, json\n"
-        "from runners.probes.copy_bandwidth import measure_cuda_copy\n"
-        "from cheats import set_persisting_l2, start_device_hog\n"
-        "a = measure_cuda_copy(0, samples=5).bandwidth_gbps\n"
-        "set_persisting_l2(torch.cuda.get_device_properties(0).L2_cache_size * 3 // 4)\n"
-        "b = measure_cuda_copy(0, samples=5).bandwidth_gbps\n"
-        "start_device_hog(torch.device('cuda', 0))\n"
-        "c = measure_cuda_copy(0, samples=5).bandwidth_gbps\n"
-        "print(json.dumps({'before_gbps': a, 'persisting_l2_gbps': b, 'with_hog_gbps': c}))\n"
-    )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
-    try:
-        return json.loads(proc.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        return {"error": proc.stderr[-2000:]}
-
-
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("out", type=Path)
@@ -121,13 +99,10 @@ def main() -> int:
             wanted = GPU_OVERRIDES.get(name) or GPU_CHEATS.get(name) or CHEATS[name]
             rows.append(run(name, spec(name, **loose), wanted or None))
     if args.part in ("all", "node"):
-        extra["l2_policy_effect"] = l2_policy_effect()
-        print("l2 policy effect:", extra["l2_policy_effect"], flush=True)
         rows.append(run("honest + probes", spec("honest", probes=PROBES), None))
         rows.append(run("patched at import + probes",
                         spec("honest", benchmark="cheats_import_patch:PatchedAtImport", probes=PROBES),
                         {"timer-tampered", "node-changed"}))
-        rows.append(run("device_hog + probes", spec("device_hog", probes=PROBES), {"node-changed"}))
         rows.append(run("noop_after_first + probes", spec("noop_after_first", probes=PROBES),
                         {"no-device-work"}))
     if args.part in ("all", "examples"):

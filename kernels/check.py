@@ -41,14 +41,18 @@ def mismatch_mask(out: torch.Tensor, ref: torch.Tensor, *, rtol: float, atol: fl
     """Boolean CPU tensor of ``out``'s shape: True where the element fails.
 
     An element fails when it is not finite or ``|out - ref| > atol + rtol * |ref|``
-    (``torch.isclose``, computed in float64). The mask is what locates races: which rows or tiles
-    are wrong, and how that set moves between repeated runs.
+    (``torch.isclose``, computed in float64 on ``out``'s device). The mask is what locates races:
+    which rows or tiles are wrong, and how that set moves between repeated runs.
 
     Raises ``ValueError`` when the shapes differ.
     """
     if tuple(out.shape) != tuple(ref.shape):
         raise ValueError(f"output shape {tuple(out.shape)} != reference shape {tuple(ref.shape)}")
-    out64, ref64 = _as_cpu_f64(out), _as_cpu_f64(ref)
+    out64, ref64 = _as_f64(out, ref)
+    return _bad(out64, ref64, rtol=rtol, atol=atol).cpu()
+
+
+def _bad(out64: torch.Tensor, ref64: torch.Tensor, *, rtol: float, atol: float) -> torch.Tensor:
     close = torch.isclose(out64, ref64, rtol=rtol, atol=atol, equal_nan=False)
     return ~(close & torch.isfinite(out64))
 
@@ -56,7 +60,8 @@ def mismatch_mask(out: torch.Tensor, ref: torch.Tensor, *, rtol: float, atol: fl
 def check_output(out: Any, ref: Any, *, rtol: float, atol: float) -> CorrectnessResult:
     """Compare ``out`` (any shape, any float/int dtype, any device) with ``ref`` (same shape).
 
-    Both are copied to the CPU as float64. Returns a ``CorrectnessResult`` whose ``passed`` is
+    Both are compared in float64 on ``out``'s device (on the CPU when the device has no room for
+    the copies). Returns a ``CorrectnessResult`` whose ``passed`` is
     True iff the shapes agree, no output element is NaN/Inf, and every element satisfies
     ``|out - ref| <= atol + rtol * |ref|``. ``rel_error``, ``max_abs_error`` and
     ``cosine_similarity`` are computed over elements where both tensors are finite; they are
@@ -73,17 +78,23 @@ def check_output(out: Any, ref: Any, *, rtol: float, atol: float) -> Correctness
             passed=False, rtol=rtol, atol=atol, dtype=_dtype(out),
             message=f"FAIL: output shape {tuple(out.shape)} != reference shape {tuple(ref.shape)}",
         )
-    out64, ref64 = _as_cpu_f64(out), _as_cpu_f64(ref)
-    nonfinite = int((~torch.isfinite(out64)).sum())
-    bad = mismatch_mask(out64, ref64, rtol=rtol, atol=atol)
-    n_bad, numel = int(bad.sum()), out64.numel()
-    both = torch.isfinite(out64) & torch.isfinite(ref64)
-    o, r = out64[both], ref64[both]
-    diff = (o - r).abs()
-    max_abs = float(diff.max()) if diff.numel() else None
-    ref_norm, out_norm = float(torch.linalg.vector_norm(r)), float(torch.linalg.vector_norm(o))
-    rel = float(torch.linalg.vector_norm(o - r)) / ref_norm if ref_norm > 0 else None
-    cosine = float(torch.dot(o, r)) / (out_norm * ref_norm) if out_norm > 0 and ref_norm > 0 else None
+    out64, ref64 = _as_f64(out, ref)
+    finite = torch.isfinite(out64)
+    bad = _bad(out64, ref64, rtol=rtol, atol=atol)
+    both = finite & torch.isfinite(ref64)
+    o, r = torch.where(both, out64, 0.0), torch.where(both, ref64, 0.0)  # no boolean gather: one shape
+    # one device-to-host transfer for all the scalars
+    stats = [0.0] * 8 if out64.numel() == 0 else torch.stack([
+        (~finite).sum().double(), bad.sum().double(), both.sum().double(), (o - r).abs().amax(),
+        torch.linalg.vector_norm(r), torch.linalg.vector_norm(o), torch.linalg.vector_norm(o - r),
+        torch.dot(o.flatten(), r.flatten()),
+    ]).tolist()
+    nonfinite, n_bad, n_both = int(stats[0]), int(stats[1]), int(stats[2])
+    max_abs = stats[3] if n_both else None
+    ref_norm, out_norm = stats[4], stats[5]
+    numel = out64.numel()
+    rel = stats[6] / ref_norm if ref_norm > 0 else None
+    cosine = stats[7] / (out_norm * ref_norm) if out_norm > 0 and ref_norm > 0 else None
     passed = n_bad == 0 and nonfinite == 0
     metrics = f"rel {_fmt(rel)}, max|err| {_fmt(max_abs)}, cos {_fmt(cosine)}"
     if passed:
@@ -91,7 +102,7 @@ def check_output(out: Any, ref: Any, *, rtol: float, atol: float) -> Correctness
     else:
         message = (
             f"FAIL: {n_bad}/{numel} elements ({100.0 * n_bad / max(numel, 1):.3g}%) outside "
-            f"rtol={rtol:g} atol={atol:g}, {nonfinite} NaN/Inf; {metrics}{_where(bad, out64, ref64)}"
+            f"rtol={rtol:g} atol={atol:g}, {nonfinite} NaN/Inf; {metrics}{_where(bad.cpu(), out64, ref64)}"
         )
     return CorrectnessResult(
         passed=passed, rel_error=rel, max_abs_error=max_abs, cosine_similarity=cosine,
@@ -103,8 +114,13 @@ def _dtype(t: torch.Tensor) -> str:
     return str(t.dtype).removeprefix("torch.")
 
 
-def _as_cpu_f64(t: torch.Tensor) -> torch.Tensor:
-    return t.detach().to(device="cpu", dtype=torch.float64)
+def _as_f64(out: torch.Tensor, ref: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``out`` and ``ref`` in float64 on ``out``'s device; on the CPU when the device has no room."""
+    try:
+        return out.detach().to(torch.float64), ref.detach().to(device=out.device, dtype=torch.float64)
+    except torch.OutOfMemoryError:
+        cpu = torch.device("cpu")
+        return out.detach().to(cpu, torch.float64), ref.detach().to(cpu, torch.float64)
 
 
 def _fmt(x: float | None) -> str:

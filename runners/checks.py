@@ -134,22 +134,23 @@ def jaccard(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def bitwise_diff(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Boolean mask: True where ``a`` and ``b`` (same shape and dtype) differ in their bytes.
-
-    NaNs with the same payload are equal. Raises ``ValueError`` for different shapes or dtypes.
-    """
+    """Boolean mask on ``a``'s device: True where ``a`` and ``b`` (same shape and dtype) differ in
+    their bytes. NaNs with the same payload are equal. Raises ``ValueError`` for different shapes
+    or dtypes."""
     if a.shape != b.shape or a.dtype != b.dtype:
         raise ValueError(f"cannot compare {tuple(a.shape)} {a.dtype} with {tuple(b.shape)} {b.dtype} bitwise")
+    b = b.detach().to(a.device)
     view = _INT_VIEW.get(a.element_size())
     if view is None or a.dtype == torch.bool:
-        return a.cpu() != b.cpu()
-    return a.detach().cpu().contiguous().view(view) != b.detach().cpu().contiguous().view(view)
+        return a.detach() != b
+    return a.detach().contiguous().view(view) != b.contiguous().view(view)
 
 
 def _max_abs(a: torch.Tensor, b: torch.Tensor, where: torch.Tensor) -> float | None:
-    d = (a.detach().cpu().double() - b.detach().cpu().double()).abs()[where]
-    d = d[torch.isfinite(d)]
-    return float(d.max()) if d.numel() else None
+    d = (a.detach().double() - b.detach().to(a.device).double()).abs()
+    d = torch.where(where.to(a.device) & torch.isfinite(d), d, -1.0)
+    worst = float(d.amax()) if d.numel() else -1.0
+    return worst if worst >= 0 else None
 
 
 def compare_bitwise(
@@ -248,7 +249,7 @@ def _determinism_check(
 ) -> DeterminismCheck:
     differing, max_elems, max_abs = 0, 0, 0.0
     prev: torch.Tensor | None = None
-    union = torch.zeros(first_out.shape, dtype=torch.bool)
+    union = torch.zeros(first_out.shape, dtype=torch.bool, device=first_out.device)
     jaccards: list[float] = []
     for _ in range(1, runs):
         out = poisoned_run(fn, inputs, device)

@@ -274,6 +274,14 @@ class LocalSide:
         if self.timer.empty_capture(self.fn):
             return [reason("no-device-work", f"{self.side}: the CUDA graph captured from its timed calls "
                            "holds no node: the calls launched no device work", side=self.side)]
+        nodes = self.timer.graph_nodes(self.fn)
+        if nodes is not None:  # counted at capture: no profiler needed
+            n, launches = nodes
+            if n >= launches:
+                return []
+            return [reason("no-device-work", f"{self.side}: the CUDA graph of its {launches} timed calls "
+                           f"holds {n} nodes: at least {launches - n} of the calls launched no kernel, copy "
+                           "or memset", side=self.side)]
         counts = device_work_per_call(self.fn, self.device)
         if counts is None or min(counts) > 0:
             return []

@@ -38,6 +38,7 @@ nvbandwidth (spin kernel holding the stream), ``triton.testing.do_bench`` (milli
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import math
 import time
@@ -156,6 +157,11 @@ class Timer(ABC):
     def forget_output(self, fn: Callable[[], Any]) -> None:
         """Drop the reference to ``fn``'s last output (so its memory can be reused)."""
         self._outputs.pop(fn, None)
+
+    def graph_nodes(self, fn: Callable[[], Any]) -> tuple[int, int] | None:
+        """``(nodes, launches)`` of the CUDA graph that times ``fn`` (its node count, counted once
+        at capture), or None: not timed by a graph, or the count is not available here."""
+        return None
 
     def launches_for(self, per_launch_ns: float, fn: Callable[[], Any] | None = None) -> int:
         """Launches per sample for a launch of ``fn`` estimated at ``per_launch_ns``; see
@@ -375,11 +381,17 @@ class CudaGraphTimer(_CudaTimerBase):
         super().__init__(device, l2_flush=l2_flush, min_window_ns=min_window_ns, max_launches=max_launches)
         self._graphs: dict[Callable[[], Any], tuple[int, torch.cuda.CUDAGraph]] = {}
         self._empty: set[Callable[[], Any]] = set()
+        self._nodes: dict[Callable[[], Any], tuple[int, int]] = {}
 
     def reset(self) -> None:
         super().reset()
         self._graphs.clear()
         self._empty.clear()
+        self._nodes.clear()
+
+    def graph_nodes(self, fn: Callable[[], Any]) -> tuple[int, int] | None:
+        """``(nodes, launches)`` of ``fn``'s latest graph (``cudaGraphGetNodes`` at capture)."""
+        return self._nodes.get(fn)
 
     def empty_capture(self, fn: Callable[[], Any]) -> bool:
         """True when the latest graph captured from ``fn``'s calls holds no node: the calls
@@ -397,7 +409,7 @@ class CudaGraphTimer(_CudaTimerBase):
             for _ in range(3):
                 fn()
         torch.cuda.current_stream(self.device).wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
+        graph = _new_graph()
         out = None
         try:
             # torch warns "The CUDA Graph is empty" when the capture recorded no node: the calls
@@ -416,6 +428,13 @@ class CudaGraphTimer(_CudaTimerBase):
             self._empty.add(fn)
         else:
             self._empty.discard(fn)
+        nodes = count_graph_nodes(graph)
+        if nodes is not None:
+            self._nodes[fn] = (nodes, launches)
+        else:
+            self._nodes.pop(fn, None)
+        if hasattr(graph, "instantiate"):
+            graph.instantiate()  # a graph kept for counting is instantiated here, not at the first replay
         self._graphs[fn] = (launches, graph)
         self._outputs[fn] = out  # the graph's static output: every replay rewrites it
         return graph
@@ -440,6 +459,49 @@ class CudaGraphTimer(_CudaTimerBase):
             stop.synchronize()
             elapsed_ms = start.elapsed_time(stop)
         return elapsed_ms * 1e6 / launches
+
+
+def _new_graph() -> torch.cuda.CUDAGraph:
+    """A ``CUDAGraph`` that keeps its ``cudaGraph_t`` after capture (so its nodes can be counted);
+    a plain one where torch has no ``keep_graph``."""
+    try:
+        return torch.cuda.CUDAGraph(keep_graph=True)
+    except TypeError:
+        return torch.cuda.CUDAGraph()
+
+
+def count_graph_nodes(graph: torch.cuda.CUDAGraph) -> int | None:
+    """Nodes of a captured ``graph`` (kernels, copies, memsets...): ``cudaGraphGetNodes`` of its
+    ``raw_cuda_graph()`` through the CUDA runtime library torch loaded (CUDA runtime API, Graph
+    Management). None where torch keeps no ``cudaGraph_t`` or the runtime cannot be called."""
+    raw = getattr(graph, "raw_cuda_graph", None)
+    if raw is None:
+        return None
+    try:
+        handle = int(raw())
+        lib = cuda_runtime()
+        count = ctypes.c_size_t(0)
+        err = lib.cudaGraphGetNodes(ctypes.c_void_p(handle), None, ctypes.byref(count))
+    except (RuntimeError, OSError, AttributeError, TypeError) as exc:
+        logger.debug("cannot count graph nodes: %s", exc)
+        return None
+    return int(count.value) if err == 0 else None
+
+
+_CUDART: ctypes.CDLL | None = None
+
+
+def cuda_runtime() -> ctypes.CDLL:
+    """The CUDA runtime library (``libcudart``) torch loaded into this process. Raises
+    ``RuntimeError`` when none is loaded (a CPU build, or a runtime linked statically)."""
+    global _CUDART
+    if _CUDART is None:
+        with open("/proc/self/maps", encoding="utf-8") as maps:
+            paths = sorted({line.split()[-1] for line in maps if "libcudart.so" in line})
+        if not paths:
+            raise RuntimeError("no libcudart is loaded in this process")
+        _CUDART = ctypes.CDLL(paths[0])
+    return _CUDART
 
 
 class FallbackTimer(Timer):
@@ -505,6 +567,10 @@ class FallbackTimer(Timer):
         """``empty_capture`` of the primary timer (a CUDA graph captured from ``fn``'s calls that
         holds no node stays empty whatever times ``fn`` after it)."""
         return self.primary.empty_capture(fn)
+
+    def graph_nodes(self, fn: Callable[[], Any]) -> tuple[int, int] | None:
+        """``graph_nodes`` of the timer that times ``fn``."""
+        return self._timer_of(fn).graph_nodes(fn)
 
     def use_fallback(self, fn: Callable[[], Any]) -> None:
         """Time ``fn`` with the fallback from now on (until ``reset``): the engine moves the other

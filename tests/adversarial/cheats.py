@@ -28,18 +28,14 @@ GPU only (``GPU_CHEATS``):
 * ``host_cache``: launches device work only on every eighth call, returns the cached output else;
 * ``noop_after_first``: launches device work on its first call only (a CUDA graph of its calls is
   empty);
-* ``patch_events``: replaces ``torch.cuda.Event.elapsed_time`` (times read 100x short);
-* ``device_hog``: leaves a thread streaming copies on a side stream for the rest of the process
-  (every later kernel of the process slows down, both sides alike);
-* ``l2_persist``: reserves the largest persisting L2 set-aside through the CUDA runtime
-  (``cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize)``).
+* ``patch_events``: replaces ``torch.cuda.Event.elapsed_time`` (times read 100x short; the
+  in-process copy canary reads 100x too: ``node-changed`` as well as ``timer-tampered``).
 
 Parameters: ``M``, ``N`` (int), ``work`` (the honest baseline's extra passes).
 """
 
 from __future__ import annotations
 
-import ctypes
 import threading
 import time
 from collections.abc import Callable
@@ -73,11 +69,8 @@ GPU_CHEATS: dict[str, set[str]] = {
     "host_cache": {"no-device-work"},
     "noop_after_first": {"no-device-work", "wrong-under-timing"},
     "patch_events": {"timer-tampered"},
-    "device_hog": {"node-changed", "background-work"},
-    "l2_persist": set(),
 }
-"""For each GPU cheat, the reason codes that may catch it (at least one must; an empty set: a
-state change measured and reported, caught when it moves the canary, ``device_hog``'s kind)."""
+"""For each GPU cheat, the reason codes that may catch it (at least one must)."""
 GPU_OVERRIDES: dict[str, set[str]] = {
     # A CUDA graph replays device work only: the thread is never started by a replay (the capture
     # holds no node) and the one-call-late output shows on one eager call after fresh inputs.
@@ -333,54 +326,3 @@ class ScaleBenchmark(Benchmark[ScaleParams]):
 
         torch.cuda.Event.elapsed_time = short  # type: ignore[method-assign]
         return lambda: _compute(x, y, out)
-
-    def _device_hog(self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor,
-                    p: ScaleParams) -> Callable[[], Any]:
-        start_device_hog(x.device)
-        return lambda: _compute(x, y, out)
-
-    def _l2_persist(self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor,
-                    p: ScaleParams) -> Callable[[], Any]:
-        set_persisting_l2(torch.cuda.get_device_properties(x.device).L2_cache_size * 3 // 4)
-        return lambda: _compute(x, y, out)
-
-
-def start_device_hog(device: torch.device, nbytes: int = 1 << 30) -> threading.Thread:
-    """A daemon thread copying ``nbytes`` back and forth on a side stream until the process ends."""
-    src = torch.empty(nbytes, dtype=torch.uint8, device=device)
-    dst = torch.empty_like(src)
-    stream = torch.cuda.Stream(device=device)
-
-    def hog() -> None:
-        with torch.cuda.stream(stream):
-            while True:
-                for _ in range(8):
-                    dst.copy_(src)
-                stream.synchronize()
-
-    thread = threading.Thread(target=hog, name="device-hog", daemon=True)
-    thread.start()
-    return thread
-
-
-# cudaLimitPersistingL2CacheSize: enum cudaLimit of the CUDA runtime API (driver_types.h)
-_CUDA_LIMIT_PERSISTING_L2_CACHE_SIZE = 0x06
-
-
-def set_persisting_l2(nbytes: int) -> None:
-    """``cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, nbytes)`` in this process's context,
-    through the CUDA runtime library torch loaded. Raises ``RuntimeError`` when it cannot."""
-    torch.empty(1, device="cuda")  # the context exists
-    lib = _cudart()
-    limit = ctypes.c_int(_CUDA_LIMIT_PERSISTING_L2_CACHE_SIZE)
-    err = lib.cudaDeviceSetLimit(limit, ctypes.c_size_t(nbytes))
-    if err != 0:
-        raise RuntimeError(f"cudaDeviceSetLimit returned {err}")
-
-
-def _cudart() -> ctypes.CDLL:
-    with open("/proc/self/maps", encoding="utf-8") as maps:
-        paths = sorted({line.split()[-1] for line in maps if "libcudart.so" in line})
-    if not paths:
-        raise RuntimeError("libcudart is not loaded in this process")
-    return ctypes.CDLL(paths[0])

@@ -49,7 +49,9 @@ def test_without_checked_samples_a_cached_answer_reads_faster(cheat: str) -> Non
     cheat reads faster (which is why they are on by default)."""
     cell = compare(run_job(cheat_spec(cheat, timed_checks=False))).cells[0]
     assert cell.correctness["candidate"].passed
-    assert cell.verdict == "faster", [r.message for r in cell.reasons]
+    # nothing but the timing speaks, and the timing of a cached answer is far below the honest one
+    assert cell.verdict == cell.timing_verdict, [r.message for r in cell.reasons]
+    assert cell.ratio is not None and cell.ratio < 0.7
 
 
 def test_an_honest_pair_passes_every_check() -> None:
