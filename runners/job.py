@@ -49,7 +49,7 @@ from runners.probes import node_info, run_probes
 from runners.probes.contention import GpuContentionMonitor
 from runners.probes.copy_bandwidth import measure_cuda_copy
 from runners.probes.telemetry import ContextSampler
-from runners.sides import LocalSide, modified_inputs, refill_inputs, snapshot_inputs
+from runners.sides import LocalSide, References, modified_inputs, refill_inputs, snapshot_inputs
 from runners.timing import Timer, TimerKind, make_timer
 from service.schemas import (
     CellResult,
@@ -262,9 +262,11 @@ def _checked_samples(
     def checkpoint(rounds: int, launches: Mapping[Variant, int]) -> None:
         seed = check_seed(spec.measurement.seed, taken[0])
         taken[0] += 1
+        references: References = {}  # sides that read the same inputs share the reference
         with _phase(result, "checks"):
             for v, side in sides.items():
-                check = side.checked_sample(seed=seed, rounds=rounds, launches=launches[v])
+                check = side.checked_sample(seed=seed, rounds=rounds, launches=launches[v],
+                                            references=references)
                 result.timed_checks.setdefault(v, []).append(check)
             _integrity(result)
 

@@ -50,6 +50,8 @@ from service.verdicts import reason
 _DRAIN_SLACK_NS = 100_000  # 100 us: an idle device's synchronize returns in ~2-20 us
 _DRAIN_IDLE_FACTOR = 20.0
 _THREAD_JOIN_S = 2.0  # how long a checked sample waits for threads the call left running
+References = dict[tuple[int, int], Any]
+"""Float64 references of one checkpoint, keyed by (seed, ``id`` of the inputs dict)."""
 _METHOD = {
     "cuda-graph": "under CUDA-graph replay",
     "cuda-event": "in a timed CUDA-event window",
@@ -151,16 +153,17 @@ class LocalSide:
         use(self.fn)
         return True
 
-    def checked_sample(self, *, seed: int, rounds: int, launches: int) -> TimedCheck:
+    def checked_sample(
+        self, *, seed: int, rounds: int, launches: int, references: References | None = None
+    ) -> TimedCheck:
         """One sample timed as the others, its output verified (module docstring). ``launches``:
         the engine's launches per sample (a CUDA graph is replayed with them; another timer takes
-        one launch, see below). Whatever the benchmark or the timer raises propagates (the cell is
-        then ``failed``)."""
+        one launch, see below). ``references``: float64 references already computed for fresh
+        inputs, shared by the two sides of a cell that read the same inputs (a dict kept for one
+        checkpoint). Whatever the benchmark or the timer raises propagates (the cell is then
+        ``failed``)."""
         kind = self.timer_kind
-        fresh = self.bench.make_inputs(self.params, self.device, seed)
-        unfilled = refill_inputs(self.inputs, fresh)
-        del fresh
-        ref = self.bench.reference(self.params, self.inputs)  # before the call can touch the inputs
+        unfilled, ref = self._refill(seed, references)
         before = snapshot_inputs(self.inputs)
         previous = self.timer.output_of(self.fn)
         in_place = isinstance(previous, torch.Tensor) and _aliases(previous, self.inputs)
@@ -193,7 +196,7 @@ class LocalSide:
             assert self._at_stop is not None
             check = self._check(self._at_stop, ref)
             if kind == "cuda-graph":
-                findings += self._one_fresh_call(seed + 1)
+                findings += self._one_fresh_call(seed + 1, references)
             if not check.passed:
                 findings.append(reason("wrong-under-timing", f"{self.side}: wrong {_timed_method(kind)} "
                                        f"(fresh inputs, seed {seed}): {check.message}"
@@ -202,12 +205,24 @@ class LocalSide:
                 check.message += f"; not refilled (no tensor of a fixed shape): {', '.join(unfilled)}"
         return self._result(kind, rounds, seed, launches, ns, check, findings)
 
-    def _one_fresh_call(self, seed: int) -> list[Reason]:
+    def _refill(self, seed: int, references: References | None) -> tuple[list[str], Any]:
+        """Refill the inputs with those of ``seed``; the keys not refilled and the float64
+        reference of the refilled inputs (computed before any call can touch them, or taken from
+        ``references`` when the other side of the cell computed it for the same inputs)."""
+        unfilled = refill_inputs(self.inputs, self.bench.make_inputs(self.params, self.device, seed))
+        key = (seed, id(self.inputs))
+        if references is not None and key in references:
+            return unfilled, references[key]
+        ref = self.bench.reference(self.params, self.inputs)
+        if references is not None:
+            references[key] = ref
+        return unfilled, ref
+
+    def _one_fresh_call(self, seed: int, references: References | None) -> list[Reason]:
         """A graph's replays of ``launches`` calls hide an output that lags one call behind its
         inputs (each launch but the first reads the inputs the previous one saw): one eager call
         right after a refill must be right too (``wrong-output`` otherwise)."""
-        refill_inputs(self.inputs, self.bench.make_inputs(self.params, self.device, seed))
-        ref = self.bench.reference(self.params, self.inputs)
+        _, ref = self._refill(seed, references)
         out = self.fn()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)

@@ -104,3 +104,33 @@ def test_a_replaced_timing_function_is_named() -> None:
     finally:
         runners.timing.CpuTimer.time_ns.__code__ = code
     assert snapshot.tampered() == []
+
+
+class _CountingScale(ScaleBenchmark):
+    def __init__(self) -> None:
+        self.references = 0
+
+    def reference(self, params: Any, inputs: dict[str, Any]) -> torch.Tensor:
+        self.references += 1
+        return super().reference(params, inputs)
+
+
+def test_sides_that_share_inputs_share_the_reference_of_a_checkpoint() -> None:
+    from runners.sides import LocalSide
+    from runners.timing import CpuTimer
+
+    bench, timer, cpu = _CountingScale(), CpuTimer(), torch.device("cpu")
+    params = bench.parse_params({"M": 8, "N": 8, "work": 1})
+    inputs = bench.make_inputs(params, cpu, 0)
+    sides = [LocalSide(side=v, bench=bench, variant=v2, params=params, inputs=inputs,
+                       fn=bench.prepare(v2, params, inputs), timer=timer, device=cpu, rtol=1e-5, atol=1e-5)
+             for v, v2 in (("baseline", "honest"), ("candidate", "wrong"))]
+    for side in sides:
+        side.time_ns(1)
+    references: dict[tuple[int, int], Any] = {}
+    checks = [side.checked_sample(seed=5, rounds=1, launches=1, references=references) for side in sides]
+    assert bench.references == 1  # one fresh input set, one reference, both sides checked against it
+    assert checks[0].passed and not checks[1].passed
+    assert [f.code for f in checks[1].findings] == ["wrong-under-timing"]
+    sides[0].checked_sample(seed=6, rounds=2, launches=1)
+    assert bench.references == 2
