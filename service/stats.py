@@ -29,6 +29,7 @@ from typing import NamedTuple, get_args
 import numpy as np
 
 from service import verdicts
+from service.node_change import node_change_reasons
 from service.schemas import (
     SAMPLE_FIELDS,
     CellComparison,
@@ -606,7 +607,8 @@ def compare_cell(
         return _failed_cell(result, cell)
     kept = _kept(cell, exclude_throttled=result.spec.measurement.exclude_throttled)
     (p,) = _mann_whitney_p([(kept.times["baseline"], kept.times["candidate"])])
-    return _compare_kept(result, cell, peaks, kept, p, n_resamples=n_resamples, seed=seed)
+    return _compare_kept(result, cell, peaks, kept, p, n_resamples=n_resamples, seed=seed,
+                         extra=node_change_reasons(result.probes))
 
 
 def _compare_kept(
@@ -618,8 +620,10 @@ def _compare_kept(
     *,
     n_resamples: int,
     seed: int,
+    extra: Sequence[Reason] = (),
 ) -> CellComparison:
-    """``compare_cell`` of a cell without error, its kept samples and Mann-Whitney p given."""
+    """``compare_cell`` of a cell without error, its kept samples and Mann-Whitney p given;
+    ``extra``: reasons that hold for every cell of the job (the node changed during it)."""
     m = result.spec.measurement
     times = kept.times
     stats = {v: variant_stats(times[v], dropped_throttled=kept.taken[v] - times[v].size) for v in _VARIANTS}
@@ -633,7 +637,7 @@ def _compare_kept(
         flags.append("noisy")
     if contention_seen(cell.contention):
         flags.append("contended")
-    found = verdicts.correctness_reasons(result, cell) + verdicts.timer_reasons(cell)
+    found = [*extra, *verdicts.correctness_reasons(result, cell), *verdicts.timer_reasons(cell)]
     found += verdicts.resolution_reasons(result.node.device_type, {v: stats[v].median_ns for v in _VARIANTS})
     rates = throughput(cell.work, stats)
     # The copy-bandwidth bound holds only where every launch was timed cold: one launch per sample
@@ -713,6 +717,7 @@ def compare(
     from scipy.stats import false_discovery_control
 
     bounds = node_peaks(result, peaks)
+    changed = node_change_reasons(result.probes)
     exclude_throttled = result.spec.measurement.exclude_throttled
     kept = [
         None if c.error is not None else _kept(c, exclude_throttled=exclude_throttled) for c in result.cells
@@ -723,7 +728,7 @@ def compare(
     cells = [
         _failed_cell(result, c)
         if k is None
-        else _compare_kept(result, c, bounds, k, p, n_resamples=n_resamples, seed=seed)
+        else _compare_kept(result, c, bounds, k, p, n_resamples=n_resamples, seed=seed, extra=changed)
         for c, k, p in zip(result.cells, kept, p_values, strict=True)
     ]
     tested = [c for c in cells if c.p_value is not None]
@@ -736,7 +741,9 @@ def compare(
         for c in cells:
             c.flags = _sorted_flags([*c.flags, *node_flags])
     flags: list[Flag] = [f for c in cells for f in c.flags] + probe_flags(result.probes) + node_flags
-    job_reasons = []
+    job_reasons = list(changed)
+    if changed:
+        flags.append("node-changed")
     error = verdicts.job_error(result)
     if error:
         flags.append("failed")

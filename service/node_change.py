@@ -1,0 +1,73 @@
+"""Did the job change the node? Its probe report after the job against the one before it.
+
+A job's two probe reports (``phase`` ``before`` and ``after``, each taken in a process that never
+imports benchmark code) should agree within the probes' own noise. A figure that moved beyond it,
+in either direction, says the node is not the one the job started on: a candidate that left a
+device-wide state behind, another tenant that arrived, a clock policy that changed. The job's
+cells then read ``inconclusive`` (reason ``node-changed``, naming the figure and both values),
+whatever their timing says; the runner probes the node again before its next job.
+
+Tolerance per figure kind (relative change of after against before): copy and peer bandwidth
+10%, all-reduce bus bandwidth 15%, all-reduce latency 50% and at least 2 us. On an H200 the
+device copy probe reads within 0.1% from one report to the next (4,190-4,196 GB/s before and
+after the same jobs, docs/results/2026-12-01-h200-adversarial.md) and the 8 B all-reduce 6.0-6.1 us
+over five runs (docs/results/2026-11-30-h200x2-probe-accuracy.md); the tolerances leave room
+for a job's own heat (an after probe taken at the power cap) while catching the 3x and 100x moves
+the cheats produced. Where a node has a healthy band (``service.health``), the tolerance widens to
+three times the band's relative spread when that is larger.
+
+Pure functions over ``service.schemas``; figures from ``service.health.probe_figures``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from service.health import Figure, probe_figures
+from service.schemas import HealthBand, ProbeReport, Reason
+from service.verdicts import reason
+
+TOLERANCE: dict[str, float] = {"copy": 0.10, "peer": 0.10, "busbw": 0.15, "latency": 0.50}
+LATENCY_FLOOR_US = 2.0
+BAND_SPREAD_FACTOR = 3.0
+
+
+def _phase(probes: Sequence[ProbeReport], phase: str) -> ProbeReport | None:
+    reports = [p for p in probes if p.phase == phase]
+    return max(reports, key=lambda p: p.taken_at) if reports else None
+
+
+def _tolerance(f: Figure, band: HealthBand | None) -> float:
+    tol = TOLERANCE[f.kind]
+    if band is not None and band.median > 0:
+        tol = max(tol, BAND_SPREAD_FACTOR * (band.high - band.low) / band.median)
+    return tol
+
+
+def node_change_reasons(
+    probes: Sequence[ProbeReport], bands: Mapping[str, HealthBand] | None = None
+) -> list[Reason]:
+    """``node-changed`` reasons, one per figure of the latest ``after`` report that moved beyond
+    its tolerance (module docstring) from the latest ``before`` report of ``probes``; empty when
+    either report is missing or nothing moved. ``bands``: the node's healthy bands by figure key,
+    if known."""
+    before, after = _phase(probes, "before"), _phase(probes, "after")
+    if before is None or after is None:
+        return []
+    old = {f.key: f for f in probe_figures(before)}
+    out = []
+    for f in probe_figures(after):
+        prev = old.get(f.key)
+        if prev is None or prev.value <= 0 or f.value < 0:
+            continue
+        change = f.value / prev.value - 1
+        tol = _tolerance(f, (bands or {}).get(f.key))
+        if abs(change) <= tol or (f.kind == "latency" and abs(f.value - prev.value) < LATENCY_FLOOR_US):
+            continue
+        out.append(reason(
+            "node-changed",
+            f"{f.key} read {f.value:,.4g} {f.unit} after the job against {prev.value:,.4g} {f.unit} before "
+            f"it ({100 * change:+.0f}%, beyond ±{100 * tol:.0f}%): the node changed while the job ran; "
+            "its timings cannot decide",
+        ))
+    return out
