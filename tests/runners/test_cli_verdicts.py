@@ -4,7 +4,7 @@ table reads ``incorrect``/``failed`` with the reason, the exit status follows ``
 verdict is red (plain with ``NO_COLOR`` or through a pipe).
 
 The benchmarks are a user's own module (``tests/wrong_kernels/wrongbench.py``), named in the spec
-as ``wrongbench:Object`` with its folder on the import path."""
+as ``wrongbench:Object`` with its folder on the import path (specs: ``tests/wrong_kernels/cases.py``)."""
 
 from __future__ import annotations
 
@@ -22,33 +22,9 @@ from runners.cli import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_NO_VERDICT, EXIT_OK, a
 from runners.local import free_port
 from service.report import format_duration_ns
 from service.schemas import Comparison
+from tests.wrong_kernels.cases import FAST_WRONG, FORGOTTEN_MASK, RAISES, WRONG_DIR, write_spec
 
 REPO = Path(__file__).resolve().parents[2]
-WRONG_DIR = REPO / "tests" / "wrong_kernels"
-
-SPEC = """\
-name: {name}
-benchmark: "wrongbench:{bench}"
-baseline: {{variant: {baseline}}}
-candidate: {{variant: {candidate}}}
-{shape}
-device: cpu
-measurement: {{warmup_ms: 2, budget_ms: 60, min_rounds: 6, max_rounds: 40}}
-probes: {{copy_bandwidth: false, all_reduce: false, nvml: false}}
-"""
-FAST_WRONG = dict(name="fast but wrong", bench="RowSoftmax", baseline="exact", candidate="unnormalised",
-                  shape="sweep: {M: [32], N: [256, 1024]}")
-FORGOTTEN_MASK = dict(name="forgotten mask", bench="PaddedAttention", baseline="masked", candidate="nomask",
-                      shape="params: {B: 2, H: 2, S: 64, D: 16, valid: 40}")
-RAISES = dict(name="raises", bench="RowSoftmax", baseline="exact", candidate="raises",
-              shape="sweep: {M: [8], N: [64, 128]}")
-
-
-def write_spec(folder: Path, case: dict[str, str]) -> Path:
-    """``case`` (one of the dicts above) as a YAML spec in ``folder``."""
-    path = folder / f"{case['candidate']}.yaml"
-    path.write_text(SPEC.format(**case), encoding="utf-8")
-    return path
 
 
 @pytest.fixture
