@@ -129,8 +129,8 @@ def deciding_reason(cell: CellComparison) -> Reason | None:
 
 
 def why(cell: CellComparison) -> str:
-    """One line: why ``cell`` has its verdict. The deciding reason's message, with ``(+N more)``
-    when other reasons that decide a verdict were found too; the cell's error when it has no
+    """One line: why ``cell`` has its verdict. The deciding reason's message, with ``(+N more
+    reasons)`` when other reasons that decide a verdict were found too; the cell's error when it has no
     reason; the meaning of its verdict class as the last resort."""
     r = deciding_reason(cell)
     if r is None:
@@ -139,7 +139,7 @@ def why(cell: CellComparison) -> str:
     text = _one_line(r.message)
     if not text:
         text = REASONS[r.code].meaning if r.code in REASONS else r.code
-    return text + (f" (+{others} more)" if others else "")
+    return text + (f" (+{others} more reason{'s' if others > 1 else ''})" if others else "")
 
 
 def void_timing(cell: CellComparison) -> bool:

@@ -292,3 +292,14 @@ def test_paint_styles_verdicts_without_breaking_the_columns():
     assert "<incorrect>incorrect</incorrect>  incorrect" in painted  # the padded column, then flags
     assert "verdicts: <failed>1 failed</failed>, <incorrect>1 incorrect</incorrect>" in painted
     assert "  <failed>failed</failed>     N=4000: out of memory" in painted
+
+
+def test_why_names_the_deciding_reason_and_counts_the_others():
+    wrong = {side: CorrectnessResult(passed=False, message=f"{side} rows 0-3 wrong") for side in ("baseline",
+                                                                                                   "candidate")}
+    c = stats.compare(_result([CellResult(index=0, params={"N": 1}, samples=_samples(0.5, seed=5),
+                                          correctness=wrong)]))
+    [cell] = c.cells
+    assert cell.verdict == "incorrect"
+    assert report.why(cell) == "baseline: baseline rows 0-3 wrong (+1 more reason)"
+    assert "  incorrect  N=1: baseline: baseline rows 0-3 wrong (+1 more reason)" in report.format_table(c)

@@ -20,7 +20,7 @@ import pytest
 
 pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the dev extra)")
 from playwright.sync_api import Page, sync_playwright  # noqa: E402
-from test_browser import ADMIN_TOKEN, CHROMIUM, CHROMIUM_ARGS, _free_port, _wait_ready  # noqa: E402
+from test_browser import ADMIN_TOKEN, CHROMIUM, CHROMIUM_ARGS, REPO, _free_port, _wait_ready  # noqa: E402
 
 from service.core.db import upgrade  # noqa: E402
 from service.schemas import Comparison, JobSpec  # noqa: E402
@@ -139,6 +139,10 @@ def test_job_page_shows_incorrect_in_red_with_the_reason(jobs: Jobs, page: Page)
     summary = page.locator("p.summary .badge.verdict-incorrect")
     assert summary.inner_text() == "2 incorrect" and _style(summary, "backgroundColor") == RED
     assert page.get_by_text("faster", exact=True).count() == 0
+    if os.environ.get("KERNELAB_UPDATE_SCREENSHOTS") == "1":
+        target = REPO / "docs" / "screenshots" / "job-page-incorrect.png"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        page.locator("#comparison-table").screenshot(path=str(target))
 
 
 def test_jobs_list_shows_red_incorrect_and_failed(jobs: Jobs, page: Page) -> None:
