@@ -2,9 +2,20 @@
 ``token create|list|rotate|revoke``.
 
 Every command that reads a spec reports a bad file as ``FILE:LINE: field: message`` and exits 2;
-unreachable servers and refused requests are one-line messages with exit status 1, never
-tracebacks. Server URL and token come from ``--server``/``--token`` or ``KERNELAB_SERVER`` /
-``KERNELAB_TOKEN``.
+unreachable servers and refused requests are one-line messages, never tracebacks. Server URL and
+token come from ``--server``/``--token`` or ``KERNELAB_SERVER`` / ``KERNELAB_TOKEN``.
+
+``run``, ``submit --wait`` and ``report`` end with an exit status a CI can gate on:
+
+* 0 (``EXIT_OK``): the job succeeded and no cell's verdict is in ``--fail-on``;
+* 1 (``EXIT_FAILED``): a cell's verdict is in ``--fail-on`` (default ``failed,incorrect``; the
+  cells are named on stderr), or the job failed (every cell failed, a revision that did not build
+  or import, the runner's error), whatever ``--fail-on`` says;
+* 2 (``EXIT_BAD_INPUT``): a bad spec, option (``--fail-on`` naming no such verdict) or job id;
+* 3 (``EXIT_NO_VERDICT``): no verdict could be had: the server was unreachable or refused the
+  request, ``--wait`` timed out, the job was cancelled.
+
+The other commands exit 1 on an unreachable server or a refused request.
 """
 
 from __future__ import annotations
@@ -26,10 +37,22 @@ import typer
 
 from runners.client import TERMINAL_JOB_STATUS, KernelabAPIError, KernelabClient, KernelabUnavailable
 from runners.specfile import SpecFileError, load_spec
-from service.schemas import Comparison, JobPublic, JobSpec
+from service.schemas import CellComparison, Comparison, JobPublic, JobSpec, Verdict
+from service.verdicts import VERDICT_ORDER
 
-EXIT_FAILED = 1
+EXIT_OK = 0
+EXIT_FAILED = 1  # a cell's verdict is in --fail-on, or the job failed
 EXIT_BAD_INPUT = 2
+EXIT_NO_VERDICT = 3  # run/submit/report: server unreachable or refusing, wait timed out, job cancelled
+
+GATE_VERDICTS: tuple[Verdict, ...] = tuple(v for v in VERDICT_ORDER if v not in ("faster", "same"))
+"""Verdicts ``--fail-on`` may name (a faster or unchanged cell is never a failure)."""
+DEFAULT_FAIL_ON = "failed,incorrect"
+VERDICT_COLORS: dict[Verdict, tuple[str, bool]] = {
+    "failed": ("red", True), "incorrect": ("red", True), "nondeterministic": ("yellow", False),
+    "implausible": ("yellow", False), "faster": ("green", False),
+}
+"""Terminal colour (click colour name) and boldness of a verdict; the others are plain."""
 
 WORKER_HEALTHCHECK_S = 120  # uvicorn --workers: seconds a busy worker may miss a health ping
 # Idle HTTP keep-alive, s: longer than a runner's quietest gap (daemon heartbeat lease_s/3 = 40 s),
@@ -45,6 +68,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+FailOnOpt = Annotated[str, typer.Option(
+    "--fail-on", help=f"exit 1 when a cell's verdict is in this comma list ({', '.join(GATE_VERDICTS)})",
+)]
 ServerOpt = Annotated[str, typer.Option("--server", envvar="KERNELAB_SERVER", help="server root URL")]
 TokenOpt = Annotated[
     str, typer.Option("--token", envvar="KERNELAB_TOKEN", help="bearer token", show_default=False)
@@ -120,11 +146,38 @@ def _print_cell_progress(index: int, total: int, message: str) -> None:
     typer.echo(f"  [{index + 1}/{total}] {message}", err=True)
 
 
+def parse_fail_on(text: str) -> frozenset[Verdict]:
+    """The verdicts of a ``--fail-on`` comma list (case and spaces ignored). Exits 2 with a message
+    naming ``--fail-on`` for an empty list, ``faster``/``same`` or a name that is no verdict."""
+    names = [n.strip().lower() for n in text.split(",")]
+    allowed = ", ".join(GATE_VERDICTS)
+    if not any(names) or not all(names):
+        raise _fail(f"--fail-on: {text!r} names no verdict; give a comma list of {allowed}", EXIT_BAD_INPUT)
+    for name in names:
+        if name in ("faster", "same"):
+            raise _fail(f"--fail-on: {name!r} is not a failure; choose from {allowed}", EXIT_BAD_INPUT)
+        if name not in GATE_VERDICTS:
+            raise _fail(f"--fail-on: unknown verdict {name!r}; choose from {allowed}", EXIT_BAD_INPUT)
+    return frozenset(v for v in GATE_VERDICTS if v in names)
+
+
+def use_color() -> bool:
+    """Colour the verdicts: stdout is a terminal and ``NO_COLOR`` (no-color.org) is unset or empty."""
+    return not os.environ.get("NO_COLOR") and sys.stdout.isatty()
+
+
+def paint_verdict(text: str, verdict: Verdict) -> str:
+    """``text`` in the terminal colour of ``verdict`` (``VERDICT_COLORS``), ANSI escapes by click."""
+    color = VERDICT_COLORS.get(verdict)
+    return text if color is None else typer.style(text, fg=color[0], bold=color[1])
+
+
 def print_comparison(comparison: Comparison) -> None:
-    """Print the before/after table and each probe report of a ``Comparison``."""
+    """Print the before/after table (verdicts in colour on a terminal, ``use_color``) and each
+    probe report of a ``Comparison``."""
     from service.report import format_table
 
-    typer.echo(format_table(comparison))
+    typer.echo(format_table(comparison, paint=paint_verdict if use_color() else None))
     if comparison.probes:
         from runners.probes.format import format_probe_report
 
@@ -133,11 +186,63 @@ def print_comparison(comparison: Comparison) -> None:
             typer.echo(format_probe_report(report, comparison.node))
 
 
+def gate(comparison: Comparison, fail_on: frozenset[Verdict]) -> int:
+    """``EXIT_FAILED`` when a cell's verdict is in ``fail_on``, else ``EXIT_OK``; says which cells
+    tripped the gate (per verdict, a few labels each) or that none did, on stderr."""
+    from service.report import cells_text
+
+    tripped: dict[Verdict, list[CellComparison]] = {}
+    for cell in comparison.cells:
+        if cell.verdict in fail_on:
+            tripped.setdefault(cell.verdict, []).append(cell)
+    names = ",".join(v for v in GATE_VERDICTS if v in fail_on)
+    if not tripped:
+        typer.echo(f"gate passed: no cell is {' or '.join(v for v in GATE_VERDICTS if v in fail_on)} "
+                   f"(--fail-on {names})", err=True)
+        return EXIT_OK
+    n = sum(len(cells) for cells in tripped.values())
+    typer.echo(f"gate failed (--fail-on {names}): {n} of {len(comparison.cells)} cells", err=True)
+    for v in GATE_VERDICTS:
+        if v in tripped:
+            typer.echo(f"  {v}: {cells_text([c.label for c in tripped[v]])}", err=True)
+    return EXIT_FAILED
+
+
+def show_job(client: KernelabClient, job: JobPublic, fail_on: frozenset[Verdict], *,
+             markdown: bool = False) -> int:
+    """Print a finished ``job``'s comparison (its table, or with ``markdown`` the server's Markdown)
+    and return the exit status: ``EXIT_NO_VERDICT`` for a cancelled job, ``EXIT_FAILED`` for a
+    failed one (its error on stderr; its table too when it has a result), else ``gate``."""
+    if job.status == "cancelled":
+        typer.echo(f"job {job.id} cancelled: no verdict", err=True)
+        return EXIT_NO_VERDICT
+    try:
+        comparison = client.comparison(job.id)
+    except KernelabAPIError as exc:
+        if exc.status_code != 409 or job.status == "succeeded":
+            raise
+        comparison = None  # a failed job without a result: its error is all there is
+    if comparison is not None:
+        if markdown:
+            typer.echo(client.report_md(job.id))
+        else:
+            print_comparison(comparison)
+    if job.status == "failed":  # fails the gate whatever --fail-on says
+        typer.echo(f"job {job.id} failed" + (f": {job.error}" if job.error else ""), err=True)
+        return EXIT_FAILED
+    if job.status != "succeeded" or comparison is None:
+        typer.echo(f"job {job.id} is {job.status}: no verdict yet", err=True)
+        return EXIT_NO_VERDICT
+    return gate(comparison, fail_on)
+
+
 def wait_and_show(
-    client: KernelabClient, job: JobPublic, *, timeout_s: float, progress_log: Path | None = None
+    client: KernelabClient, job: JobPublic, *, timeout_s: float, progress_log: Path | None = None,
+    fail_on: frozenset[Verdict] = frozenset({"failed", "incorrect"}),
 ) -> int:
     """Wait for ``job`` to finish, echoing status changes (and new progress lines of
-    ``progress_log``, a runner log file); print its comparison. Returns the exit status."""
+    ``progress_log``, a runner log file); print its comparison. Returns the exit status
+    (``show_job``); exits ``EXIT_NO_VERDICT`` when it is still unfinished after ``timeout_s``."""
     offset, partial = 0, b""
 
     def on_change(j: JobPublic) -> None:
@@ -168,13 +273,9 @@ def wait_and_show(
         if job.status in TERMINAL_JOB_STATUS:
             break
         if time.monotonic() > deadline:
-            raise _fail(f"job {job.id} still {job.status} after {timeout_s:.0f} s")
+            raise _fail(f"job {job.id} still {job.status} after {timeout_s:.0f} s", EXIT_NO_VERDICT)
         time.sleep(0.5)
-    if job.status != "succeeded":
-        typer.echo(f"job {job.id} {job.status}" + (f": {job.error}" if job.error else ""), err=True)
-        return EXIT_FAILED
-    print_comparison(client.comparison(job.id))
-    return 0
+    return show_job(client, job, fail_on)
 
 
 # -------------------------------------------------------------------------------------------------
@@ -193,12 +294,15 @@ def run(
     cache_dir: Annotated[
         Path, typer.Option("--cache-dir", help="clones and worktrees of source revisions")
     ] = DEFAULT_WORK_DIR / "revisions",
+    fail_on: FailOnOpt = DEFAULT_FAIL_ON,
 ) -> None:
     """Run a job on this machine (no server) and print the comparison table.
 
     A spec whose sides name source revisions (or --baseline-ref/--candidate-ref) runs each side in
     its own worker process; the repositories the spec names are trusted (it is your own file).
+    Exits 1 when a cell's verdict is in --fail-on or the job failed (module docstring).
     """
+    gate_on = parse_fail_on(fail_on)
     spec = apply_refs(read_spec(spec_path), spec_path, repo, baseline_ref, candidate_ref)
     from kernels import BenchmarkError
     from runners.job import run_job
@@ -227,8 +331,9 @@ def run(
 
         markdown_path.write_text(to_markdown(comparison), encoding="utf-8")
     print_comparison(comparison)
-    if result.error:
-        raise _fail(f"job error: {result.error}")
+    if result.error:  # fails the gate whatever --fail-on says
+        raise _fail(f"job failed: {result.error}")
+    raise typer.Exit(gate(comparison, gate_on))
 
 
 @app.command()
@@ -342,24 +447,28 @@ def submit(
     repo: RepoOpt = ".",
     baseline_ref: BaselineRefOpt = None,
     candidate_ref: CandidateRefOpt = None,
+    fail_on: FailOnOpt = DEFAULT_FAIL_ON,
 ) -> None:
     """Queue a job; print its id (with --wait, also the comparison table).
 
     ``--baseline-ref main --candidate-ref HEAD --repo .`` benchmarks two revisions of a checkout:
     refs are resolved to commits here; the runner must allow the repository (--allow-repo).
+    With --wait, exits 1 when a cell's verdict is in --fail-on or the job failed, 3 when no verdict
+    could be had (module docstring).
     """
+    gate_on = parse_fail_on(fail_on)
     spec = apply_refs(read_spec(spec_path), spec_path, repo, baseline_ref, candidate_ref)
     with _client(server, token) as client:
         try:
             job = client.submit(spec)
             typer.echo(str(job.id))
             if wait:
-                raise typer.Exit(wait_and_show(client, job, timeout_s=timeout_s))
+                raise typer.Exit(wait_and_show(client, job, timeout_s=timeout_s, fail_on=gate_on))
         except KernelabAPIError as exc:
             raise _fail(f"{spec_path}: {exc.detail}" if exc.status_code == 422 else str(exc),
-                        EXIT_BAD_INPUT if exc.status_code == 422 else EXIT_FAILED) from None
+                        EXIT_BAD_INPUT if exc.status_code == 422 else EXIT_NO_VERDICT) from None
         except KernelabUnavailable as exc:
-            raise _fail(f"server unreachable: {exc}") from None
+            raise _fail(f"server unreachable: {exc}", EXIT_NO_VERDICT) from None
 
 
 @app.command()
@@ -368,18 +477,18 @@ def report(
     server: ServerOpt = DEFAULT_SERVER,
     token: TokenOpt = "",
     markdown: Annotated[bool, typer.Option("--markdown", help="Markdown for a pull request")] = False,
+    fail_on: FailOnOpt = DEFAULT_FAIL_ON,
 ) -> None:
-    """Print a job's comparison table (or its Markdown)."""
+    """Print a job's comparison table (or its Markdown). Exits 1 when a cell's verdict is in
+    --fail-on or the job failed, 2 for an unknown job, 3 while it has no verdict (module docstring)."""
+    gate_on = parse_fail_on(fail_on)
     with _client(server, token) as client:
         try:
-            if markdown:
-                typer.echo(client.report_md(job_id))
-            else:
-                print_comparison(client.comparison(job_id))
+            raise typer.Exit(show_job(client, client.get_job(job_id), gate_on, markdown=markdown))
         except KernelabAPIError as exc:
-            raise _fail(str(exc)) from None
+            raise _fail(str(exc), EXIT_BAD_INPUT if exc.status_code == 404 else EXIT_NO_VERDICT) from None
         except KernelabUnavailable as exc:
-            raise _fail(f"server unreachable: {exc}") from None
+            raise _fail(f"server unreachable: {exc}", EXIT_NO_VERDICT) from None
 
 
 token_app = typer.Typer(

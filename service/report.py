@@ -1,16 +1,23 @@
 """Human-readable renderings of a ``Comparison``: an aligned text table and GitHub Markdown.
 
-``format_table`` is what ``kernelab run`` and ``kernelab report`` print; ``to_markdown`` is the
-export pasted into a pull request (``GET /api/v1/jobs/{id}/report.md``). Both are pure functions
+``format_table`` is what ``kernelab run``, ``submit --wait`` and ``report`` print; ``to_markdown`` is
+the export pasted into a pull request (``GET /api/v1/jobs/{id}/report.md``). Both are pure functions
 of a ``service.schemas.Comparison``; everything user-supplied (labels, names, parameters, node
 strings, error messages) is escaped in Markdown.
+
+Both say the verdict of ``service.verdicts`` first: a cell whose verdict is a problem
+(``PROBLEM_VERDICTS``: failed, incorrect, nondeterministic, implausible) keeps its timing numbers,
+in parentheses (the timing of a wrong or untrustworthy result, never a speed-up), and every problem
+or ``inconclusive`` cell has its deciding reason told under the table ("why"), identical reasons
+grouped so that a 1,000-cell sweep stays readable (``why_groups``).
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from service.schemas import (
     CellComparison,
@@ -19,14 +26,33 @@ from service.schemas import (
     Flag,
     NodeInfo,
     ProbeReport,
+    Reason,
     RevisionsInfo,
     StaticComparison,
+    Verdict,
 )
-from service.verdicts import FLAG_NOTES, VERDICT_ORDER
+from service.verdicts import FLAG_NOTES, PROBLEM_VERDICTS, REASONS, VERDICT_ORDER, deciding_class
 
 _MISSING = "n/a"
 _VERDICT_ORDER = VERDICT_ORDER
+_RANK = {v: i for i, v in enumerate(VERDICT_ORDER)}
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|~])")
+
+Paint = Callable[[str, Verdict], str]
+"""Styles the text of a verdict (e.g. red on a terminal) without changing its visible width."""
+
+EXPLAINED_VERDICTS: frozenset[Verdict] = PROBLEM_VERDICTS | {"inconclusive"}
+"""Verdicts whose deciding reason is told with the table (``why_groups``)."""
+RED_VERDICTS: frozenset[Verdict] = frozenset({"failed", "incorrect"})
+"""Verdicts shown in red (a terminal, the dashboard) and marked ❌ in Markdown."""
+WHY_GROUPS = 20
+"""Most lines of reasons told under a table; the other cells are counted by verdict and code."""
+WHY_LABELS = 4
+"""Most cell labels named on one line of reasons shared by several cells."""
+VOID_TIMING_NOTE = (
+    "numbers in ( ): the timing of a failed, incorrect, nondeterministic or implausible cell, kept "
+    "for reference: never a speed-up"
+)
 
 
 def format_duration_ns(ns: float | None) -> str:
@@ -84,10 +110,98 @@ def _md(text: str) -> str:
     return _MD_SPECIAL.sub(r"\\\1", _one_line(text))
 
 
-def verdict_summary(c: Comparison) -> str:
-    """``"2 faster, 1 same"`` in a fixed verdict order; ``"no cells"`` when empty."""
-    parts = [f"{c.summary[v]} {v}" for v in _VERDICT_ORDER if c.summary.get(v)]
+def verdict_summary(c: Comparison, paint: Paint | None = None) -> str:
+    """``"1 incorrect, 2 faster, 1 same"`` in ``VERDICT_ORDER`` (precedence); ``"no cells"`` when
+    empty. ``paint`` styles each part by its verdict."""
+    parts = [_paint(paint, f"{c.summary[v]} {v}", v) for v in _VERDICT_ORDER if c.summary.get(v)]
     return ", ".join(parts) or "no cells"
+
+
+def _paint(paint: Paint | None, text: str, verdict: Verdict) -> str:
+    return text if paint is None else paint(text, verdict)
+
+
+def deciding_reason(cell: CellComparison) -> Reason | None:
+    """The reason that decides ``cell.verdict``: the first of ``cell.reasons`` of the verdict's
+    class, else the first reason; None when the cell has none."""
+    return next((r for r in cell.reasons if deciding_class(r) == cell.verdict),
+                cell.reasons[0] if cell.reasons else None)
+
+
+def why(cell: CellComparison) -> str:
+    """One line: why ``cell`` has its verdict. The deciding reason's message, with ``(+N more
+    reasons)`` when other reasons that decide a verdict were found too; the cell's error when it has no
+    reason; the meaning of its verdict class as the last resort."""
+    r = deciding_reason(cell)
+    if r is None:
+        return _one_line(cell.error or f"no reason recorded for {cell.verdict}")
+    others = sum(1 for x in cell.reasons if x is not r and deciding_class(x) is not None)
+    text = _one_line(r.message)
+    if not text:
+        text = REASONS[r.code].meaning if r.code in REASONS else r.code
+    return text + (f" (+{others} more reason{'s' if others > 1 else ''})" if others else "")
+
+
+def void_timing(cell: CellComparison) -> bool:
+    """True when the cell's timing numbers are no result (its verdict is in ``PROBLEM_VERDICTS``):
+    renderers show them marked (parentheses, greyed), never as a speed-up."""
+    return cell.verdict in PROBLEM_VERDICTS
+
+
+class WhyGroup(NamedTuple):
+    """Cells that share a verdict and a deciding reason (``labels``: all of them, sweep order);
+    ``message`` is empty for a line that only counts cells by verdict and ``code``."""
+
+    verdict: Verdict
+    code: str
+    message: str
+    labels: list[str]
+
+
+def why_groups(c: Comparison, limit: int = WHY_GROUPS) -> list[WhyGroup]:
+    """The deciding reasons of the cells whose verdict is in ``EXPLAINED_VERDICTS``, cells with the
+    same verdict, reason code and ``why`` text grouped: in verdict precedence, then sweep order.
+
+    At most ``limit`` groups are told; the cells of the others are counted in one group per
+    (verdict, code) with an empty ``message`` (their reasons differ cell by cell: e.g. 970
+    confidence intervals that straddle the threshold). Raises nothing.
+    """
+    groups: dict[tuple[Verdict, str, str], WhyGroup] = {}
+    for cell in c.cells:
+        if cell.verdict not in EXPLAINED_VERDICTS:
+            continue
+        r = deciding_reason(cell)
+        key = (cell.verdict, r.code if r else "", why(cell))
+        groups.setdefault(key, WhyGroup(*key, [])).labels.append(_one_line(cell.label))
+    ordered = sorted(groups.values(), key=lambda g: _RANK[g.verdict])  # stable: sweep order within
+    told, rest = ordered[:limit], ordered[limit:]
+    counted: dict[tuple[Verdict, str], WhyGroup] = {}
+    for g in rest:
+        counted.setdefault((g.verdict, g.code), WhyGroup(g.verdict, g.code, "", [])).labels.extend(g.labels)
+    return [*told, *counted.values()]
+
+
+def cells_text(labels: Sequence[str], most: int = WHY_LABELS) -> str:
+    """``"N=1"``; ``"3 cells (N=1; N=2; N=3)"``; ``"120 cells (N=1; N=2; N=3; N=4; ...)"`` (a label
+    holds commas: ``"M=32, N=256"``)."""
+    if len(labels) == 1:
+        return labels[0]
+    named = "; ".join(labels[:most]) + ("; ..." if len(labels) > most else "")
+    return f"{len(labels)} cells ({named})"
+
+
+def _why_line(g: WhyGroup) -> str:
+    if g.message:
+        return f"{cells_text(g.labels)}: {g.message}"
+    meaning = REASONS[g.code].meaning if g.code in REASONS else "see each cell's reasons"
+    return (f"{len(g.labels)} more cells: {g.code or 'no reason'} ({meaning}); each cell's reason: "
+            "--json or the job page")
+
+
+def job_reason_lines(c: Comparison) -> list[str]:
+    """One line per job-level reason: ``"job failed: all 3 cells failed; first: ..."`` (the class
+    the reason decides, or ``note``)."""
+    return [f"job {deciding_class(r) or 'note'}: {_one_line(r.message)}" for r in c.reasons]
 
 
 def probe_summary(p: ProbeReport) -> str:
@@ -122,18 +236,10 @@ def node_summary(node: NodeInfo) -> str:
     return f"{node.hostname} ({', '.join(facts)})"
 
 
-def _cell_notes(c: Comparison) -> list[str]:
-    """The comparison's own notes (e.g. a degraded node), then per-cell errors and failed
-    correctness checks, one plain-text line each."""
-    notes = [_one_line(n) for n in c.notes]
-    for cell in c.cells:
-        if cell.error:
-            notes.append(f"{cell.label}: error: {_one_line(cell.error)}")
-        for variant, check in cell.correctness.items():
-            if not check.passed:
-                detail = check.message or f"rel. error {check.rel_error}"
-                notes.append(f"{cell.label}: {variant} incorrect: {_one_line(detail)}")
-    return notes
+def _notes(c: Comparison) -> list[str]:
+    """The comparison's own notes (e.g. a degraded node), one plain-text line each (a cell's errors
+    and failed checks are its reasons: ``why_groups``)."""
+    return [_one_line(n) for n in c.notes]
 
 
 def _sci(x: float | None) -> str:
@@ -195,13 +301,25 @@ def correctness_lines(c: Comparison) -> list[str]:
     ]
 
 
+def _marked(text: str) -> str:
+    return text if text == _MISSING else f"({text})"
+
+
 def _rows(c: Comparison) -> list[list[str]]:
-    return [
-        [_one_line(cell.label), format_duration_ns(cell.baseline.median_ns),
-         format_duration_ns(cell.candidate.median_ns), format_delta(cell), format_p(cell), cell.verdict,
-         format_flags(cell)]
-        for cell in c.cells
-    ]
+    """Table rows: label, medians, Δ%, p, verdict, flags; the timing of a ``void_timing`` cell in
+    parentheses."""
+    rows = []
+    for cell in c.cells:
+        timing = [format_duration_ns(cell.baseline.median_ns), format_duration_ns(cell.candidate.median_ns),
+                  format_delta(cell), format_p(cell)]
+        if void_timing(cell):
+            timing = [_marked(t) for t in timing]
+        rows.append([_one_line(cell.label), *timing, cell.verdict, format_flags(cell)])
+    return rows
+
+
+def _has_void_timing(c: Comparison) -> bool:
+    return any(void_timing(cell) and cell.baseline.median_ns is not None for cell in c.cells)
 
 
 def _title(c: Comparison) -> str:
@@ -210,30 +328,50 @@ def _title(c: Comparison) -> str:
     return f"{job}{name}[{c.benchmark}]: {c.candidate_label} vs {c.baseline_label}"
 
 
-def format_table(c: Comparison) -> str:
-    """Plain-text report for a terminal: title, aligned table, probe lines, summary, notes.
+def format_table(c: Comparison, paint: Paint | None = None) -> str:
+    """Plain-text report for a terminal: title, aligned table, probe lines, summary, reasons, notes.
 
     Columns: cell | baseline median | candidate median | Δ% [95% CI] | p [BH] (Mann-Whitney, raw
     and Benjamini-Hochberg adjusted) | verdict | flags (``throttled`` with the samples dropped per
-    side); times in ns/µs/ms/s. Newlines in user text are folded so the columns stay aligned.
+    side); times in ns/µs/ms/s, in parentheses for a cell whose verdict is a problem
+    (``void_timing``). Under the table: job-level reasons (``job failed: ...``), then ``why:``, one
+    line per ``why_groups`` group (``verdict  cells: reason``). ``paint`` styles verdict words
+    (the CLI's colours on a terminal); padding is applied first, so the columns stay aligned.
+    Newlines in user text are folded.
     """
     header = ["cell", f"baseline ({c.baseline_label})", f"candidate ({c.candidate_label})",
               "Δ% [95% CI]", "p [BH]", "verdict", "flags"]
     rows = [[_one_line(h) for h in header], *_rows(c)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     right = {1, 2}  # numbers align right
+    verdict_col = header.index("verdict")
 
-    def line(r: list[str]) -> str:
+    def line(r: list[str], verdict: Verdict | None = None) -> str:
         pairs = enumerate(zip(r, widths, strict=True))
         cells = [v.rjust(w) if i in right else v.ljust(w) for i, (v, w) in pairs]
+        if verdict is not None:  # styled text, then its padding: the width stays that of the text
+            text = r[verdict_col]
+            cells[verdict_col] = _paint(paint, text, verdict) + " " * (widths[verdict_col] - len(text))
         return "  ".join(cells).rstrip()
 
     out = [_one_line(_title(c)),
            f"timer {c.timer}; threshold ±{c.threshold_pct:g}%; node {_one_line(node_summary(c.node))}", ""]
-    out += [line(rows[0]), "  ".join("-" * w for w in widths), *(line(r) for r in rows[1:]), ""]
+    out += [line(rows[0]), "  ".join("-" * w for w in widths)]
+    out += [line(r, cell.verdict) for r, cell in zip(rows[1:], c.cells, strict=True)]
+    out.append("")
     out += [probe_summary(p) for p in c.probes]
-    out.append(f"verdicts: {verdict_summary(c)}" + (f"; job flags: {', '.join(c.flags)}" if c.flags else ""))
-    out += [f"note: {n}" for n in _cell_notes(c)]
+    job_flags = f"; job flags: {', '.join(c.flags)}" if c.flags else ""
+    out.append(f"verdicts: {verdict_summary(c, paint)}{job_flags}")
+    out += job_reason_lines(c)
+    groups = why_groups(c)
+    if groups:
+        width = max(len(g.verdict) for g in groups)
+        out.append("why:")
+        out += [f"  {_paint(paint, g.verdict, g.verdict)}{' ' * (width - len(g.verdict))}  {_why_line(g)}"
+                for g in groups]
+    if _has_void_timing(c):
+        out.append(VOID_TIMING_NOTE)
+    out += [f"note: {n}" for n in _notes(c)]
     out += [f"check: {line}" for line in correctness_lines(c)]
     return "\n".join(out) + "\n"
 
@@ -275,14 +413,32 @@ def revisions_markdown(r: RevisionsInfo) -> list[str]:
     return lines
 
 
+def md_verdict(verdict: Verdict) -> str:
+    """A verdict in Markdown: ``❌ **incorrect**``/``❌ **failed**``, ``⚠️ **implausible**``/
+    ``⚠️ **nondeterministic**``, ``inconclusive`` plain, a timing verdict in bold."""
+    if verdict in RED_VERDICTS:
+        return f"❌ **{verdict}**"
+    if verdict in PROBLEM_VERDICTS:
+        return f"⚠️ **{verdict}**"
+    return verdict if verdict == "inconclusive" else f"**{verdict}**"
+
+
+def _md_summary(c: Comparison) -> str:
+    marks = {v: md_verdict(v).split("**")[0] for v in _VERDICT_ORDER}
+    return verdict_summary(c, lambda text, v: marks[v] + text)
+
+
 def to_markdown(c: Comparison) -> str:
     """GitHub-flavoured Markdown ready to paste into a pull request.
 
     A heading, the node (GPU, driver, CUDA, torch and triton versions), timer method and threshold,
-    the before/after table, the verdict summary, the revisions of a revision A/B job (commits, diff
-    stat, versions per side), one line per probe report, and notes explaining
-    each flag present plus cell errors and failed correctness checks. User text is escaped
-    (``|`` becomes ``\\|``; Markdown emphasis, code and HTML characters are backslash-escaped).
+    the job-level reasons (``**Job failed:** ...``), the before/after table (verdicts by
+    ``md_verdict``; the timing of a ``void_timing`` cell in parentheses), right under it the
+    deciding reason of every problem or inconclusive cell (``why_groups``), the verdict summary in
+    precedence order, the revisions of a revision A/B job (commits, diff stat, versions per side),
+    one line per probe report, and notes explaining each flag present (``FLAG_NOTES``). User text
+    is escaped (``|`` becomes ``\\|``; Markdown emphasis, code and HTML characters are
+    backslash-escaped).
     """
     header = ["cell", f"baseline ({_md(c.baseline_label)})", f"candidate ({_md(c.candidate_label)})",
               "Δ% [95% CI]", "p [BH]", "verdict", "flags"]
@@ -293,21 +449,28 @@ def to_markdown(c: Comparison) -> str:
         f"**threshold** ±{c.threshold_pct:g}% · ratio of medians, CI by bootstrap over rounds · "
         "p: Mann-Whitney, raw [Benjamini-Hochberg]",
         "",
-        "| " + " | ".join(header) + " |",
-        "| --- | ---: | ---: | ---: | ---: | --- | --- |",
     ]
-    for row in _rows(c):
+    for r in c.reasons:
+        lines += [f"**Job {deciding_class(r) or 'note'}:** {_md(r.message)}", ""]
+    lines += ["| " + " | ".join(header) + " |", "| --- | ---: | ---: | ---: | ---: | --- | --- |"]
+    for row, cell in zip(_rows(c), c.cells, strict=True):
         row[0] = _md(row[0])
-        row[5] = f"**{row[5]}**"
+        row[5] = md_verdict(cell.verdict)
         lines.append("| " + " | ".join(row) + " |")
-    lines += ["", f"**Verdicts:** {verdict_summary(c)}" + (f" · **job flags:** {', '.join(c.flags)}"
-                                                            if c.flags else "")]
+    groups = why_groups(c)
+    if groups:
+        lines += ["", "**Why**", ""]
+        lines += [f"- {md_verdict(g.verdict)} · {_md(_why_line(g))}" for g in groups]
+    if _has_void_timing(c):
+        lines += ["", f"_{_md(VOID_TIMING_NOTE)}_"]
+    lines += ["", f"**Verdicts:** {_md_summary(c)}" + (f" · **job flags:** {', '.join(c.flags)}"
+                                                        if c.flags else "")]
     if c.node.revisions is not None:
         lines += ["", *revisions_markdown(c.node.revisions)]
     if c.probes:
         lines += ["", "**Node health**", ""] + [f"- {_md(probe_summary(p))}" for p in c.probes]
     notes = [f"- `{flag}`: {FLAG_NOTES.get(flag, '')}" for flag in _flags_present(c)]
-    notes += [f"- {_md(n)}" for n in _cell_notes(c)]
+    notes += [f"- {_md(n)}" for n in _notes(c)]
     if notes:
         lines += ["", "**Notes**", "", *notes]
     checks = correctness_lines(c)

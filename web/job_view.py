@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 
 from service import crud, models, node_health
 from service.core.config import Settings
-from service.schemas import CellComparison, Comparison, CorrectnessResult, JobResult, Variant
+from service.schemas import CellComparison, Comparison, CorrectnessResult, JobResult, TimedCheck, Variant
 from web import figures
 
 PAGE_CACHE_RESULTS = 16  # results whose page data a process keeps (a 1,000-cell one: ~10 MB)
@@ -210,7 +210,10 @@ def timeline_json(
 @dataclass(frozen=True)
 class CellPage:
     """One page of the before/after table: ``cells`` are rows ``offset .. offset + len(cells)`` of
-    ``total`` in ``order``; ``flagged`` counts the flagged cells of the whole sweep."""
+    ``total`` in ``order``; ``flagged`` counts the flagged cells of the whole sweep. ``checked``,
+    ``static`` and ``timed`` are the rows of the correctness, ISA and checked-samples tables of
+    the page's cells (``timed``: ``(cell, side, TimedCheck)`` for each sample checked through the
+    timer, ``CellComparison.timed_checks``)."""
 
     cells: list[CellComparison]
     order: CellOrder
@@ -220,6 +223,7 @@ class CellPage:
     flagged: int
     checked: Sequence[tuple[CellComparison, str, CorrectnessResult]]  # rows of the correctness table
     static: list[CellComparison]  # cells of this page with an ISA comparison
+    timed: Sequence[tuple[CellComparison, str, TimedCheck]] = ()  # checked samples through the timer
 
     @property
     def previous(self) -> int | None:
@@ -244,4 +248,7 @@ def cell_page(view: JobView, order: CellOrder, offset: int, limit: int | None = 
         if check.repeats is not None or check.determinism is not None or check.batch_invariance is not None
         or check.vs_baseline is not None
     ]  # fmt: skip
-    return CellPage(cells, order, offset, limit, total, view.flagged, checked, [c for c in cells if c.static])
+    timed = [(cell, side, check) for cell in cells for side, checks in cell.timed_checks.items()
+             for check in checks]
+    return CellPage(cells, order, offset, limit, total, view.flagged, checked, [c for c in cells if c.static],
+                    timed)

@@ -29,6 +29,7 @@ from service import crud, health, models, node_health
 from service.api.deps import SessionDep, SettingsDep, dashboard_access
 from service.history import DEFAULT_JOBS as DEFAULT_HISTORY_JOBS
 from service.history import branch_history
+from service.report import EXPLAINED_VERDICTS, void_timing, why
 from service.schemas import JobResult, NodeInfo, ProbeReport
 from service.verdicts import FLAG_NOTES, VERDICT_ORDER
 from web import figures, job_view
@@ -84,7 +85,9 @@ def _environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(duration=_duration, pct=_pct, sci=_sci, num=_num, dt=_dt, bytes=figures.format_bytes)
+    env.filters.update(duration=_duration, pct=_pct, sci=_sci, num=_num, dt=_dt, bytes=figures.format_bytes,
+                       why=why)
+    env.tests.update(void_timing=void_timing, explained=lambda cell: cell.verdict in EXPLAINED_VERDICTS)
     env.globals.update(
         static_url=STATIC_URL, plotly_js_url=PLOTLY_JS_URL, api_prefix=API_PREFIX, verdicts=VERDICTS,
         flag_help=FLAG_HELP, has_figures=False,

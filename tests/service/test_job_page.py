@@ -20,7 +20,7 @@ from health_fixtures import h200x2_report
 from sqlalchemy import null, select, update
 
 from service import crud, models
-from service.schemas import CorrectnessResult, JobResult, ProbeReport, SampleColumns
+from service.schemas import CorrectnessResult, JobResult, ProbeReport, Reason, SampleColumns, TimedCheck
 from web import job_view, routes
 
 CELLS = 10
@@ -197,3 +197,40 @@ def test_load_cell_samples_reads_one_cell(api) -> None:  # type: ignore[no-untyp
         assert got is not None and got.model_dump() == posted.cells[3].samples.model_dump()
         assert crud.load_cell_samples(session=session, job_id=job_id, cell_index=CELLS) is None
         assert crud.load_cell_samples(session=session, job_id=job_id + 1000, cell_index=0) is None
+
+
+def test_wrong_under_timing_reads_incorrect_with_its_reason_and_timed_checks(api) -> None:  # type: ignore[no-untyped-def]
+    """A candidate right when checked eagerly and wrong in the sample checked through the timer:
+    ``incorrect`` on the page with the finding as the reason, the checked samples in their own
+    table, the timing greyed; the jobs list counts it in red."""
+    runner = api.runner("node-a")
+    spec = spec_dict(sweep={"M": [4], "N": [64, 128]})
+    job_id = api.submit(spec)
+    assert api.client.post("/api/v1/runners/claim", json={}, headers=runner).status_code == 200
+    result = job_result(job_id, spec=spec, key=f"timed-checks-{job_id}")
+    finding = Reason(code="wrong-under-timing", side="candidate",
+                     message="candidate: wrong under cuda-graph replay: 64/256 elements outside rtol=1e-05")
+    ok = TimedCheck(timer="cuda-graph", round=3, seed=11, launches=8, duration_ns=812.0, passed=True)
+    bad = TimedCheck(timer="cuda-graph", round=3, seed=11, launches=8, duration_ns=790.0, passed=False,
+                     correctness=CorrectnessResult(passed=False, rel_error=0.25), findings=[finding])
+    cells = [result.cells[0].model_copy(update={"timed_checks": {"baseline": [ok], "candidate": [bad]}}),
+             result.cells[1]]
+    posted = api.post_result(job_id, result.model_copy(update={"cells": cells}), runner)
+    assert posted.status_code == 201, posted.text
+    comparison = api.client.get(f"/api/v1/jobs/{job_id}/comparison", headers=api.admin).json()
+    assert [c["verdict"] for c in comparison["cells"]][0] == "incorrect"
+
+    page = html.unescape(api.client.get(f"/jobs/{job_id}", headers=api.admin).text)
+    assert page.count('<span class="badge verdict-incorrect">incorrect</span>') == 1
+    assert f'<span class="reason-verdict">incorrect</span>: {finding.message}</td>' in page
+    table = page.split('id="timed-checks-table"', 1)[1].split("</table>", 1)[0]
+    rows = re.findall(r"<tr>(.*?)</tr>", table, re.S)[1:]
+    cols = [re.findall(r"<td[^>]*>(.*?)</td>", r, re.S) for r in rows]
+    assert [c[:6] for c in cols] == [["M=4, N=64", "baseline", "cuda-graph", "3", "11", "8"],
+                                    ["M=4, N=64", "candidate", "cuda-graph", "3", "11", "8"]]
+    assert "pass" in cols[0][7] and "fail" in cols[1][7] and cols[1][8] == "2.50e-01"
+    assert f"<code>wrong-under-timing</code> {finding.message}" in cols[1][9]
+    row = page.split('data-cell="0"', 1)[1].split("</tr>", 1)[0]
+    assert row.count('class="num void-timing"') == 2 and 'class="num nowrap void-timing"' in row
+    listing = api.client.get("/", headers=api.admin).text
+    assert '<span class="badge verdict-incorrect" title="1 cell(s) incorrect">1 incorrect</span>' in listing

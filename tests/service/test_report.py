@@ -21,6 +21,7 @@ from service.schemas import (
     ProbeReport,
     Sample,
 )
+from service.verdicts import reason
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 
@@ -144,24 +145,29 @@ def test_format_table_contains_numbers_probes_and_summary():
     assert report.format_duration_ns(slow.candidate.median_ns) in row
     assert f"{slow.delta_pct:+.2f}% [{(slow.ci_low - 1) * 100:+.2f}, {(slow.ci_high - 1) * 100:+.2f}]" in row
     assert "slower" in row
-    assert re.search(r"^N=2000 .*faster\s+incorrect$", text, re.M)
-    assert re.search(r"^N=4000 .*n/a.*inconclusive\s+failed$", text, re.M)
+    wrong = c.cells[1]  # faster by its timing, wrong by its check: incorrect, its timing in ( )
+    assert wrong.timing_verdict == "faster" and wrong.verdict == "incorrect"
+    assert re.search(rf"^N=2000 +\({re.escape(report.format_duration_ns(wrong.baseline.median_ns))}\) .*"
+                     r"\(-\d+\.\d\d% .*\)\s+incorrect\s+incorrect$", text, re.M)
+    assert re.search(r"^N=4000 .*n/a\s+failed\s+failed$", text, re.M)
+    assert "faster" not in text
     # the header and the rows align: the verdict column starts at one offset
     header = next(line for line in lines if line.startswith("cell "))
     col = header.index("verdict")
     assert row[col:].startswith("slower")
     assert "probes before: copy 4210.5 GB/s; all-reduce nccl x2: 8 B 19.5 µs, 1 MiB 25.2 µs; NVML ok" in text
     assert "probes after:" in text
-    assert "verdicts: 1 faster, 1 slower, 1 inconclusive; job flags: incorrect, failed" in text
-    assert "note: N=4000: error: out of memory" in text
-    assert "note: N=2000: candidate incorrect: tile 3|4 wrong" in text
+    assert "verdicts: 1 failed, 1 incorrect, 1 slower; job flags: incorrect, failed" in text
+    why = text.split("\nwhy:\n", 1)[1].splitlines()
+    assert why[:2] == ["  failed     N=4000: out of memory", "  incorrect  N=2000: candidate: tile 3|4 wrong"]
+    assert report.VOID_TIMING_NOTE in text
     assert "timer cuda-event; threshold ±1%" in text
     assert "NVIDIA H200 x2, driver 580.65, CUDA 13.0, torch 2.11.0, triton 3.6.0" in text
 
 
 def test_format_table_folds_newlines_in_user_text():
     text = report.format_table(_comparison(mode="pipes"))
-    assert "note: N=4000: error: out of memory at line | 3" in text
+    assert "  failed     N=4000: out of memory at line | 3" in text
     assert not any(line.startswith("at line") for line in text.splitlines())
 
 
@@ -177,16 +183,22 @@ def test_markdown_table_has_numbers_node_and_notes():
     assert len(rows) == 2 + len(c.cells)
     header = ["cell", "baseline (torch)", "candidate (triton)", "Δ% [95% CI]", "p [BH]", "verdict", "flags"]
     assert _split_row(rows[0]) == header
-    faster = _split_row(rows[3])
-    assert faster[0] == "N=2000"
-    assert faster[2] == report.format_duration_ns(c.cells[1].candidate.median_ns)
-    assert faster[3] == report.format_delta(c.cells[1])
-    assert faster[4] == report.format_p(c.cells[1])
-    assert faster[5] == "**faster**" and faster[6] == "incorrect"
+    wrong = _split_row(rows[3])  # fast but wrong: incorrect, its timing in parentheses
+    assert wrong[0] == "N=2000"
+    assert wrong[2] == f"({report.format_duration_ns(c.cells[1].candidate.median_ns)})"
+    assert wrong[3] == f"({report.format_delta(c.cells[1])})"
+    assert wrong[4] == f"({report.format_p(c.cells[1])})"
+    assert wrong[5] == "❌ **incorrect**" and wrong[6] == "incorrect"
+    assert _split_row(rows[2])[5] == "**slower**" and _split_row(rows[4])[5] == "❌ **failed**"
+    assert "**faster**" not in md
     assert "driver 580.65" in md and "torch 2.11.0" in md and "triton 3.6.0" in md
     assert "**timer** cuda-event" in md and "**threshold** ±1%" in md
     assert "- `incorrect`: " in md and "- `failed`: " in md and "`noisy`" not in md
-    assert "**Verdicts:** 1 faster, 1 slower, 1 inconclusive" in md
+    assert "**Verdicts:** ❌ 1 failed, ❌ 1 incorrect, 1 slower" in md
+    why = md.split("**Why**\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert why == ["- ❌ **failed** · N=4000: out of memory",
+                   "- ❌ **incorrect** · N=2000: candidate: tile 3\\|4 wrong"]
+    assert md.index("**Why**") > md.index(rows[-1])  # directly under the table
 
 
 def test_markdown_escapes_pipes_in_user_text():
@@ -200,3 +212,94 @@ def test_markdown_escapes_pipes_in_user_text():
     assert "out of memory at line \\| 3" in md
     assert "tile 3\\|4 wrong" in md
     assert not re.search(r"(?<!\\)\|", md.split("**Notes**")[1])
+
+
+def _result(cells: list[CellResult], **spec_extra: object) -> JobResult:
+    spec = JobSpec(benchmark="softmax", baseline={"variant": "torch"}, candidate={"variant": "triton"},
+                   sweep={"N": [c.params["N"] for c in cells]}, **spec_extra)
+    node = NodeInfo(hostname="cpu-box", device_type="cpu")
+    return JobResult(idempotency_key="report-test-2", spec=spec, node=node, timer="perf-counter",
+                     started_at=NOW, finished_at=NOW, cells=cells)
+
+
+def test_implausible_cell_reads_implausible_with_its_reason_and_marked_timing():
+    no_work = reason("no-device-work", "candidate: the timed call launched no device work", side="candidate")
+    cells = [CellResult(index=0, params={"N": 1}, samples=_samples(0.2, seed=3), findings=[no_work]),
+             CellResult(index=1, params={"N": 2}, samples=_samples(1.0, seed=4))]
+    c = stats.compare(_result(cells))
+    assert [cell.verdict for cell in c.cells][0] == "implausible"
+    assert c.cells[0].timing_verdict == "faster"
+    text = report.format_table(c)
+    row = next(line for line in text.splitlines() if line.startswith("N=1 "))
+    assert re.search(r"\(-\d+\.\d\d% \[.*\]\)\s+.*implausible\s+implausible$", row)
+    assert "  implausible  N=1: candidate: the timed call launched no device work" in text
+    assert report.VOID_TIMING_NOTE in text
+    other = next(line for line in text.splitlines() if line.startswith("N=2 "))
+    assert "(" not in other  # a cell whose timing stands is not marked
+    md = report.to_markdown(c)
+    assert "| ⚠️ **implausible** | implausible |" in md
+    assert "- ⚠️ **implausible** · N=1: candidate: the timed call launched no device work" in md
+    assert "- `implausible`: " in md  # the flag's note from the one catalogue
+
+
+def test_all_cells_failed_is_a_failed_job_in_text_and_markdown():
+    cells = [CellResult(index=i, params={"N": i + 1}, error="SyntaxError: invalid syntax (impl.py, line 3)")
+             for i in range(3)]
+    c = stats.compare(_result(cells))
+    assert c.summary == {"failed": 3}
+    text = report.format_table(c)
+    assert "verdicts: 3 failed" in text
+    assert "job failed: all 3 cells failed; first: SyntaxError: invalid syntax (impl.py, line 3)" in text
+    # the three identical reasons are one line
+    assert "  failed  3 cells (N=1; N=2; N=3): SyntaxError: invalid syntax (impl.py, line 3)" in text
+    assert report.VOID_TIMING_NOTE not in text  # no timing to mark
+    md = report.to_markdown(c)
+    assert "**Job failed:** all 3 cells failed; first: SyntaxError: invalid syntax (impl.py, line 3)" in md
+    assert md.index("**Job failed:**") < md.index("| cell |")
+    assert "**Verdicts:** ❌ 3 failed" in md
+
+
+def test_reasons_of_a_large_sweep_are_grouped_and_capped():
+    """60 cells wrong in the same way are one line; 30 cells wrong each in its own way fill the
+    told lines up to WHY_GROUPS, the rest are counted by verdict and code."""
+    same = CorrectnessResult(passed=False, message="FAIL: every row unnormalised")
+    cells = [CellResult(index=i, params={"N": i + 1}, samples=_samples(0.5, rounds=8, seed=i),
+                        correctness={"candidate": same}) for i in range(60)]
+    cells += [CellResult(index=60 + i, params={"N": 61 + i}, samples=_samples(0.5, rounds=8, seed=60 + i),
+                         correctness={"candidate": CorrectnessResult(passed=False, message=f"FAIL: row {i}")})
+              for i in range(30)]
+    c = stats.compare(_result(cells), n_resamples=200)
+    assert c.summary == {"incorrect": 90}
+    groups = report.why_groups(c)
+    assert len(groups) == report.WHY_GROUPS + 1
+    assert groups[0].labels == [f"N={i + 1}" for i in range(60)]
+    assert groups[-1].message == "" and len(groups[-1].labels) == 30 - (report.WHY_GROUPS - 1)
+    text = report.format_table(c)
+    why = text.split("\nwhy:\n", 1)[1].splitlines()[: report.WHY_GROUPS + 1]
+    assert why[0] == ("  incorrect  60 cells (N=1; N=2; N=3; N=4; ...): "
+                      "candidate: FAIL: every row unnormalised")
+    assert why[1] == "  incorrect  N=61: candidate: FAIL: row 0"
+    assert why[-1].startswith("  incorrect  11 more cells: wrong-output (the output differs from the "
+                              "reference)")
+    assert len(text.splitlines()) < 90 + 40  # 90 table rows, about 20 lines of reasons
+
+
+def test_paint_styles_verdicts_without_breaking_the_columns():
+    c = _comparison()
+    plain = report.format_table(c)
+    painted = report.format_table(c, paint=lambda text, verdict: f"<{verdict}>{text}</{verdict}>")
+    assert re.sub(r"</?[a-z]+>", "", painted) == plain
+    assert "<incorrect>incorrect</incorrect>  incorrect" in painted  # the padded column, then flags
+    assert "verdicts: <failed>1 failed</failed>, <incorrect>1 incorrect</incorrect>" in painted
+    assert "  <failed>failed</failed>     N=4000: out of memory" in painted
+
+
+def test_why_names_the_deciding_reason_and_counts_the_others():
+    wrong = {side: CorrectnessResult(passed=False, message=f"{side} rows 0-3 wrong") for side in ("baseline",
+                                                                                                   "candidate")}
+    c = stats.compare(_result([CellResult(index=0, params={"N": 1}, samples=_samples(0.5, seed=5),
+                                          correctness=wrong)]))
+    [cell] = c.cells
+    assert cell.verdict == "incorrect"
+    assert report.why(cell) == "baseline: baseline rows 0-3 wrong (+1 more reason)"
+    assert "  incorrect  N=1: baseline: baseline rows 0-3 wrong (+1 more reason)" in report.format_table(c)

@@ -186,7 +186,7 @@ def test_job_page_shows_table_figures_and_probes(site: Site, page: Page) -> None
     assert response is not None and response.status == 200
     assert XSS_NAME in page.locator("h1").inner_text()
 
-    rows = page.locator("#comparison-table tbody tr")
+    rows = page.locator("#comparison-table tbody tr.cell-row")
     assert rows.count() == len(site.comparison.cells) == 2
     for i, cell in enumerate(site.comparison.cells):
         cells = rows.nth(i).locator("td")
@@ -237,7 +237,7 @@ def test_job_page_export_links_download(site: Site, page: Page) -> None:
 def test_timeline_follows_the_chosen_cell(site: Site, page: Page) -> None:
     page.goto(f"{site.base_url}/jobs/{site.job_id}")
     second = site.comparison.cells[1]
-    page.locator("#comparison-table tbody tr").nth(1).locator("td a").click()
+    page.locator("#comparison-table tbody tr.cell-row").nth(1).locator("td a").click()
     page.wait_for_selector("#fig-timeline svg.main-svg")
     assert page.url.endswith(f"?cell={second.index}#timeline")
     assert f"cell {second.index}" in (page.locator("#fig-timeline .gtitle").text_content() or "")

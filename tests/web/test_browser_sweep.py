@@ -100,7 +100,7 @@ def test_large_sweep_page_in_the_browser(sweep: tuple[str, int], page: Page) -> 
                            headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=60).json()  # fmt: skip
     labels = [c["label"] for c in comparison["cells"]]
 
-    rows = page.locator("#comparison-table tbody tr")
+    rows = page.locator("#comparison-table tbody tr.cell-row")
     assert rows.count() == job_view.CELLS_PER_PAGE
     assert rows.nth(0).locator("td").nth(0).inner_text() == labels[0]
     assert f"cells 1–{job_view.CELLS_PER_PAGE} of {CELLS}" in page.locator("#cell-pager").inner_text()
