@@ -231,3 +231,155 @@ def test_result_is_posted_while_a_heartbeat_stalls_past_the_lease(tmp_path: Path
         runner.close()
         client.close()
         admin.close()
+
+
+# ------------------------------------------------------------------------------------------------
+# the work dir's disk full: a real, small filesystem (tmpfs), filled up
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 16 MiB tmpfs mounted for the test (mounting needs root: skipped otherwise)."""
+    import os
+    import subprocess
+
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small filesystem needs root")
+    command = ["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)]
+    done = subprocess.run(command, capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+def _fill(disk: Path) -> Path:
+    """Write to ``disk`` until it is full (ENOSPC); the filler file's path."""
+    import errno
+
+    filler = disk / "filler"
+    with filler.open("wb", buffering=0) as fh:  # unbuffered: nothing left to flush on close
+        try:
+            while True:
+                fh.write(b"\0" * 65536)
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC, exc
+    return filler
+
+
+class _Stack:
+    def __init__(self, root: Path):
+        self.token = admin_token(root)
+        self.port = free_port()
+        self.server = ServerProcess(f"sqlite:///{root / 'k.db'}", port=self.port, admin_token=self.token,
+                                    log_path=root / "server.log")  # fmt: skip
+        self.url = self.server.url
+
+    def client(self, token: str | None = None) -> KernelabClient:
+        return KernelabClient(self.url, token or self.token, retries=1, backoff_s=0.05)
+
+
+def _job_status(admin: KernelabClient, job_id: int) -> tuple[str, int]:
+    job = admin.get_job(job_id)
+    return job.status, job.attempts
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_full_work_dir_claims_nothing_says_why_and_runs_the_job_once_it_has_room(
+    small_disk: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    stack = _Stack(tmp_path)
+    with stack.server:
+        admin = stack.client()
+        given = stack.client()
+        runner = Runner(given, "full-node", poll_s=1.0, work_dir=small_disk, min_free_bytes=1 << 20)
+        runner.ensure_token()  # the token file is written while there is room
+        filler = _fill(small_disk)
+        job = admin.submit(_spec(budget_ms=300))
+        thread = threading.Thread(target=runner.run, daemon=True)
+        with caplog.at_level("WARNING", logger="runners.daemon"):
+            thread.start()
+            time.sleep(4.0)  # several claim rounds
+            assert thread.is_alive() and _job_status(admin, job.id) == ("queued", 0)
+            assert "not claiming: work dir" in caplog.text and "full" in caplog.text
+            filler.unlink()  # room again: the daemon claims and runs the job
+            deadline = time.monotonic() + 120
+            while _job_status(admin, job.id)[0] != "succeeded":
+                assert time.monotonic() < deadline and thread.is_alive(), repr(runner)
+                time.sleep(0.2)
+        runner.stop()
+        thread.join(timeout=60)
+        assert not thread.is_alive() and (runner.done, runner.released) == (1, 0)
+        runner.close()
+        given.close()
+        admin.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_job_claimed_onto_a_full_disk_is_released_not_crashed_on(small_disk: Path, tmp_path: Path) -> None:
+    stack = _Stack(tmp_path)
+    with stack.server:
+        admin = stack.client()
+        given = stack.client()
+        runner = Runner(given, "full-node", work_dir=small_disk, min_free_bytes=0)
+        runner.ensure_token()
+        job = admin.submit(_spec(budget_ms=300))
+        claim = runner.client.claim(wait_s=0, lease_s=120)  # taken before the disk filled up
+        assert claim is not None and claim.job_id == job.id
+        _fill(small_disk)
+        assert runner.run_claim(claim) == "released"
+        assert _job_status(admin, job.id) == ("queued", 1)  # back in the queue at once, not leased
+        attempts = admin.call("GET", f"/jobs/{job.id}/attempts", lambda r: r.json(), idempotent=True)["data"]
+        assert attempts[0]["outcome"] == "failed" and "No space left on device" in attempts[0]["error"]
+        runner.close()
+        given.close()
+        admin.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_result_the_full_disk_cannot_take_is_held_in_memory_and_posted(
+    small_disk: Path, tmp_path: Path
+) -> None:
+    stack = _Stack(tmp_path)
+    stack.server.start()
+    try:
+        admin = stack.client()
+        given = stack.client()
+        runner = Runner(given, "full-node", poll_s=1.0, lease_s=60, work_dir=small_disk,
+                        min_free_bytes=1 << 20)  # fmt: skip
+        runner.ensure_token()
+        job = admin.submit(_spec(budget_ms=6000))
+        thread = threading.Thread(target=runner.run, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 60
+        while _job_status(admin, job.id)[0] != "running":
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        _fill(small_disk)  # while the worker measures: its result file, the spool, stderr: all full
+        stack.server.stop()  # and the server away, so the result must wait in memory
+        deadline = time.monotonic() + 120
+        while not (runner.held and runner.done == 1):
+            assert time.monotonic() < deadline and thread.is_alive(), repr(runner)
+            time.sleep(0.2)
+        assert runner.spool.pending() == []  # nothing could be written: the result is in memory only
+        stack.server.start()  # same database and port: the held result is posted from memory
+        deadline = time.monotonic() + 120
+        while _job_status(admin, job.id)[0] != "succeeded":
+            assert time.monotonic() < deadline and thread.is_alive(), repr(runner)
+            time.sleep(0.2)
+        runner.stop()
+        thread.join(timeout=60)
+        assert not thread.is_alive() and runner.held == {} and runner.posted == 1
+        assert len(admin.samples(job.id)) > 0
+        runner.close()
+        given.close()
+        admin.close()
+    finally:
+        stack.server.stop()
