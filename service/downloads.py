@@ -9,8 +9,8 @@ connection (with a pool of 15 connections, 15 stalled readers held every connect
 other request waited for the pool's timeout, then failed).
 
 ``DownloadSlots`` bounds the downloads one client (one token) runs at once in this process;
-``SlotStreamingResponse`` gives the slot back when the response ends, however it ends (sent,
-client gone, error).
+``SlotStreamingResponse`` takes a slot when it starts and gives it back when it ends, however it
+ends (sent, client gone, error), so no slot is ever held by a response that was not served.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 from sqlalchemy.orm import Session, sessionmaker
-from starlette.responses import StreamingResponse
+from starlette.responses import JSONResponse, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 B = TypeVar("B")
@@ -75,17 +75,22 @@ class DownloadSlots:
 
 
 class SlotStreamingResponse(StreamingResponse):
-    """A ``StreamingResponse`` that calls ``release()`` once when it has been served, whether the
-    body was sent whole, the client went away or sending failed."""
+    """A ``StreamingResponse`` that runs only in one of ``client``'s ``slots``: taken when the
+    response starts, given back once it has been served (body sent whole, client gone or sending
+    failed). Without a free slot it answers 429 with ``Retry-After: retry_after_s`` instead."""
 
-    def __init__(self, content: Any, *, release: Callable[[], None], **kwargs: Any):
+    def __init__(self, content: Any, *, slots: DownloadSlots, client: Any, retry_after_s: int, **kwargs: Any):
         super().__init__(content, **kwargs)
-        self._release: Callable[[], None] | None = release
+        self.slots, self.client, self.retry_after_s = slots, client, retry_after_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not self.slots.acquire(self.client):
+            detail = f"this token already runs {self.slots.per_client} downloads; retry when one has ended"
+            refused = JSONResponse({"detail": detail}, status_code=429,
+                                   headers={"Retry-After": str(self.retry_after_s)})  # fmt: skip
+            await refused(scope, receive, send)
+            return
         try:
             await super().__call__(scope, receive, send)
         finally:
-            release, self._release = self._release, None
-            if release is not None:
-                release()
+            self.slots.release(self.client)

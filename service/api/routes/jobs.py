@@ -154,19 +154,12 @@ def get_samples(
     total = crud.count_samples(session=session, job_id=job_id)
     batches = crud.sample_batches(session=session, job_id=job_id, offset=offset, limit=limit)
     headers: dict[str, Any] = page_headers(request, total=total, offset=offset, limit=limit)
-    slots: DownloadSlots = request.app.state.download_slots
-    if not slots.acquire(principal.token_id):
-        raise HTTPException(
-            status.HTTP_429_TOO_MANY_REQUESTS,
-            f"this token already runs {slots.per_client} downloads; retry when one has ended",
-            headers={"Retry-After": str(DOWNLOAD_RETRY_AFTER_S)},
-        )
     parts = fetched(factory, batches, lambda s, batch: crud.read_sample_batch(session=s, batch=batch))
     if format == "csv":
         headers["Content-Disposition"] = f'attachment; filename="job-{job_id}-samples.csv"'
         chunks, media_type = sample_export.csv_chunks(parts), "text/csv"
     else:
         chunks, media_type = sample_export.json_chunks(parts), "application/json"
-    return SlotStreamingResponse(
-        chunks, media_type=media_type, headers=headers, release=lambda: slots.release(principal.token_id)
-    )
+    slots: DownloadSlots = request.app.state.download_slots
+    return SlotStreamingResponse(chunks, media_type=media_type, headers=headers, slots=slots,
+                                 client=principal.token_id, retry_after_s=DOWNLOAD_RETRY_AFTER_S)  # fmt: skip
