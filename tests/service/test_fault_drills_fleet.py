@@ -8,8 +8,8 @@ daemons (``kernelab runner`` subprocesses) and real databases on loopback:
   libfaketime): the skewed host takes no live lease and extends leases by the database's clock;
 * PostgreSQL (a cluster of the drill's own) stopped for 20 s while two daemons measure behind
   ``kernelab serve --workers 2``: 503s, no 500, no daemon exits, every result stored once;
-* ``kill -9`` of runner daemons 20 times at random moments (while claiming, measuring, spooling,
-  posting): every job ends with exactly one result, nothing is left in any spool.
+* ``kill -9`` of runner daemons 20 times at random moments of their jobs (measuring, spooling,
+  posting, the next job): every job ends with exactly one result, nothing is left in any spool.
 
 Each drill prints its tally (``-s`` shows it); ``docs/results/2026-12-01-fault-drills.md`` records them.
 """
@@ -67,6 +67,18 @@ def _leftovers(work_dir: Path) -> tuple[list[Path], list[Path]]:
     """Pending and rejected result files of every runner spool under ``work_dir``."""
     spools = work_dir / "spool"
     return sorted(spools.glob("*/*.json")), sorted(spools.glob("*/rejected/*.json"))
+
+
+STARTED, KEPT = "starting worker", "measured; result kept in"  # the daemon's log lines
+
+
+def _count(log: Path, text: str) -> int:
+    return log.read_text(errors="replace").count(text) if log.exists() else 0
+
+
+def _grew(log: Path, text: str, before: int, proc: subprocess.Popen[bytes]) -> bool:
+    """``text`` logged more than ``before`` times, or ``proc`` ended (the caller checks which)."""
+    return _count(log, text) > before or proc.poll() is not None
 
 
 def _db(url: str) -> str:
@@ -129,7 +141,7 @@ def test_slow_readers_of_samples_leave_every_other_request_served(
             stalled_s = time.monotonic() - t0
             other = admin.submit(spec_dict())  # meanwhile the rest of the API works as usual
             with httpx.Client(
-                base_url=server.url, timeout=10, headers={"Authorization": f"Bearer {TOKEN}"}
+                base_url=server.url, timeout=25, headers={"Authorization": f"Bearer {TOKEN}"}
             ) as c:
                 answers = [c.get("/api/v1/jobs").status_code, c.get(f"/api/v1/jobs/{other.id}").status_code,
                            c.get("/readyz").status_code, c.get("/metrics").status_code,
@@ -183,8 +195,8 @@ def test_an_app_host_with_a_clock_300_s_ahead_takes_no_live_lease(
         probe = httpx.get(f"{ahead.url}/healthz")
         skew_s = _date_s(probe.headers["date"]) - time.time()  # uvicorn's Date header: the host's clock
         assert skew_s > 250, f"the skewed host's clock is not ahead (Date: {probe.headers['date']})"
-        admin_right = KernelabClient(right.url, TOKEN, retries=0)
-        admin_ahead = KernelabClient(ahead.url, TOKEN, retries=0)
+        admin_right = KernelabClient(right.url, TOKEN)
+        admin_ahead = KernelabClient(ahead.url, TOKEN)
         job = admin_right.submit(spec_dict())
         first = admin_right.with_token(
             admin_right.register("node-1", NodeInfo(hostname="node-1", device_type="cpu")).token
@@ -197,7 +209,7 @@ def test_an_app_host_with_a_clock_300_s_ahead_takes_no_live_lease(
         stolen = second.claim(wait_s=0, lease_s=60)  # through the host 300 s ahead
         assert stolen is None, f"the skewed host handed out a live lease: {stolen}"
         # node-1's heartbeat and result through the skewed host: the lease runs by the database's clock
-        on_ahead = KernelabClient(ahead.url, first.token, retries=0)
+        on_ahead = KernelabClient(ahead.url, first.token)
         lease = on_ahead.call("POST", f"/runners/jobs/{job.id}/heartbeat", lambda r: r.json(),
                               json={"lease_s": 60}, idempotent=True)  # fmt: skip
         ends_in_s = _iso_s(lease["lease_expires_at"]) - time.time()
@@ -252,7 +264,7 @@ def test_postgresql_stopped_20_s_mid_run_loses_nothing_and_no_daemon_exits(
     )
     daemons: list[subprocess.Popen[bytes]] = []
     with server:
-        admin = KernelabClient(server.url, TOKEN, retries=0)
+        admin = KernelabClient(server.url, TOKEN)  # polls: retried like a runner would
         jobs = [admin.submit(spec(4000, cells=2)) for _ in range(4)]
         for name in ("pg-1", "pg-2"):
             daemons.append(_runner(server.url, name, tmp_path / name, tmp_path / f"{name}.log", lease_s=60))
@@ -295,6 +307,7 @@ def test_postgresql_stopped_20_s_mid_run_loses_nothing_and_no_daemon_exits(
 # kill -9 of runners
 
 
+@pytest.mark.timeout(600)
 def test_runners_killed_20_times_at_random_moments_lose_nothing(
     migrated_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -307,15 +320,24 @@ def test_runners_killed_20_times_at_random_moments_lose_nothing(
     )
     work_dir, log = tmp_path / "victim", tmp_path / "victim.log"
     with server:
-        admin = KernelabClient(server.url, TOKEN, retries=0)
-        jobs = [admin.submit(spec(1500)) for _ in range(8)]
+        admin = KernelabClient(server.url, TOKEN)  # polls: retried like a runner would
+        jobs = [admin.submit(spec(1500)) for _ in range(12)]
         exited_early = 0
-        for _ in range(kills):  # one daemon (same name, work dir and spool each time), killed at random
+        phases = {"measuring": 0, "after its result was kept": 0}
+        for i in range(kills):  # one daemon (same name, work dir and spool each time), killed at random
+            workers = _count(log, STARTED)
             victim = _runner(server.url, "victim", work_dir, log, lease_s=LEASE_S)
-            time.sleep(rng.uniform(1.0, 7.0))
+            wait_for(lambda v=victim, n=workers: _grew(log, STARTED, n, v), 120, "the victim's claim")
+            kept = _count(log, KEPT)
+            if i % 4 == 3:  # right after its result was spooled: while (or before) it is posted
+                wait_for(lambda v=victim, n=kept: _grew(log, KEPT, n, v), 120, "the victim's result")
+            else:
+                time.sleep(rng.uniform(0.0, 8.0))  # into its job: measuring, spooling, posting, the next one
             exited_early += victim.poll() is not None
             os.killpg(victim.pid, signal.SIGKILL)  # daemon and worker, no goodbye
             victim.wait()
+            after = _count(log, KEPT) > kept
+            phases["after its result was kept" if after else "measuring"] += 1
         survivor = _runner(server.url, "victim", work_dir, log, lease_s=LEASE_S)
         try:
             wait_for(lambda: all(admin.get_job(j.id).status in ("succeeded", "failed") for j in jobs), 300,
@@ -328,10 +350,11 @@ def test_runners_killed_20_times_at_random_moments_lose_nothing(
     stored = [counts(migrated_url, j.id) for j in jobs]
     pending, rejected = _leftovers(work_dir)
     text = log.read_text(errors="replace")
-    spooled, reposted = text.count("measured; result kept in"), text.count("result stored as")
+    spooled, reposted = text.count(KEPT), text.count("result stored as")
     expired = sum(a[1] == "expired" for c in stored for a in c["attempts"])
     print(
-        f"\nTALLY kill -9 ({_db(migrated_url)}): {kills} kills, {expired} leases expired, "
+        f"\nTALLY kill -9 ({_db(migrated_url)}): {kills} kills (after a claim; the job then: {phases}), "
+        f"{expired} leases expired, "
         f"{spooled} results spooled, {reposted} posts acknowledged; jobs {[j.status for j in finals]}; "
         f"results per job {[c['results'] for c in stored]}; pending {len(pending)}, rejected "
         f"{len(rejected)}; daemons that exited by themselves: {exited_early + (not survivor_alive)}"
