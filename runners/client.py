@@ -2,18 +2,23 @@
 
 Every call sends ``Authorization: Bearer <token>``. Failures are split in two:
 
-* *transient* (the request may not have reached the server, or a proxy/server said "try again":
-  connect errors, 502/503/504) are retried with bounded exponential backoff and full jitter
+* *definite* refusals, ``FINAL_STATUS`` (400, 401, 403, 404, 409, 413, 422: the request itself
+  is wrong, or its job/lease/credential is), raise ``KernelabAPIError`` at once, carrying the
+  status code and the server's ``detail`` message;
+* everything else is *transient* and retried with bounded exponential backoff and full jitter
   (delay = uniform(0, min(max_backoff_s, backoff_s * 2**attempt)), the "full jitter" scheme of
-  the AWS Architecture Blog, "Exponential Backoff and Jitter", 2015). When the retries are spent
-  ``KernelabUnavailable`` is raised; the daemon spools results on it.
-* *definite* answers (4xx, other 5xx) raise ``KernelabAPIError`` carrying the status code and the
-  server's ``detail`` message.
+  the AWS Architecture Blog, "Exponential Backoff and Jitter", 2015), at least the server's
+  ``Retry-After`` seconds (capped at ``max_backoff_s``): any 5xx (a 503 while the database is
+  down), any other 4xx (429, 408, a proxy's own answer), connect errors and pool timeouts, and a
+  2xx whose body is not the expected JSON. When the retries are spent ``KernelabUnavailable``
+  is raised (with ``status_code`` of the last answer, if any); the daemon spools results on it
+  and tries again later.
 
-A read timeout or a dropped connection after the request was sent is retried only for calls that
-are safe to repeat (GETs, heartbeats, result posts carrying an idempotency key, probe posts);
-``submit`` and ``claim`` are not repeated then, since a second submit would queue a second job and
-a lost claim answer would hold a job under a lease nobody works on.
+A read timeout, a dropped connection after the request was sent, or a garbled success answer is
+retried only for calls that are safe to repeat (GETs, heartbeats, result posts carrying an
+idempotency key, probe posts); for ``submit`` and ``claim`` it raises ``KernelabUnavailable`` at
+once, since a second submit would queue a second job and a lost claim answer holds a job under a
+lease nobody works on (it expires; the job is re-queued).
 """
 
 from __future__ import annotations
@@ -21,8 +26,9 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections.abc import Callable
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 from pydantic import BaseModel
@@ -48,7 +54,7 @@ from service.schemas import (
 log = logging.getLogger(__name__)
 
 API_PREFIX = "/api/v1"
-TRANSIENT_STATUS = frozenset({502, 503, 504})
+FINAL_STATUS = frozenset({400, 401, 403, 404, 409, 413, 422})  # refusals no retry changes
 TERMINAL_JOB_STATUS = frozenset({"succeeded", "failed", "cancelled"})  # a job in these never changes
 
 
@@ -72,7 +78,16 @@ class KernelabAPIError(KernelabError):
 
 
 class KernelabUnavailable(KernelabError):
-    """The server could not be reached (or kept answering 502/503/504) after all retries."""
+    """The server could not be reached, or kept failing (any answer outside ``FINAL_STATUS`` and
+    2xx, or a garbled success answer), after all retries. ``status_code``: the last answer's
+    HTTP status, None when none came."""
+
+    def __init__(self, message: str, *, status_code: int | None = None):
+        super().__init__(message)
+        self.status_code = status_code
+
+
+T = TypeVar("T")
 
 
 def format_detail(body: Any) -> str:
@@ -181,21 +196,41 @@ class KernelabClient:
 
         ``path`` is relative to ``/api/v1`` (or to the root with ``api=False``). ``idempotent``
         allows retrying after the request may have reached the server (read timeouts, dropped
-        connections). Raises ``KernelabAPIError`` for 4xx and non-transient 5xx answers,
+        connections). Raises ``KernelabAPIError`` for a ``FINAL_STATUS`` answer,
         ``KernelabUnavailable`` once transient failures outlast the retries.
         """
+        return self.call(method, path, lambda resp: resp, json=json, params=params, idempotent=idempotent,
+                         timeout_s=timeout_s, api=api)  # fmt: skip
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        parse: Callable[[httpx.Response], T],
+        *,
+        json: Any = None,
+        params: dict[str, Any] | None = None,
+        idempotent: bool,
+        timeout_s: float | None = None,
+        api: bool = True,
+    ) -> T:
+        """``request`` that also turns the success answer into its value with ``parse``; a
+        ``ValueError`` from it (not JSON, not the schema: pydantic's ``ValidationError`` is one)
+        is a garbled answer, retried like a 503 when ``idempotent``."""
         url = f"{API_PREFIX}{path}" if api else path
         timeout = self.timeout_s if timeout_s is None else timeout_s
         last: str = ""
+        status: int | None = None
+        wait_s = 0.0  # the last answer's Retry-After
         for attempt in range(self.retries + 1):
             if attempt:
-                delay = self._delay_s(attempt - 1)
+                delay = max(self._delay_s(attempt - 1), min(wait_s, self.max_backoff_s))
                 log.info("%s %s: %s; retry %d/%d in %.2f s", method, url, last, attempt, self.retries, delay)
                 time.sleep(delay)
             try:
                 resp = self._http.request(method, url, json=json, params=params, timeout=timeout)
             except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
-                last = f"{type(exc).__name__}: {exc}"
+                last, status, wait_s = f"{type(exc).__name__}: {exc}", None, 0.0
                 continue
             except httpx.UnsupportedProtocol as exc:  # a server URL without http(s)://: no retry helps
                 raise KernelabUnavailable(f"server URL {self.base_url!r}: {exc}") from exc
@@ -204,15 +239,24 @@ class KernelabClient:
                     raise KernelabUnavailable(
                         f"{method} {url}: {type(exc).__name__}: {exc} (not retried: not idempotent)"
                     ) from exc
-                last = f"{type(exc).__name__}: {exc}"
+                last, status, wait_s = f"{type(exc).__name__}: {exc}", None, 0.0
                 continue
-            if resp.status_code in TRANSIENT_STATUS:
-                last = f"HTTP {resp.status_code}"
-                continue
-            if resp.status_code >= 400:
+            if resp.status_code in FINAL_STATUS:
                 raise KernelabAPIError(resp.status_code, _detail_of(resp), method=method, path=url)
-            return resp
-        raise KernelabUnavailable(f"{method} {self.base_url}{url}: {last} (after {self.retries} retries)")
+            status = resp.status_code
+            if resp.status_code >= 400:
+                last, wait_s = f"HTTP {resp.status_code}: {_detail_of(resp)[:200]}", _retry_after_s(resp)
+                continue
+            try:
+                return parse(resp)
+            except ValueError as exc:
+                last, wait_s = f"HTTP {resp.status_code}, a body that is not the expected answer: {exc}", 0.0
+                if not idempotent:
+                    raise KernelabUnavailable(f"{method} {url}: {last} (not retried: not idempotent)",
+                                              status_code=status) from exc  # fmt: skip
+        raise KernelabUnavailable(
+            f"{method} {self.base_url}{url}: {last} (after {self.retries} retries)", status_code=status
+        )
 
     # ---------------------------------------------------------------------------------------------
     # server
@@ -230,31 +274,29 @@ class KernelabClient:
     def submit(self, spec: JobSpec | dict[str, Any]) -> JobPublic:
         """``POST /jobs``: queue a job. Raises ``KernelabAPIError`` (422 names the bad field)."""
         body = spec.model_dump(mode="json") if isinstance(spec, JobSpec) else spec
-        return JobPublic.model_validate(self.request("POST", "/jobs", json=body, idempotent=False).json())
+        return self.call("POST", "/jobs", _model(JobPublic), json=body, idempotent=False)
 
     def get_job(self, job_id: int) -> JobPublic:
         """``GET /jobs/{id}``. Raises ``KernelabAPIError`` 404 for an unknown id."""
-        return JobPublic.model_validate(self.request("GET", f"/jobs/{job_id}", idempotent=True).json())
+        return self.call("GET", f"/jobs/{job_id}", _model(JobPublic), idempotent=True)
 
     def list_jobs(self, *, offset: int = 0, limit: int = 50) -> JobsPage:
         """``GET /jobs?offset=&limit=``: newest first, as the server orders them."""
-        resp = self.request("GET", "/jobs", params={"offset": offset, "limit": limit}, idempotent=True)
-        return JobsPage.model_validate(resp.json())
+        params = {"offset": offset, "limit": limit}
+        return self.call("GET", "/jobs", _model(JobsPage), params=params, idempotent=True)
 
     def cancel(self, job_id: int) -> JobPublic:
         """``POST /jobs/{id}/cancel``."""
-        resp = self.request("POST", f"/jobs/{job_id}/cancel", idempotent=True)
-        return JobPublic.model_validate(resp.json())
+        return self.call("POST", f"/jobs/{job_id}/cancel", _model(JobPublic), idempotent=True)
 
     def comparison(self, job_id: int) -> Comparison:
         """``GET /jobs/{id}/comparison``. Raises ``KernelabAPIError`` 409 while there is no result."""
-        resp = self.request("GET", f"/jobs/{job_id}/comparison", idempotent=True)
-        return Comparison.model_validate(resp.json())
+        return self.call("GET", f"/jobs/{job_id}/comparison", _model(Comparison), idempotent=True)
 
     def samples(self, job_id: int, *, fmt: str = "json") -> Any:
         """``GET /jobs/{id}/samples?format=json|csv``: decoded JSON, or CSV text."""
-        resp = self.request("GET", f"/jobs/{job_id}/samples", params={"format": fmt}, idempotent=True)
-        return resp.json() if fmt == "json" else resp.text
+        parse: Callable[[httpx.Response], Any] = _json if fmt == "json" else _text
+        return self.call("GET", f"/jobs/{job_id}/samples", parse, params={"format": fmt}, idempotent=True)
 
     def report_md(self, job_id: int) -> str:
         """``GET /jobs/{id}/report.md``: the comparison as Markdown."""
@@ -266,14 +308,12 @@ class KernelabClient:
     def register(self, name: str, node: NodeInfo | None = None) -> RunnerRegistered:
         """``POST /runners/register`` (admin scope): a per-runner token, shown once."""
         body = _dump(RunnerRegister(name=name, node=node))
-        return RunnerRegistered.model_validate(
-            self.request("POST", "/runners/register", json=body, idempotent=False).json()
-        )
+        return self.call("POST", "/runners/register", _model(RunnerRegistered), json=body, idempotent=False)
 
     def whoami(self) -> RunnerIdentity:
         """``GET /runners/me`` (runner scope): the runner this client's token belongs to.
         Raises ``KernelabAPIError`` 401 (refused token) or 403 (not a runner token)."""
-        return RunnerIdentity.model_validate(self.request("GET", "/runners/me", idempotent=True).json())
+        return self.call("GET", "/runners/me", _model(RunnerIdentity), idempotent=True)
 
     @property
     def token(self) -> str | None:
@@ -283,21 +323,18 @@ class KernelabClient:
     def claim(self, *, wait_s: float = 0.0, lease_s: float = 120.0) -> JobClaim | None:
         """``POST /runners/claim``: long-poll up to ``wait_s`` s; ``None`` when nothing is queued (204)."""
         body = _dump(ClaimRequest(wait_s=wait_s, lease_s=lease_s))
-        resp = self.request(
-            "POST", "/runners/claim", json=body, idempotent=False, timeout_s=self.timeout_s + wait_s
-        )
-        if resp.status_code == 204 or not resp.content:
-            return None
-        return JobClaim.model_validate(resp.json())
+        return self.call("POST", "/runners/claim", _claim_answer, json=body, idempotent=False,
+                         timeout_s=self.timeout_s + wait_s)  # fmt: skip
 
-    def heartbeat(self, job_id: int, *, lease_s: float = 120.0) -> None:
-        """``POST /runners/jobs/{id}/heartbeat``: extend the lease by ``lease_s`` seconds.
+    def heartbeat(self, job_id: int, *, lease_s: float = 120.0, timeout_s: float | None = None) -> None:
+        """``POST /runners/jobs/{id}/heartbeat``: extend the lease by ``lease_s`` seconds (from the
+        server's database clock). ``timeout_s`` bounds each try (default: the client's).
 
-        Raises ``KernelabAPIError`` with status 409 when the lease is lost (expired and re-queued,
-        or the job was cancelled).
+        Raises ``KernelabAPIError`` with status 409 when the lease is lost (re-queued after it
+        expired, or the job was cancelled).
         """
-        body = _dump(Heartbeat(lease_s=lease_s))
-        self.request("POST", f"/runners/jobs/{job_id}/heartbeat", json=body, idempotent=True)
+        path, body = f"/runners/jobs/{job_id}/heartbeat", _dump(Heartbeat(lease_s=lease_s))
+        self.request("POST", path, json=body, idempotent=True, timeout_s=timeout_s)
 
     def fail(self, job_id: int, error: str, *, retry: bool = False) -> None:
         """``POST /runners/jobs/{id}/fail``; ``error`` is cut to the schema's 20 000 characters."""
@@ -309,8 +346,8 @@ class KernelabClient:
 
         A repeated post answers ``duplicate=True`` with the first result's id.
         """
-        resp = self.request("POST", f"/jobs/{job_id}/results", json=_dump(result), idempotent=True)
-        return ResultAccepted.model_validate(resp.json())
+        path, body = f"/jobs/{job_id}/results", _dump(result)
+        return self.call("POST", path, _model(ResultAccepted), json=body, idempotent=True)
 
     def post_probe(self, node_name: str, report: ProbeReport) -> None:
         """``POST /nodes/{name}/probes``: store a node-health reading."""
@@ -318,7 +355,7 @@ class KernelabClient:
 
     def get_node(self, node_name: str) -> Any:
         """``GET /nodes/{name}``: the node with its recent probes, as decoded JSON."""
-        return self.request("GET", f"/nodes/{node_name}", idempotent=True).json()
+        return self.call("GET", f"/nodes/{node_name}", _json, idempotent=True)
 
     # ---------------------------------------------------------------------------------------------
     # tokens (admin scope)
@@ -332,7 +369,7 @@ class KernelabClient:
         name or scope).
         """
         body = {"name": name, "scopes": scopes}
-        return dict(self.request("POST", "/tokens", json=body, idempotent=False).json())
+        return self.call("POST", "/tokens", _json_object, json=body, idempotent=False)
 
     def list_tokens(self, *, live_only: bool = False, page: int = 500) -> list[dict[str, Any]]:
         """``GET /tokens``, every page: all tokens newest first (``TokenPublic`` dicts, no secrets);
@@ -342,8 +379,8 @@ class KernelabClient:
             params["revoked"] = "false"
         rows: list[dict[str, Any]] = []
         while True:
-            resp = self.request("GET", "/tokens", params={**params, "offset": len(rows)}, idempotent=True)
-            answer = resp.json()
+            query = {**params, "offset": len(rows)}
+            answer = self.call("GET", "/tokens", _json_object, params=query, idempotent=True)
             rows += answer["data"]
             if not answer["data"] or len(rows) >= answer["count"]:
                 return rows
@@ -353,11 +390,48 @@ class KernelabClient:
 
         Raises ``KernelabAPIError`` 404 for an unknown id, 409 for the caller's own token.
         """
-        return dict(self.request("POST", f"/tokens/{token_id}/revoke", idempotent=True).json())
+        return self.call("POST", f"/tokens/{token_id}/revoke", _json_object, idempotent=True)
 
 
 def _dump(model: BaseModel) -> Any:
     return model.model_dump(mode="json")
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _model(model: type[M]) -> Callable[[httpx.Response], M]:
+    """A ``parse`` for ``KernelabClient.call``: the body as ``model`` (``ValidationError``, a
+    ``ValueError``, when it is not)."""
+    return lambda resp: model.model_validate_json(resp.content)
+
+
+def _json(resp: httpx.Response) -> Any:
+    return resp.json()  # json.JSONDecodeError is a ValueError
+
+
+def _json_object(resp: httpx.Response) -> dict[str, Any]:
+    body = resp.json()
+    if not isinstance(body, dict):
+        raise ValueError(f"expected a JSON object, got {type(body).__name__}")
+    return body
+
+
+def _claim_answer(resp: httpx.Response) -> JobClaim | None:
+    if resp.status_code == 204 or not resp.content:
+        return None
+    return JobClaim.model_validate_json(resp.content)
+
+
+def _text(resp: httpx.Response) -> str:
+    return resp.text
+
+
+def _retry_after_s(resp: httpx.Response) -> float:
+    """The answer's ``Retry-After`` in seconds (RFC 9110 delay-seconds form; 0 when absent or
+    an HTTP date)."""
+    value = resp.headers.get("Retry-After", "").strip()
+    return float(value) if value.isdigit() else 0.0
 
 
 def _detail_of(resp: httpx.Response) -> str:

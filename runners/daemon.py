@@ -12,11 +12,22 @@ Loop (``Runner.run``)::
   a different one is saved (e.g. after ``kernelab token rotate``) replaces the saved one. Tokens are
   never logged.
 * **Nothing measured is lost.** A result goes into ``work_dir/spool/<name>/`` before it is posted
-  and leaves it only when the server acknowledged it; an unreachable server leaves it there to be
-  re-sent on the next loop or after a restart (see ``runners.spool``).
+  and leaves it only when the server acknowledged it; an unreachable or failing server (any
+  answer but a refusal of the result itself, ``runners.spool.REFUSED_FOR_GOOD``) leaves it there
+  to be re-sent on the next loop or after a restart (see ``runners.spool``). When the work dir's
+  disk is full the worker hands its result over on stdout and the daemon holds it in memory,
+  re-posting it until the server acknowledges it (and spooling it once the disk takes it again).
+* **Server faults.** The daemon survives any answer: a claim that fails (5xx, garbled answer,
+  unreachable server, any refusal but of its token) is retried after a back-off that doubles from
+  ``MIN_IDLE_S`` up to ``poll_s``. Only a refused token (401/403 on a claim) stops it.
+* **Disk full.** Before each claim the work dir must take a small write and have
+  ``MIN_FREE_BYTES`` free; otherwise the daemon says why and claims nothing until it does. A
+  job whose scratch folder cannot be written after all is released at once (failed with
+  ``retry=True``: re-queued while it has attempts left).
 * **Leases.** A thread heartbeats every ``lease_s / 3`` seconds; when the server answers that the
   lease is lost (409/404: the job was re-queued or cancelled) the child is stopped and nothing is
-  posted.
+  posted. A finished job's result is posted at once, without waiting for a heartbeat in flight
+  (the server takes a late result while no other runner took the job over).
 * **Scratch.** Each job runs in ``work_dir/jobs/<job>-<attempt>/`` (spec, result, worker stderr);
   the folder is removed once the result is spooled and kept after a failure.
 * **Timeouts.** A child running longer than the spec's ``timeout_s`` is killed (its whole process
@@ -48,8 +59,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from runners.client import KernelabAPIError, KernelabClient, KernelabUnavailable
-from runners.spool import Spool, atomic_write_text
-from service.schemas import JobClaim, NodeInfo
+from runners.spool import REFUSED_FOR_GOOD, Spool, atomic_write_text
+from runners.worker import RESULT_MARK
+from service.schemas import JobClaim, JobResult, NodeInfo
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +70,8 @@ KILL_WAIT_S = 10.0  # SIGTERM -> SIGKILL delay for a child being stopped
 MIN_IDLE_S = 1.0  # least time between two empty claims, against a server that does not long-poll
 STDERR_TAIL_CHARS = 4000  # how much of a failed child's stderr goes into the failure message
 LEASE_LOST_STATUS = frozenset({404, 409})
+TOKEN_REFUSED_STATUS = frozenset({401, 403})  # a claim answered so: the daemon's token is no good
+MIN_FREE_BYTES = 64 * 2**20  # 64 MiB free in the work dir before a claim (spec, stderr, result)
 JOB_FAILED_MARK = "worker: job failed: "  # runners.worker's last stderr line on a job failure
 RUNNER_NAME = re.compile(r"^[A-Za-z0-9._:-]{1,200}$")  # service.schemas.RunnerRegister.name
 PROBE_POOL_MODES = ("auto", "on", "off")  # Runner(probe_pool=...), see Runner._pool_env
@@ -76,9 +90,11 @@ class Runner:
     after SIGTERM. ``node``: the fingerprint sent on registration (default
     ``runners.probes.node_info()``). ``allowed_repos``: repositories (paths, URLs or ``fnmatch``
     patterns) that jobs' source revisions may come from, besides ``KERNELAB_ALLOWED_REPOS``; their
-    clones and worktrees are cached in ``work_dir/revisions``. Counters: ``done``, ``failed``,
-    ``lost`` (lease lost),
-    ``posted`` (results acknowledged, including re-sent spooled ones).
+    clones and worktrees are cached in ``work_dir/revisions``. ``min_free_bytes``: free space the
+    work dir must have before a claim (bytes). Counters: ``done``, ``failed``, ``lost`` (lease
+    lost), ``released`` (jobs handed back because the work dir could not take them), ``posted``
+    (results acknowledged, including re-sent spooled ones). ``held``: results the full disk could
+    not take, by idempotency key, re-posted from memory.
 
     Raises ``ValueError`` for a name outside ``[A-Za-z0-9._:-]{1,200}`` (the server's rule; the
     name is also a folder name). The caller keeps owning ``client``; the client the runner makes
@@ -98,12 +114,14 @@ class Runner:
         node: NodeInfo | None = None,
         allowed_repos: Sequence[str] = (),
         probe_pool: str = "auto",
+        min_free_bytes: int = MIN_FREE_BYTES,
     ):
         if not RUNNER_NAME.match(name):
             raise ValueError(f"runner name {name!r} must match {RUNNER_NAME.pattern}")
         if probe_pool not in PROBE_POOL_MODES:
             raise ValueError(f"probe_pool must be one of {list(PROBE_POOL_MODES)}, got {probe_pool!r}")
         self.probe_pool = probe_pool
+        self.min_free_bytes = int(min_free_bytes)
         self._pool: Any = None  # runners.probes.all_reduce.AllReducePool, started by the first job
         self.client = client
         self.name = name
@@ -122,6 +140,9 @@ class Runner:
         self.failed = 0
         self.lost = 0
         self.posted = 0
+        self.released = 0
+        self.held: dict[str, JobResult] = {}  # idempotency key -> result the full disk could not take
+        self.refused_in_memory: list[tuple[JobResult, str]] = []  # refused for good, not writable
         self._stop = threading.Event()
         self._stop_at: float | None = None
         self._own_client: KernelabClient | None = None
@@ -130,7 +151,7 @@ class Runner:
     def __repr__(self) -> str:
         return (
             f"<Runner name={self.name} done={self.done} failed={self.failed} lost={self.lost} "
-            f"pending={len(self.spool.pending())}>"
+            f"pending={len(self.spool.pending()) + len(self.held)}>"
         )
 
     # ---------------------------------------------------------------------------------------------
@@ -212,11 +233,13 @@ class Runner:
         self.stop()
 
     def run(self) -> None:
-        """Run until stopped (or, with ``once``, until the queue is empty).
+        """Run until stopped (or, with ``once``, until the queue is empty or the work dir cannot
+        take a job).
 
         Installs SIGTERM/SIGINT handlers when called from the main thread. Raises
-        ``KernelabAPIError`` when the token is refused (401) or registration fails, and, with
-        ``once``, ``KernelabUnavailable`` when the server cannot be reached (spooled results stay).
+        ``KernelabAPIError`` when the token is refused (401/403 on a claim) or registration fails,
+        and, with ``once``, ``KernelabAPIError``/``KernelabUnavailable`` when a claim fails
+        (spooled results stay). Without ``once`` every other failure of a claim is retried.
         """
         previous = {}
         if threading.current_thread() is threading.main_thread():
@@ -239,18 +262,30 @@ class Runner:
             log.info("runner %s stopped: %r", self.name, self)
 
     def _loop(self) -> None:
+        failures = 0  # claims in a row that failed: the back-off doubles with each
         while not self._stop.is_set():
             self.flush_spool()
+            problem = self._work_dir_problem()
+            if problem is not None:
+                log.warning("runner %s: not claiming: %s%s", self.name, problem,
+                            "" if self.once else f"; checking again in {self.poll_s:g} s")  # fmt: skip
+                if self.once:
+                    break
+                self._stop.wait(self.poll_s)
+                continue
             started = time.monotonic()
             try:
                 claim = self.client.claim(wait_s=0.0 if self.once else self.poll_s, lease_s=self.lease_s)
-            except KernelabUnavailable as exc:
-                if self.once:
+            except (KernelabUnavailable, KernelabAPIError) as exc:
+                refused = isinstance(exc, KernelabAPIError) and exc.status_code in TOKEN_REFUSED_STATUS
+                if refused or self.once:
                     raise
-                log.warning("runner %s: server unreachable (%s); retrying in %.0f s",
-                            self.name, exc, self.poll_s)
-                self._stop.wait(self.poll_s)
+                failures += 1
+                delay = min(self.poll_s, MIN_IDLE_S * 2 ** min(failures - 1, 16))
+                log.warning("runner %s: claim failed (%s); retrying in %.1f s", self.name, exc, delay)
+                self._stop.wait(delay)
                 continue
+            failures = 0
             if claim is None:
                 if self.once:
                     break
@@ -258,6 +293,20 @@ class Runner:
                 continue
             self.run_claim(claim)
         self.flush_spool()
+
+    def _work_dir_problem(self) -> str | None:
+        """Why the work dir cannot take a job now (disk full, not writable), or None."""
+        check = self.work_dir / "jobs" / ".write-check"
+        try:
+            free = shutil.disk_usage(self.work_dir).free
+            if free < self.min_free_bytes:
+                return (f"work dir {self.work_dir} is full: {free / 2**20:.1f} MiB free, "
+                        f"{self.min_free_bytes / 2**20:g} MiB needed")  # fmt: skip
+            atomic_write_text(check, "ok\n")
+            check.unlink()
+        except OSError as exc:
+            return f"work dir {self.work_dir} cannot be written: {exc}"
+        return None
 
     # ---------------------------------------------------------------------------------------------
     # token
@@ -379,11 +428,21 @@ class Runner:
     # spool
 
     def flush_spool(self) -> int:
-        """Post every spooled result; return how many the server acknowledged.
+        """Post every spooled result, then every result held in memory; return how many the
+        server acknowledged.
 
-        Stops at the first unreachable-server error (the rest stay spooled). A result the server
-        refuses for good (404/409/413/422) is moved to ``rejected/``; 401/403 leave it pending.
+        Held results are first moved into the spool when the disk takes them again. Stops at the
+        first failure that says "later" (unreachable server, 5xx, ...; the rest stay pending) or
+        a refused token (401/403: kept too). A result the server refuses for good
+        (``REFUSED_FOR_GOOD``: 400/404/409/413/422) is moved to ``rejected/`` (kept in memory,
+        in ``refused_in_memory``, when even that cannot be written).
         """
+        for key, result in list(self.held.items()):
+            try:
+                self.spool.put(result)
+            except OSError:
+                break  # still full: post them from memory below
+            del self.held[key]
         sent = 0
         for path in self.spool.pending():
             try:
@@ -394,26 +453,50 @@ class Runner:
             if result.job_id is None:
                 self.spool.reject(path, "result has no job_id")
                 continue
-            try:
-                accepted = self.client.post_result(result.job_id, result)
-            except KernelabUnavailable as exc:
-                log.warning("runner %s: result of job %d stays spooled: %s", self.name, result.job_id, exc)
+            outcome = self._post(result, where=str(path))
+            if outcome == "later":
+                return sent
+            if outcome == "stored":
+                self.spool.done(path)
+                sent += 1
+            else:
+                target = self.spool.reject(path, outcome)
+                log.error("runner %s: result of job %d kept in %s", self.name, result.job_id, target)
+        for key, result in list(self.held.items()):
+            outcome = self._post(result, where="memory (the work dir's disk is full)")
+            if outcome == "later":
                 break
-            except KernelabAPIError as exc:
-                if exc.status_code in (401, 403):
-                    log.error("runner %s: result of job %d refused (%s); kept in %s",
-                              self.name, result.job_id, exc, path)
-                    break
-                target = self.spool.reject(path, str(exc))
-                log.error("runner %s: server refused result of job %d: %s (kept in %s)",
-                          self.name, result.job_id, exc, target)
-                continue
-            self.spool.done(path)
-            self.posted += 1
-            sent += 1
-            log.info("runner %s: job %d result stored as %d%s", self.name, accepted.job_id,
-                     accepted.result_id, " (duplicate)" if accepted.duplicate else "")
+            del self.held[key]
+            if outcome == "stored":
+                sent += 1
+            else:
+                try:
+                    target = self.spool.reject(self.spool.put(result), outcome)
+                    log.error("runner %s: result of job %s kept in %s", self.name, result.job_id, target)
+                except OSError:
+                    self.refused_in_memory.append((result, outcome))
         return sent
+
+    def _post(self, result: JobResult, *, where: str) -> str:
+        """Post ``result``: ``"stored"`` (acknowledged), ``"later"`` (keep it, stop flushing), or
+        the server's reason for refusing it for good."""
+        assert result.job_id is not None
+        try:
+            accepted = self.client.post_result(result.job_id, result)
+        except KernelabUnavailable as exc:
+            log.warning("runner %s: result of job %d stays in %s: %s", self.name, result.job_id, where, exc)
+            return "later"
+        except KernelabAPIError as exc:
+            if exc.status_code not in REFUSED_FOR_GOOD:  # 401/403: the token, not the result
+                log.error("runner %s: result of job %d refused (%s); kept in %s",
+                          self.name, result.job_id, exc, where)  # fmt: skip
+                return "later"
+            log.error("runner %s: server refused result of job %d: %s", self.name, result.job_id, exc)
+            return str(exc)
+        self.posted += 1
+        log.info("runner %s: job %d result stored as %d%s", self.name, accepted.job_id,
+                 accepted.result_id, " (duplicate)" if accepted.duplicate else "")  # fmt: skip
+        return "stored"
 
     # ---------------------------------------------------------------------------------------------
     # one job
@@ -421,16 +504,15 @@ class Runner:
     def run_claim(self, claim: JobClaim) -> str:
         """Run one claimed job to the end; return the outcome.
 
-        Outcomes: ``"done"`` (result spooled and, if reachable, posted), ``"failed"`` (child
-        failed: non-zero exit or timeout; the job was failed on the server), ``"lost"`` (lease
-        lost; nothing posted), ``"shutdown"`` (killed after the grace period; failed with retry).
+        Outcomes: ``"done"`` (result spooled, or held in memory, and, if reachable, posted),
+        ``"failed"`` (child failed: non-zero exit or timeout; the job was failed on the server),
+        ``"lost"`` (lease lost; nothing posted), ``"shutdown"`` (killed after the grace period;
+        failed with retry), ``"released"`` (the job's scratch folder or child could not be made,
+        e.g. a full disk: failed with retry, so it is re-queued while it has attempts left).
         """
         job_id = claim.job_id
         job_dir = self.work_dir / "jobs" / f"{job_id}-{claim.attempt}"
-        job_dir.mkdir(parents=True, exist_ok=True)
         spec_path, out_path, err_path = job_dir / "spec.json", job_dir / "result.json", job_dir / "stderr.log"
-        atomic_write_text(spec_path, claim.spec.model_dump_json())
-        out_path.unlink(missing_ok=True)
         key = f"{self.name}-j{job_id}-a{claim.attempt}-{uuid.uuid4().hex[:12]}"
         cmd = [sys.executable, "-m", "runners.worker", str(spec_path), str(out_path),
                "--job-id", str(job_id), "--idempotency-key", key, "--cache-dir", str(self.revision_cache)]
@@ -441,10 +523,22 @@ class Runner:
 
         lease_lost = threading.Event()
         finished = threading.Event()
-        with err_path.open("w", encoding="utf-8") as err_fh:
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err_fh, text=True,
-                                    start_new_session=True, env={**os.environ, **self._pool_env(claim)})
-            reader = threading.Thread(target=self._relay_stdout, args=(proc, job_id), daemon=True)
+        handed: list[JobResult] = []  # a result the worker sent on stdout (its file could not be written)
+        try:
+            job_dir.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(spec_path, claim.spec.model_dump_json())
+            out_path.unlink(missing_ok=True)
+            err_fh = err_path.open("w", encoding="utf-8")
+        except OSError as exc:
+            return self._release(claim, f"its scratch folder {job_dir} cannot be written: {exc}")
+        with err_fh:
+            try:
+                proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err_fh, text=True,
+                                        start_new_session=True, env={**os.environ, **self._pool_env(claim)})
+            except OSError as exc:
+                return self._release(claim, f"its worker cannot be started: {exc}")
+            reader = threading.Thread(target=self._relay_stdout, args=(proc, job_id, key, handed),
+                                      daemon=True)  # fmt: skip
             beater = threading.Thread(target=self._heartbeat, args=(job_id, finished, lease_lost),
                                       daemon=True)
             reader.start()
@@ -454,12 +548,25 @@ class Runner:
             finally:
                 if proc.poll() is None:  # never leave a worker behind, whatever happened here
                     _kill_group(proc)
-                finished.set()
-                beater.join()
+                finished.set()  # the heartbeat thread ends after the call it may be in
                 reader.join(timeout=5.0)
                 if proc.stdout is not None:
                     proc.stdout.close()
-        return self._finish(claim, why, proc.returncode, out_path, err_path)
+        outcome = self._finish(claim, why, proc.returncode, out_path, err_path, handed)
+        beater.join(timeout=self.heartbeat_s)  # after posting: a stalled heartbeat delays nothing
+        return outcome
+
+    def _release(self, claim: JobClaim, why: str) -> str:
+        """Hand a claimed job back (``fail`` with ``retry=True``) because this node cannot run it."""
+        message = f"runner {self.name} released the job: {why}"
+        log.error("runner %s: job %d: %s", self.name, claim.job_id, message)
+        self.released += 1
+        try:
+            self.client.fail(claim.job_id, message, retry=True)
+        except (KernelabAPIError, KernelabUnavailable) as exc:  # the lease then expires
+            log.error("runner %s: could not release job %d (its lease expires in %.0f s): %s",
+                      self.name, claim.job_id, self.lease_s, exc)  # fmt: skip
+        return "released"
 
     def _supervise(self, proc: subprocess.Popen[str], timeout_s: float, lease_lost: threading.Event) -> str:
         deadline = time.monotonic() + timeout_s
@@ -480,18 +587,43 @@ class Runner:
             _kill_group(proc)
             return why
 
+    def _keep(self, out_path: Path, handed: list[JobResult]) -> str:
+        """Put the finished result into the spool (the worker's file, else the one it handed over
+        on stdout); when the disk cannot take it, hold it in memory. Returns where it is."""
+        try:
+            if out_path.exists():
+                path = self.spool.adopt(out_path)
+            elif handed:
+                path = self.spool.put(handed[-1])
+            else:
+                return ""
+        except ValidationError as exc:  # the worker wrote something else: the job failed
+            log.error("runner %s: %s is not a JobResult: %s", self.name, out_path, exc)
+            return ""
+        except OSError as exc:
+            try:
+                result = handed[-1] if handed else Spool.load(out_path)
+            except OSError as unreadable:
+                log.error("runner %s: result %s cannot be read (%s); left there",
+                          self.name, out_path, unreadable)  # fmt: skip
+                return str(out_path)
+            self.held[result.idempotency_key] = result
+            return f"memory ({exc})"
+        shutil.rmtree(out_path.parent, ignore_errors=True)  # scratch; failed jobs' stay for a look
+        return str(path)
+
     def _finish(
-        self, claim: JobClaim, why: str, returncode: int | None, out_path: Path, err_path: Path
-    ) -> str:
+        self, claim: JobClaim, why: str, returncode: int | None, out_path: Path, err_path: Path,
+        handed: list[JobResult],
+    ) -> str:  # fmt: skip
         job_id = claim.job_id
         if why == "lost":
             self.lost += 1
             log.warning("runner %s: lease of job %d lost; worker stopped, nothing posted", self.name, job_id)
             return "lost"
-        if why == "exited" and returncode == 0 and out_path.exists():
-            path = self.spool.adopt(out_path)
-            shutil.rmtree(out_path.parent, ignore_errors=True)  # scratch; failed jobs' stay for a look
-            log.info("runner %s: job %d measured; result spooled at %s", self.name, job_id, path)
+        where = self._keep(out_path, handed) if why == "exited" and returncode == 0 else ""
+        if where:
+            log.info("runner %s: job %d measured; result kept in %s", self.name, job_id, where)
             self.done += 1
             self.flush_spool()
             return "done"
@@ -520,18 +652,33 @@ class Runner:
     def _heartbeat(self, job_id: int, finished: threading.Event, lease_lost: threading.Event) -> None:
         while not finished.wait(self.heartbeat_s):
             try:
-                self.client.heartbeat(job_id, lease_s=self.lease_s)
+                self.client.heartbeat(job_id, lease_s=self.lease_s, timeout_s=self.heartbeat_s)
             except KernelabAPIError as exc:
-                if exc.status_code in LEASE_LOST_STATUS:
+                if exc.status_code in LEASE_LOST_STATUS and not finished.is_set():
                     lease_lost.set()
                     return
                 log.warning("runner %s: heartbeat of job %d refused: %s", self.name, job_id, exc)
             except KernelabUnavailable as exc:
                 log.warning("runner %s: heartbeat of job %d failed: %s", self.name, job_id, exc)
 
-    def _relay_stdout(self, proc: subprocess.Popen[str], job_id: int) -> None:
+    def _relay_stdout(
+        self, proc: subprocess.Popen[str], job_id: int, key: str, handed: list[JobResult]
+    ) -> None:
+        """Log the worker's stdout lines; a ``RESULT_MARK`` line (the result the worker could not
+        write to its file) for this job and key goes into ``handed`` instead."""
         assert proc.stdout is not None
         for line in proc.stdout:
+            if line.startswith(RESULT_MARK):
+                try:
+                    result = JobResult.model_validate_json(line[len(RESULT_MARK):])
+                except ValidationError as exc:
+                    log.error("job %d: the worker's result on stdout is not a JobResult: %s", job_id, exc)
+                    continue
+                if (result.job_id, result.idempotency_key) == (job_id, key):
+                    handed.append(result)
+                    log.warning("job %d: result handed over on stdout (its file could not be written)",
+                                job_id)  # fmt: skip
+                continue
             log.info("job %d: %s", job_id, line.rstrip())
 
 

@@ -106,12 +106,15 @@ class ServerProcess:
     """``kernelab serve`` (Alembic upgrade, then uvicorn) as a child process on ``host:port``.
 
     ``database_url``: SQLAlchemy URL. ``admin_token``: bootstrap admin token, handed over in the
-    environment. ``log_path``: where the server's stdout/stderr go. Use ``start()``/``stop()`` or
-    ``with ServerProcess(...) as server:``.
+    environment. ``log_path``: where the server's stdout/stderr go. ``workers``: uvicorn worker
+    processes (``--workers``). ``env``: more environment variables for the server. Use
+    ``start()``/``stop()`` or ``with ServerProcess(...) as server:``.
     """
 
     def __init__(self, database_url: str, *, port: int, admin_token: str, log_path: Path,
-                 host: str = "127.0.0.1"):
+                 host: str = "127.0.0.1", workers: int = 1, env: dict[str, str] | None = None):
+        self.workers = int(workers)
+        self.env = dict(env or {})
         self.database_url = database_url
         self.host = host
         self.port = port
@@ -141,12 +144,13 @@ class ServerProcess:
                     f"port {self.port} on {self.host} is already in use (another server?); "
                     "choose another with --port"
                 )
-        env = {**os.environ, "KERNELAB_DATABASE_URL": self.database_url,
+        env = {**os.environ, **self.env, "KERNELAB_DATABASE_URL": self.database_url,
                "KERNELAB_ADMIN_TOKEN": self._admin_token}
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "runners.cli", "serve", "--host", self.host, "--port", str(self.port)],
+            [sys.executable, "-m", "runners.cli", "serve", "--host", self.host, "--port", str(self.port),
+             "--workers", str(self.workers)],
             env=env, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )
         try:

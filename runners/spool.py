@@ -2,8 +2,11 @@
 
 Nothing measured is lost: the daemon moves every finished ``JobResult`` into the spool *before*
 posting it and deletes the file only once the server has acknowledged it (201, or 200 with
-``duplicate: true`` for a repeated idempotency key). A result the server definitively refuses
-(4xx) is moved to ``rejected/`` with the reason beside it, so it is kept but not re-sent forever.
+``duplicate: true`` for a repeated idempotency key). A result the server refuses for good
+(``REFUSED_FOR_GOOD``: 400, 404, 409, 413, 422) is moved to ``rejected/`` with the reason
+beside it, so it is kept but not re-sent forever. Every other answer leaves it pending, to be
+re-sent: 401/403 refuse the daemon's token, not the result; 5xx, 429 and the like, timeouts and
+unreachable servers say "later".
 
 Layout under ``root``::
 
@@ -25,6 +28,9 @@ from pathlib import Path
 from service.schemas import JobResult
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
+REFUSED_FOR_GOOD = frozenset({400, 404, 409, 413, 422})
+"""HTTP statuses that refuse a posted result itself (malformed, unknown job, lease taken over or
+key of another result, too large, does not fit its job): no retry changes the answer."""
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -8,7 +8,10 @@ context cannot take the daemon down, and so that a hard timeout can kill it. The
    side names a source revision, ``runners.revision_job.run_revision_job`` with the
    ``--allow-repo`` list and ``--cache-dir``), printing one progress line per sweep cell on stdout;
 3. writes the ``JobResult`` JSON to ``OUT_JSON`` atomically (temp file + rename), so the daemon
-   never reads half a result.
+   never reads half a result. When that file cannot be written (``OSError``: the disk is full,
+   ...), the result goes to stdout instead, as one line ``RESULT_MARK + JSON`` that the daemon
+   keeps (in its spool, or in memory while its disk stays full): a finished measurement is
+   never dropped for want of disk space.
 
 Exit status: 0 on success; 2 for unusable arguments or an invalid spec file; 1 when the job raised.
 The error goes to stderr (the daemon posts its tail as the job's failure message).
@@ -17,6 +20,7 @@ The error goes to stderr (the daemon posts its tail as the job's failure message
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 import traceback
@@ -30,6 +34,7 @@ from service.schemas import JobSpec
 EXIT_OK = 0
 EXIT_JOB_FAILED = 1
 EXIT_BAD_INPUT = 2
+RESULT_MARK = "kernelab-result-json: "  # a stdout line carrying the result the file could not hold
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -81,7 +86,15 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc(file=sys.stderr)
         print(f"worker: job failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_JOB_FAILED
-    atomic_write_text(args.out_json, result.model_dump_json())
+    text = result.model_dump_json()
+    try:
+        atomic_write_text(args.out_json, text)
+    except OSError as exc:  # the daemon reads it from stdout (module docstring)
+        with contextlib.suppress(OSError):  # stderr is a file on the same, maybe full, disk
+            print(f"worker: result not written to {args.out_json} ({exc}); handed over on stdout",
+                  file=sys.stderr, flush=True)  # fmt: skip
+        sys.stdout.write(RESULT_MARK + text + "\n")
+        sys.stdout.flush()
     return EXIT_OK
 
 

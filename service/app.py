@@ -25,6 +25,7 @@ from service.api.routes import health, login
 from service.auth import ensure_token
 from service.core.config import Settings
 from service.core.db import check_at_head, make_engine, make_session_factory
+from service.downloads import DownloadSlots
 from service.observability import RequestLogMiddleware, configure_logging, metrics_registry
 
 log = logging.getLogger(__name__)
@@ -144,6 +145,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.engine = engine
     app.state.session_factory = factory
     app.state.metrics_registry = metrics_registry(factory, alive_s=settings.runner_alive_s)
+    app.state.download_slots = DownloadSlots(settings.downloads_per_client)
     install_error_handlers(app)
     app.include_router(api_router, prefix="/api/v1")
     app.include_router(health.router)

@@ -15,11 +15,13 @@ from typing import Any, NamedTuple
 
 from pydantic import TypeAdapter
 from sqlalchemy import func, insert, select, union, update
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from service import bulk, models, queue, sample_blocks, verdicts
 from service.auth import create_token
-from service.models import Cell, Job, JobAttempt, ProbeReading, Result, Runner, SampleBlock, utcnow
+from service.core.clock import db_now
+from service.models import Cell, Job, JobAttempt, ProbeReading, Result, Runner, SampleBlock
 from service.schemas import (
     SAMPLE_FIELDS,
     AttemptPublic,
@@ -116,6 +118,28 @@ def check_result_fits_job(result: JobResult, spec: JobSpec, job_id: int) -> None
         errors = errors[:_MAX_REPORTED] + errors[-1:]
     if errors:
         raise ResultInvalidError(errors)
+
+
+def _stored_under_key(session: Session, job_id: int, result: JobResult) -> int | None:
+    """The id of the result already stored under ``result.idempotency_key`` (a repeat of the same
+    post), None when there is none. Raises ``ResultConflictError`` when the key was stored for
+    another job or with a different result."""
+    existing = session.execute(
+        select(Result.id, Result.job_id).where(Result.idempotency_key == result.idempotency_key)
+    ).first()
+    if existing is None:
+        return None
+    if existing.job_id != job_id:
+        raise ResultConflictError(
+            f"idempotency key {result.idempotency_key!r} already stored for job {existing.job_id}"
+        )
+    differs = _same_result(session, existing.id, result)
+    if differs:
+        raise ResultConflictError(
+            f"idempotency key {result.idempotency_key!r} was stored for job {job_id} with a different "
+            f"result (differs in: {', '.join(differs)}); a retry must repeat the same result"
+        )
+    return int(existing.id)
 
 
 def _same_result(session: Session, result_id: int, result: JobResult) -> list[str]:
@@ -223,7 +247,7 @@ def register_runner(*, session: Session, name: str, node: NodeInfo | None) -> tu
     Re-registering revokes the runner's earlier tokens. Returns the row and the plain token.
     """
     runner = session.scalar(select(Runner).where(Runner.name == name))
-    now = utcnow()
+    now = db_now()  # the queue's clock: kernelab_runners_alive compares last_seen_at with it
     if runner is None:
         runner = Runner(name=name)
         session.add(runner)
@@ -386,24 +410,21 @@ def store_result(
     """
     if result.job_id is not None and result.job_id != job_id:
         raise ResultConflictError(f"the result names job {result.job_id}, posted to job {job_id}")
-    existing = session.execute(
-        select(Result.id, Result.job_id).where(Result.idempotency_key == result.idempotency_key)
-    ).first()
-    if existing is not None:
-        if existing.job_id != job_id:
-            raise ResultConflictError(
-                f"idempotency key {result.idempotency_key!r} already stored for job {existing.job_id}"
-            )
-        differs = _same_result(session, existing.id, result)
-        if differs:
-            raise ResultConflictError(
-                f"idempotency key {result.idempotency_key!r} was stored for job {job_id} with a different "
-                f"result (differs in: {', '.join(differs)}); a retry must repeat the same result"
-            )
-        return existing.id, True
+    stored = _stored_under_key(session, job_id, result)
+    if stored is not None:
+        return stored, True
     # A job none of whose cells measured failed, whatever the runner says (service.verdicts.job_error).
     error = verdicts.job_error(result)
-    job = queue.complete(session, job_id, runner_id=runner_id, error=error)  # 409 first: the lease
+    try:
+        job = queue.complete(session, job_id, runner_id=runner_id, error=error)  # 409 first: the lease
+    except queue.LeaseLostError:
+        # A concurrent post of the same key may have finished the job while this one waited for
+        # the job's row: the statement below sees its commit (PostgreSQL's READ COMMITTED takes
+        # a snapshot per statement; SQLite's write lock was only granted after that commit).
+        stored = _stored_under_key(session, job_id, result)
+        if stored is not None:
+            return stored, True
+        raise
     check_result_fits_job(result, JobSpec.model_validate(job.spec), job_id)
     row = Result(
         job_id=job_id, idempotency_key=result.idempotency_key, runner_id=runner_id,
@@ -446,7 +467,15 @@ def _save_comparison(session: Session, job_id: int, comparison: Comparison) -> N
 def store_comparison(*, factory: sessionmaker[Session], job_id: int) -> None:
     """Compute and store the comparison of ``job_id``'s stored result (``results.comparison``)
     and the job's verdict summary, in a session of its own (run after the ingest's commit, e.g. as
-    a background task). Does nothing when the result is gone or already has its comparison."""
+    a background task). Does nothing when the result is gone or already has its comparison; a
+    database error is logged, not raised (readers compute the comparison on a miss)."""
+    try:
+        _store_comparison(factory, job_id)
+    except SQLAlchemyError as exc:
+        log.warning("job %s: comparison not stored (the next read computes it): %s", job_id, exc)
+
+
+def _store_comparison(factory: sessionmaker[Session], job_id: int) -> None:
     with factory() as session:
         if session.scalar(select(Result.comparison).where(Result.job_id == job_id)) is not None:
             return
@@ -615,28 +644,50 @@ class BlockSlice(NamedTuple):
     end: int
 
 
+SampleBatch = list[tuple[int, int, int]]
+"""``(block id, first, end)`` of the sample blocks one query reads (``read_sample_batch``)."""
+
+
+def sample_batches(
+    *, session: Session, job_id: int, batch: int = 5000, offset: int = 0, limit: int | None = None
+) -> list[SampleBatch]:
+    """Where the rows ``[offset, offset + limit)`` of a job's samples (``limit=None``: to the end;
+    the order of ``iter_sample_rows``) are: one ``SampleBatch`` per query of about ``batch``
+    samples (a block's samples at least), in order. Reads block sizes only, not samples."""
+    slices = _block_slices(session, job_id, offset, limit)
+    batches: list[SampleBatch] = []
+    while slices:
+        chunk: SampleBatch = []
+        taken = 0
+        while slices and (not chunk or taken + slices[0][2] - slices[0][1] <= batch):
+            chunk.append(slices.pop(0))
+            taken += chunk[-1][2] - chunk[-1][1]
+        batches.append(chunk)
+    return batches
+
+
+def read_sample_batch(*, session: Session, batch: SampleBatch) -> list[BlockSlice]:
+    """The ``BlockSlice`` of every block of ``batch`` (one query), in the batch's order."""
+    rows = session.execute(
+        select(SampleBlock.id, Cell.cell_index, Cell.params, *_BLOCK_COLUMNS)
+        .join(Cell, Cell.id == SampleBlock.cell_id)
+        .where(SampleBlock.id.in_([block_id for block_id, _, _ in batch]))
+    )
+    by_id = {r.id: r for r in rows}
+    return [
+        BlockSlice(by_id[block_id].cell_index, by_id[block_id].params, by_id[block_id]._mapping, first, end)
+        for block_id, first, end in batch
+    ]
+
+
 def iter_sample_blocks(
     *, session: Session, job_id: int, batch: int = 5000, offset: int = 0, limit: int | None = None
 ) -> Iterator[BlockSlice]:
     """The raw samples of a job's result as ``BlockSlice``s, streamed in cell index order: the
     rows ``[offset, offset + limit)`` of the order of ``iter_sample_rows`` (``limit=None``: to the
     end), reading blocks of about ``batch`` samples per query."""
-    slices = _block_slices(session, job_id, offset, limit)
-    while slices:
-        chunk: list[tuple[int, int, int]] = []
-        taken = 0
-        while slices and (not chunk or taken + slices[0][2] - slices[0][1] <= batch):
-            chunk.append(slices.pop(0))
-            taken += chunk[-1][2] - chunk[-1][1]
-        rows = session.execute(
-            select(SampleBlock.id, Cell.cell_index, Cell.params, *_BLOCK_COLUMNS)
-            .join(Cell, Cell.id == SampleBlock.cell_id)
-            .where(SampleBlock.id.in_([block_id for block_id, _, _ in chunk]))
-        )
-        by_id = {r.id: r for r in rows}
-        for block_id, first, end in chunk:
-            block = by_id[block_id]
-            yield BlockSlice(block.cell_index, block.params, block._mapping, first, end)
+    for part in sample_batches(session=session, job_id=job_id, batch=batch, offset=offset, limit=limit):
+        yield from read_sample_batch(session=session, batch=part)
 
 
 def iter_sample_rows(

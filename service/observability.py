@@ -24,7 +24,7 @@ import json
 import logging
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -34,6 +34,7 @@ from sqlalchemy import Float, case, cast, func, select
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.core.clock import db_now
 from service.models import JOB_STATUSES, Job, JobAttempt, Runner
 
 JOB_DURATION_BUCKETS_S = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0)
@@ -175,7 +176,7 @@ class DatabaseCollector(Collector):
             yield jobs
             yield GaugeMetricFamily("kernelab_queue_depth", "Jobs waiting for a runner.",
                                     value=by_status.get("queued", 0))  # fmt: skip
-            since = datetime.now(UTC) - timedelta(seconds=self.alive_s)
+            since = db_now(-self.alive_s)  # last_seen_at is written by the database's clock
             alive = session.scalar(
                 select(func.count()).select_from(Runner).where(Runner.last_seen_at >= since)
             )

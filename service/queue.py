@@ -14,13 +14,18 @@ with bound parameters (``_HEARTBEAT``, ``_SEEN``, ...): building and ORM-compili
 cost more CPU than the database work itself.
 
 Expired leases are noticed at claim time (no background thread): the job goes back to ``queued``
-while ``attempts < max_attempts``, else it fails with the reason. Every claim is a row in
+while ``attempts < max_attempts``, else it fails with the reason. Until then the job is nobody
+else's, so its runner's late heartbeat or result is still taken. Every claim is a row in
 ``job_attempts``. Functions take ``session`` and never commit: the request commits once.
+
+Every time the queue compares or writes (lease ends, claim, attempt and finish times, a runner's
+last-seen time) is the database's clock (``service.core.clock.db_now``), never the app host's: two
+app hosts whose clocks disagree judge a lease the same.
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, NamedTuple
 
 from sqlalchemy import (
@@ -39,37 +44,37 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session
 
 from service import models
-from service.models import Job, utcnow
+from service.core.clock import db_now
+from service.models import Job
 from service.schemas import JobSpec
 
 _CLAIM_CANDIDATES = 16  # queued jobs tried per claim on SQLite before giving up for this poll
 TERMINAL = ("succeeded", "failed", "cancelled")
 
 _jobs, _attempts, _runners = (models.Base.metadata.tables[t] for t in ("jobs", "job_attempts", "runners"))
-_SEEN = (
-    update(_runners).where(_runners.c.id == bindparam("p_runner_id")).values(last_seen_at=bindparam("p_now"))
-)
+_UNTIL = db_now(bindparam("p_lease_s"))  # the end of a lease of p_lease_s seconds from now
+_SEEN = update(_runners).where(_runners.c.id == bindparam("p_runner_id")).values(last_seen_at=db_now())
 _END_ATTEMPT = (
     update(_attempts)
     .where(_attempts.c.job_id == bindparam("p_job_id"), _attempts.c.attempt == bindparam("p_attempt"),
            _attempts.c.outcome == "running")
-    .values(outcome=bindparam("p_outcome"), ended_at=bindparam("p_now"), error=bindparam("p_error"))
+    .values(outcome=bindparam("p_outcome"), ended_at=db_now(), error=bindparam("p_error"))
 )  # fmt: skip
 _START_ATTEMPT = insert(_attempts).values(
     job_id=bindparam("p_job_id"), attempt=bindparam("p_attempt"), runner_id=bindparam("p_runner_id"),
-    claimed_at=bindparam("p_now"), outcome="running",
+    claimed_at=db_now(), outcome="running",
 )  # fmt: skip
-_EXPIRED = select(_jobs.c.id, _jobs.c.attempts, _jobs.c.max_attempts, _jobs.c.lease_runner_id).where(
-    _jobs.c.status == "running", _jobs.c.lease_expires_at < bindparam("p_now")
-)
+_IS_EXPIRED = and_(_jobs.c.status == "running", _jobs.c.lease_expires_at < db_now())
+_EXPIRED = select(
+    _jobs.c.id, _jobs.c.attempts, _jobs.c.max_attempts, _jobs.c.lease_runner_id
+).where(_IS_EXPIRED)
 _LEASED = (_jobs.c.id, _jobs.c.attempts, _jobs.c.spec, _jobs.c.lease_expires_at)  # LeasedJob's columns
 _LEASE = (_jobs.c.id, _jobs.c.attempts, _jobs.c.lease_expires_at)  # Lease's columns
-_HEARTBEAT = (
+_HEARTBEAT = (  # an expired lease not yet re-queued is still the runner's: extended too
     update(_jobs)
     .where(_jobs.c.id == bindparam("p_job_id"), _jobs.c.status == "running",
-           _jobs.c.lease_runner_id == bindparam("p_runner_id"),
-           _jobs.c.lease_expires_at >= bindparam("p_now"))
-    .values(lease_expires_at=bindparam("p_until"))
+           _jobs.c.lease_runner_id == bindparam("p_runner_id"))
+    .values(lease_expires_at=_UNTIL)
     .returning(*_LEASE)
 )  # fmt: skip
 # PostgreSQL: the lease extension and the runner's last-seen time in one statement (a
@@ -81,15 +86,14 @@ _HEARTBEAT_PG = (
     .add_cte(
         update(_runners)
         .where(_runners.c.id == bindparam("p_runner_id"), select(_HEARTBEAT_CTE.c.id).exists())
-        .values(last_seen_at=bindparam("p_now"))
+        .values(last_seen_at=db_now())
         .cte("seen")
     )
 )  # fmt: skip
 _ASYNC_COMMIT = text("SET LOCAL synchronous_commit = off")
 _TAKE = update(_jobs).values(
     status="running", attempts=_jobs.c.attempts + 1, lease_runner_id=bindparam("p_runner_id"),
-    lease_expires_at=bindparam("p_until"),
-    started_at=func.coalesce(_jobs.c.started_at, bindparam("p_now", type_=models.UTCDateTime())),
+    lease_expires_at=_UNTIL, started_at=func.coalesce(_jobs.c.started_at, db_now()),
 ).returning(*_LEASED)  # fmt: skip
 _QUEUED = select(_jobs.c.id).where(_jobs.c.status == "queued").order_by(_jobs.c.id)
 _QUEUED_FOR = _QUEUED.where(_jobs.c.device.in_(("auto", bindparam("p_device"))))
@@ -172,21 +176,20 @@ def submit(session: Session, spec: JobSpec, *, max_attempts: int, submitted_by: 
     return job
 
 
-def _end_attempt(
-    session: Session, job_id: int, attempt: int, outcome: str, now: datetime, error: str | None
-) -> None:
-    params = {"p_job_id": job_id, "p_attempt": attempt, "p_outcome": outcome, "p_now": now, "p_error": error}
+def _end_attempt(session: Session, job_id: int, attempt: int, outcome: str, error: str | None) -> None:
+    params = {"p_job_id": job_id, "p_attempt": attempt, "p_outcome": outcome, "p_error": error}
     session.execute(_END_ATTEMPT, params)
 
 
-def requeue_expired(session: Session, *, now: datetime | None = None) -> int:
-    """Re-queue (or fail, when out of attempts) running jobs whose lease ended before ``now``.
+def requeue_expired(session: Session) -> int:
+    """Re-queue (or fail, when out of attempts) running jobs whose lease has ended by the
+    database's clock.
 
-    Each job is moved by a conditional UPDATE, so concurrent callers never both move one job.
-    Returns how many jobs this call moved.
+    Each job is moved by a conditional UPDATE, so concurrent callers never both move one job
+    (nor one that its runner's heartbeat extended in the meantime). Returns how many jobs this
+    call moved.
     """
-    now = now or utcnow()
-    expired = session.execute(_EXPIRED, {"p_now": now}).all()
+    expired = session.execute(_EXPIRED).all()
     moved = 0
     for job_id, attempts, max_attempts, runner_id in expired:
         reason = f"lease of runner {runner_id} expired on attempt {attempts}/{max_attempts}"
@@ -195,36 +198,30 @@ def requeue_expired(session: Session, *, now: datetime | None = None) -> int:
         if retry:
             values.update(status="queued")
         else:
-            values.update(status="failed", finished_at=now, error=f"{reason}; no attempts left")
+            values.update(status="failed", finished_at=db_now(), error=f"{reason}; no attempts left")
         won = session.execute(
             update(Job)
-            .where(Job.id == job_id, Job.status == "running", Job.lease_expires_at < now)
+            .where(Job.id == job_id, Job.status == "running", Job.lease_expires_at < db_now())
             .values(**values)
         )
         if _rowcount(won) == 1:
-            _end_attempt(session, job_id, attempts, "expired", now, reason)
+            _end_attempt(session, job_id, attempts, "expired", reason)
             moved += 1
     return moved
 
 
 def claim(
-    session: Session,
-    *,
-    runner_id: int,
-    lease_s: float,
-    device_type: str | None = None,
-    now: datetime | None = None,
+    session: Session, *, runner_id: int, lease_s: float, device_type: str | None = None
 ) -> LeasedJob | None:
-    """Take the oldest queued job for ``runner_id`` under a lease of ``lease_s`` seconds.
+    """Take the oldest queued job for ``runner_id`` under a lease of ``lease_s`` seconds (from
+    the database's now).
 
     ``device_type`` ("cpu"/"cuda", from the runner's ``NodeInfo``) skips jobs whose spec asks for
     the other device; None takes any job. Expired leases are re-queued first. Returns the job
     (now ``running``, ``attempts`` incremented) or None when nothing is queued.
     """
-    now = now or utcnow()
-    requeue_expired(session, now=now)
-    params = {"p_runner_id": runner_id, "p_now": now, "p_until": now + timedelta(seconds=lease_s),
-              "p_device": device_type}  # fmt: skip
+    requeue_expired(session)
+    params = {"p_runner_id": runner_id, "p_lease_s": float(lease_s), "p_device": device_type}
     row = None
     if session.get_bind().dialect.name == "postgresql":
         row = session.execute(_TAKE_OLDEST[device_type is not None], params).one_or_none()
@@ -237,9 +234,8 @@ def claim(
     if row is None:
         return None
     job = LeasedJob(*row)
-    attempt = {"p_job_id": job.id, "p_attempt": job.attempts, "p_runner_id": runner_id, "p_now": now}
-    session.execute(_START_ATTEMPT, attempt)
-    _seen(session, runner_id, now)
+    session.execute(_START_ATTEMPT, {"p_job_id": job.id, "p_attempt": job.attempts, "p_runner_id": runner_id})
+    _seen(session, runner_id)
     return job
 
 
@@ -251,52 +247,41 @@ def _returning(session: Session, statement: Update) -> Job | None:
     ).one_or_none()
 
 
-def _seen(session: Session, runner_id: int, now: datetime) -> None:
-    session.execute(_SEEN, {"p_runner_id": runner_id, "p_now": now})
+def _seen(session: Session, runner_id: int) -> None:
+    session.execute(_SEEN, {"p_runner_id": runner_id})
 
 
-def claimable(
-    session: Session, *, device_type: str | None = None, limit: int, now: datetime | None = None
-) -> int:
+def claimable(session: Session, *, device_type: str | None = None, limit: int) -> int:
     """How many jobs (at most ``limit``) a claim by a runner of ``device_type`` could take now:
     queued ones and running ones whose lease has expired (a claim re-queues those first).
 
     One indexed read of at most ``limit`` rows, cheap enough to poll a few times a second
     (``service.queue_watch``).
     """
-    now = now or utcnow()
-    query = select(Job.id).where(
-        (Job.status == "queued") | and_(Job.status == "running", Job.lease_expires_at < now)
-    )
+    query = select(Job.id).where((Job.status == "queued") | _IS_EXPIRED)
     if device_type is not None:
         query = query.where(Job.device.in_(("auto", device_type)))
     return session.scalar(select(func.count()).select_from(query.limit(limit).subquery())) or 0
 
 
-def _held(session: Session, job_id: int, runner_id: int, now: datetime, *, allow_expired: bool) -> Job:
+def _held(session: Session, job_id: int, runner_id: int) -> Job:
+    """The job, if ``runner_id`` holds its lease (expired or not: until a claim re-queues it,
+    nobody else does). Raises ``JobNotFoundError`` or ``LeaseLostError`` with the reason."""
     job = get_job(session, job_id)
     session.refresh(job)
     if job.status != "running" or job.lease_runner_id != runner_id:
         raise LeaseLostError(
             f"runner {runner_id} does not hold the lease of job {job_id} (status {job.status})", job_id
         )
-    if not allow_expired and job.lease_expires_at is not None and job.lease_expires_at < now:
-        raise LeaseLostError(
-            f"the lease of job {job_id} expired at {job.lease_expires_at.isoformat()}", job_id
-        )
     return job
 
 
 def heartbeat(
-    session: Session,
-    job_id: int,
-    *,
-    runner_id: int,
-    lease_s: float,
-    now: datetime | None = None,
-    durable: bool = True,
+    session: Session, job_id: int, *, runner_id: int, lease_s: float, durable: bool = True
 ) -> Lease:
-    """Extend the lease to ``now + lease_s`` seconds and mark the runner seen; returns the lease.
+    """Extend the lease to ``lease_s`` seconds from the database's now and mark the runner seen;
+    returns the lease. A lease that ran out but that no claim re-queued yet is extended too (the
+    job is nobody else's; its runner is still at it).
 
     On PostgreSQL one statement (``_HEARTBEAT_PG``) does both. ``durable=False`` (PostgreSQL;
     ignored elsewhere) lets this transaction's commit return before its WAL reaches the disk: a
@@ -305,33 +290,28 @@ def heartbeat(
     consistent (PostgreSQL manual, "Asynchronous Commit"). It saves a disk flush per heartbeat;
     claims and job endings stay durable.
 
-    Raises ``JobNotFoundError``, or ``LeaseLostError`` when the lease expired, the job was
-    re-queued, cancelled or finished, or another runner holds it.
+    Raises ``JobNotFoundError``, or ``LeaseLostError`` when the job was re-queued, cancelled or
+    finished, or another runner holds it.
     """
-    now = now or utcnow()
     postgres = session.get_bind().dialect.name == "postgresql"
     if postgres and not durable:
         session.execute(_ASYNC_COMMIT)
-    until = now + timedelta(seconds=lease_s)
-    params = {"p_job_id": job_id, "p_runner_id": runner_id, "p_now": now, "p_until": until}
+    params = {"p_job_id": job_id, "p_runner_id": runner_id, "p_lease_s": float(lease_s)}
     row = session.execute(_HEARTBEAT_PG if postgres else _HEARTBEAT, params).one_or_none()
     if row is None:
-        _held(session, job_id, runner_id, now, allow_expired=False)  # raises with the reason
+        _held(session, job_id, runner_id)  # raises with the reason
         raise LeaseLostError(f"runner {runner_id} lost the lease of job {job_id}", job_id)
     if not postgres:
-        _seen(session, runner_id, now)
+        _seen(session, runner_id)
     return Lease(*row)
 
 
-def fail(
-    session: Session, job_id: int, *, runner_id: int, error: str, retry: bool, now: datetime | None = None
-) -> Job:
+def fail(session: Session, job_id: int, *, runner_id: int, error: str, retry: bool) -> Job:
     """The lease holder reports that the job failed. With ``retry`` and attempts left the job
     goes back to ``queued``; otherwise it is ``failed`` with ``error``.
 
     Raises ``JobNotFoundError`` or ``LeaseLostError``.
     """
-    now = now or utcnow()
     requeue = and_(literal(retry), Job.attempts < Job.max_attempts)
     job = _returning(
         session,
@@ -339,25 +319,19 @@ def fail(
         .where(Job.id == job_id, Job.status == "running", Job.lease_runner_id == runner_id)
         .values(
             status=case((requeue, "queued"), else_="failed"),
-            finished_at=case((requeue, Job.finished_at), else_=now),
+            finished_at=case((requeue, Job.finished_at), else_=db_now()),
             error=error, lease_runner_id=None, lease_expires_at=None,
         ),
     )  # fmt: skip
     if job is None:
-        _held(session, job_id, runner_id, now, allow_expired=True)  # raises with the reason
+        _held(session, job_id, runner_id)  # raises with the reason
         raise LeaseLostError(f"runner {runner_id} lost the lease of job {job_id}", job_id)
-    _end_attempt(session, job_id, job.attempts, "failed", now, error)
+    _end_attempt(session, job_id, job.attempts, "failed", error)
     return job
 
 
 def _finish_held(
-    session: Session,
-    job: Job,
-    runner_id: int,
-    outcome: str,
-    now: datetime,
-    error: str | None,
-    values: dict[str, object],
+    session: Session, job: Job, runner_id: int, outcome: str, error: str | None, values: dict[str, object]
 ) -> Job:
     won = session.execute(
         update(Job)
@@ -367,22 +341,21 @@ def _finish_held(
     )
     if _rowcount(won) != 1:
         raise LeaseLostError(f"runner {runner_id} lost the lease of job {job.id}", job.id)
-    _end_attempt(session, job.id, job.attempts, outcome, now, error)
+    _end_attempt(session, job.id, job.attempts, outcome, error)
     session.refresh(job)
     return job
 
 
-def cancel(session: Session, job_id: int, *, now: datetime | None = None) -> Job:
+def cancel(session: Session, job_id: int) -> Job:
     """Cancel a queued or running job (a runner holding it loses its lease: 409 on heartbeat).
 
     Raises ``JobNotFoundError``, or ``InvalidTransitionError`` for a finished job.
     """
-    now = now or utcnow()
     job = get_job(session, job_id)
     won = session.execute(
         update(Job)
         .where(Job.id == job_id, Job.status.in_(("queued", "running")))
-        .values(status="cancelled", finished_at=now, lease_runner_id=None, lease_expires_at=None)
+        .values(status="cancelled", finished_at=db_now(), lease_runner_id=None, lease_expires_at=None)
         .execution_options(synchronize_session=False)
     )
     session.refresh(job)
@@ -390,21 +363,17 @@ def cancel(session: Session, job_id: int, *, now: datetime | None = None) -> Job
         raise InvalidTransitionError(
             f"job {job_id} is {job.status}; only queued or running jobs cancel", job_id
         )
-    _end_attempt(session, job_id, job.attempts, "cancelled", now, "cancelled by a user")
+    _end_attempt(session, job_id, job.attempts, "cancelled", "cancelled by a user")
     return job
 
 
-def complete(
-    session: Session, job_id: int, *, runner_id: int, error: str | None, now: datetime | None = None
-) -> Job:
+def complete(session: Session, job_id: int, *, runner_id: int, error: str | None) -> Job:
     """Finish the job when its result arrives: ``succeeded``, or ``failed`` when ``error`` is set.
 
     A lease that expired but was not yet taken over still counts (the measurement is kept).
     Raises ``JobNotFoundError`` or ``LeaseLostError``.
     """
-    now = now or utcnow()
-    job = _held(session, job_id, runner_id, now, allow_expired=True)
+    job = _held(session, job_id, runner_id)
     outcome = "failed" if error else "succeeded"
-    return _finish_held(
-        session, job, runner_id, outcome, now, error, {"status": outcome, "error": error, "finished_at": now}
-    )
+    values: dict[str, object] = {"status": outcome, "error": error, "finished_at": db_now()}
+    return _finish_held(session, job, runner_id, outcome, error, values)

@@ -8,7 +8,14 @@
 * ``crud.ResultConflictError`` and ``sqlalchemy.exc.IntegrityError`` (a unique or check
   constraint the request broke, e.g. a concurrent duplicate) -> 409 with the reason;
 * a number the database cannot hold (``OverflowError`` from sqlite3 past 64-bit integers,
-  ``sqlalchemy.exc.DataError`` from PostgreSQL, e.g. ``numeric value out of range``) -> 422.
+  ``sqlalchemy.exc.DataError`` from PostgreSQL, e.g. ``numeric value out of range``) -> 422;
+* the database unavailable (``sqlalchemy.exc.OperationalError``: refused or dropped connections,
+  a server shutting down, SQLite's ``database is locked``; ``InterfaceError``; any DBAPI error
+  that invalidated its connection; ``sqlalchemy.exc.TimeoutError``: no pooled connection within
+  the pool's timeout) -> 503 with ``Retry-After: DB_RETRY_AFTER_S``, never a 500. The request's
+  transaction was rolled back (or, for a connection lost during ``COMMIT``, may have committed),
+  so the client repeats the same request: result posts carry an idempotency key, and a claim
+  whose answer was lost holds a lease that expires.
 """
 
 from __future__ import annotations
@@ -22,12 +29,15 @@ from fastapi import FastAPI, Request, status
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import DataError, IntegrityError
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from service.crud import ResultConflictError, ResultInvalidError
 from service.queue import InvalidTransitionError, JobNotFoundError, LeaseLostError
 
 log = logging.getLogger(__name__)
+
+DB_RETRY_AFTER_S = 5  # Retry-After of a 503 while the database is unavailable, seconds
 
 
 class SpecInvalidError(Exception):
@@ -82,6 +92,30 @@ async def _out_of_range(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+def database_unavailable(exc: BaseException) -> bool:
+    """Whether ``exc`` says the database could not be used right now (see the module docstring),
+    as opposed to a fault of the request."""
+    if isinstance(exc, OperationalError | InterfaceError | PoolTimeoutError):
+        return True
+    return isinstance(exc, DBAPIError) and exc.connection_invalidated
+
+
+async def _unavailable(request: Request, exc: Exception) -> JSONResponse:
+    if not database_unavailable(exc):
+        raise exc  # another DBAPIError: a fault of ours, answered 500 by Starlette
+    orig = getattr(exc, "orig", None) or exc
+    reason = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+    log.warning(
+        "%s %s: database unavailable: %s", request.method, request.url.path, reason,
+        extra={"event": "database unavailable", "method": request.method, "path": request.url.path},
+    )  # fmt: skip
+    return JSONResponse(
+        {"detail": f"the database is unavailable ({type(orig).__name__}); retry in {DB_RETRY_AFTER_S} s"},
+        status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
+        headers={"Retry-After": str(DB_RETRY_AFTER_S)},
+    )
+
+
 def _json_safe(value: Any) -> Any:
     """``value`` with non-finite floats as strings: JSON has no NaN/Infinity, and a request body
     may carry them (Python's json module reads ``NaN`` and ``1e999``)."""
@@ -112,3 +146,5 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(IntegrityError, _integrity)
     app.add_exception_handler(DataError, _out_of_range)
     app.add_exception_handler(OverflowError, _out_of_range)
+    app.add_exception_handler(DBAPIError, _unavailable)  # OperationalError, InterfaceError, ...
+    app.add_exception_handler(PoolTimeoutError, _unavailable)

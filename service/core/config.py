@@ -48,6 +48,10 @@ class Settings(BaseSettings):
     max_request_bytes: int = Field(
         default=64 * 1024 * 1024, ge=1024, description="larger request bodies are refused with 413"
     )
+    downloads_per_client: int = Field(
+        default=4, ge=1, le=1000,
+        description="raw-sample downloads one token may run at once per server process (more: 429)",
+    )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
     log_format: Literal["text", "json"] = Field(
         default="text", description="json: one JSON object per log line (service.observability)"

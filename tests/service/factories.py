@@ -100,3 +100,27 @@ def job_result(job_id: int | None, *, key: str = "result-key-0001", spec: dict[s
         probes=[probe_report("before"), probe_report("after", taken_at=T0 + timedelta(seconds=13))],
         error=error,
     )  # fmt: skip
+
+
+def big_result(job_id: int, spec: JobSpec, node: str, *, cells: int, samples_per_cell: int,
+               key: str | None = None) -> JobResult:  # fmt: skip
+    """A synthetic, valid ``JobResult`` of the first ``cells`` cells of ``spec`` on a CPU node,
+    ``samples_per_cell`` alternating baseline/candidate samples each (for ingest and download
+    drills: sizes, not statistics)."""
+    t0 = datetime(2026, 11, 30, tzinfo=UTC)
+    work = Work(flops=1e6, bytes_read=1e6, bytes_written=1e6)
+    ok = CorrectnessResult(passed=True, rel_error=0.0, max_abs_error=0.0, cosine_similarity=1.0, rtol=1e-5,
+                           atol=1e-6)  # fmt: skip
+    rows = [
+        Sample(variant="baseline" if i % 2 == 0 else "candidate", round=i // 2, position=i % 2,  # type: ignore[arg-type]
+               duration_ns=1000.0 + (i % 7))  # fmt: skip
+        for i in range(samples_per_cell)
+    ]
+    return JobResult(
+        idempotency_key=key or f"drill-ingest-{job_id:06d}", job_id=job_id, spec=spec,
+        node=NodeInfo(hostname=node, device_type="cpu"),
+        timer="perf_counter", started_at=t0, finished_at=t0 + timedelta(seconds=60),
+        cells=[CellResult(index=i, params=params, work={"baseline": work, "candidate": work},
+                          correctness={"baseline": ok, "candidate": ok}, samples=rows)
+               for i, params in enumerate(spec.cells("cpu")[:cells])],
+    )  # fmt: skip

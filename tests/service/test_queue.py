@@ -46,8 +46,13 @@ def test_claim_heartbeat_and_lease_loss(api) -> None:  # type: ignore[no-untyped
     job = api.client.get(f"/api/v1/jobs/{job_id}", headers=api.admin).json()
     assert (job["status"], job["node"]) == ("running", "a")
     _expire(api, job_id)
+    late = api.client.post(f"/api/v1/runners/jobs/{job_id}/heartbeat", json={"lease_s": 30}, headers=a)
+    assert late.status_code == 200  # expired, but nobody took the job over: still a's lease
+    _expire(api, job_id)
+    taken = api.client.post("/api/v1/runners/claim", json={}, headers=b)  # re-queues it and takes it
+    assert taken.status_code == 200 and taken.json()["attempt"] == 2
     lost = api.client.post(f"/api/v1/runners/jobs/{job_id}/heartbeat", json={}, headers=a)
-    assert lost.status_code == 409 and "expired" in lost.json()["detail"]
+    assert lost.status_code == 409 and "does not hold the lease" in lost.json()["detail"]
 
 
 def _last_seen(api, name: str):  # type: ignore[no-untyped-def]
@@ -149,6 +154,26 @@ def test_long_poll_returns_a_job_submitted_while_waiting(api) -> None:  # type: 
     assert time.monotonic() - t0 >= 0.3
 
 
+def test_a_token_revoked_during_a_long_poll_gets_no_job(api) -> None:  # type: ignore[no-untyped-def]
+    runner = api.runner("revoked-node")
+    tokens = api.client.get("/api/v1/tokens", params={"revoked": "false"}, headers=api.admin).json()["data"]
+    (token_id,) = [t["id"] for t in tokens if t["name"] == "runner:revoked-node"]
+    submitted: list[int] = []
+
+    def revoke_then_submit() -> None:
+        revoked = api.client.post(f"/api/v1/tokens/{token_id}/revoke", headers=api.admin)
+        assert revoked.status_code == 200 and revoked.json()["revoked_at"] is not None
+        submitted.append(api.submit())
+
+    timer = threading.Timer(0.3, revoke_then_submit)  # while the claim below waits
+    timer.start()
+    r = api.client.post("/api/v1/runners/claim", json={"wait_s": 4}, headers=runner)
+    timer.join()
+    assert r.status_code == 401, r.text
+    job = api.client.get(f"/api/v1/jobs/{submitted[0]}", headers=api.admin).json()
+    assert (job["status"], job["attempts"]) == ("queued", 0)
+
+
 def test_concurrent_claimers_never_share_a_job(migrated_url: str) -> None:
     """8 threads, each with its own connection, drain 40 jobs: every job claimed exactly once."""
     engine = make_engine(migrated_url, pool_size=10)
@@ -207,11 +232,10 @@ def test_queue_functions_without_http(migrated_url: str, retry: bool) -> None:
             runner_id = session.scalar(select(Runner.id))
             job = queue.submit(session, JobSpec.model_validate(spec_dict()), max_attempts=1)
             job_id = job.id
-        now = utcnow()
         with factory.begin() as session:
-            assert queue.claim(session, runner_id=runner_id, lease_s=10, now=now).id == job_id
+            assert queue.claim(session, runner_id=runner_id, lease_s=10).id == job_id
         with factory.begin() as session:
-            assert queue.requeue_expired(session, now=now + timedelta(seconds=5)) == 0
+            assert queue.requeue_expired(session) == 0  # a 10 s lease from the database's now
             with pytest.raises(queue.JobNotFoundError):
                 queue.heartbeat(session, job_id + 1000, runner_id=runner_id, lease_s=10)
             job = queue.fail(session, job_id, runner_id=runner_id, error="boom", retry=retry)

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from fastapi.responses import PlainTextResponse, StreamingResponse
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
 from kernels import validate_spec
 from service import crud, queue, sample_export
@@ -24,6 +23,7 @@ from service.api.deps import (
 )
 from service.api.errors import SpecInvalidError
 from service.core.config import Settings
+from service.downloads import DownloadSlots, SlotStreamingResponse, fetched
 from service.schemas import AttemptsPage, Comparison, JobPublic, JobsPage, JobSpec, JobStatus
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
@@ -119,21 +119,18 @@ def get_report(job_id: JobId, _: ReadToken, session: SessionDep, settings: Setti
     return PlainTextResponse(markdown, media_type="text/markdown; charset=utf-8")
 
 
-def _csv_chunks(factory: sessionmaker[Session], job_id: int, page: dict[str, Any]) -> Iterator[str]:
-    with factory() as session:
-        yield from sample_export.csv_chunks(crud.iter_sample_blocks(session=session, job_id=job_id, **page))
+DOWNLOAD_RETRY_AFTER_S = 5  # Retry-After of a 429 for a client already running its downloads
 
 
-def _json_chunks(factory: sessionmaker[Session], job_id: int, page: dict[str, Any]) -> Iterator[str]:
-    with factory() as session:
-        yield from sample_export.json_chunks(crud.iter_sample_blocks(session=session, job_id=job_id, **page))
-
-
-@router.get("/{job_id}/samples", responses={200: {"content": {"text/csv": {}, "application/json": {}}}})
+@router.get(
+    "/{job_id}/samples",
+    responses={200: {"content": {"text/csv": {}, "application/json": {}}},
+               429: {"description": "this token already runs KERNELAB_DOWNLOADS_PER_CLIENT downloads"}},
+)  # fmt: skip
 def get_samples(
     request: Request,
     job_id: JobId,
-    _: ReadToken,
+    principal: ReadToken,
     session: SessionDep,
     factory: SessionFactoryDep,
     format: Literal["json", "csv"] = "json",
@@ -146,15 +143,23 @@ def get_samples(
 
     Paginated: ``offset`` rows skipped, at most ``limit`` rows (all when omitted). Headers:
     ``X-Total-Count`` (samples of the job) and, while rows remain, an RFC 8288
-    ``Link: <...>; rel="next"`` to the next page."""
+    ``Link: <...>; rel="next"`` to the next page.
+
+    The stream holds no database connection while the client reads (``service.downloads``); a
+    token runs at most ``KERNELAB_DOWNLOADS_PER_CLIENT`` downloads at once per server process,
+    429 with ``Retry-After`` beyond."""
     job = queue.get_job(session, job_id)
     if not crud.has_result(session=session, job_id=job_id):
         raise HTTPException(status.HTTP_409_CONFLICT, f"job {job_id} has no result yet (status {job.status})")
     total = crud.count_samples(session=session, job_id=job_id)
+    batches = crud.sample_batches(session=session, job_id=job_id, offset=offset, limit=limit)
     headers: dict[str, Any] = page_headers(request, total=total, offset=offset, limit=limit)
-    page = {"offset": offset, "limit": limit}
+    parts = fetched(factory, batches, lambda s, batch: crud.read_sample_batch(session=s, batch=batch))
     if format == "csv":
         headers["Content-Disposition"] = f'attachment; filename="job-{job_id}-samples.csv"'
-        return StreamingResponse(_csv_chunks(factory, job_id, page), media_type="text/csv", headers=headers)
-    chunks = _json_chunks(factory, job_id, page)
-    return StreamingResponse(chunks, media_type="application/json", headers=headers)
+        chunks, media_type = sample_export.csv_chunks(parts), "text/csv"
+    else:
+        chunks, media_type = sample_export.json_chunks(parts), "application/json"
+    slots: DownloadSlots = request.app.state.download_slots
+    return SlotStreamingResponse(chunks, media_type=media_type, headers=headers, slots=slots,
+                                 client=principal.token_id, retry_after_s=DOWNLOAD_RETRY_AFTER_S)  # fmt: skip

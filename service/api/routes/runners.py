@@ -14,9 +14,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, FastAPI, Request, Response, status
-from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import select
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
 from service import crud, queue
 from service.api.deps import AdminToken, JobId, RunnerCallDep, SessionDep
@@ -86,14 +85,6 @@ def _try_claim(session: Session, runner_id: int, device_type: str | None, lease_
     return None if job is None else _claim_public(job)
 
 
-def _claim_again(
-    factory: sessionmaker[Session], runner_id: int, device_type: str | None, lease_s: float
-) -> JobClaim | None:
-    """A claim attempt in its own committed transaction (after a wake-up)."""
-    with factory.begin() as session:
-        return _try_claim(session, runner_id, device_type, lease_s)
-
-
 def queue_watch(request: Request) -> QueueWatch:
     """This process's ``QueueWatch`` (one per app and event loop, made on first use)."""
     watch: QueueWatch | None = getattr(request.app.state, "queue_watch", None)
@@ -117,16 +108,18 @@ async def claim(body: ClaimRequest, call: RunnerCallDep, request: Request) -> Jo
     first attempt runs at once; then the claim waits in this process's ``QueueWatch``, which
     reads the queue every ``KERNELAB_CLAIM_POLL_S`` seconds for all waiting claims together and
     wakes this one when a job for its device is there; a claim lost to another runner waits again.
+    Every attempt checks the token again, in the attempt's transaction: a token revoked while
+    the claim waited gets 401 and no job.
     """
     settings: Settings = request.app.state.settings  # not SettingsDep: a sync dependency costs a thread hop
     lease_s = body.lease_s if "lease_s" in body.model_fields_set else settings.lease_s
     deadline = time.monotonic() + min(body.wait_s, settings.claim_wait_max_s)
 
-    def first(session: Session, principal: Principal) -> tuple[Principal, JobClaim | None]:
-        return principal, _try_claim(session, _runner_id(principal), principal.device_type, lease_s)
+    def attempt(session: Session, principal: Principal) -> tuple[str | None, JobClaim | None]:
+        claimed = _try_claim(session, _runner_id(principal), principal.device_type, lease_s)
+        return principal.device_type, claimed
 
-    principal, claimed = await call.run(first)
-    runner_id, device_type = _runner_id(principal), principal.device_type
+    device_type, claimed = await call.run(attempt)
     watch = queue_watch(request)
     while claimed is None:
         remaining = deadline - time.monotonic()
@@ -134,7 +127,7 @@ async def claim(body: ClaimRequest, call: RunnerCallDep, request: Request) -> Jo
             return Response(status_code=status.HTTP_204_NO_CONTENT)
         if await request.is_disconnected():  # nobody would run the job: leave it queued
             return Response(status_code=status.HTTP_204_NO_CONTENT)
-        claimed = await run_in_threadpool(_claim_again, call.session_factory, runner_id, device_type, lease_s)
+        device_type, claimed = await call.run(attempt)  # the token again: revoked meanwhile -> 401
     return claimed
 
 
