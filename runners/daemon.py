@@ -60,8 +60,8 @@ from pydantic import ValidationError
 
 from runners.client import KernelabAPIError, KernelabClient, KernelabUnavailable
 from runners.spool import REFUSED_FOR_GOOD, Spool, atomic_write_text
-from runners.worker import RESULT_MARK
-from service.schemas import JobClaim, JobResult, NodeInfo
+from runners.worker import NODE_CHANGED_MARK, RESULT_MARK
+from service.schemas import JobClaim, JobResult, JobSpec, NodeInfo
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +142,9 @@ class Runner:
         self.posted = 0
         self.released = 0
         self.held: dict[str, JobResult] = {}  # idempotency key -> result the full disk could not take
+        # the spec of a job whose worker said it changed the node: probe again before the next claim
+        self._reprobe: JobSpec | None = None
+        self._running_spec: JobSpec | None = None
         self.refused_in_memory: list[tuple[JobResult, str]] = []  # refused for good, not writable
         self._stop = threading.Event()
         self._stop_at: float | None = None
@@ -273,6 +276,9 @@ class Runner:
                     break
                 self._stop.wait(self.poll_s)
                 continue
+            if self._reprobe is not None:
+                self._probe_again(self._reprobe)
+                self._reprobe = None
             started = time.monotonic()
             try:
                 claim = self.client.claim(wait_s=0.0 if self.once else self.poll_s, lease_s=self.lease_s)
@@ -293,6 +299,29 @@ class Runner:
                 continue
             self.run_claim(claim)
         self.flush_spool()
+
+    def _probe_again(self, spec: JobSpec) -> None:
+        """After a job that changed the node (its worker said so): probe the node in a fresh
+        process (``runners.measure.probes_in_child``; the job's probes, or the default ones when
+        the job had none) and post the report, so the node's health reflects the node as the next
+        job finds it. Failures are logged; the next claim goes ahead."""
+        from runners.job import probes_enabled, resolve_device
+        from runners.measure import probes_in_child
+        from service.schemas import ProbeSpec
+
+        try:
+            device_type = resolve_device(None, spec.device).type
+            if not probes_enabled(spec, device_type):
+                spec = spec.model_copy(update={"probes": ProbeSpec()})
+            reports = probes_in_child(spec, phase="adhoc", device_type=device_type, timeout_s=600.0)
+            node = self._node_info()
+            for report in reports:
+                if node is not None:
+                    self.client.post_probe(node.hostname, report)
+            log.info("runner %s: probed the node again after a job that changed it (%d report(s))",
+                     self.name, len(reports))  # fmt: skip
+        except (RuntimeError, OSError, KernelabAPIError, KernelabUnavailable) as exc:
+            log.warning("runner %s: could not probe the node again: %s", self.name, exc)
 
     def _work_dir_problem(self) -> str | None:
         """Why the work dir cannot take a job now (disk full, not writable), or None."""
@@ -511,6 +540,7 @@ class Runner:
         e.g. a full disk: failed with retry, so it is re-queued while it has attempts left).
         """
         job_id = claim.job_id
+        self._running_spec = claim.spec
         job_dir = self.work_dir / "jobs" / f"{job_id}-{claim.attempt}"
         spec_path, out_path, err_path = job_dir / "spec.json", job_dir / "result.json", job_dir / "stderr.log"
         key = f"{self.name}-j{job_id}-a{claim.attempt}-{uuid.uuid4().hex[:12]}"
@@ -668,6 +698,10 @@ class Runner:
         write to its file) for this job and key goes into ``handed`` instead."""
         assert proc.stdout is not None
         for line in proc.stdout:
+            if line.startswith(NODE_CHANGED_MARK):
+                log.warning("job %d changed the node: %s", job_id, line[len(NODE_CHANGED_MARK):].strip())
+                self._reprobe = self._running_spec
+                continue
             if line.startswith(RESULT_MARK):
                 try:
                     result = JobResult.model_validate_json(line[len(RESULT_MARK):])

@@ -10,7 +10,7 @@ GPU at a time (NVML then sees no other tenant of ours). Each child reads the ``J
 
 * ``cells --device D [--timer-kind K]``: ``runners.job.measure_cells``, one line ``progress:
   <cell index> <cell count> <message>`` per step on stdout; ``MeasuredCells`` JSON;
-* ``probes --phase before|after --device-type cpu|cuda``: ``runners.job.probe_reports``; a JSON
+* ``probes --phase before|after|adhoc --device-type cpu|cuda``: ``runners.job.probe_reports``; a JSON
   list of ``ProbeReport``.
 
 Exit status: 0 done; 2 unusable arguments or spec file; 3 the benchmark cannot be loaded
@@ -190,7 +190,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("out_json", type=Path)
     p.add_argument("--device", default="cpu", help="cells: e.g. cpu or cuda:0")
     p.add_argument("--timer-kind", default=None)
-    p.add_argument("--phase", choices=["before", "after"], default="before")
+    p.add_argument("--phase", choices=["before", "after", "adhoc"], default="before")
     p.add_argument("--device-type", choices=["cpu", "cuda"], default="cpu")
     return p
 

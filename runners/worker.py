@@ -29,12 +29,13 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from runners.spool import atomic_write_text
-from service.schemas import JobSpec
+from service.schemas import JobResult, JobSpec
 
 EXIT_OK = 0
 EXIT_JOB_FAILED = 1
 EXIT_BAD_INPUT = 2
 RESULT_MARK = "kernelab-result-json: "  # a stdout line carrying the result the file could not hold
+NODE_CHANGED_MARK = "kernelab-node-changed: "  # a stdout line: the job changed the node (reason follows)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -53,6 +54,17 @@ def _parser() -> argparse.ArgumentParser:
 
 def _print_progress(index: int, total: int, message: str) -> None:
     print(f"progress: [{index + 1}/{total}] {message}", flush=True)
+
+
+def _node_changed(result: JobResult) -> str:
+    """The first ``node-changed`` reason of ``result`` (its probes after against before, or a cell's
+    in-process canary), or ``""``."""
+    from service.node_change import node_change_reasons
+
+    found = node_change_reasons(result.probes, device_type=result.node.device_type) + [
+        f for c in result.cells for f in c.findings if f.code == "node-changed"
+    ]
+    return found[0].message if found else ""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc(file=sys.stderr)
         print(f"worker: job failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_JOB_FAILED
+    changed = _node_changed(result)
+    if changed:  # the daemon probes the node again before its next job
+        print(NODE_CHANGED_MARK + " ".join(changed.split()), flush=True)
     text = result.model_dump_json()
     try:
         atomic_write_text(args.out_json, text)

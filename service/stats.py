@@ -608,7 +608,7 @@ def compare_cell(
     kept = _kept(cell, exclude_throttled=result.spec.measurement.exclude_throttled)
     (p,) = _mann_whitney_p([(kept.times["baseline"], kept.times["candidate"])])
     return _compare_kept(result, cell, peaks, kept, p, n_resamples=n_resamples, seed=seed,
-                         extra=node_change_reasons(result.probes))
+                         extra=node_change_reasons(result.probes, device_type=result.node.device_type))
 
 
 def _compare_kept(
@@ -717,7 +717,7 @@ def compare(
     from scipy.stats import false_discovery_control
 
     bounds = node_peaks(result, peaks)
-    changed = node_change_reasons(result.probes)
+    changed = node_change_reasons(result.probes, device_type=result.node.device_type)
     exclude_throttled = result.spec.measurement.exclude_throttled
     kept = [
         None if c.error is not None else _kept(c, exclude_throttled=exclude_throttled) for c in result.cells

@@ -79,3 +79,9 @@ def test_every_cell_of_a_changed_job_is_inconclusive_with_the_figures() -> None:
     assert all("node-changed" in c.flags for c in changed.cells)
     assert [r.code for r in changed.reasons] == ["node-changed"] and "node-changed" in changed.flags
     assert changed.summary == {"inconclusive": 2}
+
+
+def test_a_cpu_node_counts_only_a_gross_change() -> None:
+    noisy = [report("before", 5.6), report("after", 4.1)]  # -27%: a loaded 2-core host
+    assert node_change_reasons(noisy) and not node_change_reasons(noisy, device_type="cpu")
+    assert node_change_reasons([report("before", 5.6), report("after", 2.0)], device_type="cpu")
