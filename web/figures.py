@@ -84,20 +84,20 @@ def _execution_order(samples: SampleColumns) -> np.ndarray:
 def _kept(result: JobResult, cell: CellResult, variant: Variant) -> np.ndarray:
     """Durations (ns, float64) of the samples of ``variant`` that ``service.stats`` keeps, in
     execution order: all of them, or those not throttled when the spec's
-    ``measurement.exclude_throttled`` is set (the rule of ``stats.kept_samples``)."""
+    ``measurement.exclude_throttled`` is set (``stats.throttled_mask``, as ``stats.kept_samples``)."""
     samples = cell.samples
     if not len(samples):
         return np.empty(0)
     order = _execution_order(samples)
     keep = np.asarray(samples.variant)[order] == variant
     if result.spec.measurement.exclude_throttled:
-        keep &= ~np.asarray(samples.throttled, dtype=bool)[order]
+        keep &= ~stats.throttled_mask(samples)[order]
     return np.asarray(samples.duration_ns, dtype=np.float64)[order][keep]
 
 
 def _median_span(groups: Iterable[_Group]) -> float:
     """max/min of the positive medians of ``groups`` (1.0 when fewer than two)."""
-    medians = [median(g) for g in groups if len(g)]
+    medians = [float(np.percentile(g, 50)) for g in groups if len(g)]  # a + (b - a) / 2: cannot overflow
     positive = [m for m in medians if m > 0]
     return max(positive) / min(positive) if len(positive) >= 2 else 1.0
 

@@ -27,9 +27,10 @@ from fastapi.templating import Jinja2Templates
 
 from service import crud, health, models, node_health
 from service.api.deps import SessionDep, SettingsDep, dashboard_access
+from service.api.routes.nodes import NodeName
 from service.history import DEFAULT_JOBS as DEFAULT_HISTORY_JOBS
 from service.history import branch_history
-from service.schemas import JobResult, NodeInfo, ProbeReport
+from service.schemas import JobResult, NodeInfo, ProbeReport, Text, as_utc
 from service.verdicts import FLAG_NOTES, VERDICT_ORDER
 from web import figures, job_view
 from web.job_view import CellOrder
@@ -73,7 +74,8 @@ def _num(value: float | None, digits: int = 0) -> str:
 
 
 def _dt(value: datetime | None) -> str:
-    return "—" if value is None else value.strftime("%Y-%m-%d %H:%M:%S UTC")
+    """An aware datetime as ``"2026-12-01 02:00:00 UTC"`` (converted to UTC first); ``"—"`` for None."""
+    return "—" if value is None else as_utc(value).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _environment() -> jinja2.Environment:
@@ -245,7 +247,7 @@ def _timeline_nav(drawable: Sequence[int], current: int | None) -> dict[str, int
 
 
 @router.get("/nodes/{name}", response_class=HTMLResponse, dependencies=DashboardAccess)
-def node_page(request: Request, name: str, session: SessionDep, settings: SettingsDep) -> HTMLResponse:
+def node_page(request: Request, name: NodeName, session: SessionDep, settings: SettingsDep) -> HTMLResponse:
     """A node's health (status, reasons, bands) and recent probe readings: a history figure drawn
     against the healthy band and a table, newest first."""
     summary = crud.node_summary(session=session, name=name)
@@ -295,7 +297,7 @@ def _node_rows(
 @router.get("/history", response_class=HTMLResponse, dependencies=DashboardAccess)
 def history_page(
     request: Request, session: SessionDep,
-    benchmark: Annotated[str, Query(min_length=1, max_length=500)],
+    benchmark: Annotated[Text, Query(min_length=1, max_length=500)],
     limit: Annotated[int, Query(ge=1, le=500)] = DEFAULT_HISTORY_JOBS,
 ) -> HTMLResponse:
     """Per-branch history of one benchmark: median per launch of each revision job's sides over

@@ -24,7 +24,7 @@ from service.api.deps import (
 )
 from service.api.errors import SpecInvalidError
 from service.core.config import Settings
-from service.schemas import AttemptsPage, Comparison, JobPublic, JobsPage, JobSpec, JobStatus
+from service.schemas import AttemptsPage, Comparison, JobPublic, JobsPage, JobSpec, JobStatus, Text
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -53,7 +53,7 @@ def list_jobs(
     offset: Offset = 0,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
     status: JobStatus | None = None,
-    benchmark: str | None = None,
+    benchmark: Annotated[Text | None, Query(max_length=500)] = None,
 ) -> JobsPage:
     """Jobs, newest first, optionally filtered by status and benchmark. Headers ``X-Total-Count``
     and, while jobs remain, ``Link: <...>; rel="next"``."""
