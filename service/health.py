@@ -461,6 +461,7 @@ def report_notes(flags: Sequence[Flag], reasons: Sequence[HealthReason]) -> list
         return []
     what = " and ".join("degraded" if f == "degraded-node" else f for f in flags)
     detail = "; ".join(dict.fromkeys(r.message for r in reasons))
-    return [f"Measured on a {what} node ({detail}). Comparisons and history views exclude this "
-            "result by default; its numbers are shown for inspection only."]
+    return [f"Measured on a {what} node ({detail}). History views and the changes they compute "
+            "exclude this result by default (include it with include_excluded=true); its numbers are "
+            "shown for inspection only."]
 

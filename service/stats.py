@@ -795,7 +795,7 @@ def compare(
 
     ``health_flags`` (``contended``/``degraded-node``, from ``service.node_health``: the node's
     probes left its healthy band) are added to every cell and to the job; ``notes`` are sentences the
-    comparison carries (e.g. that such a result is excluded from history views).
+    comparison carries (e.g. that history views exclude such a result).
     """
     from scipy.stats import false_discovery_control
 

@@ -25,11 +25,9 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.templating import Jinja2Templates
 
-from service import crud, health, models, node_health
+from service import crud, health, history, models, node_health
 from service.api.deps import SessionDep, SettingsDep, dashboard_access
 from service.api.routes.nodes import NodeName
-from service.history import DEFAULT_JOBS as DEFAULT_HISTORY_JOBS
-from service.history import branch_history
 from service.schemas import JobResult, NodeInfo, ProbeReport, Text, as_utc
 from service.verdicts import FLAG_NOTES, VERDICT_ORDER
 from web import figures, job_view
@@ -296,14 +294,19 @@ def _node_rows(
 
 @router.get("/history", response_class=HTMLResponse, dependencies=DashboardAccess)
 def history_page(
-    request: Request, session: SessionDep,
+    request: Request, session: SessionDep, settings: SettingsDep,
     benchmark: Annotated[Text, Query(min_length=1, max_length=500)],
-    limit: Annotated[int, Query(ge=1, le=500)] = DEFAULT_HISTORY_JOBS,
+    limit: Annotated[int, Query(ge=1, le=500)] = history.DEFAULT_JOBS,
+    include_excluded: bool = False,
 ) -> HTMLResponse:
-    """Per-branch history of one benchmark: median per launch of each revision job's sides over
-    time (``service.history.branch_history``), a figure and a table, newest first."""
-    points = branch_history(session=session, benchmark=benchmark, limit=limit)
+    """History of one benchmark, revision and ordinary jobs alike: median per launch of each side
+    over time, one line per code, cell, GPU model, timer and state (``service.history``), a figure
+    and a table, newest first. Flagged and problem points are left out unless ``include_excluded``."""
+    page = history.history(session=session, benchmark=benchmark, settings=settings,
+                           include_excluded=include_excluded, limit=limit)  # fmt: skip
     return templates.TemplateResponse(request, "history.html", {
-        "benchmark": benchmark, "points": list(reversed(points)), "has_figures": True, "limit": limit,
-        "history_json": figures.figure_json(figures.branch_history_figure(points)),
+        "benchmark": benchmark, "page": page, "points": history.all_points(page), "has_figures": True,
+        "limit": limit, "excluded_meaning": history.EXCLUDED_MEANING,
+        "change_meaning": history.CHANGE_MEANING,
+        "history_json": figures.figure_json(figures.history_figure(page.series)),
     })
