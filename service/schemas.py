@@ -209,7 +209,11 @@ class MeasurementSpec(_Strict):
 
     warmup_ms: float = Field(default=25.0, ge=0, le=60_000)
     budget_ms: float = Field(default=2_000.0, gt=0, le=600_000, description="time budget per cell")
-    min_rounds: int = Field(default=5, ge=2, le=100_000)
+    min_rounds: int = Field(
+        default=5, ge=2, le=100_000,
+        description="rounds before the adaptive stop may end; a verdict needs at least 5 rounds holding both "
+        "sides and 5 kept samples per side (service.verdicts.MIN_ROUNDS, MIN_SAMPLES)",
+    )
     max_rounds: int = Field(default=10_000, ge=2, le=1_000_000)
     samples_per_round: int = Field(
         default=1, ge=1, le=1_000, description="samples of each variant per round (ABBA uses 2 rounds of A,B)"
