@@ -161,3 +161,10 @@ def test_a_cold_first_all_reduce_call_is_warm_up_through_the_api(api) -> None:  
     state = _health(api)
     assert state["status"] == "healthy", state["reasons"]
     assert state["healthy_probes"] == 5
+    # three cold calls of five: the median of the whole series (600 us) would leave the band
+    series = _series([214_477.0, 9_000.0, 600.0, 4.1, 4.0])
+    colder = h200x2_report(11).model_copy(update={"all_reduce": series})
+    _post(api, runner, colder)
+    state = _health(api)
+    assert state["status"] == "healthy", state["reasons"]
+    assert state["healthy_probes"] == 6
