@@ -79,10 +79,10 @@ reasons never do, whatever this says."""
 PEER_MIN_FRACTION = 0.75
 """A GPU's copy or a pair's peer bandwidth below this x the median of its peers in the same report is
 degraded. GPUs of one node are one model and, on NVLink/NVSwitch nodes, every pair has the same
-links: a healthy report's peers lie within a few percent of each other (the recorded 2xH200 node:
-both directions within 1%), while a link that trained at half width or fell back to PCIe reads
-~50%. On a PCIe tree mixing switch-local and cross-socket pairs, lower it
-(``KERNELAB_HEALTH_PEER_MIN_FRACTION``)."""
+links: a healthy report's peers lie within a few percent of each other (the 2xH200 node of
+docs/results/2026-11-30-h200x2-probe-accuracy.md: 387.5 and 387.0 GB/s), while a link that trained
+at half width or fell back to PCIe reads ~50%. On a PCIe tree mixing switch-local and
+cross-socket pairs, lower it (``KERNELAB_HEALTH_PEER_MIN_FRACTION``)."""
 PEER_MIN_FIGURES = 3  # with two figures there is no majority to say which one is off
 COLD_FACTOR = 10.0
 """A leading call of a series slower than this x the median of the calls after it is warm-up: a

@@ -115,7 +115,10 @@ def as_utc(value: datetime) -> datetime:
     return value.astimezone(UTC)
 
 
-UtcDatetime = Annotated[AwareDatetime, AfterValidator(as_utc)]
+UtcDatetime = Annotated[
+    AwareDatetime, AfterValidator(as_utc),
+    Field(description="ISO 8601 with a zone (Z or +hh:mm), converted to UTC; a zone-less timestamp is a 422"),
+]
 """Every timestamp kernelab takes or gives: ISO 8601 *with* a zone (``Z`` or ``+hh:mm``), converted
 to UTC at the door (``07:00+05:00`` is stored and shown as ``02:00 UTC``). A zone-less timestamp is
 refused with a 422 naming the field (``timezone_aware``): ISO 8601 reads it as local time of an
