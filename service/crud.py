@@ -597,6 +597,11 @@ def load_result(
     )  # fmt: skip
 
 
+def result_id(*, session: Session, job_id: int) -> int | None:
+    """The id of ``job_id``'s stored result, None without one."""
+    return session.scalar(select(Result.id).where(Result.job_id == job_id))
+
+
 def has_result(*, session: Session, job_id: int) -> bool:
     """Whether a result is stored for ``job_id``."""
     return session.scalar(select(Result.id).where(Result.job_id == job_id)) is not None

@@ -27,11 +27,23 @@ band. So a node that degrades for good stays degraded instead of teaching its ba
 figures (a deliberate trade: after a legitimate slow-down, e.g. a new driver, the old reports must
 age out of the database or the thresholds be loosened).
 
-Reasons that need no band (``instant_reasons``): a probe that failed or computed a wrong sum, a
-clock-event reason other than the ignored ones (default: only ``gpu_idle`` is ignored, as issue 4
-asks; in a probe taken right after a job, ``sw_power_cap`` is the job's own load and is ignored
-too), volatile uncorrected ECC errors that grew since the previous report, and another process
-on a GPU (``contended``: another tenant; ``stats._foreign_processes`` decides what "another" is).
+Series. Readings of one figure repeated in one report (several calls of one all-reduce size, as
+an all-reduce series posts them) are one series: the leading calls slower than ``cold_factor`` x
+the median of the calls after them are warm-up (the first call of a communicator sets up its
+connections: 214 ms against ~4 us warm) and left out, the rest summarised by their median, as
+nccl-tests times only after its warm-up iterations (``all_reduce_perf -w``). One reading alone is
+judged as it is.
+
+Reasons that need no band (``instant_reasons``): a probe that failed or computed a wrong sum; a
+GPU's clock-event mask holding a throttle reason (``service.clock_events``: the one rule that also
+marks samples throttled; the server decodes the mask itself, names posted without a mask or
+against it are not judged; informational reasons such as ``gpu_idle`` and DCGM's blank placeholder
+never degrade; in a probe taken right after a job, ``sw_power_cap`` is the job's own load and is
+ignored; ``ignored_clock_reasons`` ignores more); a GPU or GPU pair far below its peers in the same
+report (``peer_min_fraction`` x the median of that report's copy or peer figures, with at least
+``PEER_MIN_FIGURES`` of them: a half-speed link shows this way on a fresh node, with no history);
+volatile uncorrected ECC errors that grew since the previous report; and another process on a GPU
+(``contended``: another tenant; ``stats._foreign_processes`` decides what "another" is).
 """
 
 from __future__ import annotations
@@ -41,7 +53,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from service import clock_events
 from service.schemas import (
+    AllReduceReading,
     Flag,
     HealthBand,
     HealthReason,
@@ -59,7 +73,20 @@ BAND_MIN_PROBES = 3
 FLEET_WINDOW = 500
 LATENCY_MAX_BYTES = 1 * MIB
 BUSBW_MIN_BYTES = 64 * MIB
-IGNORED_CLOCK_REASONS: tuple[str, ...] = ("gpu_idle",)
+IGNORED_CLOCK_REASONS: tuple[str, ...] = ()
+"""Throttle reasons (``clock_events.THROTTLE_NAMES``) that still do not degrade a node; informational
+reasons never do, whatever this says."""
+PEER_MIN_FRACTION = 0.75
+"""A GPU's copy or a pair's peer bandwidth below this x the median of its peers in the same report is
+degraded. GPUs of one node are one model and, on NVLink/NVSwitch nodes, every pair has the same
+links: a healthy report's peers lie within a few percent of each other (the 2xH200 node of
+docs/results/2026-11-30-h200x2-probe-accuracy.md: 387.5 and 387.0 GB/s), while a link that trained
+at half width or fell back to PCIe reads ~50%. On a PCIe tree mixing switch-local and
+cross-socket pairs, lower it (``KERNELAB_HEALTH_PEER_MIN_FRACTION``)."""
+PEER_MIN_FIGURES = 3  # with two figures there is no majority to say which one is off
+COLD_FACTOR = 10.0
+"""A leading call of a series slower than this x the median of the calls after it is warm-up: a
+cold first call (connection set-up) is orders of magnitude slower, noise of a warm link is not."""
 # Reasons a job's own load raises: an H200 running dense bf16 matmuls reaches its 700 W board limit
 # and NVML reports sw_power_cap (seen 2026-11-30: 557 W, 1635 MHz in the probe right after an
 # 8192^3 matmul job; docs/results/2026-11-30-h200x2-probe-accuracy.md). In an "after" probe they
@@ -84,13 +111,17 @@ class Thresholds:
     busbw_min_bytes: int = BUSBW_MIN_BYTES
     ignored_clock_reasons: tuple[str, ...] = IGNORED_CLOCK_REASONS
     after_job_clock_reasons: tuple[str, ...] = LOAD_CLOCK_REASONS
+    peer_min_fraction: float = PEER_MIN_FRACTION
+    cold_factor: float = COLD_FACTOR
 
     def __post_init__(self) -> None:
-        for name in ("copy_min_fraction", "busbw_min_fraction"):
+        for name in ("copy_min_fraction", "busbw_min_fraction", "peer_min_fraction"):
             if not 0 < getattr(self, name) <= 1:
                 raise ValueError(f"{name} must lie in (0, 1], got {getattr(self, name)}")
         if self.latency_max_factor < 1:
             raise ValueError(f"latency_max_factor must be >= 1, got {self.latency_max_factor}")
+        if self.cold_factor < 1:
+            raise ValueError(f"cold_factor must be >= 1, got {self.cold_factor}")
         if self.band_window < 1 or self.band_min_probes < 1:
             raise ValueError("band_window and band_min_probes must be >= 1")
 
@@ -106,6 +137,8 @@ class Figure:
     kind: Literal["copy", "peer", "latency", "busbw"]
     device_index: int | None = None
     ranks: tuple[int, ...] = ()
+    readings: int = 1  # readings of the report summarised (a series), warm-up left out
+    warmup: int = 0  # leading cold readings of the series left out
 
 
 def size_label(n: int) -> str:
@@ -137,6 +170,7 @@ def probe_figures(report: ProbeReport, thresholds: Thresholds | None = None) -> 
         if p.peer_access and p.bandwidth_gbps > 0:
             out.append(Figure(f"peer {p.src_device}->{p.dst_device}", p.bandwidth_gbps, "GB/s", "higher",
                               "peer", ranks=(p.src_device, p.dst_device)))
+    series: dict[str, list[AllReduceReading]] = {}
     for a in report.all_reduce:
         if a.world_size < 2:
             continue  # one rank moves no data: its "all-reduce" says nothing about the links
@@ -149,11 +183,30 @@ def probe_figures(report: ProbeReport, thresholds: Thresholds | None = None) -> 
         # A host-clock reading of NCCL (before 2026-11-30, or asked for) times torch's dispatch too
         # (runners.probes.all_reduce): it gets its own band, never mixed with event-timed readings.
         stem += " host-clock" if a.timed_by == "host-clock" and not a.cuda_graph else ""
+        series.setdefault(stem, []).append(a)
+    for stem, calls in series.items():
+        a = calls[0]
+        warm = calls[warmup_calls([c.time_us for c in calls], t.cold_factor):]
+        time_us = statistics.median(c.time_us for c in warm)
+        busbw = statistics.median(c.busbw_gbps for c in warm)
+        n, cold = len(calls), len(calls) - len(warm)
         if a.size_bytes <= t.latency_max_bytes:
-            out.append(Figure(f"{stem} time", a.time_us, "us", "lower", "latency", ranks=tuple(a.ranks)))
+            out.append(Figure(f"{stem} time", time_us, "us", "lower", "latency", ranks=tuple(a.ranks),
+                              readings=n, warmup=cold))
         if a.size_bytes >= t.busbw_min_bytes:
-            out.append(Figure(f"{stem} busbw", a.busbw_gbps, "GB/s", "higher", "busbw", ranks=tuple(a.ranks)))
+            out.append(Figure(f"{stem} busbw", busbw, "GB/s", "higher", "busbw", ranks=tuple(a.ranks),
+                              readings=n, warmup=cold))
     return out
+
+
+def warmup_calls(times_us: Sequence[float], cold_factor: float = COLD_FACTOR) -> int:
+    """How many leading calls of a series (times in call order, us) are warm-up: each slower than
+    ``cold_factor`` x the median of the calls after it. 0 for a single call; at least one call is
+    always kept. E.g. ``[214477, 4.1, 4.0, 3.9]`` -> 1."""
+    cold = 0
+    while cold < len(times_us) - 1 and times_us[cold] > cold_factor * statistics.median(times_us[cold + 1:]):
+        cold += 1
+    return cold
 
 
 def learn_bands(
@@ -202,10 +255,13 @@ def band_reasons(
         if band is None or not _outside(f, band):
             continue
         relation = f"{f.value / band.median:.0%} of" if band.median else "vs"
+        summary = ""
+        if f.readings > 1:
+            summary = f" (median of {f.readings - f.warmup} calls after {f.warmup} warm-up)"
         out.append(HealthReason(
             code=f"{f.kind}-outside-band", flag="degraded-node", figure=f.key, device_index=f.device_index,
             value=f.value, limit=band.limit,
-            message=(f"{f.key}: {f.value:.4g} {f.unit} is {relation} the {band.scope} band's median "
+            message=(f"{f.key}: {f.value:.4g} {f.unit}{summary} is {relation} the {band.scope} band's median "
                      f"{band.median:.4g} {f.unit} (limit {band.limit:.4g} {f.unit}, "
                      f"{band.n} healthy probes)"),
         ))
@@ -224,16 +280,46 @@ def _foreign_processes(processes: Sequence[Mapping[str, object]]) -> int:
     return max(foreign - 1, 0)
 
 
+def peer_reasons(report: ProbeReport, thresholds: Thresholds | None = None) -> list[HealthReason]:
+    """``degraded-node`` for each copy figure (a GPU) or peer figure (a GPU pair) of ``report`` below
+    ``peer_min_fraction`` x the median of the report's figures of that kind, when the report has at
+    least ``PEER_MIN_FIGURES`` of them. Needs no history: one report with six pairs at 78-82 GB/s and
+    one at 40 GB/s names the slow pair on a node's first probe."""
+    t = thresholds or Thresholds()
+    by_kind: dict[str, list[Figure]] = {}
+    for f in probe_figures(report, t):
+        if f.kind in ("copy", "peer"):
+            by_kind.setdefault(f.kind, []).append(f)
+    out = []
+    for kind, figures in by_kind.items():
+        if len(figures) < PEER_MIN_FIGURES:
+            continue
+        median = statistics.median(f.value for f in figures)
+        limit = t.peer_min_fraction * median
+        what = "GPUs" if kind == "copy" else "GPU pairs"
+        for f in figures:
+            if f.value < limit:
+                out.append(HealthReason(
+                    code=f"{kind}-below-peers", flag="degraded-node", figure=f.key,
+                    device_index=f.device_index, value=f.value, limit=limit,
+                    message=(f"{f.key}: {f.value:.4g} {f.unit} is {f.value / median:.0%} of the median "
+                             f"{median:.4g} {f.unit} of the {len(figures)} {what} in the same report "
+                             f"(limit {t.peer_min_fraction:g}x): far below its peers"),
+                ))
+    return out
+
+
 def instant_reasons(
     report: ProbeReport, previous: ProbeReport | None = None, thresholds: Thresholds | None = None
 ) -> list[HealthReason]:
     """Reasons visible in ``report`` alone (or against the ``previous`` report for ECC growth).
 
-    ``degraded-node``: a failed probe (``report.errors``), a wrong all-reduce sum, a clock-event
-    reason not in ``ignored_clock_reasons`` (nor, in an ``after`` probe, in
-    ``after_job_clock_reasons``: the job's own power capping), ECC (volatile, uncorrected) above the previous
-    report's count for the same GPU (matched by UUID, else index). ``contended``: another compute
-    process on a GPU.
+    ``degraded-node``: a failed probe (``report.errors``), a wrong all-reduce sum, a throttle reason
+    in a GPU's clock-event mask (``clock_events.throttle_reasons``, decoded here from the mask, never
+    from posted names) not in ``ignored_clock_reasons`` (nor, in an ``after`` probe, in
+    ``after_job_clock_reasons``: the job's own power capping), a GPU or pair far below its peers
+    (``peer_reasons``), ECC (volatile, uncorrected) above the previous report's count for the same
+    GPU (matched by UUID, else index). ``contended``: another compute process on a GPU.
     """
     t = thresholds or Thresholds()
     out: list[HealthReason] = []
@@ -247,12 +333,13 @@ def instant_reasons(
                                     figure=f"all-reduce {group} {size_label(a.size_bytes)}",
                                     message=f"all-reduce over {group} of {size_label(a.size_bytes)} "
                                             "returned a wrong sum"))
+    out += peer_reasons(report, t)
     before = {(g.uuid or str(g.device_index)): g for g in (previous.telemetry if previous else [])}
     ignored = set(t.ignored_clock_reasons)
     if report.phase == "after":
         ignored |= set(t.after_job_clock_reasons)
     for g in report.telemetry:
-        reasons = [r for r in g.clock_event_reason_names if r not in ignored]
+        reasons = [r for r in clock_events.throttle_reasons(g.clock_event_reasons) if r not in ignored]
         if reasons:
             out.append(HealthReason(
                 code="clock-event", flag="degraded-node", device_index=g.device_index,
@@ -374,6 +461,7 @@ def report_notes(flags: Sequence[Flag], reasons: Sequence[HealthReason]) -> list
         return []
     what = " and ".join("degraded" if f == "degraded-node" else f for f in flags)
     detail = "; ".join(dict.fromkeys(r.message for r in reasons))
-    return [f"Measured on a {what} node ({detail}). Comparisons and history views exclude this "
-            "result by default; its numbers are shown for inspection only."]
+    return [f"Measured on a {what} node ({detail}). History views and the changes they compute "
+            "exclude this result by default (include it with include_excluded=true); its numbers are "
+            "shown for inspection only."]
 

@@ -1,65 +1,243 @@
-"""Results over time for one benchmark, per branch: the history of revision A/B jobs.
+"""A benchmark's results over time, like with like: the history of revision and ordinary jobs.
 
-Every job whose sides came from source revisions (``NodeInfo.revisions``) contributes one point
-per side and sweep cell: the side's branch label, commit, the median time per launch of its kept
-samples (``service.stats.compare``), and when the job finished. A branch's points over time show
-how that branch's kernel moved; the dashboard plots them (``web.figures.branch_history_figure``).
+Data model (``history_points``, ``models.HistoryPoint``): one point per side and sweep cell of a
+stored result, holding
+
+* *what code*: ``code``, the branch of a side measured from a source revision (with its ``sha``),
+  else the side's variant and its parameters (``torch``, ``triton (BLOCK_M=64)``);
+* *on what hardware*: ``gpu_model`` (``NodeInfo.device_name``, else the device type) and the
+  node's ``fingerprint`` (the driver version);
+* *timed how*: ``timer`` (the side's timer: ``cuda-graph``, ``cuda-event``, ``perf_counter``) and
+  ``state`` (``cold``: L2 flushed before each sample, ``warm``: not);
+* the side's median time per launch over its kept samples, the cell's verdict, when it was
+  measured, and ``excluded``: why history views leave it out by default (None: shown).
+
+A point is excluded by default when its node's stored health judgement has flags
+(``node-flagged``: degraded or contended, as the comparison's note says) or when the cell's
+deciding reasons make that side's time no time of the kernel (``problem-verdict``: failed,
+incorrect, nondeterministic or implausible).
+
+Lines (``Series``) are per (code, cell, GPU model, timer, state): an H200 at 100 us and an A100 at
+51 us are two lines, never one line read as a 2x improvement. Each shown point's ``change_pct`` is
+against the previous shown point of its line measured with the same fingerprint; a point after a
+driver change, or the first of its line, has no change and says why (``change_reason``). So a
+change of hardware or driver is never a regression or an improvement.
+
+Points are built from the stored comparison and judgement (``build_points``): after ingest
+(``settle``, off the request), and by readers for results whose points are missing or were built
+by older verdict rules (``results.history_version``).
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+import logging
+from collections.abc import Iterable, Sequence
+from typing import Any
 
-from pydantic import BaseModel
-from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy import delete, insert, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
 
-from service import crud, stats
+from service import crud, node_health, verdicts
+from service.core.config import Settings
+from service.models import HistoryPoint as PointRow
 from service.models import Job, Result
-from service.schemas import RevisionInfo, Variant
+from service.schemas import (
+    CellComparison,
+    Comparison,
+    Excluded,
+    HistoryPage,
+    HistoryPoint,
+    JobSpec,
+    NodeInfo,
+    Series,
+    Variant,
+    VariantSpec,
+)
 
-DEFAULT_JOBS = 50  # most recent revision jobs read per history (each is loaded with its samples)
+log = logging.getLogger(__name__)
+
+DEFAULT_JOBS = 50  # most recent results read per history
+EXCLUDED_MEANING: dict[str, str] = {
+    "node-flagged": "measured on a node whose health probes were degraded or contended",
+    "problem-verdict": "the cell's verdict makes this side's time no time of the kernel "
+    "(failed, incorrect, nondeterministic or implausible)",
+}
+CHANGE_MEANING: dict[str, str] = {
+    "first-point": "the first point of its line with this driver: nothing earlier to compare with",
+    "fingerprint-changed": "the node's driver differs from the previous point's: a change of the "
+    "platform is no change of the code",
+    "excluded": "excluded from history views by default: no change is computed",
+}
 
 
-class HistoryPoint(BaseModel):
-    """One side of one cell of one revision job. ``median_ns``: ns per launch (None: no samples)."""
-
-    job_id: int
-    finished_at: datetime
-    branch: str
-    sha: str
-    side: Variant
-    cell: str
-    median_ns: float | None
-    node: str
+# --------------------------------------------------------------------------------------------------
+# Building the points of a result
+# --------------------------------------------------------------------------------------------------
 
 
-def branch_history(*, session: Session, benchmark: str, limit: int = DEFAULT_JOBS) -> list[HistoryPoint]:
-    """Points of the ``limit`` most recent results of ``benchmark`` that came from revisions,
-    oldest first. Sides that used the installed code are left out (they have no branch)."""
-    job_ids = session.scalars(
-        select(Result.job_id).join(Job, Job.id == Result.job_id)
-        .where(Job.benchmark == benchmark).order_by(Result.finished_at.desc(), Result.id.desc()).limit(limit)
-    ).all()
-    points: list[HistoryPoint] = []
-    for job_id in reversed(job_ids):
-        if job_id is None:
-            continue
-        result = crud.load_result(session=session, job_id=job_id)
-        if result is None or result.node.revisions is None:
-            continue
-        comparison = stats.compare(result, job_id=job_id)
-        revs = result.node.revisions
-        sides: tuple[tuple[Variant, RevisionInfo], ...] = (
-            ("baseline", revs.baseline), ("candidate", revs.candidate))
-        for side, rev in sides:
-            if not rev.sha:
+def code_of(side: VariantSpec) -> str:
+    """``"torch"`` or ``"triton (BLOCK_M=64, num_warps=4)"``: a side's variant and all its
+    parameters, sorted (stable across jobs, unlike a label that shows only what differs)."""
+    if not side.params:
+        return side.variant
+    return f"{side.variant} ({', '.join(f'{k}={side.params[k]}' for k in sorted(side.params))})"
+
+
+def gpu_model(node: NodeInfo) -> str:
+    """The hardware a point was measured on: the device's name, else its type (``cpu``)."""
+    return node.device_name or node.device_type
+
+
+def _excluded(cell: CellComparison, side: Variant, flagged: bool) -> Excluded | None:
+    if flagged:
+        return "node-flagged"
+    for r in cell.reasons:
+        kind = verdicts.REASONS.get(r.code)
+        if kind is not None and kind.verdict in verdicts.PROBLEM_VERDICTS and r.side in (None, side):
+            return "problem-verdict"
+    return None
+
+
+def _rows(row: Result, spec: JobSpec, comparison: Comparison, flagged: bool) -> list[dict[str, Any]]:
+    node = comparison.node
+    revisions = node.revisions
+    state = "cold" if spec.measurement.l2_flush else "warm"
+    out = []
+    for side in ("baseline", "candidate"):
+        rev = getattr(revisions, side) if revisions is not None else None
+        from_revision = rev is not None and bool(rev.sha)
+        code = (rev.branch or rev.ref) if from_revision and rev is not None else code_of(getattr(spec, side))
+        for cell in comparison.cells:
+            stats = cell.baseline if side == "baseline" else cell.candidate
+            if stats.median_ns is None:
                 continue
-            for cell in comparison.cells:
-                variant_stats = cell.baseline if side == "baseline" else cell.candidate
-                points.append(HistoryPoint(
-                    job_id=job_id, finished_at=result.finished_at, branch=rev.branch or rev.ref,
-                    sha=rev.sha, side=side, cell=cell.label, median_ns=variant_stats.median_ns,
-                    node=result.node.hostname,
-                ))
-    return points
+            out.append({
+                "result_id": row.id, "job_id": row.job_id, "benchmark": spec.benchmark,
+                "cell_index": cell.index, "cell": cell.label, "params": cell.params, "side": side,
+                "code": code, "sha": rev.sha if from_revision and rev is not None else "",
+                "gpu_model": gpu_model(node), "fingerprint": {"driver": node.driver_version},
+                "timer": cell.timers.get(side) or row.timer, "state": state, "median_ns": stats.median_ns,
+                "n": stats.n, "verdict": cell.verdict, "measured_at": row.finished_at,
+                "node_name": row.node_name, "excluded": _excluded(cell, side, flagged),  # type: ignore[arg-type]
+            })  # fmt: skip
+    return out
+
+
+def build_points(*, session: Session, job_id: int, settings: Settings) -> bool:
+    """(Re)build the history points of ``job_id``'s stored result from its stored comparison and
+    health judgement (each computed and stored on a miss); the caller commits. Returns False when
+    the job has no result, or another transaction built the points first."""
+    row = session.scalar(select(Result).where(Result.job_id == job_id))
+    if row is None:
+        return False
+    comparison = crud.base_comparison(session=session, job_id=job_id)
+    judgement = node_health.job_judgement(session=session, job_id=job_id, settings=settings)
+    if comparison is None or judgement is None:
+        return False
+    rows = _rows(row, JobSpec.model_validate(row.spec), comparison, flagged=bool(judgement.flags))
+    try:
+        with session.begin_nested():
+            session.execute(delete(PointRow).where(PointRow.result_id == row.id))
+            if rows:
+                session.execute(insert(PointRow), rows)
+            session.execute(
+                update(Result).where(Result.id == row.id).values(history_version=verdicts.METHOD_VERSION)
+            )
+    except IntegrityError:  # a concurrent reader built the same points first
+        log.info("history points of job %s were built concurrently", job_id)
+        return False
+    return True
+
+
+def settle(*, factory: sessionmaker[Session], job_id: int, settings: Settings) -> None:
+    """After an ingest (a background task): store the result's comparison, its node-health
+    judgement (against the bands as of the measurement) and its history points, each in a
+    transaction of its own. Failures are logged; readers redo what is missing."""
+    crud.store_comparison(factory=factory, job_id=job_id)
+    try:
+        with factory() as session:
+            build_points(session=session, job_id=job_id, settings=settings)
+            session.commit()
+    except Exception:  # a background task: nothing is lost, readers rebuild on their next read
+        log.exception("judging job %s or building its history points failed; readers will retry", job_id)
+
+
+# --------------------------------------------------------------------------------------------------
+# The query
+# --------------------------------------------------------------------------------------------------
+
+
+def _latest_results(session: Session, benchmark: str, limit: int) -> list[tuple[int, int | None, int | None]]:
+    """``(result id, job id, history_version)`` of the ``limit`` latest results of ``benchmark``."""
+    rows = session.execute(
+        select(Result.id, Result.job_id, Result.history_version).join(Job, Job.id == Result.job_id)
+        .where(Job.benchmark == benchmark).order_by(Result.finished_at.desc(), Result.id.desc()).limit(limit)
+    )  # fmt: skip
+    return [(r.id, r.job_id, r.history_version) for r in rows]
+
+
+def _point(row: PointRow) -> HistoryPoint:
+    return HistoryPoint(
+        job_id=row.job_id, measured_at=row.measured_at, side=row.side, code=row.code, sha=row.sha,  # type: ignore[arg-type]
+        cell=row.cell, cell_index=row.cell_index, gpu_model=row.gpu_model,
+        driver=(row.fingerprint or {}).get("driver"), timer=row.timer, state=row.state,  # type: ignore[arg-type]
+        median_ns=row.median_ns, n=row.n, verdict=row.verdict, node=row.node_name,
+        excluded=row.excluded,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+def lines(points: Iterable[HistoryPoint]) -> list[Series]:
+    """``points`` (oldest first) grouped into lines per (code, cell, GPU model, timer, state), with
+    each point's change against the previous shown point of its line with the same driver."""
+    by_key: dict[tuple[str, str, str, str, str], list[HistoryPoint]] = {}
+    for p in points:
+        by_key.setdefault((p.code, p.cell, p.gpu_model, p.timer, p.state), []).append(p)
+    out = []
+    for (code, cell, model, timer, state), pts in sorted(by_key.items()):
+        previous: HistoryPoint | None = None
+        for p in pts:
+            if p.excluded is not None:
+                p.change_reason = "excluded"
+                continue
+            if previous is None:
+                p.change_reason = "first-point"
+            elif previous.driver != p.driver:
+                p.change_reason = "fingerprint-changed"
+            else:
+                p.change_pct = (p.median_ns / previous.median_ns - 1) * 100 if previous.median_ns else None
+                p.change_reason = None if p.change_pct is not None else "first-point"
+            previous = p
+        out.append(Series(code=code, cell=cell, gpu_model=model, timer=timer, state=state, points=pts))  # type: ignore[arg-type]
+    return out
+
+
+def history(
+    *, session: Session, benchmark: str, settings: Settings, include_excluded: bool = False,
+    limit: int = DEFAULT_JOBS,
+) -> HistoryPage:
+    """The history of ``benchmark`` over its ``limit`` latest results (revision and ordinary jobs
+    alike): points built where missing or stale (the caller commits), grouped into ``lines``.
+    Points with an ``excluded`` reason are left out (counted per reason) unless
+    ``include_excluded``."""
+    results = _latest_results(session, benchmark, limit)
+    for _, job_id, version in results:
+        if job_id is not None and (version is None or version < verdicts.METHOD_VERSION):
+            build_points(session=session, job_id=job_id, settings=settings)
+    ids = [result_id for result_id, _, _ in results]
+    rows: Sequence[PointRow] = session.scalars(
+        select(PointRow).where(PointRow.result_id.in_(ids)).order_by(PointRow.measured_at, PointRow.id)
+    ).all() if ids else []  # fmt: skip
+    points = [_point(r) for r in rows]
+    excluded: dict[str, int] = {}
+    for p in points:
+        if p.excluded is not None:
+            excluded[p.excluded] = excluded.get(p.excluded, 0) + 1
+    shown = points if include_excluded else [p for p in points if p.excluded is None]
+    return HistoryPage(benchmark=benchmark, include_excluded=include_excluded, results=len(results),
+                       excluded=excluded, series=lines(shown))  # fmt: skip
+
+
+def all_points(page: HistoryPage) -> Sequence[HistoryPoint]:
+    """Every point of ``page``'s lines, newest first (the table of the history page)."""
+    return sorted((p for s in page.series for p in s.points), key=lambda p: p.measured_at, reverse=True)

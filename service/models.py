@@ -46,6 +46,8 @@ PROBE_PHASES = ("before", "after", "adhoc")
 READING_KINDS = ("copy_bandwidth", "all_reduce")
 VARIANTS = ("baseline", "candidate")
 JOB_DEVICES = ("auto", "cpu", "cuda")
+JUDGEMENT_TRIGGERS = ("ingest", "rejudge")
+TIMING_STATES = ("cold", "warm")
 
 
 def utcnow() -> datetime:
@@ -177,6 +179,8 @@ class Result(Base):
     error: Mapped[str | None] = mapped_column(Text)
     # ``stats.compare`` of the result without node-health flags (applied on read); NULL until computed.
     comparison: Mapped[dict[str, Any] | None]
+    # ``verdicts.METHOD_VERSION`` of the result's ``history_points``; NULL until they are built.
+    history_version: Mapped[int | None] = mapped_column(Integer)
 
 
 class Cell(Base):
@@ -271,3 +275,61 @@ class ProbeReading(Base):
     time_us: Mapped[float] = mapped_column(Float)
     value_gbps: Mapped[float] = mapped_column(Float, doc="copy: read+write GB/s; all-reduce: algbw")
     busbw_gbps: Mapped[float | None] = mapped_column(Float)
+
+
+class HealthJudgement(Base):
+    """A result's node-health judgement, stored (``service.node_health.job_judgement``): the flags,
+    reasons and notes its comparison carries. Judged once, against the node's and the fleet's bands
+    as they stood at the measurement (``as_of``: the last probe of the job; reports taken later or
+    received after the result are not used), so it never drifts as later probes arrive. A
+    re-judgement (``trigger`` ``rejudge``, explicit: ``POST /jobs/{id}/health``) adds a row dated
+    ``judged_at``; the latest row holds."""
+
+    __tablename__ = "health_judgements"
+    __table_args__ = (CheckConstraint(_in("trigger", JUDGEMENT_TRIGGERS), name="trigger"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    result_id: Mapped[int] = mapped_column(ForeignKey("results.id", ondelete="CASCADE"), index=True)
+    trigger: Mapped[str] = mapped_column(String(16))
+    judged_at: Mapped[datetime] = mapped_column(default=utcnow)
+    as_of: Mapped[datetime]
+    flags: Mapped[list[Any]]
+    reasons: Mapped[list[Any]]  # schemas.HealthReason as JSON
+    notes: Mapped[list[Any]]
+
+
+class HistoryPoint(Base):
+    """One side of one cell of one result, as the history shows it (``service.history``): what code
+    (``code``: the branch of a revision side, else the variant label), on what hardware
+    (``gpu_model``, ``fingerprint``: the driver), timed how (``timer``, ``state`` cold/warm), its
+    median time per launch, and whether history views leave it out by default (``excluded``: a
+    reason code, NULL when shown). Built from the stored comparison and health judgement."""
+
+    __tablename__ = "history_points"
+    __table_args__ = (
+        UniqueConstraint("result_id", "cell_index", "side", name="uq_history_points_result_id_cell_side"),
+        CheckConstraint(_in("side", VARIANTS), name="side"),
+        CheckConstraint(_in("state", TIMING_STATES), name="state"),
+        CheckConstraint("n >= 0", name="n_nonnegative"),
+        CheckConstraint("cell_index >= 0", name="cell_index_nonnegative"),
+        Index("ix_history_points_benchmark_measured_at", "benchmark", "measured_at"),
+    )
+    id: Mapped[int] = mapped_column(primary_key=True)
+    result_id: Mapped[int] = mapped_column(ForeignKey("results.id", ondelete="CASCADE"))
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    benchmark: Mapped[str] = mapped_column(String(500))
+    cell_index: Mapped[int] = mapped_column(Integer)
+    cell: Mapped[str] = mapped_column(Text, doc="the cell's label, e.g. 'M=4, N=64'")
+    params: Mapped[dict[str, Any]]
+    side: Mapped[str] = mapped_column(String(16))
+    code: Mapped[str] = mapped_column(Text, doc="branch of a revision side, else the variant label")
+    sha: Mapped[str] = mapped_column(String(64), default="")
+    gpu_model: Mapped[str] = mapped_column(String(255))
+    fingerprint: Mapped[dict[str, Any]]
+    timer: Mapped[str] = mapped_column(String(64))
+    state: Mapped[str] = mapped_column(String(16))
+    median_ns: Mapped[float] = mapped_column(Float)
+    n: Mapped[int] = mapped_column(Integer)
+    verdict: Mapped[str] = mapped_column(String(32))
+    measured_at: Mapped[datetime]
+    node_name: Mapped[str] = mapped_column(String(255))
+    excluded: Mapped[str | None] = mapped_column(String(64))

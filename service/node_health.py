@@ -1,22 +1,40 @@
 """Node health from the database: a node's probe history judged by ``service.health``.
 
-Repository-style functions (``*, session``, never committing). Nothing is stored: bands and
-verdicts are computed on read from ``probe_reports`` (the report JSON holds every figure), so a
-change of thresholds (``Settings.health_*``) applies to the whole history at once.
+Repository-style functions (``*, session``, never committing). A node's health *now* (its page,
+``GET /nodes/{name}``) is computed on read from ``probe_reports`` (the report JSON holds every
+figure), so a change of thresholds (``Settings.health_*``) applies to it at once.
+
+A *result* is judged once and the judgement stored (``health_judgements``, ``job_judgement``):
+against the node's band and the fleet's band as they stood at the measurement (``AsOf``: reports
+taken up to the job's last probe and received up to the result's arrival), so later probes never
+change what its comparison says. A re-judgement (``rejudge``: after a change of thresholds or
+rules) is explicit and dated: a new row, whose notes say when and that it replaced an earlier one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime
+from typing import Any, Literal
 
-from sqlalchemy import func, select
+from pydantic import TypeAdapter
+from sqlalchemy import ColumnElement, and_, func, select
 from sqlalchemy.orm import Session
 
 from service import health, models
 from service.core.config import Settings
-from service.schemas import Comparison, Flag, HealthReason, JobResult, NodeHealth, ProbeReport
+from service.models import utcnow
+from service.schemas import (
+    Comparison,
+    Flag,
+    HealthJudgementPublic,
+    HealthReason,
+    JobResult,
+    NodeHealth,
+    NodeInfo,
+    ProbeReport,
+)
 
 HISTORY_FACTOR = 5  # a node's chain is evaluated over its last 5 x band_window reports
 
@@ -70,16 +88,35 @@ def node_models(*, session: Session) -> dict[str, str | None]:
     return out
 
 
-def fleet_bands(*, session: Session, model: str | None, settings: Settings) -> dict[str, Any]:
-    """Bands of GPU ``model`` over the fleet's last ``health_fleet_window`` reports of that model."""
+@dataclass(frozen=True)
+class AsOf:
+    """The probe reports a judgement may use: taken at or before ``taken`` and received at or before
+    ``received`` (the database's state when a result arrived, whenever the judgement is made)."""
+
+    taken: datetime
+    received: datetime
+
+    def where(self) -> ColumnElement[bool]:
+        report = models.ProbeReport
+        return and_(report.taken_at <= self.taken, report.received_at <= self.received)
+
+
+def fleet_bands(
+    *, session: Session, model: str | None, settings: Settings, as_of: AsOf | None = None
+) -> dict[str, Any]:
+    """Bands of GPU ``model`` over the fleet's last ``health_fleet_window`` reports of that model
+    (of those ``as_of`` allows)."""
     if model is None:
         return {}
     names = [n for n, m in node_models(session=session).items() if m == model]
     if not names:
         return {}
+    query = select(models.ProbeReport.report).where(models.ProbeReport.node_name.in_(names))
+    if as_of is not None:
+        query = query.where(as_of.where())
     rows = session.scalars(
-        select(models.ProbeReport.report).where(models.ProbeReport.node_name.in_(names))
-        .order_by(models.ProbeReport.taken_at.desc()).limit(settings.health_fleet_window)
+        query.order_by(models.ProbeReport.taken_at.desc(), models.ProbeReport.id.desc())
+        .limit(settings.health_fleet_window)
     )  # fmt: skip
     reports = [ProbeReport.model_validate(r) for r in rows]
     return health.fleet_bands(reports, model, settings.health_thresholds())
@@ -87,30 +124,26 @@ def fleet_bands(*, session: Session, model: str | None, settings: Settings) -> d
 
 def node_history(
     *, session: Session, name: str, settings: Settings, node: dict[str, Any] | None = None,
-    until_job: int | None = None,
+    as_of: AsOf | None = None,
 ) -> NodeHistory:
     """Node ``name``'s last ``HISTORY_FACTOR x health_band_window`` reports judged oldest first.
 
     ``node``: its fingerprint (``NodeInfo`` JSON) when the caller has it, for the fleet model.
-    ``until_job``: end the history at that job's last stored report (a past job is judged by the
-    band of its day).
+    ``as_of``: only the reports it allows, node's and fleet's (a past job is judged by the bands of
+    its day).
     """
     thresholds = settings.health_thresholds()
     query = select(models.ProbeReport.id, models.ProbeReport.job_id, models.ProbeReport.report).where(
         models.ProbeReport.node_name == name
     )
-    if until_job is not None:
-        end = session.scalar(
-            select(func.max(models.ProbeReport.taken_at)).where(models.ProbeReport.job_id == until_job)
-        )
-        if end is not None:
-            query = query.where(models.ProbeReport.taken_at <= end)
+    if as_of is not None:
+        query = query.where(as_of.where())
     rows = list(session.execute(
         query.order_by(models.ProbeReport.taken_at.desc(), models.ProbeReport.id.desc())
         .limit(HISTORY_FACTOR * settings.health_band_window)
     ))[::-1]  # fmt: skip
     model = model_of(node) if node is not None else node_models(session=session).get(name)
-    fleet = fleet_bands(session=session, model=model, settings=settings)
+    fleet = fleet_bands(session=session, model=model, settings=settings, as_of=as_of)
     reports = [ProbeReport.model_validate(r.report) for r in rows]
     history = health.evaluate_history(reports, fleet_bands=fleet, thresholds=thresholds)
     return NodeHistory([r.id for r in rows], [r.job_id for r in rows], reports, history, fleet, model)
@@ -125,14 +158,38 @@ def node_health(
     return health.node_health(h.reports, fleet=h.fleet, thresholds=thresholds, model=h.model)
 
 
+@dataclass(frozen=True)
+class Subject:
+    """What ``job_health`` reads of a result: the node that measured it and its probes."""
+
+    node: NodeInfo
+    probes: list[ProbeReport]
+
+
+def as_of(*, session: Session, result_id: int) -> AsOf:
+    """What a result is judged against: reports taken up to its last stored probe (its
+    ``finished_at`` without one) and received up to its own arrival (its probes included)."""
+    row = session.get(models.Result, result_id)
+    assert row is not None
+    own = session.execute(
+        select(func.max(models.ProbeReport.taken_at), func.max(models.ProbeReport.received_at))
+        .where(models.ProbeReport.result_id == result_id)
+    ).one()  # fmt: skip
+    taken = own[0] if own[0] is not None else row.finished_at
+    received = max(row.received_at, own[1]) if own[1] is not None else row.received_at
+    return AsOf(taken=taken, received=received)
+
+
 def job_health(
-    *, session: Session, result: JobResult | Comparison, job_id: int | None, settings: Settings
+    *, session: Session, result: JobResult | Comparison | Subject, job_id: int | None, settings: Settings,
+    as_of: AsOf | None = None,
 ) -> tuple[list[Flag], list[HealthReason]]:
-    """Flags and reasons of the node that measured ``result``: its before/after probes judged
-    against the node's band as it stood then (stored reports of ``job_id``), or, for a result whose
-    probes are not stored under a job, against the node's current band."""
+    """Flags and reasons of the node that measured ``result``: its before/after probes stored under
+    ``job_id`` judged in the node's history ``as_of`` (the bands of that day), or, for a result
+    whose probes are not stored under a job, its probes judged against the node's bands ``as_of``
+    (now, when None)."""
     h = node_history(session=session, name=result.node.hostname, settings=settings,
-                     node=result.node.model_dump(mode="json"), until_job=job_id)
+                     node=result.node.model_dump(mode="json"), as_of=as_of)
     reasons: list[HealthReason] = []
     if job_id is not None and job_id in h.job_ids:
         for jid, rs in zip(h.job_ids, h.history.reasons, strict=True):
@@ -152,7 +209,8 @@ def compare_job(
     *, session: Session, result: JobResult, job_id: int | None, settings: Settings,
     peaks: Mapping[str, float] | None = None,
 ) -> Comparison:
-    """``service.stats.compare`` with the node-health flags and the note that says so."""
+    """``service.stats.compare`` with the node-health flags and the note that says so (bands as
+    they stand now: for a result that is not stored)."""
     from service.stats import compare
 
     flags, reasons = job_health(session=session, result=result, job_id=job_id, settings=settings)
@@ -160,17 +218,89 @@ def compare_job(
                    notes=health.report_notes(flags, reasons))
 
 
+_REASONS = TypeAdapter(list[HealthReason])
+
+
+def _public(row: models.HealthJudgement) -> HealthJudgementPublic:
+    return HealthJudgementPublic(
+        trigger=row.trigger, judged_at=row.judged_at, as_of=row.as_of, flags=row.flags,  # type: ignore[arg-type]
+        reasons=_REASONS.validate_python(row.reasons), notes=row.notes,
+    )
+
+
+def judgements(*, session: Session, result_id: int) -> list[HealthJudgementPublic]:
+    """Every stored judgement of a result, oldest first (the last one holds)."""
+    rows = session.scalars(
+        select(models.HealthJudgement).where(models.HealthJudgement.result_id == result_id)
+        .order_by(models.HealthJudgement.id)
+    )  # fmt: skip
+    return [_public(r) for r in rows]
+
+
+def judge(
+    *, session: Session, job_id: int, settings: Settings, trigger: Literal["ingest", "rejudge"] = "ingest"
+) -> HealthJudgementPublic | None:
+    """Judge the node health of ``job_id``'s stored result against the bands as of its measurement
+    and store the judgement (a new ``health_judgements`` row dated now); None without a result.
+    ``ingest``: the reports ``as_of`` allows (taken up to the job's last probe, received up to the
+    result's arrival), so the first judgement is the same whenever it is made. ``rejudge``: the
+    reports taken up to the job's last probe that are known now (late arrivals included), under
+    the current thresholds, with a dated note naming the judgement it replaces."""
+    row = session.scalar(select(models.Result).where(models.Result.job_id == job_id))
+    if row is None:
+        return None
+    when = as_of(session=session, result_id=row.id)
+    now = utcnow()
+    if trigger == "rejudge":  # the node's state up to the measurement, as far as it is known now
+        when = AsOf(taken=when.taken, received=now)
+    probes = [ProbeReport.model_validate(r) for r in session.scalars(
+        select(models.ProbeReport.report).where(models.ProbeReport.result_id == row.id)
+        .order_by(models.ProbeReport.id))]  # fmt: skip
+    subject = Subject(node=NodeInfo.model_validate(row.node), probes=probes)
+    flags, reasons = job_health(session=session, result=subject, job_id=job_id, settings=settings, as_of=when)
+    notes = health.report_notes(flags, reasons)
+    if trigger == "rejudge":
+        earlier = judgements(session=session, result_id=row.id)
+        first = f" (first judged {earlier[0].judged_at:%Y-%m-%d %H:%M:%S} UTC)" if earlier else ""
+        verdict = "not healthy" if flags else "healthy"
+        notes.append(f"Node health re-judged on {now:%Y-%m-%d %H:%M:%S} UTC{first} against the bands as of "
+                     f"{when.taken:%Y-%m-%d %H:%M:%S} UTC: {verdict}.")  # fmt: skip
+    judgement = models.HealthJudgement(
+        result_id=row.id, trigger=trigger, judged_at=now, as_of=when.taken, flags=list(flags),
+        reasons=[r.model_dump(mode="json") for r in reasons], notes=notes,
+    )  # fmt: skip
+    session.add(judgement)
+    session.flush()
+    return _public(judgement)
+
+
+def job_judgement(*, session: Session, job_id: int, settings: Settings) -> HealthJudgementPublic | None:
+    """The judgement in force for ``job_id``'s result: the latest stored one, or (first read) one
+    judged now against the bands as of the measurement and stored (the caller commits). None
+    without a result."""
+    latest = session.scalar(
+        select(models.HealthJudgement)
+        .join(models.Result, models.Result.id == models.HealthJudgement.result_id)
+        .where(models.Result.job_id == job_id).order_by(models.HealthJudgement.id.desc()).limit(1)
+    )  # fmt: skip
+    if latest is not None:
+        return _public(latest)
+    return judge(session=session, job_id=job_id, settings=settings)
+
+
 def with_health(
-    comparison: Comparison, flags: Sequence[Flag], reasons: Sequence[HealthReason]
+    comparison: Comparison, flags: Sequence[Flag], reasons: Sequence[HealthReason],
+    notes: Sequence[str] | None = None,
 ) -> Comparison:
     """``comparison`` (computed without ``health_flags``) as ``compare(..., health_flags=flags,
-    notes=report_notes(flags, reasons))`` would have given it: the flags added to every cell and to
-    the job, the notes set. ``comparison`` is not changed; the copy shares its unchanged parts
-    (cell statistics, probes), so neither may be mutated in place (a deep copy of a 1,000-cell
-    comparison costs ~80 ms, more than the page that shows it)."""
+    notes=...)`` would have given it: the flags added to every cell and to the job, the notes set
+    (``notes``, else ``report_notes(flags, reasons)``). ``comparison`` is not changed; the copy
+    shares its unchanged parts (cell statistics, probes), so neither may be mutated in place (a deep
+    copy of a 1,000-cell comparison costs ~80 ms, more than the page that shows it)."""
     from service.stats import _sorted_flags
 
-    update: dict[str, Any] = {"notes": list(health.report_notes(list(flags), list(reasons)))}
+    said = list(notes) if notes is not None else health.report_notes(list(flags), list(reasons))
+    update: dict[str, Any] = {"notes": said}
     if flags:
         update["cells"] = [c.model_copy(update={"flags": _sorted_flags([*c.flags, *flags])})
                            for c in comparison.cells]  # fmt: skip
@@ -181,27 +311,14 @@ def with_health(
 def job_comparison(
     *, session: Session, job_id: int, settings: Settings, result: JobResult | None = None
 ) -> Comparison | None:
-    """``compare_job`` of the job's stored result, from its stored comparison (computed and stored
-    on a miss, ``crud.base_comparison``) with the node-health flags applied now; None without a
-    result."""
+    """The job's stored comparison (computed and stored on a miss, ``crud.base_comparison``) with
+    its stored node-health judgement applied (``job_judgement``); None without a result."""
     from service import crud
 
     base = crud.base_comparison(session=session, job_id=job_id, result=result)
     if base is None:
         return None
-    flags, reasons = job_health(session=session, result=base, job_id=job_id, settings=settings)
-    return with_health(base, flags, reasons)
-
-
-def excluded_job_ids(*, session: Session, job_ids: Sequence[int], settings: Settings) -> set[int]:
-    """Of ``job_ids``, those whose probes made their node ``degraded`` or ``contended``: history views
-    leave them out unless asked to include them."""
-    wanted = set(job_ids)
-    names = session.execute(
-        select(models.ProbeReport.node_name).where(models.ProbeReport.job_id.in_(wanted)).distinct()
-    ).scalars().all()
-    out: set[int] = set()
-    for name in names:
-        h = node_history(session=session, name=name, settings=settings)
-        out |= {jid for jid, rs in zip(h.job_ids, h.history.reasons, strict=True) if jid in wanted and rs}
-    return out
+    judgement = job_judgement(session=session, job_id=job_id, settings=settings)
+    if judgement is None:
+        return base
+    return with_health(base, judgement.flags, judgement.reasons, judgement.notes)

@@ -15,20 +15,27 @@ The shape of a job, end to end::
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterable, Mapping
-from datetime import datetime
-from typing import Annotated, Any, Literal
+from datetime import UTC, datetime
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
+    AfterValidator,
+    AwareDatetime,
     BaseModel,
     ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
+    Strict,
+    StringConstraints,
     TypeAdapter,
     field_validator,
     model_serializer,
     model_validator,
 )
+
+from service import clock_events
 
 Variant = Literal["baseline", "candidate"]
 TimingVerdict = Literal["faster", "slower", "same", "inconclusive"]
@@ -47,7 +54,24 @@ Flag = Literal[
 ]
 Severity = Literal["error", "warning", "info"]
 
-ParamValue = int | float | str | bool
+# --------------------------------------------------------------------------------------------------
+# The types every inbound schema uses: text, timestamps, JSON objects, finite numbers
+# --------------------------------------------------------------------------------------------------
+
+TEXT_MAX_CHARS = 1_000_000
+"""Longest inbound text field, characters (fields with a column of their own have tighter bounds)."""
+
+
+def _refuse_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("text cannot contain the NUL character (U+0000)")
+    return value
+
+
+Text = Annotated[str, StringConstraints(max_length=TEXT_MAX_CHARS), AfterValidator(_refuse_nul)]
+"""Inbound text: a str of at most ``TEXT_MAX_CHARS`` characters without U+0000. PostgreSQL's text
+and JSON types cannot store NUL (SQLite can): refusing it here makes the answer a 422 whose ``loc``
+names the field, the same on both databases, instead of a database error that names none."""
 
 
 def _nul_free(value: Any) -> bool:
@@ -61,19 +85,69 @@ def _nul_free(value: Any) -> bool:
     return True
 
 
+def _json_safe(value: dict[str, Any]) -> dict[str, Any]:
+    if not _nul_free(value):
+        raise ValueError("text cannot contain the NUL character (U+0000)")
+    if not _finite_tree(value):
+        raise ValueError("numbers must be finite (no NaN or Infinity)")
+    return value
+
+
+def _finite_tree(value: Any) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(_finite_tree(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return all(_finite_tree(v) for v in value)
+    return True
+
+
+JsonObject = Annotated[dict[Text, Any], AfterValidator(_json_safe)]
+"""An inbound free-form JSON object (e.g. an NVML process entry): keys and nested text as ``Text``
+(no U+0000), nested numbers finite."""
+
+
+def as_utc(value: datetime) -> datetime:
+    """``value`` (aware) in UTC: 07:00+05:00 is 02:00+00:00. Raises ``ValueError`` for a naive one."""
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError("a timestamp needs a time zone (e.g. '2026-12-01T07:00:00Z' or '+05:00')")
+    return value.astimezone(UTC)
+
+
+UtcDatetime = Annotated[
+    AwareDatetime, AfterValidator(as_utc),
+    Field(description="ISO 8601 with a zone (Z or +hh:mm), converted to UTC; a zone-less timestamp is a 422"),
+]
+"""Every timestamp kernelab takes or gives: ISO 8601 *with* a zone (``Z`` or ``+hh:mm``), converted
+to UTC at the door (``07:00+05:00`` is stored and shown as ``02:00 UTC``). A zone-less timestamp is
+refused with a 422 naming the field (``timezone_aware``): ISO 8601 reads it as local time of an
+unknown zone, and guessing UTC would shift a runner that sends local time by hours."""
+
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+"""A float that is not NaN or infinite (JSON has neither; PostgreSQL's JSON type refuses them)."""
+Number = Annotated[float, Strict(), Field(allow_inf_nan=False)]
+"""A finite JSON number: ``true`` and ``"1e3"`` are refused, not read as 1.0 and 1000.0."""
+Count = Annotated[int, Strict()]
+"""A JSON integer: ``true``, ``2.0`` and ``"2"`` are refused."""
+
+ParamValue = int | Finite | Text | bool
+
+
 class _Strict(BaseModel):
-    """Base for inbound schemas: unknown fields are an error that names the field, and so is text
-    holding U+0000 (PostgreSQL's text and JSON types cannot store it; without this check the
-    database refused it later with a message that named no field)."""
+    """Base for inbound schemas a person writes (specs, requests): unknown fields are an error that
+    names the field; numbers are finite. Text fields are ``Text`` (no U+0000)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    @field_validator("*", mode="after")
-    @classmethod
-    def _no_nul(cls, value: Any) -> Any:
-        if not _nul_free(value):
-            raise ValueError("text cannot contain the NUL character (U+0000)")
-        return value
+
+class _Posted(BaseModel):
+    """Base for what a runner posts (results, probe reports): every float is finite (NaN/Infinity:
+    422 naming the field). Unknown fields are ignored, so a newer runner can post to an older
+    server, except in samples (``Sample``, ``SampleColumns``), where a unit or a field the server
+    does not know would change what a number means."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -97,11 +171,11 @@ class SourceSpec(_Strict):
     subdir.
     """
 
-    repo: str = Field(min_length=1, max_length=1000)
-    ref: str = Field(min_length=1, max_length=250, pattern=_GIT_REF)
-    branch: str = Field(default="", max_length=250, description="label for the history per branch")
-    subdir: str = Field(default="", max_length=500)
-    install: list[str] = Field(default_factory=list, max_length=20)
+    repo: Text = Field(min_length=1, max_length=1000)
+    ref: Text = Field(min_length=1, max_length=250, pattern=_GIT_REF)
+    branch: Text = Field(default="", max_length=250, description="label for the history per branch")
+    subdir: Text = Field(default="", max_length=500)
+    install: list[Text] = Field(default_factory=list, max_length=20)
 
     @field_validator("ref")
     @classmethod
@@ -128,8 +202,8 @@ class VariantSpec(_Strict):
     revision instead of the installed packages (see ``SourceSpec``).
     """
 
-    variant: str = Field(min_length=1, max_length=200)
-    params: dict[str, ParamValue] = Field(default_factory=dict)
+    variant: Text = Field(min_length=1, max_length=200)
+    params: dict[Text, ParamValue] = Field(default_factory=dict)
     source: SourceSpec | None = None
 
 
@@ -138,7 +212,11 @@ class MeasurementSpec(_Strict):
 
     warmup_ms: float = Field(default=25.0, ge=0, le=60_000)
     budget_ms: float = Field(default=2_000.0, gt=0, le=600_000, description="time budget per cell")
-    min_rounds: int = Field(default=5, ge=2, le=100_000)
+    min_rounds: int = Field(
+        default=5, ge=2, le=100_000,
+        description="rounds before the adaptive stop may end; a verdict needs at least 5 rounds holding both "
+        "sides and 5 kept samples per side (service.verdicts.MIN_ROUNDS, MIN_SAMPLES)",
+    )
     max_rounds: int = Field(default=10_000, ge=2, le=1_000_000)
     samples_per_round: int = Field(
         default=1, ge=1, le=1_000, description="samples of each variant per round (ABBA uses 2 rounds of A,B)"
@@ -237,10 +315,10 @@ class StaticMetricsSpec(_Strict):
     """
 
     enabled: bool = False
-    target: str | None = Field(default=None, pattern=r"^sm_\d{2,3}a?$", description="e.g. sm_90a")
+    target: Text | None = Field(default=None, pattern=r"^sm_\d{2,3}a?$", description="e.g. sm_90a")
 
 
-SweepGrid = dict[str, list[ParamValue]]
+SweepGrid = dict[Text, list[ParamValue]]
 
 
 class JobSpec(_Strict):
@@ -255,11 +333,11 @@ class JobSpec(_Strict):
     ``kernels.validate_spec``.
     """
 
-    name: str = Field(default="", max_length=200)
-    benchmark: str = Field(min_length=1, max_length=500, description="registry name or 'module:object'")
+    name: Text = Field(default="", max_length=200)
+    benchmark: Text = Field(min_length=1, max_length=500, description="registry name or 'module:object'")
     baseline: VariantSpec
     candidate: VariantSpec
-    params: dict[str, ParamValue] = Field(default_factory=dict)
+    params: dict[Text, ParamValue] = Field(default_factory=dict)
     sweep: SweepGrid = Field(default_factory=dict)
     sweep_by_device: dict[DeviceType, SweepGrid] = Field(default_factory=dict)
     measurement: MeasurementSpec = Field(default_factory=MeasurementSpec)
@@ -303,41 +381,55 @@ class JobSpec(_Strict):
 # --------------------------------------------------------------------------------------------------
 
 
-class Work(BaseModel):
-    """Work one launch does, declared by the benchmark: used for throughput and plausibility."""
+class Work(_Posted):
+    """Work one launch does, declared by the benchmark: used for throughput and plausibility.
+    Finite JSON numbers >= 0 (``true``, ``"1e3"``, NaN: 422)."""
 
-    flops: float = Field(default=0.0, ge=0)
-    bytes_read: float = Field(default=0.0, ge=0)
-    bytes_written: float = Field(default=0.0, ge=0)
+    flops: float = Field(default=0.0, ge=0, strict=True)
+    bytes_read: float = Field(default=0.0, ge=0, strict=True)
+    bytes_written: float = Field(default=0.0, ge=0, strict=True)
 
 
 _INT32_MAX = 2**31 - 1  # round, position and launches are stored as int32 (service.sample_blocks)
 _INT64_MAX = 2**63 - 1  # clock_event_reasons is stored as int64
-_Int32 = Annotated[int, Field(ge=0, le=_INT32_MAX)]
-_Launches = Annotated[int, Field(ge=1, le=_INT32_MAX)]
-_Reasons = Annotated[int, Field(ge=0, le=_INT64_MAX, description="NVML bitmask")]
-_Finite = Annotated[float, Field(allow_inf_nan=False)]
-_FiniteNonNeg = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+MAX_DURATION_NS = 86_400e9
+"""Longest time per launch a sample may hold, ns: one day, ``JobSpec.timeout_s``'s upper bound. No
+launch of a job lasts longer than the job may run, so a larger value is not a measurement; refusing
+it at the door (422 naming the sample) keeps the statistics of every stored result finite (a median
+of two samples of 9e307 ns overflows float64)."""
+_Int32 = Annotated[int, Strict(), Field(ge=0, le=_INT32_MAX)]
+_Launches = Annotated[int, Strict(), Field(ge=1, le=_INT32_MAX)]
+_Reasons = Annotated[int, Strict(), Field(ge=0, le=_INT64_MAX, description="NVML bitmask")]
+_Duration = Annotated[float, Strict(), Field(ge=0, le=MAX_DURATION_NS, allow_inf_nan=False)]
+_Finite = Number
+_FiniteNonNeg = Annotated[float, Strict(), Field(ge=0, allow_inf_nan=False)]
+_Bool = Annotated[bool, Strict()]
 
 
 class Sample(BaseModel):
     """One timed sample of one variant (a row of ``SampleColumns``).
 
-    ``duration_ns`` is the time of one launch: the timed window divided by ``launches``.
-    Context fields are None where the platform cannot read them (CPU, no NVML). Floats must be
-    finite (NaN/inf: 422); ``round``, ``position`` and ``launches`` fit in int32.
+    ``duration_ns`` is the time of one launch: the timed window divided by ``launches``, at most
+    ``MAX_DURATION_NS``. Context fields are None where the platform cannot read them (CPU, no
+    NVML); ``clock_event_reasons`` is the NVML mask (``service.clock_events``), which the server
+    reads itself: a sample whose mask holds a throttle reason counts as throttled whatever
+    ``throttled`` says. Raises (422, ``loc`` naming the field): an unknown field (a ``unit`` the
+    server would ignore changes what every number means), a float that is not finite, a number
+    posted as ``true`` or ``"1e3"``; ``round``, ``position`` and ``launches`` fit in int32.
     """
 
+    model_config = ConfigDict(extra="forbid")
+
     variant: Variant
-    round: int = Field(ge=0, le=_INT32_MAX, description="interleaving round number")
-    position: int = Field(ge=0, le=_INT32_MAX, description="position of this sample inside its round")
-    duration_ns: float = Field(ge=0, allow_inf_nan=False)
-    launches: int = Field(default=1, ge=1, le=_INT32_MAX)
-    sm_clock_mhz: float | None = Field(default=None, ge=0, allow_inf_nan=False)
-    clock_event_reasons: int | None = Field(default=None, ge=0, le=_INT64_MAX, description="NVML bitmask")
-    temperature_c: float | None = Field(default=None, allow_inf_nan=False)
-    power_w: float | None = Field(default=None, ge=0, allow_inf_nan=False)
-    throttled: bool = False
+    round: _Int32 = Field(description="interleaving round number")
+    position: _Int32 = Field(description="position of this sample inside its round")
+    duration_ns: _Duration
+    launches: _Launches = 1
+    sm_clock_mhz: _FiniteNonNeg | None = None
+    clock_event_reasons: _Reasons | None = None
+    temperature_c: _Finite | None = None
+    power_w: _FiniteNonNeg | None = None
+    throttled: _Bool = False
 
 
 SAMPLE_FIELDS: tuple[str, ...] = tuple(Sample.model_fields)
@@ -372,13 +464,13 @@ class SampleColumns(BaseModel):
     variant: list[Variant] = Field(default_factory=list, description="one per sample: defines n")
     round: list[_Int32] = Field(default_factory=list)
     position: list[_Int32] = Field(default_factory=list)
-    duration_ns: list[_FiniteNonNeg] = Field(default_factory=list, description="ns per launch")
+    duration_ns: list[_Duration] = Field(default_factory=list, description="ns per launch")
     launches: list[_Launches] = Field(default_factory=list, description="left out: 1 per sample")
     sm_clock_mhz: list[_FiniteNonNeg | None] = Field(default_factory=list, description="left out: null")
     clock_event_reasons: list[_Reasons | None] = Field(default_factory=list, description="left out: null")
     temperature_c: list[_Finite | None] = Field(default_factory=list, description="left out: null")
     power_w: list[_FiniteNonNeg | None] = Field(default_factory=list, description="left out: null")
-    throttled: list[bool] = Field(default_factory=list, description="left out: false")
+    throttled: list[_Bool] = Field(default_factory=list, description="left out: false")
 
     @model_validator(mode="before")
     @classmethod
@@ -446,8 +538,37 @@ class SampleColumns(BaseModel):
             getattr(self, name).append(getattr(sample, name))
 
 
-class CorrectnessResult(BaseModel):
+class _Metrics(_Posted):
+    """Base of the correctness checks' results: a metric posted as NaN or +-Infinity (a norm of an
+    output full of NaN, an overflowing difference) is stored as None, and its field name is listed
+    in ``nonfinite_metrics``; ``service.verdicts`` tells it with the reason ``metric-not-finite``.
+    The number describes a broken output, which is the measurement: refusing it would lose the
+    result of the very kernel it condemns. Fields listed in ``_NULLABLE`` get this treatment; any
+    other non-finite float is refused (``_Posted``)."""
+
+    _NULLABLE: ClassVar[tuple[str, ...]] = ()
+
+    nonfinite_metrics: list[Text] = Field(
+        default_factory=list, description="metrics posted as NaN or Infinity, stored as null"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nonfinite_to_null(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        bad = [k for k in cls._NULLABLE if isinstance(v := data.get(k), float) and not math.isfinite(v)]
+        if not bad:
+            return data
+        listed = data.get("nonfinite_metrics") or []
+        return {**data, **dict.fromkeys(bad, None),
+                "nonfinite_metrics": list(dict.fromkeys([*listed, *bad]))}  # fmt: skip
+
+
+class CorrectnessResult(_Metrics):
     """One variant's output compared with the reference (float64)."""
+
+    _NULLABLE = ("rel_error", "max_abs_error", "cosine_similarity", "rtol", "atol")
 
     passed: bool
     rel_error: float | None = Field(default=None, description="||out-ref|| / ||ref||")
@@ -456,10 +577,10 @@ class CorrectnessResult(BaseModel):
     rtol: float | None = None
     atol: float | None = None
     nonfinite: int = Field(default=0, ge=0, description="NaN/Inf elements in the output")
-    dtype: str | None = Field(default=None, description="the output's dtype, e.g. 'float32'")
-    message: str = ""
+    dtype: Text | None = Field(default=None, description="the output's dtype, e.g. 'float32'")
+    message: Text = ""
     # Results of runners.checks (issue 5); None where the check did not run.
-    where: str = Field(default="", description="bad elements in the output's logical coordinates")
+    where: Text = Field(default="", description="bad elements in the output's logical coordinates")
     repeats: RepeatCheck | None = None
     determinism: DeterminismCheck | None = None
     batch_invariance: BatchInvarianceCheck | None = None
@@ -468,8 +589,10 @@ class CorrectnessResult(BaseModel):
     )
 
 
-class RepeatCheck(BaseModel):
+class RepeatCheck(_Metrics):
     """``runs`` poisoned runs against the reference: how often and how the failure shows."""
+
+    _NULLABLE = ("worst_rel_error", "worst_max_abs_error", "bad_set_jaccard")
 
     runs: int = Field(ge=0)
     inputs: Literal["fixed", "fresh"] = "fixed"
@@ -482,11 +605,13 @@ class RepeatCheck(BaseModel):
     bad_set_jaccard: float | None = Field(
         default=None, description="mean Jaccard of consecutive failures' bad-element sets (fixed inputs)"
     )
-    where: str = ""
+    where: Text = ""
 
 
-class DeterminismCheck(BaseModel):
+class DeterminismCheck(_Metrics):
     """``runs`` runs on the same inputs compared bitwise with the first run."""
+
+    _NULLABLE = ("max_abs_difference", "bad_set_jaccard")
 
     runs: int = Field(ge=0)
     deterministic: bool
@@ -496,33 +621,37 @@ class DeterminismCheck(BaseModel):
     bad_set_jaccard: float | None = Field(
         default=None, description="mean Jaccard of consecutive differing runs' element sets (1: fixed)"
     )
-    where: str = ""
+    where: Text = ""
 
 
-class BatchInvarianceCheck(BaseModel):
+class BatchInvarianceCheck(_Metrics):
     """Rows computed alone, in a small batch and in the full batch, compared bitwise."""
+
+    _NULLABLE = ("max_abs_difference",)
 
     batch_rows: int = Field(ge=0, description="rows of the full batch")
     rows_checked: int = Field(ge=0)
     invariant: bool
-    mismatched_rows: dict[str, int] = Field(
+    mismatched_rows: dict[Text, int] = Field(
         default_factory=dict, description="'alone' / 'small' -> rows not bitwise equal to the full batch"
     )
     mismatched_elements: int = Field(default=0, ge=0)
     max_abs_difference: float | None = None
-    message: str = ""
+    message: Text = ""
 
 
-class BitwiseComparison(BaseModel):
+class BitwiseComparison(_Metrics):
     """Two outputs of one shape compared byte for byte."""
+
+    _NULLABLE = ("max_abs_difference",)
 
     identical: bool
     differing_elements: int = Field(default=0, ge=0)
     max_abs_difference: float | None = None
-    where: str = ""
+    where: Text = ""
 
 
-class ContentionReading(BaseModel):
+class ContentionReading(_Posted):
     """Who else used the GPU, read at one moment of a cell's measurement (NVML).
 
     ``processes``: one entry per process seen on the GPU (compute processes and processes with
@@ -531,22 +660,22 @@ class ContentionReading(BaseModel):
     """
 
     round: int = Field(ge=0, description="rounds completed when read")
-    processes: list[dict[str, Any]] = Field(default_factory=list)
+    processes: list[JsonObject] = Field(default_factory=list)
 
 
-class Reason(BaseModel):
+class Reason(_Posted):
     """Why a verdict or a number is what it is: a machine-readable ``code`` (the catalogue is
     ``service.verdicts.REASONS``), one sentence for a person, the side it concerns (None: the cell
     or job) and a severity (``error``: decides the verdict; ``warning``/``info``: told, not
     decisive). The shape of nvbench_compare's ``DecisionReason``."""
 
-    code: str = Field(min_length=1, max_length=64, pattern=r"^[a-z0-9-]+$")
-    message: str = Field(max_length=2_000)
+    code: Text = Field(min_length=1, max_length=64, pattern=r"^[a-z0-9-]+$")
+    message: Text = Field(max_length=2_000)
     side: Variant | None = None
     severity: Severity = "error"
 
 
-class TimedCheck(BaseModel):
+class TimedCheck(_Posted):
     """One checked sample of one side: the output of the timed method, verified.
 
     The runner refills the inputs in place with fresh values (``seed``), poisons the output,
@@ -558,7 +687,7 @@ class TimedCheck(BaseModel):
     ``findings`` holds the failures as ``Reason`` codes (``service.verdicts.REASONS``).
     """
 
-    timer: str = Field(max_length=64)
+    timer: Text = Field(max_length=64)
     round: int = Field(ge=0, description="rounds completed when the check ran")
     seed: int = Field(ge=0)
     launches: int = Field(default=1, ge=1)
@@ -571,16 +700,16 @@ class TimedCheck(BaseModel):
 StaticVerdict = Literal["identical", "different", "only-baseline", "only-candidate"]
 
 
-class KernelLoopStats(BaseModel):
+class KernelLoopStats(_Posted):
     """An innermost loop of a kernel's machine code: byte offsets (SASS) or instruction indices."""
 
     start_offset: int = Field(ge=0)
     end_offset: int = Field(ge=0)
     instructions: int = Field(ge=0)
-    by_class: dict[str, int] = Field(default_factory=dict)
+    by_class: dict[Text, int] = Field(default_factory=dict)
 
 
-class KernelStatic(BaseModel):
+class KernelStatic(_Posted):
     """Static metrics of one compiled kernel (``runners.static_metrics``).
 
     ``isa``: ``sass`` (from the cubin with nvdisasm/cuobjdump) or ``ptx`` (fallback: no registers).
@@ -590,9 +719,9 @@ class KernelStatic(BaseModel):
     ``code_sha256`` digests the machine code (encodings; no names, no absolute addresses).
     """
 
-    name: str
+    name: Text
     isa: Literal["sass", "ptx", "amdgcn"]
-    target: str
+    target: Text
     num_warps: int | None = None
     num_stages: int | None = None
     registers: int | None = Field(default=None, ge=0, description="per thread")
@@ -604,59 +733,59 @@ class KernelStatic(BaseModel):
     occupancy_pct: float | None = Field(default=None, ge=0, le=100)
     instructions: int = Field(ge=0)
     predicated: int = Field(default=0, ge=0, description="instructions under a guard predicate")
-    by_class: dict[str, int] = Field(default_factory=dict)
-    by_opcode: dict[str, int] = Field(default_factory=dict)
+    by_class: dict[Text, int] = Field(default_factory=dict)
+    by_opcode: dict[Text, int] = Field(default_factory=dict)
     loops: list[KernelLoopStats] = Field(default_factory=list, description="innermost loops")
-    code_sha256: str = ""
+    code_sha256: Text = ""
 
 
-class StaticChange(BaseModel):
+class StaticChange(_Posted):
     """Instructions added (``+``) or removed (``-``) by the candidate, per opcode and code region
     (``prologue``, ``loop``, ``epilogue``, ``between`` loops, ``body`` when loop-free)."""
 
     sign: Literal["+", "-"]
-    opcode: str
+    opcode: Text
     count: int = Field(ge=1)
-    region: str
+    region: Text
 
 
-class KernelDiff(BaseModel):
+class KernelDiff(_Posted):
     """Baseline vs candidate for one kernel: deltas are candidate - baseline."""
 
-    name: str
+    name: Text
     verdict: StaticVerdict
     baseline: KernelStatic | None = None
     candidate: KernelStatic | None = None
-    class_delta: dict[str, int] = Field(default_factory=dict)
-    opcode_delta: dict[str, int] = Field(default_factory=dict)
-    resource_delta: dict[str, float] = Field(default_factory=dict)
+    class_delta: dict[Text, int] = Field(default_factory=dict)
+    opcode_delta: dict[Text, int] = Field(default_factory=dict)
+    resource_delta: dict[Text, float] = Field(default_factory=dict)
     changes: list[StaticChange] = Field(default_factory=list)
-    summary: str = ""
+    summary: Text = ""
 
 
-class StaticComparison(BaseModel):
+class StaticComparison(_Posted):
     """Static comparison of one cell's kernels; ``identical`` when every kernel's code is equal."""
 
-    target: str = ""
+    target: Text = ""
     verdict: Literal["identical", "different"] | None = None
     kernels: list[KernelDiff] = Field(default_factory=list)
-    error: str | None = None
+    error: Text | None = None
 
 
-class CellResult(BaseModel):
+class CellResult(_Posted):
     """All raw data measured for one sweep cell."""
 
     index: int = Field(ge=0)
-    params: dict[str, ParamValue]
-    baseline_params: dict[str, ParamValue] = Field(default_factory=dict)
-    candidate_params: dict[str, ParamValue] = Field(default_factory=dict)
+    params: dict[Text, ParamValue]
+    baseline_params: dict[Text, ParamValue] = Field(default_factory=dict)
+    candidate_params: dict[Text, ParamValue] = Field(default_factory=dict)
     work: dict[Variant, Work] = Field(default_factory=dict)
     samples: SampleColumns = Field(
         default_factory=SampleColumns, description="raw samples, columnar (the row form is accepted)"
     )
     correctness: dict[Variant, CorrectnessResult] = Field(default_factory=dict)
-    error: str | None = Field(default=None, description="set when the cell could not be measured")
-    timers: dict[Variant, str] = Field(
+    error: Text | None = Field(default=None, description="set when the cell could not be measured")
+    timers: dict[Variant, Text] = Field(
         default_factory=dict, description="timer that measured each variant (a graph fallback shows)"
     )
     contention: list[ContentionReading] = Field(default_factory=list)
@@ -676,7 +805,7 @@ class CellResult(BaseModel):
     )
 
 
-class CopyBandwidthReading(BaseModel):
+class CopyBandwidthReading(_Posted):
     """Device-local copy: bytes read + bytes written over time."""
 
     device_index: int = Field(ge=0)
@@ -685,11 +814,11 @@ class CopyBandwidthReading(BaseModel):
     bandwidth_gbps: float = Field(ge=0, description="GB/s = 1e9 bytes/s, read + written")
 
 
-class MatmulPeakReading(BaseModel):
+class MatmulPeakReading(_Posted):
     """Dense matmul rate of one GPU: the plausibility guard's FLOP/s bound (2*M*N*K per launch)."""
 
     device_index: int = Field(ge=0)
-    dtype: str
+    dtype: Text
     m: int = Field(ge=1)
     n: int = Field(ge=1)
     k: int = Field(ge=1)
@@ -698,10 +827,10 @@ class MatmulPeakReading(BaseModel):
     tflops: float = Field(ge=0, description="TFLOP/s = 1e12 FLOP/s")
 
 
-class AllReduceReading(BaseModel):
+class AllReduceReading(_Posted):
     """One all-reduce size, timed as nccl-tests times it. busbw = algbw * 2(n-1)/n."""
 
-    backend: str
+    backend: Text
     world_size: int = Field(ge=1)
     ranks: list[int] = Field(default_factory=list, description="device indices in the group")
     size_bytes: int = Field(ge=0)
@@ -717,7 +846,7 @@ class AllReduceReading(BaseModel):
     )
 
 
-class PeerCopyReading(BaseModel):
+class PeerCopyReading(_Posted):
     """Copy from GPU ``src_device`` to GPU ``dst_device``: bytes moved (once) over time.
 
     ``peer_access`` is ``torch.cuda.can_device_access_peer``; without it the copy is staged through
@@ -732,17 +861,23 @@ class PeerCopyReading(BaseModel):
     bandwidth_gbps: float = Field(ge=0, description="GB/s = 1e9 bytes/s, bytes copied once")
 
 
-class GpuTelemetry(BaseModel):
+class GpuTelemetry(_Posted):
     """NVML snapshot of one GPU. None means "not readable here", never zero."""
 
     device_index: int = Field(ge=0)
-    name: str = ""
-    uuid: str = ""
+    name: Text = ""
+    uuid: Text = ""
     sm_clock_mhz: float | None = None
     mem_clock_mhz: float | None = None
     max_sm_clock_mhz: float | None = None
-    clock_event_reasons: int | None = None
-    clock_event_reason_names: list[str] = Field(default_factory=list)
+    clock_event_reasons: int | None = Field(
+        default=None, ge=0, strict=True, description="NVML clock-event-reasons mask (service.clock_events)"
+    )
+    clock_event_reason_names: list[Text] = Field(
+        default_factory=list,
+        description="the mask's reasons, decoded by the server (posted names that contradict the mask "
+        "are replaced; names without a mask are kept for display and never judged)",
+    )
     temperature_c: float | None = None
     memory_temperature_c: float | None = None
     power_w: float | None = None
@@ -750,27 +885,33 @@ class GpuTelemetry(BaseModel):
     utilization_pct: float | None = None
     memory_used_bytes: int | None = None
     ecc_volatile_uncorrected: int | None = None
-    other_processes: list[dict[str, Any]] = Field(default_factory=list)
+    other_processes: list[JsonObject] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _names_from_mask(self) -> GpuTelemetry:
+        if self.clock_event_reasons is not None:
+            self.clock_event_reason_names = clock_events.decode(self.clock_event_reasons)
+        return self
 
 
-class ProbeReport(BaseModel):
+class ProbeReport(_Posted):
     """Node-health readings taken at one moment (before or after a job, or on demand)."""
 
     phase: Literal["before", "after", "adhoc"] = "adhoc"
-    taken_at: datetime
+    taken_at: UtcDatetime
     wall_s: float = Field(default=0.0, ge=0, description="how long the probe took")
     copy_bandwidth: list[CopyBandwidthReading] = Field(default_factory=list)
     all_reduce: list[AllReduceReading] = Field(default_factory=list)
     telemetry: list[GpuTelemetry] = Field(default_factory=list)
     peer_copy: list[PeerCopyReading] = Field(default_factory=list)
     mode: Literal["quick", "full"] = "quick"
-    notes: list[str] = Field(default_factory=list, description="probes skipped and why")
+    notes: list[Text] = Field(default_factory=list, description="probes skipped and why")
     matmul_peak: list[MatmulPeakReading] = Field(default_factory=list)
-    nvml_status: str = Field(default="absent", description="'ok', 'absent' or the error")
-    errors: dict[str, str] = Field(default_factory=dict, description="probe name -> error text")
+    nvml_status: Text = Field(default="absent", description="'ok', 'absent' or the error")
+    errors: dict[Text, Text] = Field(default_factory=dict, description="probe name -> error text")
 
 
-class RevisionInfo(BaseModel):
+class RevisionInfo(_Posted):
     """One side's code as measured: the revision it came from and the software it ran with.
 
     ``repo``/``ref``/``branch``/``subdir`` echo the ``SourceSpec`` (all empty when the side used
@@ -779,15 +920,15 @@ class RevisionInfo(BaseModel):
     absent).
     """
 
-    repo: str = ""
-    ref: str = ""
-    branch: str = ""
-    subdir: str = ""
-    sha: str = ""
-    versions: dict[str, str | None] = Field(default_factory=dict)
+    repo: Text = ""
+    ref: Text = ""
+    branch: Text = ""
+    subdir: Text = ""
+    sha: Text = ""
+    versions: dict[Text, Text | None] = Field(default_factory=dict)
 
 
-class RevisionsInfo(BaseModel):
+class RevisionsInfo(_Posted):
     """Both sides' revisions of an A/B job across source revisions (``NodeInfo.revisions``).
 
     ``diff_stat`` is ``git diff --stat`` from the baseline's commit to the candidate's (empty when
@@ -797,46 +938,46 @@ class RevisionsInfo(BaseModel):
 
     baseline: RevisionInfo
     candidate: RevisionInfo
-    diff_stat: str = ""
-    diff_shortstat: str = ""
+    diff_stat: Text = ""
+    diff_shortstat: Text = ""
 
 
-class NodeInfo(BaseModel):
+class NodeInfo(_Posted):
     """What the node is: hardware and software fingerprint of a result."""
 
-    hostname: str
+    hostname: Text = Field(min_length=1, max_length=255, description="the node's name (results.node_name)")
     device_type: DeviceType
-    device_name: str = ""
+    device_name: Text = ""
     device_count: int = Field(default=0, ge=0)
     l2_bytes: int | None = None
-    driver_version: str | None = None
-    cuda_version: str | None = None
-    torch_version: str | None = None
-    triton_version: str | None = None
-    python_version: str = ""
+    driver_version: Text | None = None
+    cuda_version: Text | None = None
+    torch_version: Text | None = None
+    triton_version: Text | None = None
+    python_version: Text = ""
     triton_interpret: bool = False
     revisions: RevisionsInfo | None = Field(
         default=None, description="set for a job whose sides came from git revisions"
     )
 
 
-class JobResult(BaseModel):
+class JobResult(_Posted):
     """Everything a runner measured for one job: posted whole, stored whole or not at all.
 
     ``idempotency_key`` makes a retried post harmless: the server stores the first and answers
     later posts with the same key by pointing at it.
     """
 
-    idempotency_key: str = Field(min_length=8, max_length=200)
+    idempotency_key: Text = Field(min_length=8, max_length=200)
     job_id: int | None = None
     spec: JobSpec
     node: NodeInfo
-    timer: str = Field(description="'cuda-event' or 'perf_counter'")
-    started_at: datetime
-    finished_at: datetime
+    timer: Text = Field(max_length=64, description="'cuda-event' or 'perf_counter'")
+    started_at: UtcDatetime
+    finished_at: UtcDatetime
     cells: list[CellResult]
     probes: list[ProbeReport] = Field(default_factory=list)
-    error: str | None = None
+    error: Text | None = None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -930,9 +1071,9 @@ class JobPublic(BaseModel):
     spec: JobSpec
     attempts: int
     max_attempts: int
-    created_at: datetime
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
+    created_at: UtcDatetime
+    started_at: UtcDatetime | None = None
+    finished_at: UtcDatetime | None = None
     node: str | None = None
     error: str | None = None
     summary: dict[str, int] = Field(default_factory=dict)
@@ -952,8 +1093,8 @@ class AttemptPublic(BaseModel):
 
     attempt: int = Field(description="1 for the first claim, counting up")
     runner: str | None = Field(default=None, description="runner name; null if the runner was deleted")
-    claimed_at: datetime
-    ended_at: datetime | None = None
+    claimed_at: UtcDatetime
+    ended_at: UtcDatetime | None = None
     outcome: AttemptOutcome
     error: str | None = None
 
@@ -964,21 +1105,21 @@ class AttemptsPage(BaseModel):
 
 
 class RunnerRegister(_Strict):
-    name: Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:-]+$")]
+    name: Annotated[Text, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:-]+$")]
     node: NodeInfo | None = None
 
 
 class RunnerRegistered(BaseModel):
     runner_id: int
-    name: str
-    token: str = Field(description="per-runner bearer token; shown once, stored hashed")
+    name: Text
+    token: Text = Field(description="per-runner bearer token; shown once, stored hashed")
 
 
 class RunnerIdentity(BaseModel):
     """``GET /runners/me``: the runner a runner token belongs to."""
 
     runner_id: int
-    name: str
+    name: Text
 
 
 class ClaimRequest(_Strict):
@@ -990,7 +1131,7 @@ class JobClaim(BaseModel):
     job_id: int
     attempt: int
     spec: JobSpec
-    lease_expires_at: datetime
+    lease_expires_at: UtcDatetime
 
 
 class LeasePublic(BaseModel):
@@ -999,7 +1140,7 @@ class LeasePublic(BaseModel):
 
     job_id: int
     attempt: int
-    lease_expires_at: datetime
+    lease_expires_at: UtcDatetime
 
 
 class Heartbeat(_Strict):
@@ -1007,7 +1148,7 @@ class Heartbeat(_Strict):
 
 
 class JobFailure(_Strict):
-    error: str = Field(min_length=1, max_length=20_000)
+    error: Text = Field(min_length=1, max_length=20_000)
     retry: bool = False
 
 
@@ -1058,9 +1199,90 @@ class NodeHealth(BaseModel):
 
     status: Literal["healthy", "degraded", "contended", "unknown"]
     model: str | None = Field(default=None, description="GPU model whose fleet band applies")
-    taken_at: datetime | None = Field(default=None, description="the latest probe report's time")
+    taken_at: UtcDatetime | None = Field(default=None, description="the latest probe report's time")
     reasons: list[HealthReason] = Field(default_factory=list)
     bands: list[HealthBand] = Field(default_factory=list)
     flags: list[Flag] = Field(default_factory=list)
     healthy_probes: int = Field(default=0, ge=0, description="reports that taught the node's band")
     message: str = ""
+
+
+class HealthJudgementPublic(BaseModel):
+    """A result's stored node-health judgement (``GET``/``POST /api/v1/jobs/{id}/health``): judged
+    at ``judged_at`` against the node's and the fleet's bands as of ``as_of`` (the job's last probe),
+    by ``trigger`` ``ingest`` (the first read or the ingest's background task) or ``rejudge`` (asked
+    for explicitly). The latest judgement holds; its ``flags`` and ``notes`` are the comparison's."""
+
+    trigger: Literal["ingest", "rejudge"]
+    judged_at: UtcDatetime
+    as_of: UtcDatetime
+    flags: list[Flag] = Field(default_factory=list)
+    reasons: list[HealthReason] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+
+
+class HealthJudgements(BaseModel):
+    """Every judgement of a result, oldest first; ``current`` is the last."""
+
+    current: HealthJudgementPublic
+    data: list[HealthJudgementPublic]
+
+
+# --------------------------------------------------------------------------------------------------
+# History (service.history)
+# --------------------------------------------------------------------------------------------------
+
+ChangeReason = Literal["first-point", "fingerprint-changed", "excluded"]
+"""Why a history point has no ``change_pct`` (``service.history.CHANGE_MEANING``)."""
+Excluded = Literal["node-flagged", "problem-verdict"]
+"""Why history views leave a point out by default (``service.history.EXCLUDED_MEANING``)."""
+
+
+class HistoryPoint(BaseModel):
+    """One point of a benchmark's history (``service.history``): one side of one cell of one
+    result. ``median_ns``: ns per launch of its kept samples; ``change_pct``: (median / previous
+    shown median of its line with the same driver - 1) x 100, None with ``change_reason``."""
+
+    job_id: int | None
+    measured_at: UtcDatetime
+    side: Variant
+    code: str = Field(description="branch of a revision side, else variant (params)")
+    sha: str = ""
+    cell: str
+    cell_index: int
+    gpu_model: str
+    driver: str | None = None
+    timer: str
+    state: Literal["cold", "warm"]
+    median_ns: float
+    n: int
+    verdict: str
+    node: str
+    excluded: Excluded | None = None
+    change_pct: float | None = None
+    change_reason: ChangeReason | None = None
+
+
+class Series(BaseModel):
+    """One line of the history: points of one code and cell on one GPU model, timer and state."""
+
+    code: str
+    cell: str
+    gpu_model: str
+    timer: str
+    state: Literal["cold", "warm"]
+    points: list[HistoryPoint]
+
+    @property
+    def name(self) -> str:
+        return f"{self.code} · {self.cell} · {self.gpu_model} · {self.timer}/{self.state}"
+
+
+class HistoryPage(BaseModel):
+    """``GET /api/v1/history``: a benchmark's lines over its ``limit`` latest results."""
+
+    benchmark: str
+    include_excluded: bool
+    results: int = Field(description="results read (the latest, up to limit)")
+    excluded: dict[str, int] = Field(default_factory=dict, description="points left out, per reason")
+    series: list[Series]

@@ -28,7 +28,7 @@ from typing import NamedTuple, get_args
 
 import numpy as np
 
-from service import verdicts
+from service import clock_events, verdicts
 from service.node_change import node_change_reasons
 from service.schemas import (
     SAMPLE_FIELDS,
@@ -61,16 +61,35 @@ def _sorted_flags(flags: Iterable[Flag]) -> list[Flag]:
     return sorted(present, key=_FLAG_ORDER.index)
 
 
+def throttled_mask(samples: SampleColumns) -> np.ndarray:
+    """``(n,)`` bool: True where a sample was taken while throttled: marked ``throttled`` by the
+    runner (its clock below the expected one), or holding a throttle reason in its NVML
+    clock-event mask (``service.clock_events.THROTTLE_MASK``: power, thermal, hardware slowdown),
+    whatever its clock. A DCGM blank placeholder mask is no data (``clock_events.is_placeholder``)."""
+    n = len(samples)
+    marked = np.fromiter(samples.throttled, dtype=bool, count=n)
+    reasons = samples.clock_event_reasons
+    if reasons.count(None) == n:
+        return marked
+    masks = np.fromiter((-1 if r is None else r for r in reasons), dtype=np.int64, count=n)
+    readable = (masks >= 0) & (masks < clock_events.DCGM_INT64_BLANK)
+    return marked | (readable & ((masks & clock_events.THROTTLE_MASK) != 0))
+
+
 def kept_samples(samples: SampleColumns, *, exclude_throttled: bool) -> SampleColumns:
     """The samples the statistics use: all of them, or those not taken while throttled.
 
     nvbench discards samples whose SM clock fell below 75% of the default clock; the runner marks
-    such samples ``throttled=True`` and ``MeasurementSpec.exclude_throttled`` (default True)
+    such samples ``throttled=True``, and a sample whose clock-event mask holds a throttle reason is
+    throttled too (``throttled_mask``). ``MeasurementSpec.exclude_throttled`` (default True)
     drops them here. Returns ``samples`` itself when nothing is dropped (do not mutate it).
     """
-    if not (exclude_throttled and any(samples.throttled)):
+    if not exclude_throttled:
         return samples
-    keep = [not t for t in samples.throttled]
+    throttled = throttled_mask(samples)
+    if not throttled.any():
+        return samples
+    keep = (~throttled).tolist()
     return SampleColumns.unchecked({n: list(compress(getattr(samples, n), keep)) for n in SAMPLE_FIELDS})
 
 
@@ -112,7 +131,21 @@ def _resampled_medians(matrix: np.ndarray, idx: np.ndarray) -> np.ndarray:
     rows = np.arange(flat.shape[0])
     lower = flat[rows, np.maximum(count - 1, 0) // 2]
     upper = flat[rows, np.minimum(count // 2, flat.shape[1] - 1)]
-    return np.where(count > 0, (lower + upper) / 2, np.nan)
+    with np.errstate(over="ignore"):
+        mid = (lower + upper) / 2
+    overflowed = np.isinf(mid) & np.isfinite(lower) & np.isfinite(upper)
+    if overflowed.any():  # two values near 1.8e308: lower + (upper - lower) / 2 cannot overflow
+        mid[overflowed] = lower[overflowed] + (upper[overflowed] - lower[overflowed]) / 2
+    return np.where(count > 0, mid, np.nan)
+
+
+def _median(x: np.ndarray) -> float:
+    """``np.median`` of (n,) float64, n >= 1, computed without overflow: numpy averages the two
+    middle values as (a + b) / 2, which overflows for values near 1.8e308; then the percentile's
+    a + (b - a) / 2 (the same value, possibly one ulp apart) is taken."""
+    with np.errstate(over="ignore"):
+        m = float(np.median(x))
+    return m if math.isfinite(m) or not np.isfinite(x).all() else float(np.percentile(x, 50))
 
 
 @lru_cache(maxsize=256)
@@ -185,10 +218,10 @@ def _ratio_ci(
             return None
         sides.append((own_rounds, durations[own]))
     (base_rounds, base_ns), (cand_rounds, cand_ns) = sides
-    base_median = float(np.median(base_ns))  # the median of the matrix below without its NaN padding
+    base_median = _median(base_ns)  # the median of the matrix below without its NaN padding
     if base_median <= 0.0:
         return None
-    ratio = float(np.median(cand_ns)) / base_median
+    ratio = _median(cand_ns) / base_median
     rounds = np.unique(sample_rounds)
     base = _round_matrix(base_rounds, base_ns, rounds)
     cand = _round_matrix(cand_rounds, cand_ns, rounds)
@@ -331,7 +364,11 @@ def variant_stats(durations_ns: np.ndarray, *, dropped_throttled: int = 0) -> Va
     x = np.asarray(durations_ns, dtype=np.float64)
     if x.size == 0:
         return VariantStats(n=0, dropped_throttled=dropped_throttled)
-    q1, median, q3 = (float(v) for v in np.percentile(x, [25, 50, 75]))
+    q1, median, q3 = (float(v) for v in np.percentile(x, [25, 50, 75]))  # a + (b - a) * t: no overflow
+    with np.errstate(over="ignore"):
+        mean = float(x.mean())
+    if not math.isfinite(mean) and np.isfinite(x).all():
+        mean = float(np.sum(x / x.size))  # the sum overflowed (values near 1.8e308); these terms cannot
     return VariantStats(
         n=int(x.size),
         dropped_throttled=dropped_throttled,
@@ -340,7 +377,7 @@ def variant_stats(durations_ns: np.ndarray, *, dropped_throttled: int = 0) -> Va
         q1_ns=q1,
         q3_ns=q3,
         iqr_ns=q3 - q1,
-        mean_ns=float(x.mean()),
+        mean_ns=mean,
     )
 
 
@@ -513,7 +550,7 @@ def _kept(cell: CellResult, *, exclude_throttled: bool) -> _Kept:
     """``kept_samples`` of ``cell`` as arrays: the same rows, without building a ``SampleColumns``."""
     samples = cell.samples
     taken_candidate = is_candidate(samples)
-    throttled = np.fromiter(samples.throttled, dtype=bool, count=len(samples))
+    throttled = throttled_mask(samples)
     rounds = np.asarray(samples.round, dtype=np.int64)
     durations = np.asarray(samples.duration_ns, dtype=np.float64)
     candidate = taken_candidate
@@ -611,6 +648,60 @@ def compare_cell(
                          extra=node_change_reasons(result.probes, device_type=result.node.device_type))
 
 
+def _finite_numbers(
+    stats: dict[Variant, VariantStats], numbers: dict[str, float | None], rates: dict[str, float]
+) -> tuple[dict[Variant, VariantStats], dict[str, float | None], dict[str, float], list[str]]:
+    """``stats``, ``numbers`` and ``rates`` with every non-finite value made None (rates: left
+    out), and the names of the values that were (``baseline.mean_ns``, ``ratio``, ...). Samples
+    near float64's limit (stored before ``schemas.MAX_DURATION_NS`` bounded them, or built in
+    Python) can overflow a mean, a median of two values or a ratio; JSON has no Infinity."""
+    bad: list[str] = []
+    out_stats = {}
+    for side, st in stats.items():
+        fields = {k: v for k, v in st.model_dump().items() if isinstance(v, float) and not math.isfinite(v)}
+        bad += [f"{side}.{k}" for k in fields]
+        out_stats[side] = st.model_copy(update=dict.fromkeys(fields)) if fields else st
+    out_numbers = dict(numbers)
+    for name, value in numbers.items():
+        if value is not None and not math.isfinite(value):
+            bad.append(name)
+            out_numbers[name] = None
+    bad += [k for k, v in rates.items() if not math.isfinite(v)]
+    return out_stats, out_numbers, {k: v for k, v in rates.items() if math.isfinite(v)}, bad
+
+
+def _cell_numbers(
+    kept: _Kept, p: float | None, *, n_resamples: int, seed: int
+) -> tuple[dict[Variant, VariantStats], dict[str, float | None]]:
+    """Per-side summaries and the cell's numbers (ratio and CI, Hodges-Lehmann shift and CI,
+    p-value, MDE), computed with float overflow silenced: ``_finite_numbers`` nulls what overflowed."""
+    times = kept.times
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        stats = {v: variant_stats(times[v], dropped_throttled=kept.taken[v] - times[v].size)
+                 for v in _VARIANTS}  # fmt: skip
+        rc = _ratio_ci(
+            kept.candidate, kept.rounds, kept.durations, confidence=0.95, n_resamples=n_resamples, seed=seed
+        )
+        hl = None
+        if times["baseline"].size >= 1 and times["candidate"].size >= 1:
+            hl = hodges_lehmann(times["baseline"], times["candidate"])
+        ratio, ci_low, ci_high = rc if rc is not None else (None, None, None)
+        numbers: dict[str, float | None] = {
+            "ratio": ratio, "ci_low": ci_low, "ci_high": ci_high,
+            "delta_pct": None if ratio is None else (ratio - 1) * 100,
+            "hl_shift_ns": None if hl is None else hl[0],
+            "hl_ci_low_ns": None if hl is None else hl[1],
+            "hl_ci_high_ns": None if hl is None else hl[2],
+            "p_value": p, "mde_pct": min_detectable_effect_pct(stats["baseline"], stats["candidate"]),
+        }  # fmt: skip
+    return stats, numbers
+
+
+def _rounds_with_both(kept: _Kept) -> int:
+    """Rounds in which both sides have kept samples."""
+    return int(np.intersect1d(kept.rounds[~kept.candidate], kept.rounds[kept.candidate]).size)
+
+
 def _compare_kept(
     result: JobResult,
     cell: CellResult,
@@ -625,8 +716,10 @@ def _compare_kept(
     """``compare_cell`` of a cell without error, its kept samples and Mann-Whitney p given;
     ``extra``: reasons that hold for every cell of the job (the node changed during it)."""
     m = result.spec.measurement
-    times = kept.times
-    stats = {v: variant_stats(times[v], dropped_throttled=kept.taken[v] - times[v].size) for v in _VARIANTS}
+    raw_stats, raw_numbers = _cell_numbers(kept, p, n_resamples=n_resamples, seed=seed)
+    with np.errstate(over="ignore"):
+        raw_rates = throughput(cell.work, raw_stats)
+    stats, numbers, rates, nonfinite = _finite_numbers(raw_stats, raw_numbers, raw_rates)
     flags: list[Flag] = []
     if kept.throttled:
         flags.append("throttled")
@@ -639,24 +732,18 @@ def _compare_kept(
         flags.append("contended")
     found = [*extra, *verdicts.correctness_reasons(result, cell), *verdicts.timer_reasons(cell)]
     found += verdicts.resolution_reasons(result.node.device_type, {v: stats[v].median_ns for v in _VARIANTS})
-    rates = throughput(cell.work, stats)
     # The copy-bandwidth bound holds only where every launch was timed cold: one launch per sample
     # after an L2 flush. A sample of n > 1 launches (a CUDA graph replay, a batch of short kernels)
     # flushes before the first only; the others may run from L2, faster than DRAM allows.
     launches = cell.samples.launches
     one_launch = bool(launches) and max(launches) == 1
     bound_bytes = m.l2_flush and result.node.device_type == "cuda" and one_launch
-    found += _implausible_reasons(rates, peaks, implausible(rates, peaks, bound_bytes=bound_bytes))
-
-    ratio = ci_low = ci_high = None
-    rc = _ratio_ci(
-        kept.candidate, kept.rounds, kept.durations, confidence=0.95, n_resamples=n_resamples, seed=seed
-    )
-    if rc is not None:
-        ratio, ci_low, ci_high = rc
-    hl = None
-    if times["baseline"].size >= 1 and times["candidate"].size >= 1:
-        hl = hodges_lehmann(times["baseline"], times["candidate"])
+    found += _implausible_reasons(raw_rates, peaks, implausible(raw_rates, peaks, bound_bytes=bound_bytes))
+    found += verdicts.sample_size_reasons(_rounds_with_both(kept), {v: stats[v].n for v in _VARIANTS})
+    found += verdicts.duration_reasons({v: float(kept.times[v].max(initial=0.0)) for v in _VARIANTS})
+    if nonfinite:
+        found.append(verdicts.nonfinite_reason(nonfinite, float(kept.durations.max(initial=0.0))))
+    ratio, ci_low, ci_high = numbers["ratio"], numbers["ci_low"], numbers["ci_high"]
     timing, why = verdicts.timing_verdict(ratio, ci_low, ci_high, m.threshold_pct)
     if why is not None:
         if stats["baseline"].median_ns == 0.0:
@@ -672,12 +759,12 @@ def _compare_kept(
         ratio=ratio,
         ci_low=ci_low,
         ci_high=ci_high,
-        delta_pct=None if ratio is None else (ratio - 1) * 100,
-        hl_shift_ns=None if hl is None else hl[0],
-        hl_ci_low_ns=None if hl is None else hl[1],
-        hl_ci_high_ns=None if hl is None else hl[2],
-        p_value=p,
-        mde_pct=min_detectable_effect_pct(stats["baseline"], stats["candidate"]),
+        delta_pct=numbers["delta_pct"],
+        hl_shift_ns=numbers["hl_shift_ns"],
+        hl_ci_low_ns=numbers["hl_ci_low_ns"],
+        hl_ci_high_ns=numbers["hl_ci_high_ns"],
+        p_value=numbers["p_value"],
+        mde_pct=numbers["mde_pct"],
         verdict=decision.verdict,
         timing_verdict=timing,
         reasons=decision.reasons,
@@ -712,7 +799,7 @@ def compare(
 
     ``health_flags`` (``contended``/``degraded-node``, from ``service.node_health``: the node's
     probes left its healthy band) are added to every cell and to the job; ``notes`` are sentences the
-    comparison carries (e.g. that such a result is excluded from history views).
+    comparison carries (e.g. that history views exclude such a result).
     """
     from scipy.stats import false_discovery_control
 

@@ -33,6 +33,7 @@ from collections.abc import Iterable, Sequence
 from typing import NamedTuple, get_args
 
 from service.schemas import (
+    MAX_DURATION_NS,
     CellResult,
     CorrectnessResult,
     Flag,
@@ -44,14 +45,30 @@ from service.schemas import (
     Verdict,
 )
 
-METHOD_VERSION = 2
+METHOD_VERSION = 3
 """Version of these rules. A stored ``Comparison`` with a lower ``method_version`` was judged by
-older rules (e.g. a wrong kernel could read ``faster``) and is recomputed from its raw result."""
+older rules (version 1: a wrong kernel could read ``faster``; version 2: two samples per side could
+read ``faster``, a sample throttled by its clock-event reasons counted as clean) and is recomputed
+from its raw result."""
 
 VERDICT_ORDER: tuple[Verdict, ...] = get_args(Verdict)
 """Every verdict, highest precedence first (the order of ``schemas.Verdict``)."""
 PROBLEM_VERDICTS: frozenset[Verdict] = frozenset({"failed", "incorrect", "nondeterministic", "implausible"})
 """Verdicts under which the cell's timing is not a result: numbers greyed, shown in red."""
+
+
+MIN_ROUNDS = 5
+"""Fewest interleaved rounds holding samples of both sides for a ``faster``/``slower``/``same``
+verdict. The CI is a bootstrap over rounds: R rounds allow only C(2R-1, R) distinct resamples
+(2 rounds: 3, 3: 10, 4: 35, 5: 126), and a 95% percentile interval needs at least 40 of them for
+its 2.5% and 97.5% quantiles to be different resamples (Efron & Tibshirani 1993, ch. 13: the
+percentile interval is the resampled distribution's quantiles). It is also the spec's default
+``measurement.min_rounds``."""
+MIN_SAMPLES = 5
+"""Fewest kept samples per side for a verdict. With m = n samples per side the smallest two-sided
+exact Mann-Whitney p is 2 / C(2n, n): 0.33 for 2, 0.10 for 3, 0.029 for 4 (Hollander & Wolfe 1999,
+table A.6): below 4 no sample, however clear, can show a change at 5%; 5 leaves one sample of
+margin, and 5 rounds of one sample per side give it."""
 
 
 class ReasonKind(NamedTuple):
@@ -102,10 +119,18 @@ REASONS: dict[str, ReasonKind] = {
         "implausible", "implausible", "a time per launch below what any launch takes on this device"
     ),
     "no-device-work": ReasonKind("implausible", "implausible", "a timed call launched no device work"),
+    "beyond-job-time": ReasonKind(
+        "implausible", "implausible", "a time per launch longer than any job may run (one day)"
+    ),
     # inconclusive
     "no-interval": ReasonKind("inconclusive", None, "too few samples or rounds for a confidence interval"),
     "too-few-rounds": ReasonKind(
-        "inconclusive", None, "fewer rounds or samples than a verdict needs"
+        "inconclusive", None,
+        f"fewer than {MIN_ROUNDS} rounds holding both sides, or fewer than {MIN_SAMPLES} kept samples "
+        "on a side: too few for a verdict",
+    ),
+    "non-finite": ReasonKind(
+        "inconclusive", None, "a statistic overflowed float64 (samples near 1.8e308 ns): shown as null"
     ),
     "zero-baseline": ReasonKind("inconclusive", None, "the baseline's median time is zero: no ratio"),
     "ci-straddles": ReasonKind("inconclusive", None, "the confidence interval overlaps the threshold"),
@@ -121,6 +146,9 @@ REASONS: dict[str, ReasonKind] = {
     ),
     # told, never decisive
     "correctness-off": ReasonKind(None, None, "the spec turned the correctness check off"),
+    "metric-not-finite": ReasonKind(
+        None, None, "a correctness metric was posted as NaN or Infinity: it is stored and shown as null"
+    ),
 }
 
 FLAG_NOTES: dict[Flag, str] = {
@@ -143,6 +171,8 @@ FLAG_NOTES: dict[Flag, str] = {
 }
 
 _RANK: dict[Verdict, int] = {v: i for i, v in enumerate(VERDICT_ORDER)}
+
+# Defined before REASONS (whose meanings quote them): see ``sample_size_reasons``.
 
 
 def reason(code: str, message: str, *, side: Variant | None = None) -> Reason:
@@ -221,6 +251,31 @@ def timing_verdict(
     )
 
 
+def sample_size_reasons(rounds_with_both: int, kept: dict[Variant, int]) -> list[Reason]:
+    """``too-few-rounds`` when fewer than ``MIN_ROUNDS`` rounds hold kept samples of both sides or a
+    side kept fewer than ``MIN_SAMPLES`` samples (``kept``: samples per side after dropping the
+    throttled ones). Below that no timing verdict is given, whatever the ratio and p say."""
+    if rounds_with_both >= MIN_ROUNDS and min(kept.values(), default=0) >= MIN_SAMPLES:
+        return []
+    return [reason(
+        "too-few-rounds",
+        f"{rounds_with_both} rounds hold samples of both sides and {kept.get('baseline', 0)} baseline / "
+        f"{kept.get('candidate', 0)} candidate samples were kept: a verdict needs at least {MIN_ROUNDS} "
+        f"rounds and {MIN_SAMPLES} samples per side (a bootstrap over fewer rounds has too few distinct "
+        "resamples for a 95% interval)",
+    )]
+
+
+def nonfinite_reason(names: Sequence[str], max_sample_ns: float) -> Reason:
+    """``non-finite``: the statistics ``names`` (``ratio``, ``baseline.mean_ns``, ...) overflowed
+    float64 and are shown as null."""
+    return reason(
+        "non-finite",
+        f"{', '.join(names)} overflowed float64 (samples up to {max_sample_ns:.3g} ns): shown as null; "
+        "no sample a job can take is that long",
+    )
+
+
 def summary(verdicts: Sequence[Verdict]) -> dict[str, int]:
     """``{verdict: count}`` in ``VERDICT_ORDER``, verdicts with no cell left out."""
     counts = {v: 0 for v in VERDICT_ORDER}
@@ -293,6 +348,12 @@ def correctness_reasons(result: JobResult, cell: CellResult) -> list[Reason]:
             out.append(reason("wrong-output", f"{side}: {text}", side=side))
         if is_nondeterministic(check):
             out.append(reason("nondeterministic", f"{side}: {_nondeterminism_text(check)}", side=side))
+        if nonfinite := nonfinite_metrics(check):
+            out.append(reason(
+                "metric-not-finite",
+                f"{side}: {', '.join(nonfinite)} posted as NaN or Infinity (an output with non-finite "
+                "values, or a difference that overflowed), stored as null", side=side,
+            ))
     for side, checks in cell.timed_checks.items():
         for timed in checks:
             out += [f if f.side is not None else f.model_copy(update={"side": side}) for f in timed.findings]
@@ -300,6 +361,18 @@ def correctness_reasons(result: JobResult, cell: CellResult) -> list[Reason]:
     out += _accuracy_reasons(cell)
     if not result.spec.correctness.enabled:
         out.append(reason("correctness-off", "the outputs were not checked (correctness.enabled is false)"))
+    return out
+
+
+def nonfinite_metrics(check: CorrectnessResult) -> list[str]:
+    """Names of ``check``'s metrics (and its repeat, determinism, batch and bitwise checks') that
+    were posted as NaN or Infinity and are stored as null, e.g. ``["rel_error",
+    "repeats.worst_rel_error"]``."""
+    out = list(check.nonfinite_metrics)
+    for name in ("repeats", "determinism", "batch_invariance", "vs_baseline"):
+        sub = getattr(check, name)
+        if sub is not None:
+            out += [f"{name}.{m}" for m in sub.nonfinite_metrics]
     return out
 
 
@@ -363,6 +436,19 @@ def resolution_reasons(device_type: str, medians_ns: dict[Variant, float | None]
                f"{device_type} device: the call launched (almost) nothing, or the timing failed", side=side)
         for side, median in medians_ns.items()
         if median is not None and median < floor
+    ]
+
+
+def duration_reasons(longest_ns: dict[Variant, float]) -> list[Reason]:
+    """``beyond-job-time`` for each side whose longest kept sample exceeds
+    ``schemas.MAX_DURATION_NS`` (one day, the longest a job may run): such a time is a timing or
+    transport error (the door refuses it; results stored before that may hold one)."""
+    return [
+        reason("beyond-job-time",
+               f"{side}: a sample of {longest:.3g} ns per launch is longer than any job may run "
+               f"({MAX_DURATION_NS:.3g} ns, one day): a timing error, not a time", side=side)
+        for side, longest in longest_ns.items()
+        if longest > MAX_DURATION_NS
     ]
 
 

@@ -23,8 +23,16 @@ from markupsafe import Markup
 from plotly.subplots import make_subplots
 
 from service import stats
-from service.history import HistoryPoint
-from service.schemas import CellResult, Comparison, HealthBand, JobResult, ProbeReport, SampleColumns, Variant
+from service.schemas import (
+    CellResult,
+    Comparison,
+    HealthBand,
+    JobResult,
+    ProbeReport,
+    SampleColumns,
+    Series,
+    Variant,
+)
 
 # Colours of the two sides everywhere on the dashboard (the CSS badges use the same pair).
 VARIANT_COLOURS: dict[Variant, str] = {"baseline": "#5b6b7f", "candidate": "#d9622b"}
@@ -84,20 +92,20 @@ def _execution_order(samples: SampleColumns) -> np.ndarray:
 def _kept(result: JobResult, cell: CellResult, variant: Variant) -> np.ndarray:
     """Durations (ns, float64) of the samples of ``variant`` that ``service.stats`` keeps, in
     execution order: all of them, or those not throttled when the spec's
-    ``measurement.exclude_throttled`` is set (the rule of ``stats.kept_samples``)."""
+    ``measurement.exclude_throttled`` is set (``stats.throttled_mask``, as ``stats.kept_samples``)."""
     samples = cell.samples
     if not len(samples):
         return np.empty(0)
     order = _execution_order(samples)
     keep = np.asarray(samples.variant)[order] == variant
     if result.spec.measurement.exclude_throttled:
-        keep &= ~np.asarray(samples.throttled, dtype=bool)[order]
+        keep &= ~stats.throttled_mask(samples)[order]
     return np.asarray(samples.duration_ns, dtype=np.float64)[order][keep]
 
 
 def _median_span(groups: Iterable[_Group]) -> float:
     """max/min of the positive medians of ``groups`` (1.0 when fewer than two)."""
-    medians = [median(g) for g in groups if len(g)]
+    medians = [float(np.percentile(g, 50)) for g in groups if len(g)]  # a + (b - a) / 2: cannot overflow
     positive = [m for m in medians if m > 0]
     return max(positive) / min(positive) if len(positive) >= 2 else 1.0
 
@@ -441,29 +449,30 @@ def figure_json(fig: go.Figure | Mapping[str, Any]) -> Markup:
     return Markup(text.translate(_SCRIPT_SAFE))
 
 
-def branch_history_figure(points: Sequence[HistoryPoint]) -> go.Figure:
-    """Median time per launch over time, one line per (branch, sweep cell), from
-    ``service.history.branch_history``; hover shows commit, side and job. Empty points give an
-    empty figure with a note."""
+def history_figure(series: Sequence[Series]) -> go.Figure:
+    """Median time per launch over time, one line per ``service.history.Series`` (code, cell, GPU
+    model, timer, state: results on different hardware never share a line); hover shows commit,
+    side, job, node, driver and the change against the line's previous point. Empty series give
+    an empty figure with a note."""
     fig = go.Figure()
-    measured = [p for p in points if p.median_ns is not None]
-    unit, scale = time_unit([p.median_ns for p in measured if p.median_ns is not None] or [1.0])
-    series: dict[tuple[str, str], list[HistoryPoint]] = {}
-    for p in measured:
-        series.setdefault((p.branch, p.cell), []).append(p)
-    for (branch, cell), pts in sorted(series.items()):
+    unit, scale = time_unit([p.median_ns for s in series for p in s.points] or [1.0])
+    for line in series:
+        pts = line.points
         fig.add_trace(go.Scatter(
-            x=[p.finished_at for p in pts], y=[(p.median_ns or 0.0) / scale for p in pts],
-            mode="lines+markers", name=f"{branch} · {cell}",
-            customdata=[[p.sha[:12], p.side, p.job_id, p.node] for p in pts],
+            x=[p.measured_at for p in pts], y=[p.median_ns / scale for p in pts],
+            mode="lines+markers", name=line.name,
+            customdata=[[p.sha[:12] or "-", p.side, p.job_id, p.node, p.driver or "-",
+                         "-" if p.change_pct is None else f"{p.change_pct:+.1f}%"] for p in pts],
             hovertemplate=(f"%{{y:.4g}} {unit}<br>commit %{{customdata[0]}} (%{{customdata[1]}})"
-                           "<br>job %{customdata[2]} on %{customdata[3]}<extra>%{fullData.name}</extra>"),
-        ))
+                           "<br>job %{customdata[2]} on %{customdata[3]}, driver %{customdata[4]}"
+                           "<br>change %{customdata[5]}<extra>%{fullData.name}</extra>"),
+        ))  # fmt: skip
     fig.update_layout(
-        xaxis_title="finished", yaxis_title=f"median per launch ({unit})", legend_title="branch · cell",
-        margin={"l": 60, "r": 20, "t": 30, "b": 50}, height=420,
+        xaxis_title="measured", yaxis_title=f"median per launch ({unit})",
+        legend_title="code · cell · GPU · timer/state", margin={"l": 60, "r": 20, "t": 30, "b": 50},
+        height=420,
     )
-    if not measured:
-        fig.add_annotation(text="no revision jobs with samples for this benchmark yet", showarrow=False,
+    if not series:
+        fig.add_annotation(text="no results with samples for this benchmark yet", showarrow=False,
                            xref="paper", yref="paper", x=0.5, y=0.5)
     return fig

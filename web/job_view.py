@@ -2,9 +2,10 @@
 
 A stored result never changes and its comparison (``results.comparison``, without node-health
 flags) is stored once, so the parsed comparison, the samples figure and each cell's timeline
-figure are cached per result, keyed by ``(result id, received_at)``. Node-health flags are applied
-on read (``service.node_health``): they are judged on every render, and the comparison with them
-is cached under the flags and notes it got, so a change of the node's health shows at once.
+figure are cached per result, keyed by ``(result id, received_at)``. Node-health flags come from
+the result's stored judgement (``service.node_health.job_judgement``: judged once, re-judged only
+when asked), read on every render; the comparison with them is cached under the flags and notes it
+got, so an explicit re-judgement shows at once.
 
 The cache lives on the app (``JobPageCache.of(app)``): one per process and per database, bounded
 to the ``PAGE_CACHE_RESULTS`` most recently shown results. Nothing here computes statistics that
@@ -161,15 +162,18 @@ def job_view(
 
     The base comparison comes from ``entry``, else from ``crud.base_comparison`` (the stored one,
     or computed from the raw samples and stored on a miss; ``load()`` may give the already loaded
-    ``JobResult`` for that). The flags are judged on every call (``node_health.job_health``).
+    ``JobResult`` for that). The flags and notes are the result's stored node-health judgement
+    (``node_health.job_judgement``: judged once, against the bands as of the measurement).
     """
     if entry.base is None:
         entry.base = crud.base_comparison(session=session, job_id=job_id, result=load() if load else None)
         if entry.base is None:  # the result vanished between the queries
             raise LookupError(f"job {job_id} has no result")
     base = entry.base
-    flags, reasons = node_health.job_health(session=session, result=base, job_id=job_id, settings=settings)
-    comparison = node_health.with_health(base, flags, reasons)
+    judgement = node_health.job_judgement(session=session, job_id=job_id, settings=settings)
+    flags = judgement.flags if judgement is not None else []
+    comparison = node_health.with_health(base, flags, judgement.reasons if judgement else [],
+                                         judgement.notes if judgement else [])  # fmt: skip
     key = (tuple(flags), tuple(comparison.notes))
     view = entry.views.get(key)
     if view is None:

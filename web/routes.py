@@ -25,12 +25,11 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.templating import Jinja2Templates
 
-from service import crud, health, models, node_health
+from service import crud, health, history, models, node_health
 from service.api.deps import SessionDep, SettingsDep, dashboard_access
-from service.history import DEFAULT_JOBS as DEFAULT_HISTORY_JOBS
-from service.history import branch_history
+from service.api.routes.nodes import NodeName
 from service.report import EXPLAINED_VERDICTS, void_timing, why
-from service.schemas import JobResult, NodeInfo, ProbeReport
+from service.schemas import JobResult, NodeInfo, ProbeReport, Text, as_utc
 from service.verdicts import FLAG_NOTES, VERDICT_ORDER
 from web import figures, job_view
 from web.job_view import CellOrder
@@ -74,7 +73,8 @@ def _num(value: float | None, digits: int = 0) -> str:
 
 
 def _dt(value: datetime | None) -> str:
-    return "—" if value is None else value.strftime("%Y-%m-%d %H:%M:%S UTC")
+    """An aware datetime as ``"2026-12-01 02:00:00 UTC"`` (converted to UTC first); ``"—"`` for None."""
+    return "—" if value is None else as_utc(value).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _environment() -> jinja2.Environment:
@@ -248,7 +248,7 @@ def _timeline_nav(drawable: Sequence[int], current: int | None) -> dict[str, int
 
 
 @router.get("/nodes/{name}", response_class=HTMLResponse, dependencies=DashboardAccess)
-def node_page(request: Request, name: str, session: SessionDep, settings: SettingsDep) -> HTMLResponse:
+def node_page(request: Request, name: NodeName, session: SessionDep, settings: SettingsDep) -> HTMLResponse:
     """A node's health (status, reasons, bands) and recent probe readings: a history figure drawn
     against the healthy band and a table, newest first."""
     summary = crud.node_summary(session=session, name=name)
@@ -297,14 +297,19 @@ def _node_rows(
 
 @router.get("/history", response_class=HTMLResponse, dependencies=DashboardAccess)
 def history_page(
-    request: Request, session: SessionDep,
-    benchmark: Annotated[str, Query(min_length=1, max_length=500)],
-    limit: Annotated[int, Query(ge=1, le=500)] = DEFAULT_HISTORY_JOBS,
+    request: Request, session: SessionDep, settings: SettingsDep,
+    benchmark: Annotated[Text, Query(min_length=1, max_length=500)],
+    limit: Annotated[int, Query(ge=1, le=500)] = history.DEFAULT_JOBS,
+    include_excluded: bool = False,
 ) -> HTMLResponse:
-    """Per-branch history of one benchmark: median per launch of each revision job's sides over
-    time (``service.history.branch_history``), a figure and a table, newest first."""
-    points = branch_history(session=session, benchmark=benchmark, limit=limit)
+    """History of one benchmark, revision and ordinary jobs alike: median per launch of each side
+    over time, one line per code, cell, GPU model, timer and state (``service.history``), a figure
+    and a table, newest first. Flagged and problem points are left out unless ``include_excluded``."""
+    page = history.history(session=session, benchmark=benchmark, settings=settings,
+                           include_excluded=include_excluded, limit=limit)  # fmt: skip
     return templates.TemplateResponse(request, "history.html", {
-        "benchmark": benchmark, "points": list(reversed(points)), "has_figures": True, "limit": limit,
-        "history_json": figures.figure_json(figures.branch_history_figure(points)),
+        "benchmark": benchmark, "page": page, "points": history.all_points(page), "has_figures": True,
+        "limit": limit, "excluded_meaning": history.EXCLUDED_MEANING,
+        "change_meaning": history.CHANGE_MEANING,
+        "history_json": figures.figure_json(figures.history_figure(page.series)),
     })

@@ -25,27 +25,15 @@ from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import Any, TypeVar
 
+from service import clock_events
 from service.schemas import GpuTelemetry
 
 T = TypeVar("T")
 
-# Clock-event ("throttle") reason bits, from nvml.h (nvmlClocksEventReason* since CUDA 12.2, formerly
-# nvmlClocksThrottleReason*; the values did not change).
-CLOCK_EVENT_REASONS: dict[int, str] = {
-    0x1: "gpu_idle",
-    0x2: "applications_clocks_setting",
-    0x4: "sw_power_cap",
-    0x8: "hw_slowdown",
-    0x10: "sync_boost",
-    0x20: "sw_thermal",
-    0x40: "hw_thermal",
-    0x80: "hw_power_brake",
-    0x100: "display_clock_setting",
-}
-# Reasons that mean the clock was pulled below what the work asked for (power, heat, hardware
-# protection). gpu_idle, the application-clock and display settings and sync boost are
-# configuration or idleness, not throttling; nvidia-smi's "Clocks Event Reasons" lists the same split.
-THROTTLE_REASONS_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+# Clock-event ("throttle") reason bits and the throttle/informational split: ``service.clock_events``,
+# shared with the server's statistics and node health (one rule).
+CLOCK_EVENT_REASONS: dict[int, str] = clock_events.NAMES
+THROTTLE_REASONS_MASK = clock_events.THROTTLE_MASK
 
 STATUS_OK = "ok"
 STATUS_ABSENT = "absent"
@@ -69,29 +57,16 @@ class NvmlUnavailable(RuntimeError):
 
 
 def decode_clock_event_reasons(mask: int) -> list[str]:
-    """Names of the bits set in an NVML clock-event-reasons bitmask, lowest bit first.
-
-    ``mask``: the 64-bit value of ``nvmlDeviceGetCurrentClocksEventReasons``. Bits that nvml.h does
-    not name (as of CUDA 13) decode to ``"unknown_0x<bit>"`` so nothing is silently dropped.
-    Raises ``ValueError`` for a negative mask.
-    """
-    if mask < 0:
-        raise ValueError(f"a clock-event-reasons mask is non-negative, got {mask}")
-    names = []
-    bit = 1
-    while bit <= mask:
-        if mask & bit:
-            names.append(CLOCK_EVENT_REASONS.get(bit, f"unknown_0x{bit:x}"))
-        bit <<= 1
-    return names
+    """Names of the bits set in an NVML clock-event-reasons bitmask, lowest bit first
+    (``service.clock_events.decode``): unnamed bits read ``"unknown_0x<bit>"``, a DCGM blank
+    placeholder reads as no reasons. Raises ``ValueError`` for a negative mask."""
+    return clock_events.decode(mask)
 
 
 def is_throttled(mask: int | None) -> bool:
-    """True when ``mask`` holds a power, thermal or hardware-slowdown reason (``THROTTLE_REASONS_MASK``).
-
-    ``None`` (not readable) is False: an unknown state is not evidence of throttling.
-    """
-    return mask is not None and bool(mask & THROTTLE_REASONS_MASK)
+    """True when ``mask`` holds a power, thermal or hardware-slowdown reason
+    (``service.clock_events.is_throttled``); None or a placeholder is False."""
+    return clock_events.is_throttled(mask)
 
 
 def load_nvml() -> ModuleType:

@@ -3,7 +3,7 @@
 
 from fastapi import APIRouter
 
-from service.api.routes import jobs, nodes, results, runners, tokens
+from service.api.routes import history, jobs, nodes, results, runners, tokens
 
 api_router = APIRouter()
 api_router.include_router(jobs.router)
@@ -11,5 +11,6 @@ api_router.include_router(results.router)
 api_router.include_router(runners.router)
 api_router.include_router(nodes.router)
 api_router.include_router(tokens.router)
+api_router.include_router(history.router)
 
 __all__ = ["api_router"]

@@ -77,7 +77,16 @@ class Settings(BaseSettings):
     )
     health_ignored_clock_reasons: list[str] = Field(
         default_factory=lambda: list(health.IGNORED_CLOCK_REASONS),
-        description="NVML clock-event reasons that do not make a node degraded",
+        description="NVML throttle reasons that still do not make a node degraded (informational "
+        "reasons such as gpu_idle never do)",
+    )
+    health_peer_min_fraction: float = Field(
+        default=health.PEER_MIN_FRACTION, gt=0, le=1,
+        description="a GPU's copy or a pair's peer GB/s below this x the median of its peers in one report",
+    )
+    health_cold_factor: float = Field(
+        default=health.COLD_FACTOR, ge=1,
+        description="leading calls of an all-reduce series slower than this x the rest are warm-up",
     )
 
     def health_thresholds(self) -> health.Thresholds:
@@ -88,6 +97,7 @@ class Settings(BaseSettings):
             latency_max_factor=self.health_latency_max_factor, band_window=self.health_band_window,
             band_min_probes=self.health_band_min_probes,
             ignored_clock_reasons=tuple(self.health_ignored_clock_reasons),
+            peer_min_fraction=self.health_peer_min_fraction, cold_factor=self.health_cold_factor,
         )
 
 

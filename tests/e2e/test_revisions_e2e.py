@@ -135,5 +135,5 @@ def test_revision_ab_jobs_over_http(server: tuple[ServerProcess, str], tmp_path:
     assert 'id="revisions-table"' in page.text and shas["fast"][:12] in page.text
     history = httpx.get(f"{srv.url}/history", params={"benchmark": "revpkg.bench:AxpyBenchmark"},
                         headers=headers, timeout=60)
-    assert history.status_code == 200 and 'id="fig-branch-history"' in history.text
+    assert history.status_code == 200 and 'id="fig-history"' in history.text
     assert history.text.count(f"<code>{shas['slow'][:12]}</code>") >= 2  # two jobs measured it

@@ -161,7 +161,9 @@ def test_comparison_pending_then_computed_on_a_miss(api, small_pages) -> None:  
     assert stored is not None and len(stored["cells"]) == CELLS  # computed once and stored
 
 
-def test_cached_page_follows_node_health(api, small_pages) -> None:  # type: ignore[no-untyped-def]
+def test_cached_page_follows_an_explicit_rejudgement(api, small_pages) -> None:  # type: ignore[no-untyped-def]
+    """A result is judged once: readings that arrive later do not change its page; an explicit,
+    dated re-judgement does, and the cached page follows it at once."""
     node = "h200-node-1"
     sick = [h200x2_report(10 + i, copy_scale=(1.0, 0.7)).model_copy(update={"phase": phase})
             for i, phase in enumerate(("before", "after"))]  # fmt: skip
@@ -169,13 +171,18 @@ def test_cached_page_follows_node_health(api, small_pages) -> None:  # type: ign
     page = api.client.get(f"/jobs/{job_id}", headers=api.admin).text
     assert "node-health-note" not in page  # no band yet: nothing to judge the probes by
     runner = api.runner("prober")
-    for minute in range(4):  # earlier healthy readings make the band of the job's day
+    for minute in range(4):  # earlier healthy readings, posted late, make the band of the job's day
         report = h200x2_report(minute)
         r = api.client.post(f"/api/v1/nodes/{node}/probes", content=report.model_dump_json(),
                             headers={**runner, "content-type": "application/json"})  # fmt: skip
         assert r.status_code == 201, r.text
     page = api.client.get(f"/jobs/{job_id}", headers=api.admin).text
-    assert "node-health-note" in page and "copy GPU 1" in page
+    assert "node-health-note" not in page  # judged once: what arrived later changes nothing
+    r = api.client.post(f"/api/v1/jobs/{job_id}/health", headers=api.admin)
+    assert r.status_code == 200, r.text
+    assert [j["trigger"] for j in r.json()["data"]] == ["ingest", "rejudge"]
+    page = api.client.get(f"/jobs/{job_id}", headers=api.admin).text
+    assert "node-health-note" in page and "copy GPU 1" in page and "re-judged on" in page
     assert "cells 1–4 of 10 (10 flagged)" in page  # the flag reaches every cell
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import warnings
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,9 +27,13 @@ from service.core.db import (
 )
 from service.models import Base
 
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # starlette asks for the httpx2 fork (tests/service/conftest.py)
+    from fastapi.testclient import TestClient
+
 TABLES = {
     "tokens", "runners", "jobs", "job_attempts", "results", "cells", "sample_blocks", "probe_reports",
-    "probe_readings",
+    "probe_readings", "health_judgements", "history_points",
 }  # fmt: skip
 
 
@@ -149,5 +155,56 @@ def test_samples_move_to_blocks_and_back(db_url: str) -> None:
         )
         owners = [cell_ids[0]] * len(expected[0]) + [cell_ids[1]] * len(expected[1])
         assert [r["cell_id"] for r in back] == owners
+    finally:
+        engine.dispose()
+
+
+def test_stored_timestamps_become_aware_utc(db_url: str) -> None:
+    """0012 rewrites the ``taken_at`` of stored probe reports as aware UTC: reports of one node that
+    mixed zone-less and offset times (accepted before the door refused the former) made every
+    read of the node answer 500; after the upgrade the node reads 200, in UTC. Stored comparisons
+    are dropped (readers recompute them under the current rules)."""
+    from factories import probe_report
+
+    upgrade(db_url, "0011_verdict_rules")
+    engine = make_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            meta = MetaData()
+            reports, jobs, results = (Table(n, meta, autoload_with=conn)
+                                      for n in ("probe_reports", "jobs", "results"))  # fmt: skip
+            for i, taken in enumerate(("2026-01-02T07:00:00+05:00", "2026-01-02T08:00:00")):
+                report = probe_report().model_dump(mode="json") | {"taken_at": taken}
+                moment = datetime.fromisoformat(taken)
+                conn.execute(insert(reports).values(
+                    node_name="node-a", phase="adhoc", taken_at=moment, wall_s=1.0, nvml_status="absent",
+                    report=report, received_at=datetime(2026, 1, 2, 9, i, tzinfo=UTC)))  # fmt: skip
+            now = datetime(2026, 1, 2, tzinfo=UTC)
+            job_id = conn.execute(insert(jobs).values(
+                name="m", benchmark="softmax", spec=spec_dict(), device="cpu", status="succeeded", attempts=1,
+                max_attempts=1, created_at=now, summary={"faster": 2},
+            ).returning(jobs.c.id)).scalar_one()  # fmt: skip
+            conn.execute(insert(results).values(
+                job_id=job_id, idempotency_key="migrate-0012", node_name="node-a", timer="perf_counter",
+                node={"hostname": "node-a", "device_type": "cpu"}, spec=spec_dict(), started_at=now,
+                finished_at=now, received_at=now, comparison={"stale": True}))  # fmt: skip
+        upgrade(db_url)
+        with engine.connect() as conn:
+            stored = [r for (r,) in conn.execute(text("SELECT report FROM probe_reports ORDER BY id"))]
+            summary = conn.execute(text("SELECT summary FROM jobs")).scalar_one()
+            comparison = conn.execute(text("SELECT comparison FROM results")).scalar_one()
+        stored = [json.loads(r) if isinstance(r, str) else r for r in stored]
+        assert [r["taken_at"] for r in stored] == ["2026-01-02T02:00:00Z", "2026-01-02T08:00:00Z"]
+        assert summary is None and comparison is None
+        settings = Settings(database_url=db_url, admin_token="migration-admin-token-0123456789")
+        with TestClient(create_app(settings)) as client:
+            headers = {"Authorization": "Bearer migration-admin-token-0123456789"}
+            node = client.get("/api/v1/nodes/node-a", headers=headers)
+            assert node.status_code == 200, node.text
+            assert node.json()["health"]["taken_at"] == "2026-01-02T08:00:00Z"
+            page = client.get("/nodes/node-a", headers=headers)
+            assert page.status_code == 200 and "2026-01-02 02:00:00 UTC" in page.text
+        downgrade(db_url, "0011_verdict_rules")
+        assert _tables(db_url) == TABLES - {"health_judgements", "history_points"}
     finally:
         engine.dispose()

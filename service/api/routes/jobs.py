@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from kernels import validate_spec
 from service import crud, queue, sample_export
 from service.api.deps import (
+    AdminToken,
     JobId,
     Offset,
     ReadToken,
@@ -24,7 +25,16 @@ from service.api.deps import (
 from service.api.errors import SpecInvalidError
 from service.core.config import Settings
 from service.downloads import DownloadSlots, SlotStreamingResponse, fetched
-from service.schemas import AttemptsPage, Comparison, JobPublic, JobsPage, JobSpec, JobStatus
+from service.schemas import (
+    AttemptsPage,
+    Comparison,
+    HealthJudgements,
+    JobPublic,
+    JobsPage,
+    JobSpec,
+    JobStatus,
+    Text,
+)
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -53,7 +63,7 @@ def list_jobs(
     offset: Offset = 0,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
     status: JobStatus | None = None,
-    benchmark: str | None = None,
+    benchmark: Annotated[Text | None, Query(max_length=500)] = None,
 ) -> JobsPage:
     """Jobs, newest first, optionally filtered by status and benchmark. Headers ``X-Total-Count``
     and, while jobs remain, ``Link: <...>; rel="next"``."""
@@ -108,6 +118,42 @@ def get_comparison(job_id: JobId, _: ReadToken, session: SessionDep, settings: S
     """Per-cell statistics and verdicts of the job's result (409 while there is none); flags
     ``degraded-node``/``contended`` and a note when the node's probes left its healthy band."""
     return _comparison_or_409(session, job_id, settings)
+
+
+def _judgements_or_409(session: Session, job_id: int, settings: Settings) -> HealthJudgements:
+    from service import node_health
+
+    job = queue.get_job(session, job_id)
+    current = node_health.job_judgement(session=session, job_id=job_id, settings=settings)
+    result_id = crud.result_id(session=session, job_id=job_id)
+    if current is None or result_id is None:
+        raise HTTPException(status.HTTP_409_CONFLICT, f"job {job_id} has no result yet (status {job.status})")
+    data = node_health.judgements(session=session, result_id=result_id)
+    return HealthJudgements(current=current, data=data)
+
+
+@router.get("/{job_id}/health")
+def get_health(job_id: JobId, _: ReadToken, session: SessionDep, settings: SettingsDep) -> HealthJudgements:
+    """The node-health judgements of the job's result, oldest first (409 while there is none):
+    judged once against the node's and the fleet's bands as of the measurement (on the first read
+    if the ingest's background task has not yet), then only by an explicit ``POST``."""
+    return _judgements_or_409(session, job_id, settings)
+
+
+@router.post("/{job_id}/health")
+def rejudge_health(
+    job_id: JobId, _: AdminToken, session: SessionDep, settings: SettingsDep
+) -> HealthJudgements:
+    """Judge the result's node health again (after a change of ``KERNELAB_HEALTH_*`` thresholds or
+    rules), against the bands as of the measurement: a new judgement dated now, whose note names
+    the one it replaces; the comparison, the report and the history follow it (409 without a
+    result; admin scope)."""
+    from service import history, node_health
+
+    _judgements_or_409(session, job_id, settings)
+    node_health.judge(session=session, job_id=job_id, settings=settings, trigger="rejudge")
+    history.build_points(session=session, job_id=job_id, settings=settings)
+    return _judgements_or_409(session, job_id, settings)
 
 
 @router.get("/{job_id}/report.md", response_class=PlainTextResponse)

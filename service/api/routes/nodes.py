@@ -13,12 +13,12 @@ from pydantic import BaseModel
 
 from service import crud, node_health
 from service.api.deps import Offset, ReadToken, RunnerToken, SessionDep, SettingsDep, page_headers
-from service.schemas import NodeHealth, ProbeReport
+from service.schemas import NodeHealth, ProbeReport, Text
 
 router = APIRouter(prefix="/nodes", tags=["nodes"])
 
 MAX_PAGE = 500
-NodeName = Annotated[str, Path(min_length=1, max_length=255, pattern=r"^[^\x00]+$")]
+NodeName = Annotated[Text, Path(min_length=1, max_length=255)]
 
 
 class ProbeStored(BaseModel):

@@ -27,8 +27,8 @@ from fastapi.routing import APIRoute
 from pydantic import ValidationError, ValidatorFunctionWrapHandler, WrapValidator
 from pydantic_core import InitErrorDetails
 
-from service import crud
-from service.api.deps import JobId, RunnerToken, SessionDep, SessionFactoryDep
+from service import crud, history
+from service.api.deps import JobId, RunnerToken, SessionDep, SessionFactoryDep, SettingsDep
 from service.schemas import JobResult, ResultAccepted
 
 log = logging.getLogger(__name__)
@@ -113,7 +113,7 @@ router = APIRouter(prefix="/jobs", tags=["results"], route_class=_RawJSONRoute)
 )
 def post_result(
     job_id: JobId, result: JobResultBody, principal: RunnerToken, session: SessionDep, response: Response,
-    background: BackgroundTasks, factory: SessionFactoryDep,
+    background: BackgroundTasks, factory: SessionFactoryDep, settings: SettingsDep,
 ) -> ResultAccepted:
     """Store the result whole (one transaction) and finish the job: 201, or 200 with
     ``duplicate: true`` when the idempotency key was already stored (nothing stored again).
@@ -121,8 +121,9 @@ def post_result(
     404 unknown job; 409 when the caller does not hold the lease or the key belongs to another
     job; 422 when the body is not a valid ``JobResult`` (nothing stored).
 
-    The comparison (statistics of every cell) and the job's verdict summary are computed after
-    the response, in a background task (``crud.store_comparison``); readers recompute on a miss.
+    The comparison (statistics of every cell), the job's verdict summary, the node-health
+    judgement (against the bands as of the measurement) and the history points are computed after
+    the response, in a background task (``history.settle``); readers compute what is missing.
     """
     n_samples = sum(len(c.samples) for c in result.cells)
     started = time.perf_counter()
@@ -146,5 +147,5 @@ def post_result(
     if duplicate:
         response.status_code = status.HTTP_200_OK
     else:
-        background.add_task(crud.store_comparison, factory=factory, job_id=job_id)
+        background.add_task(history.settle, factory=factory, job_id=job_id, settings=settings)
     return ResultAccepted(job_id=job_id, result_id=result_id, duplicate=duplicate)

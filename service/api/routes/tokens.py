@@ -18,6 +18,7 @@ from sqlalchemy import func, select
 from service import models
 from service.api.deps import MAX_ROW_ID, AdminToken, Offset, SessionDep, page_headers
 from service.auth import Scope, create_token, hash_token, revoke_token
+from service.schemas import Text
 
 router = APIRouter(prefix="/tokens", tags=["tokens"])
 
@@ -45,7 +46,7 @@ class TokenCreate(BaseModel):
     """A new token: ``name`` (who holds it) and ``scopes`` (``read`` ⊂ ``submit`` ⊂ ``admin``)."""
 
     model_config = {"extra": "forbid"}
-    name: str = Field(min_length=1, max_length=200)
+    name: Text = Field(min_length=1, max_length=200)
     scopes: list[Scope] = Field(min_length=1, max_length=4)
 
 
