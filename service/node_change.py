@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from service.health import Figure, probe_figures
-from service.schemas import HealthBand, ProbeReport, Reason
+from service.schemas import HealthBand, HealthReason, ProbeReport, Reason
 from service.verdicts import reason
 
 TOLERANCE: dict[str, float] = {"copy": 0.10, "peer": 0.10, "busbw": 0.15, "latency": 0.50}
@@ -74,3 +74,40 @@ def node_change_reasons(
             "its timings cannot decide",
         ))
     return out
+
+
+def changed_since(
+    reports: Sequence[ProbeReport], job_ids: Sequence[int | None], *, device_type: str = "cuda",
+    bands: Mapping[str, HealthBand] | None = None,
+) -> list[HealthReason]:
+    """Is the node still as a job left it? ``reports`` and their ``job_ids`` (any order): find the
+    latest job whose ``after`` report moved beyond tolerance from its ``before`` report (the job
+    that changed the node), then compare the node's latest report with that job's ``before``
+    report: while it still differs, ``degraded-node`` reasons (code ``node-changed``) naming the
+    job; once a probe reads within tolerance of the state before that job, none. A job's changed
+    cells are told by ``node_change_reasons``; this keeps the *node* degraded until a probe says
+    otherwise. CPU-only nodes are not judged (module docstring)."""
+    if device_type == "cpu" or not reports:
+        return []
+    by_job: dict[int, dict[str, ProbeReport]] = {}
+    for report, job_id in zip(reports, job_ids, strict=True):
+        if job_id is not None and report.phase in ("before", "after"):
+            seen = by_job.setdefault(job_id, {})
+            if report.phase not in seen or report.taken_at > seen[report.phase].taken_at:
+                seen[report.phase] = report
+    changing = [
+        (pair["after"].taken_at, job_id, pair["before"]) for job_id, pair in by_job.items()
+        if {"before", "after"} <= set(pair) and node_change_reasons([pair["before"], pair["after"]], bands)
+    ]
+    if not changing:
+        return []
+    changed_at, job_id, before = max(changing, key=lambda c: c[0])
+    latest = max(reports, key=lambda r: r.taken_at)
+    still = node_change_reasons([before, latest.model_copy(update={"phase": "after"})], bands)
+    return [
+        HealthReason(code="node-changed", flag="degraded-node",
+                     message=f"left changed by job {job_id}: {r.message.split(': the node changed')[0]} "
+                     f"(latest probe, {latest.taken_at:%Y-%m-%d %H:%M:%S} UTC, against the probe before "
+                     "that job); degraded until a probe reads as before")
+        for r in still
+    ]

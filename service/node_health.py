@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 from service import health, models
 from service.core.config import Settings
 from service.models import utcnow
+from service.node_change import changed_since
 from service.schemas import (
     Comparison,
     Flag,
@@ -155,7 +156,17 @@ def node_health(
     """Node ``name``'s health now (``service.health.node_health`` over its stored history)."""
     h = node_history(session=session, name=name, settings=settings, node=node)
     thresholds = settings.health_thresholds()
-    return health.node_health(h.reports, fleet=h.fleet, thresholds=thresholds, model=h.model)
+    state = health.node_health(h.reports, fleet=h.fleet, thresholds=thresholds, model=h.model)
+    device_type = str((node or {}).get("device_type") or "cuda")
+    # fixed tolerances: the node's band may have learned from the changed reports themselves
+    left = changed_since(h.reports, h.job_ids, device_type=device_type)
+    if not left:
+        return state
+    reasons = [*state.reasons, *left]
+    return state.model_copy(update={
+        "status": health.status_of(reasons), "reasons": reasons, "flags": health.flags_of(reasons),
+        "message": "; ".join(r.message for r in reasons),
+    })
 
 
 @dataclass(frozen=True)
