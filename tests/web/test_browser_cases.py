@@ -321,7 +321,7 @@ def test_every_job_page_renders_its_verdicts(site: Site, page: Page) -> None:
         response = page.goto(f"{site.base_url}/jobs/{job_id}")
         assert response is not None and response.status == 200, case
         comparison = _api(site, f"/jobs/{job_id}/comparison")
-        rows = page.locator("#comparison-table tbody tr")
+        rows = page.locator("#comparison-table tbody tr.cell-row")
         assert rows.count() == len(comparison["cells"]), case
         for i, cell in enumerate(comparison["cells"]):
             assert rows.nth(i).locator("td").nth(6).inner_text() == cell["verdict"], case
