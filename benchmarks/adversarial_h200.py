@@ -3,7 +3,7 @@ and ``compare``, honest A/A pairs, the "job changes the node" cases with probes 
 examples for false findings, and the cost of the checked samples.
 
 Usage (repo root, on the GPU node):
-``python3 benchmarks/adversarial_h200.py OUTDIR [--part all|suite|node|examples]``.
+``python3 benchmarks/adversarial_h200.py OUTDIR [--part all|suite|node|state|examples]``.
 Writes ``OUTDIR/adversarial.json`` and prints a table last.
 """
 
@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "adversarial"))
 
 from cheats import CHEATS, GPU_CHEATS, GPU_OVERRIDES  # noqa: E402
+from cheats_node_state import STATE_CHEATS  # noqa: E402
 
 from runners.job import run_job  # noqa: E402
 from service.schemas import JobResult, JobSpec  # noqa: E402
@@ -33,10 +34,10 @@ PROBES = {"copy_bandwidth": True, "all_reduce": False, "nvml": True, "matmul_pea
 
 
 def spec(candidate: str, *, benchmark: str = "cheats:ScaleBenchmark", probes: dict[str, bool] = NO_PROBES,
-         **correctness: Any) -> JobSpec:
+         size: int = 4096, **correctness: Any) -> JobSpec:
     return JobSpec.model_validate({
         "benchmark": benchmark, "baseline": {"variant": "honest"}, "candidate": {"variant": candidate},
-        "params": {"M": 4096, "N": 4096, "work": 8}, "device": "cuda", "measurement": QUICK,
+        "params": {"M": size, "N": size, "work": 8}, "device": "cuda", "measurement": QUICK,
         "probes": probes, "correctness": correctness,
     })
 
@@ -82,7 +83,7 @@ def run(name: str, s: JobSpec, wanted: set[str] | None) -> dict[str, Any]:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("out", type=Path)
-    ap.add_argument("--part", default="all", choices=["all", "suite", "node", "examples"])
+    ap.add_argument("--part", default="all", choices=["all", "suite", "node", "state", "examples"])
     ap.add_argument("--cases", default="", help="comma list: only these suite cases (A/A is 'honest')")
     args = ap.parse_args()
     only = set(filter(None, args.cases.split(",")))
@@ -105,6 +106,13 @@ def main() -> int:
                         {"timer-tampered", "node-changed"}))
         rows.append(run("noop_after_first + probes", spec("noop_after_first", probes=PROBES),
                         {"no-device-work"}))
+    if args.part in ("all", "state"):  # candidates that change the device's state for their process
+        for size in (4096, 1024):  # 64 MiB inputs (DRAM-bound) and 4 MiB (L2-resident)
+            rows.append(run(f"honest {size}^2 + probes", spec("honest", probes=PROBES, size=size), None))
+            for name in sorted(STATE_CHEATS):
+                rows.append(run(f"{name} {size}^2 + probes",
+                                spec(name, benchmark="cheats_node_state:NodeStateBenchmark", probes=PROBES,
+                                     size=size), STATE_CHEATS[name]))
     if args.part in ("all", "examples"):
         for example in ("softmax", "matmul"):
             data = yaml.safe_load((ROOT / "runners" / "examples" / f"{example}.yaml").read_text())
