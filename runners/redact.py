@@ -57,5 +57,6 @@ def redact(
             text = text.replace(value, REDACTED)
     if env:
         names = set(env)
-        text = _ENV_LINE.sub(lambda m: f"{m.group(1)}={REDACTED}" if m.group(1) in names else m.group(0), text)
+        text = _ENV_LINE.sub(lambda m: f"{m.group(1)}={REDACTED}" if m.group(1) in names else m.group(0),
+                             text)
     return bound(text, limit)
