@@ -158,3 +158,28 @@ def test_install_step_cannot_leak_the_runner_tokens(
     assert names["KERNELAB_TEST_PASSTHRU"] == "kept"
     assert names["HOME"] != str(home)  # install steps get a home of their own, not ~ (the token file)
     assert admin not in env_file.read_text() and runner_token not in env_file.read_text()
+
+
+def _runner_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "runners.cli", "runner", *args], capture_output=True,
+                          text=True, timeout=120, env=env, check=False)
+
+
+@pytest.mark.timeout(180)
+def test_runner_cli_refuses_credentials_and_says_its_isolation(
+    server: tuple[str, str], tmp_path: Path
+) -> None:
+    url, admin = server
+    work = ["--work-dir", str(tmp_path / "w"), "--server", url, "--token", admin, "--once"]
+    refused = _runner_cli(*work, "--job-env", "GITHUB_TOKEN")
+    assert refused.returncode == 2 and "--job-env 'GITHUB_TOKEN' looks like a credential" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    bad_mode = _runner_cli(*work, "--job-isolation", "chroot")
+    assert bad_mode.returncode == 2 and "job_isolation must be one of" in bad_mode.stderr
+    plain = _runner_cli(*work, "--name", "cli-none", "--job-isolation", "none")
+    assert plain.returncode == 0, plain.stderr
+    assert "JOB CODE CAN READ THIS RUNNER'S TOKEN FILE" in plain.stderr and admin not in plain.stderr
+    if not jobns.probe():
+        isolated = _runner_cli(*work, "--name", "cli-ns", "--job-isolation", "namespace")
+        assert isolated.returncode == 0, isolated.stderr
+        assert "job isolation: allow-listed environment; private user+mount namespace" in isolated.stderr
