@@ -611,10 +611,9 @@ class Runner:
         spec_path, out_path, err_path = job_dir / "spec.json", job_dir / "result.json", job_dir / "stderr.log"
         key = f"{self.name}-j{job_id}-a{claim.attempt}-{uuid.uuid4().hex[:12]}"
         worker = [sys.executable, "-m", "runners.worker", str(spec_path), str(out_path),
-               "--job-id", str(job_id), "--idempotency-key", key, "--cache-dir", str(self.revision_cache)]
+                  "--job-id", str(job_id), "--idempotency-key", key, "--cache-dir", str(self.revision_cache)]
         for repo in self.allowed_repos:
             worker += ["--allow-repo", repo]
-        cmd = self._job_command(worker, job_dir)
         log.info("runner %s: job %d attempt %d (%s): starting worker, timeout %.0f s",
                  self.name, job_id, claim.attempt, claim.spec.benchmark, claim.spec.timeout_s)
 
@@ -625,6 +624,7 @@ class Runner:
             job_dir.mkdir(parents=True, exist_ok=True)
             atomic_write_text(spec_path, claim.spec.model_dump_json())
             out_path.unlink(missing_ok=True)
+            cmd = self._job_command(worker, job_dir)
             err_fh = err_path.open("w", encoding="utf-8")
         except OSError as exc:
             return self._release(claim, f"its scratch folder {job_dir} cannot be written: {exc}")
@@ -719,6 +719,9 @@ class Runner:
             self.lost += 1
             log.warning("runner %s: lease of job %d lost; worker stopped, nothing posted", self.name, job_id)
             return "lost"
+        if why == "exited" and returncode == jobns.EXIT_NO_NAMESPACE and self._isolated:
+            last = (_tail(err_path, 500).splitlines() or [""])[-1]
+            return self._release(claim, f"its private namespace could not be made ({last})")
         where = self._keep(out_path, handed) if why == "exited" and returncode == 0 else ""
         if where:
             log.info("runner %s: job %d measured; result kept in %s", self.name, job_id, where)
