@@ -598,16 +598,29 @@ def runner(
     probe_pool: Annotated[str, typer.Option(
         "--probe-pool", help="keep all-reduce probe ranks alive between probes: auto (2+ GPUs), on, off",
     )] = "auto",
+    job_env: Annotated[list[str] | None, typer.Option(
+        "--job-env", metavar="NAME", help="environment variable job code may see besides the built-in "
+        "allow-list (repeatable; names that look like credentials are refused); docs/security.md",
+    )] = None,
+    job_isolation: Annotated[str, typer.Option(
+        "--job-isolation", help="auto: run jobs in a private namespace hiding the work dir when the "
+        "machine allows it (else warn); namespace: require it; none: never",
+    )] = "auto",
 ) -> None:
     """Run the runner daemon: claim jobs, run them in a child process, post results."""
     from runners.daemon import Runner, RunnerTokenMismatchError
+    from runners.jobns import IsolationError, set_non_dumpable
 
     _setup_logging(log_level)
+    if not set_non_dumpable():  # same-uid job code must not read this process's environ or memory
+        typer.echo("runner: warning: prctl(PR_SET_DUMPABLE, 0) refused: same-uid processes can read "
+                   "this daemon's /proc/<pid>/environ", err=True)
     client = _client(server, token)
     try:
         daemon = Runner(
             client, name, once=once, poll_s=poll_s, lease_s=lease_s, work_dir=work_dir, grace_s=grace_s,
-            allowed_repos=allow_repo or [], probe_pool=probe_pool,
+            allowed_repos=allow_repo or [], probe_pool=probe_pool, job_env_names=job_env or [],
+            job_isolation=job_isolation,
         )
     except ValueError as exc:
         client.close()
@@ -618,7 +631,7 @@ def runner(
         raise _fail(f"runner {name}: {exc}") from None
     except KernelabUnavailable as exc:
         raise _fail(f"runner {name}: server unreachable: {exc}") from None
-    except RunnerTokenMismatchError as exc:
+    except (RunnerTokenMismatchError, IsolationError) as exc:
         raise _fail(str(exc)) from None
     finally:
         daemon.close()

@@ -36,6 +36,14 @@ Loop (``Runner.run``)::
   ``grace_s`` seconds (a second signal ends the grace at once), else kill it and fail the job with
   ``retry=True`` so another node takes it.
 * **Burst mode** (``once=True``, arq's ``burst``): drain the queue, then exit.
+* **Job code gets no credentials** (``docs/security.md``, "Job code on runners"): the worker and
+  everything under it get the allow-listed environment of ``runners.jobenv`` (plus the operator's
+  ``job_env`` names), never ``KERNELAB_TOKEN``; with ``job_isolation`` ``"auto"`` (default) or
+  ``"namespace"`` the worker runs in a private user + mount namespace (``runners.jobns``) where the
+  work dir shows only the job's scratch folder and the revision cache, so the token file and the
+  spool cannot be read. The daemon says at start-up which isolation it has and warns when job
+  code could still read the token file. A failure message is redacted (the daemon's tokens and
+  environment, ``runners.redact``) and bounded before it leaves the node.
 """
 
 from __future__ import annotations
@@ -58,7 +66,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from runners import jobns
 from runners.client import KernelabAPIError, KernelabClient, KernelabUnavailable
+from runners.jobenv import check_names, job_env
+from runners.redact import redact, secret_values
 from runners.spool import REFUSED_FOR_GOOD, Spool, atomic_write_text
 from runners.worker import NODE_CHANGED_MARK, RESULT_MARK
 from service.schemas import JobClaim, JobResult, JobSpec, NodeInfo
@@ -91,10 +102,14 @@ class Runner:
     ``runners.probes.node_info()``). ``allowed_repos``: repositories (paths, URLs or ``fnmatch``
     patterns) that jobs' source revisions may come from, besides ``KERNELAB_ALLOWED_REPOS``; their
     clones and worktrees are cached in ``work_dir/revisions``. ``min_free_bytes``: free space the
-    work dir must have before a claim (bytes). Counters: ``done``, ``failed``, ``lost`` (lease
-    lost), ``released`` (jobs handed back because the work dir could not take them), ``posted``
-    (results acknowledged, including re-sent spooled ones). ``held``: results the full disk could
-    not take, by idempotency key, re-posted from memory.
+    work dir must have before a claim (bytes). ``job_env_names``: variables job code may see
+    besides ``runners.jobenv``'s allow-list (``--job-env``; a credential-like name raises
+    ``ValueError``). ``job_isolation``: ``"auto"`` runs jobs in a private namespace where the work
+    dir is hidden when this machine allows it (else a loud warning), ``"namespace"`` requires it
+    (``run()`` raises ``jobns.IsolationError`` without), ``"none"`` never. Counters: ``done``,
+    ``failed``, ``lost`` (lease lost), ``released`` (jobs handed back because the work dir could
+    not take them), ``posted`` (results acknowledged, including re-sent spooled ones). ``held``:
+    results the full disk could not take, by idempotency key, re-posted from memory.
 
     Raises ``ValueError`` for a name outside ``[A-Za-z0-9._:-]{1,200}`` (the server's rule; the
     name is also a folder name). The caller keeps owning ``client``; the client the runner makes
@@ -115,15 +130,24 @@ class Runner:
         allowed_repos: Sequence[str] = (),
         probe_pool: str = "auto",
         min_free_bytes: int = MIN_FREE_BYTES,
+        job_env_names: Sequence[str] = (),
+        job_isolation: str = "auto",
     ):
         if not RUNNER_NAME.match(name):
             raise ValueError(f"runner name {name!r} must match {RUNNER_NAME.pattern}")
         if probe_pool not in PROBE_POOL_MODES:
             raise ValueError(f"probe_pool must be one of {list(PROBE_POOL_MODES)}, got {probe_pool!r}")
+        if job_isolation not in jobns.ISOLATION_MODES:
+            raise ValueError(f"job_isolation must be one of {list(jobns.ISOLATION_MODES)}, "
+                             f"got {job_isolation!r}")
         self.probe_pool = probe_pool
+        self.job_env_names = check_names(job_env_names)
+        self.job_isolation = job_isolation
+        self._isolated: bool | None = None  # decided by check_isolation() at start-up
         self.min_free_bytes = int(min_free_bytes)
         self._pool: Any = None  # runners.probes.all_reduce.AllReducePool, started by the first job
         self.client = client
+        self._given_client = client  # its token (maybe the admin's) stays a secret to redact
         self.name = name
         self.once = once
         self.poll_s = float(poll_s)
@@ -219,6 +243,47 @@ class Runner:
             log.warning("runner %s: no all-reduce probe pool: %s", self.name, exc)
             return {}
 
+    def check_isolation(self) -> bool:
+        """Decide (once) whether jobs run in the private namespace and log which isolation job code
+        has; True when it does. Raises ``jobns.IsolationError`` when ``job_isolation`` is
+        ``"namespace"`` and this machine cannot make one."""
+        if self._isolated is not None:
+            return self._isolated
+        why = "disabled (job_isolation=none)" if self.job_isolation == "none" else jobns.probe()
+        self._isolated = not why
+        if self._isolated:
+            log.info("runner %s: job isolation: allow-listed environment; private user+mount namespace "
+                     "(the work dir %s shows jobs only their scratch folder and the revision cache)",
+                     self.name, self.work_dir)
+        elif self.job_isolation == "namespace":
+            raise jobns.IsolationError(f"runner {self.name}: --job-isolation namespace, but no private "
+                                       f"namespace can be made here: {why}")
+        else:
+            log.warning("runner %s: JOB CODE CAN READ THIS RUNNER'S TOKEN FILE %s: job isolation is the "
+                        "allow-listed environment only (no private namespace: %s). Run the daemon as a "
+                        "user of its own and allow unprivileged user namespaces (docs/security.md)",
+                        self.name, self.token_file, why)
+        return self._isolated
+
+    def _job_command(self, cmd: list[str], job_dir: Path) -> list[str]:
+        """``cmd`` through ``runners.jobns`` when jobs are isolated (the work dir hidden but
+        ``job_dir`` and the revision cache), else as it is."""
+        if not self.check_isolation():
+            return cmd
+        self.revision_cache.mkdir(parents=True, exist_ok=True)
+        return jobns.wrap(cmd, hide=self.work_dir, keep=[job_dir, self.revision_cache])
+
+    def _secrets(self) -> list[str]:
+        """Values a job's error text must never carry: the tokens this daemon holds and its
+        credential-like variables."""
+        tokens = [getattr(c, "_token", None) for c in (self._given_client, self.client, self._own_client)
+                  if c is not None]
+        return secret_values(os.environ, [*tokens, self._load_token()])
+
+    def _clean(self, text: str) -> str:
+        """``text`` redacted (``_secrets``, the daemon's environment) and bounded (``runners.redact``)."""
+        return redact(text, secrets=self._secrets(), env=os.environ)
+
     def stop(self) -> None:
         """Stop claiming; a running job gets ``grace_s`` seconds to finish. Thread/signal safe."""
         if not self._stop.is_set():
@@ -249,6 +314,7 @@ class Runner:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 previous[sig] = signal.signal(sig, self._on_signal)
         try:
+            self.check_isolation()
             self.ensure_token()
             log.info("runner %s: serving %s (once=%s)", self.name, self.client.base_url, self.once)
             self._loop()
@@ -544,10 +610,10 @@ class Runner:
         job_dir = self.work_dir / "jobs" / f"{job_id}-{claim.attempt}"
         spec_path, out_path, err_path = job_dir / "spec.json", job_dir / "result.json", job_dir / "stderr.log"
         key = f"{self.name}-j{job_id}-a{claim.attempt}-{uuid.uuid4().hex[:12]}"
-        cmd = [sys.executable, "-m", "runners.worker", str(spec_path), str(out_path),
-               "--job-id", str(job_id), "--idempotency-key", key, "--cache-dir", str(self.revision_cache)]
+        worker = [sys.executable, "-m", "runners.worker", str(spec_path), str(out_path),
+                  "--job-id", str(job_id), "--idempotency-key", key, "--cache-dir", str(self.revision_cache)]
         for repo in self.allowed_repos:
-            cmd += ["--allow-repo", repo]
+            worker += ["--allow-repo", repo]
         log.info("runner %s: job %d attempt %d (%s): starting worker, timeout %.0f s",
                  self.name, job_id, claim.attempt, claim.spec.benchmark, claim.spec.timeout_s)
 
@@ -558,13 +624,15 @@ class Runner:
             job_dir.mkdir(parents=True, exist_ok=True)
             atomic_write_text(spec_path, claim.spec.model_dump_json())
             out_path.unlink(missing_ok=True)
+            cmd = self._job_command(worker, job_dir)
             err_fh = err_path.open("w", encoding="utf-8")
         except OSError as exc:
             return self._release(claim, f"its scratch folder {job_dir} cannot be written: {exc}")
         with err_fh:
             try:
                 proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err_fh, text=True,
-                                        start_new_session=True, env={**os.environ, **self._pool_env(claim)})
+                                        start_new_session=True,
+                                        env=job_env(self._pool_env(claim), names=self.job_env_names))
             except OSError as exc:
                 return self._release(claim, f"its worker cannot be started: {exc}")
             reader = threading.Thread(target=self._relay_stdout, args=(proc, job_id, key, handed),
@@ -588,7 +656,7 @@ class Runner:
 
     def _release(self, claim: JobClaim, why: str) -> str:
         """Hand a claimed job back (``fail`` with ``retry=True``) because this node cannot run it."""
-        message = f"runner {self.name} released the job: {why}"
+        message = self._clean(f"runner {self.name} released the job: {why}")
         log.error("runner %s: job %d: %s", self.name, claim.job_id, message)
         self.released += 1
         try:
@@ -651,6 +719,9 @@ class Runner:
             self.lost += 1
             log.warning("runner %s: lease of job %d lost; worker stopped, nothing posted", self.name, job_id)
             return "lost"
+        if why == "exited" and returncode == jobns.EXIT_NO_NAMESPACE and self._isolated:
+            last = (_tail(err_path, 500).splitlines() or [""])[-1]
+            return self._release(claim, f"its private namespace could not be made ({last})")
         where = self._keep(out_path, handed) if why == "exited" and returncode == 0 else ""
         if where:
             log.info("runner %s: job %d measured; result kept in %s", self.name, job_id, where)
@@ -671,6 +742,7 @@ class Runner:
             message = f"{reason}\n({message})"
         if tail:
             message += f"\n--- worker stderr (last {STDERR_TAIL_CHARS} characters) ---\n{tail}"
+        message = self._clean(message)
         self.failed += 1
         log.error("runner %s: job %d failed: %s", self.name, job_id, message.splitlines()[0])
         try:

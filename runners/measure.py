@@ -141,15 +141,16 @@ def _run_child(spec: JobSpec, args: list[str], *, progress: ProgressFn | None, t
 
 
 def _child_env() -> dict[str, str]:
-    """This process's environment with ``PYTHONPATH`` set to its ``sys.path`` (the child imports the
-    benchmark modules this process could import: a module next to the spec, a test module) and
-    this process's pid added to ``KERNELAB_OWN_PIDS`` (NVML then counts it as ours, never as
-    another tenant)."""
+    """The job environment (``runners.jobenv.job_env``: allow-listed, no credentials) with
+    ``PYTHONPATH`` set to this process's ``sys.path`` (the child imports the benchmark modules this
+    process could import: a module next to the spec, a test module) and this process's pid added to
+    ``KERNELAB_OWN_PIDS`` (NVML then counts it as ours, never as another tenant)."""
+    from runners.jobenv import job_env
     from runners.probes.telemetry import OWN_PIDS_ENV
 
     paths = [p for p in sys.path if p and os.path.isdir(p)]
     own = ",".join(filter(None, (os.environ.get(OWN_PIDS_ENV, ""), str(os.getpid()))))
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)), OWN_PIDS_ENV: own}
+    return job_env({"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)), OWN_PIDS_ENV: own})
 
 
 def _relay(stream: IO[str] | None, progress: ProgressFn | None) -> None:

@@ -46,6 +46,7 @@ import torch
 from kernels._device import configure_triton_env
 from runners.engine import measure_interleaved
 from runners.job import ProgressCallback, _probes, _short_error, check_seed, resolve_device
+from runners.jobenv import job_env
 from runners.probes import node_info
 from runners.probes.telemetry import ContextSampler
 from runners.revisions import AllowList, Checkout, RevisionCache, RevisionError
@@ -194,7 +195,9 @@ def _label(spec: JobSpec, side: Variant, checkout: Checkout | None) -> str:
 
 
 def _worker_env(checkout: Checkout | None, cache: RevisionCache) -> dict[str, str]:
-    env = dict(os.environ)
+    """A side worker's environment: the job environment (``runners.jobenv``: allow-listed, no
+    credentials), kernelab first on ``PYTHONPATH``, the revision's own Triton cache."""
+    env = job_env()
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_KERNELAB_ROOT, env.get("PYTHONPATH", "")) if p)
     key = checkout.sha if checkout is not None else "installed"
     triton_cache = cache.root / "triton" / key

@@ -34,6 +34,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from runners.jobenv import job_env
 from service.schemas import JobSpec, SourceSpec, VariantSpec
 
 ALLOWED_REPOS_ENV = "KERNELAB_ALLOWED_REPOS"  # entries separated by whitespace or commas
@@ -121,9 +122,9 @@ def _tail(text: str) -> str:
 
 
 def _git_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(GIT_TERMINAL_PROMPT="0", GIT_ASKPASS="true", LC_ALL="C")
-    return env
+    """The environment of git and of install steps: the job environment (``runners.jobenv``:
+    allow-listed, no credentials), no prompts, the C locale."""
+    return job_env({"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "LC_ALL": "C"})
 
 
 def run_command(
@@ -289,6 +290,10 @@ def _install(source: SourceSpec, path: Path, site: Path, side: str) -> None:
     site.mkdir(parents=True, exist_ok=True)
     env = _git_env()
     env["KERNELAB_SITE"] = str(site)
+    # HOME is not the daemon's (~/.kernelab holds its token file): a per-cache home for pip & co.
+    home = site.parent / ".kernelab-home"  # in the revision's worktree, made afresh with it
+    home.mkdir(parents=True, exist_ok=True)
+    env["HOME"] = str(home)
     for i, step in enumerate(source.install):
         try:
             argv = install_argv(step, site=site)

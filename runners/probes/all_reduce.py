@@ -54,6 +54,7 @@ from typing import Any
 
 import torch
 
+from runners.jobenv import job_env
 from runners.probes.telemetry import POOL_ENV, register_own_pids, unregister_own_pids
 from service.schemas import AllReduceReading
 
@@ -295,7 +296,7 @@ class AllReducePool:
     ):
         config = _resolve(device_type, None, world_size, None, None, timeout_s)
         config.update(pool=True, groups=[list(range(config["world_size"]))], cuda_graph=False)
-        env = {**os.environ, **(extra_env or {}), **_FORCED_ENV}
+        env = job_env({**(extra_env or {}), **_FORCED_ENV})  # no credentials in the ranks (docs/security.md)
         env.pop(POOL_ENV, None)
         if config["device_type"] == "cpu":
             env.setdefault("OMP_NUM_THREADS", "1")
@@ -472,7 +473,7 @@ def start_all_reduce(
     _check_groups(groups, world)
     config["groups"] = [list(range(world)), *(sorted(int(r) for r in g) for g in groups)]
     config["cuda_graph"] = bool(cuda_graph) and config["device_type"] == "cuda"
-    env = {**os.environ, **(extra_env or {}), **_FORCED_ENV}
+    env = job_env({**(extra_env or {}), **_FORCED_ENV})  # no credentials in the ranks (docs/security.md)
     if config["device_type"] == "cpu":
         env.setdefault("OMP_NUM_THREADS", "1")  # one core per rank: ranks must not fight for cores
     return AllReduceRun(config, env)

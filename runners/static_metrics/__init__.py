@@ -19,12 +19,12 @@ Public entry points:
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from runners.jobenv import job_env
 from runners.static_metrics.diff import KernelCode, compare
 from runners.static_metrics.isa import Loop
 from service.schemas import CellResult, JobSpec, KernelStatic, ParamValue, StaticComparison
@@ -80,7 +80,7 @@ def compile_kernels(
     from runners.static_metrics.aot import parse_target
 
     parse_target(target)
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env = {k: v for k, v in job_env().items() if k != "TRITON_INTERPRET"}  # no credentials (jobenv)
     request = json.dumps({"target": target, "items": list(items)})
     try:
         proc = subprocess.run(

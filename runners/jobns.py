@@ -1,0 +1,172 @@
+"""Job isolation on a runner: job code cannot read the daemon's work dir (token file, spool).
+
+``python -m runners.jobns --hide DIR [--keep PATH ...] -- ARGV...`` runs ``ARGV`` in a private
+user + mount namespace (unprivileged user namespaces, ``user_namespaces(7)``; no root needed) in
+which ``DIR`` is an empty tmpfs except the ``--keep`` paths (bind-mounted back from the real
+``DIR``: the job's scratch folder, the revision cache). The user and group ids stay the caller's
+own (mapped to themselves). The mounts are then locked (``mount_namespaces(7)``, "restrictions on
+mount namespaces"): the helper enters a second user + mount namespace before ``exec``, so job code
+cannot unmount the tmpfs, even as root of its namespace. Exit status 125 when the namespace cannot
+be made (message on stderr), else ``ARGV``'s own.
+
+The daemon side: ``probe()`` tries this once at start-up (some kernels or AppArmor policies refuse
+unprivileged user namespaces), ``wrap()`` builds the command line, ``set_non_dumpable()`` makes the
+daemon's own ``/proc/<pid>/environ``, ``mem`` and ``fd`` unreadable to same-uid processes
+(``prctl(PR_SET_DUMPABLE, 0)``, ``prctl(2)``). ``docs/security.md`` ("Job code on runners")
+states what this does not cover.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+# constants from <sched.h>, <sys/mount.h>, <sys/prctl.h> (Linux UAPI)
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_BIND = 4096
+MS_REC = 16384
+MS_PRIVATE = 1 << 18
+PR_SET_DUMPABLE = 4
+EXIT_NO_NAMESPACE = 125
+PROBE_TIMEOUT_S = 20.0
+ISOLATION_MODES = ("auto", "namespace", "none")  # Runner(job_isolation=...)
+
+
+class IsolationError(RuntimeError):
+    """The private namespace could not be made (no unprivileged user namespaces, a mount refused)."""
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise IsolationError(f"{what}: {os.strerror(err)} (errno {err})")
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    libc = _libc()
+    rc = libc.mount(source.encode() if source else None, target.encode(),
+                    fstype.encode() if fstype else None, ctypes.c_ulong(flags),
+                    data.encode() if data else None)
+    _check(rc, f"mount {source or ''} on {target}")
+
+
+def _enter_user_namespace(uid: int, gid: int) -> None:
+    """``unshare(CLONE_NEWUSER | CLONE_NEWNS)`` with ``uid``/``gid`` mapped to themselves."""
+    _check(_libc().unshare(CLONE_NEWUSER | CLONE_NEWNS), "unshare(CLONE_NEWUSER|CLONE_NEWNS)")
+    Path("/proc/self/setgroups").write_text("deny")
+    Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1")
+    Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1")
+
+
+def enter(hide: Path, keep: Sequence[Path]) -> None:
+    """Make this process's private namespace: ``hide`` an empty tmpfs but for ``keep`` (paths
+    inside ``hide``, which must exist), mounts locked. Raises ``IsolationError`` or ``OSError``."""
+    hide = hide.resolve()
+    reals = [path.resolve() for path in keep]
+    for path, real in zip(keep, reals, strict=True):
+        if real != hide and hide not in real.parents:
+            raise IsolationError(f"--keep {path} is not inside --hide {hide}")
+    uid, gid = os.getuid(), os.getgid()
+    _enter_user_namespace(uid, gid)
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    # opened in the new namespace (a bind source must be one of its mounts), before the tmpfs hides them
+    kept = [(real.relative_to(hide), os.open(real, os.O_PATH)) for real in reals]
+    _mount("kernelab-hidden", str(hide), "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700,size=16m")
+    for rel, fd in kept:
+        target = hide / rel
+        if os.path.isdir(f"/proc/self/fd/{fd}"):
+            target.mkdir(parents=True, exist_ok=True)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.touch()
+        _mount(f"/proc/self/fd/{fd}", str(target), None, MS_BIND | MS_REC)
+        os.close(fd)
+    _enter_user_namespace(uid, gid)  # a less privileged copy: the mounts above are locked
+
+
+def set_non_dumpable() -> bool:
+    """``prctl(PR_SET_DUMPABLE, 0)`` for this process: same-uid processes can no longer read its
+    ``/proc/<pid>/environ``, ``mem``, ``fd/`` or ``root/`` nor attach a debugger. Returns False
+    when refused (never raises)."""
+    try:
+        return int(_libc().prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def wrap(argv: Sequence[str], *, hide: Path, keep: Sequence[Path]) -> list[str]:
+    """The command line running ``argv`` through this helper (module docstring)."""
+    cmd = [sys.executable, "-m", "runners.jobns", "--hide", str(hide)]
+    for path in keep:
+        cmd += ["--keep", str(path)]
+    return [*cmd, "--", *argv]
+
+
+_PROBE_CHECK = """
+import ctypes, os, sys
+hidden, kept, root = sys.argv[1], sys.argv[2], sys.argv[3]
+visible = os.path.exists(hidden) or open(kept).read() != "kept"
+unmounted = ctypes.CDLL(None).umount2(root.encode(), 2) == 0  # MNT_DETACH: refused when locked
+sys.exit(1 if visible or unmounted else 0)
+"""
+
+
+def probe() -> str:
+    """``""`` when a job can run in the private namespace here, else why not (one line)."""
+    with tempfile.TemporaryDirectory(prefix="kernelab-jobns-") as tmp:
+        root = Path(tmp)
+        (root / "secret.json").write_text("secret")
+        (root / "keep").mkdir()
+        (root / "keep" / "f").write_text("kept")
+        cmd = wrap([sys.executable, "-c", _PROBE_CHECK, str(root / "secret.json"), str(root / "keep" / "f"),
+                    str(root)],
+                   hide=root, keep=[root / "keep"])
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
+                                  stdin=subprocess.DEVNULL, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"the namespace helper did not run: {exc}"
+        if proc.returncode == 0:
+            return ""
+        lines = (proc.stderr or "").strip().splitlines()
+        return lines[-1] if lines else f"the check in the namespace failed (exit status {proc.returncode})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Enter the namespace and ``exec`` the command (module docstring); 125 when that fails."""
+    p = argparse.ArgumentParser(prog="python -m runners.jobns", description=__doc__.splitlines()[0])
+    p.add_argument("--hide", type=Path, required=True)
+    p.add_argument("--keep", type=Path, action="append", default=[])
+    p.add_argument("command", nargs=argparse.REMAINDER)
+    args = p.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        p.error("no command after --")
+    try:
+        enter(args.hide, args.keep)
+    except (IsolationError, OSError) as exc:
+        print(f"jobns: cannot isolate the job: {exc}", file=sys.stderr)
+        return EXIT_NO_NAMESPACE
+    try:
+        os.execvp(command[0], command)
+    except OSError as exc:
+        print(f"jobns: cannot run {command[0]}: {exc}", file=sys.stderr)
+        return 127
+    return 0  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main())

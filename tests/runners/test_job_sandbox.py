@@ -1,0 +1,185 @@
+"""Job code runs without the daemon's credentials (issue 15): the allow-listed job environment,
+redacted and bounded error text, the private namespace that hides the work dir, and the attack
+itself: a revision job whose install step prints the tokens, against a real server and daemon."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runners import jobns
+from runners.client import KernelabClient
+from runners.daemon import Runner
+from runners.jobenv import JOB_ENV_NAMES_ENV, check_names, job_env
+from runners.redact import MAX_ERROR_CHARS, REDACTED, bound, redact, secret_values
+from runners.revisions import _git_env
+from tests.e2e.revision_repo import make_repo
+
+NO_PROBES = {"copy_bandwidth": False, "all_reduce": False, "nvml": False}
+
+
+def test_job_env_keeps_the_allow_list_and_never_a_credential() -> None:
+    daemon = {"PATH": "/usr/bin", "HOME": "/home/r", "LC_ALL": "C", "CUDA_VISIBLE_DEVICES": "1",
+              "TRITON_CACHE_DIR": "/c", "NCCL_DEBUG": "WARN", "KERNELAB_TOKEN": "admin-token-123",
+              "KERNELAB_ADMIN_TOKEN": "admin-token-123", "KERNELAB_DATABASE_URL": "postgresql://u:pw@h/db",
+              "AWS_SECRET_ACCESS_KEY": "aws", "CUDA_API_KEY": "x", "TORCH_PASSWORD": "y", "MY_SETTING": "1",
+              "GITHUB_TOKEN": "ghp_x", "SSH_AUTH_SOCK": "/run/agent"}
+    env = job_env({"PYTHONPATH": "/k"}, source=daemon, names=["MY_SETTING"])
+    assert env == {"PATH": "/usr/bin", "HOME": "/home/r", "LC_ALL": "C", "CUDA_VISIBLE_DEVICES": "1",
+                   "TRITON_CACHE_DIR": "/c", "NCCL_DEBUG": "WARN", "MY_SETTING": "1",
+                   JOB_ENV_NAMES_ENV: "MY_SETTING", "PYTHONPATH": "/k"}
+    # a nested child (measure, revision worker) keeps the operator's names through KERNELAB_JOB_ENV
+    assert job_env(source={**env, "OTHER": "2"}) == env | {"PYTHONPATH": "/k"}
+    # an operator cannot allow-list a credential, on the command line or through the variable
+    for bad in ("GITHUB_TOKEN", "db_password", "API_KEY", "BAD NAME"):
+        with pytest.raises(ValueError, match=repr(bad)):
+            check_names([bad])
+    assert "GITHUB_TOKEN" not in job_env(source={**daemon, JOB_ENV_NAMES_ENV: "GITHUB_TOKEN"})
+
+
+def test_git_and_install_env_is_the_job_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KERNELAB_TOKEN", "admin-token-abcdef")
+    monkeypatch.setenv("KERNELAB_DATABASE_URL", "sqlite:///x")
+    env = _git_env()
+    assert "KERNELAB_TOKEN" not in env and "KERNELAB_DATABASE_URL" not in env
+    assert env["GIT_TERMINAL_PROMPT"] == "0" and env["PATH"] == os.environ["PATH"]
+
+
+def test_redact_replaces_secrets_and_environment_lines_and_bounds() -> None:
+    daemon = {"KERNELAB_TOKEN": "admin-token-123456", "PATH": "/usr/bin", "HOME": "/root",
+              "DB_PASSWORD": "hunter2-long"}
+    secrets = secret_values(daemon, ["runner-token-abcdef", None, "abc"])
+    assert secrets == ["runner-token-abcdef", "admin-token-123456", "hunter2-long"]  # longest first
+    text = ("install step 1 failed\nadmin-token-123456\n{\"token\": \"runner-token-abcdef\"}\n"
+            "PATH=/usr/bin\nexport HOME=/root\nJOB_ONLY=1\nsee hunter2-long")
+    out = redact(text, secrets=secrets, env=daemon)
+    assert "admin-token" not in out and "runner-token" not in out and "hunter2" not in out
+    assert out.splitlines() == ["install step 1 failed", REDACTED, f"{{\"token\": \"{REDACTED}\"}}",
+                                f"PATH={REDACTED}", f"HOME={REDACTED}", "JOB_ONLY=1", f"see {REDACTED}"]
+    long = "why it failed\n" + "x" * 50_000 + "\nthe last line"
+    cut = redact(long, secrets=[], env={})
+    assert len(cut) <= MAX_ERROR_CHARS and cut.startswith("why it failed") and cut.endswith("the last line")
+    assert "characters cut" in cut and bound("short") == "short"
+
+
+def _namespace_or_skip() -> None:
+    why = jobns.probe()
+    if why:
+        pytest.skip(f"no unprivileged user namespaces here: {why}")
+
+
+def test_namespace_hides_the_work_dir_but_the_job_folder(tmp_path: Path) -> None:
+    _namespace_or_skip()
+    work = tmp_path / "work"
+    (work / "jobs" / "7-1").mkdir(parents=True)
+    (work / "revisions").mkdir()
+    (work / "runner-node.json").write_text('{"token": "runner-token-secret"}')
+    (work / "revisions" / "cached").write_text("clone")
+    script = ("import ctypes, os, sys; w = sys.argv[1]; "
+              "open(w + '/jobs/7-1/out', 'w').write(open(w + '/revisions/cached').read()); "
+              "print(os.path.exists(w + '/runner-node.json'), sorted(os.listdir(w)), "
+              "ctypes.CDLL(None).umount2(w.encode(), 2), os.getuid())")
+    cmd = jobns.wrap([sys.executable, "-c", script, str(work)], hide=work,
+                     keep=[work / "jobs" / "7-1", work / "revisions"])
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False", "['jobs',", "'revisions']", "-1", str(os.getuid())]
+    assert (work / "jobs" / "7-1" / "out").read_text() == "clone"  # the kept folders are the real ones
+    # a --keep outside --hide is refused, never silently widened
+    bad = subprocess.run(jobns.wrap(["true"], hide=work / "jobs", keep=[work / "revisions"]),
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert bad.returncode == jobns.EXIT_NO_NAMESPACE and "is not inside --hide" in bad.stderr
+
+
+def test_non_dumpable_process_hides_its_environ(tmp_path: Path) -> None:
+    """Checked by a child that dropped its privileges would need root; here the flag itself."""
+    code = ("from runners.jobns import set_non_dumpable; import ctypes; "
+            "ok = set_non_dumpable(); print(ok, ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))")  # PR_GET_DUMPABLE
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.split() == ["True", "0"]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("isolation", ["auto", "none"])
+def test_install_step_cannot_leak_the_runner_tokens(
+    server: tuple[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolation: str
+) -> None:
+    """The attack of issue 15: a submit token's install step echoes ``$KERNELAB_TOKEN``, dumps the
+    environment and cats the token files; the job's stored error (readable with a read token)
+    holds neither token, and the install step's environment has no credential."""
+    if isolation == "auto":
+        _namespace_or_skip()
+    url, admin = server
+    home = tmp_path / "home"
+    work_dir = home / ".kernelab"  # the default layout: ~/.kernelab/runner-<name>.json
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("KERNELAB_TOKEN", admin)
+    monkeypatch.setenv("KERNELAB_TEST_PASSTHRU", "kept")
+    monkeypatch.setenv("KERNELAB_TEST_OTHER", "dropped")
+    repo = tmp_path / "repo"
+    make_repo(repo)
+    steal = (f"sh -c 'env > {{site}}/env.txt; env; echo \"T=$KERNELAB_TOKEN\"; "
+             f"cat ~/.kernelab/runner-*.json {work_dir}/runner-*.json; exit 3'")
+    spec = {"name": "steal", "benchmark": "revpkg.bench:AxpyBenchmark", "params": {"N": 1000},
+            "device": "cpu", "probes": NO_PROBES, "timeout_s": 120,
+            "measurement": {"warmup_ms": 1, "budget_ms": 20, "min_rounds": 2},
+            "baseline": {"variant": "torch", "source": {"repo": str(repo), "ref": "main~2"}},
+            "candidate": {"variant": "torch", "source": {"repo": str(repo), "ref": "slow",
+                                                          "install": [steal]}}}
+    name = f"sandbox-{isolation}"
+    with KernelabClient(url, admin) as client:
+        job_id = client.submit(spec).id
+        with Runner(client, name, once=True, work_dir=work_dir, allowed_repos=[str(repo)],
+                    job_isolation=isolation, job_env_names=["KERNELAB_TEST_PASSTHRU"]) as runner:
+            runner.run()
+            assert runner.check_isolation() is (isolation == "auto")
+        runner_token = json.loads((work_dir / f"runner-{name}.json").read_text())["token"]
+        job = client.get_job(job_id)
+    assert job.status == "failed" and job.error is not None
+    error = job.error
+    assert error.startswith("candidate: install step 1 failed"), error
+    assert "exited with status 3" in error
+    assert admin not in error and runner_token not in error
+    assert re.search(r"^T=$", error, re.MULTILINE), error  # the variable was not there to echo
+    assert len(error) <= MAX_ERROR_CHARS
+    if isolation == "auto":  # the token file is not there for job code
+        assert f"{work_dir}/runner-*.json': No such file or directory" in error
+    else:  # readable (the daemon warned), but its token never leaves the node
+        assert f'"token": "{REDACTED}"' in error
+    [env_file] = (work_dir / "revisions").glob("worktrees/*/*/.kernelab-site/env.txt")
+    names = dict(line.split("=", 1) for line in env_file.read_text().splitlines() if "=" in line)
+    assert "KERNELAB_TOKEN" not in names and "KERNELAB_TEST_OTHER" not in names
+    assert names["KERNELAB_TEST_PASSTHRU"] == "kept"
+    assert names["HOME"] != str(home)  # install steps get a home of their own, not ~ (the token file)
+    assert admin not in env_file.read_text() and runner_token not in env_file.read_text()
+
+
+def _runner_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "runners.cli", "runner", *args], capture_output=True,
+                          text=True, timeout=120, env=env, check=False)
+
+
+@pytest.mark.timeout(180)
+def test_runner_cli_refuses_credentials_and_says_its_isolation(
+    server: tuple[str, str], tmp_path: Path
+) -> None:
+    url, admin = server
+    work = ["--work-dir", str(tmp_path / "w"), "--server", url, "--token", admin, "--once"]
+    refused = _runner_cli(*work, "--job-env", "GITHUB_TOKEN")
+    assert refused.returncode == 2 and "--job-env 'GITHUB_TOKEN' looks like a credential" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    bad_mode = _runner_cli(*work, "--job-isolation", "chroot")
+    assert bad_mode.returncode == 2 and "job_isolation must be one of" in bad_mode.stderr
+    plain = _runner_cli(*work, "--name", "cli-none", "--job-isolation", "none")
+    assert plain.returncode == 0, plain.stderr
+    assert "JOB CODE CAN READ THIS RUNNER'S TOKEN FILE" in plain.stderr and admin not in plain.stderr
+    if not jobns.probe():
+        isolated = _runner_cli(*work, "--name", "cli-ns", "--job-isolation", "namespace")
+        assert isolated.returncode == 0, isolated.stderr
+        assert "job isolation: allow-listed environment; private user+mount namespace" in isolated.stderr
