@@ -36,7 +36,8 @@ def test_probe_for_another_node_is_403_and_stores_nothing(api) -> None:  # type:
     assert "'node-a'" in msg and "'node-b'" in msg
     assert _count(api, ProbeReport) == 1
     node = api.client.get("/api/v1/nodes/node-b", headers=api.admin).json()
-    assert node["probe_reports"] == 1 and node["probes"][0]["report"]["copy_bandwidth"][0]["bandwidth_gbps"] == 20.0
+    assert node["probe_reports"] == 1
+    assert node["probes"][0]["report"]["copy_bandwidth"][0]["bandwidth_gbps"] == 20.0
     assert _post_probe(api, "node-a", mine).status_code == 201
 
 

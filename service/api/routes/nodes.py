@@ -12,8 +12,8 @@ from fastapi import APIRouter, HTTPException, Path, Query, Request, Response, st
 from pydantic import BaseModel
 
 from service import crud, node_health
-from service.runner_identity import check_node
 from service.api.deps import Offset, ReadToken, RunnerToken, SessionDep, SettingsDep, page_headers
+from service.runner_identity import check_node
 from service.schemas import NodeHealth, ProbeReport, Text
 
 router = APIRouter(prefix="/nodes", tags=["nodes"])
