@@ -74,6 +74,15 @@ def normalize_repo(repo: str) -> str:
         raise RevisionError(f"repository {repo!r} is refused: {exc}") from None
 
 
+def fetch_address(repo: str) -> str:
+    """The address git fetches ``repo`` from: its canonical form, keeping a ``.git`` ending
+    (``normalize_repo`` drops it for matching and caching). Raises ``RevisionError`` like it."""
+    try:
+        return canonical_repo(repo, keep_git=True)
+    except RepoAddressError as exc:
+        raise RevisionError(f"repository {repo!r} is refused: {exc}") from None
+
+
 def is_url(repo: str) -> bool:
     """True for a URL or scp-like address, False for a local path (by form only)."""
     return address_kind(repo) != "local"
@@ -238,7 +247,7 @@ class RevisionCache:
 
     def _update_clone(self, repo: str, side: str) -> Path:
         """The bare clone of ``repo``, cloned or fetched now (branches, tags and the remote HEAD)."""
-        norm = normalize_repo(repo)
+        norm = fetch_address(repo)
         git_dir = self.root / "repos" / f"{self.repo_key(repo)}.git"
         if not is_url(norm) and not Path(norm).exists():
             raise RevisionError(f"{side}: repository {repo!r} does not exist on this runner")
@@ -265,7 +274,7 @@ class RevisionCache:
         sha = rev_parse()
         if sha is None and re.fullmatch(r"[0-9a-fA-F]{7,64}", ref):
             with contextlib.suppress(RevisionError):
-                norm = normalize_repo(repo)
+                norm = fetch_address(repo)
                 _git(["fetch", "--quiet", "--", norm, ref], git_dir=git_dir, what="fetch sha", repo=norm)
             sha = rev_parse()
         if sha is None:

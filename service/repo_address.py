@@ -62,13 +62,15 @@ class RepoAddressError(ValueError):
     """A repository address (or allow-list entry) in a form that is refused; the message says why."""
 
 
-def canonical_repo(repo: str, *, pattern: bool = False, resolve: bool = True) -> str:
+def canonical_repo(repo: str, *, pattern: bool = False, resolve: bool = True, keep_git: bool = False) -> str:
     """The canonical form of ``repo`` (see the module docstring), or ``RepoAddressError``.
 
     ``pattern``: ``repo`` is an allow-list entry (``*`` allowed in host labels and path segments,
     a last segment ``**``; a local path may contain ``..``, resolved by ``realpath``).
     ``resolve=False`` (the server's check at submit time): a local path is checked but not made
     absolute or resolved (that is the runner's file system); the result is then only a check.
+    ``keep_git``: keep a ``.git`` ending of the last segment (the address git fetches: a plain
+    HTTP server serves ``repo.git``, not ``repo``); matching and caching use the form without.
     """
     text = repo.strip()
     if not text:
@@ -81,11 +83,11 @@ def canonical_repo(repo: str, *, pattern: bool = False, resolve: bool = True) ->
         raise RepoAddressError("'*' in a repository address (only allow-list entries are patterns)")
     kind = address_kind(text)
     if kind == "url":
-        return _url(text, pattern=pattern, resolve=resolve)
+        return _url(text, pattern=pattern, resolve=resolve, keep_git=keep_git)
     if _HELPER.match(text):
         raise RepoAddressError("git remote-helper addresses ('<transport>::...') are refused")
     if kind == "scp":
-        return _scp(text, pattern=pattern)
+        return _scp(text, pattern=pattern, keep_git=keep_git)
     return _local(text, pattern=pattern, resolve=resolve)
 
 
@@ -138,7 +140,7 @@ def _decode_once(path: str) -> str:
     return _ESCAPE.sub(one, path)
 
 
-def _segments(path: str, *, pattern: bool) -> list[str]:
+def _segments(path: str, *, pattern: bool, keep_git: bool = False) -> list[str]:
     """The path's segments (``path`` without its leading ``/``), checked; ``.git`` dropped."""
     segments = path.rstrip("/").split("/") if path.rstrip("/") else []
     for i, seg in enumerate(segments):
@@ -152,7 +154,7 @@ def _segments(path: str, *, pattern: bool) -> list[str]:
             raise RepoAddressError(f"the path segment {seg!r} has a character a repository path cannot have")
         if seg == "**" and (not pattern or i != len(segments) - 1):
             raise RepoAddressError("'**' is only allowed as the last segment of an allow-list entry")
-    if segments and segments[-1].endswith(".git") and len(segments[-1]) > 4:
+    if not keep_git and segments and segments[-1].endswith(".git") and len(segments[-1]) > 4:
         segments[-1] = segments[-1][:-4]
         if segments[-1].endswith("."):
             raise RepoAddressError(f"the path segment {segments[-1]!r}.git ends with a dot")
@@ -168,7 +170,7 @@ def _host(host: str, *, pattern: bool) -> str:
     return host
 
 
-def _url(text: str, *, pattern: bool, resolve: bool) -> str:
+def _url(text: str, *, pattern: bool, resolve: bool, keep_git: bool) -> str:
     if "?" in text or "#" in text:
         raise RepoAddressError("a query ('?') or fragment ('#') in the repository URL")
     parts = urlsplit(text)
@@ -204,13 +206,13 @@ def _url(text: str, *, pattern: bool, resolve: bool) -> str:
     if port == 0:
         raise RepoAddressError("port 0 in the repository URL")
     where = f":{port}" if port is not None and port != DEFAULT_PORTS[scheme] else ""
-    segments = _segments(_decode_once(parts.path).removeprefix("/"), pattern=pattern)
+    segments = _segments(_decode_once(parts.path).removeprefix("/"), pattern=pattern, keep_git=keep_git)
     if not segments:
         raise RepoAddressError("the repository URL has no path")
     return f"{scheme}://{user}{host}{where}/" + "/".join(segments)
 
 
-def _scp(text: str, *, pattern: bool) -> str:
+def _scp(text: str, *, pattern: bool, keep_git: bool) -> str:
     authority, path = text.split(":", 1)
     user = ""
     if "@" in authority:
@@ -224,7 +226,7 @@ def _scp(text: str, *, pattern: bool) -> str:
     if "%" in path:
         raise RepoAddressError("'%' in an scp-like address (git does not decode it there)")
     lead = "/" if path.startswith("/") else ""
-    segments = _segments(path.removeprefix("/"), pattern=pattern)
+    segments = _segments(path.removeprefix("/"), pattern=pattern, keep_git=keep_git)
     if not segments:
         raise RepoAddressError("the scp-like address has no path")
     return f"{user}{host}:{lead}" + "/".join(segments)
