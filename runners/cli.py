@@ -601,8 +601,13 @@ def runner(
 ) -> None:
     """Run the runner daemon: claim jobs, run them in a child process, post results."""
     from runners.daemon import Runner, RunnerTokenMismatchError
+    from runners.revisions import AllowList, RevisionError
 
     _setup_logging(log_level)
+    try:  # an entry in a refused form stops the start, not every revision job later
+        AllowList.from_env(allow_repo or [])
+    except RevisionError as exc:
+        raise _fail(str(exc), EXIT_BAD_INPUT) from None
     client = _client(server, token)
     try:
         daemon = Runner(

@@ -212,3 +212,14 @@ def test_subdir_through_a_symlink_outside_is_refused_even_if_the_tree_check_is_p
         _subdir_path(root, "up", "0" * 40, "baseline")
     (root / "pkg").mkdir()
     assert _subdir_path(root, "pkg", "0" * 40, "baseline") == root.resolve() / "pkg"
+
+
+def test_runner_refuses_to_start_with_an_allow_list_entry_in_a_refused_form(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from runners.cli import app
+
+    args = ["runner", "--server", "http://127.0.0.1:9", "--token", "t" * 20, "--work-dir", str(tmp_path),
+            "--once", "--allow-repo", "https://github.com/myorg/%2e%2e/*"]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and "allow-list entry" in result.output and "Traceback" not in result.output
