@@ -151,11 +151,14 @@ def served(tmp_path: Path) -> Iterator[tuple[str, str]]:
             server.server_close()
 
 
-def test_an_http_redirect_from_an_allowed_url_is_not_followed(tmp_path: Path, served: tuple[str, str]) -> None:
+def test_an_http_redirect_from_an_allowed_url_is_not_followed(
+    tmp_path: Path, served: tuple[str, str]
+) -> None:
     redirecting, direct = served
     cache = RevisionCache(tmp_path / "cache")
+    source = SourceSpec(repo=redirecting, ref="main")
     with pytest.raises(RevisionError, match="cannot clone") as refused:
-        cache.materialise(SourceSpec(repo=redirecting, ref="main"), "candidate", allow=AllowList([redirecting]))
+        cache.materialise(source, "candidate", allow=AllowList([redirecting]))
     assert "http.followRedirects=false" in str(refused.value) and _Quiet.hits == []
     # The same repository, allowed by its own address, is fetched: the refusal above is the redirect's.
     done = cache.materialise(SourceSpec(repo=direct, ref="main"), "candidate", allow=AllowList([direct]))

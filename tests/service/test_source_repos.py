@@ -10,9 +10,9 @@ from service.models import Job
 
 
 def _sourced(repo: str) -> dict:  # type: ignore[type-arg]
-    source = {"repo": repo, "ref": "main"}
-    return {"benchmark": "mypkg.bench:B", "baseline": {"variant": "a", "source": source},
-            "candidate": {"variant": "b", "source": {**source, "repo": "https://github.com/myorg/x"}}}  # fmt: skip
+    good = {"repo": "https://github.com/myorg/x", "ref": "main"}
+    return {"benchmark": "mypkg.bench:B", "baseline": {"variant": "a", "source": {**good, "repo": repo}},
+            "candidate": {"variant": "b", "source": good}}
 
 
 @pytest.mark.parametrize("repo", [
