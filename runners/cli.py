@@ -87,8 +87,9 @@ CandidateRefOpt = Annotated[
 ]
 AllowRepoOpt = Annotated[
     list[str] | None,
-    typer.Option("--allow-repo", help="repository (path, URL or glob) jobs' source revisions may come "
-                 "from; repeatable; also KERNELAB_ALLOWED_REPOS"),
+    typer.Option("--allow-repo", help="repository (path, URL, or pattern: '*' within one path segment, "
+                 "a last '**' any depth) jobs' source revisions may come from; repeatable; also "
+                 "KERNELAB_ALLOWED_REPOS"),
 ]
 DEFAULT_SERVER = "http://127.0.0.1:8000"
 DEFAULT_WORK_DIR = Path.home() / ".kernelab"
