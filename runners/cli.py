@@ -87,8 +87,9 @@ CandidateRefOpt = Annotated[
 ]
 AllowRepoOpt = Annotated[
     list[str] | None,
-    typer.Option("--allow-repo", help="repository (path, URL or glob) jobs' source revisions may come "
-                 "from; repeatable; also KERNELAB_ALLOWED_REPOS"),
+    typer.Option("--allow-repo", help="repository (path, URL, or pattern: '*' within one path segment, "
+                 "a last '**' any depth) jobs' source revisions may come from; repeatable; also "
+                 "KERNELAB_ALLOWED_REPOS"),
 ]
 DEFAULT_SERVER = "http://127.0.0.1:8000"
 DEFAULT_WORK_DIR = Path.home() / ".kernelab"
@@ -610,11 +611,16 @@ def runner(
     """Run the runner daemon: claim jobs, run them in a child process, post results."""
     from runners.daemon import Runner, RunnerTokenMismatchError
     from runners.jobns import IsolationError, set_non_dumpable
+    from runners.revisions import AllowList, RevisionError
 
     _setup_logging(log_level)
     if not set_non_dumpable():  # same-uid job code must not read this process's environ or memory
         typer.echo("runner: warning: prctl(PR_SET_DUMPABLE, 0) refused: same-uid processes can read "
                    "this daemon's /proc/<pid>/environ", err=True)
+    try:  # an entry in a refused form stops the start, not every revision job later
+        AllowList.from_env(allow_repo or [])
+    except RevisionError as exc:
+        raise _fail(str(exc), EXIT_BAD_INPUT) from None
     client = _client(server, token)
     try:
         daemon = Runner(

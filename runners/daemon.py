@@ -95,21 +95,22 @@ class RunnerTokenMismatchError(Exception):
 class Runner:
     """Runner daemon bound to one server (through ``client``) under the name ``name``.
 
-    ``poll_s``: long-poll wait of each claim, seconds (server caps it). ``lease_s``: lease asked for
-    on claim and on every heartbeat, seconds (heartbeat every ``lease_s / 3``). ``work_dir``:
+    ``poll_s``: long-poll wait of each claim, seconds (server caps it). ``lease_s``: lease asked
+    for on claim and on every heartbeat, seconds (heartbeat every ``lease_s / 3``). ``work_dir``:
     token file, spool and per-job scratch folders. ``grace_s``: how long a running job may go on
     after SIGTERM. ``node``: the fingerprint sent on registration (default
-    ``runners.probes.node_info()``). ``allowed_repos``: repositories (paths, URLs or ``fnmatch``
-    patterns) that jobs' source revisions may come from, besides ``KERNELAB_ALLOWED_REPOS``; their
-    clones and worktrees are cached in ``work_dir/revisions``. ``min_free_bytes``: free space the
-    work dir must have before a claim (bytes). ``job_env_names``: variables job code may see
-    besides ``runners.jobenv``'s allow-list (``--job-env``; a credential-like name raises
-    ``ValueError``). ``job_isolation``: ``"auto"`` runs jobs in a private namespace where the work
-    dir is hidden when this machine allows it (else a loud warning), ``"namespace"`` requires it
-    (``run()`` raises ``jobns.IsolationError`` without), ``"none"`` never. Counters: ``done``,
-    ``failed``, ``lost`` (lease lost), ``released`` (jobs handed back because the work dir could
-    not take them), ``posted`` (results acknowledged, including re-sent spooled ones). ``held``:
-    results the full disk could not take, by idempotency key, re-posted from memory.
+    ``runners.probes.node_info()``). ``allowed_repos``: repositories (paths, URLs or patterns,
+    ``service.repo_address``) that jobs' source revisions may come from, besides
+    ``KERNELAB_ALLOWED_REPOS``; their clones and worktrees are cached in ``work_dir/revisions``.
+    ``min_free_bytes``: free space the work dir must have before a claim (bytes).
+    ``job_env_names``: variables job code may see besides ``runners.jobenv``'s allow-list
+    (``--job-env``; a credential-like name raises ``ValueError``). ``job_isolation``: ``"auto"``
+    runs jobs in a private namespace where the work dir is hidden when this machine allows it (else
+    a loud warning), ``"namespace"`` requires it (``run()`` raises ``jobns.IsolationError``
+    without), ``"none"`` never. Counters: ``done``, ``failed``, ``lost`` (lease lost),
+    ``released`` (jobs handed back because the work dir could not take them), ``posted`` (results
+    acknowledged, including re-sent spooled ones). ``held``: results the full disk could not take,
+    by idempotency key, re-posted from memory.
 
     Raises ``ValueError`` for a name outside ``[A-Za-z0-9._:-]{1,200}`` (the server's rule; the
     name is also a folder name). The caller keeps owning ``client``; the client the runner makes

@@ -3,8 +3,12 @@
 A spec side with a ``source`` (``service.schemas.SourceSpec``) runs the code of one git revision.
 The runner
 
-1. checks the repository against its allow-list (``AllowList``; runner option ``--allow-repo`` or
-   ``KERNELAB_ALLOWED_REPOS``): nothing is fetched from a repository that is not on it;
+1. brings the repository address to its canonical form (``service.repo_address``: ``..``,
+   encoded forms, credentials, remote helpers refused) and checks it against its allow-list
+   (``AllowList``; runner option ``--allow-repo`` or ``KERNELAB_ALLOWED_REPOS``), segment by
+   segment; nothing is fetched from a repository that is not on it, and what git fetches is the
+   canonical address that was checked (refused when a ``url.<base>.insteadOf`` in the git config
+   would rewrite it);
 2. keeps one bare clone per repository under ``<cache>/repos/`` (``git clone --bare``; later jobs
    ``git fetch`` it), resolves the ref to a commit sha (``git rev-parse --verify <ref>^{commit}``);
 3. checks each commit out once into ``<cache>/worktrees/<repo key>/<sha>/`` (``git worktree add
@@ -12,7 +16,12 @@ The runner
    success, so a failed install is retried by the next job and a good one is reused.
 
 Every git and install command runs as a child process with a timeout, without a shell, with
-``GIT_TERMINAL_PROMPT=0`` (never waits for a password). Failures raise ``RevisionError`` with a
+``GIT_TERMINAL_PROMPT=0`` (never waits for a password), and every git command with ``GIT_SAFETY``:
+``http.followRedirects=false`` (a redirect from an allowed URL is not followed) and
+``protocol.allow=never`` but for the one transport of the repository being fetched (no switch to
+``ext::``, ``fd::`` or another scheme on the way). A ``subdir`` must resolve (symlinks followed)
+inside the worktree, and a committed symlink that points outside it refuses the revision. Failures
+raise ``RevisionError`` with a
 message that names the side, the repository and the command; the worker reports it as the job's
 error and the runner stays healthy.
 """
@@ -21,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import fnmatch
 import hashlib
 import json
 import os
@@ -35,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runners.jobenv import job_env
+from service.repo_address import RepoAddressError, address_kind, canonical_repo, matches, transport
 from service.schemas import JobSpec, SourceSpec, VariantSpec
 
 ALLOWED_REPOS_ENV = "KERNELAB_ALLOWED_REPOS"  # entries separated by whitespace or commas
@@ -43,7 +52,10 @@ INSTALL_TIMEOUT_S = 900.0  # one install step
 OUTPUT_TAIL_CHARS = 1500  # how much of a failed command's output goes into the error
 READY_MARKER = ".kernelab-ready"
 SITE_DIR = ".kernelab-site"  # per-revision install target, second on sys.path
-_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://|^[^/]+@[^/]+:")  # scheme://... or user@host:path
+GIT_SAFETY = ("-c", "http.followRedirects=false", "-c", "protocol.allow=never")
+"""``git -c`` options of every git command (git-config(1): ``http.followRedirects``,
+``protocol.allow``); ``_git_options`` adds ``protocol.<transport>.allow=always`` for one transport."""
+_SYMLINK_MODE = "120000"  # git's tree entry mode of a symbolic link
 
 
 class RevisionError(RuntimeError):
@@ -51,33 +63,59 @@ class RevisionError(RuntimeError):
 
 
 def normalize_repo(repo: str) -> str:
-    """The form a repository is matched and cached under.
+    """The canonical form a repository is matched, cached and fetched under
+    (``service.repo_address.canonical_repo``): a URL with scheme and host lower-cased, no trailing
+    ``/`` or ``.git``; a local path absolute with symlinks resolved (``~`` expanded).
 
-    A URL (``scheme://...`` or scp-like ``git@host:path``) loses a trailing ``/`` and ``.git``; a
-    local path becomes absolute with symlinks resolved (``~`` expanded).
+    Raises ``RevisionError`` for a refused form (``..``, encoded ``.``/``/``, a password, ...).
     """
-    repo = repo.strip()
-    if _URL.match(repo):
-        repo = repo.rstrip("/")
-        return repo[:-4] if repo.endswith(".git") else repo
-    return os.path.realpath(os.path.expanduser(repo))
+    try:
+        return canonical_repo(repo)
+    except RepoAddressError as exc:
+        raise RevisionError(f"repository {repo!r} is refused: {exc}") from None
+
+
+def fetch_address(repo: str) -> str:
+    """The address git fetches ``repo`` from: its canonical form, keeping a ``.git`` ending
+    (``normalize_repo`` drops it for matching and caching). Raises ``RevisionError`` like it."""
+    try:
+        return canonical_repo(repo, keep_git=True)
+    except RepoAddressError as exc:
+        raise RevisionError(f"repository {repo!r} is refused: {exc}") from None
 
 
 def is_url(repo: str) -> bool:
-    """True for a URL or scp-like address, False for a local path."""
-    return bool(_URL.match(repo.strip()))
+    """True for a URL or scp-like address, False for a local path (by form only)."""
+    return address_kind(repo) != "local"
+
+
+def _git_options(canonical: str | None = None) -> list[str]:
+    """``GIT_SAFETY``, plus ``protocol.<transport>.allow=always`` for the transport of ``canonical``
+    (None: a command that fetches nothing)."""
+    options = list(GIT_SAFETY)
+    if canonical is not None:
+        options += ["-c", f"protocol.{transport(canonical)}.allow=always"]
+    return options
 
 
 class AllowList:
-    """Repositories a runner may fetch: exact entries or ``fnmatch`` patterns.
+    """Repositories a runner may fetch: canonical addresses or patterns (``service.repo_address``).
 
-    Entries are normalised like repositories (``normalize_repo``), so ``.`` or ``~/src/x`` name the
-    absolute folder, and ``https://github.com/org/*`` allows every repository of ``org``. An empty
-    list allows nothing.
+    Entries are canonicalised like repositories, so ``.`` or ``~/src/x`` name the absolute folder;
+    ``*`` matches within one path segment (``https://github.com/org/*`` allows every repository of
+    ``org``, not ``org/a/b``), a last segment ``**`` any depth below. An empty list allows nothing.
+    Raises ``RevisionError`` naming an entry in a refused form.
     """
 
     def __init__(self, entries: Iterable[str] = ()):
-        self.entries = [normalize_repo(e) for e in entries if e.strip()]
+        self.entries = []
+        for entry in entries:
+            if not entry.strip():
+                continue
+            try:
+                self.entries.append(canonical_repo(entry, pattern=True))
+            except RepoAddressError as exc:
+                raise RevisionError(f"allow-list entry {entry!r} is refused: {exc}") from None
 
     @classmethod
     def from_env(cls, extra: Iterable[str] = ()) -> AllowList:
@@ -86,12 +124,19 @@ class AllowList:
         return cls([*extra, *env])
 
     def allows(self, repo: str) -> bool:
-        """True when ``repo`` (normalised) equals or matches an entry."""
-        norm = normalize_repo(repo)
-        return any(norm == e or fnmatch.fnmatchcase(norm, e) for e in self.entries)
+        """True when ``repo``'s canonical form equals or matches an entry (False for a refused form)."""
+        try:
+            norm = normalize_repo(repo)
+        except RevisionError:
+            return False
+        return any(matches(norm, e) for e in self.entries)
 
     def check(self, repo: str, side: str) -> None:
-        """Raise ``RevisionError`` naming ``side`` when ``repo`` is not allowed."""
+        """Raise ``RevisionError`` naming ``side`` when ``repo`` is refused or not allowed."""
+        try:
+            normalize_repo(repo)
+        except RevisionError as exc:
+            raise RevisionError(f"{side}: {exc}") from None
         if not self.allows(repo):
             allowed = ", ".join(self.entries) or "nothing (no --allow-repo given)"
             raise RevisionError(
@@ -155,8 +200,26 @@ def run_command(
     return proc.stdout
 
 
-def _git(args: Sequence[str], *, git_dir: Path, what: str, timeout_s: float = GIT_TIMEOUT_S) -> str:
-    return run_command(["git", f"--git-dir={git_dir}", *args], cwd=None, timeout_s=timeout_s, what=what)
+def _git(
+    args: Sequence[str], *, git_dir: Path, what: str, timeout_s: float = GIT_TIMEOUT_S,
+    repo: str | None = None,
+) -> str:
+    """``git <GIT_SAFETY> --git-dir=<git_dir> <args>``; ``repo``: the canonical address it fetches."""
+    argv = ["git", *_git_options(repo), f"--git-dir={git_dir}", *args]
+    return run_command(argv, cwd=None, timeout_s=timeout_s, what=what)
+
+
+def _check_not_rewritten(canonical: str, side: str) -> None:
+    """Refuse ``canonical`` when the runner's git config rewrites it (``url.<base>.insteadOf``):
+    git would fetch another address than the one the allow-list admitted.
+    ``git ls-remote --get-url`` prints the address after rewriting without contacting it."""
+    out = run_command(["git", *_git_options(), "ls-remote", "--get-url", "--", canonical], cwd=None,
+                      timeout_s=GIT_TIMEOUT_S, what=f"{side}: git ls-remote --get-url")  # fmt: skip
+    if out.strip() != canonical:
+        raise RevisionError(
+            f"{side}: the runner's git config rewrites {canonical!r} to {out.strip()!r} "
+            "(url.<base>.insteadOf); the allow-list admitted the address before rewriting, so it is refused"
+        )
 
 
 @contextlib.contextmanager
@@ -185,17 +248,18 @@ class RevisionCache:
 
     def _update_clone(self, repo: str, side: str) -> Path:
         """The bare clone of ``repo``, cloned or fetched now (branches, tags and the remote HEAD)."""
-        norm = normalize_repo(repo)
+        norm = fetch_address(repo)
         git_dir = self.root / "repos" / f"{self.repo_key(repo)}.git"
         if not is_url(norm) and not Path(norm).exists():
             raise RevisionError(f"{side}: repository {repo!r} does not exist on this runner")
+        _check_not_rewritten(norm, side)
         if not (git_dir / "HEAD").exists():
             git_dir.parent.mkdir(parents=True, exist_ok=True)
-            run_command(["git", "clone", "--bare", "--quiet", "--", norm, str(git_dir)], cwd=None,
-                        timeout_s=GIT_TIMEOUT_S, what=f"{side}: cannot clone {repo!r}")
+            run_command(["git", *_git_options(norm), "clone", "--bare", "--quiet", "--", norm, str(git_dir)],
+                        cwd=None, timeout_s=GIT_TIMEOUT_S, what=f"{side}: cannot clone {repo!r}")
         _git(["fetch", "--quiet", "--force", "--prune", "--", norm, "+refs/heads/*:refs/heads/*",
               "+refs/tags/*:refs/tags/*", "+HEAD:refs/kernelab/remote-HEAD"],
-             git_dir=git_dir, what=f"{side}: cannot fetch {repo!r}")
+             git_dir=git_dir, what=f"{side}: cannot fetch {repo!r}", repo=norm)
         return git_dir
 
     def _resolve(self, git_dir: Path, repo: str, ref: str, side: str) -> str:
@@ -211,7 +275,8 @@ class RevisionCache:
         sha = rev_parse()
         if sha is None and re.fullmatch(r"[0-9a-fA-F]{7,64}", ref):
             with contextlib.suppress(RevisionError):
-                _git(["fetch", "--quiet", "--", normalize_repo(repo), ref], git_dir=git_dir, what="fetch sha")
+                norm = fetch_address(repo)
+                _git(["fetch", "--quiet", "--", norm, ref], git_dir=git_dir, what="fetch sha", repo=norm)
             sha = rev_parse()
         if sha is None:
             raise RevisionError(f"{side}: revision {ref!r} not found in repository {repo!r}")
@@ -220,9 +285,10 @@ class RevisionCache:
     def materialise(self, source: SourceSpec, side: str, *, allow: AllowList) -> Checkout:
         """Check ``source`` against ``allow``, then the worktree of its commit, installed.
 
-        Raises ``RevisionError`` (message starting with ``side``) when the repository is not
-        allowed or missing, the ref does not resolve, ``subdir`` does not exist at that commit, or
-        an install step fails.
+        Raises ``RevisionError`` (message starting with ``side``) when the repository is refused,
+        not allowed or missing, the ref does not resolve, ``subdir`` does not exist at that commit
+        or resolves (through a symlink) outside the worktree, a committed symlink points outside
+        the worktree, or an install step fails.
         """
         allow.check(source.repo, side)
         key = self.repo_key(source.repo)
@@ -232,13 +298,12 @@ class RevisionCache:
             root = self.root / "worktrees" / key / sha
             if not (root / READY_MARKER).exists() or not _marker_matches(root, source):
                 self._fresh_worktree(git_dir, root, sha, side)
-                path = root / source.subdir if source.subdir else root
-                if not path.is_dir():
-                    raise RevisionError(f"{side}: subdir {source.subdir!r} does not exist at {sha[:12]}")
+                _check_symlinks(git_dir, root, sha, side)
+                path = _subdir_path(root, source.subdir, sha, side)
                 _install(source, path, root / SITE_DIR, side)
                 (root / READY_MARKER).write_text(json.dumps({"install": source.install,
                                                              "subdir": source.subdir}))
-        path = root / source.subdir if source.subdir else root
+            path = _subdir_path(root, source.subdir, sha, side)
         return Checkout(repo=source.repo, sha=sha, root=root, path=path, site=root / SITE_DIR,
                         git_dir=git_dir)
 
@@ -262,6 +327,34 @@ class RevisionCache:
         stat = _git(["diff", "--stat=120", *args], git_dir=baseline.git_dir, what="git diff --stat")
         short = _git(["diff", "--shortstat", *args], git_dir=baseline.git_dir, what="git diff --shortstat")
         return stat.rstrip(), short.strip()
+
+
+def _subdir_path(root: Path, subdir: str, sha: str, side: str) -> Path:
+    """``root / subdir`` with symlinks resolved; ``RevisionError`` unless it is a folder inside
+    ``root`` (a committed symlink must not take ``subdir`` out of the worktree)."""
+    real_root = Path(os.path.realpath(root))
+    path = Path(os.path.realpath(root / subdir)) if subdir else real_root
+    if not path.is_relative_to(real_root):
+        raise RevisionError(f"{side}: subdir {subdir!r} resolves outside the worktree at {sha[:12]} "
+                            "(through a symlink)")  # fmt: skip
+    if not path.is_dir():
+        raise RevisionError(f"{side}: subdir {subdir!r} does not exist at {sha[:12]}")
+    return path
+
+
+def _check_symlinks(git_dir: Path, root: Path, sha: str, side: str) -> None:
+    """``RevisionError`` when a symlink committed at ``sha`` points outside the worktree ``root``
+    (benchmark code that imports or reads it would read the runner's files)."""
+    listing = _git(["ls-tree", "-r", "-z", "--full-tree", sha], git_dir=git_dir, what=f"{side}: git ls-tree")
+    real_root = Path(os.path.realpath(root))
+    for entry in filter(None, listing.split("\0")):
+        meta, _, name = entry.partition("\t")
+        if meta.split(" ", 1)[0] != _SYMLINK_MODE:
+            continue
+        target = Path(os.path.realpath(root / name))
+        if not target.is_relative_to(real_root):
+            raise RevisionError(f"{side}: the committed symlink {name!r} at {sha[:12]} points outside the "
+                                "worktree; such a revision is refused")  # fmt: skip
 
 
 def _marker_matches(root: Path, source: SourceSpec) -> bool:

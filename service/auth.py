@@ -6,7 +6,8 @@ password hash would only cost CPU on every request. Plain tokens are returned on
 ``create_token`` and never stored or logged.
 
 Scopes: ``admin`` implies ``submit`` implies ``read``. ``runner`` is separate: a runner token is
-bound to one runner row (its leases), and only runner tokens may claim and post results.
+bound to one runner row (its leases), and through it to one node (``runners.node_name``,
+``service.runner_identity``); only runner tokens may claim and post results.
 """
 
 from __future__ import annotations
@@ -35,14 +36,16 @@ TOKEN_BYTES = 32  # secrets.token_urlsafe(32): 256 random bits
 
 @dataclass(frozen=True)
 class Principal:
-    """Who made a request: the token's row id, name, effective scopes and runner (if any), and
-    the device type ("cpu"/"cuda") that runner registered with (None when not a runner or unknown)."""
+    """Who made a request: the token's row id, name, effective scopes and runner (if any), the
+    device type ("cpu"/"cuda") that runner registered with (None when not a runner or unknown),
+    and the node that runner is bound to (``runners.node_name``; None: not bound yet)."""
 
     token_id: int
     name: str
     scopes: frozenset[str]
     runner_id: int | None = None
     device_type: str | None = None
+    node_name: str | None = None
 
     def has(self, scope: Scope) -> bool:
         """Whether this principal's scopes (after implication) include ``scope``."""
@@ -111,25 +114,25 @@ def ensure_token(session: Session, token: str, name: str, scopes: Iterable[Scope
 _tokens, _runners = models.Base.metadata.tables["tokens"], models.Base.metadata.tables["runners"]
 _BY_DIGEST = (
     select(_tokens.c.id, _tokens.c.name, _tokens.c.scopes, _tokens.c.runner_id,
-           _runners.c.node["device_type"].as_string())
+           _runners.c.node["device_type"].as_string(), _runners.c.node_name)
     .select_from(_tokens.outerjoin(_runners, _runners.c.id == _tokens.c.runner_id))
     .where(_tokens.c.token_sha256 == bindparam("digest"), _tokens.c.revoked_at.is_(None))
 )  # fmt: skip
-"""A live token by digest, with its runner's registered device type: built once (it runs on every
-request; building and compiling it per call cost more CPU than the query)."""
+"""A live token by digest, with its runner's registered device type and bound node: built once (it
+runs on every request; building and compiling it per call cost more CPU than the query)."""
 
 
 def authenticate(session: Session, token: str) -> Principal | None:
     """The principal of a plain bearer token, or None when it is unknown or revoked.
 
     One indexed read (``_BY_DIGEST``); for a runner token it also gives the runner's registered
-    device type (used by claims).
+    device type (used by claims) and the node it is bound to (``service.runner_identity``).
     """
     row = session.execute(_BY_DIGEST, {"digest": hash_token(token)}).one_or_none()
     if row is None:
         return None
-    token_id, name, scopes, runner_id, device_type = row
-    return Principal(token_id, name, effective_scopes(scopes), runner_id, device_type)
+    token_id, name, scopes, runner_id, device_type, node_name = row
+    return Principal(token_id, name, effective_scopes(scopes), runner_id, device_type, node_name)
 
 
 def revoke_token(session: Session, token_id: int) -> bool:

@@ -244,7 +244,10 @@ def list_jobs(
 def register_runner(*, session: Session, name: str, node: NodeInfo | None) -> tuple[Runner, str]:
     """Create (or re-register) the runner ``name`` and issue its per-runner token (scope runner).
 
-    Re-registering revokes the runner's earlier tokens. Returns the row and the plain token.
+    Re-registering revokes the runner's earlier tokens. A ``node`` binds the runner (and so its
+    token) to ``node.hostname``: probe reports and results for another node are refused
+    (``service.runner_identity``); a registration without a node keeps the earlier binding.
+    Returns the row and the plain token.
     """
     runner = session.scalar(select(Runner).where(Runner.name == name))
     now = db_now()  # the queue's clock: kernelab_runners_alive compares last_seen_at with it
@@ -259,6 +262,7 @@ def register_runner(*, session: Session, name: str, node: NodeInfo | None) -> tu
         )
     if node is not None:
         runner.node = node.model_dump(mode="json")
+        runner.node_name = node.hostname
     runner.last_seen_at = now
     session.flush()
     return runner, create_token(session, f"runner:{name}", ["runner"], runner_id=runner.id)

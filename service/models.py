@@ -103,12 +103,14 @@ class Token(Base):
 
 
 class Runner(Base):
-    """A runner daemon (one per node); ``node`` is its last ``NodeInfo`` as JSON."""
+    """A runner daemon (one per node); ``node`` is its last ``NodeInfo`` as JSON; ``node_name``
+    the node its tokens are bound to (``service.runner_identity``; NULL: not bound yet)."""
 
     __tablename__ = "runners"
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(200), unique=True)
     node: Mapped[dict[str, Any] | None]
+    node_name: Mapped[str | None] = mapped_column(String(255))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_seen_at: Mapped[datetime | None]
 

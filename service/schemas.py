@@ -1116,10 +1116,12 @@ class RunnerRegistered(BaseModel):
 
 
 class RunnerIdentity(BaseModel):
-    """``GET /runners/me``: the runner a runner token belongs to."""
+    """``GET /runners/me``: the runner a runner token belongs to and the node it is bound to
+    (None: not bound yet; ``service.runner_identity``)."""
 
     runner_id: int
     name: Text
+    node_name: Text | None = None
 
 
 class ClaimRequest(_Strict):

@@ -90,8 +90,10 @@ class Api:
     def admin(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
-    def runner(self, name: str = "runner-a", device_type: str = "cpu") -> dict[str, str]:
-        """Register a runner through the API; its Authorization header."""
+    def runner(self, name: str = "node-a", device_type: str = "cpu") -> dict[str, str]:
+        """Register a runner through the API; its Authorization header. Its node's hostname is
+        ``name``, so its token reports for that node only (``factories.job_result``'s default
+        hostname is ``node-a``)."""
         node = {"hostname": name, "device_type": device_type}
         body = {"name": name, "node": node}
         r = self.client.post("/api/v1/runners/register", json=body, headers=self.admin)

@@ -28,7 +28,7 @@ def _expire_then_succeed(api) -> int:  # type: ignore[no-untyped-def]
     _expire(api, job_id)
     claim = api.client.post("/api/v1/runners/claim", json={}, headers=b)
     assert claim.status_code == 200 and claim.json()["attempt"] == 2, claim.text
-    assert api.post_result(job_id, job_result(job_id), b).status_code == 201
+    assert api.post_result(job_id, job_result(job_id, hostname="node-b"), b).status_code == 201
     return job_id
 
 

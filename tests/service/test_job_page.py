@@ -170,7 +170,7 @@ def test_cached_page_follows_an_explicit_rejudgement(api, small_pages) -> None: 
     job_id = _post_sweep(api, hostname=node, probes=sick)
     page = api.client.get(f"/jobs/{job_id}", headers=api.admin).text
     assert "node-health-note" not in page  # no band yet: nothing to judge the probes by
-    runner = api.runner("prober")
+    runner = api.runner(node)  # the node's own runner: a token reports for its node only
     for minute in range(4):  # earlier healthy readings, posted late, make the band of the job's day
         report = h200x2_report(minute)
         r = api.client.post(f"/api/v1/nodes/{node}/probes", content=report.model_dump_json(),

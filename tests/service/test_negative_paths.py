@@ -61,7 +61,7 @@ def check_negative_paths(api, endpoint: Endpoint) -> None:  # type: ignore[no-un
     assert r.status_code == 401, (endpoint, r.text)
     assert r.headers["www-authenticate"] == "Bearer" and isinstance(r.json()["detail"], str)
     assert call({"Authorization": "Bearer wrong"}).status_code == 401
-    allowed = api.runner("neg") if endpoint.scope == "runner" else api.token(endpoint.scope)
+    allowed = api.runner("node-a") if endpoint.scope == "runner" else api.token(endpoint.scope)
     if endpoint.has_id:
         r = call(allowed)
         assert r.status_code == 404, (endpoint, r.text)

@@ -43,7 +43,7 @@ def test_metrics_need_a_token_and_count_the_queue(api) -> None:  # type: ignore[
     runner = api.runner("metrics-node")
     claim = api.client.post("/api/v1/runners/claim", json={"wait_s": 0}, headers=runner).json()
     assert claim["job_id"] == finished
-    assert api.post_result(finished, job_result(finished), runner).status_code == 201
+    assert api.post_result(finished, job_result(finished, hostname="metrics-node"), runner).status_code == 201
     m = _metrics(api, read)
     assert m[("kernelab_queue_depth", ())] == 1 and queued
     assert m[("kernelab_jobs", (("status", "succeeded"),))] == 1

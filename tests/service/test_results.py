@@ -164,9 +164,9 @@ def test_a_repeated_key_must_repeat_the_result(api) -> None:  # type: ignore[no-
 
 def test_result_needs_the_lease(api) -> None:  # type: ignore[no-untyped-def]
     job_id, _ = _claimed(api)
-    r = api.post_result(job_id, job_result(job_id), api.runner("intruder"))
+    r = api.post_result(job_id, job_result(job_id, hostname="intruder"), api.runner("intruder"))
     assert r.status_code == 409 and "lease" in r.json()["detail"]
-    r = api.post_result(job_id, job_result(job_id + 1), api.runner("intruder"))
+    r = api.post_result(job_id, job_result(job_id + 1, hostname="intruder"), api.runner("intruder"))
     assert r.status_code == 409 and "names job" in r.json()["detail"]
     assert _counts(api) == (0, 0, 0, 0, 0)
 
@@ -208,7 +208,7 @@ def test_probe_reports_and_nodes(api) -> None:  # type: ignore[no-untyped-def]
     job_id, runner = _claimed(api, "node-a")
     api.post_result(job_id, job_result(job_id, hostname="node-a"), runner)
     body = probe_report("adhoc", gbps=7.5).model_dump_json()
-    headers = {**runner, "content-type": "application/json"}
+    headers = {**api.runner("node-b"), "content-type": "application/json"}  # node-b's own runner
     r = api.client.post("/api/v1/nodes/node-b/probes", content=body, headers=headers)
     assert r.status_code == 201 and r.json()["node"] == "node-b"
     read = api.token("read")

@@ -54,7 +54,8 @@ def fuzz_schema(settings: Settings, client_class: Any) -> Any:
         claimed = client.post("/api/v1/runners/claim", json={"wait_s": 0}, headers=runner)
         assert claimed.status_code == 200, claimed.text
         posted = client.post(
-            f"/api/v1/jobs/{job_id}/results", content=job_result(job_id=job_id).model_dump_json(),
+            f"/api/v1/jobs/{job_id}/results",
+            content=job_result(job_id=job_id, hostname="fuzz-node").model_dump_json(),
             headers={**runner, "content-type": "application/json"},
         )  # fmt: skip
         assert posted.status_code == 201, posted.text

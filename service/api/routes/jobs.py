@@ -25,6 +25,7 @@ from service.api.deps import (
 from service.api.errors import SpecInvalidError
 from service.core.config import Settings
 from service.downloads import DownloadSlots, SlotStreamingResponse, fetched
+from service.repo_address import source_errors
 from service.schemas import (
     AttemptsPage,
     Comparison,
@@ -46,8 +47,9 @@ MAX_SAMPLE_PAGE = 1_000_000  # largest ?limit= of /jobs/{id}/samples
 def submit_job(
     spec: JobSpec, principal: SubmitToken, session: SessionDep, settings: SettingsDep
 ) -> JobPublic:
-    """Validate ``spec`` against its benchmark and queue it (422 naming the field if invalid)."""
-    errors = validate_spec(spec)
+    """Validate ``spec`` against its benchmark and queue it (422 naming the field if invalid; a
+    side's ``source.repo`` in a refused form too: ``service.repo_address``)."""
+    errors = source_errors({"baseline": spec.baseline, "candidate": spec.candidate}) or validate_spec(spec)
     if errors:
         raise SpecInvalidError(errors)
     job = queue.submit(session, spec, max_attempts=settings.max_attempts, submitted_by=principal.token_id)

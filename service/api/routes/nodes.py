@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from service import crud, node_health
 from service.api.deps import Offset, ReadToken, RunnerToken, SessionDep, SettingsDep, page_headers
+from service.runner_identity import check_node
 from service.schemas import NodeHealth, ProbeReport, Text
 
 router = APIRouter(prefix="/nodes", tags=["nodes"])
@@ -59,7 +60,9 @@ class NodeDetail(NodePublic):
 def post_probe(
     name: NodeName, report: ProbeReport, principal: RunnerToken, session: SessionDep
 ) -> ProbeStored:
-    """Store an on-demand (or periodic) probe report of node ``name``."""
+    """Store an on-demand (or periodic) probe report of node ``name``; 403 (``loc`` path/name)
+    when the runner token is bound to another node (``service.runner_identity``)."""
+    check_node(session, principal, name, loc=("path", "name"))
     row = crud.store_probe_report(
         session=session, report=report, node_name=name, runner_id=principal.runner_id
     )

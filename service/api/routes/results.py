@@ -29,6 +29,7 @@ from pydantic_core import InitErrorDetails
 
 from service import crud, history
 from service.api.deps import JobId, RunnerToken, SessionDep, SessionFactoryDep, SettingsDep
+from service.runner_identity import check_node
 from service.schemas import JobResult, ResultAccepted
 
 log = logging.getLogger(__name__)
@@ -119,12 +120,15 @@ def post_result(
     ``duplicate: true`` when the idempotency key was already stored (nothing stored again).
 
     404 unknown job; 409 when the caller does not hold the lease or the key belongs to another
-    job; 422 when the body is not a valid ``JobResult`` (nothing stored).
+    job; 422 when the body is not a valid ``JobResult`` (nothing stored); 403 (``loc``
+    body/node/hostname) when ``node.hostname`` is not the node the runner token is bound to
+    (``service.runner_identity``; nothing stored).
 
     The comparison (statistics of every cell), the job's verdict summary, the node-health
     judgement (against the bands as of the measurement) and the history points are computed after
     the response, in a background task (``history.settle``); readers compute what is missing.
     """
+    check_node(session, principal, result.node.hostname, loc=("body", "node", "hostname"))
     n_samples = sum(len(c.samples) for c in result.cells)
     started = time.perf_counter()
     log.info(

@@ -51,7 +51,8 @@ router = APIRouter(prefix="/runners", tags=["runners"], lifespan=_lifespan)
 
 @router.post("/register")
 def register(body: RunnerRegister, _: AdminToken, session: SessionDep) -> RunnerRegistered:
-    """Create or re-register a runner and return its per-runner token (shown once)."""
+    """Create or re-register a runner and return its per-runner token (shown once); a ``node``
+    binds the runner's tokens to ``node.hostname`` (``service.runner_identity``)."""
     runner, token = crud.register_runner(session=session, name=body.name, node=body.node)
     return RunnerRegistered(runner_id=runner.id, name=runner.name, token=token)
 
@@ -64,7 +65,7 @@ async def me(call: RunnerCallDep) -> RunnerIdentity:
     def work(session: Session, principal: Principal) -> RunnerIdentity:
         runner_id = _runner_id(principal)
         name = session.scalar(select(Runner.name).where(Runner.id == runner_id))
-        return RunnerIdentity(runner_id=runner_id, name=name or "")
+        return RunnerIdentity(runner_id=runner_id, name=name or "", node_name=principal.node_name)
 
     return await call.run(work)
 
