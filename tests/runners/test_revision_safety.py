@@ -171,9 +171,12 @@ def test_a_git_config_rewrite_of_an_allowed_address_is_refused(tmp_path: Path,
     good, evil = tmp_path / "good", tmp_path / "evil"
     make_repo(good)
     make_repo(evil)
-    config = tmp_path / "gitconfig"
-    config.write_text(f'[url "{evil}"]\n\tinsteadOf = {good}\n')
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
+    home = tmp_path / "home"  # the runner user's ~/.gitconfig (git run for a job keeps HOME)
+    home.mkdir()
+    (home / ".gitconfig").write_text(f'[url "{evil}"]\n\tinsteadOf = {good}\n')
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("GIT_CONFIG_GLOBAL", raising=False)
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
     cache = RevisionCache(tmp_path / "cache")
     with pytest.raises(RevisionError, match="rewrites"):
         cache.materialise(SourceSpec(repo=str(good), ref="main"), "baseline", allow=AllowList([str(good)]))
