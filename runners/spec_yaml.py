@@ -99,8 +99,9 @@ def compose(text: str) -> tuple[yaml.Node | None, BoundedLoader]:
 
 def _check_expansion(root: yaml.Node) -> None:
     """Raise ``YAMLLimitError`` when ``root`` expanded as a tree exceeds ``MAX_EXPANDED_NODES``
-    nodes or ``MAX_DEPTH`` levels, or contains itself; the line is the top-level key whose value
-    crosses the bound (the node's own line for a cycle or a depth)."""
+    nodes or ``MAX_DEPTH`` levels, or contains itself. The line is the top-level key whose value
+    crosses a bound (an anchor's graph no longer knows where its aliases were), or the anchor's own
+    line for one that contains itself."""
     seen: dict[int, tuple[int, int]] = {}
     if not isinstance(root, yaml.MappingNode):
         if _measure(root, seen, set(), 0)[0] > MAX_EXPANDED_NODES:
@@ -108,11 +109,16 @@ def _check_expansion(root: yaml.Node) -> None:
         return
     total = 1
     for key, value in root.value:
-        total += _measure(key, seen, set(), 1)[0] + _measure(value, seen, set(), 1)[0]
+        where, name = key.start_mark.line + 1, str(key.value)
+        try:
+            total += _measure(key, seen, set(), 1)[0] + _measure(value, seen, set(), 1)[0]
+        except YAMLLimitError as exc:
+            raise YAMLLimitError(str(exc), exc.line if str(exc) == _CYCLE else where, name) from None
         if total > MAX_EXPANDED_NODES:
-            raise YAMLLimitError(_TOO_MANY, key.start_mark.line + 1, str(key.value))
+            raise YAMLLimitError(_TOO_MANY, where, name)
 
 
+_CYCLE = "a YAML anchor contains an alias of itself"
 _TOO_DEEP = f"collections nested more than {MAX_DEPTH} deep once the aliases are expanded"
 _TOO_MANY = f"the YAML expands to more than {MAX_EXPANDED_NODES} nodes through its aliases"
 
@@ -126,7 +132,7 @@ def _measure(node: yaml.Node, seen: dict[int, tuple[int, int]], path: set[int], 
         raise YAMLLimitError(_TOO_DEEP, node.start_mark.line + 1)
     key = id(node)
     if key in path:
-        raise YAMLLimitError("a YAML anchor contains an alias of itself", node.start_mark.line + 1)
+        raise YAMLLimitError(_CYCLE, node.start_mark.line + 1)
     if key not in seen:
         nodes, height = 1, 0
         if isinstance(node, yaml.MappingNode | yaml.SequenceNode):
