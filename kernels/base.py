@@ -245,7 +245,8 @@ def load_object(ref: str) -> Any:
     the attribute.
     """
     if not BENCHMARK_OBJECT_REF.match(ref):
-        raise BenchmarkError(benchmark_ref_problem(ref) or f"{ref[:100]!r} is not of the form 'module:object'")
+        problem = benchmark_ref_problem(ref) or f"{ref[:100]!r} is not of the form 'module:object'"
+        raise BenchmarkError(problem)
     module_name, _, attr = ref.partition(":")
     try:
         module = importlib.import_module(module_name)

@@ -123,7 +123,9 @@ _TOO_DEEP = f"collections nested more than {MAX_DEPTH} deep once the aliases are
 _TOO_MANY = f"the YAML expands to more than {MAX_EXPANDED_NODES} nodes through its aliases"
 
 
-def _measure(node: yaml.Node, seen: dict[int, tuple[int, int]], path: set[int], depth: int) -> tuple[int, int]:
+def _measure(
+    node: yaml.Node, seen: dict[int, tuple[int, int]], path: set[int], depth: int
+) -> tuple[int, int]:
     """``(nodes, height)`` of ``node``'s expanded tree, nodes capped just above the bound; each
     shared node is measured once (``seen``, by identity). ``path`` holds the collections being
     measured, to find a cycle; ``depth`` is the node's level, refused beyond ``MAX_DEPTH`` (so this
@@ -137,7 +139,8 @@ def _measure(node: yaml.Node, seen: dict[int, tuple[int, int]], path: set[int], 
         nodes, height = 1, 0
         if isinstance(node, yaml.MappingNode | yaml.SequenceNode):
             path.add(key)
-            children = [c for kv in node.value for c in kv] if isinstance(node, yaml.MappingNode) else node.value
+            mapping = isinstance(node, yaml.MappingNode)
+            children = [c for kv in node.value for c in kv] if mapping else node.value
             for child in children:
                 n, h = _measure(child, seen, path, depth + 1)
                 nodes, height = min(nodes + n, MAX_EXPANDED_NODES + 1), max(height, h + 1)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -202,7 +202,8 @@ def _benchmark_ref(value: str) -> str:
 
 
 BenchmarkRef = Annotated[
-    Text, StringConstraints(min_length=1, max_length=500), AfterValidator(_benchmark_ref),
+    str, StringConstraints(min_length=1, max_length=500), AfterValidator(_refuse_nul),
+    AfterValidator(_benchmark_ref),
     Field(description="registry name (e.g. 'matmul') or 'module.path:ClassName'"),
 ]
 """A spec's ``benchmark``: a registry name or a ``module.path:ClassName`` reference, checked for
@@ -384,18 +385,20 @@ MAX_PARAM_KEYS = 64
 a spec's expansion to ``MAX_CELLS`` cells of a few ``MAX_PARAM_KEYS`` keys (a benchmark's
 parameter model has about ten fields; ``kernels.matmul`` has nine)."""
 
-ParamMap = Annotated[dict[Text, ParamValue], Field(max_length=MAX_PARAM_KEYS)]
+ParamName = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(_refuse_nul)]
+"""A parameter's name (a field of a benchmark's ``Params``)."""
+ParamMap = Annotated[dict[ParamName, ParamValue], Field(max_length=MAX_PARAM_KEYS)]
 SweepGrid = Annotated[
-    dict[Text, Annotated[list[ParamValue], Field(min_length=1, max_length=MAX_CELLS)]],
+    dict[ParamName, Annotated[list[ParamValue], Field(min_length=1, max_length=MAX_CELLS)]],
     Field(max_length=MAX_PARAM_KEYS),
 ]
 """A sweep grid: parameter name -> the values it takes (at least one; the cells are the product)."""
 
 
-def cell_count(grid: Mapping[str, Iterable[Any] | list[Any]]) -> int:
+def cell_count(grid: Mapping[str, Sequence[Any]]) -> int:
     """Number of cells of ``grid`` (name -> list of values): the product of the list lengths,
     computed without building a cell (1 for an empty grid: the cell of ``params`` alone)."""
-    return math.prod(len(values) for values in grid.values())  # type: ignore[arg-type]
+    return math.prod(len(values) for values in grid.values())
 
 
 class JobSpec(_Strict):
@@ -437,7 +440,9 @@ class JobSpec(_Strict):
 
     @field_validator("sweep_by_device")
     @classmethod
-    def _device_cells(cls, v: dict[DeviceType, SweepGrid], info: ValidationInfo) -> dict[DeviceType, SweepGrid]:
+    def _device_cells(
+        cls, v: dict[DeviceType, SweepGrid], info: ValidationInfo
+    ) -> dict[DeviceType, SweepGrid]:
         sweep = info.data.get("sweep")
         if sweep is None:  # the sweep itself was refused
             return v
@@ -467,7 +472,7 @@ class JobSpec(_Strict):
 
 def _product(grid: Mapping[str, list[Any]]) -> str:
     """'M 10 x N 10 x ...' for a cell-count message (the first eight keys)."""
-    parts = [f"{k} {len(v)}" for k, v in list(grid.items())[:8]]
+    parts = [f"{k[:40]} {len(v)}" for k, v in list(grid.items())[:8]]
     return " x ".join(parts) + (" x ..." if len(grid) > 8 else "")
 
 

@@ -170,7 +170,8 @@ def test_up_refuses_a_port_already_in_use(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("ref", "fragment"),
     [(".x:y", "no relative import"), ("..:y", "no relative import"),
-     ("kernels.base:Benchmark", "abstract benchmark class"), ("kernels.base:Params", "is not a kernels.Benchmark")],
+     ("kernels.base:Benchmark", "abstract benchmark class"),
+     ("kernels.base:Params", "is not a kernels.Benchmark")],
 )
 @pytest.mark.parametrize("command", ["run", "validate"])
 def test_bad_benchmark_references_are_one_line_naming_file_and_line(
@@ -188,7 +189,8 @@ def test_validate_prints_the_cell_counts_and_refuses_a_seed_torch_cannot_take(tm
     path = _write(tmp_path, GOOD_SPEC + "  seed: 100000000000000000000000000000\n")
     result = _invoke("validate", str(path))
     assert result.exit_code == 2
-    assert result.output.strip() == f"{path}:11: measurement.seed: Input should be less than or equal to {2**62}"
+    expected = f"{path}:11: measurement.seed: Input should be less than or equal to {2**62}"
+    assert result.output.strip() == expected
     path = _write(tmp_path, GOOD_SPEC)
     result = _invoke("validate", str(path))
     assert result.exit_code == 0
@@ -201,4 +203,5 @@ def test_an_alias_bomb_is_one_line_from_submit(tmp_path: Path) -> None:
     result = _invoke("submit", str(path), "--token", "t")
     assert result.exit_code == 2
     # a5 is 9**6 leaves: the first top-level key past MAX_EXPANDED_NODES
-    assert result.output.strip() == f"{path}:16: a5: the YAML expands to more than 100000 nodes through its aliases"
+    expected = f"{path}:16: a5: the YAML expands to more than 100000 nodes through its aliases"
+    assert result.output.strip() == expected

@@ -38,8 +38,9 @@ def test_alias_bombs_are_refused_at_their_line(levels: int) -> None:
 
 
 def test_small_anchors_still_work() -> None:
-    text = HEAD.replace("baseline: {variant: torch}", "baseline: &side {variant: torch, params: {BLOCK: 1}}") \
-        + "sweep: &grid {M: [8, 16]}\nsweep_by_device: {cpu: *grid}\n"
+    side = "baseline: &side {variant: torch, params: {BLOCK: 1}}"
+    text = HEAD.replace("baseline: {variant: torch}", side)
+    text += "sweep: &grid {M: [8, 16]}\nsweep_by_device: {cpu: *grid}\n"
     text = text.replace("candidate: {variant: triton}", "candidate: *side")
     spec = parse_spec(text, PATH, check_benchmark=False)
     assert spec.candidate.params == {"BLOCK": 1} and spec.sweep_by_device["cpu"] == {"M": [8, 16]}

@@ -35,7 +35,7 @@ def test_submit_valid_spec(api) -> None:  # type: ignore[no-untyped-def]
         ({"baseline": {"variant": "cublas"}}, ["body", "baseline", "variant"]),
         ({"surprise": 1}, ["body", "surprise"]),
         ({"measurement": {"warmup_ms": -1}}, ["body", "measurement", "warmup_ms"]),
-        ({"sweep": {"M": [2**40], "N": [64]}}, ["body", "sweep", "M"]),  # beyond int32: the benchmark's Params
+        ({"sweep": {"M": [2**40], "N": [64]}}, ["body", "sweep", "M"]),  # beyond int32: the benchmark
         ({"sweep": {"M": [10**20], "N": [64]}}, ["body", "sweep", "M", 0]),  # beyond int64: the schema
     ],
 )
