@@ -469,6 +469,19 @@ class JobSpec(_Strict):
         """``len(self.cells(device_type))``, computed without building the cells."""
         return cell_count({**self.sweep, **self.sweep_by_device.get(device_type, {})})
 
+    def cell(self, device_type: DeviceType, index: int) -> dict[str, ParamValue]:
+        """``self.cells(device_type)[index]`` (0 <= index < ``cell_count``), built alone: the
+        index read in mixed radix over the grid's list lengths, the last key fastest, as
+        ``itertools.product`` orders them. Raises ``IndexError`` outside that range."""
+        grid = {**self.sweep, **self.sweep_by_device.get(device_type, {})}
+        if not 0 <= index < cell_count(grid):
+            raise IndexError(f"cell {index} of {cell_count(grid)} on {device_type}")
+        picked: dict[str, ParamValue] = {}
+        for key in reversed(list(grid)):
+            index, digit = divmod(index, len(grid[key]))
+            picked[key] = grid[key][digit]
+        return {**self.params, **{k: picked[k] for k in grid}}
+
 
 def _product(grid: Mapping[str, list[Any]]) -> str:
     """'M 10 x N 10 x ...' for a cell-count message (the first eight keys)."""

@@ -75,6 +75,29 @@ def test_the_cell_count_is_arithmetic_not_built() -> None:
         assert spec.cell_count(dev) == len(spec.cells(dev))
 
 
+def test_one_cell_is_built_alone_and_equals_the_sweeps() -> None:
+    # a revision worker asks for cell i of up to MAX_CELLS: building them all per request was
+    # MAX_CELLS**2 dicts per side
+    body = spec_dict(params={"M": 0, "z": 1}, sweep={"M": [1, 2, 3], "N": [4, 5], "dtype": ["a", "b"]},
+                     sweep_by_device={"cuda": {"N": [7]}})
+    spec = JobSpec.model_validate(body)
+    for dev in ("cpu", "cuda"):
+        cells = spec.cells(dev)
+        alone = [spec.cell(dev, i) for i in range(spec.cell_count(dev))]
+        assert [list(c.items()) for c in alone] == [list(c.items()) for c in cells]
+        with pytest.raises(IndexError):
+            spec.cell(dev, len(cells))
+    assert JobSpec.model_validate(spec_dict(sweep={})).cell("cpu", 0) == {}
+    big = JobSpec.model_validate(spec_dict(sweep={"M": list(range(64)), "N": list(range(64))}))
+    tracemalloc.start()
+    try:
+        assert big.cell("cuda", 4095) == {"M": 63, "N": 63}
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 100_000, f"one cell allocated {peak} bytes"
+
+
 def test_too_many_parameter_keys_name_the_mapping(api) -> None:  # type: ignore[no-untyped-def]
     many = {f"p{i}": 1 for i in range(MAX_PARAM_KEYS + 1)}
     for change, loc in [({"params": many}, ["body", "params"]),
