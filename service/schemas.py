@@ -430,27 +430,24 @@ class JobSpec(_Strict):
     timeout_s: float = Field(default=1800.0, gt=0, le=86_400)
     static_metrics: StaticMetricsSpec = Field(default_factory=StaticMetricsSpec)
 
-    @field_validator("sweep")
+    # mode="before": counted on the input, before its up to 64 x 4,096 values are validated (0.4 s
+    # on the event loop for a 4.5 MB spec of three such grids); list lengths do not change after.
+    @field_validator("sweep", mode="before")
     @classmethod
-    def _sweep_cells(cls, v: SweepGrid) -> SweepGrid:
-        n = cell_count(v)
-        if n > MAX_CELLS:
-            raise ValueError(f"the sweep has {n} cells ({_product(v)}); at most {MAX_CELLS}")
+    def _sweep_cells(cls, v: Any) -> Any:
+        _refuse_over_max_cells(v, "")
         return v
 
-    @field_validator("sweep_by_device")
+    @field_validator("sweep_by_device", mode="before")
     @classmethod
-    def _device_cells(
-        cls, v: dict[DeviceType, SweepGrid], info: ValidationInfo
-    ) -> dict[DeviceType, SweepGrid]:
-        sweep = info.data.get("sweep")
-        if sweep is None:  # the sweep itself was refused
+    def _device_cells(cls, v: Any, info: ValidationInfo) -> Any:
+        # without a valid sweep, the overrides alone (their count is a lower bound of the merged one)
+        sweep = info.data.get("sweep", {})
+        if not isinstance(v, Mapping):  # a type error, reported by validation
             return v
         for dev, overrides in v.items():
-            grid = {**sweep, **overrides}
-            n = cell_count(grid)
-            if n > MAX_CELLS:
-                raise ValueError(f"the sweep has {n} cells on {dev} ({_product(grid)}); at most {MAX_CELLS}")
+            if isinstance(overrides, Mapping):
+                _refuse_over_max_cells({**sweep, **overrides}, f" on {str(dev)[:10]}")
         return v
 
     def cells(self, device_type: DeviceType) -> list[dict[str, ParamValue]]:
@@ -483,10 +480,27 @@ class JobSpec(_Strict):
         return {**self.params, **{k: picked[k] for k in grid}}
 
 
-def _product(grid: Mapping[str, list[Any]]) -> str:
-    """'M 10 x N 10 x ...' for a cell-count message (the first eight keys)."""
-    parts = [f"{k[:40]} {len(v)}" for k, v in list(grid.items())[:8]]
-    return " x ".join(parts) + (" x ..." if len(grid) > 8 else "")
+_COUNT_CAP = 10**18  # a cell count past this is reported as "more than 10**18"
+
+
+def _refuse_over_max_cells(grid: Any, where: str) -> None:
+    """Raise ``ValueError`` when ``grid`` (a sweep grid as input: name -> list) has more than
+    ``MAX_CELLS`` cells, counted as the product of its list lengths (stopping past
+    ``_COUNT_CAP``). Input of another shape is left to type validation."""
+    if not isinstance(grid, Mapping):
+        return
+    n = 1
+    for values in grid.values():
+        if not isinstance(values, list | tuple):
+            return
+        n *= len(values)
+        if n > _COUNT_CAP:
+            break
+    if n > MAX_CELLS:
+        count = str(n) if n <= _COUNT_CAP else "more than 10**18"
+        parts = [f"{str(k)[:40]} {len(v)}" for k, v in list(grid.items())[:8] if isinstance(v, list | tuple)]
+        product = " x ".join(parts) + (" x ..." if len(grid) > 8 else "")
+        raise ValueError(f"the sweep has {count} cells{where} ({product}); at most {MAX_CELLS}")
 
 
 # --------------------------------------------------------------------------------------------------

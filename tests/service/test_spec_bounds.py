@@ -215,3 +215,20 @@ def test_spec_validation_against_the_benchmark_runs_off_the_event_loop(
     monkeypatch.setattr(jobs_routes, "validate_spec", probe)
     assert _post(api, spec_dict()).status_code == 201
     assert seen == [False]
+
+
+def test_an_oversized_sweep_is_refused_before_its_values_are_validated() -> None:
+    # three grids of 64 x 4,096 values (4.5 MB of JSON, inside the body limit): counting first
+    # refuses them without validating (copying) 786,432 values on the event loop
+    grid = {f"k{i}": list(range(4096)) for i in range(64)}
+    body = spec_dict(sweep=grid, sweep_by_device={"cpu": grid, "cuda": grid})
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValidationError) as info:
+            JobSpec.model_validate(body)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert [e["loc"] for e in info.value.errors()] == [("sweep",), ("sweep_by_device",)]
+    assert "more than 10**18 cells" in str(info.value)
+    assert peak < 1_000_000, f"validation allocated {peak} bytes"
