@@ -20,6 +20,7 @@ Registering your own benchmark:
 from __future__ import annotations
 
 import importlib
+import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from functools import cache
@@ -28,7 +29,7 @@ from typing import Annotated, Any, ClassVar, Generic, TypeVar, cast
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, field_validator
 
-from service.schemas import JobSpec, ParamValue, Work
+from service.schemas import BENCHMARK_OBJECT_REF, JobSpec, ParamValue, Work, benchmark_ref_problem
 
 ENTRY_POINT_GROUP = "kernelab.benchmarks"
 
@@ -168,11 +169,45 @@ class Benchmark(ABC, Generic[P]):
 
 
 def _instantiate(obj: Any, ref: str) -> Benchmark[Any]:
-    if isinstance(obj, type) and issubclass(obj, Benchmark):
-        return obj()
+    """The ``Benchmark`` that ``obj`` (what ``ref`` names) is: an instance, or a concrete subclass
+    constructed without arguments. Raises ``BenchmarkError`` for anything else (a function, a
+    module, an abstract class such as ``kernels.base:Benchmark``, a constructor that raises)."""
     if isinstance(obj, Benchmark):
-        return obj
-    raise BenchmarkError(f"{ref!r} is not a kernels.Benchmark subclass or instance")
+        return _declared(obj, ref)
+    if not (isinstance(obj, type) and issubclass(obj, Benchmark)):
+        raise BenchmarkError(f"{ref!r} is not a kernels.Benchmark subclass or instance")
+    if inspect.isabstract(obj):
+        missing = ", ".join(sorted(getattr(obj, "__abstractmethods__", ())))
+        raise BenchmarkError(f"{ref!r} is an abstract benchmark class (it does not define {missing})")
+    try:
+        bench = obj()
+    except Exception as exc:  # user code: any failure is the spec's benchmark failing to load
+        raise BenchmarkError(f"{ref!r} cannot be constructed: {_one_line(exc)}") from exc
+    return _declared(bench, ref)
+
+
+def _declared(bench: Benchmark[Any], ref: str) -> Benchmark[Any]:
+    """``bench`` if it declares what ``validate_spec`` reads (``name`` a str, ``variants`` a tuple or
+    list of str, ``Params`` a pydantic model); ``BenchmarkError`` naming what is missing otherwise."""
+    name = getattr(bench, "name", None)
+    variants = getattr(bench, "variants", None)
+    params = getattr(bench, "Params", None)
+    if not isinstance(name, str):
+        problem = "no 'name' (a str)"
+    elif not (isinstance(variants, tuple | list) and variants and all(isinstance(v, str) for v in variants)):
+        problem = "no 'variants' (a tuple of names)"
+    elif not (isinstance(params, type) and issubclass(params, BaseModel)):
+        problem = "no 'Params' (a pydantic model)"
+    else:
+        return bench
+    raise BenchmarkError(f"{ref!r} is not a usable benchmark: it declares {problem}")
+
+
+def _one_line(exc: BaseException) -> str:
+    """``'TypeError: message'``, first line only and at most 300 characters (user code's errors can
+    be long)."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:300] if text else ''}".rstrip(": ")
 
 
 @cache
@@ -201,14 +236,22 @@ def available_benchmarks() -> list[str]:
 
 
 def load_object(ref: str) -> Any:
-    """Import ``'package.module:attr'``. Raises ``BenchmarkError`` naming the reference."""
+    """Import ``'package.module:attr'`` (``attr`` may be dotted: ``'mod:Outer.Inner'``).
+
+    Raises ``BenchmarkError`` naming the reference when it is not of that form (dotted Python
+    identifiers on both sides, ``service.schemas.BENCHMARK_OBJECT_REF``: no relative import, no
+    empty segment), when the module cannot be imported (any exception its import raises, e.g. a
+    ``SyntaxError`` or a ``RuntimeError`` of its own, is reported on one line), or when it lacks
+    the attribute.
+    """
+    if not BENCHMARK_OBJECT_REF.match(ref):
+        problem = benchmark_ref_problem(ref) or f"{ref[:100]!r} is not of the form 'module:object'"
+        raise BenchmarkError(problem)
     module_name, _, attr = ref.partition(":")
-    if not module_name or not attr:
-        raise BenchmarkError(f"{ref!r} is not of the form 'module:object'")
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise BenchmarkError(f"cannot import module {module_name!r}: {exc}") from exc
+    except Exception as exc:  # user code runs on import: any failure is "cannot import"
+        raise BenchmarkError(f"cannot import module {module_name!r}: {_one_line(exc)}") from exc
     obj: Any = module
     for part in attr.split("."):
         try:
@@ -222,7 +265,9 @@ def get_benchmark(ref: str) -> Benchmark[Any]:
     """Resolve a spec's ``benchmark`` field to a ``Benchmark`` instance.
 
     ``ref`` is a registered name (built-in or from the ``kernelab.benchmarks`` entry points) or a
-    ``module:object`` reference. Raises ``BenchmarkError`` (loc ``("benchmark",)``) when unknown.
+    ``module:object`` reference. Raises ``BenchmarkError`` (loc ``("benchmark",)``) when it is
+    unknown, malformed, fails to import or to construct, or names something that is not a concrete
+    benchmark (``load_object``, ``_instantiate``); never another exception.
     """
     if ":" in ref:
         return _instantiate(load_object(ref), ref)
@@ -233,9 +278,10 @@ def get_benchmark(ref: str) -> Benchmark[Any]:
         known = ", ".join(available_benchmarks())
         raise BenchmarkError(f"unknown benchmark {ref!r}; known: {known}")
     try:
-        return _instantiate(ep.load(), ref)
-    except ImportError as exc:
-        raise BenchmarkError(f"benchmark {ref!r} failed to import: {exc}") from exc
+        obj = ep.load()
+    except Exception as exc:  # the distribution's code runs on import
+        raise BenchmarkError(f"benchmark {ref!r} failed to import: {_one_line(exc)}") from exc
+    return _instantiate(obj, ref)
 
 
 def validate_spec(spec: JobSpec) -> list[dict[str, Any]]:
@@ -303,10 +349,9 @@ def _validate_sourced(spec: JobSpec) -> list[dict[str, Any]]:
     """
     ref = spec.benchmark
     if ":" in ref:
-        module_name, _, attr = ref.partition(":")
-        if module_name and attr:
+        if BENCHMARK_OBJECT_REF.match(ref):
             return []
-        msg = f"{ref!r} is not of the form 'module:object'"
+        msg = benchmark_ref_problem(ref) or ""
     elif ref in _BUILTINS:
         return []
     else:

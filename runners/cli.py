@@ -1,5 +1,5 @@
-"""The ``kernelab`` command line: ``up``, ``serve``, ``runner``, ``submit``, ``run``, ``probe``, ``report``,
-``token create|list|rotate|revoke``.
+"""The ``kernelab`` command line: ``up``, ``serve``, ``runner``, ``submit``, ``run``, ``validate``, ``probe``,
+``report``, ``token create|list|rotate|revoke``.
 
 Every command that reads a spec reports a bad file as ``FILE:LINE: field: message`` and exits 2;
 unreachable servers and refused requests are one-line messages, never tracebacks. Server URL and
@@ -335,6 +335,16 @@ def run(
     if result.error:  # fails the gate whatever --fail-on says
         raise _fail(f"job failed: {result.error}")
     raise typer.Exit(gate(comparison, gate_on))
+
+
+@app.command()
+def validate(spec_path: SpecArg) -> None:
+    """Check a spec as ``run`` and ``submit`` do (form, bounds, benchmark, variants, every cell's
+    parameters) without running it: prints ``FILE: ok: ...`` and the cell counts, or one
+    ``FILE:LINE: field: message`` line per problem and exits 2."""
+    spec = read_spec(spec_path)
+    typer.echo(f"{spec_path}: ok: {spec.benchmark}, {spec.baseline.variant} vs {spec.candidate.variant}; "
+               f"{spec.cell_count('cpu')} cell(s) on cpu, {spec.cell_count('cuda')} on cuda")
 
 
 @app.command()

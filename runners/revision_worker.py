@@ -185,7 +185,7 @@ class RevisionWorker:
             raise WorkerError("setup first")
         self.release()
         spec, bench = self.spec, self.bench
-        cell = spec.cells(self.device.type)[index]
+        cell = spec.cell(self.device.type, index)  # one cell, not the whole sweep per request
         side_spec = getattr(spec, self.side)
         params = bench.parse_params({**cell, **side_spec.params})
         self.inputs = bench.make_inputs(params, self.device, spec.measurement.seed)

@@ -7,7 +7,11 @@ reads the JSON specs kernelab writes), so every pydantic error ``loc`` — and e
 
 * syntax errors use the ``yaml.Mark`` of the scanner/parser (``problem_mark``);
 * duplicate keys (which PyYAML would silently collapse) are errors at the second key's line;
-* an unknown field points at its own key, a missing field at the mapping that lacks it.
+* an unknown field points at its own key, a missing field at the mapping that lacks it;
+* aliases, nesting and the size of the tree with its aliases expanded are bounded
+  (``runners.spec_yaml``), so a 1 KB alias bomb is refused at its line in microseconds;
+* a value PyYAML cannot construct (an unknown ``!!tag``, a mapping used as a key) is an error at
+  its line.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from runners import spec_yaml
 from service.schemas import JobSpec
 
 
@@ -67,22 +72,22 @@ def load_spec(path: Path, *, check_benchmark: bool = True) -> JobSpec:
 def parse_spec(text: str, path: Path, *, check_benchmark: bool = True) -> JobSpec:
     """Validate spec ``text``; ``path`` is only used in messages. See ``load_spec``."""
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark is not None else None
-        detail = " ".join(str(s) for s in (exc.context, exc.problem) if s)
-        raise SpecFileError(path, [SpecProblem(line, "", f"not valid YAML/JSON: {detail}")]) from exc
+        root, loader = spec_yaml.compose(text)
+    except spec_yaml.YAMLLimitError as exc:
+        raise SpecFileError(path, [SpecProblem(exc.line, exc.loc, str(exc))]) from None
     except yaml.YAMLError as exc:
-        raise SpecFileError(path, [SpecProblem(None, "", f"not valid YAML/JSON: {exc}")]) from exc
+        raise SpecFileError(path, [_yaml_problem(exc, "not valid YAML/JSON")]) from None
     if root is None:
         raise SpecFileError(path, [SpecProblem(None, "", "the file is empty; a job spec is a mapping")])
     if not isinstance(root, yaml.MappingNode):
         raise SpecFileError(path, [SpecProblem(root.start_mark.line + 1, "", "a job spec must be a mapping")])
-    duplicates = list(_duplicate_keys(root, ()))
+    duplicates = list(_duplicate_keys(root, (), set()))
     if duplicates:
         raise SpecFileError(path, duplicates)
-    data = yaml.SafeLoader(text).get_single_data()
+    try:
+        data = loader.construct_document(root)
+    except (yaml.YAMLError, ValueError, TypeError) as exc:  # e.g. !!int "x", an unhashable key
+        raise SpecFileError(path, [_yaml_problem(exc, "cannot read a value")]) from None
     try:
         spec = JobSpec.model_validate(data)
     except ValidationError as exc:
@@ -97,7 +102,21 @@ def parse_spec(text: str, path: Path, *, check_benchmark: bool = True) -> JobSpe
     return spec
 
 
-def _duplicate_keys(node: yaml.Node, loc: tuple[str, ...]) -> Any:
+def _yaml_problem(exc: Exception, what: str) -> SpecProblem:
+    """A PyYAML error as one problem at the line of its mark (None when it has none)."""
+    if isinstance(exc, yaml.MarkedYAMLError):
+        mark = exc.problem_mark or exc.context_mark
+        detail = " ".join(str(s) for s in (exc.context, exc.problem) if s)
+        return SpecProblem(mark.line + 1 if mark is not None else None, "", f"{what}: {detail}")
+    return SpecProblem(None, "", f"{what}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+
+
+def _duplicate_keys(node: yaml.Node, loc: tuple[str, ...], walked: set[int]) -> Any:
+    """Problems for keys repeated in a mapping of ``node``'s graph; a node shared through aliases is
+    walked once (``walked``, by identity), so the walk is linear in the file."""
+    if id(node) in walked:
+        return
+    walked.add(id(node))
     if isinstance(node, yaml.MappingNode):
         seen: set[str] = set()
         for key, value in node.value:
@@ -105,10 +124,10 @@ def _duplicate_keys(node: yaml.Node, loc: tuple[str, ...]) -> Any:
             if name in seen:
                 yield SpecProblem(key.start_mark.line + 1, ".".join((*loc, name)), "duplicate key")
             seen.add(name)
-            yield from _duplicate_keys(value, (*loc, name))
+            yield from _duplicate_keys(value, (*loc, name), walked)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            yield from _duplicate_keys(item, (*loc, str(i)))
+            yield from _duplicate_keys(item, (*loc, str(i)), walked)
 
 
 def _problem(root: yaml.Node, loc: Sequence[Any], msg: str, err_type: str) -> SpecProblem:

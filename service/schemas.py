@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -30,6 +31,7 @@ from pydantic import (
     Strict,
     StringConstraints,
     TypeAdapter,
+    ValidationInfo,
     field_validator,
     model_serializer,
     model_validator,
@@ -131,7 +133,21 @@ Number = Annotated[float, Strict(), Field(allow_inf_nan=False)]
 Count = Annotated[int, Strict()]
 """A JSON integer: ``true``, ``2.0`` and ``"2"`` are refused."""
 
-ParamValue = int | Finite | Text | bool
+MAX_INT_VALUE = 2**63 - 1
+"""Largest magnitude of an integer parameter value, sweep value or seed: int64, the widest integer
+that torch (tensor shapes, ``torch.Generator.manual_seed``), numpy and both databases hold. A
+benchmark's own ``Params`` narrows its parameters further (``kernels.base.MAX_INT_PARAM``, int32)."""
+
+
+def _int64(value: Any) -> Any:
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT_VALUE:
+        raise ValueError(f"an integer must be within +-{MAX_INT_VALUE} (int64)")
+    return value
+
+
+ParamValue = Annotated[int | Finite | Text | bool, AfterValidator(_int64)]
+"""One parameter value: an integer within int64 (``MAX_INT_VALUE``: a larger one would be refused
+only on the runner, by every cell), a finite float, text or a boolean."""
 
 
 class _Strict(BaseModel):
@@ -153,6 +169,45 @@ class _Posted(BaseModel):
 # --------------------------------------------------------------------------------------------------
 # Job specification (what a user submits)
 # --------------------------------------------------------------------------------------------------
+
+
+_IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+_DOTTED = rf"{_IDENT}(?:\.{_IDENT})*"
+BENCHMARK_OBJECT_REF = re.compile(rf"^{_DOTTED}:{_DOTTED}$")
+"""``module.path:Object``: dotted Python identifiers on both sides (no relative import, no empty
+segment), as in an entry point's object reference (PyPA entry points specification)."""
+BENCHMARK_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
+"""A registry name (built-in or entry point): letters, digits, ``_ . + -`` (the characters the PyPA
+entry points specification recommends for names)."""
+
+
+def benchmark_ref_problem(ref: str) -> str | None:
+    """Why ``ref`` is not a well-formed benchmark reference (a registry name or a ``module:object``
+    of dotted identifiers), or None when it is. Form only: nothing is imported."""
+    if ":" in ref:
+        if not BENCHMARK_OBJECT_REF.match(ref):
+            return (f"{ref[:100]!r} is not of the form 'module:object' (dotted Python identifiers on both "
+                    "sides: no relative import, no empty segment, no spaces)")
+    elif not BENCHMARK_NAME.match(ref):
+        return (f"{ref[:100]!r} is neither a benchmark name (letters, digits, '_.+-') nor a "
+                "'module:object' reference")
+    return None
+
+
+def _benchmark_ref(value: str) -> str:
+    problem = benchmark_ref_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+BenchmarkRef = Annotated[
+    str, StringConstraints(min_length=1, max_length=500), AfterValidator(_refuse_nul),
+    AfterValidator(_benchmark_ref),
+    Field(description="registry name (e.g. 'matmul') or 'module.path:ClassName'"),
+]
+"""A spec's ``benchmark``: a registry name or a ``module.path:ClassName`` reference, checked for
+form only (``kernels.get_benchmark`` resolves it where the benchmark code may be imported)."""
 
 
 _GIT_REF = r"^[A-Za-z0-9._/@{}^~+-]+$"  # a branch, tag or sha; no spaces, ':' or shell characters
@@ -203,7 +258,7 @@ class VariantSpec(_Strict):
     """
 
     variant: Text = Field(min_length=1, max_length=200)
-    params: dict[Text, ParamValue] = Field(default_factory=dict)
+    params: ParamMap = Field(default_factory=dict)
     source: SourceSpec | None = None
 
 
@@ -222,7 +277,11 @@ class MeasurementSpec(_Strict):
         default=1, ge=1, le=1_000, description="samples of each variant per round (ABBA uses 2 rounds of A,B)"
     )
     order: Literal["abba", "random"] = "abba"
-    seed: int = Field(default=0, ge=0)
+    seed: int = Field(
+        default=0, ge=0, le=2**62,
+        description="seeds the inputs (torch.Generator.manual_seed), the round order and the bootstrap; at "
+        "most 2**62, so the seeds the runner derives from it (seed + i, seed + 7919 (k + 1)) stay in int64",
+    )
     l2_flush: bool = Field(default=True, description="flush L2 before each sample (cold mode)")
     target_ci_pct: float = Field(
         default=1.0, gt=0, le=100, description="stop once the ratio's CI half-width is below this"
@@ -318,7 +377,28 @@ class StaticMetricsSpec(_Strict):
     target: Text | None = Field(default=None, pattern=r"^sm_\d{2,3}a?$", description="e.g. sm_90a")
 
 
-SweepGrid = dict[Text, list[ParamValue]]
+MAX_CELLS = 4096
+"""Most cells a sweep may have on one device type: each is measured (seconds of budget) and stored
+with its raw samples, and the runner's and the server's per-cell work grows with the count."""
+MAX_PARAM_KEYS = 64
+"""Most keys of one ``params`` mapping or one sweep grid: every cell holds them all, so this bounds
+a spec's expansion to ``MAX_CELLS`` cells of a few ``MAX_PARAM_KEYS`` keys (a benchmark's
+parameter model has about ten fields; ``kernels.matmul`` has nine)."""
+
+ParamName = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(_refuse_nul)]
+"""A parameter's name (a field of a benchmark's ``Params``)."""
+ParamMap = Annotated[dict[ParamName, ParamValue], Field(max_length=MAX_PARAM_KEYS)]
+SweepGrid = Annotated[
+    dict[ParamName, Annotated[list[ParamValue], Field(min_length=1, max_length=MAX_CELLS)]],
+    Field(max_length=MAX_PARAM_KEYS),
+]
+"""A sweep grid: parameter name -> the values it takes (at least one; the cells are the product)."""
+
+
+def cell_count(grid: Mapping[str, Sequence[Any]]) -> int:
+    """Number of cells of ``grid`` (name -> list of values): the product of the list lengths,
+    computed without building a cell (1 for an empty grid: the cell of ``params`` alone)."""
+    return math.prod(len(values) for values in grid.values())
 
 
 class JobSpec(_Strict):
@@ -329,15 +409,18 @@ class JobSpec(_Strict):
     run large shapes on a GPU and small ones on a CPU (the Triton interpreter is slow).
 
     Raises (pydantic ``ValidationError``, HTTP 422 on the server): unknown fields, empty sweep
-    lists, more than 4096 cells. Parameter values are validated per benchmark by
+    lists, more than ``MAX_CELLS`` cells on a device type (counted as the product of the list
+    lengths before any cell is built, so a 700-byte spec of 10**10 cells costs microseconds and
+    names ``sweep`` or ``sweep_by_device``), a ``benchmark`` that is neither a name nor a
+    ``module:object`` reference of identifiers. Parameter values are validated per benchmark by
     ``kernels.validate_spec``.
     """
 
     name: Text = Field(default="", max_length=200)
-    benchmark: Text = Field(min_length=1, max_length=500, description="registry name or 'module:object'")
+    benchmark: BenchmarkRef
     baseline: VariantSpec
     candidate: VariantSpec
-    params: dict[Text, ParamValue] = Field(default_factory=dict)
+    params: ParamMap = Field(default_factory=dict)
     sweep: SweepGrid = Field(default_factory=dict)
     sweep_by_device: dict[DeviceType, SweepGrid] = Field(default_factory=dict)
     measurement: MeasurementSpec = Field(default_factory=MeasurementSpec)
@@ -347,21 +430,25 @@ class JobSpec(_Strict):
     timeout_s: float = Field(default=1800.0, gt=0, le=86_400)
     static_metrics: StaticMetricsSpec = Field(default_factory=StaticMetricsSpec)
 
-    @field_validator("sweep")
+    # mode="before": counted on the input, before its up to 64 x 4,096 values are validated (0.4 s
+    # on the event loop for a 4.5 MB spec of three such grids); list lengths do not change after.
+    @field_validator("sweep", mode="before")
     @classmethod
-    def _non_empty_lists(cls, v: SweepGrid) -> SweepGrid:
-        for key, values in v.items():
-            if not values:
-                raise ValueError(f"sweep.{key} must list at least one value")
+    def _sweep_cells(cls, v: Any) -> Any:
+        _refuse_over_max_cells(v, "")
         return v
 
-    @model_validator(mode="after")
-    def _cell_count(self) -> JobSpec:
-        for dev in ("cpu", "cuda"):
-            n = len(self.cells(dev))
-            if n > 4096:
-                raise ValueError(f"the sweep has {n} cells on {dev}; at most 4096")
-        return self
+    @field_validator("sweep_by_device", mode="before")
+    @classmethod
+    def _device_cells(cls, v: Any, info: ValidationInfo) -> Any:
+        # without a valid sweep, the overrides alone (their count is a lower bound of the merged one)
+        sweep = info.data.get("sweep", {})
+        if not isinstance(v, Mapping):  # a type error, reported by validation
+            return v
+        for dev, overrides in v.items():
+            if isinstance(overrides, Mapping):
+                _refuse_over_max_cells({**sweep, **overrides}, f" on {str(dev)[:10]}")
+        return v
 
     def cells(self, device_type: DeviceType) -> list[dict[str, ParamValue]]:
         """The sweep's cells for ``device_type``, in a stable order: list of parameter dicts."""
@@ -374,6 +461,46 @@ class JobSpec(_Strict):
             cell.update(zip(keys, combo, strict=True))
             out.append(cell)
         return out or [dict(self.params)]
+
+    def cell_count(self, device_type: DeviceType) -> int:
+        """``len(self.cells(device_type))``, computed without building the cells."""
+        return cell_count({**self.sweep, **self.sweep_by_device.get(device_type, {})})
+
+    def cell(self, device_type: DeviceType, index: int) -> dict[str, ParamValue]:
+        """``self.cells(device_type)[index]`` (0 <= index < ``cell_count``), built alone: the
+        index read in mixed radix over the grid's list lengths, the last key fastest, as
+        ``itertools.product`` orders them. Raises ``IndexError`` outside that range."""
+        grid = {**self.sweep, **self.sweep_by_device.get(device_type, {})}
+        if not 0 <= index < cell_count(grid):
+            raise IndexError(f"cell {index} of {cell_count(grid)} on {device_type}")
+        picked: dict[str, ParamValue] = {}
+        for key in reversed(list(grid)):
+            index, digit = divmod(index, len(grid[key]))
+            picked[key] = grid[key][digit]
+        return {**self.params, **{k: picked[k] for k in grid}}
+
+
+_COUNT_CAP = 10**18  # a cell count past this is reported as "more than 10**18"
+
+
+def _refuse_over_max_cells(grid: Any, where: str) -> None:
+    """Raise ``ValueError`` when ``grid`` (a sweep grid as input: name -> list) has more than
+    ``MAX_CELLS`` cells, counted as the product of its list lengths (stopping past
+    ``_COUNT_CAP``). Input of another shape is left to type validation."""
+    if not isinstance(grid, Mapping):
+        return
+    n = 1
+    for values in grid.values():
+        if not isinstance(values, list | tuple):
+            return
+        n *= len(values)
+        if n > _COUNT_CAP:
+            break
+    if n > MAX_CELLS:
+        count = str(n) if n <= _COUNT_CAP else "more than 10**18"
+        parts = [f"{str(k)[:40]} {len(v)}" for k, v in list(grid.items())[:8] if isinstance(v, list | tuple)]
+        product = " x ".join(parts) + (" x ..." if len(grid) > 8 else "")
+        raise ValueError(f"the sweep has {count} cells{where} ({product}); at most {MAX_CELLS}")
 
 
 # --------------------------------------------------------------------------------------------------

@@ -97,6 +97,10 @@ def test_entry_point_of_another_distribution(tmp_path: Path, monkeypatch: pytest
         ("kernels.softmax:NoSuchThing", "has no attribute 'NoSuchThing'"),
         (f"{__name__}:NOT_A_BENCHMARK", "is not a kernels.Benchmark subclass or instance"),
         (":LocalBenchmark", "is not of the form 'module:object'"),
+        (".x:y", "no relative import"),  # importlib.import_module raised TypeError for these
+        ("..:y", "no relative import"),
+        ("kernels..softmax:SoftmaxBenchmark", "no empty segment"),
+        ("kernels.base:Benchmark", "abstract benchmark class"),  # Benchmark() raised TypeError
     ],
 )
 def test_unresolvable_references_raise_benchmark_error(ref: str, fragment: str) -> None:

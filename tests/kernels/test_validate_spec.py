@@ -76,3 +76,17 @@ def test_tile_limits_are_checked_without_a_gpu() -> None:
                  candidate={"variant": "triton",
                             "params": {"BLOCK_M": 2048, "BLOCK_N": 1024, "num_warps": 64}})
     assert sorted(_locs(spec)) == [("candidate", "params", "BLOCK_N"), ("candidate", "params", "num_warps")]
+
+
+def test_a_reference_to_an_abstract_class_is_an_error_on_benchmark() -> None:
+    errors = validate_spec(_spec(benchmark="kernels.base:Benchmark"))
+    assert [tuple(e["loc"]) for e in errors] == [("benchmark",)]
+    assert "abstract benchmark class" in errors[0]["msg"]
+
+
+def test_a_module_that_fails_to_import_is_an_error_on_benchmark(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "kl_spec_raises.py").write_text("import json\njson.loads('{')\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    errors = validate_spec(_spec(benchmark="kl_spec_raises:Bench"))
+    assert [tuple(e["loc"]) for e in errors] == [("benchmark",)]
+    assert "cannot import module 'kl_spec_raises': JSONDecodeError" in errors[0]["msg"]

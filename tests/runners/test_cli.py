@@ -165,3 +165,43 @@ def test_up_refuses_a_port_already_in_use(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert f"port {port} on 127.0.0.1 is already in use" in proc.stderr + proc.stdout
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("ref", "fragment"),
+    [(".x:y", "no relative import"), ("..:y", "no relative import"),
+     ("kernels.base:Benchmark", "abstract benchmark class"),
+     ("kernels.base:Params", "is not a kernels.Benchmark")],
+)
+@pytest.mark.parametrize("command", ["run", "validate"])
+def test_bad_benchmark_references_are_one_line_naming_file_and_line(
+    tmp_path: Path, command: str, ref: str, fragment: str
+) -> None:
+    path = _write(tmp_path, "name: bad\n" + GOOD_SPEC.replace("benchmark: softmax", f'benchmark: "{ref}"'))
+    result = _invoke(command, str(path))
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    [line] = result.output.strip().splitlines()
+    assert line.startswith(f"{path}:2: benchmark: ") and fragment in line
+
+
+def test_validate_prints_the_cell_counts_and_refuses_a_seed_torch_cannot_take(tmp_path: Path) -> None:
+    path = _write(tmp_path, GOOD_SPEC + "  seed: 100000000000000000000000000000\n")
+    result = _invoke("validate", str(path))
+    assert result.exit_code == 2
+    expected = f"{path}:11: measurement.seed: Input should be less than or equal to {2**62}"
+    assert result.output.strip() == expected
+    path = _write(tmp_path, GOOD_SPEC)
+    result = _invoke("validate", str(path))
+    assert result.exit_code == 0
+    assert result.output.strip() == f"{path}: ok: softmax, torch vs triton; 1 cell(s) on cpu, 1 on cuda"
+
+
+def test_an_alias_bomb_is_one_line_from_submit(tmp_path: Path) -> None:
+    bomb = "".join(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]\n" for i in range(1, 9))
+    path = _write(tmp_path, GOOD_SPEC + "a0: &a0 [1, 2, 3, 4, 5, 6, 7, 8, 9]\n" + bomb)
+    result = _invoke("submit", str(path), "--token", "t")
+    assert result.exit_code == 2
+    # a5 is 9**6 leaves: the first top-level key past MAX_EXPANDED_NODES
+    expected = f"{path}:16: a5: the YAML expands to more than 100000 nodes through its aliases"
+    assert result.output.strip() == expected

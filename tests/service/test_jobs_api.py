@@ -35,7 +35,8 @@ def test_submit_valid_spec(api) -> None:  # type: ignore[no-untyped-def]
         ({"baseline": {"variant": "cublas"}}, ["body", "baseline", "variant"]),
         ({"surprise": 1}, ["body", "surprise"]),
         ({"measurement": {"warmup_ms": -1}}, ["body", "measurement", "warmup_ms"]),
-        ({"sweep": {"M": [10**20], "N": [64]}}, ["body", "sweep", "M"]),  # beyond int32
+        ({"sweep": {"M": [2**40], "N": [64]}}, ["body", "sweep", "M"]),  # beyond int32: the benchmark
+        ({"sweep": {"M": [10**20], "N": [64]}}, ["body", "sweep", "M", 0]),  # beyond int64: the schema
     ],
 )
 def test_submit_invalid_spec_names_the_field(api, change, loc) -> None:  # type: ignore[no-untyped-def]
