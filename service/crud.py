@@ -24,6 +24,7 @@ from service.core.clock import db_now
 from service.models import Cell, Job, JobAttempt, ProbeReading, Result, Runner, SampleBlock
 from service.schemas import (
     SAMPLE_FIELDS,
+    STORED,
     AttemptPublic,
     AttemptsPage,
     CellResult,
@@ -184,7 +185,7 @@ def _public(job: Job, node: str | None) -> JobPublic:
         name=job.name,
         benchmark=job.benchmark,
         status=job.status,  # type: ignore[arg-type]
-        spec=JobSpec.model_validate(job.spec),
+        spec=JobSpec.model_validate(job.spec, context=STORED),
         attempts=job.attempts,
         max_attempts=job.max_attempts,
         created_at=job.created_at,
@@ -429,7 +430,7 @@ def store_result(
         if stored is not None:
             return stored, True
         raise
-    check_result_fits_job(result, JobSpec.model_validate(job.spec), job_id)
+    check_result_fits_job(result, JobSpec.model_validate(job.spec, context=STORED), job_id)
     row = Result(
         job_id=job_id, idempotency_key=result.idempotency_key, runner_id=runner_id,
         node_name=result.node.hostname, node=result.node.model_dump(mode="json"), timer=result.timer,
@@ -578,7 +579,8 @@ def load_result(
         .order_by(models.ProbeReport.id)
     )
     return JobResult(
-        idempotency_key=row.idempotency_key, job_id=job_id, spec=JobSpec.model_validate(row.spec),
+        idempotency_key=row.idempotency_key, job_id=job_id,
+        spec=JobSpec.model_validate(row.spec, context=STORED),
         node=NodeInfo.model_validate(row.node), timer=row.timer, started_at=row.started_at,
         finished_at=row.finished_at, error=row.error,
         probes=[ProbeReport.model_validate(r) for r in reports],

@@ -43,6 +43,7 @@ from service.core.config import Settings
 from service.models import HistoryPoint as PointRow
 from service.models import Job, Result
 from service.schemas import (
+    STORED,
     CellComparison,
     Comparison,
     Excluded,
@@ -135,7 +136,8 @@ def build_points(*, session: Session, job_id: int, settings: Settings) -> bool:
     judgement = node_health.job_judgement(session=session, job_id=job_id, settings=settings)
     if comparison is None or judgement is None:
         return False
-    rows = _rows(row, JobSpec.model_validate(row.spec), comparison, flagged=bool(judgement.flags))
+    spec = JobSpec.model_validate(row.spec, context=STORED)
+    rows = _rows(row, spec, comparison, flagged=bool(judgement.flags))
     try:
         with session.begin_nested():
             session.execute(delete(PointRow).where(PointRow.result_id == row.id))

@@ -139,8 +139,25 @@ that torch (tensor shapes, ``torch.Generator.manual_seed``), numpy and both data
 benchmark's own ``Params`` narrows its parameters further (``kernels.base.MAX_INT_PARAM``, int32)."""
 
 
-def _int64(value: Any) -> Any:
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT_VALUE:
+MAX_SEED = 2**62
+"""Largest ``seed``: the seeds the runner derives from it (``seed + i``, ``seed + 7919 (k + 1)``)
+stay within int64, which ``torch.Generator.manual_seed`` takes."""
+
+STORED: dict[str, Any] = {"stored": True}
+"""Validation context for data read back from the database (``JobSpec.model_validate(row.spec,
+context=STORED)``): the bounds a newer version applies at the door (``at_door``) are not applied
+again to what an older version stored, so nothing stored makes a later read fail; everything a
+stored value needs to be used (types, finiteness) is still checked."""
+
+
+def at_door(info: ValidationInfo | None) -> bool:
+    """True unless ``info``'s context is ``STORED``: a door-only bound applies."""
+    return not (info is not None and isinstance(info.context, dict) and info.context.get("stored"))
+
+
+def _int64(value: Any, info: ValidationInfo) -> Any:
+    if (at_door(info) and isinstance(value, int) and not isinstance(value, bool)
+            and abs(value) > MAX_INT_VALUE):
         raise ValueError(f"an integer must be within +-{MAX_INT_VALUE} (int64)")
     return value
 
@@ -194,8 +211,8 @@ def benchmark_ref_problem(ref: str) -> str | None:
     return None
 
 
-def _benchmark_ref(value: str) -> str:
-    problem = benchmark_ref_problem(value)
+def _benchmark_ref(value: str, info: ValidationInfo) -> str:
+    problem = benchmark_ref_problem(value) if at_door(info) else None
     if problem is not None:
         raise ValueError(problem)
     return value
@@ -277,8 +294,8 @@ class MeasurementSpec(_Strict):
         default=1, ge=1, le=1_000, description="samples of each variant per round (ABBA uses 2 rounds of A,B)"
     )
     order: Literal["abba", "random"] = "abba"
-    seed: int = Field(
-        default=0, ge=0, le=2**62,
+    seed: Annotated[int, AfterValidator(lambda v, info: _at_most(v, MAX_SEED, info))] = Field(
+        default=0, ge=0,
         description="seeds the inputs (torch.Generator.manual_seed), the round order and the bootstrap; at "
         "most 2**62, so the seeds the runner derives from it (seed + i, seed + 7919 (k + 1)) stay in int64",
     )
@@ -377,6 +394,22 @@ class StaticMetricsSpec(_Strict):
     target: Text | None = Field(default=None, pattern=r"^sm_\d{2,3}a?$", description="e.g. sm_90a")
 
 
+def _at_most(value: Any, bound: int, info: ValidationInfo) -> Any:
+    """``value`` (an int, or a mapping: its number of keys) at most ``bound`` at the door."""
+    if isinstance(value, int):
+        if at_door(info) and value > bound:
+            raise ValueError(f"{value} is more than {bound}")
+    elif at_door(info) and len(value) > bound:
+        raise ValueError(f"{len(value)} keys; at most {bound}")
+    return value
+
+
+def _at_least_one(value: list[Any], info: ValidationInfo) -> list[Any]:
+    if at_door(info) and not value:
+        raise ValueError("a sweep lists at least one value for each parameter")
+    return value
+
+
 MAX_CELLS = 4096
 """Most cells a sweep may have on one device type: each is measured (seconds of budget) and stored
 with its raw samples, and the runner's and the server's per-cell work grows with the count."""
@@ -387,10 +420,11 @@ parameter model has about ten fields; ``kernels.matmul`` has nine)."""
 
 ParamName = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(_refuse_nul)]
 """A parameter's name (a field of a benchmark's ``Params``)."""
-ParamMap = Annotated[dict[ParamName, ParamValue], Field(max_length=MAX_PARAM_KEYS)]
+_MaxKeys = AfterValidator(lambda v, info: _at_most(v, MAX_PARAM_KEYS, info))
+ParamMap = Annotated[dict[ParamName, ParamValue], _MaxKeys]
 SweepGrid = Annotated[
-    dict[ParamName, Annotated[list[ParamValue], Field(min_length=1, max_length=MAX_CELLS)]],
-    Field(max_length=MAX_PARAM_KEYS),
+    dict[ParamName, Annotated[list[ParamValue], Field(max_length=MAX_CELLS), AfterValidator(_at_least_one)]],
+    _MaxKeys,
 ]
 """A sweep grid: parameter name -> the values it takes (at least one; the cells are the product)."""
 

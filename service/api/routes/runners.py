@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, FastAPI, Request, Response, status
+from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -24,6 +25,7 @@ from service.core.config import Settings
 from service.models import Runner
 from service.queue_watch import QueueWatch
 from service.schemas import (
+    STORED,
     ClaimRequest,
     Heartbeat,
     JobClaim,
@@ -71,8 +73,8 @@ async def me(call: RunnerCallDep) -> RunnerIdentity:
 
 
 def _claim_public(job: queue.LeasedJob) -> JobClaim:
-    return JobClaim(job_id=job.id, attempt=job.attempts, spec=JobSpec.model_validate(job.spec),
-                    lease_expires_at=job.lease_expires_at)  # fmt: skip
+    spec = JobSpec.model_validate(job.spec, context=STORED)  # as stored: never a 500 on an older spec
+    return JobClaim(job_id=job.id, attempt=job.attempts, spec=spec, lease_expires_at=job.lease_expires_at)
 
 
 def _runner_id(principal: Principal) -> int:
@@ -80,10 +82,31 @@ def _runner_id(principal: Principal) -> int:
     return principal.runner_id
 
 
+_MAX_REFUSED_PER_CLAIM = 16  # jobs failed for an outdated spec in one claim attempt, at most
+
+
 def _try_claim(session: Session, runner_id: int, device_type: str | None, lease_s: float) -> JobClaim | None:
-    """One claim attempt in ``session`` (expired leases are re-queued too); the caller commits."""
-    job = queue.claim(session, runner_id=runner_id, lease_s=lease_s, device_type=device_type)
-    return None if job is None else _claim_public(job)
+    """One claim attempt in ``session`` (expired leases are re-queued too); the caller commits.
+
+    A job whose stored spec (from an older version) breaks a bound the door applies today
+    (``service.schemas.at_door``: a seed past 2**62, an integer past int64, ...) is not handed
+    out: every cell would fail on the runner, or the runner could not read it. It is ``failed``
+    at once with the reason, and the next job is tried."""
+    for _ in range(_MAX_REFUSED_PER_CLAIM):
+        job = queue.claim(session, runner_id=runner_id, lease_s=lease_s, device_type=device_type)
+        if job is None:
+            return None
+        try:
+            JobSpec.model_validate(job.spec)
+        except ValidationError as exc:
+            first = exc.errors(include_url=False)[0]
+            where = ".".join(str(part) for part in first["loc"]) or "spec"
+            queue.fail(session, job.id, runner_id=runner_id, retry=False,
+                       error=f"the job's stored spec breaks a bound of this version at {where}: "
+                             f"{str(first['msg'])[:300]}; resubmit it with a valid spec")  # fmt: skip
+            continue
+        return _claim_public(job)
+    return None
 
 
 def queue_watch(request: Request) -> QueueWatch:
