@@ -36,6 +36,7 @@ from pydantic import (
     model_serializer,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from service import clock_events
 
@@ -397,8 +398,9 @@ class StaticMetricsSpec(_Strict):
 def _at_most(value: Any, bound: int, info: ValidationInfo) -> Any:
     """``value`` (an int, or a mapping: its number of keys) at most ``bound`` at the door."""
     if isinstance(value, int):
-        if at_door(info) and value > bound:
-            raise ValueError(f"{value} is more than {bound}")
+        if at_door(info) and value > bound:  # pydantic's own error for ``le``
+            raise PydanticCustomError("less_than_equal", "Input should be less than or equal to {le}",
+                                      {"le": bound})
     elif at_door(info) and len(value) > bound:
         raise ValueError(f"{len(value)} keys; at most {bound}")
     return value
