@@ -80,8 +80,12 @@ SessionFactoryDep = Annotated[sessionmaker[Session], Depends(get_session_factory
 _NO_TOKEN = "a bearer token is required (Authorization: Bearer <token>)"
 
 
-def _unauthorized(message: str) -> HTTPException:
+def unauthorized(message: str = _NO_TOKEN) -> HTTPException:
+    """The 401 of a request without a valid bearer token (``WWW-Authenticate: Bearer``)."""
     return HTTPException(status.HTTP_401_UNAUTHORIZED, message, headers={"WWW-Authenticate": "Bearer"})
+
+
+_unauthorized = unauthorized
 
 
 def authorize(session: Session, credentials: HTTPAuthorizationCredentials | None, scope: Scope) -> Principal:
@@ -130,6 +134,7 @@ def require(scope: Scope) -> Callable[..., Principal]:
         return _principal(request, credentials, scope)
 
     dependency.__name__ = f"require_{scope}"
+    dependency.kernelab_scope = scope  # type: ignore[attr-defined]  # read by api.auth_first
     return dependency
 
 
@@ -169,11 +174,15 @@ async def runner_call(
     request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 ) -> RunnerCall:
     """The runner endpoints' dependency: 401 at once without a bearer token; the token itself is
-    checked by ``RunnerCall.run`` inside the handler's transaction (so a request with a bad token
-    *and* a bad body is answered 422 for the body, like any request whose body does not parse)."""
+    checked by ``RunnerCall.run`` inside the handler's transaction (and, for a request with a body,
+    once before the body is read by ``service.api.auth_first``: a bad token is a 401 whatever the
+    body)."""
     if credentials is None:
         raise _unauthorized(_NO_TOKEN)
     return RunnerCall(credentials, request.app.state.session_factory)
+
+
+runner_call.kernelab_scope = "runner"  # type: ignore[attr-defined]  # read by api.auth_first
 
 
 RunnerCallDep = Annotated[RunnerCall, Depends(runner_call)]
