@@ -40,12 +40,17 @@ _bearer = HTTPBearer(auto_error=False, description="kernelab token (scopes read,
 
 def page_headers(request: Request, *, total: int, offset: int, limit: int | None) -> dict[str, str]:
     """Headers of one page of a list: ``X-Total-Count`` (items in the whole list) and, while
-    items remain after this page, an RFC 8288 ``Link: <url>; rel="next"`` to the next page (the
-    request's URL with ``offset``/``limit`` replaced). ``limit=None``: the page runs to the end."""
+    items remain after this page, an RFC 8288 ``Link: <url>; rel="next"`` to the next page: the
+    request's path and query with ``offset``/``limit`` replaced, as a relative reference (RFC 3986
+    section 4.2, resolved against the request's URL), or under ``KERNELAB_PUBLIC_URL`` when that is
+    set. Never the request's ``Host`` header, which the client chooses (issue 15: it was reflected).
+    ``limit=None``: the page runs to the end."""
     headers = {"X-Total-Count": str(total)}
     if limit is not None and offset + limit < total:
         next_url = request.url.include_query_params(offset=offset + limit, limit=limit)
-        headers["Link"] = f'<{next_url}>; rel="next"'
+        relative = f"{next_url.path}?{next_url.query}"
+        base: str | None = getattr(request.app.state.settings, "public_url", None)
+        headers["Link"] = f'<{base.rstrip("/") + relative if base else relative}>; rel="next"'
     return headers
 
 

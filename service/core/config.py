@@ -35,6 +35,11 @@ class Settings(BaseSettings):
         description="SQLAlchemy URL; a SQLite file's folder is created on first use",
     )
     public_dashboard: bool = Field(default=False, description="serve dashboard pages without a token")
+    public_url: str | None = Field(
+        default=None, pattern=r"^https?://[^/?#\s]+(/[^?#\s]*)?$",
+        description="the server's URL as clients reach it (e.g. https://kernelab.example.org); "
+        "absolute Link headers start with it. Unset: relative links (never the request's Host)",
+    )
     admin_token: SecretStr | None = Field(
         default=None,
         description="bootstrap admin token: stored hashed with scope admin at start-up if absent",

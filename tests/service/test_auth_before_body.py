@@ -29,10 +29,14 @@ SMALL_ANSWER_BYTES = 1024  # a refusal is a short JSON detail
 def body_routes(settings: Settings) -> list[tuple[str, str]]:
     """(method, concrete path) of every ``/api/v1`` route with a body parameter."""
     out = []
-    for context in iter_route_contexts(create_app(settings).routes):
-        route, path = context.original_route, context.path or ""
-        if isinstance(route, APIRoute) and path.startswith("/api/v1") and route.body_field is not None:
-            out += [(method, re.sub(r"\{[^}]+\}", "1", path)) for method in sorted(route.methods)]
+    app = create_app(settings)
+    try:
+        for context in iter_route_contexts(app.routes):
+            route, path = context.original_route, context.path or ""
+            if isinstance(route, APIRoute) and path.startswith("/api/v1") and route.body_field is not None:
+                out += [(method, re.sub(r"\{[^}]+\}", "1", path)) for method in sorted(route.methods)]
+    finally:
+        app.state.engine.dispose()
     return out
 
 
