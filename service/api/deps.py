@@ -199,7 +199,7 @@ def dashboard_access(
     """Access check for dashboard pages: None when the dashboard is public, else the principal
     of the ``kernelab_token`` cookie or the bearer header, which needs the ``read`` scope.
 
-    Raises HTTP 401 (no or bad token; the message points at ``/login?token=``) and 403.
+    Raises HTTP 401 (no or bad token; the message points at ``/login``) and 403.
     """
     settings: Settings = request.app.state.settings
     if settings.public_dashboard:
@@ -208,7 +208,7 @@ def dashboard_access(
     if credentials is None and cookie:
         credentials = HTTPAuthorizationCredentials(scheme="Bearer", credentials=cookie)
     if credentials is None:
-        raise _unauthorized("sign in: open /login?token=<read token>")
+        raise _unauthorized("sign in at /login with a read token")
     return _principal(request, credentials, "read")
 
 
