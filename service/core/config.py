@@ -53,6 +53,16 @@ class Settings(BaseSettings):
     max_request_bytes: int = Field(
         default=64 * 1024 * 1024, ge=1024, description="larger request bodies are refused with 413"
     )
+    max_connections: int = Field(
+        default=1000, ge=1, le=1_000_000,
+        description="open connections per server process; more are answered 503 and closed at once "
+        "(lowered to fit the process's open-file limit: service.serve.connection_budget)",
+    )
+    header_timeout_s: float = Field(
+        default=10.0, gt=0, le=300,
+        description="a connection whose request line and headers have not arrived within this many "
+        "seconds is closed (idle and slowloris connections: service.connection_guard)",
+    )
     downloads_per_client: int = Field(
         default=4, ge=1, le=1000,
         description="raw-sample downloads one token may run at once per server process (more: 429)",
