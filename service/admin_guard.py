@@ -27,7 +27,9 @@ def other_live_admins(session: Session, token_id: int) -> int:
     """Live (unrevoked) tokens with the ``admin`` scope other than ``token_id``, read with the
     live tokens' rows locked until the transaction ends. Does not commit."""
     rows = session.execute(
-        select(models.Token.id, models.Token.scopes).where(models.Token.revoked_at.is_(None)).with_for_update()
+        select(models.Token.id, models.Token.scopes)
+        .where(models.Token.revoked_at.is_(None))
+        .with_for_update()
     ).all()
     return sum(1 for row_id, scopes in rows if row_id != token_id and "admin" in scopes)
 

@@ -67,7 +67,8 @@ def connection_budget(wanted: int) -> ConnectionBudget:
     ``GuardedH11Protocol.connection_made`` (``BaseSelectorEventLoop._accept_connection``), so the
     descriptors needed are ``max_connections + ACCEPT_BATCHES * backlog + FD_RESERVE``:
     ``backlog`` is an eighth of the limit (between ``MIN_BACKLOG`` and uvicorn's default 2048) and
-    ``max_connections`` what remains, at most ``wanted`` and at least 1. Logs a warning when the limit is lowered."""
+    ``max_connections`` what remains, at most ``wanted`` and at least 1. Logs a warning when the
+    limit is lowered."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
         target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
@@ -110,15 +111,15 @@ def run(*, workers: int, max_connections: int = 1000, header_timeout_s: float = 
     """Serve ``APP`` (a factory) with ``workers`` processes; ``options`` go to ``uvicorn.Config``.
 
     ``max_connections``: open connections per worker process (more are answered 503 and closed;
-    lowered by ``connection_budget``, which also sets the listen backlog). ``header_timeout_s``: seconds a connection may take to send
-    a request head. One worker: a ``uvicorn.Server`` (asyncio binds that socket itself, with
-    ``IPPROTO_TCP``); several: uvicorn's ``Multiprocess`` supervisor on a ``NoDelayConfig``
+    lowered by ``connection_budget``, which also sets the listen backlog). ``header_timeout_s``:
+    seconds a connection may take to send a request head. One worker: a ``uvicorn.Server``
+    (asyncio binds that socket itself, with ``IPPROTO_TCP``); several: uvicorn's ``Multiprocess`` supervisor on a ``NoDelayConfig``
     socket. Returns when the server stops (Ctrl-C / SIGTERM); exits with status 3 when the app
     did not start (as ``uvicorn.run``).
     """
     budget = connection_budget(max_connections)
-    guard = {"max_connections": budget.max_connections, "header_timeout_s": header_timeout_s,
-             "backlog": budget.backlog}  # fmt: skip
+    guard: dict[str, Any] = {"max_connections": budget.max_connections, "header_timeout_s": header_timeout_s,
+                             "backlog": budget.backlog}  # fmt: skip
     if workers == 1:
         server = uvicorn.Server(ServeConfig(APP, factory=True, **guard, **options))
         with contextlib.suppress(KeyboardInterrupt):

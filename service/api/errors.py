@@ -174,7 +174,8 @@ def bounded_errors(errors: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for error in errors[:MAX_ERRORS]:
         item = dict(error)
-        item["loc"] = [p if isinstance(p, int) else bounded(str(p), MAX_LOC_CHARS) for p in error.get("loc", ())]
+        loc = error.get("loc", ())
+        item["loc"] = [p if isinstance(p, int) else bounded(str(p), MAX_LOC_CHARS) for p in loc]
         item["msg"] = bounded(str(error.get("msg", "")), MAX_MSG_CHARS)
         if "input" in item:
             item["input"] = bounded(item["input"])

@@ -113,12 +113,13 @@ def test_a_sign_in_link_signs_nobody_in(settings: Settings, client_class, admin_
     {"Origin": "https://evil.example"}, {"Origin": "null"}, {"Sec-Fetch-Site": "cross-site"},
     {"Origin": "http://testserver.evil.example"}, {"Sec-Fetch-Site": "same-site"},
 ])  # fmt: skip
-def test_a_sign_in_from_another_site_is_refused(settings: Settings, client_class, admin_token, headers) -> None:  # type: ignore[no-untyped-def]
+def test_a_sign_in_from_another_site_is_refused(settings, client_class, admin_token, headers) -> None:  # type: ignore[no-untyped-def]
     with client_class(_dashboard_app(settings)) as client:
         r = client.post("/login", data={"token": admin_token}, headers=headers, follow_redirects=False)
         assert r.status_code == 403 and "set-cookie" not in r.headers and "another site" in r.text
         own = {"Origin": "http://testserver", "Sec-Fetch-Site": "same-origin"}
-        assert client.post("/login", data={"token": admin_token}, headers=own, follow_redirects=False).status_code == 303
+        signed_in = client.post("/login", data={"token": admin_token}, headers=own, follow_redirects=False)
+        assert signed_in.status_code == 303
         assert client.post("/logout", headers=headers, follow_redirects=False).status_code == 403
         assert client.get("/dashboard-probe").status_code == 200  # still signed in
 

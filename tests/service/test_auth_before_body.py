@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fastapi.routing import APIRoute, iter_route_contexts
 from factories import spec_dict
+from fastapi.routing import APIRoute, iter_route_contexts
 
 from runners.local import ServerProcess, free_port
 from service.app import create_app
@@ -53,7 +53,9 @@ def test_a_big_body_with_a_garbage_token_is_a_small_401_on_every_body_route(api,
     for method, path in body_routes(settings):
         for headers in ({"Authorization": "Bearer garbage"}, {}):
             t0 = time.monotonic()
-            r = api.client.request(method, path, content=big, headers={**headers, "content-type": "application/json"})
+            r = api.client.request(
+                method, path, content=big, headers={**headers, "content-type": "application/json"}
+            )
             assert r.status_code == 401, (method, path, r.status_code, r.text[:300])
             assert len(r.content) < SMALL_ANSWER_BYTES and r.headers["www-authenticate"] == "Bearer"
             assert time.monotonic() - t0 < 5
@@ -74,7 +76,9 @@ def test_a_valid_token_still_reaches_the_route(api) -> None:  # type: ignore[no-
 
 @pytest.fixture
 def server(migrated_url: str, tmp_path: Path) -> Iterator[ServerProcess]:
-    with ServerProcess(migrated_url, port=free_port(), admin_token="a" * 32, log_path=tmp_path / "server.log") as s:
+    with ServerProcess(
+        migrated_url, port=free_port(), admin_token="a" * 32, log_path=tmp_path / "server.log"
+    ) as s:
         yield s
 
 
@@ -112,7 +116,11 @@ def test_bounded_keeps_small_values_and_summarises_large_ones() -> None:
     from service.api.errors import MAX_ECHO_CHARS, bounded, bounded_errors
 
     assert bounded({"a": [1, 2, "x"]}) == {"a": [1, 2, "x"]}
-    assert bounded("y" * 10_000).startswith("y" * MAX_ECHO_CHARS) and "10000 characters" in bounded("y" * 10_000)
+    assert bounded("y" * 10_000).startswith("y" * MAX_ECHO_CHARS) and "10000 characters" in bounded(
+        "y" * 10_000
+    )
     assert bounded(list(range(100_000))) == "<list of 100000 items, not echoed>"
-    errors = bounded_errors([{"loc": ("body", "k" * 1000), "msg": "m", "type": "t", "input": {"z": "z" * 999}}])
+    errors = bounded_errors(
+        [{"loc": ("body", "k" * 1000), "msg": "m", "type": "t", "input": {"z": "z" * 999}}]
+    )
     assert len(errors[0]["loc"][1]) < 200 and errors[0]["input"] == "<dict of 1 items, not echoed>"

@@ -41,7 +41,8 @@ def server(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str, Path]
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     log_path = tmp_path / "server.log"
-    env = {**os.environ, "KERNELAB_DATABASE_URL": f"sqlite:///{tmp_path / 'k.db'}", "KERNELAB_ADMIN_TOKEN": TOKEN,
+    env = {**os.environ, "KERNELAB_DATABASE_URL": f"sqlite:///{tmp_path / 'k.db'}",
+           "KERNELAB_ADMIN_TOKEN": TOKEN,
            "KERNELAB_HEADER_TIMEOUT_S": str(HEADER_TIMEOUT_S)}  # fmt: skip
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
@@ -108,7 +109,8 @@ def test_idle_connections_past_the_file_limit_do_not_stop_the_server(server, tmp
     alive = proc.poll() is None
     emfile = log_path.read_text(errors="replace").count("Too many open files")
     tally = {"nofile": NOFILE, "idle_opened": len(idle), "connect_errors": dict(connect_errors),
-             "healthz_while_open": dict(during), "idle_closed_by_server_after_header_timeout": closed_by_server,
+             "healthz_while_open": dict(during),
+             "idle_closed_by_server_after_header_timeout": closed_by_server,
              "healthz_after_header_timeout": dict(after_timeout), "healthz_after_close": dict(after_close),
              "server_alive": alive, "emfile_log_lines": emfile}  # fmt: skip
     print("connection drill tally:", json.dumps(tally))

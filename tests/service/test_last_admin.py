@@ -31,7 +31,9 @@ def test_the_only_admin_token_cannot_rotate_itself_away(api) -> None:  # type: i
 
 def test_with_a_second_admin_the_first_can_be_rotated_and_revoked(api) -> None:  # type: ignore[no-untyped-def]
     own = _token_id(api, "admin (KERNELAB_ADMIN_TOKEN)")
-    second = api.client.post("/api/v1/tokens", json={"name": "admin 2", "scopes": ["admin"]}, headers=api.admin)
+    second = api.client.post(
+        "/api/v1/tokens", json={"name": "admin 2", "scopes": ["admin"]}, headers=api.admin
+    )
     assert second.status_code == 201
     rotated = api.client.post(f"/api/v1/tokens/{own}/rotate", headers=api.admin)
     assert rotated.status_code == 201, rotated.text
@@ -44,7 +46,9 @@ def test_with_a_second_admin_the_first_can_be_rotated_and_revoked(api) -> None: 
 
 
 def test_non_admin_tokens_rotate_and_revoke_as_before(api) -> None:  # type: ignore[no-untyped-def]
-    made = api.client.post("/api/v1/tokens", json={"name": "reader", "scopes": ["read"]}, headers=api.admin).json()
+    made = api.client.post(
+        "/api/v1/tokens", json={"name": "reader", "scopes": ["read"]}, headers=api.admin
+    ).json()
     assert api.client.post(f"/api/v1/tokens/{made['id']}/rotate", headers=api.admin).status_code == 201
 
 

@@ -27,9 +27,16 @@ def test_next_link_starts_with_the_configured_public_url(settings: Settings, cli
         r = client.get("/api/v1/tokens?limit=0", headers=auth)
         assert r.status_code == 422  # limit >= 1
         for _ in range(2):
-            assert client.post("/api/v1/tokens", json={"name": "t", "scopes": ["read"]}, headers=auth).status_code == 201
+            assert (
+                client.post(
+                    "/api/v1/tokens", json={"name": "t", "scopes": ["read"]}, headers=auth
+                ).status_code
+                == 201
+            )
         r = client.get("/api/v1/tokens?limit=1", headers={**auth, "Host": "evil.example"})
-        assert r.headers["link"].startswith("<https://kernelab.example.org/base/api/v1/tokens?"), r.headers["link"]
+        assert r.headers["link"].startswith("<https://kernelab.example.org/base/api/v1/tokens?"), r.headers[
+            "link"
+        ]
 
 
 def test_a_public_url_that_is_not_an_http_url_is_refused() -> None:

@@ -36,13 +36,17 @@ def test_hostile_strings_in_every_revision_field_stay_in_their_cells() -> None:
     tables = re.findall(r"<table>.*?</table>", html, flags=re.S)
     assert len(tables) == 2  # the results table and the revisions table, nothing else
     for table in tables:
-        widths = {len(re.findall(r"<t[dh][ >]", row)) for row in re.findall(r"<tr>.*?</tr>", table, flags=re.S)}
+        widths = {
+            len(re.findall(r"<t[dh][ >]", row)) for row in re.findall(r"<tr>.*?</tr>", table, flags=re.S)
+        }
         assert len(widths) == 1, widths  # every row as wide as the header
     revisions = re.findall(r"<tr>.*?</tr>", tables[1], flags=re.S)
     assert len(revisions) == 3  # header, baseline, candidate
     assert "<td>x|y`z`&lt;b&gt;bol</td>" in revisions[1]  # the commit cell holds the whole sha[:12]
     for tag in ("<b>", "<strong>sX", "<a href", "<img", "<h1", "<del>"):
-        assert tag not in html.split("<pre>")[0] + html.split("</pre>")[-1], tag  # no user markup outside the stat
+        assert tag not in html.split("<pre>")[0] + html.split("</pre>")[-1], (
+            tag
+        )  # no user markup outside the stat
     assert "x|y`z`&lt;b&gt;bold&lt;/b&gt; **sX** [l](http://e) &amp;amp; ![i](http://e/i.png)" in html
 
 

@@ -25,8 +25,8 @@ import pytest
 
 # The dev extra installs playwright; a GPU node running only `-m gpu` tests may lack it.
 pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the dev extra)")
-from playwright.sync_api import Browser, Page, sync_playwright  # noqa: E402
 from browser_signin import sign_in  # noqa: E402
+from playwright.sync_api import Browser, Page, sync_playwright  # noqa: E402
 
 from service.core.db import upgrade
 from service.schemas import Comparison, JobResult, JobSpec
@@ -182,7 +182,8 @@ def test_sign_in_and_sign_out_with_the_form(site: Site, browser: Browser) -> Non
     page.goto(f"{site.base_url}/login")
     page.fill("#token", "not-a-token")
     page.click("form.login button[type=submit]")
-    assert page.locator(".login-message").inner_text() == "Invalid or revoked token." and context.cookies() == []
+    assert page.locator(".login-message").inner_text() == "Invalid or revoked token."
+    assert context.cookies() == []
     context.close()
 
 

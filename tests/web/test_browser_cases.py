@@ -27,8 +27,8 @@ import httpx
 import pytest
 
 pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the dev extra)")
-from playwright.sync_api import Browser, Page, sync_playwright  # noqa: E402
 from browser_signin import sign_in  # noqa: E402
+from playwright.sync_api import Browser, Page, sync_playwright  # noqa: E402
 from sqlalchemy import create_engine, select, text  # noqa: E402
 from sqlalchemy.engine import make_url  # noqa: E402
 from sqlalchemy.exc import OperationalError  # noqa: E402

@@ -18,8 +18,8 @@ import httpx
 import pytest
 
 pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the dev extra)")
-from playwright.sync_api import Page, sync_playwright  # noqa: E402
 from browser_signin import sign_in  # noqa: E402
+from playwright.sync_api import Page, sync_playwright  # noqa: E402
 from test_browser import ADMIN_TOKEN, CHROMIUM, CHROMIUM_ARGS, _free_port, _wait_ready  # noqa: E402
 from web_factory import make_result, make_spec  # noqa: E402
 

@@ -19,8 +19,8 @@ import httpx
 import pytest
 
 pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the dev extra)")
-from playwright.sync_api import Page, sync_playwright  # noqa: E402
 from browser_signin import sign_in  # noqa: E402
+from playwright.sync_api import Page, sync_playwright  # noqa: E402
 from test_browser import ADMIN_TOKEN, CHROMIUM, CHROMIUM_ARGS, REPO, _free_port, _wait_ready  # noqa: E402
 
 from service.core.db import upgrade  # noqa: E402

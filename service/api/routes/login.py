@@ -59,21 +59,30 @@ def login_form(request: Request) -> HTMLResponse:
     return _form(request, message="Sign-in links are no longer accepted: paste the token." if ignored else "")
 
 
-@router.post("/login", response_class=RedirectResponse, status_code=status.HTTP_303_SEE_OTHER,
-             max_body_size=LOGIN_FORM_MAX_BYTES)
+@router.post(
+    "/login",
+    response_class=RedirectResponse,
+    status_code=status.HTTP_303_SEE_OTHER,
+    max_body_size=LOGIN_FORM_MAX_BYTES,
+)
 def login(
-    request: Request, token: Annotated[str, Form(min_length=1, max_length=MAX_TOKEN_CHARS)], session: SessionDep
+    request: Request,
+    token: Annotated[str, Form(min_length=1, max_length=MAX_TOKEN_CHARS)],
+    session: SessionDep,
 ) -> Response:
     """Check ``token`` (needs the read scope), set it as an HttpOnly, SameSite=Lax cookie (a link
-    from a pull request still opens signed in) and redirect (303) to ``/``. The form again with 401 for an unknown or revoked token, 403 without
-    the read scope or from another site's page (``same_origin``)."""
+    from a pull request still opens signed in) and redirect (303) to ``/``. The form again with
+    401 for an unknown or revoked token, 403 without the read scope or from another site's page
+    (``same_origin``)."""
     if not same_origin(request):
         return _form(request, message="Refused: this sign-in came from another site.", status_code=403)
     principal = authenticate(session, token.strip())
     if principal is None:
         return _form(request, message="Invalid or revoked token.", status_code=status.HTTP_401_UNAUTHORIZED)
     if not principal.has("read"):
-        return _form(request, message="This token lacks the 'read' scope.", status_code=status.HTTP_403_FORBIDDEN)
+        return _form(
+            request, message="This token lacks the 'read' scope.", status_code=status.HTTP_403_FORBIDDEN
+        )
     response = RedirectResponse("/", status_code=status.HTTP_303_SEE_OTHER)
     response.set_cookie(
         TOKEN_COOKIE, token.strip(), max_age=COOKIE_MAX_AGE_S, httponly=True, samesite="lax",
