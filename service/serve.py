@@ -113,9 +113,9 @@ def run(*, workers: int, max_connections: int = 1000, header_timeout_s: float = 
     ``max_connections``: open connections per worker process (more are answered 503 and closed;
     lowered by ``connection_budget``, which also sets the listen backlog). ``header_timeout_s``:
     seconds a connection may take to send a request head. One worker: a ``uvicorn.Server``
-    (asyncio binds that socket itself, with ``IPPROTO_TCP``); several: uvicorn's ``Multiprocess`` supervisor on a ``NoDelayConfig``
-    socket. Returns when the server stops (Ctrl-C / SIGTERM); exits with status 3 when the app
-    did not start (as ``uvicorn.run``).
+    (asyncio binds that socket itself, with ``IPPROTO_TCP``); several: uvicorn's
+    ``Multiprocess`` supervisor on a ``NoDelayConfig`` socket. Returns when the server stops
+    (Ctrl-C / SIGTERM); exits with status 3 when the app did not start (as ``uvicorn.run``).
     """
     budget = connection_budget(max_connections)
     guard: dict[str, Any] = {"max_connections": budget.max_connections, "header_timeout_s": header_timeout_s,
