@@ -125,7 +125,8 @@ class AuthBeforeBodyMiddleware:
             except Exception as exc:
                 if not database_unavailable(exc):
                     raise
-                detail = f"the database is unavailable; retry in {DB_RETRY_AFTER_S} s"
+                orig = getattr(exc, "orig", None) or exc
+                detail = f"the database is unavailable ({type(orig).__name__}); retry in {DB_RETRY_AFTER_S} s"
                 await _answer(send, 503, detail, {"Retry-After": str(DB_RETRY_AFTER_S)})
                 return
         await self.app(scope, receive, send)
