@@ -43,18 +43,9 @@ def test_hostile_strings_in_every_revision_field_stay_in_their_cells() -> None:
     revisions = re.findall(r"<tr>.*?</tr>", tables[1], flags=re.S)
     assert len(revisions) == 3  # header, baseline, candidate
     assert "<td>x|y`z`&lt;b&gt;bol</td>" in revisions[1]  # the commit cell holds the whole sha[:12]
+    outside_stat = html.split("<pre>")[0] + html.split("</pre>")[-1]
     for tag in ("<b>", "<strong>sX", "<a href", "<img", "<h1", "<del>"):
-        assert tag not in html.split("<pre>")[0] + html.split("</pre>")[-1], (
-            tag
-        )  # no user markup outside the stat
+        assert tag not in outside_stat, tag  # no user markup became markup
+    assert html.count("<pre>") == 1 and "</details>" in html.split("</pre>")[1]  # the diff stat's fence holds
+    assert "`0123456789ab`" in _with_revisions(sha="0123456789abcdef0123")  # a plain sha: a code span
     assert "x|y`z`&lt;b&gt;bold&lt;/b&gt; **sX** [l](http://e) &amp;amp; ![i](http://e/i.png)" in html
-
-
-def test_a_plain_sha_is_still_a_code_span() -> None:
-    md = _with_revisions(sha="0123456789abcdef0123")
-    assert "`0123456789ab`" in md
-
-
-def test_the_diff_stat_fence_holds() -> None:
-    html = _render(_with_revisions())
-    assert html.count("<pre>") == 1 and "</details>" in html.split("</pre>")[1]
