@@ -682,7 +682,8 @@ def serve(
     from service import serve as server
 
     server.run(workers=workers, host=host, port=port, log_level=settings.log_level.lower(),
-               timeout_keep_alive=KEEP_ALIVE_S, **extra)  # fmt: skip
+               timeout_keep_alive=KEEP_ALIVE_S, max_connections=settings.max_connections,
+               header_timeout_s=settings.header_timeout_s, **extra)  # fmt: skip
 
 
 @app.command()
@@ -707,7 +708,7 @@ def up(
             typer.echo(f"demo job {job.id}: {spec.name or spec.benchmark}", err=True)
             code = wait_and_show(client, job, timeout_s=timeout_s, progress_log=stack.runner_log)
         typer.echo("")
-        typer.echo(f"dashboard  {stack.url}/login?token={token}")
+        typer.echo(f"dashboard  {stack.url}/login  (sign in with the token below)")
         typer.echo(f"token      {token}  (admin; kept in {stack.token_path})")
         if exit_after:
             raise typer.Exit(code)

@@ -20,6 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import web.routes
 from service.api import api_router
+from service.api.auth_first import AuthBeforeBodyMiddleware
 from service.api.errors import install_error_handlers
 from service.api.routes import health, login
 from service.auth import ensure_token
@@ -152,6 +153,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(login.router)
     app.include_router(web.routes.router)
     app.mount("/static", StaticFiles(directory=str(files("web") / "static")), name="static")
+    app.add_middleware(AuthBeforeBodyMiddleware, fastapi_app=app)  # inside the 413 check: no body read yet
     app.add_middleware(MaxBodySizeMiddleware, max_bytes=settings.max_request_bytes)
     app.add_middleware(RequestLogMiddleware)  # outermost: sees the 413s too
     return app

@@ -36,7 +36,12 @@ from service.verdicts import FLAG_NOTES, PROBLEM_VERDICTS, REASONS, VERDICT_ORDE
 _MISSING = "n/a"
 _VERDICT_ORDER = VERDICT_ORDER
 _RANK = {v: i for i, v in enumerate(VERDICT_ORDER)}
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|~])")
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|~&!#])")
+"""ASCII punctuation that Markdown gives a meaning (CommonMark backslash-escapes every one): code,
+emphasis, links and images, HTML and entities, table pipes, strike-through, headings."""
+_MD_CODE_SAFE = re.compile(r"[0-9A-Za-z.,:;=+/@()-]+")
+"""A string made only of these prints as itself inside a code span (no backtick, pipe, space or
+backslash, which a code span cannot escape)."""
 
 Paint = Callable[[str, Verdict], str]
 """Styles the text of a verdict (e.g. red on a terminal) without changing its visible width."""
@@ -106,8 +111,16 @@ def _one_line(text: str) -> str:
 
 
 def _md(text: str) -> str:
-    """Escape user text for one GitHub Markdown table cell or line (pipes, emphasis, HTML)."""
+    """Escape user text for one GitHub Markdown table cell or line: one line (newlines and other
+    whitespace runs become one space), every ``_MD_SPECIAL`` character backslash-escaped."""
     return _MD_SPECIAL.sub(r"\\\1", _one_line(text))
+
+
+def _md_code(text: str) -> str:
+    """User text as an inline code span when that is safe (``_MD_CODE_SAFE``), else as escaped
+    text (``_md``): backslash escapes do not work inside a code span, so a backtick or a pipe
+    there would end the span or the table cell (issue 15: a revision ``sha`` broke out)."""
+    return f"`{text}`" if _MD_CODE_SAFE.fullmatch(text) else _md(text)
 
 
 def verdict_summary(c: Comparison, paint: Paint | None = None) -> str:
@@ -400,7 +413,7 @@ def revisions_markdown(r: RevisionsInfo) -> list[str]:
         if rev.sha:
             repo = _md(rev.repo) + (f" ({_md(rev.subdir)})" if rev.subdir else "")
             ref = _md(rev.branch or rev.ref)
-            commit = f"`{rev.sha[:12]}`"
+            commit = _md_code(rev.sha[:12])
         else:
             repo, ref, commit = "installed code", _MISSING, _MISSING
         lines.append(f"| {side} | {repo} | {ref} | {commit} | {_md(_versions_text(rev.versions))} |")
@@ -540,7 +553,7 @@ def static_markdown(c: Comparison) -> list[str]:
     lines = ["", "**Static metrics** (compiled kernels; baseline → candidate)", "",
              "| " + " | ".join(STATIC_HEADER) + " |", "| " + " | ".join("---" for _ in STATIC_HEADER) + " |"]
     lines += ["| " + " | ".join(_md(v) for v in row) + " |" for row in rows]
-    summaries = [f"- {_md(cell.label)} `{_md(k.name)}`: {_md(k.summary)}"
+    summaries = [f"- {_md(cell.label)} {_md_code(k.name)}: {_md(k.summary)}"
                  for cell in c.cells if cell.static for k in cell.static.kernels]
     if summaries:
         lines += ["", *summaries]

@@ -40,12 +40,17 @@ _bearer = HTTPBearer(auto_error=False, description="kernelab token (scopes read,
 
 def page_headers(request: Request, *, total: int, offset: int, limit: int | None) -> dict[str, str]:
     """Headers of one page of a list: ``X-Total-Count`` (items in the whole list) and, while
-    items remain after this page, an RFC 8288 ``Link: <url>; rel="next"`` to the next page (the
-    request's URL with ``offset``/``limit`` replaced). ``limit=None``: the page runs to the end."""
+    items remain after this page, an RFC 8288 ``Link: <url>; rel="next"`` to the next page: the
+    request's path and query with ``offset``/``limit`` replaced, as a relative reference (RFC 3986
+    section 4.2, resolved against the request's URL), or under ``KERNELAB_PUBLIC_URL`` when that is
+    set. Never the request's ``Host`` header, which the client chooses (issue 15: it was reflected).
+    ``limit=None``: the page runs to the end."""
     headers = {"X-Total-Count": str(total)}
     if limit is not None and offset + limit < total:
         next_url = request.url.include_query_params(offset=offset + limit, limit=limit)
-        headers["Link"] = f'<{next_url}>; rel="next"'
+        relative = f"{next_url.path}?{next_url.query}"
+        base: str | None = getattr(request.app.state.settings, "public_url", None)
+        headers["Link"] = f'<{base.rstrip("/") + relative if base else relative}>; rel="next"'
     return headers
 
 
@@ -80,8 +85,12 @@ SessionFactoryDep = Annotated[sessionmaker[Session], Depends(get_session_factory
 _NO_TOKEN = "a bearer token is required (Authorization: Bearer <token>)"
 
 
-def _unauthorized(message: str) -> HTTPException:
+def unauthorized(message: str = _NO_TOKEN) -> HTTPException:
+    """The 401 of a request without a valid bearer token (``WWW-Authenticate: Bearer``)."""
     return HTTPException(status.HTTP_401_UNAUTHORIZED, message, headers={"WWW-Authenticate": "Bearer"})
+
+
+_unauthorized = unauthorized
 
 
 def authorize(session: Session, credentials: HTTPAuthorizationCredentials | None, scope: Scope) -> Principal:
@@ -130,6 +139,7 @@ def require(scope: Scope) -> Callable[..., Principal]:
         return _principal(request, credentials, scope)
 
     dependency.__name__ = f"require_{scope}"
+    dependency.kernelab_scope = scope  # type: ignore[attr-defined]  # read by api.auth_first
     return dependency
 
 
@@ -169,11 +179,15 @@ async def runner_call(
     request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 ) -> RunnerCall:
     """The runner endpoints' dependency: 401 at once without a bearer token; the token itself is
-    checked by ``RunnerCall.run`` inside the handler's transaction (so a request with a bad token
-    *and* a bad body is answered 422 for the body, like any request whose body does not parse)."""
+    checked by ``RunnerCall.run`` inside the handler's transaction (and, for a request with a body,
+    once before the body is read by ``service.api.auth_first``: a bad token is a 401 whatever the
+    body)."""
     if credentials is None:
         raise _unauthorized(_NO_TOKEN)
     return RunnerCall(credentials, request.app.state.session_factory)
+
+
+runner_call.kernelab_scope = "runner"  # type: ignore[attr-defined]  # read by api.auth_first
 
 
 RunnerCallDep = Annotated[RunnerCall, Depends(runner_call)]
@@ -185,7 +199,7 @@ def dashboard_access(
     """Access check for dashboard pages: None when the dashboard is public, else the principal
     of the ``kernelab_token`` cookie or the bearer header, which needs the ``read`` scope.
 
-    Raises HTTP 401 (no or bad token; the message points at ``/login?token=``) and 403.
+    Raises HTTP 401 (no or bad token; the message points at ``/login``) and 403.
     """
     settings: Settings = request.app.state.settings
     if settings.public_dashboard:
@@ -194,7 +208,7 @@ def dashboard_access(
     if credentials is None and cookie:
         credentials = HTTPAuthorizationCredentials(scheme="Bearer", credentials=cookie)
     if credentials is None:
-        raise _unauthorized("sign in: open /login?token=<read token>")
+        raise _unauthorized("sign in at /login with a read token")
     return _principal(request, credentials, "read")
 
 

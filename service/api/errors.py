@@ -1,6 +1,7 @@
 """Exception handlers: every error is JSON ``{"detail": ...}``, and bad input never becomes a 500.
 
-* ``RequestValidationError`` -> FastAPI's 422, with NaN/Infinity inputs written as strings;
+* ``RequestValidationError`` -> FastAPI's 422, with NaN/Infinity inputs written as strings and
+  every echoed input bounded to ``MAX_ECHO_CHARS`` (``bounded_errors``), at most ``MAX_ERRORS``;
 * ``SpecInvalidError`` (a spec its benchmark rejects) and ``crud.ResultInvalidError`` (a result
   that does not fit its job: cells outside the sweep, missing or repeated, another spec) -> 422 in
   FastAPI's validation format ``{"detail": [{"loc": ["body", ...field], "msg": ..., "type": ...}]}``;
@@ -38,6 +39,10 @@ from service.queue import InvalidTransitionError, JobNotFoundError, LeaseLostErr
 log = logging.getLogger(__name__)
 
 DB_RETRY_AFTER_S = 5  # Retry-After of a 503 while the database is unavailable, seconds
+MAX_ECHO_CHARS = 256  # a 422's echoed `input` / `ctx` value: larger ones are summarised (issue 15)
+MAX_LOC_CHARS = 100  # one part of a 422's `loc` (a dict key of the body can be any length)
+MAX_MSG_CHARS = 500  # a 422's `msg` (custom validators may quote the input)
+MAX_ERRORS = 50  # errors listed in one 422; the rest are counted in one more line
 
 
 class SpecInvalidError(Exception):
@@ -128,10 +133,68 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
+def _left(value: Any, budget: int) -> int:
+    """``budget`` less the JSON size of ``value`` (roughly), stopping as soon as it is below 0:
+    the walk visits at most ``budget`` characters' worth of a value however large it is."""
+    if isinstance(value, str | bytes):
+        return budget - len(value) - 2
+    if isinstance(value, dict):
+        budget -= 2
+        for key, item in value.items():
+            budget = _left(item, _left(key, budget - 2)) if budget >= 0 else budget
+            if budget < 0:
+                break
+        return budget
+    if isinstance(value, list | tuple | set | frozenset):
+        budget -= 2
+        for item in value:
+            budget = _left(item, budget - 1)
+            if budget < 0:
+                break
+        return budget
+    return budget - len(repr(value)) if isinstance(value, int | float | bool | None) else budget - 64
+
+
+def bounded(value: Any, limit: int = MAX_ECHO_CHARS) -> Any:
+    """``value`` if its JSON form is at most ``limit`` characters; else a string of at most about
+    ``limit`` characters that says what was left out (a long string: its start)."""
+    if _left(value, limit) >= 0:
+        return value
+    if isinstance(value, str):
+        return f"{value[:limit]}... ({len(value)} characters)"
+    if isinstance(value, dict | list | tuple):
+        return f"<{type(value).__name__} of {len(value)} items, not echoed>"
+    return f"<{type(value).__name__}, not echoed>"
+
+
+def bounded_errors(errors: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Validation errors safe to send back to anyone: at most ``MAX_ERRORS`` (then one line that
+    counts the others), each ``input``, ``ctx`` value, ``loc`` part and ``msg`` bounded by
+    ``bounded`` (a 20 MB body otherwise came back as a 41 MB 422, issue 15)."""
+    out = []
+    for error in errors[:MAX_ERRORS]:
+        item = dict(error)
+        loc = error.get("loc", ())
+        item["loc"] = [p if isinstance(p, int) else bounded(str(p), MAX_LOC_CHARS) for p in loc]
+        item["msg"] = bounded(str(error.get("msg", "")), MAX_MSG_CHARS)
+        if "input" in item:
+            item["input"] = bounded(item["input"])
+        if isinstance(item.get("ctx"), dict):
+            item["ctx"] = {str(k)[:MAX_LOC_CHARS]: bounded(v) for k, v in list(item["ctx"].items())[:8]}
+        item.pop("url", None)
+        out.append(item)
+    if len(errors) > MAX_ERRORS:
+        more = len(errors) - MAX_ERRORS
+        out.append({"loc": ["body"], "msg": f"{more} more errors not shown", "type": "too_many_errors"})
+    return out
+
+
 async def _request_invalid(_request: Request, exc: Exception) -> JSONResponse:
-    """FastAPI's 422, but safe to encode when the rejected input was NaN or infinite."""
+    """FastAPI's 422, bounded (``bounded_errors``) and safe to encode when the rejected input was
+    NaN or infinite."""
     assert isinstance(exc, RequestValidationError)
-    return _json(status.HTTP_422_UNPROCESSABLE_CONTENT, _json_safe(jsonable_encoder(exc.errors())))
+    errors = bounded_errors(exc.errors())
+    return _json(status.HTTP_422_UNPROCESSABLE_CONTENT, _json_safe(jsonable_encoder(errors)))
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -35,6 +35,11 @@ class Settings(BaseSettings):
         description="SQLAlchemy URL; a SQLite file's folder is created on first use",
     )
     public_dashboard: bool = Field(default=False, description="serve dashboard pages without a token")
+    public_url: str | None = Field(
+        default=None, pattern=r"^https?://[^/?#\s]+(/[^?#\s]*)?$",
+        description="the server's URL as clients reach it (e.g. https://kernelab.example.org); "
+        "absolute Link headers start with it. Unset: relative links (never the request's Host)",
+    )
     admin_token: SecretStr | None = Field(
         default=None,
         description="bootstrap admin token: stored hashed with scope admin at start-up if absent",
@@ -47,6 +52,16 @@ class Settings(BaseSettings):
     )
     max_request_bytes: int = Field(
         default=64 * 1024 * 1024, ge=1024, description="larger request bodies are refused with 413"
+    )
+    max_connections: int = Field(
+        default=1000, ge=1, le=1_000_000,
+        description="open connections per server process; more are answered 503 and closed at once "
+        "(lowered to fit the process's open-file limit: service.serve.connection_budget)",
+    )
+    header_timeout_s: float = Field(
+        default=10.0, gt=0, le=300,
+        description="a connection whose request line and headers have not arrived within this many "
+        "seconds is closed (idle and slowloris connections: service.connection_guard)",
     )
     downloads_per_client: int = Field(
         default=4, ge=1, le=1000,

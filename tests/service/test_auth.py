@@ -87,15 +87,41 @@ def _dashboard_app(settings: Settings):  # type: ignore[no-untyped-def]
 def test_login_cookie_grants_dashboard_access(settings: Settings, client_class, admin_token) -> None:  # type: ignore[no-untyped-def]
     with client_class(_dashboard_app(settings)) as client:
         assert client.get("/dashboard-probe").status_code == 401
-        assert client.get("/login", params={"token": "wrong"}).status_code == 401
-        r = client.get("/login", params={"token": admin_token}, follow_redirects=False)
+        assert client.post("/login", data={"token": "wrong"}).status_code == 401
+        r = client.post("/login", data={"token": admin_token}, follow_redirects=False)
         assert r.status_code == 303 and r.headers["location"] == "/"
         assert "httponly" in r.headers["set-cookie"].lower()
         assert client.get("/dashboard-probe").json() == {"who": "admin (KERNELAB_ADMIN_TOKEN)"}
         assert client.get("/api/v1/jobs").status_code == 200  # export links: reads take the cookie
         assert client.post("/api/v1/jobs/1/cancel").status_code == 401  # writes never do
-        client.get("/logout", follow_redirects=False)
+        r = client.post("/logout", follow_redirects=False)
+        assert r.status_code == 303 and r.headers["location"] == "/login"
         assert client.get("/dashboard-probe").status_code == 401
+
+
+def test_a_sign_in_link_signs_nobody_in(settings: Settings, client_class, admin_token) -> None:  # type: ignore[no-untyped-def]
+    """Issue 15 (login CSRF): ``GET /login?token=`` from any link set the cookie."""
+    with client_class(_dashboard_app(settings)) as client:
+        r = client.get("/login", params={"token": admin_token}, follow_redirects=False)
+        assert r.status_code == 200 and "set-cookie" not in r.headers
+        assert '<form class="login" method="post" action="/login">' in r.text
+        assert client.get("/dashboard-probe").status_code == 401
+        assert client.get("/logout").status_code == 405  # signing out is a POST too
+
+
+@pytest.mark.parametrize("headers", [
+    {"Origin": "https://evil.example"}, {"Origin": "null"}, {"Sec-Fetch-Site": "cross-site"},
+    {"Origin": "http://testserver.evil.example"}, {"Sec-Fetch-Site": "same-site"},
+])  # fmt: skip
+def test_a_sign_in_from_another_site_is_refused(settings, client_class, admin_token, headers) -> None:  # type: ignore[no-untyped-def]
+    with client_class(_dashboard_app(settings)) as client:
+        r = client.post("/login", data={"token": admin_token}, headers=headers, follow_redirects=False)
+        assert r.status_code == 403 and "set-cookie" not in r.headers and "another site" in r.text
+        own = {"Origin": "http://testserver", "Sec-Fetch-Site": "same-origin"}
+        signed_in = client.post("/login", data={"token": admin_token}, headers=own, follow_redirects=False)
+        assert signed_in.status_code == 303
+        assert client.post("/logout", headers=headers, follow_redirects=False).status_code == 403
+        assert client.get("/dashboard-probe").status_code == 200  # still signed in
 
 
 def test_public_dashboard_needs_no_token(settings: Settings, client_class) -> None:  # type: ignore[no-untyped-def]
@@ -107,7 +133,7 @@ def test_public_dashboard_needs_no_token(settings: Settings, client_class) -> No
 
 def test_runner_token_cannot_sign_in(api) -> None:  # type: ignore[no-untyped-def]
     token = api.runner()["Authorization"].removeprefix("Bearer ")
-    assert api.client.get("/login", params={"token": token}, follow_redirects=False).status_code == 403
+    assert api.client.post("/login", data={"token": token}, follow_redirects=False).status_code == 403
 
 
 def test_settings_from_environment(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]

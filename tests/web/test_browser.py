@@ -25,6 +25,7 @@ import pytest
 
 # The dev extra installs playwright; a GPU node running only `-m gpu` tests may lack it.
 pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the dev extra)")
+from browser_signin import sign_in  # noqa: E402
 from playwright.sync_api import Browser, Page, sync_playwright  # noqa: E402
 
 from service.core.db import upgrade
@@ -147,12 +148,12 @@ def browser() -> Iterator[Browser]:
 
 @pytest.fixture
 def page(site: Site, browser: Browser) -> Iterator[Page]:
-    """A signed-in page (``/login?token=`` sets the cookie) that fails the test on any dialog."""
+    """A signed-in page (the ``/login`` form sets the cookie) that fails the test on any dialog."""
     context = browser.new_context(viewport={"width": 1400, "height": 900})
     page = context.new_page()
     dialogs: list[str] = []
     page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
-    page.goto(f"{site.base_url}/login?token={ADMIN_TOKEN}")
+    sign_in(page, site.base_url, ADMIN_TOKEN)
     yield page
     context.close()
     assert dialogs == [], f"a dialog fired: {dialogs}"
@@ -162,6 +163,55 @@ def test_pages_need_a_token(site: Site, browser: Browser) -> None:
     context = browser.new_context()
     response = context.new_page().goto(f"{site.base_url}/jobs/{site.job_id}")
     assert response is not None and response.status == 401
+    context.close()
+
+
+def test_sign_in_and_sign_out_with_the_form(site: Site, browser: Browser) -> None:
+    """Issue 15: sign-in is a POST from the form, sign-out a POST from the top bar's button."""
+    context = browser.new_context()
+    page = context.new_page()
+    sign_in(page, site.base_url, ADMIN_TOKEN)
+    cookies = {c["name"]: c for c in context.cookies()}
+    assert cookies["kernelab_token"]["httpOnly"] and cookies["kernelab_token"]["sameSite"] == "Lax"
+    assert page.locator("table.jobs tbody tr").count() == 2
+    with page.expect_navigation():
+        page.click("form.signout button")
+    assert page.url == f"{site.base_url}/login" and context.cookies() == []
+    response = page.goto(f"{site.base_url}/jobs/{site.job_id}")
+    assert response is not None and response.status == 401
+    page.goto(f"{site.base_url}/login")
+    page.fill("#token", "not-a-token")
+    page.click("form.login button[type=submit]")
+    assert page.locator(".login-message").inner_text() == "Invalid or revoked token."
+    assert context.cookies() == []
+    context.close()
+
+
+def test_a_sign_in_link_sets_no_cookie(site: Site, browser: Browser) -> None:
+    """Issue 15 (login CSRF): ``GET /login?token=`` from any link used to set the cookie."""
+    context = browser.new_context()
+    page = context.new_page()
+    response = page.goto(f"{site.base_url}/login?token={ADMIN_TOKEN}")
+    assert response is not None and response.status == 200
+    assert context.cookies() == [] and page.locator("form.login").count() == 1
+    response = page.goto(f"{site.base_url}/jobs/{site.job_id}")
+    assert response is not None and response.status == 401
+    context.close()
+
+
+def test_a_sign_in_form_on_another_origin_is_refused(site: Site, browser: Browser) -> None:
+    """A page of another origin (here http://localhost:PORT, the same server under another name)
+    posting a valid token to the server's /login is refused, and no cookie is set."""
+    other = site.base_url.replace("127.0.0.1", "localhost")
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{other}/login")
+    page.evaluate("url => { document.querySelector('form.login').action = url }", f"{site.base_url}/login")
+    page.fill("#token", ADMIN_TOKEN)
+    with page.expect_navigation():
+        page.click("form.login button[type=submit]")
+    assert "another site" in page.locator(".login-message").inner_text()
+    assert [c for c in context.cookies() if c["name"] == "kernelab_token"] == []
     context.close()
 
 

@@ -27,6 +27,7 @@ import httpx
 import pytest
 
 pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the dev extra)")
+from browser_signin import sign_in  # noqa: E402
 from playwright.sync_api import Browser, Page, sync_playwright  # noqa: E402
 from sqlalchemy import create_engine, select, text  # noqa: E402
 from sqlalchemy.engine import make_url  # noqa: E402
@@ -285,7 +286,7 @@ def page(site: Site, browser: Browser) -> Iterator[Page]:
     problems: list[str] = []
     page.on("dialog", lambda d: (problems.append(d.message), d.dismiss()))
     page.on("pageerror", lambda e: problems.append(str(e)))
-    page.goto(f"{site.base_url}/login?token={ADMIN_TOKEN}")
+    sign_in(page, site.base_url, ADMIN_TOKEN)
     yield page
     context.close()
     assert problems == [], f"a dialog or script error: {problems}"

@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the dev extra)")
+from browser_signin import sign_in  # noqa: E402
 from playwright.sync_api import Page, sync_playwright  # noqa: E402
 from test_browser import ADMIN_TOKEN, CHROMIUM, CHROMIUM_ARGS, _free_port, _wait_ready  # noqa: E402
 from web_factory import make_result, make_spec  # noqa: E402
@@ -85,7 +86,7 @@ def page(sweep: tuple[str, int]) -> Iterator[Page]:
         page = context.new_page()
         dialogs: list[str] = []
         page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
-        page.goto(f"{sweep[0]}/login?token={ADMIN_TOKEN}")
+        sign_in(page, sweep[0], ADMIN_TOKEN)
         yield page
         browser.close()
         assert dialogs == [], f"a dialog fired: {dialogs}"

@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the dev extra)")
+from browser_signin import sign_in  # noqa: E402
 from playwright.sync_api import Page, sync_playwright  # noqa: E402
 from test_browser import ADMIN_TOKEN, CHROMIUM, CHROMIUM_ARGS, REPO, _free_port, _wait_ready  # noqa: E402
 
@@ -106,7 +107,7 @@ def page(jobs: Jobs) -> Iterator[Page]:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         context = browser.new_context(viewport={"width": 1400, "height": 900})
         page = context.new_page()
-        page.goto(f"{jobs.base_url}/login?token={ADMIN_TOKEN}")
+        sign_in(page, jobs.base_url, ADMIN_TOKEN)
         yield page
         context.close()
         browser.close()

@@ -1,4 +1,11 @@
-"""Dashboard sign-in: ``GET /login?token=`` sets the HttpOnly ``kernelab_token`` cookie.
+"""Dashboard sign-in and sign-out: ``GET /login`` shows a form, ``POST /login`` (form field
+``token``) sets the HttpOnly ``kernelab_token`` cookie, ``POST /logout`` clears it.
+
+Signing in is a POST from this server's own page (issue 15: ``GET /login?token=`` set the cookie
+from any link, so another site could sign a visitor in as the attacker: login CSRF). A POST whose
+``Origin`` is another site, or that the browser marks ``Sec-Fetch-Site: cross-site``/``same-site``,
+is refused with 403 (``same_origin``); browsers send ``Origin`` on every form POST, and clients
+without one (curl, scripts) are no CSRF victims. ``GET /login?token=`` sets nothing any more.
 
 Mounted at the site root (not under ``/api/v1``) by ``service.app.create_app``.
 """
@@ -6,37 +13,89 @@ Mounted at the site root (not under ``/api/v1``) by ``service.app.create_app``.
 from __future__ import annotations
 
 from typing import Annotated
+from urllib.parse import urlsplit
 
-from fastapi import APIRouter, HTTPException, Query, Request, status
-from fastapi.responses import RedirectResponse
+from fastapi import APIRouter, Form, Request, status
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from service.api.deps import TOKEN_COOKIE, SessionDep
 from service.auth import authenticate
 
-router = APIRouter(tags=["session"])
+router = APIRouter(tags=["session"], include_in_schema=False)
 COOKIE_MAX_AGE_S = 30 * 24 * 3600  # 30 days
+MAX_TOKEN_CHARS = 200  # longer than any token this server issues (43) or accepts at start-up
+LOGIN_FORM_MAX_BYTES = 4096  # a sign-in form is one short field: larger bodies are a 413 before parsing
 
 
-@router.get("/login", response_class=RedirectResponse, status_code=status.HTTP_303_SEE_OTHER)
-def login(request: Request, token: Annotated[str, Query(min_length=1, max_length=200)], session: SessionDep):
-    """Check ``token`` (needs the read scope), set it as an HttpOnly, SameSite=Lax cookie and
-    redirect to ``/``. 401 for an unknown or revoked token, 403 without the read scope."""
-    principal = authenticate(session, token)
+def same_origin(request: Request) -> bool:
+    """Whether a state-changing browser request comes from this server's own pages: its ``Origin``
+    (when sent) is the request's own ``scheme://host[:port]`` or ``KERNELAB_PUBLIC_URL``'s, and its
+    ``Sec-Fetch-Site`` (when sent) is ``same-origin`` or ``none`` (typed by the user). The Host
+    compared with is the one the browser sent, which a cross-site page cannot choose."""
+    fetch_site = request.headers.get("sec-fetch-site")
+    if fetch_site is not None and fetch_site not in ("same-origin", "none"):
+        return False
+    origin = request.headers.get("origin")
+    if origin is None:
+        return True
+    own = {f"{request.url.scheme}://{request.headers.get('host', '')}".lower()}
+    public_url = getattr(request.app.state.settings, "public_url", None)
+    if public_url:
+        parts = urlsplit(public_url)
+        own.add(f"{parts.scheme}://{parts.netloc}".lower())
+    return origin.lower() in own
+
+
+def _form(request: Request, *, message: str = "", status_code: int = status.HTTP_200_OK) -> HTMLResponse:
+    from web.routes import templates  # the dashboard's template environment (web imports service)
+
+    return templates.TemplateResponse(request, "login.html", {"message": message}, status_code=status_code)
+
+
+@router.get("/login", response_class=HTMLResponse)
+def login_form(request: Request) -> HTMLResponse:
+    """The sign-in form. A ``?token=`` in the URL is ignored (it signs nobody in)."""
+    ignored = "token" in request.query_params
+    return _form(request, message="Sign-in links are no longer accepted: paste the token." if ignored else "")
+
+
+@router.post(
+    "/login",
+    response_class=RedirectResponse,
+    status_code=status.HTTP_303_SEE_OTHER,
+    max_body_size=LOGIN_FORM_MAX_BYTES,
+)
+def login(
+    request: Request,
+    token: Annotated[str, Form(min_length=1, max_length=MAX_TOKEN_CHARS)],
+    session: SessionDep,
+) -> Response:
+    """Check ``token`` (needs the read scope), set it as an HttpOnly, SameSite=Lax cookie (a link
+    from a pull request still opens signed in) and redirect (303) to ``/``. The form again with
+    401 for an unknown or revoked token, 403 without the read scope or from another site's page
+    (``same_origin``)."""
+    if not same_origin(request):
+        return _form(request, message="Refused: this sign-in came from another site.", status_code=403)
+    principal = authenticate(session, token.strip())
     if principal is None:
-        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "invalid or revoked token")
+        return _form(request, message="Invalid or revoked token.", status_code=status.HTTP_401_UNAUTHORIZED)
     if not principal.has("read"):
-        raise HTTPException(status.HTTP_403_FORBIDDEN, "this token lacks the 'read' scope")
+        return _form(
+            request, message="This token lacks the 'read' scope.", status_code=status.HTTP_403_FORBIDDEN
+        )
     response = RedirectResponse("/", status_code=status.HTTP_303_SEE_OTHER)
     response.set_cookie(
-        TOKEN_COOKIE, token, max_age=COOKIE_MAX_AGE_S, httponly=True, samesite="lax",
+        TOKEN_COOKIE, token.strip(), max_age=COOKIE_MAX_AGE_S, httponly=True, samesite="lax",
         secure=request.url.scheme == "https",
     )  # fmt: skip
     return response
 
 
-@router.get("/logout", response_class=RedirectResponse, status_code=status.HTTP_303_SEE_OTHER)
-def logout():
-    """Forget the dashboard cookie and redirect to ``/``."""
-    response = RedirectResponse("/", status_code=status.HTTP_303_SEE_OTHER)
-    response.delete_cookie(TOKEN_COOKIE)
+@router.post("/logout", response_class=RedirectResponse, status_code=status.HTTP_303_SEE_OTHER)
+def logout(request: Request) -> Response:
+    """Forget the dashboard cookie and redirect (303) to ``/login``; 403 from another site's page."""
+    if not same_origin(request):
+        return _form(request, message="Refused: this sign-out came from another site.", status_code=403)
+    response = RedirectResponse("/login", status_code=status.HTTP_303_SEE_OTHER)
+    response.delete_cookie(TOKEN_COOKIE, httponly=True, samesite="lax")
     return response

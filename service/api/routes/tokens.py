@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 from sqlalchemy import func, select
 
 from service import models
+from service.admin_guard import LAST_ADMIN, is_last_admin
 from service.api.deps import MAX_ROW_ID, AdminToken, Offset, SessionDep, page_headers
 from service.auth import Scope, create_token, hash_token, revoke_token
 from service.schemas import Text
@@ -109,10 +110,13 @@ def create(body: TokenCreate, _: AdminToken, session: SessionDep) -> TokenIssued
 @router.post("/{token_id}/rotate", status_code=status.HTTP_201_CREATED)
 def rotate(token_id: TokenId, _: AdminToken, session: SessionDep) -> TokenIssued:
     """Issue a replacement (same name, scopes, runner) and revoke ``token_id``; 404 unknown,
-    409 already revoked."""
+    409 already revoked, 409 for the only live admin token (its caller would depend on this one
+    answer to keep any admin access: ``service.admin_guard``)."""
     old = _get(session, token_id)
     if old.revoked_at is not None:
         raise HTTPException(status.HTTP_409_CONFLICT, f"token {token_id} is revoked; create a new one")
+    if is_last_admin(session, old):
+        raise HTTPException(status.HTTP_409_CONFLICT, LAST_ADMIN.format(id=token_id))
     plain = create_token(session, old.name, old.scopes, runner_id=old.runner_id)
     revoke_token(session, token_id)
     session.flush()
@@ -122,10 +126,13 @@ def rotate(token_id: TokenId, _: AdminToken, session: SessionDep) -> TokenIssued
 @router.post("/{token_id}/revoke")
 def revoke(token_id: TokenId, principal: AdminToken, session: SessionDep) -> TokenPublic:
     """Revoke ``token_id`` (idempotent: a revoked token stays revoked); 404 unknown; 409 for the
-    caller's own token (it would lock the caller out mid-request)."""
+    caller's own token (it would lock the caller out mid-request) and for the last live admin
+    token (two admins revoking each other at once: ``service.admin_guard``)."""
     row = _get(session, token_id)
     if token_id == principal.token_id:
         raise HTTPException(status.HTTP_409_CONFLICT, "a token cannot revoke itself; use another admin token")
+    if is_last_admin(session, row):
+        raise HTTPException(status.HTTP_409_CONFLICT, LAST_ADMIN.format(id=token_id))
     if row.revoked_at is None:
         revoke_token(session, token_id)
         session.flush()

@@ -1,0 +1,84 @@
+"""``GuardedH11Protocol``: uvicorn's h11 protocol with a connection limit and a request-head
+timeout, so idle or slow connections cannot use up the server's file descriptors.
+
+Issue 15: under ``ulimit -n 256``, 400 idle TCP connections made ``accept()`` fail with EMFILE
+(``Too many open files``, logged some 460,000 times in 90 s) and ``/healthz`` went unanswered until
+the client closed them: uvicorn arms no timer on a connection before its first request (its
+keep-alive timer starts after a response), and ``limit_concurrency`` is checked only when a
+request arrives, so a connection that sends nothing is never refused or closed.
+
+* **Connection limit** (``max_connections``, per worker process): a connection accepted while
+  that many are open is answered ``503`` with ``Retry-After`` at once and closed, so its file
+  descriptor is released immediately; the limit is kept below the process's ``RLIMIT_NOFILE``
+  by ``service.serve.connection_budget``, so ``accept()`` itself never runs out.
+* **Request-head timeout** (``header_timeout_s``): a connection whose request line and headers
+  have not all arrived within that many seconds of its first byte (or of its opening) is closed,
+  whether it sends nothing or trickles bytes (slowloris). Idle keep-alive connections stay under
+  uvicorn's ``timeout_keep_alive``. A slow request *body* is not timed here.
+
+Selected with ``uvicorn.Config(http="service.connection_guard:GuardedH11Protocol")``; the two
+numbers are attributes of the config (``service.serve.ServeConfig``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+DEFAULT_HEADER_TIMEOUT_S = 10.0  # a request head takes well under a second on any real link
+BUSY_RETRY_AFTER_S = 1  # Retry-After of the 503 past the connection limit, seconds
+_BUSY_BODY = b"the server has too many open connections; retry shortly\n"
+BUSY_RESPONSE = (
+    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n"
+    b"retry-after: " + str(BUSY_RETRY_AFTER_S).encode() + b"\r\nconnection: close\r\n"
+    b"content-length: " + str(len(_BUSY_BODY)).encode() + b"\r\n\r\n" + _BUSY_BODY
+)
+
+
+class GuardedH11Protocol(H11Protocol):
+    """``H11Protocol`` plus the connection limit and request-head timeout of the module doc."""
+
+    def __init__(self, config: Any, server_state: Any, app_state: dict[str, Any],
+                 _loop: asyncio.AbstractEventLoop | None = None) -> None:  # fmt: skip
+        super().__init__(config, server_state, app_state, _loop)
+        self.max_connections: int | None = getattr(config, "max_connections", None)
+        self.header_timeout_s: float = getattr(config, "header_timeout_s", DEFAULT_HEADER_TIMEOUT_S)
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._head_cycle: object | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
+        super().connection_made(transport)  # type: ignore[arg-type]
+        if self.max_connections is not None and len(self.connections) > self.max_connections:
+            self.logger.warning("refused a connection: %d open, the limit is %d", len(self.connections) - 1,
+                                self.max_connections)  # fmt: skip
+            self.transport.write(BUSY_RESPONSE)
+            self.transport.close()
+            return
+        self._arm()
+
+    def _arm(self) -> None:
+        self._head_cycle = self.cycle
+        self._head_timer = self.loop.call_later(self.header_timeout_s, self._head_timed_out)
+
+    def _disarm(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if not self.transport.is_closing():
+            self.transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        if self._head_timer is None and (self.cycle is None or self.cycle.response_complete):
+            self._arm()  # the first bytes of the next request on a kept-alive connection
+        super().data_received(data)
+        if self._head_timer is not None and self.cycle is not self._head_cycle:
+            self._disarm()  # a request's head arrived whole: the app has it now
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
