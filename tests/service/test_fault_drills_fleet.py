@@ -150,7 +150,7 @@ def test_slow_readers_of_samples_leave_every_other_request_served(
             assert answers == [200] * 5
             claimed = runner.claim(wait_s=0, lease_s=600)
             assert claimed is not None and claimed.job_id == other.id
-            result = job_result(other.id, key="while-readers-stall", hostname="reader-node")  # its token's node
+            result = job_result(other.id, key="while-readers-stall", hostname="reader-node")  # its node
             accepted = runner.post_result(other.id, result)
             assert not accepted.duplicate and admin.get_job(other.id).status == "succeeded"
 
