@@ -26,6 +26,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -619,6 +620,17 @@ def runner(
     )] = "auto",
 ) -> None:
     """Run the runner daemon: claim jobs, run them in a child process, post results."""
+    # A SIGTERM while the daemon starts (imports, node fingerprint, registration) stops it cleanly
+    # (exit 0, nothing claimed) instead of killing it: the daemon's own handlers take over in run().
+    started: list[Any] = []
+    early_stop = threading.Event()
+
+    def _stop_early(_signum: int, _frame: object) -> None:
+        early_stop.set()
+        for daemon_ in started:
+            daemon_.stop()
+
+    signal.signal(signal.SIGTERM, _stop_early)
     from runners.daemon import Runner, RunnerTokenMismatchError
     from runners.jobns import IsolationError, set_non_dumpable
     from runners.revisions import AllowList, RevisionError
@@ -641,6 +653,9 @@ def runner(
     except ValueError as exc:
         client.close()
         raise _fail(str(exc), EXIT_BAD_INPUT) from None
+    started.append(daemon)
+    if early_stop.is_set():
+        daemon.stop()
     try:
         daemon.run()
     except KernelabAPIError as exc:

@@ -70,6 +70,7 @@ def _leftovers(work_dir: Path) -> tuple[list[Path], list[Path]]:
 
 
 STARTED, KEPT = "starting worker", "measured; result kept in"  # the daemon's log lines
+SERVING = ": serving http"
 
 
 def _count(log: Path, text: str) -> int:
@@ -149,7 +150,8 @@ def test_slow_readers_of_samples_leave_every_other_request_served(
             assert answers == [200] * 5
             claimed = runner.claim(wait_s=0, lease_s=600)
             assert claimed is not None and claimed.job_id == other.id
-            accepted = runner.post_result(other.id, job_result(other.id, key="while-readers-stall"))
+            result = job_result(other.id, key="while-readers-stall", hostname="reader-node")  # its node
+            accepted = runner.post_result(other.id, result)
             assert not accepted.duplicate and admin.get_job(other.id).status == "succeeded"
 
             one = admin.create_token("greedy", ["read"])["token"]
@@ -338,8 +340,10 @@ def test_runners_killed_20_times_at_random_moments_lose_nothing(
             victim.wait()
             after = _count(log, KEPT) > kept
             phases["after its result was kept" if after else "measuring"] += 1
+        serving = _count(log, SERVING)
         survivor = _runner(server.url, "victim", work_dir, log, lease_s=LEASE_S)
-        try:
+        try:  # it serves (the victims' jobs may all be done: it is stopped right after otherwise)
+            wait_for(lambda: _grew(log, SERVING, serving, survivor), 120, "the survivor to serve")
             wait_for(lambda: all(admin.get_job(j.id).status in ("succeeded", "failed") for j in jobs), 300,
                      "every job to finish")  # fmt: skip
             survivor_alive = survivor.poll() is None
