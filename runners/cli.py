@@ -618,8 +618,19 @@ def runner(
         "--job-isolation", help="auto: run jobs in a private namespace hiding the work dir when the "
         "machine allows it (else warn); namespace: require it; none: never",
     )] = "auto",
+    job_hide: Annotated[list[Path] | None, typer.Option(
+        "--job-hide", metavar="DIR", help="a folder job code must not see besides the work dir "
+        "(repeatable; e.g. a server's data dir on the same machine)",
+    )] = None,
 ) -> None:
-    """Run the runner daemon: claim jobs, run them in a child process, post results."""
+    """Run the runner daemon: claim jobs, run them in a child process, post results.
+
+    A token given as ``--token`` is moved out of the command line (any process can read
+    ``/proc/PID/cmdline``): the daemon starts again with it in ``KERNELAB_TOKEN`` only, which its
+    non-dumpable process keeps from same-user processes. Prefer ``KERNELAB_TOKEN`` or the saved
+    token file in the first place (docs/security.md).
+    """
+    _token_out_of_argv(token)
     # A SIGTERM while the daemon starts (imports, node fingerprint, registration) stops it cleanly
     # (exit 0, nothing claimed) instead of killing it: the daemon's own handlers take over in run().
     started: list[Any] = []
@@ -648,7 +659,7 @@ def runner(
         daemon = Runner(
             client, name, once=once, poll_s=poll_s, lease_s=lease_s, work_dir=work_dir, grace_s=grace_s,
             allowed_repos=allow_repo or [], probe_pool=probe_pool, job_env_names=job_env or [],
-            job_isolation=job_isolation,
+            job_isolation=job_isolation, job_hide=job_hide or [],
         )
     except ValueError as exc:
         client.close()
@@ -668,6 +679,25 @@ def runner(
         daemon.close()
         client.close()
     typer.echo(repr(daemon), err=True)
+
+
+def _token_out_of_argv(token: str) -> None:
+    """Re-``exec`` this command without ``--token`` on its command line, the token in
+    ``KERNELAB_TOKEN`` (``runner``'s docstring). Returns when the token is not on the command line."""
+    argv = sys.argv[1:]
+    if not token or not any(a == "--token" or a.startswith("--token=") for a in argv):
+        return
+    rest: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--token":
+            skip = True
+        elif not arg.startswith("--token="):
+            rest.append(arg)
+    os.execve(sys.executable, [sys.executable, "-m", "runners.cli", *rest],
+              {**os.environ, "KERNELAB_TOKEN": token})
 
 
 @app.command()

@@ -133,6 +133,7 @@ class Runner:
         min_free_bytes: int = MIN_FREE_BYTES,
         job_env_names: Sequence[str] = (),
         job_isolation: str = "auto",
+        job_hide: Sequence[Path] = (),
     ):
         if not RUNNER_NAME.match(name):
             raise ValueError(f"runner name {name!r} must match {RUNNER_NAME.pattern}")
@@ -144,6 +145,7 @@ class Runner:
         self.probe_pool = probe_pool
         self.job_env_names = check_names(job_env_names)
         self.job_isolation = job_isolation
+        self.job_hide = [Path(p) for p in job_hide]
         self._isolated: bool | None = None  # decided by check_isolation() at start-up
         self.min_free_bytes = int(min_free_bytes)
         self._pool: Any = None  # runners.probes.all_reduce.AllReducePool, started by the first job
@@ -272,7 +274,7 @@ class Runner:
         if not self.check_isolation():
             return cmd
         self.revision_cache.mkdir(parents=True, exist_ok=True)
-        return jobns.wrap(cmd, hide=self.work_dir, keep=[job_dir, self.revision_cache])
+        return jobns.wrap(cmd, hide=[self.work_dir, *self.job_hide], keep=[job_dir, self.revision_cache])
 
     def _secrets(self) -> list[str]:
         """Values a job's error text must never carry: the tokens this daemon holds and its
@@ -631,9 +633,13 @@ class Runner:
             return self._release(claim, f"its scratch folder {job_dir} cannot be written: {exc}")
         with err_fh:
             try:
+                overrides = self._pool_env(claim)
+                if self._isolated:  # its install steps and benchmark code nest a read-only revision cache
+                    overrides[jobns.JOBNS_ENV] = "1"
+                # cwd: the job's own folder, never the daemon's (its data may sit beside it)
                 proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err_fh, text=True,
-                                        start_new_session=True,
-                                        env=job_env(self._pool_env(claim), names=self.job_env_names))
+                                        start_new_session=True, cwd=job_dir,
+                                        env=job_env(overrides, names=self.job_env_names))
             except OSError as exc:
                 return self._release(claim, f"its worker cannot be started: {exc}")
             reader = threading.Thread(target=self._relay_stdout, args=(proc, job_id, key, handed),

@@ -1,11 +1,14 @@
 """Job isolation on a runner: job code cannot read the daemon's work dir (token file, spool).
 
-``python -m runners.jobns --hide DIR [--keep PATH ...] -- ARGV...`` runs ``ARGV`` in a private
-user + mount namespace (unprivileged user namespaces, ``user_namespaces(7)``; no root needed) in
-which ``DIR`` is an empty tmpfs except the ``--keep`` paths (bind-mounted back from the real
-``DIR``: the job's scratch folder, the revision cache). The user and group ids stay the caller's
-own (mapped to themselves). The mounts are then locked (``mount_namespaces(7)``, "restrictions on
-mount namespaces"): the helper enters a second user + mount namespace before ``exec``, so job code
+``python -m runners.jobns [--hide DIR ...] [--keep PATH ...] [--readonly DIR ...] [--writable
+PATH ...] -- ARGV...`` runs ``ARGV`` in a private user + mount namespace (unprivileged user
+namespaces, ``user_namespaces(7)``; no root needed) in which each ``--hide`` folder is an empty
+tmpfs except the ``--keep`` paths inside it (bind-mounted back from the real folder: the job's
+scratch folder, the revision cache), and each ``--readonly`` folder is read-only except the
+``--writable`` paths inside it (a job's own worktree in the revision cache). The user and group
+ids stay the caller's own (mapped to themselves). The mounts are then locked
+(``mount_namespaces(7)``, "restrictions on mount namespaces"): the helper enters a second user
++ mount namespace before ``exec``, so job code
 cannot unmount the tmpfs, even as root of its namespace. Exit status 125 when the namespace cannot
 be made (message on stderr), else ``ARGV``'s own.
 
@@ -71,30 +74,64 @@ def _enter_user_namespace(uid: int, gid: int) -> None:
     Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1")
 
 
-def enter(hide: Path, keep: Sequence[Path]) -> None:
-    """Make this process's private namespace: ``hide`` an empty tmpfs but for ``keep`` (paths
-    inside ``hide``, which must exist), mounts locked. Raises ``IsolationError`` or ``OSError``."""
-    hide = hide.resolve()
+MS_REMOUNT = 32
+MS_RDONLY = 1
+
+
+def _outermost(paths: Sequence[Path]) -> list[Path]:
+    """``paths`` resolved, without those inside another one (hiding the outer hides them)."""
+    reals = sorted({path.resolve() for path in paths}, key=lambda p: len(p.parts))
+    out: list[Path] = []
+    for real in reals:
+        if not any(real == root or root in real.parents for root in out):
+            out.append(real)
+    return out
+
+
+def enter(hide: Sequence[Path], keep: Sequence[Path], *, readonly: Sequence[Path] = (),
+          writable: Sequence[Path] = ()) -> None:
+    """Make this process's private namespace: each ``hide`` folder an empty tmpfs but for the
+    ``keep`` paths inside it (which must exist); each ``readonly`` folder read-only but for the
+    ``writable`` paths inside it; the mounts locked. Raises ``IsolationError`` or ``OSError``."""
+    roots = _outermost(hide)
     reals = [path.resolve() for path in keep]
     for path, real in zip(keep, reals, strict=True):
-        if real != hide and hide not in real.parents:
-            raise IsolationError(f"--keep {path} is not inside --hide {hide}")
+        if not any(real == root or root in real.parents for root in roots):
+            inside = ", ".join(map(str, roots))
+            raise IsolationError(f"--keep {path} is not inside a --hide folder ({inside})")
+    ro_roots = _outermost(readonly)
+    holes = [path.resolve() for path in writable]
+    for path, real in zip(writable, holes, strict=True):
+        if not any(real == root or root in real.parents for root in ro_roots):
+            raise IsolationError(f"--writable {path} is not inside a --readonly folder")
     uid, gid = os.getuid(), os.getgid()
     _enter_user_namespace(uid, gid)
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     # opened in the new namespace (a bind source must be one of its mounts), before the tmpfs hides them
-    kept = [(real.relative_to(hide), os.open(real, os.O_PATH)) for real in reals]
-    _mount("kernelab-hidden", str(hide), "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700,size=16m")
-    for rel, fd in kept:
-        target = hide / rel
-        if os.path.isdir(f"/proc/self/fd/{fd}"):
-            target.mkdir(parents=True, exist_ok=True)
-        else:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.touch()
-        _mount(f"/proc/self/fd/{fd}", str(target), None, MS_BIND | MS_REC)
-        os.close(fd)
+    kept = [(real, os.open(real, os.O_PATH)) for real in reals]
+    opened = [(real, os.open(real, os.O_PATH)) for real in holes]
+    for root in roots:
+        _mount("kernelab-hidden", str(root), "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700,size=16m")
+    for real, fd in kept:
+        _bind_back(fd, real)
+    for root in ro_roots:
+        _mount(str(root), str(root), None, MS_BIND | MS_REC)
+        _mount(None, str(root), None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    for real, fd in opened:
+        _bind_back(fd, real)
     _enter_user_namespace(uid, gid)  # a less privileged copy: the mounts above are locked
+
+
+def _bind_back(fd: int, target: Path) -> None:
+    """Bind the path ``fd`` (``O_PATH``) was opened on back at ``target``; closes ``fd``."""
+    if os.path.isdir(f"/proc/self/fd/{fd}"):
+        if not target.exists():
+            target.mkdir(parents=True, exist_ok=True)
+    elif not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.touch()
+    _mount(f"/proc/self/fd/{fd}", str(target), None, MS_BIND | MS_REC)
+    os.close(fd)
 
 
 def set_non_dumpable() -> bool:
@@ -107,12 +144,29 @@ def set_non_dumpable() -> bool:
         return False
 
 
-def wrap(argv: Sequence[str], *, hide: Path, keep: Sequence[Path]) -> list[str]:
+def wrap(argv: Sequence[str], *, hide: Path | Sequence[Path] = (), keep: Sequence[Path] = (),
+         readonly: Sequence[Path] = (), writable: Sequence[Path] = ()) -> list[str]:
     """The command line running ``argv`` through this helper (module docstring)."""
-    cmd = [sys.executable, "-m", "runners.jobns", "--hide", str(hide)]
-    for path in keep:
-        cmd += ["--keep", str(path)]
+    cmd = [sys.executable, "-m", "runners.jobns"]
+    for flag, paths in (("--hide", [hide] if isinstance(hide, Path) else hide), ("--keep", keep),
+                        ("--readonly", readonly), ("--writable", writable)):
+        for path in paths:
+            cmd += [flag, str(path)]
     return [*cmd, "--", *argv]
+
+
+JOBNS_ENV = "KERNELAB_JOBNS"
+"""Set to ``1`` in a worker's environment when it runs in the private namespace: the code it runs
+for a job (install steps, revision workers) then runs in a nested one where the revision cache is
+read-only but for that job's own worktree (``nested``)."""
+
+
+def nested(argv: Sequence[str], *, readonly: Path, writable: Sequence[Path]) -> list[str]:
+    """``argv`` with ``readonly`` read-only but for ``writable`` when this process is isolated
+    (``JOBNS_ENV``), else as it is."""
+    if os.environ.get(JOBNS_ENV) != "1":
+        return list(argv)
+    return wrap(argv, readonly=[readonly], writable=writable)
 
 
 _PROBE_CHECK = """
@@ -148,15 +202,17 @@ def probe() -> str:
 def main(argv: list[str] | None = None) -> int:
     """Enter the namespace and ``exec`` the command (module docstring); 125 when that fails."""
     p = argparse.ArgumentParser(prog="python -m runners.jobns", description=__doc__.splitlines()[0])
-    p.add_argument("--hide", type=Path, required=True)
+    p.add_argument("--hide", type=Path, action="append", default=[])
     p.add_argument("--keep", type=Path, action="append", default=[])
+    p.add_argument("--readonly", type=Path, action="append", default=[])
+    p.add_argument("--writable", type=Path, action="append", default=[])
     p.add_argument("command", nargs=argparse.REMAINDER)
     args = p.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         p.error("no command after --")
     try:
-        enter(args.hide, args.keep)
+        enter(args.hide, args.keep, readonly=args.readonly, writable=args.writable)
     except (IsolationError, OSError) as exc:
         print(f"jobns: cannot isolate the job: {exc}", file=sys.stderr)
         return EXIT_NO_NAMESPACE

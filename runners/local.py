@@ -207,7 +207,8 @@ class LocalStack:
         self.runner = subprocess.Popen(
             [sys.executable, "-m", "runners.cli", "runner", "--server", self.url, "--name", self.runner_name,
              "--poll-s", str(RUNNER_POLL_S), "--grace-s", str(RUNNER_GRACE_S),
-             "--work-dir", str(self.data_dir / "runner")],
+             "--work-dir", str(self.data_dir / "runner"),
+             "--job-hide", str(self.data_dir)],  # the database and the admin token beside the work dir
             env=env, stdout=self._runner_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )
         return token

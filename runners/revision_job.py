@@ -31,8 +31,10 @@ import json
 import logging
 import os
 import selectors
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -44,6 +46,7 @@ from typing import Any
 import torch
 
 from kernels._device import configure_triton_env
+from runners import jobns
 from runners.engine import measure_interleaved
 from runners.job import ProgressCallback, _probes, _short_error, check_seed, resolve_device
 from runners.jobenv import job_env
@@ -79,12 +82,13 @@ class WorkerChannel:
     that dies or overruns raises ``RevisionError`` naming ``label``.
     """
 
-    def __init__(self, label: str, env: dict[str, str], cwd: Path, deadline: float):
+    def __init__(self, label: str, env: dict[str, str], cwd: Path, deadline: float,
+                 argv: list[str] | None = None):
         self.label = label
         self.deadline = deadline
         self._buf = b""
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "runners.revision_worker"], stdin=subprocess.PIPE,
+            argv or [sys.executable, "-m", "runners.revision_worker"], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, env=env, cwd=cwd,
         )
         assert self.proc.stdout is not None
@@ -194,14 +198,19 @@ def _label(spec: JobSpec, side: Variant, checkout: Checkout | None) -> str:
     return f"{side} ({source.branch or source.ref} @ {checkout.sha[:12]})"
 
 
-def _worker_env(checkout: Checkout | None, cache: RevisionCache) -> dict[str, str]:
+def _triton_cache(checkout: Checkout | None, scratch: Path) -> Path:
+    """A side's Triton cache: in its worktree (made afresh with it: never shared with a revision
+    installed by other steps), or in the job's own scratch folder for installed code."""
+    path = (checkout.root if checkout is not None else scratch) / ".kernelab-triton"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _worker_env(triton_cache: Path) -> dict[str, str]:
     """A side worker's environment: the job environment (``runners.jobenv``: allow-listed, no
-    credentials), kernelab first on ``PYTHONPATH``, the revision's own Triton cache."""
+    credentials), kernelab first on ``PYTHONPATH``, the side's own Triton cache."""
     env = job_env()
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_KERNELAB_ROOT, env.get("PYTHONPATH", "")) if p)
-    key = checkout.sha if checkout is not None else "installed"
-    triton_cache = cache.root / "triton" / key
-    triton_cache.mkdir(parents=True, exist_ok=True)
     env["TRITON_CACHE_DIR"] = str(triton_cache)
     env["PYTHONUNBUFFERED"] = "1"
     return env
@@ -211,17 +220,23 @@ def _worker_env(checkout: Checkout | None, cache: RevisionCache) -> dict[str, st
 def _workers(
     spec: JobSpec, checkouts: dict[Variant, Checkout | None], cache: RevisionCache, deadline: float
 ) -> Iterator[dict[Variant, WorkerChannel]]:
-    scratch = cache.root / "scratch"
-    scratch.mkdir(parents=True, exist_ok=True)
+    (cache.root / "scratch").mkdir(parents=True, exist_ok=True)
+    # The job's own working folder (``python -m`` puts it first on sys.path: never one shared by jobs)
+    scratch = Path(tempfile.mkdtemp(prefix="job-", dir=cache.root / "scratch"))
     channels: dict[Variant, WorkerChannel] = {}
     try:
         for side in SIDES:
-            channels[side] = WorkerChannel(_label(spec, side, checkouts[side]),
-                                           _worker_env(checkouts[side], cache), scratch, deadline)
+            triton = _triton_cache(checkouts[side], scratch)
+            # isolated: the revision cache read-only for benchmark code but this job's folder and Triton cache
+            argv = jobns.nested([sys.executable, "-m", "runners.revision_worker"], readonly=cache.root,
+                                writable=[scratch, triton])
+            channels[side] = WorkerChannel(_label(spec, side, checkouts[side]), _worker_env(triton),
+                                           scratch, deadline, argv=argv)
         yield channels
     finally:
         for channel in channels.values():
             channel.close()
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _run_cell(

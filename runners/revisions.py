@@ -42,6 +42,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from runners import jobns
 from runners.jobenv import job_env
 from service.repo_address import RepoAddressError, address_kind, canonical_repo, matches, transport
 from service.schemas import JobSpec, SourceSpec, VariantSpec
@@ -52,9 +53,11 @@ INSTALL_TIMEOUT_S = 900.0  # one install step
 OUTPUT_TAIL_CHARS = 1500  # how much of a failed command's output goes into the error
 READY_MARKER = ".kernelab-ready"
 SITE_DIR = ".kernelab-site"  # per-revision install target, second on sys.path
-GIT_SAFETY = ("-c", "http.followRedirects=false", "-c", "protocol.allow=never")
+GIT_SAFETY = ("-c", "http.followRedirects=false", "-c", "protocol.allow=never",
+              "-c", "core.hooksPath=/dev/null")
 """``git -c`` options of every git command (git-config(1): ``http.followRedirects``,
-``protocol.allow``); ``_git_options`` adds ``protocol.<transport>.allow=always`` for one transport."""
+``protocol.allow``, ``core.hooksPath``: no hook a clone or a job left runs);
+``_git_options`` adds ``protocol.<transport>.allow=always`` for one transport."""
 _SYMLINK_MODE = "120000"  # git's tree entry mode of a symbolic link
 
 
@@ -300,7 +303,7 @@ class RevisionCache:
                 self._fresh_worktree(git_dir, root, sha, side)
                 _check_symlinks(git_dir, root, sha, side)
                 path = _subdir_path(root, source.subdir, sha, side)
-                _install(source, path, root / SITE_DIR, side)
+                _install(source, path, root / SITE_DIR, side, cache_root=self.root)
                 (root / READY_MARKER).write_text(json.dumps({"install": source.install,
                                                              "subdir": source.subdir}))
             path = _subdir_path(root, source.subdir, sha, side)
@@ -379,7 +382,10 @@ def install_argv(step: str, *, site: Path) -> list[str]:
     return [a.replace("{python}", sys.executable).replace("{site}", str(site)) for a in argv]
 
 
-def _install(source: SourceSpec, path: Path, site: Path, side: str) -> None:
+def _install(source: SourceSpec, path: Path, site: Path, side: str, *, cache_root: Path) -> None:
+    """Run ``source``'s install steps in ``path``. In an isolated job (``jobns.JOBNS_ENV``) each
+    step runs with the revision cache ``cache_root`` read-only but for this worktree: a step cannot
+    change other revisions, the cached clones (their config and hooks) or the locks."""
     site.mkdir(parents=True, exist_ok=True)
     env = _git_env()
     env["KERNELAB_SITE"] = str(site)
@@ -392,8 +398,8 @@ def _install(source: SourceSpec, path: Path, site: Path, side: str) -> None:
             argv = install_argv(step, site=site)
         except RevisionError as exc:
             raise RevisionError(f"{side}: {exc}") from None
-        run_command(argv, cwd=path, timeout_s=INSTALL_TIMEOUT_S, env=env,
-                    what=f"{side}: install step {i + 1} failed")
+        run_command(jobns.nested(argv, readonly=cache_root, writable=[site.parent]), cwd=path,
+                    timeout_s=INSTALL_TIMEOUT_S, env=env, what=f"{side}: install step {i + 1} failed")
 
 
 def resolve_ref(repo: str, ref: str) -> tuple[str, str]:

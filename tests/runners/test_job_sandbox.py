@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +20,8 @@ from runners.client import KernelabClient
 from runners.daemon import Runner
 from runners.jobenv import JOB_ENV_NAMES_ENV, check_names, job_env
 from runners.redact import MAX_ERROR_CHARS, REDACTED, bound, redact, secret_values
-from runners.revisions import _git_env
+from runners.revisions import AllowList, RevisionCache, _git_env
+from service.schemas import SourceSpec
 from tests.e2e.revision_repo import make_repo
 
 NO_PROBES = {"copy_bandwidth": False, "all_reduce": False, "nvml": False}
@@ -94,7 +97,7 @@ def test_namespace_hides_the_work_dir_but_the_job_folder(tmp_path: Path) -> None
     # a --keep outside --hide is refused, never silently widened
     bad = subprocess.run(jobns.wrap(["true"], hide=work / "jobs", keep=[work / "revisions"]),
                          capture_output=True, text=True, timeout=60, check=False)
-    assert bad.returncode == jobns.EXIT_NO_NAMESPACE and "is not inside --hide" in bad.stderr
+    assert bad.returncode == jobns.EXIT_NO_NAMESPACE and "is not inside a --hide folder" in bad.stderr
 
 
 def test_non_dumpable_process_hides_its_environ(tmp_path: Path) -> None:
@@ -183,3 +186,89 @@ def test_runner_cli_refuses_credentials_and_says_its_isolation(
         isolated = _runner_cli(*work, "--name", "cli-ns", "--job-isolation", "namespace")
         assert isolated.returncode == 0, isolated.stderr
         assert "job isolation: allow-listed environment; private user+mount namespace" in isolated.stderr
+
+
+def test_namespace_makes_a_folder_read_only_but_the_writable_paths(tmp_path: Path) -> None:
+    _namespace_or_skip()
+    cache = tmp_path / "cache"
+    for sub in ("worktrees/r/own", "worktrees/r/other", "repos/r.git/hooks"):
+        (cache / sub).mkdir(parents=True)
+    script = ("import ctypes, sys, pathlib; c = pathlib.Path(sys.argv[1]); out = []\n"
+              "for rel in ('worktrees/r/own/f', 'worktrees/r/other/f', 'repos/r.git/config', "
+              "'repos/r.git/hooks/post-checkout'):\n"
+              "    try:\n        (c / rel).write_text('x'); out.append('wrote')\n"
+              "    except OSError as exc:\n        out.append(type(exc).__name__)\n"
+              "out.append(str(ctypes.CDLL(None).umount2(str(c).encode(), 2)))\nprint(' '.join(out))")
+    cmd = jobns.wrap([sys.executable, "-c", script, str(cache)], readonly=[cache],
+                     writable=[cache / "worktrees" / "r" / "own"])
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["wrote", "OSError", "OSError", "OSError", "-1"], proc.stdout
+    assert (cache / "worktrees" / "r" / "own" / "f").read_text() == "x"
+    assert not (cache / "worktrees" / "r" / "other" / "f").exists()
+
+
+@pytest.mark.timeout(300)
+def test_job_code_cannot_change_the_revision_cache_or_read_a_hidden_folder(
+    server: tuple[str, str], tmp_path: Path
+) -> None:
+    """An attack on main after the first fixes: an install step rewrote another revision's
+    worktree, left a hook and a url rewrite in the cached clone (later jobs ran them), and read
+    the admin token from the data dir beside the runner's work dir (``kernelab up``)."""
+    _namespace_or_skip()
+    url, admin = server
+    work_dir, data = tmp_path / "data" / "runner", tmp_path / "data"
+    data.mkdir()
+    (data / "admin-token").write_text("data-dir-secret-123")
+    repo = tmp_path / "repo"
+    make_repo(repo)
+    cache = work_dir / "revisions"
+    tamper = (f"sh -c 'cat {data}/admin-token; cat $(readlink -f /proc/$PPID/cwd)/../../admin-token; "
+              f"for f in {cache}/worktrees/*/*/revpkg/bench.py; do echo PWNED >> $f; done; "
+              f"for g in {cache}/repos/*; do echo \"[url \\\"/evil\\\"]\" >> $g/config; "
+              f"echo \"#!/bin/sh\" > $g/hooks/post-checkout; done; exit 3'")
+    spec = {"name": "tamper", "benchmark": "revpkg.bench:AxpyBenchmark", "params": {"N": 1000},
+            "device": "cpu", "probes": NO_PROBES, "timeout_s": 120,
+            "measurement": {"warmup_ms": 1, "budget_ms": 20, "min_rounds": 2},
+            "baseline": {"variant": "torch", "source": {"repo": str(repo), "ref": "main~2"}},
+            "candidate": {"variant": "torch", "source": {"repo": str(repo), "ref": "slow",
+                                                          "install": [tamper]}}}
+    # another submitter's revision, already in the cache
+    other = RevisionCache(cache).materialise(SourceSpec(repo=str(repo), ref="main"), "baseline",
+                                             allow=AllowList([str(repo)]))
+    before = (other.path / "revpkg" / "bench.py").read_text()
+    with KernelabClient(url, admin) as client:
+        job_id = client.submit(spec).id
+        with Runner(client, "tamper", once=True, work_dir=work_dir, allowed_repos=[str(repo)],
+                    job_hide=[data]) as runner:
+            runner.run()
+        job = client.get_job(job_id)
+    assert job.status == "failed" and job.error is not None
+    assert "data-dir-secret-123" not in job.error and "Read-only file system" in job.error, job.error
+    assert (other.path / "revpkg" / "bench.py").read_text() == before
+    for clone in cache.glob("repos/*"):
+        assert "/evil" not in (clone / "config").read_text()
+        assert not (clone / "hooks" / "post-checkout").exists()
+
+
+@pytest.mark.timeout(180)
+def test_a_token_given_on_the_command_line_leaves_it(server: tuple[str, str], tmp_path: Path) -> None:
+    """``/proc/PID/cmdline`` is readable by every process: the daemon starts again with the token
+    in its (non-dumpable) environment only."""
+    url, admin = server
+    log = tmp_path / "runner.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "runners.cli", "runner", "--server", url, "--token",
+                                 admin, "--name", "argv", "--work-dir", str(tmp_path / "w"), "--poll-s", "1"],
+                                stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        for _ in range(600):
+            if ": serving http" in log.read_text(errors="replace") or proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert proc.poll() is None, log.read_text()
+        cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes().decode()
+        assert admin not in cmdline and "runners.cli" in cmdline and "--name" in cmdline
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, log.read_text()
