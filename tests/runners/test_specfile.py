@@ -100,7 +100,7 @@ def test_a_number_too_long_to_read_cheaply_is_refused_at_its_line(value: str) ->
     start = time.process_time()
     [(line, _, message)] = _problems(HEAD + f"name: x\nmeasurement:\n  seed: {value}\n")
     assert time.process_time() - start < 2.0
-    assert line == 6 and f"(at most {100})" in message
+    assert line == 6 and f"(at most {spec_yaml.MAX_NUMBER_CHARS})" in message
 
 
 def test_numbers_up_to_the_bound_are_read() -> None:
