@@ -29,15 +29,21 @@ no control or non-ASCII character, only RFC 3986 path characters. Percent-encodi
 decoded once, and only for the unreserved characters ``A-Z a-z 0-9 - _ ~`` (RFC 3986 §6.2.2.2:
 encoding them changes nothing); any other escape (``%2e`` for ``.``, ``%2f`` for ``/``, ``%25``
 for ``%``, ``%5c`` for ``\\``, non-ASCII bytes) is refused. A trailing ``/`` and ``.git`` are
-dropped from the last segment.
+dropped from the last segment. A ``.git`` segment (any case, or repeated: ``.git.git``) is refused,
+also where a local path resolves to one: ``/allowed/.git`` is the git directory of the repository
+``/allowed``, not a repository below it.
 
 Patterns (allow-list entries) follow the same rules, plus ``*``, which matches within one path
 segment only (never across ``/``): ``https://github.com/myorg/*`` admits
 ``https://github.com/myorg/x`` but not ``https://github.com/myorg/a/b``. A last segment ``**``
-admits one or more segments: ``https://git.corp/team/**``. Nothing else is special (fnmatch's
-``?`` and ``[...]`` are not used). Path case is kept: ``https://github.com/MyOrg/x`` does not match
-an entry ``https://github.com/myorg/*`` even though GitHub would serve it (a false refusal,
-never a false admission).
+admits one or more segments: ``https://git.corp/team/**``. Neither matches a ``.git`` segment,
+whatever the pattern segment (``*``, ``.*``, ``.g*``). In a host, ``*`` matches host-label
+characters within one label (like a TLS wildcard): the part before the path (scheme, user, host,
+port) is compared as a whole, so ``https://*.corp.example/x/*`` admits neither
+``https://evil@h.corp.example/x/r`` nor ``https://h.corp.example:8443/x/r``. Nothing else is
+special (fnmatch's ``?`` and ``[...]`` are not used). Path case is kept:
+``https://github.com/MyOrg/x`` does not match an entry ``https://github.com/myorg/*`` even though
+GitHub would serve it (a false refusal, never a false admission).
 """
 
 from __future__ import annotations
