@@ -14,7 +14,14 @@ Limits (a real spec has a handful of aliases, nesting of 4 and a few thousand no
 * ``MAX_ALIASES`` aliases (``*name``) in the file;
 * ``MAX_DEPTH`` levels of nested collections (PyYAML composes recursively: a 5,000-deep ``[[[...``
   would otherwise end in a ``RecursionError``);
-* ``MAX_EXPANDED_NODES`` nodes in the tree with every alias expanded.
+* ``MAX_EXPANDED_NODES`` nodes in the tree with every alias expanded;
+* ``MAX_NUMBER_CHARS`` characters in a scalar read as an int, a float or a timestamp (plain or
+  with an explicit ``!!int``/``!!float``/``!!timestamp`` tag). Turning text into a number can cost
+  more than linear time: YAML 1.1's base-60 ints (``1:59:59``, which YAML 1.2 dropped) are summed
+  as ever larger integers (a 900 KB ``seed: 1:59:59:...`` took 15 s), and a long decimal is
+  quadratic where Python's ``int_max_str_digits`` guard is off. 100 is four times the longest
+  float ``repr`` (24 characters, ``-2.2250738585072014e-308``) and five times a 64-bit int's 20
+  digits, room for ``_`` separators; a longer one is refused, whatever its base, at its line.
 """
 
 from __future__ import annotations
@@ -26,6 +33,8 @@ import yaml
 MAX_ALIASES = 256
 MAX_DEPTH = 64
 MAX_EXPANDED_NODES = 100_000
+MAX_NUMBER_CHARS = 100
+_NUMERIC_TAGS = frozenset(f"tag:yaml.org,2002:{t}" for t in ("int", "float", "timestamp"))
 
 
 class YAMLLimitError(Exception):
@@ -70,11 +79,24 @@ class BoundedLoader(yaml.SafeLoader):
         return super().compose_node(parent, index)
 
     def construct_object(self, node: Any, deep: bool = False) -> Any:  # PyYAML's hook
-        """PyYAML's, with a plain ``ValueError``/``TypeError`` of a constructor (``!!int "x"``)
-        turned into a ``ConstructorError`` at the node's line."""
+        """PyYAML's, refusing a number or timestamp scalar longer than ``MAX_NUMBER_CHARS``, and
+        with a plain error of a constructor (``!!int "x"``: ``ValueError``; ``!!bool maybe``:
+        ``KeyError``; ``!!timestamp x``: ``AttributeError``) turned into a ``ConstructorError`` at
+        the node's line."""
+        if (
+            isinstance(node, yaml.ScalarNode)
+            and node.tag in _NUMERIC_TAGS
+            and len(node.value) > MAX_NUMBER_CHARS
+        ):
+            kind = node.tag.rsplit(":", 1)[-1]
+            raise yaml.constructor.ConstructorError(
+                None, None,
+                f"a {len(node.value)}-character {kind} (at most {MAX_NUMBER_CHARS}): write it out shorter",
+                node.start_mark,
+            )  # fmt: skip
         try:
             return super().construct_object(node, deep)
-        except (ValueError, TypeError) as exc:
+        except (ValueError, TypeError, LookupError, AttributeError) as exc:
             raise yaml.constructor.ConstructorError(None, None, str(exc), node.start_mark) from exc
 
 

@@ -29,15 +29,21 @@ no control or non-ASCII character, only RFC 3986 path characters. Percent-encodi
 decoded once, and only for the unreserved characters ``A-Z a-z 0-9 - _ ~`` (RFC 3986 §6.2.2.2:
 encoding them changes nothing); any other escape (``%2e`` for ``.``, ``%2f`` for ``/``, ``%25``
 for ``%``, ``%5c`` for ``\\``, non-ASCII bytes) is refused. A trailing ``/`` and ``.git`` are
-dropped from the last segment.
+dropped from the last segment. A ``.git`` segment (any case, or repeated: ``.git.git``) is refused,
+also where a local path resolves to one: ``/allowed/.git`` is the git directory of the repository
+``/allowed``, not a repository below it.
 
 Patterns (allow-list entries) follow the same rules, plus ``*``, which matches within one path
 segment only (never across ``/``): ``https://github.com/myorg/*`` admits
 ``https://github.com/myorg/x`` but not ``https://github.com/myorg/a/b``. A last segment ``**``
-admits one or more segments: ``https://git.corp/team/**``. Nothing else is special (fnmatch's
-``?`` and ``[...]`` are not used). Path case is kept: ``https://github.com/MyOrg/x`` does not match
-an entry ``https://github.com/myorg/*`` even though GitHub would serve it (a false refusal,
-never a false admission).
+admits one or more segments: ``https://git.corp/team/**``. Neither matches a ``.git`` segment,
+whatever the pattern segment (``*``, ``.*``, ``.g*``). In a host, ``*`` matches host-label
+characters within one label (like a TLS wildcard): the part before the path (scheme, user, host,
+port) is compared as a whole, so ``https://*.corp.example/x/*`` admits neither
+``https://evil@h.corp.example/x/r`` nor ``https://h.corp.example:8443/x/r``. Nothing else is
+special (fnmatch's ``?`` and ``[...]`` are not used). Path case is kept:
+``https://github.com/MyOrg/x`` does not match an entry ``https://github.com/myorg/*`` even though
+GitHub would serve it (a false refusal, never a false admission).
 """
 
 from __future__ import annotations
@@ -55,6 +61,7 @@ _LABEL = r"[a-z0-9*](?:[a-z0-9*-]*[a-z0-9*])?"
 _HOST = re.compile(rf"^{_LABEL}(?:\.{_LABEL})*$|^\[[0-9a-f:.]+\]$")
 _PCHAR = re.compile(r"^[A-Za-z0-9._~!$&'()*+,;=:@-]*$")  # RFC 3986 pchar, escapes decoded
 _ESCAPE = re.compile(r"%(..)")
+_GIT_DIR = re.compile(r"(?:\.git)+", re.IGNORECASE)  # .git, .GIT, .git.git: see _refuse_git_dir
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_~")
 
 
@@ -112,15 +119,62 @@ def transport(canonical: str) -> str:
     return "file" if canonical.startswith("/") else "ssh"
 
 
+_HOST_GLOB = "[a-z0-9-]*"
+"""What ``*`` in an entry's host matches: host-label characters of a canonical (lower-case) host,
+so never a ``.`` (one label only), an ``@`` (a user name) or a ``:`` (a port or scp path)."""
+_NOT_GIT_DIR = r"(?!(?i:(?:\.git)+)(?:/|\Z))"
+"""Put before a glob segment: it never matches a ``.git`` segment (a repository's own git
+directory is that repository, not one below it), in any case (a case-insensitive file system) or
+repeated (``.git.git`` loses one ``.git`` as a last segment)."""
+
+
 def matches(canonical: str, entry: str) -> bool:
-    """Whether the canonical address ``canonical`` matches the canonical entry ``entry``: equal,
-    segment by segment, where ``*`` matches within one segment and a last ``**`` one or more."""
-    parts = entry.split("/")
+    """Whether the canonical address ``canonical`` matches the canonical entry ``entry``.
+
+    The part before the path (scheme, user, host, port) is equal, where ``*`` in the host matches
+    host-label characters only (``_HOST_GLOB``); the path is equal segment by segment, where ``*``
+    matches within one segment and a last ``**`` one or more segments, and neither matches a
+    ``.git`` segment (``_NOT_GIT_DIR``)."""
+    head, path = _split_path(entry)
+    address_head, address_path = _split_path(canonical)
+    if not re.fullmatch(re.escape(head).replace(r"\*", _HOST_GLOB), address_head):
+        return False
+    parts = path.split("/")
     tail = ""
     if parts[-1] == "**":
-        parts, tail = parts[:-1], "(?:/[^/]+)+"
-    regex = "/".join(re.escape(p).replace(r"\*", "[^/]*") for p in parts) + tail
-    return re.fullmatch(regex, canonical) is not None
+        parts, tail = parts[:-1], f"(?:/{_NOT_GIT_DIR}[^/]+)+"
+    regex = "/".join(_segment_regex(p) for p in parts) + tail
+    return re.fullmatch(regex, address_path) is not None
+
+
+def _segment_regex(segment: str) -> str:
+    if "*" not in segment:
+        return re.escape(segment)
+    return _NOT_GIT_DIR + re.escape(segment).replace(r"\*", "[^/]*")
+
+
+def _split_path(canonical: str) -> tuple[str, str]:
+    """``(head, path)`` of a canonical address or entry: ``scheme://authority`` and the path from
+    its ``/``; ``[user@]host:`` and the rest for scp-like; ``""`` and the path for a local one."""
+    match = _SCHEME.match(canonical)
+    if match:
+        slash = canonical.find("/", match.end())
+        slash = len(canonical) if slash < 0 else slash
+        return canonical[:slash], canonical[slash:]
+    if address_kind(canonical) == "scp":
+        colon = canonical.index(":") + 1
+        return canonical[:colon], canonical[colon:]
+    return "", canonical
+
+
+def _refuse_git_dir(segments: list[str]) -> None:
+    """``RepoAddressError`` for a ``.git`` segment (any case, or repeated): that is the git directory of the
+    repository above it, which a pattern for the repositories below would otherwise admit."""
+    for seg in segments:
+        if _GIT_DIR.fullmatch(seg):
+            raise RepoAddressError(
+                f"a {seg!r} segment in the repository path: name the repository, not its git directory"
+            )
 
 
 def _decode_once(path: str) -> str:
@@ -158,6 +212,7 @@ def _segments(path: str, *, pattern: bool, keep_git: bool = False) -> list[str]:
         segments[-1] = segments[-1][:-4]
         if segments[-1].endswith("."):
             raise RepoAddressError(f"the path segment {segments[-1]!r}.git ends with a dot")
+    _refuse_git_dir(segments)
     return segments
 
 
@@ -244,6 +299,7 @@ def _local(text: str, *, pattern: bool, resolve: bool, absolute: bool = False) -
                 raise RepoAddressError("a '..' segment in the repository path: give the absolute path")
             if seg.endswith(".") and seg != ".":
                 raise RepoAddressError(f"the path segment {seg!r} ends with a dot")
+    _refuse_git_dir(raw)
     if not resolve:
         return text
     first_glob = next((i for i, seg in enumerate(raw) if "*" in seg), len(raw))
@@ -253,6 +309,7 @@ def _local(text: str, *, pattern: bool, resolve: bool, absolute: bool = False) -
         raise RepoAddressError("'.' or '..' after a '*' in an allow-list entry")
     if rest and "**" in rest[:-1]:
         raise RepoAddressError("'**' is only allowed as the last segment of an allow-list entry")
+    _refuse_git_dir(base.split("/"))  # a symlink, or '..' in an entry, may resolve to one
     return "/".join([base.rstrip("/"), *rest]) if rest else base
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from runners.revisions import GIT_SAFETY, AllowList, RevisionCache, RevisionError, normalize_repo
-from service.repo_address import RepoAddressError, canonical_repo
+from service.repo_address import RepoAddressError, canonical_repo, matches
 from service.schemas import SourceSpec
 from tests.e2e.revision_repo import _git, make_repo
 
@@ -89,6 +89,55 @@ def test_star_matches_within_one_segment() -> None:
     assert allow.allows("https://git.corp/team/a/b/c") and not allow.allows("https://git.corp/team")
     with pytest.raises(RevisionError, match="allow-list entry .* is refused"):
         AllowList(["https://github.com/myorg/../*"])
+
+
+GIT_DIRS = [
+    "https://github.com/myorg/.git", "https://github.com/myorg/.git/", "https://github.com/myorg/.GIT",
+    "https://github.com/myorg/.git.git", "https://github.com/myorg/%2Egit", "git@github.com:myorg/.git",
+    "ssh://git@github.com/myorg/.Git", "https://git.corp/team/.git/x", "https://git.corp/team/x/.git",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("repo", GIT_DIRS)
+def test_a_git_directory_segment_is_refused_not_matched_by_a_star(repo: str) -> None:
+    # '<dir>/.git' is the repository <dir> itself: '<dir>/*' must not admit it.
+    assert not AllowList(ENTRIES).allows(repo)
+    with pytest.raises(RepoAddressError):
+        canonical_repo(repo, resolve=False)
+
+
+@pytest.mark.parametrize("entry", ["https://h/o/*", "https://h/o/.*", "https://h/o/.g*", "https://h/o/*t",
+                                   "https://h/o/**", "https://h/**"])  # fmt: skip
+def test_no_glob_segment_matches_a_git_directory_even_given_one(entry: str) -> None:
+    # The matcher holds by itself, for canonical forms that reach it by another road.
+    for address in ("https://h/o/.git", "https://h/o/.GIT", "https://h/o/.git.git", "https://h/o/.git/x"):
+        assert not matches(address, entry), (address, entry)
+    assert matches("https://h/o/.gitignore-t", entry)  # a name that only starts with .git is a name
+
+
+def test_a_host_glob_matches_host_label_characters_only() -> None:
+    allow = AllowList(["https://*.corp.example/team/*", "git@*.corp.example:team/*", "https://git.*/t/*"])
+    assert allow.allows("https://x.corp.example/team/r") and allow.allows("git@x.corp.example:team/r")
+    for repo in ("https://evil@x.corp.example/team/r",  # a user name is not part of the host
+                 "https://evil@corp.example/team/r", "evil@x.corp.example:team/r",
+                 "https://a.b.corp.example/team/r",  # one label, like a TLS wildcard
+                 "https://x.corp.example:8443/team/r",  # nor a port
+                 "https://git.corp:8443/t/r", "https://git.a.b/t/r"):  # fmt: skip
+        assert not allow.allows(repo), repo
+    assert not matches("https://evil@x.corp.example/team/r", "https://*x.corp.example/team/*")
+
+
+def test_local_git_directories_are_refused(tmp_path: Path) -> None:
+    allowed = tmp_path / "allowed"
+    make_repo(allowed)
+    make_repo(allowed / "child")
+    (allowed / "link").symlink_to(allowed / ".git")
+    allow = AllowList([f"{allowed}/*", f"file://{allowed}/*", f"{allowed}/**"])
+    for repo in (f"{allowed}/.git", f"file://{allowed}/.git", f"{allowed}/link", f"{allowed}/.GIT"):
+        assert not allow.allows(repo), repo
+    with pytest.raises(RepoAddressError, match="git directory"):
+        canonical_repo(f"{allowed}/link")
+    assert allow.allows(f"{allowed}/child") and allow.allows(str(allowed / "child" / "revpkg"))
 
 
 def test_local_paths_resolve_symlinks_before_matching(tmp_path: Path) -> None:

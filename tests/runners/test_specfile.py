@@ -80,3 +80,36 @@ def test_aliases_that_nest_deep_once_expanded_are_an_error() -> None:
 def test_values_pyyaml_cannot_construct_are_errors_at_their_line(value: str, fragment: str) -> None:
     [(line, _, message)] = _problems(HEAD + f"name: x\nparams: {{p: {value}}}\n")
     assert line == 5 and fragment in message
+
+
+def _sexagesimal(groups: int) -> str:
+    return "1" + ":59" * groups
+
+
+@pytest.mark.parametrize("value", [
+    _sexagesimal(300_000),  # YAML 1.1 base 60: summed as ever larger ints (15 s on main)
+    "1" * 200_000,  # decimal: quadratic where int_max_str_digits is off
+    "0x" + "f" * 200_000,
+    "1." + "5" * 200_000,
+    f"!!int '{_sexagesimal(300_000)}'",  # an explicit tag is resolved the same way
+    "2001-12-14 21:59:43." + "1" * 200_000,  # timestamp
+])  # fmt: skip
+def test_a_number_too_long_to_read_cheaply_is_refused_at_its_line(value: str) -> None:
+    import time
+
+    start = time.process_time()
+    [(line, _, message)] = _problems(HEAD + f"name: x\nmeasurement:\n  seed: {value}\n")
+    assert time.process_time() - start < 2.0
+    assert line == 6 and f"(at most {spec_yaml.MAX_NUMBER_CHARS})" in message
+
+
+def test_numbers_up_to_the_bound_are_read() -> None:
+    spec = parse_spec(HEAD + "measurement: {seed: 1_000_000_007}\nname: x\n", PATH, check_benchmark=False)
+    assert spec.measurement.seed == 1_000_000_007
+    assert len("-2.2250738585072014e-308") < spec_yaml.MAX_NUMBER_CHARS
+
+
+@pytest.mark.parametrize("value", ["!!bool maybe", "!!timestamp x"])
+def test_tagged_values_of_the_wrong_form_are_errors_at_their_line(value: str) -> None:
+    [(line, _, message)] = _problems(HEAD + f"name: x\nparams: {{p: {value}}}\n")
+    assert line == 5 and message.startswith("cannot read a value")
