@@ -63,6 +63,16 @@ class Settings(BaseSettings):
         description="a connection whose request line and headers have not arrived within this many "
         "seconds is closed (idle and slowloris connections: service.connection_guard)",
     )
+    body_timeout_s: float = Field(
+        default=10.0, gt=0, le=300,
+        description="while a request body is arriving, each window of this many seconds must bring at "
+        "least KERNELAB_BODY_MIN_BYTES of it, or the connection is closed (slow bodies: "
+        "service.connection_guard)",
+    )
+    body_min_bytes: int = Field(
+        default=16 * 1024, ge=1, le=1 << 30,
+        description="bytes of a request body that must arrive per KERNELAB_BODY_TIMEOUT_S window",
+    )
     downloads_per_client: int = Field(
         default=4, ge=1, le=1000,
         description="raw-sample downloads one token may run at once per server process (more: 429)",
