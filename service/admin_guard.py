@@ -33,8 +33,10 @@ def take_write_lock(session: Session, token_id: int) -> None:
     PostgreSQL path locks rows with ``FOR UPDATE``). Does not commit."""
     if session.get_bind().dialect.name != "sqlite":
         return
-    table = models.Token.__table__
-    session.execute(update(table).where(table.c.id == token_id).values(id=table.c.id))
+    session.execute(
+        update(models.Token).where(models.Token.id == token_id).values(id=models.Token.id)
+        .execution_options(synchronize_session=False)
+    )
 
 
 def other_live_admins(session: Session, token_id: int) -> int:

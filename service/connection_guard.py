@@ -111,8 +111,8 @@ class GuardedH11Protocol(H11Protocol):
         if self.transport.is_closing() or not self._body_pending():
             return
         if self._body_bytes < self.body_min_bytes and not self.flow.read_paused:
-            self.logger.warning("closed a connection whose request body arrived too slowly: %d bytes in %.1f s "
-                                "(at least %d are needed)", self._body_bytes, self.body_timeout_s,
+            self.logger.warning("closed a connection whose request body arrived too slowly: %d bytes in "
+                                "%.1f s (at least %d are needed)", self._body_bytes, self.body_timeout_s,
                                 self.body_min_bytes)  # fmt: skip
             self.transport.close()
             return

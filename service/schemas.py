@@ -384,11 +384,11 @@ class CorrectnessSpec(_Strict):
     """Correctness checks against the benchmark's higher-precision reference."""
 
     enabled: bool = True
-    rtol: Annotated[float, AfterValidator(lambda v, info: _float_within(v, 0.0, MAX_RTOL, info))] | None = Field(
-        default=None, gt=0, description="None: dtype-aware default; at most 1 (MAX_RTOL)"
+    rtol: Annotated[float, AfterValidator(lambda v, info: _float_within(v, 0.0, MAX_RTOL, info))] | None = (
+        Field(default=None, gt=0, description="None: dtype-aware default; at most 1 (MAX_RTOL)")
     )
-    atol: Annotated[float, AfterValidator(lambda v, info: _float_within(v, 0.0, MAX_ATOL, info))] | None = Field(
-        default=None, ge=0, description="None: dtype-aware default; at most 1e6 (MAX_ATOL)"
+    atol: Annotated[float, AfterValidator(lambda v, info: _float_within(v, 0.0, MAX_ATOL, info))] | None = (
+        Field(default=None, ge=0, description="None: dtype-aware default; at most 1e6 (MAX_ATOL)")
     )
     # Checks of runners.checks (issue 5); each is off or minimal by default.
     repeats: int = Field(
@@ -438,7 +438,8 @@ def _float_within(value: float, low: float, high: float, info: ValidationInfo) -
         raise PydanticCustomError("greater_than_equal", "Input should be greater than or equal to {ge}",
                                   {"ge": low})
     if at_door(info) and value > high:
-        raise PydanticCustomError("less_than_equal", "Input should be less than or equal to {le}", {"le": high})
+        raise PydanticCustomError("less_than_equal", "Input should be less than or equal to {le}",
+                                  {"le": high})
     return value
 
 

@@ -53,6 +53,11 @@ class Settings(BaseSettings):
     max_request_bytes: int = Field(
         default=64 * 1024 * 1024, ge=1024, description="larger request bodies are refused with 413"
     )
+    max_spec_bytes: int = Field(
+        default=4 * 1024 * 1024, ge=1024, le=64 * 1024 * 1024,
+        description="larger job specs (POST /api/v1/jobs) are refused with 413 before they are decoded "
+        "(service.api.spec_body)",
+    )
     max_connections: int = Field(
         default=1000, ge=1, le=1_000_000,
         description="open connections per server process; more are answered 503 and closed at once "

@@ -35,8 +35,9 @@ TOKEN = "slow-body-admin-token-0123456789abcdef"
 def server(tmp_path: Path) -> Iterator[int]:
     port = free_port()
     log_path = tmp_path / "server.log"
-    env = {**os.environ, "KERNELAB_DATABASE_URL": f"sqlite:///{tmp_path / 'k.db'}", "KERNELAB_ADMIN_TOKEN": TOKEN,
-           "KERNELAB_MAX_CONNECTIONS": str(LIMIT), "KERNELAB_BODY_TIMEOUT_S": str(WINDOW_S)}  # fmt: skip
+    env = {**os.environ, "KERNELAB_DATABASE_URL": f"sqlite:///{tmp_path / 'k.db'}",
+           "KERNELAB_ADMIN_TOKEN": TOKEN, "KERNELAB_MAX_CONNECTIONS": str(LIMIT),
+           "KERNELAB_BODY_TIMEOUT_S": str(WINDOW_S)}  # fmt: skip
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "runners.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],

@@ -258,7 +258,8 @@ def test_tolerances_and_input_scale_are_bounded_at_the_door(api, correctness, lo
 def test_the_bounds_of_tolerances_and_input_scale_are_accepted(api) -> None:  # type: ignore[no-untyped-def]
     from service.schemas import STORED, CorrectnessSpec
 
-    for correctness in ({"input_scale": 2.0**10, "rtol": 1.0, "atol": 1e6}, {"input_scale": 2.0**-10, "atol": 0}):
+    bounds = ({"input_scale": 2.0**10, "rtol": 1.0, "atol": 1e6}, {"input_scale": 2.0**-10, "atol": 0})
+    for correctness in bounds:
         r = _post(api, spec_dict(correctness=correctness))
         assert r.status_code == 201, r.text
     # a spec stored before the bounds still reads back (door-only bounds)

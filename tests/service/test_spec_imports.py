@@ -110,7 +110,8 @@ def test_kernelab_validate_reports_them_as_file_line_exit_2(
     programs: Path, tmp_path: Path, ref: str, fragment: str
 ) -> None:
     spec = tmp_path / "spec.yaml"
-    spec.write_text(f'benchmark: "{ref}"\nbaseline: {{variant: a}}\ncandidate: {{variant: b}}\n', encoding="utf-8")
+    text = f'benchmark: "{ref}"\nbaseline: {{variant: a}}\ncandidate: {{variant: b}}\n'
+    spec.write_text(text, encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(programs.parent), *sys.path])}
     done = subprocess.run([sys.executable, "-m", "runners.cli", "validate", str(spec)], env=env,
                           capture_output=True, text=True, timeout=60, cwd=tmp_path)  # fmt: skip
