@@ -24,6 +24,7 @@ from fastapi import HTTPException, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.routing import APIRoute
 from pydantic import ValidationError, ValidatorFunctionWrapHandler, WrapValidator
+from pydantic_core import InitErrorDetails
 
 from service.schemas import JobSpec
 
@@ -41,9 +42,23 @@ class _RawSpec:
         self.error: ValidationError | None = None
 
 
+def _validate_bytes(data: bytes) -> JobSpec:
+    """``JobSpec.model_validate_json(data)``; a body that is not JSON at all raises a
+    ``json_invalid`` error that does not echo the body (bytes, perhaps not UTF-8) as its input."""
+    try:
+        return JobSpec.model_validate_json(data)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False)
+        if any(e["type"] != "json_invalid" for e in errors):
+            raise
+        ctx = errors[0].get("ctx", {})
+        line = InitErrorDetails(type="json_invalid", loc=(), input="", ctx={"error": ctx.get("error", "")})
+        raise ValidationError.from_exception_data("JobSpec", [line]) from None
+
+
 def _validate_into(raw: _RawSpec) -> None:
     try:
-        raw.parsed = JobSpec.model_validate_json(raw.data)
+        raw.parsed = _validate_bytes(raw.data)
     except ValidationError as exc:
         raw.error = exc
 

@@ -43,9 +43,10 @@ def test_a_spec_body_is_validated_off_the_event_loop(api, monkeypatch: pytest.Mo
     assert api.client.post("/api/v1/jobs", json=spec_dict(), headers=api.admin).status_code == 201
     bad = api.client.post("/api/v1/jobs", json=spec_dict(benchmark=".x:y"), headers=api.admin)
     assert bad.status_code == 422 and [e["loc"] for e in bad.json()["detail"]] == [["body", "benchmark"]]
-    junk = api.client.post("/api/v1/jobs", content=b"{not json",
+    junk = api.client.post("/api/v1/jobs", content=b"\xb9{not json",
                            headers={**api.admin, "content-type": "application/json"})  # fmt: skip
-    assert junk.status_code == 422 and junk.json()["detail"][0]["type"] == "json_invalid"
+    assert junk.status_code == 422 and junk.json()["detail"][0]["type"] == "json_invalid"  # not UTF-8 either
+    assert junk.json()["detail"][0]["input"] == ""
     assert len(seen) == 3 and not any(seen), seen
 
 
