@@ -54,7 +54,7 @@ class Settings(BaseSettings):
         default=64 * 1024 * 1024, ge=1024, description="larger request bodies are refused with 413"
     )
     max_spec_bytes: int = Field(
-        default=4 * 1024 * 1024, ge=1024, le=64 * 1024 * 1024,
+        default=1024 * 1024, ge=1024, le=64 * 1024 * 1024,
         description="larger job specs (POST /api/v1/jobs) are refused with 413 before they are decoded "
         "(service.api.spec_body)",
     )

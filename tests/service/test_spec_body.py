@@ -1,6 +1,6 @@
 """Issue 15 attack, finding 4: a 44 MB spec of 2,000,000 keys froze the server for ~10 s (FastAPI
 decoded and validated it on the event loop). Specs are now at most ``KERNELAB_MAX_SPEC_BYTES``
-(4 MiB; 413 before decoding) and validated from their bytes in a worker thread
+(1 MiB; 413 before decoding) and validated from their bytes in a worker thread
 (``service.api.spec_body``)."""
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def test_a_spec_body_is_validated_off_the_event_loop(api, monkeypatch: pytest.Mo
 def test_a_spec_over_the_limit_is_a_413_before_it_is_decoded(api, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     decoded: list[int] = []
     monkeypatch.setattr(JobSpec, "model_validate_json", lambda data, *a, **k: decoded.append(len(data)))
-    body = _key_bomb(2 * DEFAULT_MAX_SPEC_BYTES)  # ~8 MiB, ~560k keys; the attack's was 44 MB
+    body = _key_bomb(2 * DEFAULT_MAX_SPEC_BYTES)  # ~2 MiB, ~140k keys; the attack's was 44 MB
     headers = {**api.admin, "content-type": "application/json"}
     declared = api.client.post("/api/v1/jobs", content=body, headers=headers)
     assert declared.status_code == 413, declared.text
@@ -63,3 +63,17 @@ def test_a_spec_over_the_limit_is_a_413_before_it_is_decoded(api, monkeypatch: p
     assert streamed.status_code == 413, streamed.text
     assert decoded == []
     assert api.client.get("/api/v1/jobs", headers=api.admin).json()["count"] == 0
+
+
+def test_a_key_bomb_within_the_limit_is_a_short_422(api) -> None:  # type: ignore[no-untyped-def]
+    body = _key_bomb(DEFAULT_MAX_SPEC_BYTES - 1024)  # ~70k keys: one extra_forbidden error each
+    headers = {**api.admin, "content-type": "application/json"}
+    r = api.client.post("/api/v1/jobs", content=body, headers=headers)
+    assert r.status_code == 422, r.text[:300]
+    detail = r.json()["detail"]
+    assert len(detail) <= 50 and len(r.content) < 64 * 1024
+    assert ["body", "benchmark"] in [e["loc"] for e in detail]
+    n_keys = body.count(b":")
+    assert detail[-1]["type"] == "too_many_errors"
+    more = n_keys + 3 - (len(detail) - 1)  # one per key, + 3 missing fields, less those shown
+    assert detail[-1]["msg"] == f"{more} more errors not shown"
