@@ -181,7 +181,9 @@ def _instantiate(obj: Any, ref: str) -> Benchmark[Any]:
         raise BenchmarkError(f"{ref!r} is an abstract benchmark class (it does not define {missing})")
     try:
         bench = obj()
-    except Exception as exc:  # user code: any failure is the spec's benchmark failing to load
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # user code: any failure (SystemExit too) is the benchmark failing to load
         raise BenchmarkError(f"{ref!r} cannot be constructed: {_one_line(exc)}") from exc
     return _declared(bench, ref)
 
@@ -240,17 +242,20 @@ def load_object(ref: str) -> Any:
 
     Raises ``BenchmarkError`` naming the reference when it is not of that form (dotted Python
     identifiers on both sides, ``service.schemas.BENCHMARK_OBJECT_REF``: no relative import, no
-    empty segment), when the module cannot be imported (any exception its import raises, e.g. a
-    ``SyntaxError`` or a ``RuntimeError`` of its own, is reported on one line), or when it lacks
-    the attribute.
+    empty segment; no ``__main__`` module, none of the standard library:
+    ``service.schemas.benchmark_ref_problem``), when the module cannot be imported (any exception
+    its import raises but ``KeyboardInterrupt``, e.g. a ``SyntaxError``, a ``RuntimeError`` of its
+    own or a ``SystemExit``, is reported on one line), or when it lacks the attribute.
     """
-    if not BENCHMARK_OBJECT_REF.match(ref):
-        problem = benchmark_ref_problem(ref) or f"{ref[:100]!r} is not of the form 'module:object'"
-        raise BenchmarkError(problem)
+    problem = benchmark_ref_problem(ref)
+    if problem is not None or not BENCHMARK_OBJECT_REF.match(ref):
+        raise BenchmarkError(problem or f"{ref[:100]!r} is not of the form 'module:object'")
     module_name, _, attr = ref.partition(":")
     try:
         module = importlib.import_module(module_name)
-    except Exception as exc:  # user code runs on import: any failure is "cannot import"
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # user code runs on import: any failure (SystemExit too) is "cannot import"
         raise BenchmarkError(f"cannot import module {module_name!r}: {_one_line(exc)}") from exc
     obj: Any = module
     for part in attr.split("."):
@@ -279,7 +284,9 @@ def get_benchmark(ref: str) -> Benchmark[Any]:
         raise BenchmarkError(f"unknown benchmark {ref!r}; known: {known}")
     try:
         obj = ep.load()
-    except Exception as exc:  # the distribution's code runs on import
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # the distribution's code runs on import (SystemExit too)
         raise BenchmarkError(f"benchmark {ref!r} failed to import: {_one_line(exc)}") from exc
     return _instantiate(obj, ref)
 
@@ -349,9 +356,9 @@ def _validate_sourced(spec: JobSpec) -> list[dict[str, Any]]:
     """
     ref = spec.benchmark
     if ":" in ref:
-        if BENCHMARK_OBJECT_REF.match(ref):
-            return []
         msg = benchmark_ref_problem(ref) or ""
+        if not msg and BENCHMARK_OBJECT_REF.match(ref):
+            return []
     elif ref in _BUILTINS:
         return []
     else:

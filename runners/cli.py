@@ -728,7 +728,8 @@ def serve(
 
     server.run(workers=workers, host=host, port=port, log_level=settings.log_level.lower(),
                timeout_keep_alive=KEEP_ALIVE_S, max_connections=settings.max_connections,
-               header_timeout_s=settings.header_timeout_s, **extra)  # fmt: skip
+               header_timeout_s=settings.header_timeout_s, body_timeout_s=settings.body_timeout_s,
+               body_min_bytes=settings.body_min_bytes, **extra)  # fmt: skip
 
 
 @app.command()

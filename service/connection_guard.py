@@ -14,9 +14,16 @@ request arrives, so a connection that sends nothing is never refused or closed.
 * **Request-head timeout** (``header_timeout_s``): a connection whose request line and headers
   have not all arrived within that many seconds of its first byte (or of its opening) is closed,
   whether it sends nothing or trickles bytes (slowloris). Idle keep-alive connections stay under
-  uvicorn's ``timeout_keep_alive``. A slow request *body* is not timed here.
+  uvicorn's ``timeout_keep_alive``.
+* **Request-body floor rate** (``body_timeout_s``, ``body_min_bytes``): while a request's body is
+  still arriving, every ``body_timeout_s`` seconds at least ``body_min_bytes`` more of it must have
+  arrived, or the connection is closed (the app's ``receive`` then reports a disconnect). Issue 15
+  attack, finding 5: with ``KERNELAB_MAX_CONNECTIONS=50``, 60 sockets that sent the head of
+  ``POST /login`` with ``Content-Length: 4000`` and then one byte every 5 s held every connection,
+  without a token, and ``/healthz`` answered 503 throughout. A window in which uvicorn has paused
+  reading (the app has not taken the bytes it has) does not count against the client.
 
-Selected with ``uvicorn.Config(http="service.connection_guard:GuardedH11Protocol")``; the two
+Selected with ``uvicorn.Config(http="service.connection_guard:GuardedH11Protocol")``; the four
 numbers are attributes of the config (``service.serve.ServeConfig``).
 """
 
@@ -28,6 +35,11 @@ from typing import Any
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 DEFAULT_HEADER_TIMEOUT_S = 10.0  # a request head takes well under a second on any real link
+DEFAULT_BODY_TIMEOUT_S = 10.0  # the floor rate's window, seconds
+DEFAULT_BODY_MIN_BYTES = 16 * 1024
+"""Bytes a body still arriving must bring per ``DEFAULT_BODY_TIMEOUT_S`` window: 1.6 KiB/s, far
+below any link a runner or a browser posts on (a 64 MiB body at that floor takes 11 hours), and
+more than the sign-in form's whole 4 KiB, so an unauthenticated body gets one window at most."""
 BUSY_RETRY_AFTER_S = 1  # Retry-After of the 503 past the connection limit, seconds
 _BUSY_BODY = b"the server has too many open connections; retry shortly\n"
 BUSY_RESPONSE = (
@@ -38,15 +50,21 @@ BUSY_RESPONSE = (
 
 
 class GuardedH11Protocol(H11Protocol):
-    """``H11Protocol`` plus the connection limit and request-head timeout of the module doc."""
+    """``H11Protocol`` plus the connection limit, request-head timeout and body floor rate of the
+    module doc."""
 
     def __init__(self, config: Any, server_state: Any, app_state: dict[str, Any],
                  _loop: asyncio.AbstractEventLoop | None = None) -> None:  # fmt: skip
         super().__init__(config, server_state, app_state, _loop)
         self.max_connections: int | None = getattr(config, "max_connections", None)
         self.header_timeout_s: float = getattr(config, "header_timeout_s", DEFAULT_HEADER_TIMEOUT_S)
+        self.body_timeout_s: float = getattr(config, "body_timeout_s", DEFAULT_BODY_TIMEOUT_S)
+        self.body_min_bytes: int = getattr(config, "body_min_bytes", DEFAULT_BODY_MIN_BYTES)
         self._head_timer: asyncio.TimerHandle | None = None
         self._head_cycle: object | None = None
+        self._body_timer: asyncio.TimerHandle | None = None
+        self._body_cycle: object | None = None
+        self._body_bytes = 0  # bytes received since the body window began
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
         super().connection_made(transport)  # type: ignore[arg-type]
@@ -72,13 +90,46 @@ class GuardedH11Protocol(H11Protocol):
         if not self.transport.is_closing():
             self.transport.close()
 
+    def _body_pending(self) -> bool:
+        """Whether the body of the request whose window runs is still arriving."""
+        cycle = self.cycle
+        return cycle is not None and cycle is self._body_cycle and bool(cycle.more_body) \
+            and not cycle.response_complete
+
+    def _arm_body(self) -> None:
+        self._body_cycle = self.cycle
+        self._body_bytes = 0
+        self._body_timer = self.loop.call_later(self.body_timeout_s, self._body_window_ended)
+
+    def _disarm_body(self) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def _body_window_ended(self) -> None:
+        self._body_timer = None
+        if self.transport.is_closing() or not self._body_pending():
+            return
+        if self._body_bytes < self.body_min_bytes and not self.flow.read_paused:
+            self.logger.warning("closed a connection whose request body arrived too slowly: %d bytes in "
+                                "%.1f s (at least %d are needed)", self._body_bytes, self.body_timeout_s,
+                                self.body_min_bytes)  # fmt: skip
+            self.transport.close()
+            return
+        self._arm_body()
+
     def data_received(self, data: bytes) -> None:
         if self._head_timer is None and (self.cycle is None or self.cycle.response_complete):
             self._arm()  # the first bytes of the next request on a kept-alive connection
+        self._body_bytes += len(data)
         super().data_received(data)
         if self._head_timer is not None and self.cycle is not self._head_cycle:
             self._disarm()  # a request's head arrived whole: the app has it now
+            self._disarm_body()
+            if self.cycle is not None and self.cycle.more_body:
+                self._arm_body()  # its body is still to come
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        self._disarm_body()
         super().connection_lost(exc)

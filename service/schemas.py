@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Any, ClassVar, Literal
@@ -144,6 +145,23 @@ MAX_SEED = 2**62
 """Largest ``seed``: the seeds the runner derives from it (``seed + i``, ``seed + 7919 (k + 1)``)
 stay within int64, which ``torch.Generator.manual_seed`` takes."""
 
+MAX_RTOL = 1.0
+"""Largest ``correctness.rtol``: at ``rtol = 1`` an output of all zeros already passes
+(``|0 - ref| <= rtol * |ref|``), so a looser one checks nothing (turn the check off with
+``correctness.enabled: false`` instead)."""
+MAX_ATOL = 1e6
+"""Largest ``correctness.atol``: far above any tolerance a benchmark of ours needs (the matmul's
+K-scaled atol stays below 1 for K up to 2**31), and finite; a larger one, like ``1e308``, accepts
+every finite output and so checks nothing."""
+MIN_INPUT_SCALE = 2.0**-10
+MAX_INPUT_SCALE = 2.0**10
+"""Bounds of ``correctness.input_scale`` (about 0.001 .. 1024). Inputs are drawn standard normal
+(``|x| < 8`` in practice) and multiplied by the scale in the input's dtype: up to 2**10 they stay
+below 2**13, far inside float16's finite range (65504), and down to 2**-10 typical inputs stay
+above float16's smallest normal (2**-14, IEEE 754 binary16) instead of flushing to subnormals or
+zero. ``1e308`` overflowed every input to ``inf`` and ``5e-324`` rounded every input to 0, so the
+correctness check compared nothing; both were accepted at the door and failed on the runner."""
+
 STORED: dict[str, Any] = {"stored": True}
 """Validation context for data read back from the database (``JobSpec.model_validate(row.spec,
 context=STORED)``): the bounds a newer version applies at the door (``at_door``) are not applied
@@ -201,11 +219,23 @@ entry points specification recommends for names)."""
 
 def benchmark_ref_problem(ref: str) -> str | None:
     """Why ``ref`` is not a well-formed benchmark reference (a registry name or a ``module:object``
-    of dotted identifiers), or None when it is. Form only: nothing is imported."""
+    of dotted identifiers), or None when it is. Form only: nothing is imported.
+
+    A ``module:object`` reference is also refused when its module path has a ``__main__`` part
+    (a program's entry, run by its import: ``venv.__main__`` created a virtualenv and raised
+    ``SystemExit``, issue 15 attack, finding 6) or starts with a module of Python's standard
+    library (``sys.stdlib_module_names``: no benchmark lives there, and some run programs on import,
+    such as ``antigravity`` or ``this``)."""
     if ":" in ref:
         if not BENCHMARK_OBJECT_REF.match(ref):
             return (f"{ref[:100]!r} is not of the form 'module:object' (dotted Python identifiers on both "
                     "sides: no relative import, no empty segment, no spaces)")
+        parts = ref.partition(":")[0].split(".")
+        if "__main__" in parts:
+            return f"{ref[:100]!r} names a '__main__' module (a program, not a benchmark): it is not imported"
+        if parts[0] in sys.stdlib_module_names:
+            return (f"{ref[:100]!r} names a module of Python's standard library ({parts[0]!r}), where no "
+                    "benchmark lives: it is not imported")
     elif not BENCHMARK_NAME.match(ref):
         return (f"{ref[:100]!r} is neither a benchmark name (letters, digits, '_.+-') nor a "
                 "'module:object' reference")
@@ -354,8 +384,12 @@ class CorrectnessSpec(_Strict):
     """Correctness checks against the benchmark's higher-precision reference."""
 
     enabled: bool = True
-    rtol: float | None = Field(default=None, gt=0, description="None: dtype-aware default")
-    atol: float | None = Field(default=None, ge=0, description="None: dtype-aware default")
+    rtol: Annotated[float, AfterValidator(lambda v, info: _float_within(v, 0.0, MAX_RTOL, info))] | None = (
+        Field(default=None, gt=0, description="None: dtype-aware default; at most 1 (MAX_RTOL)")
+    )
+    atol: Annotated[float, AfterValidator(lambda v, info: _float_within(v, 0.0, MAX_ATOL, info))] | None = (
+        Field(default=None, ge=0, description="None: dtype-aware default; at most 1e6 (MAX_ATOL)")
+    )
     # Checks of runners.checks (issue 5); each is off or minimal by default.
     repeats: int = Field(
         default=1, ge=1, le=100_000, description="poisoned runs compared with the reference"
@@ -372,8 +406,11 @@ class CorrectnessSpec(_Strict):
     bitwise_vs_baseline: bool = Field(
         default=False, description="the candidate's output must equal the baseline's bitwise"
     )
-    input_scale: float = Field(
-        default=1.0, gt=0, description="multiply floating inputs (1: unscaled; 0.5 can hide races)"
+    input_scale: Annotated[
+        float, AfterValidator(lambda v, info: _float_within(v, MIN_INPUT_SCALE, MAX_INPUT_SCALE, info))
+    ] = Field(
+        default=1.0, gt=0,
+        description="multiply floating inputs (1: unscaled; 0.5 can hide races); 2**-10 .. 2**10",
     )
     timed_checks: bool = Field(
         default=True,
@@ -393,6 +430,17 @@ class StaticMetricsSpec(_Strict):
 
     enabled: bool = False
     target: Text | None = Field(default=None, pattern=r"^sm_\d{2,3}a?$", description="e.g. sm_90a")
+
+
+def _float_within(value: float, low: float, high: float, info: ValidationInfo) -> float:
+    """``value`` within ``low .. high`` at the door (pydantic's own errors for ``ge``/``le``)."""
+    if at_door(info) and value < low:
+        raise PydanticCustomError("greater_than_equal", "Input should be greater than or equal to {ge}",
+                                  {"ge": low})
+    if at_door(info) and value > high:
+        raise PydanticCustomError("less_than_equal", "Input should be less than or equal to {le}",
+                                  {"le": high})
+    return value
 
 
 def _at_most(value: Any, bound: int, info: ValidationInfo) -> Any:

@@ -30,7 +30,7 @@ from typing import Any
 import uvicorn
 from uvicorn.supervisors import Multiprocess
 
-from service.connection_guard import DEFAULT_HEADER_TIMEOUT_S
+from service.connection_guard import DEFAULT_BODY_MIN_BYTES, DEFAULT_BODY_TIMEOUT_S, DEFAULT_HEADER_TIMEOUT_S
 
 APP = "service.app:create_app"
 PROTOCOL = "service.connection_guard:GuardedH11Protocol"
@@ -86,13 +86,17 @@ def connection_budget(wanted: int) -> ConnectionBudget:
 
 
 class ServeConfig(uvicorn.Config):
-    """``uvicorn.Config`` with ``GuardedH11Protocol`` and its two settings as attributes."""
+    """``uvicorn.Config`` with ``GuardedH11Protocol`` and its settings as attributes."""
 
     def __init__(self, app: Any, *, max_connections: int | None = None,
-                 header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S, **options: Any):  # fmt: skip
+                 header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S,
+                 body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S, body_min_bytes: int = DEFAULT_BODY_MIN_BYTES,
+                 **options: Any):  # fmt: skip
         super().__init__(app, http=PROTOCOL, **options)
         self.max_connections = max_connections
         self.header_timeout_s = header_timeout_s
+        self.body_timeout_s = body_timeout_s
+        self.body_min_bytes = body_min_bytes
 
 
 class NoDelayConfig(ServeConfig):
@@ -107,18 +111,21 @@ class NoDelayConfig(ServeConfig):
 
 
 def run(*, workers: int, max_connections: int = 1000, header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S,
+        body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S, body_min_bytes: int = DEFAULT_BODY_MIN_BYTES,
         **options: Any) -> None:  # fmt: skip
     """Serve ``APP`` (a factory) with ``workers`` processes; ``options`` go to ``uvicorn.Config``.
 
     ``max_connections``: open connections per worker process (more are answered 503 and closed;
     lowered by ``connection_budget``, which also sets the listen backlog). ``header_timeout_s``:
-    seconds a connection may take to send a request head. One worker: a ``uvicorn.Server``
+    seconds a connection may take to send a request head. ``body_timeout_s``, ``body_min_bytes``:
+    a body still arriving must bring that many bytes per that many seconds. One worker: a ``uvicorn.Server``
     (asyncio binds that socket itself, with ``IPPROTO_TCP``); several: uvicorn's
     ``Multiprocess`` supervisor on a ``NoDelayConfig`` socket. Returns when the server stops
     (Ctrl-C / SIGTERM); exits with status 3 when the app did not start (as ``uvicorn.run``).
     """
     budget = connection_budget(max_connections)
     guard: dict[str, Any] = {"max_connections": budget.max_connections, "header_timeout_s": header_timeout_s,
+                             "body_timeout_s": body_timeout_s, "body_min_bytes": body_min_bytes,
                              "backlog": budget.backlog}  # fmt: skip
     if workers == 1:
         server = uvicorn.Server(ServeConfig(APP, factory=True, **guard, **options))

@@ -53,6 +53,11 @@ class Settings(BaseSettings):
     max_request_bytes: int = Field(
         default=64 * 1024 * 1024, ge=1024, description="larger request bodies are refused with 413"
     )
+    max_spec_bytes: int = Field(
+        default=1024 * 1024, ge=1024, le=64 * 1024 * 1024,
+        description="larger job specs (POST /api/v1/jobs) are refused with 413 before they are decoded "
+        "(service.api.spec_body)",
+    )
     max_connections: int = Field(
         default=1000, ge=1, le=1_000_000,
         description="open connections per server process; more are answered 503 and closed at once "
@@ -62,6 +67,16 @@ class Settings(BaseSettings):
         default=10.0, gt=0, le=300,
         description="a connection whose request line and headers have not arrived within this many "
         "seconds is closed (idle and slowloris connections: service.connection_guard)",
+    )
+    body_timeout_s: float = Field(
+        default=10.0, gt=0, le=300,
+        description="while a request body is arriving, each window of this many seconds must bring at "
+        "least KERNELAB_BODY_MIN_BYTES of it, or the connection is closed (slow bodies: "
+        "service.connection_guard)",
+    )
+    body_min_bytes: int = Field(
+        default=16 * 1024, ge=1, le=1 << 30,
+        description="bytes of a request body that must arrive per KERNELAB_BODY_TIMEOUT_S window",
     )
     downloads_per_client: int = Field(
         default=4, ge=1, le=1000,

@@ -49,10 +49,20 @@ def test_with_a_second_admin_the_first_can_be_rotated_and_revoked(api) -> None: 
 
 @pytest.mark.postgres
 def test_two_admins_revoking_each_other_at_once_leave_one(pg_url: str) -> None:
+    _revoke_each_other(pg_url)
+
+
+def test_two_admins_revoking_each_other_at_once_leave_one_on_sqlite(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Attack finding 7: on SQLite (no row locks; pysqlite begins at the first write) both
+    revokes succeeded and no admin token was left."""
+    _revoke_each_other(f"sqlite:///{tmp_path / 'race.db'}")
+
+
+def _revoke_each_other(url: str) -> None:
     from service.core.db import make_engine, make_session_factory, upgrade
 
-    upgrade(pg_url)
-    engine = make_engine(pg_url)
+    upgrade(url)
+    engine = make_engine(url)
     factory = make_session_factory(engine)
     try:
         with factory.begin() as s:

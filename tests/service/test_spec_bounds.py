@@ -232,3 +232,35 @@ def test_an_oversized_sweep_is_refused_before_its_values_are_validated() -> None
     assert [e["loc"] for e in info.value.errors()] == [("sweep",), ("sweep_by_device",)]
     assert "more than 10**18 cells" in str(info.value)
     assert peak < 1_000_000, f"validation allocated {peak} bytes"
+
+
+@pytest.mark.parametrize(
+    ("correctness", "loc"),
+    [
+        ({"input_scale": 1e308}, ["body", "correctness", "input_scale"]),
+        ({"input_scale": 5e-324}, ["body", "correctness", "input_scale"]),
+        ({"input_scale": 2.0**10 * 1.001}, ["body", "correctness", "input_scale"]),
+        ({"rtol": 1e308}, ["body", "correctness", "rtol"]),
+        ({"rtol": 1.5}, ["body", "correctness", "rtol"]),
+        ({"atol": 1e308}, ["body", "correctness", "atol"]),
+        ({"atol": 1e6 * 1.001}, ["body", "correctness", "atol"]),
+    ],
+)
+def test_tolerances_and_input_scale_are_bounded_at_the_door(api, correctness, loc) -> None:  # type: ignore[no-untyped-def]
+    """Attack finding 9: ``input_scale: 1e308`` (every input ``inf``), ``5e-324`` (every input 0)
+    and ``rtol``/``atol: 1e308`` (nothing checked) were accepted with 201."""
+    for body in (spec_dict(correctness=correctness),
+                 spec_dict(correctness=correctness, baseline={"variant": "a", "source": SOURCE},
+                           benchmark="kernels.softmax:Softmax")):  # fmt: skip
+        assert [e["loc"] for e in _errors(_post(api, body))] == [loc]
+
+
+def test_the_bounds_of_tolerances_and_input_scale_are_accepted(api) -> None:  # type: ignore[no-untyped-def]
+    from service.schemas import STORED, CorrectnessSpec
+
+    bounds = ({"input_scale": 2.0**10, "rtol": 1.0, "atol": 1e6}, {"input_scale": 2.0**-10, "atol": 0})
+    for correctness in bounds:
+        r = _post(api, spec_dict(correctness=correctness))
+        assert r.status_code == 201, r.text
+    # a spec stored before the bounds still reads back (door-only bounds)
+    assert CorrectnessSpec.model_validate({"input_scale": 1e308, "rtol": 1e308}, context=STORED).rtol == 1e308

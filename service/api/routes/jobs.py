@@ -23,6 +23,7 @@ from service.api.deps import (
     page_headers,
 )
 from service.api.errors import SpecInvalidError
+from service.api.spec_body import JobSpecBody, SpecBodyRoute
 from service.core.config import Settings
 from service.downloads import DownloadSlots, SlotStreamingResponse, fetched
 from service.repo_address import source_errors
@@ -32,7 +33,6 @@ from service.schemas import (
     HealthJudgements,
     JobPublic,
     JobsPage,
-    JobSpec,
     JobStatus,
     Text,
 )
@@ -43,17 +43,21 @@ MAX_PAGE = 500  # largest ?limit= of a list
 MAX_SAMPLE_PAGE = 1_000_000  # largest ?limit= of /jobs/{id}/samples
 
 
-@router.post("", status_code=status.HTTP_201_CREATED)
 def submit_job(
-    spec: JobSpec, principal: SubmitToken, session: SessionDep, settings: SettingsDep
+    spec: JobSpecBody, principal: SubmitToken, session: SessionDep, settings: SettingsDep
 ) -> JobPublic:
     """Validate ``spec`` against its benchmark and queue it (422 naming the field if invalid; a
-    side's ``source.repo`` in a refused form too: ``service.repo_address``)."""
+    side's ``source.repo`` in a refused form too: ``service.repo_address``; 413 for a body over
+    ``KERNELAB_MAX_SPEC_BYTES``, decoded in a worker thread: ``service.api.spec_body``)."""
     errors = source_errors({"baseline": spec.baseline, "candidate": spec.candidate}) or validate_spec(spec)
     if errors:
         raise SpecInvalidError(errors)
     job = queue.submit(session, spec, max_attempts=settings.max_attempts, submitted_by=principal.token_id)
     return crud.job_public(session=session, job=job)
+
+
+router.add_api_route("", submit_job, methods=["POST"], status_code=status.HTTP_201_CREATED,
+                     route_class_override=SpecBodyRoute)  # fmt: skip
 
 
 @router.get("")

@@ -1,0 +1,139 @@
+"""The body of ``POST /api/v1/jobs``: at most ``KERNELAB_MAX_SPEC_BYTES`` (1 MiB), decoded and
+validated in a worker thread.
+
+Issue 15 attack, finding 4: a 44 MB JSON body of 2,000,000 keys (``{"k0":[0],...}``) posted with
+any submit token was decoded by FastAPI's ``json.loads`` and validated on the event loop: a
+concurrent ``/healthz`` took 10.4 s, and every other request of the process waited as long. Now:
+
+* **Size.** A spec is a few KB (its sweep is at most ``MAX_CELLS`` cells), so the route refuses a
+  body over ``max_spec_bytes`` with 413, from its ``Content-Length`` or as it streams, before
+  decoding anything; the server-wide ``KERNELAB_MAX_REQUEST_BYTES`` (64 MiB) is for results.
+  pydantic-core holds the GIL while it validates, so even in a worker thread the event loop waits
+  for it: the cap bounds that wait. A 1 MiB key bomb (75,000 keys) costs ~0.5 s of validation
+  on a 2-core machine; 3.7 MB cost 1.7 s, the attack's 44 MB about 10 s.
+* **Off the loop.** The bytes are validated by ``JobSpec.model_validate_json`` (pydantic-core, no
+  intermediate Python objects) in the thread pool (``run_in_threadpool``), as
+  ``service.api.routes.results`` does for results; the 422's ``loc`` still starts at ``body``.
+  A body with more than ``MAX_ERRORS`` errors has its 422 list built there too (``_compact``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from typing import Annotated, Any
+
+from fastapi import HTTPException, Request, Response, status
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute
+from pydantic import ValidationError, ValidatorFunctionWrapHandler, WrapValidator
+from pydantic_core import InitErrorDetails
+
+from service.api.errors import MAX_ERRORS, bounded_errors
+from service.schemas import JobSpec
+
+DEFAULT_MAX_SPEC_BYTES = 1024 * 1024  # KERNELAB_MAX_SPEC_BYTES's default (see the module doc)
+
+
+class _RawSpec:
+    """A spec body's bytes and the outcome of validating them in a worker thread."""
+
+    __slots__ = ("data", "error", "parsed")
+
+    def __init__(self, data: bytes):
+        self.data = data
+        self.parsed: JobSpec | None = None
+        self.error: ValidationError | RequestValidationError | None = None
+
+
+def _compact(exc: ValidationError) -> ValidationError | RequestValidationError:
+    """``exc``, or when it holds more than ``MAX_ERRORS`` errors (a key bomb: one per key) the 422's
+    final, bounded list of them, built here in the worker thread: listing 270,000 errors takes
+    ~0.5 s, which must not run on the event loop (raised from the body's validator, a
+    ``RequestValidationError`` reaches the 422 handler as it is)."""
+    count = exc.error_count()
+    if count <= MAX_ERRORS:
+        return exc
+    shown = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)[: MAX_ERRORS - 1]]
+    more = {"loc": ["body"], "msg": f"{count - len(shown)} more errors not shown", "type": "too_many_errors"}
+    return RequestValidationError([*bounded_errors(shown), more])
+
+
+def _validate_bytes(data: bytes) -> JobSpec:
+    """``JobSpec.model_validate_json(data)``; a body that is not JSON at all raises a
+    ``json_invalid`` error that does not echo the body (bytes, perhaps not UTF-8) as its input."""
+    try:
+        return JobSpec.model_validate_json(data)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False)
+        if any(e["type"] != "json_invalid" for e in errors):
+            raise
+        ctx = errors[0].get("ctx", {})
+        line = InitErrorDetails(type="json_invalid", loc=(), input="", ctx={"error": ctx.get("error", "")})
+        raise ValidationError.from_exception_data("JobSpec", [line]) from None
+
+
+def _validate_into(raw: _RawSpec) -> None:
+    try:
+        raw.parsed = _validate_bytes(raw.data)
+    except ValidationError as exc:
+        raw.error = _compact(exc)
+
+
+def _too_large(limit: int) -> HTTPException:
+    return HTTPException(
+        status.HTTP_413_CONTENT_TOO_LARGE,
+        f"a job spec is at most {limit} bytes of JSON (KERNELAB_MAX_SPEC_BYTES)",
+    )
+
+
+class _SpecRequest(Request):
+    async def body(self) -> bytes:
+        """The body, read up to ``max_spec_bytes``. Raises ``HTTPException`` 413 past it (a declared
+        ``Content-Length`` is refused before anything is read)."""
+        if not hasattr(self, "_body"):
+            limit: int = self.app.state.settings.max_spec_bytes
+            declared = self.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > limit:
+                raise _too_large(limit)
+            chunks: list[bytes] = []
+            seen = 0
+            async for chunk in self.stream():
+                seen += len(chunk)
+                if seen > limit:
+                    raise _too_large(limit)
+                chunks.append(chunk)
+            self._body = b"".join(chunks)
+        return self._body
+
+    async def json(self) -> Any:
+        """The body validated as a ``JobSpec`` in a worker thread, wrapped for ``_from_raw``."""
+        raw = _RawSpec(await self.body())
+        await run_in_threadpool(_validate_into, raw)
+        return raw
+
+
+class SpecBodyRoute(APIRoute):
+    """An ``APIRoute`` whose JSON body is bounded and validated off the event loop."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def spec_handler(request: Request) -> Response:
+            return await handler(_SpecRequest(request.scope, request.receive))
+
+        return spec_handler
+
+
+def _from_raw(value: Any, handler: ValidatorFunctionWrapHandler) -> JobSpec:
+    if not isinstance(value, _RawSpec):
+        spec: JobSpec = handler(value)
+        return spec
+    if value.error is not None:
+        raise value.error  # a RequestValidationError passes through pydantic to the 422 handler
+    assert value.parsed is not None
+    return value.parsed
+
+
+JobSpecBody = Annotated[JobSpec, WrapValidator(_from_raw)]
+"""A ``JobSpec`` body parameter for a ``SpecBodyRoute`` (plain validation elsewhere)."""
