@@ -269,12 +269,14 @@ class Runner:
         return self._isolated
 
     def _job_command(self, cmd: list[str], job_dir: Path) -> list[str]:
-        """``cmd`` through ``runners.jobns`` when jobs are isolated (the work dir hidden but
-        ``job_dir`` and the revision cache), else as it is."""
+        """``cmd`` through ``runners.jobns`` when jobs are isolated, else as it is: the work dir
+        (and ``job_hide``) hidden but ``job_dir`` and the revision cache, and the places a job
+        could leave something for later jobs or for the daemon's next start read-only (``_frozen``)."""
         if not self.check_isolation():
             return cmd
         self.revision_cache.mkdir(parents=True, exist_ok=True)
-        return jobns.wrap(cmd, hide=[self.work_dir, *self.job_hide], keep=[job_dir, self.revision_cache])
+        return jobns.wrap(cmd, hide=[self.work_dir, *self.job_hide], keep=[job_dir, self.revision_cache],
+                          readonly=_frozen())
 
     def _secrets(self) -> list[str]:
         """Values a job's error text must never carry: the tokens this daemon holds and its
@@ -636,6 +638,10 @@ class Runner:
                 overrides = self._pool_env(claim)
                 if self._isolated:  # its install steps and benchmark code nest a read-only revision cache
                     overrides[jobns.JOBNS_ENV] = "1"
+                    # HOME is read-only there: compiled kernels and temporary files in the job's folder
+                    for name, sub in (("TMPDIR", "tmp"), ("TRITON_CACHE_DIR", "triton")):
+                        (job_dir / sub).mkdir(exist_ok=True)
+                        overrides[name] = str(job_dir / sub)
                 # cwd: the job's own folder, never the daemon's (its data may sit beside it)
                 proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err_fh, text=True,
                                         start_new_session=True, cwd=job_dir,
@@ -793,6 +799,20 @@ class Runner:
                                 job_id)  # fmt: skip
                 continue
             log.info("job %d: %s", job_id, line.rstrip())
+
+
+def _frozen() -> list[Path]:
+    """Folders job code sees read-only: the runner user's home (``~/.triton``, ``~/.cache``, user
+    site-packages, shell start-up files: what a later job or the daemon's next start would read),
+    this Python's installation (``sys.prefix``: its site-packages), kernelab's own code and every
+    folder on the daemon's ``sys.path`` (what it imports when it starts again). Never ``/``
+    (``/tmp``, ``/dev/shm`` stay writable); the work dir inside them stays as the namespace keeps
+    it (hidden, the job's folder and the revision cache writable)."""
+    import runners
+
+    candidates = [Path.home(), Path(sys.prefix), Path(runners.__file__).resolve().parent.parent,
+                  *(Path(entry) for entry in sys.path if entry)]
+    return [p for p in candidates if p.is_dir() and p.resolve() != Path("/")]
 
 
 def _kill_group(proc: subprocess.Popen[str]) -> None:

@@ -223,10 +223,14 @@ def test_job_code_cannot_change_the_revision_cache_or_read_a_hidden_folder(
     repo = tmp_path / "repo"
     make_repo(repo)
     cache = work_dir / "revisions"
+    kernelab_root = Path(jobns.__file__).resolve().parent.parent
+    planted = [Path.home() / f"kernelab-planted-{os.getpid()}", Path(sys.prefix) / f"planted-{os.getpid()}",
+               kernelab_root / f"planted-{os.getpid()}"]  # later jobs and the daemon's next start read these
     tamper = (f"sh -c 'cat {data}/admin-token; cat $(readlink -f /proc/$PPID/cwd)/../../admin-token; "
               f"for f in {cache}/worktrees/*/*/revpkg/bench.py; do echo PWNED >> $f; done; "
               f"for g in {cache}/repos/*; do echo \"[url \\\"/evil\\\"]\" >> $g/config; "
-              f"echo \"#!/bin/sh\" > $g/hooks/post-checkout; done; exit 3'")
+              f"echo \"#!/bin/sh\" > $g/hooks/post-checkout; done; "
+              f"for p in {' '.join(map(str, planted))}; do echo x > $p; done; exit 3'")
     spec = {"name": "tamper", "benchmark": "revpkg.bench:AxpyBenchmark", "params": {"N": 1000},
             "device": "cpu", "probes": NO_PROBES, "timeout_s": 120,
             "measurement": {"warmup_ms": 1, "budget_ms": 20, "min_rounds": 2},
@@ -246,6 +250,7 @@ def test_job_code_cannot_change_the_revision_cache_or_read_a_hidden_folder(
     assert job.status == "failed" and job.error is not None
     assert "data-dir-secret-123" not in job.error and "Read-only file system" in job.error, job.error
     assert (other.path / "revpkg" / "bench.py").read_text() == before
+    assert not any(p.exists() for p in planted), [p for p in planted if p.exists()]
     for clone in cache.glob("repos/*"):
         assert "/evil" not in (clone / "config").read_text()
         assert not (clone / "hooks" / "post-checkout").exists()
