@@ -696,7 +696,7 @@ def _token_out_of_argv(token: str) -> None:
             skip = True
         elif not arg.startswith("--token="):
             rest.append(arg)
-    os.execve(sys.executable, [sys.executable, "-m", "runners.cli", *rest],
+    os.execve(sys.executable, [sys.executable, "-P", "-m", "runners.cli", *rest],
               {**os.environ, "KERNELAB_TOKEN": token})
 
 

@@ -276,7 +276,7 @@ class Runner:
             return cmd
         self.revision_cache.mkdir(parents=True, exist_ok=True)
         return jobns.wrap(cmd, hide=[self.work_dir, *self.job_hide], keep=[job_dir, self.revision_cache],
-                          readonly=_frozen())
+                          readonly=[*_frozen(), *_local_repos(self.allowed_repos)])
 
     def _secrets(self) -> list[str]:
         """Values a job's error text must never carry: the tokens this daemon holds and its
@@ -615,7 +615,7 @@ class Runner:
         job_dir = self.work_dir / "jobs" / f"{job_id}-{claim.attempt}"
         spec_path, out_path, err_path = job_dir / "spec.json", job_dir / "result.json", job_dir / "stderr.log"
         key = f"{self.name}-j{job_id}-a{claim.attempt}-{uuid.uuid4().hex[:12]}"
-        worker = [sys.executable, "-m", "runners.worker", str(spec_path), str(out_path),
+        worker = [sys.executable, "-P", "-m", "runners.worker", str(spec_path), str(out_path),
                   "--job-id", str(job_id), "--idempotency-key", key, "--cache-dir", str(self.revision_cache)]
         for repo in self.allowed_repos:
             worker += ["--allow-repo", repo]
@@ -639,7 +639,8 @@ class Runner:
                 if self._isolated:  # its install steps and benchmark code nest a read-only revision cache
                     overrides[jobns.JOBNS_ENV] = "1"
                     # HOME is read-only there: compiled kernels and temporary files in the job's folder
-                    for name, sub in (("TMPDIR", "tmp"), ("TRITON_CACHE_DIR", "triton")):
+                    for name, sub in (("TMPDIR", "tmp"), ("TRITON_CACHE_DIR", "triton"),
+                                      ("TORCHINDUCTOR_CACHE_DIR", "inductor")):
                         (job_dir / sub).mkdir(exist_ok=True)
                         overrides[name] = str(job_dir / sub)
                 # cwd: the job's own folder, never the daemon's (its data may sit beside it)
@@ -813,6 +814,25 @@ def _frozen() -> list[Path]:
     candidates = [Path.home(), Path(sys.prefix), Path(runners.__file__).resolve().parent.parent,
                   *(Path(entry) for entry in sys.path if entry)]
     return [p for p in candidates if p.is_dir() and p.resolve() != Path("/")]
+
+
+def _local_repos(entries: Sequence[str]) -> list[Path]:
+    """The folders of the allow-list's local repositories (for a pattern, the folder above its
+    first glob), read-only to job code: a job must not commit into a repository later jobs fetch,
+    nor make a new one a pattern would admit."""
+    out = []
+    for entry in [*entries, *os.environ.get("KERNELAB_ALLOWED_REPOS", "").replace(",", " ").split()]:
+        if "://" in entry and not entry.startswith("file://"):
+            continue
+        if "@" in entry.split("/")[0] or (":" in entry.split("/")[0] and not entry.startswith("file://")):
+            continue  # scp-like host:path
+        path = entry.removeprefix("file://")
+        head = path.split("*", 1)[0] if "*" in path else path
+        folder = Path(os.path.expanduser(head))
+        folder = folder if "*" not in path or head.endswith("/") else folder.parent
+        if folder.is_dir() and folder.resolve() != Path("/"):
+            out.append(folder)
+    return out
 
 
 def _kill_group(proc: subprocess.Popen[str]) -> None:

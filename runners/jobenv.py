@@ -29,7 +29,8 @@ ALLOWED_NAMES = frozenset({
 })
 # the GPU stack's settings: CUDA/NVIDIA (devices, caches), ROCm/HIP, Triton, torch, NCCL/gloo,
 # OpenMP/MKL thread counts, locale categories
-ALLOWED_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "TRITON_", "TORCH_", "PYTORCH_", "NCCL_", "GLOO_",
+ALLOWED_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "TRITON_", "TORCH_", "TORCHINDUCTOR_", "PYTORCH_", "NCCL_",
+                    "GLOO_",
                     "OMP_", "MKL_", "HIP_", "ROCM_", "HSA_")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

@@ -94,16 +94,9 @@ def enter(hide: Sequence[Path], keep: Sequence[Path], *, readonly: Sequence[Path
     ``keep`` paths inside it (which must exist); each ``readonly`` folder read-only but for the
     ``writable`` paths inside it; the mounts locked. Raises ``IsolationError`` or ``OSError``."""
     roots = _outermost(hide)
-    reals = [path.resolve() for path in keep]
-    for path, real in zip(keep, reals, strict=True):
-        if not any(real == root or root in real.parents for root in roots):
-            inside = ", ".join(map(str, roots))
-            raise IsolationError(f"--keep {path} is not inside a --hide folder ({inside})")
+    reals = _inside(keep, hide, "--keep", "--hide")
     ro_roots = _outermost(readonly)
-    holes = [path.resolve() for path in writable]
-    for path, real in zip(writable, holes, strict=True):
-        if not any(real == root or root in real.parents for root in ro_roots):
-            raise IsolationError(f"--writable {path} is not inside a --readonly folder")
+    holes = _inside(writable, readonly, "--writable", "--readonly")
     uid, gid = os.getuid(), os.getgid()
     _enter_user_namespace(uid, gid)
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
@@ -120,6 +113,27 @@ def enter(hide: Sequence[Path], keep: Sequence[Path], *, readonly: Sequence[Path
     for real, fd in opened:
         _bind_back(fd, real)
     _enter_user_namespace(uid, gid)  # a less privileged copy: the mounts above are locked
+
+
+def _inside(paths: Sequence[Path], roots: Sequence[Path], flag: str, root_flag: str) -> list[Path]:
+    """``paths`` resolved, each inside one of ``roots`` and reached without a symbolic link below
+    that root: a link a job planted (``.kernelab-triton -> ../../repos``) would otherwise widen
+    what it may write. Raises ``IsolationError``."""
+    out = []
+    for path in paths:
+        absolute = Path(os.path.abspath(path))
+        for root in roots:
+            root_abs = Path(os.path.abspath(root))
+            if absolute == root_abs or root_abs in absolute.parents:
+                expected = root_abs.resolve() / absolute.relative_to(root_abs)
+                if absolute.resolve() != expected:
+                    raise IsolationError(f"{flag} {path} goes through a symbolic link below {root}")
+                out.append(expected)
+                break
+        else:
+            raise IsolationError(f"{flag} {path} is not inside a {root_flag} folder "
+                                 f"({', '.join(map(str, roots))})")
+    return out
 
 
 def _bind_back(fd: int, target: Path) -> None:
@@ -147,7 +161,7 @@ def set_non_dumpable() -> bool:
 def wrap(argv: Sequence[str], *, hide: Path | Sequence[Path] = (), keep: Sequence[Path] = (),
          readonly: Sequence[Path] = (), writable: Sequence[Path] = ()) -> list[str]:
     """The command line running ``argv`` through this helper (module docstring)."""
-    cmd = [sys.executable, "-m", "runners.jobns"]
+    cmd = [sys.executable, "-P", "-m", "runners.jobns"]
     for flag, paths in (("--hide", [hide] if isinstance(hide, Path) else hide), ("--keep", keep),
                         ("--readonly", readonly), ("--writable", writable)):
         for path in paths:

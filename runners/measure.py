@@ -112,7 +112,8 @@ def _run_child(spec: JobSpec, args: list[str], *, progress: ProgressFn | None, t
     with tempfile.TemporaryDirectory(prefix="kernelab-measure-") as tmp:
         spec_path, out_path, err_path = Path(tmp, "spec.json"), Path(tmp, "out.json"), Path(tmp, "stderr")
         spec_path.write_text(spec.model_dump_json(), encoding="utf-8")
-        cmd = [sys.executable, "-m", "runners.measure", args[0], str(spec_path), str(out_path), *args[1:]]
+        cmd = [sys.executable, "-P", "-m", "runners.measure", args[0], str(spec_path), str(out_path),
+               *args[1:]]
         with err_path.open("w", encoding="utf-8") as err:
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL,
                                     text=True, start_new_session=True, env=_child_env())
@@ -149,6 +150,11 @@ def _child_env() -> dict[str, str]:
     from runners.probes.telemetry import OWN_PIDS_ENV
 
     paths = [p for p in sys.path if p and os.path.isdir(p)]
+    # The child runs with ``python -P`` (no implicit current folder: in a runner's job that is a folder
+    # job code writes, where a ``runners/`` of its own would shadow kernelab's). Outside a runner the
+    # current folder is the user's own and stays importable, last.
+    if os.environ.get("KERNELAB_JOBNS") != "1":
+        paths.append(os.getcwd())
     own = ",".join(filter(None, (os.environ.get(OWN_PIDS_ENV, ""), str(os.getpid()))))
     return job_env({"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)), OWN_PIDS_ENV: own})
 

@@ -88,7 +88,7 @@ class WorkerChannel:
         self.deadline = deadline
         self._buf = b""
         self.proc = subprocess.Popen(
-            argv or [sys.executable, "-m", "runners.revision_worker"], stdin=subprocess.PIPE,
+            argv or [sys.executable, "-P", "-m", "runners.revision_worker"], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, env=env, cwd=cwd,
         )
         assert self.proc.stdout is not None
@@ -202,6 +202,8 @@ def _triton_cache(checkout: Checkout | None, scratch: Path) -> Path:
     """A side's Triton cache: in its worktree (made afresh with it: never shared with a revision
     installed by other steps), or in the job's own scratch folder for installed code."""
     path = (checkout.root if checkout is not None else scratch) / ".kernelab-triton"
+    if path.is_symlink() or (path.exists() and not path.is_dir()):  # left by an install step: never followed
+        path.unlink()
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -228,7 +230,7 @@ def _workers(
         for side in SIDES:
             triton = _triton_cache(checkouts[side], scratch)
             # isolated: the revision cache read-only for benchmark code but this job's folder and Triton cache
-            argv = jobns.nested([sys.executable, "-m", "runners.revision_worker"], readonly=cache.root,
+            argv = jobns.nested([sys.executable, "-P", "-m", "runners.revision_worker"], readonly=cache.root,
                                 writable=[scratch, triton])
             channels[side] = WorkerChannel(_label(spec, side, checkouts[side]), _worker_env(triton),
                                            scratch, deadline, argv=argv)

@@ -301,11 +301,11 @@ class RevisionCache:
             root = self.root / "worktrees" / key / sha
             if not (root / READY_MARKER).exists() or not _marker_matches(root, source):
                 self._fresh_worktree(git_dir, root, sha, side)
+                _clear(root / READY_MARKER)  # a committed one is not ours: ready only after our install
                 _check_symlinks(git_dir, root, sha, side)
                 path = _subdir_path(root, source.subdir, sha, side)
                 _install(source, path, root / SITE_DIR, side, cache_root=self.root)
-                (root / READY_MARKER).write_text(json.dumps({"install": source.install,
-                                                             "subdir": source.subdir}))
+                _write_marker(root / READY_MARKER, {"install": source.install, "subdir": source.subdir})
             path = _subdir_path(root, source.subdir, sha, side)
         return Checkout(repo=source.repo, sha=sha, root=root, path=path, site=root / SITE_DIR,
                         git_dir=git_dir)
@@ -360,8 +360,27 @@ def _check_symlinks(git_dir: Path, root: Path, sha: str, side: str) -> None:
                                 "worktree; such a revision is refused")  # fmt: skip
 
 
+def _clear(path: Path) -> None:
+    """Remove ``path`` (a file, a link, not followed, or a folder) if it is there."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.is_symlink() or path.exists():
+        path.unlink()
+
+
+def _write_marker(path: Path, data: dict[str, object]) -> None:
+    """Write ``path`` afresh: whatever an install step left there (a link to a cached clone's
+    config, say) is removed first and never followed (``O_NOFOLLOW | O_EXCL``)."""
+    _clear(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(json.dumps(data))
+
+
 def _marker_matches(root: Path, source: SourceSpec) -> bool:
     try:
+        if (root / READY_MARKER).is_symlink():
+            return False
         marker = json.loads((root / READY_MARKER).read_text())
     except (OSError, ValueError):
         return False

@@ -84,7 +84,7 @@ def compile_kernels(
     request = json.dumps({"target": target, "items": list(items)})
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "runners.static_metrics.aot"],
+            [sys.executable, "-P", "-m", "runners.static_metrics.aot"],
             input=request,
             capture_output=True,
             text=True,

@@ -277,3 +277,53 @@ def test_a_token_given_on_the_command_line_leaves_it(server: tuple[str, str], tm
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0, log.read_text()
+
+
+def test_a_writable_path_through_a_planted_link_is_refused(tmp_path: Path) -> None:
+    """A job's install step linked ``.kernelab-triton -> ../../../repos``; the revision worker's
+    writable hole must not follow it into the cached clones."""
+    _namespace_or_skip()
+    cache = tmp_path / "cache"
+    (cache / "repos" / "r.git").mkdir(parents=True)
+    own = cache / "worktrees" / "r" / "sha"
+    own.mkdir(parents=True)
+    (own / ".kernelab-triton").symlink_to("../../../repos")
+    cmd = jobns.wrap(["true"], readonly=[cache], writable=[own / ".kernelab-triton"])
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == jobns.EXIT_NO_NAMESPACE and "symbolic link" in proc.stderr, proc.stderr
+
+
+@pytest.mark.timeout(300)
+def test_an_install_step_cannot_shadow_kernelab_nor_plant_links_for_it(
+    server: tuple[str, str], tmp_path: Path
+) -> None:
+    """Second attack: a ``runners/jobns.py`` in the worktree (the nested helper ran with the worktree
+    as its current folder, so ``python -m runners.jobns`` imported it and never isolated the next
+    step); ``.kernelab-triton`` and ``.kernelab-ready`` made links into the cached clone."""
+    _namespace_or_skip()
+    url, admin = server
+    work_dir = tmp_path / "work"
+    cache = work_dir / "revisions"
+    repo = tmp_path / "repo"
+    make_repo(repo)
+    fake = "import os, sys; a = sys.argv; os.execvp(a[a.index('--') + 1], a[a.index('--') + 1:])"
+    steps = [f"sh -c 'mkdir -p runners && : > runners/__init__.py && echo \"{fake}\" > runners/jobns.py'",
+             f"sh -c 'echo x >> {cache}/repos/*/config; ln -s ../../../repos .kernelab-triton; "
+             f"ln -s $(ls -d {cache}/repos/*)/config .kernelab-ready; true'"]
+    spec = {"name": "shadow", "benchmark": "revpkg.bench:AxpyBenchmark", "params": {"N": 1000},
+            "device": "cpu", "probes": NO_PROBES, "timeout_s": 120,
+            "measurement": {"warmup_ms": 1, "budget_ms": 20, "min_rounds": 2},
+            "baseline": {"variant": "torch", "source": {"repo": str(repo), "ref": "main~2"}},
+            "candidate": {"variant": "torch", "source": {"repo": str(repo), "ref": "slow", "install": steps}}}
+    with KernelabClient(url, admin) as client:
+        job_id = client.submit(spec).id
+        with Runner(client, "shadow", once=True, work_dir=work_dir, allowed_repos=[str(repo)]) as runner:
+            runner.run()
+        job = client.get_job(job_id)
+    [clone] = cache.glob("repos/*")
+    config = (clone / "config").read_text()
+    assert config.startswith("[core]") and "\nx\n" not in config, config  # not written, not replaced
+    [worktree] = [p for p in cache.glob("worktrees/*/*") if (p / "runners" / "jobns.py").exists()]
+    assert not (worktree / ".kernelab-ready").is_symlink()  # replaced by kernelab's own marker, or absent
+    assert not (worktree / ".kernelab-triton").is_symlink()
+    assert job.status in ("succeeded", "failed"), job.status
