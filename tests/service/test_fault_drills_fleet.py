@@ -327,9 +327,16 @@ def test_runners_killed_20_times_at_random_moments_lose_nothing(
         exited_early = 0
         phases = {"measuring": 0, "after its result was kept": 0}
         for i in range(kills):  # one daemon (same name, work dir and spool each time), killed at random
+            if all(admin.get_job(j.id).status in ("succeeded", "failed") for j in jobs):
+                jobs.append(admin.submit(spec(1500)))  # never a kill with nothing left to claim
             workers = _count(log, STARTED)
             victim = _runner(server.url, "victim", work_dir, log, lease_s=LEASE_S)
-            wait_for(lambda v=victim, n=workers: _grew(log, STARTED, n, v), 120, "the victim's claim")
+            try:
+                wait_for(lambda v=victim, n=workers: _grew(log, STARTED, n, v), 120, "the victim's claim")
+            except AssertionError:  # a failed drill leaves no daemon behind
+                os.killpg(victim.pid, signal.SIGKILL)
+                victim.wait()
+                raise
             kept = _count(log, KEPT)
             if i % 4 == 3:  # right after its result was spooled: while (or before) it is posted
                 wait_for(lambda v=victim, n=kept: _grew(log, KEPT, n, v), 120, "the victim's result")
