@@ -24,12 +24,14 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request, status
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ValidationError
+from pydantic_core import InitErrorDetails
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
@@ -43,6 +45,7 @@ MAX_ECHO_CHARS = 256  # a 422's echoed `input` / `ctx` value: larger ones are su
 MAX_LOC_CHARS = 100  # one part of a 422's `loc` (a dict key of the body can be any length)
 MAX_MSG_CHARS = 500  # a 422's `msg` (custom validators may quote the input)
 MAX_ERRORS = 50  # errors listed in one 422; the rest are counted in one more line
+M = TypeVar("M", bound=BaseModel)
 
 
 class SpecInvalidError(Exception):
@@ -211,3 +214,18 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(OverflowError, _out_of_range)
     app.add_exception_handler(DBAPIError, _unavailable)  # OperationalError, InterfaceError, ...
     app.add_exception_handler(PoolTimeoutError, _unavailable)
+
+
+def validate_json_body(model: type[M], data: bytes) -> M:
+    """``model.model_validate_json(data)`` for a request body; a body that is not JSON at all (or
+    not UTF-8) raises a ``json_invalid`` error that does not echo the body back as its input.
+    Raises ``pydantic.ValidationError``; errors keep their ``loc`` (``("cells", 3, ...)``)."""
+    try:
+        return model.model_validate_json(data)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False)
+        if any(e["type"] != "json_invalid" for e in errors):
+            raise
+        ctx = errors[0].get("ctx", {})
+        line = InitErrorDetails(type="json_invalid", loc=(), input="", ctx={"error": ctx.get("error", "")})
+        raise ValidationError.from_exception_data(model.__name__, [line]) from None

@@ -27,9 +27,8 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from pydantic import ValidationError, ValidatorFunctionWrapHandler, WrapValidator
-from pydantic_core import InitErrorDetails
 
-from service.api.errors import MAX_ERRORS, bounded_errors
+from service.api.errors import MAX_ERRORS, bounded_errors, validate_json_body
 from service.schemas import JobSpec
 
 DEFAULT_MAX_SPEC_BYTES = 1024 * 1024  # KERNELAB_MAX_SPEC_BYTES's default (see the module doc)
@@ -60,17 +59,7 @@ def _compact(exc: ValidationError) -> ValidationError | RequestValidationError:
 
 
 def _validate_bytes(data: bytes) -> JobSpec:
-    """``JobSpec.model_validate_json(data)``; a body that is not JSON at all raises a
-    ``json_invalid`` error that does not echo the body (bytes, perhaps not UTF-8) as its input."""
-    try:
-        return JobSpec.model_validate_json(data)
-    except ValidationError as exc:
-        errors = exc.errors(include_url=False)
-        if any(e["type"] != "json_invalid" for e in errors):
-            raise
-        ctx = errors[0].get("ctx", {})
-        line = InitErrorDetails(type="json_invalid", loc=(), input="", ctx={"error": ctx.get("error", "")})
-        raise ValidationError.from_exception_data("JobSpec", [line]) from None
+    return validate_json_body(JobSpec, data)
 
 
 def _validate_into(raw: _RawSpec) -> None:

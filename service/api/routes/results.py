@@ -28,10 +28,10 @@ from fastapi import APIRouter, BackgroundTasks, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.routing import APIRoute
 from pydantic import ValidationError, ValidatorFunctionWrapHandler, WrapValidator
-from pydantic_core import InitErrorDetails
 
 from service import crud, history
 from service.api.deps import JobId, RunnerToken, SessionDep, SessionFactoryDep, SettingsDep
+from service.api.errors import validate_json_body
 from service.runner_identity import check_node
 from service.schemas import JobResult, ResultAccepted
 
@@ -51,17 +51,7 @@ class _RawJSON:
 
 
 def _validate_bytes(data: bytes) -> JobResult:
-    """``JobResult.model_validate_json(data)``; a body that is not JSON at all raises a
-    ``json_invalid`` error that does not echo the body back as its input."""
-    try:  # errors keep their loc: ("body", "cells", 3, ...)
-        return JobResult.model_validate_json(data)
-    except ValidationError as exc:
-        errors = exc.errors(include_url=False)
-        if any(e["type"] != "json_invalid" for e in errors):
-            raise
-        ctx = errors[0].get("ctx", {})
-        line = InitErrorDetails(type="json_invalid", loc=(), input="", ctx={"error": ctx.get("error", "")})
-        raise ValidationError.from_exception_data("JobResult", [line]) from None
+    return validate_json_body(JobResult, data)
 
 
 def _validate_into(raw: _RawJSON) -> None:
