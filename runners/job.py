@@ -91,7 +91,10 @@ def resolve_device(requested: str | torch.device | None, spec_device: str = "aut
 
 
 def _short_error(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
+    """``Type: first line`` of ``exc``, at most ``_ERROR_MAX_CHARS``; a NUL character (which no
+    stored text may hold, ``service.schemas.Text``) is written ``\\x00``, so a benchmark's message
+    can never make the job's other cells unreadable."""
+    lines = str(exc).replace("\x00", "\\x00").strip().splitlines()
     text = f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
     return text if len(text) <= _ERROR_MAX_CHARS else text[: _ERROR_MAX_CHARS - 3] + "..."
 

@@ -253,3 +253,14 @@ def test_softmax_job_on_gpu():
     # 4096*4096 float32 read + written = 128 MiB; at <= 4.8 TB/s (HBM3e datasheet) >= 28 us.
     assert min(s.duration_ns for s in cell.samples.rows()) > 128 * 2**20 / 4.8e12 * 1e9
     assert any(s.sm_clock_mhz is not None for s in cell.samples.rows())
+
+
+def test_a_nul_in_a_benchmark_error_is_escaped_not_fatal() -> None:
+    """A cell's error comes from benchmark code: a NUL in it (refused by every stored text) must
+    not make the cells the worker measured unreadable."""
+    from runners.job import _short_error
+    from service.schemas import CellResult
+
+    text = _short_error(RuntimeError("bad\x00byte"))
+    assert text == "RuntimeError: bad\\x00byte"
+    assert CellResult.model_validate({"index": 0, "params": {}, "error": text}).error == text
