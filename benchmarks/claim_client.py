@@ -93,7 +93,7 @@ async def _post(
 ) -> tuple[httpx.Response | None, float, float]:
     """POST; returns (response or None on error, latency ms, monotonic time it was sent).
 
-    Like ``runners.client.KernelabClient``, an ``idempotent`` call (heartbeat, fail) is sent again
+    Like ``kernelab.runners.client.KernelabClient``, an ``idempotent`` call (heartbeat, fail) is sent again
     once after a transport error (counted in ``retried``, the latency is the two tries')."""
     sent = time.monotonic()
     t = time.perf_counter()

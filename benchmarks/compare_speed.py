@@ -1,4 +1,4 @@
-"""How long ``service.stats.compare`` takes on a 1,000-cell sweep (the server's background comparison).
+"""How long ``kernelab.service.stats.compare`` takes on a 1,000-cell sweep (the server's background comparison).
 
 Usage: ``python benchmarks/compare_speed.py [--cells 1000] [--rounds 3] [--per-round 100] [--repeats 3]``.
 
@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from server_load import sweep_result, sweep_spec  # noqa: E402
 
-from service import stats  # noqa: E402
-from service.schemas import JobSpec  # noqa: E402
+from kernelab.service import stats  # noqa: E402
+from kernelab.service.schemas import JobSpec  # noqa: E402
 
 
 def main() -> None:

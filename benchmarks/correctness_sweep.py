@@ -22,10 +22,10 @@ SPECS = ("conv3d_row_guard", "bi_matmul", "chunked_attention")
 
 def main(out_dir: Path) -> None:
     sys.path.insert(0, str(ROOT))
-    from runners.job import run_job
-    from runners.specfile import load_spec
-    from service.report import check_summary, format_table, to_markdown
-    from service.stats import compare
+    from kernelab.runners.job import run_job
+    from kernelab.runners.specfile import load_spec
+    from kernelab.service.report import check_summary, format_table, to_markdown
+    from kernelab.service.stats import compare
 
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = []

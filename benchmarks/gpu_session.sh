@@ -17,7 +17,7 @@ if [ -d .whl ]; then
   export PYTHONPATH=/tmp/site:$PWD
 fi
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-K="python3 -m runners.cli"
+K="python3 -m kernelab.runners.cli"
 step() { echo; echo "=== $* ($(date -u +%H:%M:%S))"; }
 if [ "$part" = main ]; then
   step environment

@@ -16,7 +16,7 @@ For each database (a SQLite file in a temp folder; a fresh PostgreSQL database, 
 4. ``--renders`` renders of the job page over real HTTP (``server_load._page``): the first (the
    server's first with the stored comparison: nothing of it cached), p50/p95 over all (ms), the
    page size (KiB); then the same for ``?cell=`` of another cell (a timeline not drawn before).
-5. ``--profile N``: one render in-process (``web.routes.job_page`` called with a session of its
+5. ``--profile N``: one render in-process (``kernelab.web.routes.job_page`` called with a session of its
    own, no HTTP) with an empty page cache under cProfile, the top ``N`` functions by cumulative
    time printed; then one cached render, timed.
 
@@ -45,10 +45,10 @@ from sqlalchemy import select
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.server_load import TOKEN, Server, _page, fresh_database, sweep_result, sweep_spec  # noqa: E402
-from service import models  # noqa: E402
-from service.core.config import Settings  # noqa: E402
-from service.core.db import make_engine, make_session_factory  # noqa: E402
-from service.schemas import JobSpec  # noqa: E402
+from kernelab.service import models  # noqa: E402
+from kernelab.service.core.config import Settings  # noqa: E402
+from kernelab.service.core.db import make_engine, make_session_factory  # noqa: E402
+from kernelab.service.schemas import JobSpec  # noqa: E402
 
 COMPARISON_WAIT_S = 600.0  # give up waiting for the background comparison after 10 min
 
@@ -104,8 +104,8 @@ def profile_render(url: str, job: int, top: int) -> tuple[float, float, str]:
     ``(cold wall ms, warm wall ms, top functions of the cold render)``."""
     from starlette.requests import Request
 
-    from service.app import create_app
-    from web.routes import job_page
+    from kernelab.service.app import create_app
+    from kernelab.web.routes import job_page
 
     settings = Settings(database_url=url, admin_token=SecretStr(TOKEN), public_dashboard=True)
     factory = make_session_factory(make_engine(url))

@@ -37,10 +37,10 @@ MIB = 1024**2
 
 
 def part_timeline(repeats: int, out: dict[str, Any]) -> list[str]:
-    from runners.probes import run_probes
-    from runners.probes.all_reduce import start_all_reduce
-    from runners.probes.copy_bandwidth import measure_copy_bandwidth
-    from service.schemas import ProbeSpec
+    from kernelab.runners.probes import run_probes
+    from kernelab.runners.probes.all_reduce import start_all_reduce
+    from kernelab.runners.probes.copy_bandwidth import measure_copy_bandwidth
+    from kernelab.service.schemas import ProbeSpec
 
     rows = []
     for i in range(repeats):
@@ -76,9 +76,9 @@ def part_timeline(repeats: int, out: dict[str, Any]) -> list[str]:
 
 def part_pool(repeats: int, out: dict[str, Any]) -> list[str]:
     """Quick probes as a runner's jobs get them: with the daemon's ``AllReducePool`` (ranks up)."""
-    from runners.probes import run_probes
-    from runners.probes.all_reduce import AllReducePool, set_pool
-    from service.schemas import ProbeSpec
+    from kernelab.runners.probes import run_probes
+    from kernelab.runners.probes.all_reduce import AllReducePool, set_pool
+    from kernelab.service.schemas import ProbeSpec
 
     t0 = time.perf_counter()
     with AllReducePool("cuda") as pool:
@@ -100,7 +100,7 @@ def part_pool(repeats: int, out: dict[str, Any]) -> list[str]:
 
 
 def part_methods(repeats: int, out: dict[str, Any]) -> list[str]:
-    from runners.probes.all_reduce import measure_all_reduce
+    from kernelab.runners.probes.all_reduce import measure_all_reduce
 
     sizes = [8, MIB, 64 * MIB]
     table: dict[str, list[list[float]]] = {}

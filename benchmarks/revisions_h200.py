@@ -8,7 +8,7 @@ in two commits: ``main`` with the matmul's default tile (BLOCK_M=BLOCK_N=128, BL
 would make it). Then runs ``kernelab run`` with ``--baseline-ref main --candidate-ref tile64`` (the
 revision A/B path: cached worktrees, one worker process per revision with its own
 ``TRITON_CACHE_DIR``, interleaved rounds driven by the parent) on
-``kernels.matmul:MatmulBenchmark`` variant ``triton``: bf16 M=4096 and M=2048 with N=K=4096 on a GPU,
+``kernelab.kernels.matmul:MatmulBenchmark`` variant ``triton``: bf16 M=4096 and M=2048 with N=K=4096 on a GPU,
 64^3 float32 on a CPU (Triton interpreter), so the script can be tried anywhere.
 
 Writes into ``OUT_DIR``: ``spec.yaml``, ``result.json`` (raw JobResult, both commit shas, diff
@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = """\
 name: matmul tile 128 -> 64 (revision A/B)
-benchmark: "kernels.matmul:MatmulBenchmark"
+benchmark: "kernelab.kernels.matmul:MatmulBenchmark"
 baseline: {variant: triton}
 candidate: {variant: triton}
 sweep: {M: [4096, 2048], N: [4096], K: [4096], dtype: [bfloat16]}
@@ -84,7 +84,7 @@ def main() -> int:
     make_repo(repo)
     spec = out / "spec.yaml"
     spec.write_text(SPEC)
-    cmd = [sys.executable, "-m", "runners.cli", "run", str(spec), "--repo", str(repo),
+    cmd = [sys.executable, "-m", "kernelab.runners.cli", "run", str(spec), "--repo", str(repo),
            "--baseline-ref", "main", "--candidate-ref", "tile64", "--cache-dir", str(out / "cache"),
            "--json", str(out / "comparison.json"), "--markdown", str(out / "report.md"),
            "--result", str(out / "result.json")]

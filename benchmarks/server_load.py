@@ -45,9 +45,9 @@ import psutil
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from runners.local import free_port, wait_healthy
-from service.core.db import upgrade
-from service.schemas import (
+from kernelab.runners.local import free_port, wait_healthy
+from kernelab.service.core.db import upgrade
+from kernelab.service.schemas import (
     CellResult,
     CorrectnessResult,
     JobResult,
@@ -94,7 +94,7 @@ class Server:
             [
                 sys.executable,
                 "-m",
-                "runners.cli",
+                "kernelab.runners.cli",
                 "serve",
                 "--port",
                 str(self.port),
@@ -454,7 +454,7 @@ _FILL_PER_CELL = 600  # samples per filler cell: 2 variants x 3 rounds x 100
 
 def _filler_blocks(rng: np.random.Generator, cells: int, per_cell: int) -> list[dict[str, Any]]:
     """``sample_blocks`` columns of ``cells`` cells of GPU-like samples (every column filled: SM
-    clock, clock-event reasons, temperature, power), encoded as ``service.sample_blocks`` does,
+    clock, clock-event reasons, temperature, power), encoded as ``kernelab.service.sample_blocks`` does,
     without building Python lists (numpy straight to bytes)."""
     half = per_cell // 2
     const = {
@@ -485,13 +485,13 @@ def fill_samples(url: str, n: int, *, seed: int = 0) -> dict[str, Any]:
     results shaped like the 1,000-cell sweep (1,000 cells x 600 GPU-like samples, every column
     filled: 54 bytes a sample), one transaction each, written straight into ``jobs``/``results``
     (one row each, a valid spec and node), ``cells`` and ``sample_blocks`` with psycopg's binary
-    ``COPY`` (``service.bulk``, as the ingest does on PostgreSQL); not through the HTTP API (that
+    ``COPY`` (``kernelab.service.bulk``, as the ingest does on PostgreSQL); not through the HTTP API (that
     would also run 167 background comparisons, ~10 s of CPU each on this machine). Each block
-    decodes with ``service.sample_blocks.decode`` (checked on the first). Then ``VACUUM ANALYZE``.
+    decodes with ``kernelab.service.sample_blocks.decode`` (checked on the first). Then ``VACUUM ANALYZE``.
     Returns the samples added and in total, the seconds taken and the database and table sizes."""
-    from service import bulk, sample_blocks
-    from service.core.db import make_session_factory
-    from service.models import Cell, Job, Result, SampleBlock
+    from kernelab.service import bulk, sample_blocks
+    from kernelab.service.core.db import make_session_factory
+    from kernelab.service.models import Cell, Job, Result, SampleBlock
 
     per_result = _FILL_CELLS * _FILL_PER_CELL
     results = -(-n // per_result)

@@ -18,9 +18,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from runners.static_metrics import default_target, static_comparisons  # noqa: E402
-from service.report import format_static, static_table_rows  # noqa: E402
-from service.schemas import JobSpec  # noqa: E402
+from kernelab.runners.static_metrics import default_target, static_comparisons  # noqa: E402
+from kernelab.service.report import format_static, static_table_rows  # noqa: E402
+from kernelab.service.schemas import JobSpec  # noqa: E402
 
 MATMUL = {
     "name": "matmul tiles",
@@ -57,8 +57,8 @@ def _runtime_digests(spec: JobSpec, params: dict[str, Any], variant: str) -> lis
     import torch
     import triton
 
-    from kernels import get_benchmark
-    from runners.static_metrics.aot import analyze
+    from kernelab.kernels import get_benchmark
+    from kernelab.runners.static_metrics.aot import analyze
 
     caught: list[tuple[Any, Any]] = []
 

@@ -7,7 +7,7 @@ Run on a CUDA GPU (it refuses to run without one)::
 Parts (issue "Timing engine and verdicts", targets in brackets):
 
 * ``methods``: one-element ``add_``, 256 MiB fp32 vector add, bf16 8192^3 ``torch.mm``, row softmax
-  (the Triton kernel of ``kernels.softmax``), each timed by: kernelab (cuda-event cold, cuda-event
+  (the Triton kernel of ``kernelab.kernels.softmax``), each timed by: kernelab (cuda-event cold, cuda-event
   hot, cuda-graph = the default timer; all with the default 500 ms minimum time, 750 ms budget),
   ``triton.testing.do_bench`` (median), ``do_bench_cudagraph`` (median), one event pair per
   synchronised launch. Each of ``--processes`` fresh processes times everything once; we
@@ -56,7 +56,7 @@ def _methods() -> tuple[str, ...]:
 
 
 def _make_kernels(torch: Any) -> dict[str, Any]:
-    from kernels.softmax import SoftmaxBenchmark
+    from kernelab.kernels.softmax import SoftmaxBenchmark
 
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(0)
@@ -95,10 +95,10 @@ def _kernelab_ns(
     torch: Any, fn: Any, kind: str, l2_flush: bool, window_us: float | None = None,
     clocks: dict[str, float] | None = None, label: str = "",
 ) -> float:
-    from runners.engine import measure_pair
-    from runners.probes.telemetry import ContextSampler
-    from runners.timing import CudaGraphTimer, make_timer
-    from service.schemas import MeasurementSpec
+    from kernelab.runners.engine import measure_pair
+    from kernelab.runners.probes.telemetry import ContextSampler
+    from kernelab.runners.timing import CudaGraphTimer, make_timer
+    from kernelab.service.schemas import MeasurementSpec
 
     # The spec's defaults (min_time_ms 500, target CI 1%) with a 750 ms budget per pair, so that
     # 10 processes fit the GPU session's time limit.
@@ -107,7 +107,7 @@ def _kernelab_ns(
     if window_us is not None:
         timer = CudaGraphTimer(torch.device("cuda"), l2_flush=l2_flush, min_window_ns=window_us * 1e3,
                                max_launches=100_000)
-    # As a job measures: with the per-sample NVML context sampler (runners.job).
+    # As a job measures: with the per-sample NVML context sampler (kernelab.runners.job).
     measured = measure_pair(fn, fn, settings, timer, sampler=ContextSampler(torch.cuda.current_device()))
     samples = measured.rows() if hasattr(measured, "rows") else measured  # columnar or a list
     if clocks is not None:
@@ -194,8 +194,8 @@ def part_windows(log: Any) -> str:
     import numpy as np
     import torch
 
-    from runners.probes.telemetry import ContextSampler
-    from runners.timing import CudaGraphTimer
+    from kernelab.runners.probes.telemetry import ContextSampler
+    from kernelab.runners.timing import CudaGraphTimer
 
     one = torch.ones(1, device="cuda")
 
@@ -235,7 +235,7 @@ def _fmt_ns(ns: float) -> str:
 
 
 def _softmax_spec(baseline_m: int, candidate_m: int, budget_ms: float, seed: int) -> Any:
-    from service.schemas import JobSpec
+    from kernelab.service.schemas import JobSpec
 
     return JobSpec.model_validate({
         "name": f"softmax M {baseline_m} vs {candidate_m}",
@@ -250,8 +250,8 @@ def _softmax_spec(baseline_m: int, candidate_m: int, budget_ms: float, seed: int
 
 
 def part_verdicts(runs: int, log: Any) -> str:
-    from runners.job import run_job
-    from service.stats import compare
+    from kernelab.runners.job import run_job
+    from kernelab.service.stats import compare
 
     out = []
     for label, cand_m, budget in (("A/A", 16384, 2000.0), ("3% slower", 16876, 10_000.0)):
@@ -280,9 +280,9 @@ def part_verdicts(runs: int, log: Any) -> str:
 
 
 def part_guard(log: Any) -> str:
-    from runners.job import run_job
-    from service.schemas import JobSpec
-    from service.stats import compare
+    from kernelab.runners.job import run_job
+    from kernelab.service.schemas import JobSpec
+    from kernelab.service.stats import compare
 
     spec = JobSpec.model_validate({
         "benchmark": "matmul", "baseline": {"variant": "torch"}, "candidate": {"variant": "torch"},
@@ -291,7 +291,7 @@ def part_guard(log: Any) -> str:
         "probes": {"copy_bandwidth": True, "all_reduce": False, "nvml": False, "matmul_peak": True},
     })
     result = run_job(spec)
-    # The bound comes from the job's own probe (runners.probes.peak), not from the caller.
+    # The bound comes from the job's own probe (kernelab.runners.probes.peak), not from the caller.
     peak_tflops = max(r.tflops for p in result.probes for r in p.matmul_peak)
     honest = compare(result).cells[0]
     samples = result.cells[0].samples

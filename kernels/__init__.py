@@ -1,6 +1,6 @@
 """kernelab's benchmark library: what to run (inputs, reference, variants, declared work)."""
 
-from kernels.base import (
+from kernelab.kernels.base import (
     Benchmark,
     BenchmarkError,
     Params,

@@ -11,7 +11,7 @@ functions of the other. So the mode of a whole process is fixed by the first ``i
   imports triton* (the runner's job entry point; a test session's conftest). It sets
   ``TRITON_INTERPRET=1`` for a CPU device and removes the variable for a CUDA device (a GPU timing
   of an interpreted kernel measures Python, not the kernel);
-* kernel modules (``kernels.triton_kernels.*``) import triton at top level and are imported only
+* kernel modules (``kernelab.kernels.triton_kernels.*``) import triton at top level and are imported only
   through ``import_triton_kernels(module, device)``, lazily, inside ``Benchmark.prepare``. It
   calls ``configure_triton_env`` too, which is enough when triton was not imported yet, and then
   checks that the kernels *and* triton's library are in the mode ``device`` needs; a mismatch
@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from kernels.base import BenchmarkError
+from kernelab.kernels.base import BenchmarkError
 
 TRITON_INTERPRET_ENV = "TRITON_INTERPRET"
 
@@ -76,7 +76,7 @@ def check_kernel_mode(kernels: Sequence[Any], device: Any) -> None:
                 f"Triton kernel {kernel.__name__!r} was imported {mode} but device "
                 f"{as_device(device)} needs it {'interpreted' if want else 'compiled'}: "
                 f"{TRITON_INTERPRET_ENV} is read when triton and a kernel module are first imported; "
-                "call kernels._device.configure_triton_env(device) before anything imports triton, "
+                "call kernelab.kernels._device.configure_triton_env(device) before anything imports triton, "
                 "and run CPU and GPU benchmarks in separate processes",
                 loc=("device",),
             )

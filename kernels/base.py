@@ -3,7 +3,7 @@
 A benchmark declares *what* is measured, never *how*: parameters (a pydantic model, so the server
 can validate a spec without a GPU), variants, inputs made on a device, a reference computed in
 float64, and the work (FLOPs, bytes read, bytes written) one launch does. The runner's engine
-(``runners.engine``) decides how to time it.
+(``kernelab.runners.engine``) decides how to time it.
 
 This module must import without torch: the server validates specs with it. Benchmarks import
 torch and triton lazily, inside their methods.
@@ -29,7 +29,7 @@ from typing import Annotated, Any, ClassVar, Generic, TypeVar, cast
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, field_validator
 
-from service.schemas import BENCHMARK_OBJECT_REF, JobSpec, ParamValue, Work, benchmark_ref_problem
+from kernelab.service.schemas import BENCHMARK_OBJECT_REF, JobSpec, ParamValue, Work, benchmark_ref_problem
 
 ENTRY_POINT_GROUP = "kernelab.benchmarks"
 
@@ -99,9 +99,9 @@ class Benchmark(ABC, Generic[P]):
         """Fresh random inputs on ``device`` (a ``torch.device``); never zeros. Not timed.
 
         Draw them from a ``torch.Generator`` seeded with ``seed``
-        (``kernels._device.seeded_generator`` and ``kernels._device.randn``) so a cell is
+        (``kernelab.kernels._device.seeded_generator`` and ``kernelab.kernels._device.randn``) so a cell is
         reproducible and baseline and candidate see the same data. Every seed must give tensors of
-        the same shapes and dtypes: the checked samples (``runners.sides``) draw inputs with other
+        the same shapes and dtypes: the checked samples (``kernelab.runners.sides``) draw inputs with other
         seeds and copy them into the tensors the prepared callable reads.
         """
 
@@ -126,8 +126,8 @@ class Benchmark(ABC, Generic[P]):
         """Work one launch of ``variant`` does at ``params`` (FLOPs, bytes read, bytes written)."""
 
     def tolerances(self, params: P) -> tuple[float, float]:
-        """Default (rtol, atol) for the output's dtype; see ``kernels.tolerances``."""
-        from kernels.tolerances import default_tolerances
+        """Default (rtol, atol) for the output's dtype; see ``kernelab.kernels.tolerances``."""
+        from kernelab.kernels.tolerances import default_tolerances
 
         return default_tolerances(str(getattr(params, "dtype", "float32")))
 
@@ -136,7 +136,7 @@ class Benchmark(ABC, Generic[P]):
     ) -> tuple[P, dict[str, Any]] | None:
         """Parameters and inputs of rows ``[start, stop)`` of the batch, or None (not batched).
 
-        Used by the batch-invariance check (``runners.checks``): the output of the slice must
+        Used by the batch-invariance check (``kernelab.runners.checks``): the output of the slice must
         equal rows ``[start, stop)`` of the full output's first dimension. The default is None:
         the benchmark has no batch dimension.
         """
@@ -150,7 +150,7 @@ class Benchmark(ABC, Generic[P]):
         """Logical axes of the output for "where is it wrong" summaries: ``(name, tile)`` pairs.
 
         One pair per output dimension, in order; ``tile`` is the kernel's tile along that axis
-        (bad indices are then also reported modulo the tile) or None. ``runners.checks`` reshapes
+        (bad indices are then also reported modulo the tile) or None. ``kernelab.runners.checks`` reshapes
         the output to these axes when their count differs from the output's rank and their sizes
         come from ``output_shape``. The default names dimensions ``dim0``, ``dim1``, ... untiled.
         """
@@ -171,11 +171,11 @@ class Benchmark(ABC, Generic[P]):
 def _instantiate(obj: Any, ref: str) -> Benchmark[Any]:
     """The ``Benchmark`` that ``obj`` (what ``ref`` names) is: an instance, or a concrete subclass
     constructed without arguments. Raises ``BenchmarkError`` for anything else (a function, a
-    module, an abstract class such as ``kernels.base:Benchmark``, a constructor that raises)."""
+    module, an abstract class such as ``kernelab.kernels.base:Benchmark``, a constructor that raises)."""
     if isinstance(obj, Benchmark):
         return _declared(obj, ref)
     if not (isinstance(obj, type) and issubclass(obj, Benchmark)):
-        raise BenchmarkError(f"{ref!r} is not a kernels.Benchmark subclass or instance")
+        raise BenchmarkError(f"{ref!r} is not a kernelab.kernels.Benchmark subclass or instance")
     if inspect.isabstract(obj):
         missing = ", ".join(sorted(getattr(obj, "__abstractmethods__", ())))
         raise BenchmarkError(f"{ref!r} is an abstract benchmark class (it does not define {missing})")
@@ -218,17 +218,17 @@ def _entry_point_benchmarks() -> dict[str, Any]:
 
 
 _BUILTINS = {
-    "softmax": "kernels.softmax:SoftmaxBenchmark",
-    "matmul": "kernels.matmul:MatmulBenchmark",
-    "conv3d": "kernels.conv3d:Conv3dBenchmark",
-    "bi_matmul": "kernels.bi_matmul:BatchInvariantMatmulBenchmark",
-    "chunked_attention": "kernels.chunked_attention:ChunkedAttentionBenchmark",
+    "softmax": "kernelab.kernels.softmax:SoftmaxBenchmark",
+    "matmul": "kernelab.kernels.matmul:MatmulBenchmark",
+    "conv3d": "kernelab.kernels.conv3d:Conv3dBenchmark",
+    "bi_matmul": "kernelab.kernels.bi_matmul:BatchInvariantMatmulBenchmark",
+    "chunked_attention": "kernelab.kernels.chunked_attention:ChunkedAttentionBenchmark",
 }
 
 
 def builtin_reference(name: str) -> str | None:
     """The ``module:object`` of built-in benchmark ``name`` (``"matmul"`` ->
-    ``"kernels.matmul:MatmulBenchmark"``), or None when ``name`` is not a built-in."""
+    ``"kernelab.kernels.matmul:MatmulBenchmark"``), or None when ``name`` is not a built-in."""
     return _BUILTINS.get(name)
 
 
@@ -241,9 +241,9 @@ def load_object(ref: str) -> Any:
     """Import ``'package.module:attr'`` (``attr`` may be dotted: ``'mod:Outer.Inner'``).
 
     Raises ``BenchmarkError`` naming the reference when it is not of that form (dotted Python
-    identifiers on both sides, ``service.schemas.BENCHMARK_OBJECT_REF``: no relative import, no
+    identifiers on both sides, ``kernelab.service.schemas.BENCHMARK_OBJECT_REF``: no relative import, no
     empty segment; no ``__main__`` module, none of the standard library:
-    ``service.schemas.benchmark_ref_problem``), when the module cannot be imported (any exception
+    ``kernelab.service.schemas.benchmark_ref_problem``), when the module cannot be imported (any exception
     its import raises but ``KeyboardInterrupt``, e.g. a ``SyntaxError``, a ``RuntimeError`` of its
     own or a ``SystemExit``, is reported on one line), or when it lacks the attribute.
     """

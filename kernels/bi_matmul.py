@@ -1,7 +1,7 @@
 """Built-in benchmark ``bi_matmul``: batch-invariant Triton GEMM beside ``torch.matmul``.
 
 Variants: ``"torch"`` (``torch.matmul``: cuBLAS on a GPU, which picks kernels and split-K by M)
-and ``"triton"`` (``kernels.triton_kernels.bi_matmul``: one fixed tile configuration and K order
+and ``"triton"`` (``kernelab.kernels.triton_kernels.bi_matmul``: one fixed tile configuration and K order
 for every M, so each C element depends only on its row of A and column of B). Parameters as
 ``matmul`` plus ``CHUNK_K``. The batch is M: ``batch_slice`` gives rows of A, so kernelab's
 batch-invariance check (``CorrectnessSpec.batch_invariance``) compares rows computed alone, in a
@@ -15,9 +15,9 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from kernels.base import Benchmark, BenchmarkError, Params
-from kernels.matmul import DotBlock, MatmulBenchmark, MatmulParams, NumWarps
-from service.schemas import Work
+from kernelab.kernels.base import Benchmark, BenchmarkError, Params
+from kernelab.kernels.matmul import DotBlock, MatmulBenchmark, MatmulParams, NumWarps
+from kernelab.service.schemas import Work
 
 
 class BatchInvariantMatmulParams(Params):
@@ -73,9 +73,9 @@ class BatchInvariantMatmulBenchmark(Benchmark[BatchInvariantMatmulParams]):
 
             return run_torch
         if variant == "triton":
-            from kernels._device import import_triton_kernels
+            from kernelab.kernels._device import import_triton_kernels
 
-            kernels = import_triton_kernels("kernels.triton_kernels.bi_matmul", a.device)
+            kernels = import_triton_kernels("kernelab.kernels.triton_kernels.bi_matmul", a.device)
             return kernels.make_bi_matmul(
                 a,
                 b,

@@ -3,7 +3,7 @@
 The metrics are the ones kernel authors put in their pull requests: relative error
 ``||out - ref||_2 / ||ref||_2``, the largest absolute error, the cosine similarity of the
 flattened tensors, and an element-wise ``torch.isclose`` test with dtype-aware tolerances
-(``kernels.tolerances``). A NaN or Inf in the output never passes, whatever the reference holds.
+(``kernelab.kernels.tolerances``). A NaN or Inf in the output never passes, whatever the reference holds.
 
 Poison the output buffer (``poison_``) before a correctness run: an element the kernel forgot to
 write then shows as NaN instead of silently keeping a correct value from an earlier launch.
@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from service.schemas import CorrectnessResult
+from kernelab.service.schemas import CorrectnessResult
 
 _MAX_ROWS_LISTED = 5  # bad rows named in a failure message
 

@@ -1,7 +1,7 @@
 """Built-in benchmark ``chunked_attention``: chunked-KV flash attention, two schedules, vs SDPA.
 
 Variants: ``"torch"`` (``torch.nn.functional.scaled_dot_product_attention``), ``"monolithic"``
-and ``"split"`` (``kernels.triton_kernels.chunked_attention``: one arithmetic path, two launch
+and ``"split"`` (``kernelab.kernels.triton_kernels.chunked_attention``: one arithmetic path, two launch
 schedules that must be bitwise identical; check it with ``correctness.bitwise_vs_baseline``).
 Parameters: q (B, H, S, D), k and v (B, H, L, D) with ``L`` = ``S`` when None, no mask,
 ``dtype``, tiles ``BLOCK_M``/``BLOCK_N`` and the KV ``CHUNK``. The batch for the
@@ -16,9 +16,9 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from kernels.base import Benchmark, BenchmarkError, Params, PowerOfTwo
-from kernels.matmul import NumWarps
-from service.schemas import Work
+from kernelab.kernels.base import Benchmark, BenchmarkError, Params, PowerOfTwo
+from kernelab.kernels.matmul import NumWarps
+from kernelab.service.schemas import Work
 
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
@@ -59,7 +59,7 @@ class ChunkedAttentionBenchmark(Benchmark[ChunkedAttentionParams]):
 
     def make_inputs(self, params: ChunkedAttentionParams, device: Any, seed: int) -> dict[str, Any]:
         """``{"q": (B, H, S, D), "k", "v": (B, H, L, D)}`` of params.dtype, standard normal."""
-        from kernels._device import randn, seeded_generator, torch_dtype
+        from kernelab.kernels._device import randn, seeded_generator, torch_dtype
 
         gen, dtype, p = seeded_generator(device, seed), torch_dtype(params.dtype), params
         q = randn((p.B, p.H, p.S, p.D), dtype=dtype, device=device, generator=gen)
@@ -81,9 +81,9 @@ class ChunkedAttentionBenchmark(Benchmark[ChunkedAttentionParams]):
 
             return run_torch
         if variant in ("monolithic", "split"):
-            from kernels._device import import_triton_kernels
+            from kernelab.kernels._device import import_triton_kernels
 
-            kernels = import_triton_kernels("kernels.triton_kernels.chunked_attention", q.device)
+            kernels = import_triton_kernels("kernelab.kernels.triton_kernels.chunked_attention", q.device)
             out = torch.empty_like(q)
             return kernels.make_attention(
                 q.contiguous(),
@@ -125,7 +125,7 @@ class ChunkedAttentionBenchmark(Benchmark[ChunkedAttentionParams]):
         probability to the dtype (unit roundoff u: 2^-11 float16, 2^-8 bfloat16, 2^-24 float32)
         adds errors that add like a random walk (Higham & Mary, SISC 2019), std ~ u / sqrt(3).
         """
-        from kernels.tolerances import default_tolerances
+        from kernelab.kernels.tolerances import default_tolerances
 
         rtol, atol = default_tolerances(params.dtype)
         unit = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}[params.dtype]

@@ -1,7 +1,7 @@
 """Built-in benchmark ``conv3d``: implicit-GEMM 3-D convolution (NCDHW), PyTorch vs Triton.
 
 Variants: ``"torch"`` (``torch.nn.functional.conv3d``: cuDNN on a GPU) and ``"triton"``
-(``kernels.triton_kernels.conv3d``). Parameters: x (N, C, D, H, W), weight (K, C, ks, ks, ks),
+(``kernelab.kernels.triton_kernels.conv3d``). Parameters: x (N, C, D, H, W), weight (K, C, ks, ks, ks),
 ``padding``, ``stride``, ``dtype``, tiles ``BLOCK_M``/``BLOCK_N``/``BLOCK_K`` and ``row_guard``,
 the epilogue's ``m < npq`` store mask. The seed's comparison (``seeds/000``) is a spec whose
 baseline and candidate are both ``triton`` with ``row_guard`` false and true.
@@ -39,9 +39,9 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from kernels.base import Benchmark, BenchmarkError, Params
-from kernels.matmul import DotBlock, NumWarps
-from service.schemas import Work
+from kernelab.kernels.base import Benchmark, BenchmarkError, Params
+from kernelab.kernels.matmul import DotBlock, NumWarps
+from kernelab.service.schemas import Work
 
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
@@ -110,7 +110,7 @@ class Conv3dBenchmark(Benchmark[Conv3dParams]):
 
     def make_inputs(self, params: Conv3dParams, device: Any, seed: int) -> dict[str, Any]:
         """``{"x": (N, C, D, H, W), "w": (K, C, ks, ks, ks)}`` of params.dtype, standard normal."""
-        from kernels._device import randn, seeded_generator, torch_dtype
+        from kernelab.kernels._device import randn, seeded_generator, torch_dtype
 
         gen, dtype = seeded_generator(device, seed), torch_dtype(params.dtype)
         p = params
@@ -131,9 +131,9 @@ class Conv3dBenchmark(Benchmark[Conv3dParams]):
 
             return run_torch
         if variant == "triton":
-            from kernels._device import import_triton_kernels
+            from kernelab.kernels._device import import_triton_kernels
 
-            kernels = import_triton_kernels("kernels.triton_kernels.conv3d", x.device)
+            kernels = import_triton_kernels("kernelab.kernels.triton_kernels.conv3d", x.device)
             y = torch.empty((params.N, params.K, *output_dims(params)), dtype=x.dtype, device=x.device)
             return kernels.make_conv3d(
                 x.contiguous(),
@@ -172,7 +172,7 @@ class Conv3dBenchmark(Benchmark[Conv3dParams]):
 
     def tolerances(self, params: Conv3dParams) -> tuple[float, float]:
         """The GEMM tolerances of ``MatmulBenchmark`` with reduction length ``C * ks^3``."""
-        from kernels.matmul import MatmulBenchmark, MatmulParams
+        from kernelab.kernels.matmul import MatmulBenchmark, MatmulParams
 
         gemm = MatmulParams(M=1, N=1, K=params.C * params.ks**3, dtype=params.dtype)
         return MatmulBenchmark().tolerances(gemm)

@@ -1,7 +1,7 @@
 """Built-in benchmark ``matmul``: C = A @ B, eager PyTorch vs a tiled Triton kernel.
 
 Variants: ``"torch"`` (``torch.matmul(a, b, out=c)``: cuBLAS on a GPU) and ``"triton"``
-(``kernels.triton_kernels.matmul``). Parameters: ``M``, ``N``, ``K`` (> 0), ``dtype`` (float32,
+(``kernelab.kernels.triton_kernels.matmul``). Parameters: ``M``, ``N``, ``K`` (> 0), ``dtype`` (float32,
 float16, bfloat16) and the Triton launch configuration ``BLOCK_M``/``BLOCK_N``/``BLOCK_K`` (powers
 of two, >= 16), ``GROUP_M``, ``num_warps``, ``num_stages``, ``input_precision``. Comparing two tile
 sizes is a spec whose baseline and candidate both name ``"triton"`` with different ``params``.
@@ -10,7 +10,7 @@ The default configuration, 128/128/32 with GROUP_M 8, 4 warps and 4 stages, is o
 tutorial "03-matrix-multiplication" autotuning configs; it needs (128*32 + 32*128) * 4 bytes * 4
 stages = 128 KiB of shared memory in float32, which fits an A100 (164 KiB) and an H100/H200
 (228 KiB). The same defaults run on the CPU interpreter (a 128x128 tile costs little there).
-See ``kernels.softmax`` for how to write a benchmark of your own.
+See ``kernelab.kernels.softmax`` for how to write a benchmark of your own.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from kernels.base import Benchmark, BenchmarkError, Params, PowerOfTwo
-from service.schemas import Work
+from kernelab.kernels.base import Benchmark, BenchmarkError, Params, PowerOfTwo
+from kernelab.service.schemas import Work
 
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 _MAX_TILE_ELEMS = 2**20  # Triton's TRITON_MAX_TENSOR_NUMEL (triton/_utils.py): elements per block
@@ -77,7 +77,7 @@ class MatmulBenchmark(Benchmark[MatmulParams]):
 
     def make_inputs(self, params: MatmulParams, device: Any, seed: int) -> dict[str, Any]:
         """``{"a": (M, K), "b": (K, N)}`` of params.dtype on device, standard normal from ``seed``."""
-        from kernels._device import randn, seeded_generator, torch_dtype
+        from kernelab.kernels._device import randn, seeded_generator, torch_dtype
 
         gen, dtype = seeded_generator(device, seed), torch_dtype(params.dtype)
         return {
@@ -108,9 +108,9 @@ class MatmulBenchmark(Benchmark[MatmulParams]):
 
             return run_torch
         if variant == "triton":
-            from kernels._device import import_triton_kernels
+            from kernelab.kernels._device import import_triton_kernels
 
-            kernels = import_triton_kernels("kernels.triton_kernels.matmul", a.device)
+            kernels = import_triton_kernels("kernelab.kernels.triton_kernels.matmul", a.device)
             return kernels.make_matmul(
                 a, b, c, BLOCK_M=params.BLOCK_M, BLOCK_N=params.BLOCK_N, BLOCK_K=params.BLOCK_K,
                 GROUP_M=params.GROUP_M, num_warps=params.num_warps, num_stages=params.num_stages,
@@ -142,7 +142,7 @@ class MatmulBenchmark(Benchmark[MatmulParams]):
     def tolerances(self, params: MatmulParams) -> tuple[float, float]:
         """(rtol, atol) for C: the dtype's rtol, and an atol that grows with K.
 
-        ``rtol`` covers rounding C to its dtype (``kernels.tolerances``; ``"tf32"`` when float32
+        ``rtol`` covers rounding C to its dtype (``kernelab.kernels.tolerances``; ``"tf32"`` when float32
         dots use TF32). ``atol`` adds, at ``_SIGMAS`` standard deviations, the errors of a dot
         product of K unit-normal pairs (Higham & Mary, "A New Approach to Probabilistic Rounding
         Error Analysis", SISC 2019: errors add like a random walk): rounding the inputs to TF32,
@@ -152,7 +152,7 @@ class MatmulBenchmark(Benchmark[MatmulParams]):
         u_out * sqrt(K) (s rounded partial sums of size sqrt(K/s)). The same tolerance holds for
         both variants: it describes the dtype's contract, not one implementation.
         """
-        from kernels.tolerances import default_tolerances
+        from kernelab.kernels.tolerances import default_tolerances
 
         tf32 = params.dtype == "float32" and params.input_precision == "tf32"
         rtol, atol = default_tolerances("tf32" if tf32 else params.dtype)

@@ -1,31 +1,31 @@
 """Built-in benchmark ``softmax``: row softmax of an (M, N) tensor, eager PyTorch vs fused Triton.
 
 Variants: ``"torch"`` (``torch.softmax(x, dim=-1, out=out)``, ATen's kernel) and ``"triton"``
-(``kernels.triton_kernels.softmax``). Parameters: ``M``, ``N`` (> 0), ``dtype`` (float32, float16,
+(``kernelab.kernels.triton_kernels.softmax``). Parameters: ``M``, ``N`` (> 0), ``dtype`` (float32, float16,
 bfloat16), and for the Triton variant ``BLOCK_M``, ``BLOCK_N``, ``num_warps`` (powers of two;
 None picks them from the shape, see ``launch_config``).
 
 Writing your own benchmark (this module is the template)
 --------------------------------------------------------
-1. Subclass ``kernels.Benchmark[MyParams]``; set ``name``, ``variants`` (display order) and
-   ``Params = MyParams``, a ``kernels.Params`` subclass whose fields carry their constraints
+1. Subclass ``kernelab.kernels.Benchmark[MyParams]``; set ``name``, ``variants`` (display order) and
+   ``Params = MyParams``, a ``kernelab.kernels.Params`` subclass whose fields carry their constraints
    (``Field(gt=0)``, ``PowerOfTwo``, ``Literal``); the methods below take ``params: MyParams``.
    The server validates every sweep cell against it without a GPU, so a bad value is a 422
    naming the field (``("sweep", "M")``). Import torch and triton only inside methods: the server
    imports your module to validate specs.
 2. ``make_inputs(params, device, seed)``: random normal data (never zeros: a kernel that writes
-   nothing must not pass) from ``kernels._device.seeded_generator(device, seed)``.
+   nothing must not pass) from ``kernelab.kernels._device.seeded_generator(device, seed)``.
 3. ``prepare(variant, params, inputs)``: allocate the output and compile here, then return a
    zero-argument closure that launches once, writes the *same* preallocated output each call and
    returns it (the runner poisons that buffer with NaN, calls again, and checks it). Import Triton
-   kernel modules with ``kernels._device.import_triton_kernels(module, device)`` so the CPU runs
+   kernel modules with ``kernelab.kernels._device.import_triton_kernels(module, device)`` so the CPU runs
    them under the interpreter. Raise ``BenchmarkError`` for an unknown variant.
 4. ``reference(params, inputs)``: the exact answer in float64.
 5. ``work(params, variant)``: FLOPs and the *minimum* bytes read/written of one launch. A floor
    never makes an honest result look implausible; the runner derives throughput from it.
 6. Optionally ``tolerances(params)`` when your arithmetic needs more than the dtype's defaults.
 7. Make it reachable: ``"mypkg.bench:MyBenchmark"`` in a spec, or a ``kernelab.benchmarks``
-   entry point (see ``kernels.base``).
+   entry point (see ``kernelab.kernels.base``).
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from kernels.base import Benchmark, BenchmarkError, Params, PowerOfTwo
-from service.schemas import Work
+from kernelab.kernels.base import Benchmark, BenchmarkError, Params, PowerOfTwo
+from kernelab.service.schemas import Work
 
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 _MAX_TILE_ELEMS = 2**20  # Triton's TRITON_MAX_TENSOR_NUMEL (triton/_utils.py): elements per block
@@ -102,7 +102,7 @@ class SoftmaxBenchmark(Benchmark[SoftmaxParams]):
 
     def make_inputs(self, params: SoftmaxParams, device: Any, seed: int) -> dict[str, Any]:
         """``{"x": (M, N) tensor of params.dtype on device}``, standard normal from ``seed``."""
-        from kernels._device import randn, seeded_generator, torch_dtype
+        from kernelab.kernels._device import randn, seeded_generator, torch_dtype
 
         gen, dtype = seeded_generator(device, seed), torch_dtype(params.dtype)
         return {"x": randn((params.M, params.N), dtype=dtype, device=device, generator=gen)}
@@ -122,9 +122,9 @@ class SoftmaxBenchmark(Benchmark[SoftmaxParams]):
 
             return run_torch
         if variant == "triton":
-            from kernels._device import import_triton_kernels
+            from kernelab.kernels._device import import_triton_kernels
 
-            kernels = import_triton_kernels("kernels.triton_kernels.softmax", x.device)
+            kernels = import_triton_kernels("kernelab.kernels.triton_kernels.softmax", x.device)
             return kernels.make_softmax(x, out, **launch_config(params))
         raise BenchmarkError(
             f"unknown variant {variant!r} of 'softmax'; known: {', '.join(self.variants)}", ("variant",)

@@ -1,8 +1,8 @@
 """Correctness and determinism checks of one variant, driven by ``CorrectnessSpec`` (issue 5).
 
-What runs (every output poisoned with NaN before each run, ``kernels.check.poison_``):
+What runs (every output poisoned with NaN before each run, ``kernelab.kernels.check.poison_``):
 
-* **reference**: one run compared with the float64 reference (``kernels.check.check_output``);
+* **reference**: one run compared with the float64 reference (``kernelab.kernels.check.check_output``);
 * **repeats** (``repeats > 1``): ``repeats`` runs in all, on the cell's inputs (``"fixed"``) or on
   fresh inputs drawn with seeds ``seed + i`` (``"fresh"``): failure count, worst errors, whether
   every failure had the *same* relative error (a deterministic clobber, as the conv3d seed's
@@ -27,9 +27,9 @@ from typing import Any
 
 import torch
 
-from kernels import Benchmark
-from kernels.check import check_output, mismatch_mask, poison_
-from service.schemas import (
+from kernelab.kernels import Benchmark
+from kernelab.kernels.check import check_output, mismatch_mask, poison_
+from kernelab.service.schemas import (
     BatchInvarianceCheck,
     BitwiseComparison,
     CorrectnessResult,
@@ -340,7 +340,7 @@ def run_checks(
 
     ``fn`` is ``bench.prepare(variant, params, inputs)``; ``ref`` the reference for ``inputs``.
     ``passed`` is the reference comparison *and* no failure among the repeats. Determinism and
-    batch invariance are reported, not folded into ``passed`` (``service.stats`` turns a
+    batch invariance are reported, not folded into ``passed`` (``kernelab.service.stats`` turns a
     non-deterministic result into the ``nondeterministic`` flag). Whatever the benchmark raises
     propagates.
     """

@@ -36,10 +36,10 @@ from typing import Annotated, Any
 
 import typer
 
-from runners.client import TERMINAL_JOB_STATUS, KernelabAPIError, KernelabClient, KernelabUnavailable
-from runners.specfile import SpecFileError, load_spec
-from service.schemas import CellComparison, Comparison, JobPublic, JobSpec, Verdict
-from service.verdicts import VERDICT_ORDER
+from kernelab.runners.client import TERMINAL_JOB_STATUS, KernelabAPIError, KernelabClient, KernelabUnavailable
+from kernelab.runners.specfile import SpecFileError, load_spec
+from kernelab.service.schemas import CellComparison, Comparison, JobPublic, JobSpec, Verdict
+from kernelab.service.verdicts import VERDICT_ORDER
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # a cell's verdict is in --fail-on, or the job failed
@@ -112,11 +112,11 @@ def read_spec(path: Path) -> JobSpec:
 
 def apply_refs(spec: JobSpec, spec_path: Path, repo: str, baseline_ref: str | None,
                candidate_ref: str | None) -> JobSpec:
-    """``spec`` with its sides taken from ``repo`` at the given refs (``runners.revisions.
+    """``spec`` with its sides taken from ``repo`` at the given refs (``kernelab.runners.revisions.
     with_revisions``); exits 2 naming the spec file when a ref does not resolve."""
     if baseline_ref is None and candidate_ref is None:
         return spec
-    from runners.revisions import RevisionError, is_dirty, is_url, with_revisions
+    from kernelab.runners.revisions import RevisionError, is_dirty, is_url, with_revisions
 
     try:
         spec = with_revisions(spec, repo, baseline_ref, candidate_ref)
@@ -177,11 +177,11 @@ def paint_verdict(text: str, verdict: Verdict) -> str:
 def print_comparison(comparison: Comparison) -> None:
     """Print the before/after table (verdicts in colour on a terminal, ``use_color``) and each
     probe report of a ``Comparison``."""
-    from service.report import format_table
+    from kernelab.service.report import format_table
 
     typer.echo(format_table(comparison, paint=paint_verdict if use_color() else None))
     if comparison.probes:
-        from runners.probes.format import format_probe_report
+        from kernelab.runners.probes.format import format_probe_report
 
         for report in comparison.probes:
             typer.echo("")
@@ -191,7 +191,7 @@ def print_comparison(comparison: Comparison) -> None:
 def gate(comparison: Comparison, fail_on: frozenset[Verdict]) -> int:
     """``EXIT_FAILED`` when a cell's verdict is in ``fail_on``, else ``EXIT_OK``; says which cells
     tripped the gate (per verdict, a few labels each) or that none did, on stderr."""
-    from service.report import cells_text
+    from kernelab.service.report import cells_text
 
     tripped: dict[Verdict, list[CellComparison]] = {}
     for cell in comparison.cells:
@@ -306,16 +306,16 @@ def run(
     """
     gate_on = parse_fail_on(fail_on)
     spec = apply_refs(read_spec(spec_path), spec_path, repo, baseline_ref, candidate_ref)
-    from kernels import BenchmarkError
-    from runners.job import run_job
-    from service.stats import compare
+    from kernelab.kernels import BenchmarkError
+    from kernelab.runners.job import run_job
+    from kernelab.service.stats import compare
 
     typer.echo(f"running {spec.benchmark}: {spec.baseline.variant} vs {spec.candidate.variant}", err=True)
     try:
         sources = [s.source for s in (spec.baseline, spec.candidate) if s.source is not None]
         if sources:
-            from runners.revision_job import run_revision_job
-            from runners.revisions import AllowList
+            from kernelab.runners.revision_job import run_revision_job
+            from kernelab.runners.revisions import AllowList
 
             allow = AllowList([src.repo for src in sources])
             result = run_revision_job(spec, allow=allow, cache_dir=cache_dir, progress=_print_cell_progress)
@@ -329,7 +329,7 @@ def run(
     if json_path is not None:
         json_path.write_text(comparison.model_dump_json(indent=2), encoding="utf-8")
     if markdown_path is not None:
-        from service.report import to_markdown
+        from kernelab.service.report import to_markdown
 
         markdown_path.write_text(to_markdown(comparison), encoding="utf-8")
     print_comparison(comparison)
@@ -361,10 +361,10 @@ def probe(
 ) -> None:
     """Probe this node's health (copy bandwidth, all-reduce, telemetry), print the readings and the
     verdict: against the thresholds alone, or with --server against the node's band kept there."""
-    from runners.probes import node_info, run_probes
-    from runners.probes.format import format_probe_report, format_verdict
-    from service import health
-    from service.schemas import HealthBand, ProbeSpec
+    from kernelab.runners.probes import node_info, run_probes
+    from kernelab.runners.probes.format import format_probe_report, format_verdict
+    from kernelab.service import health
+    from kernelab.service.schemas import HealthBand, ProbeSpec
 
     if mode not in ("quick", "full"):
         raise _fail(f"--mode must be 'quick' or 'full', got {mode!r}", EXIT_BAD_INPUT)
@@ -411,8 +411,8 @@ def static(
     """
     import json
 
-    from runners.static_metrics import default_target, static_comparisons
-    from service.report import format_static
+    from kernelab.runners.static_metrics import default_target, static_comparisons
+    from kernelab.service.report import format_static
 
     spec = read_spec(spec_path)
     if device_type not in ("cuda", "cpu"):
@@ -420,7 +420,7 @@ def static(
     chosen = target or default_target("cuda" if _has_cuda() else "cpu")
     if chosen is None:
         raise _fail("no CUDA GPU here: name the target, e.g. --target sm_90a")
-    from runners.static_metrics.aot import parse_target
+    from kernelab.runners.static_metrics.aot import parse_target
 
     try:
         parse_target(chosen)
@@ -642,9 +642,9 @@ def runner(
             daemon_.stop()
 
     signal.signal(signal.SIGTERM, _stop_early)
-    from runners.daemon import Runner, RunnerTokenMismatchError
-    from runners.jobns import IsolationError, set_non_dumpable
-    from runners.revisions import AllowList, RevisionError
+    from kernelab.runners.daemon import Runner, RunnerTokenMismatchError
+    from kernelab.runners.jobns import IsolationError, set_non_dumpable
+    from kernelab.runners.revisions import AllowList, RevisionError
 
     _setup_logging(log_level)
     if not set_non_dumpable():  # same-uid job code must not read this process's environ or memory
@@ -696,7 +696,7 @@ def _token_out_of_argv(token: str) -> None:
             skip = True
         elif not arg.startswith("--token="):
             rest.append(arg)
-    os.execve(sys.executable, [sys.executable, "-P", "-m", "runners.cli", *rest],
+    os.execve(sys.executable, [sys.executable, "-P", "-m", "kernelab.runners.cli", *rest],
               {**os.environ, "KERNELAB_TOKEN": token})
 
 
@@ -712,8 +712,8 @@ def serve(
     """Upgrade the database to the current schema, then serve the API and dashboard."""
     import uvicorn
 
-    from service.core.config import Settings
-    from service.core.db import upgrade
+    from kernelab.service.core.config import Settings
+    from kernelab.service.core.db import upgrade
 
     if database_url:
         os.environ["KERNELAB_DATABASE_URL"] = database_url
@@ -724,7 +724,7 @@ def serve(
         # A large result body is parsed on the worker's event loop (seconds for a 1,000-cell sweep);
         # uvicorn's default 5 s worker health check would kill the worker mid-ingest.
         extra["timeout_worker_healthcheck"] = WORKER_HEALTHCHECK_S
-    from service import serve as server
+    from kernelab.service import serve as server
 
     server.run(workers=workers, host=host, port=port, log_level=settings.log_level.lower(),
                timeout_keep_alive=KEEP_ALIVE_S, max_connections=settings.max_connections,
@@ -741,7 +741,7 @@ def up(
     timeout_s: Annotated[float, typer.Option("--timeout-s", help="wait for the demo job, s")] = 900.0,
 ) -> None:
     """Server on SQLite + a local runner + the demo job: prints the table, the URL and the token."""
-    from runners.local import LocalStack, ServerStartError, example_spec_path
+    from kernelab.runners.local import LocalStack, ServerStartError, example_spec_path
 
     spec = read_spec(spec_path or example_spec_path("softmax"))
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops like Ctrl-C

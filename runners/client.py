@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import BaseModel
 
-from service.schemas import (
+from kernelab.service.schemas import (
     ClaimRequest,
     Comparison,
     Heartbeat,

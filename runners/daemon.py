@@ -3,7 +3,7 @@
 Loop (``Runner.run``)::
 
     re-send spooled results -> long-poll claim -> run the job in a child process
-      (python -m runners.worker, hard timeout = spec.timeout_s, lease heartbeat from a thread)
+      (python -m kernelab.runners.worker, hard timeout = spec.timeout_s, lease heartbeat from a thread)
     -> move the result into the spool -> post it (idempotent) -> delete it once acknowledged
 
 * **Tokens.** Given an admin token the runner registers (``POST /runners/register``) and keeps its
@@ -13,8 +13,8 @@ Loop (``Runner.run``)::
   never logged.
 * **Nothing measured is lost.** A result goes into ``work_dir/spool/<name>/`` before it is posted
   and leaves it only when the server acknowledged it; an unreachable or failing server (any
-  answer but a refusal of the result itself, ``runners.spool.REFUSED_FOR_GOOD``) leaves it there
-  to be re-sent on the next loop or after a restart (see ``runners.spool``). When the work dir's
+  answer but a refusal of the result itself, ``kernelab.runners.spool.REFUSED_FOR_GOOD``) leaves it there
+  to be re-sent on the next loop or after a restart (see ``kernelab.runners.spool``). When the work dir's
   disk is full the worker hands its result over on stdout and the daemon holds it in memory,
   re-posting it until the server acknowledges it (and spooling it once the disk takes it again).
 * **Server faults.** The daemon survives any answer: a claim that fails (5xx, garbled answer,
@@ -37,13 +37,13 @@ Loop (``Runner.run``)::
   ``retry=True`` so another node takes it.
 * **Burst mode** (``once=True``, arq's ``burst``): drain the queue, then exit.
 * **Job code gets no credentials** (``docs/security.md``, "Job code on runners"): the worker and
-  everything under it get the allow-listed environment of ``runners.jobenv`` (plus the operator's
+  everything under it get the allow-listed environment of ``kernelab.runners.jobenv`` (plus the operator's
   ``job_env`` names), never ``KERNELAB_TOKEN``; with ``job_isolation`` ``"auto"`` (default) or
-  ``"namespace"`` the worker runs in a private user + mount namespace (``runners.jobns``) where the
+  ``"namespace"`` the worker runs in a private user + mount namespace (``kernelab.runners.jobns``) where the
   work dir shows only the job's scratch folder and the revision cache, so the token file and the
   spool cannot be read. The daemon says at start-up which isolation it has and warns when job
   code could still read the token file. A failure message is redacted (the daemon's tokens and
-  environment, ``runners.redact``) and bounded before it leaves the node.
+  environment, ``kernelab.runners.redact``) and bounded before it leaves the node.
 """
 
 from __future__ import annotations
@@ -66,13 +66,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from runners import jobns
-from runners.client import KernelabAPIError, KernelabClient, KernelabUnavailable
-from runners.jobenv import check_names, job_env
-from runners.redact import redact, secret_values
-from runners.spool import REFUSED_FOR_GOOD, Spool, atomic_write_text
-from runners.worker import NODE_CHANGED_MARK, RESULT_MARK
-from service.schemas import JobClaim, JobResult, JobSpec, NodeInfo
+from kernelab.runners import jobns
+from kernelab.runners.client import KernelabAPIError, KernelabClient, KernelabUnavailable
+from kernelab.runners.jobenv import check_names, job_env
+from kernelab.runners.redact import redact, secret_values
+from kernelab.runners.spool import REFUSED_FOR_GOOD, Spool, atomic_write_text
+from kernelab.runners.worker import NODE_CHANGED_MARK, RESULT_MARK
+from kernelab.service.schemas import JobClaim, JobResult, JobSpec, NodeInfo
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +83,8 @@ STDERR_TAIL_CHARS = 4000  # how much of a failed child's stderr goes into the fa
 LEASE_LOST_STATUS = frozenset({404, 409})
 TOKEN_REFUSED_STATUS = frozenset({401, 403})  # a claim answered so: the daemon's token is no good
 MIN_FREE_BYTES = 64 * 2**20  # 64 MiB free in the work dir before a claim (spec, stderr, result)
-JOB_FAILED_MARK = "worker: job failed: "  # runners.worker's last stderr line on a job failure
-RUNNER_NAME = re.compile(r"^[A-Za-z0-9._:-]{1,200}$")  # service.schemas.RunnerRegister.name
+JOB_FAILED_MARK = "worker: job failed: "  # kernelab.runners.worker's last stderr line on a job failure
+RUNNER_NAME = re.compile(r"^[A-Za-z0-9._:-]{1,200}$")  # kernelab.service.schemas.RunnerRegister.name
 PROBE_POOL_MODES = ("auto", "on", "off")  # Runner(probe_pool=...), see Runner._pool_env
 
 
@@ -99,11 +99,11 @@ class Runner:
     for on claim and on every heartbeat, seconds (heartbeat every ``lease_s / 3``). ``work_dir``:
     token file, spool and per-job scratch folders. ``grace_s``: how long a running job may go on
     after SIGTERM. ``node``: the fingerprint sent on registration (default
-    ``runners.probes.node_info()``). ``allowed_repos``: repositories (paths, URLs or patterns,
-    ``service.repo_address``) that jobs' source revisions may come from, besides
+    ``kernelab.runners.probes.node_info()``). ``allowed_repos``: repositories (paths, URLs or patterns,
+    ``kernelab.service.repo_address``) that jobs' source revisions may come from, besides
     ``KERNELAB_ALLOWED_REPOS``; their clones and worktrees are cached in ``work_dir/revisions``.
     ``min_free_bytes``: free space the work dir must have before a claim (bytes).
-    ``job_env_names``: variables job code may see besides ``runners.jobenv``'s allow-list
+    ``job_env_names``: variables job code may see besides ``kernelab.runners.jobenv``'s allow-list
     (``--job-env``; a credential-like name raises ``ValueError``). ``job_isolation``: ``"auto"``
     runs jobs in a private namespace where the work dir is hidden when this machine allows it (else
     a loud warning), ``"namespace"`` requires it (``run()`` raises ``jobns.IsolationError``
@@ -148,7 +148,7 @@ class Runner:
         self.job_hide = [Path(p) for p in job_hide]
         self._isolated: bool | None = None  # decided by check_isolation() at start-up
         self.min_free_bytes = int(min_free_bytes)
-        self._pool: Any = None  # runners.probes.all_reduce.AllReducePool, started by the first job
+        self._pool: Any = None  # kernelab.runners.probes.all_reduce.AllReducePool, started by the first job
         self.client = client
         self._given_client = client  # its token (maybe the admin's) stays a secret to redact
         self.name = name
@@ -218,15 +218,15 @@ class Runner:
         try:
             import torch
 
-            from runners.probes.all_reduce import AllReducePool
-            from runners.probes.telemetry import POOL_ENV
+            from kernelab.runners.probes.all_reduce import AllReducePool
+            from kernelab.runners.probes.telemetry import POOL_ENV
 
             gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
             device_type = spec.device if spec.device != "auto" else ("cuda" if gpus else "cpu")
             if device_type == "cuda" and gpus < 2:
                 return {}
             if device_type == "cuda" and self.probe_pool == "auto":
-                from runners.probes.telemetry import exclusive_gpus
+                from kernelab.runners.probes.telemetry import exclusive_gpus
 
                 if exclusive := exclusive_gpus(gpus):
                     log.info("runner %s: no probe pool: GPUs %s are in an exclusive compute mode",
@@ -269,7 +269,7 @@ class Runner:
         return self._isolated
 
     def _job_command(self, cmd: list[str], job_dir: Path) -> list[str]:
-        """``cmd`` through ``runners.jobns`` when jobs are isolated, else as it is: the work dir
+        """``cmd`` through ``kernelab.runners.jobns`` when jobs are isolated, else as it is: the work dir
         (and ``job_hide``) hidden but ``job_dir`` and the revision cache, and the places a job
         could leave something for later jobs or for the daemon's next start read-only (``_frozen``)."""
         if not self.check_isolation():
@@ -286,7 +286,7 @@ class Runner:
         return secret_values(os.environ, [*tokens, self._load_token()])
 
     def _clean(self, text: str) -> str:
-        """``text`` redacted (``_secrets``, the daemon's environment) and bounded (``runners.redact``)."""
+        """``text`` redacted (``_secrets``, the daemon's environment) and bounded (``kernelab.runners.redact``)."""
         return redact(text, secrets=self._secrets(), env=os.environ)
 
     def stop(self) -> None:
@@ -373,12 +373,12 @@ class Runner:
 
     def _probe_again(self, spec: JobSpec) -> None:
         """After a job that changed the node (its worker said so): probe the node in a fresh
-        process (``runners.measure.probes_in_child``; the job's probes, or the default ones when
+        process (``kernelab.runners.measure.probes_in_child``; the job's probes, or the default ones when
         the job had none) and post the report, so the node's health reflects the node as the next
         job finds it. Failures are logged; the next claim goes ahead."""
-        from runners.job import probes_enabled, resolve_device
-        from runners.measure import probes_in_child
-        from service.schemas import ProbeSpec
+        from kernelab.runners.job import probes_enabled, resolve_device
+        from kernelab.runners.measure import probes_in_child
+        from kernelab.service.schemas import ProbeSpec
 
         try:
             device_type = resolve_device(None, spec.device).type
@@ -517,7 +517,7 @@ class Runner:
     def _node_info(self) -> NodeInfo | None:
         if self.node is None:
             try:
-                from runners.probes import node_info
+                from kernelab.runners.probes import node_info
             except ImportError as exc:
                 log.warning("runner %s: node_info unavailable (%s)", self.name, exc)
                 return None
@@ -615,7 +615,7 @@ class Runner:
         job_dir = self.work_dir / "jobs" / f"{job_id}-{claim.attempt}"
         spec_path, out_path, err_path = job_dir / "spec.json", job_dir / "result.json", job_dir / "stderr.log"
         key = f"{self.name}-j{job_id}-a{claim.attempt}-{uuid.uuid4().hex[:12]}"
-        worker = [sys.executable, "-P", "-m", "runners.worker", str(spec_path), str(out_path),
+        worker = [sys.executable, "-P", "-m", "kernelab.runners.worker", str(spec_path), str(out_path),
                   "--job-id", str(job_id), "--idempotency-key", key, "--cache-dir", str(self.revision_cache)]
         for repo in self.allowed_repos:
             worker += ["--allow-repo", repo]
@@ -752,7 +752,7 @@ class Runner:
             message = f"worker exited with status {returncode} on node {self.name}"
         tail = _tail(err_path, STDERR_TAIL_CHARS)
         reason = tail.rpartition(JOB_FAILED_MARK)[2].strip() if JOB_FAILED_MARK in tail else ""
-        if reason:  # the worker said why (runners.worker): that goes first
+        if reason:  # the worker said why (kernelab.runners.worker): that goes first
             message = f"{reason}\n({message})"
         if tail:
             message += f"\n--- worker stderr (last {STDERR_TAIL_CHARS} characters) ---\n{tail}"
@@ -809,9 +809,9 @@ def _frozen() -> list[Path]:
     folder on the daemon's ``sys.path`` (what it imports when it starts again). Never ``/``
     (``/tmp``, ``/dev/shm`` stay writable); the work dir inside them stays as the namespace keeps
     it (hidden, the job's folder and the revision cache writable)."""
-    import runners
+    import kernelab.runners
 
-    candidates = [Path.home(), Path(sys.prefix), Path(runners.__file__).resolve().parent.parent,
+    candidates = [Path.home(), Path(sys.prefix), Path(kernelab.runners.__file__).resolve().parent.parent,
                   *(Path(entry) for entry in sys.path if entry)]
     return [p for p in candidates if p.is_dir() and p.resolve() != Path("/")]
 

@@ -2,7 +2,7 @@
 
 A timed call that launches no kernel, copy or memset is no timing, whatever the benchmark
 declares: a result cached on the host, a call that returns early on most invocations. A CUDA graph
-captured from such calls is empty (``runners.timing.CudaGraphTimer.empty_capture``); this module
+captured from such calls is empty (``kernelab.runners.timing.CudaGraphTimer.empty_capture``); this module
 sees eager calls: ``calls`` calls, each inside a ``torch.profiler.record_function`` range and
 followed by a device synchronize, in one ``torch.profiler.profile`` session. Each device activity
 the profiler records (kernels, memcpys, memsets: ``DeviceType.CUDA`` events) is attributed to the

@@ -8,7 +8,7 @@ round, the launches it covered and the GPU context (SM clock, clock-event reason
 power) read right after it.
 
 Stop rule: never before ``min_rounds``; then stop as soon as the ratio's confidence interval
-(``service.stats.ratio_ci``, bootstrap over whole rounds) has a half-width below
+(``kernelab.service.stats.ratio_ci``, bootstrap over whole rounds) has a half-width below
 ``target_ci_pct`` of the ratio *and* the samples cover at least ``min_time_ms`` of timed device
 time (both variants, ``duration_ns * launches`` summed: nvbench's ``--min-time``, 0.5 s by
 default, which lets the GPU reach its sustained clock and power state before the CI may end the
@@ -32,9 +32,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from runners.timing import Timer
-from service.schemas import MeasurementSpec, Sample, SampleColumns, Variant
-from service.stats import kept_samples, ratio_ci
+from kernelab.runners.timing import Timer
+from kernelab.service.schemas import MeasurementSpec, Sample, SampleColumns, Variant
+from kernelab.service.stats import kept_samples, ratio_ci
 
 THROTTLE_CLOCK_FRACTION = 0.75  # nvbench: below 75% of the expected SM clock is throttled
 _MIN_WARMUP_PASSES = 2  # the first pass pays one-time costs (compilation, allocation)
@@ -49,7 +49,7 @@ ProgressFn = Callable[[str], None]
 
 
 class ClockSampler(Protocol):
-    """Per-sample GPU context (``runners.probes.telemetry.ContextSampler`` implements it).
+    """Per-sample GPU context (``kernelab.runners.probes.telemetry.ContextSampler`` implements it).
 
     ``read()`` returns ``sm_clock_mhz``, ``clock_event_reasons``, ``temperature_c`` and
     ``power_w``, each None where unreadable. ``expected_sm_clock_mhz`` is the unthrottled clock
@@ -62,7 +62,7 @@ class ClockSampler(Protocol):
 
 
 class ContentionMonitor(Protocol):
-    """Who else uses the GPU, read at each CI check (``runners.probes.contention`` implements it).
+    """Who else uses the GPU, read at each CI check (``kernelab.runners.probes.contention`` implements it).
 
     ``check(rounds)`` records one reading tagged with the rounds completed so far; the caller
     collects the readings after the cell. It must be cheap (a few NVML calls) and never raise.
@@ -100,7 +100,7 @@ def is_throttled(sm_clock_mhz: float | None, expected_sm_clock_mhz: float | None
 def ci_half_width(samples: SampleColumns, settings: MeasurementSpec) -> tuple[float, float] | None:
     """``(ratio, relative CI half-width)`` of candidate/baseline over ``samples``, or None.
 
-    Uses ``service.stats.ratio_ci`` (bootstrap resampling whole rounds, 95%, seeded with
+    Uses ``kernelab.service.stats.ratio_ci`` (bootstrap resampling whole rounds, 95%, seeded with
     ``settings.seed``); throttled samples are left out when ``settings.exclude_throttled``. None
     when ``ratio_ci`` cannot form an interval or the ratio is not positive.
     """
@@ -119,8 +119,8 @@ def ci_half_width(samples: SampleColumns, settings: MeasurementSpec) -> tuple[fl
 class PairTimer(Protocol):
     """The step of the engine that may run elsewhere: time one sample of one variant.
 
-    ``runners.engine`` decides the order and the launch counts; a ``PairTimer`` only executes.
-    ``LocalPairTimer`` calls the two sides in this process; ``runners.revision_job`` sends each
+    ``kernelab.runners.engine`` decides the order and the launch counts; a ``PairTimer`` only executes.
+    ``LocalPairTimer`` calls the two sides in this process; ``kernelab.runners.revision_job`` sends each
     request to the worker process of that variant's source revision.
     """
 
@@ -142,7 +142,7 @@ class PairTimer(Protocol):
 
 
 class Side(Protocol):
-    """One side as ``LocalPairTimer`` drives it (``runners.sides.LocalSide`` implements it)."""
+    """One side as ``LocalPairTimer`` drives it (``kernelab.runners.sides.LocalSide`` implements it)."""
 
     @property
     def timer_kind(self) -> str: ...
@@ -155,7 +155,7 @@ class Side(Protocol):
 
 
 class CallableSide:
-    """A ``Side`` of one zero-argument callable timed by a ``runners.timing.Timer``."""
+    """A ``Side`` of one zero-argument callable timed by a ``kernelab.runners.timing.Timer``."""
 
     def __init__(self, fn: Callable[[], Any], timer: Timer):
         self.fn, self.timer = fn, timer
@@ -202,7 +202,7 @@ class LocalPairTimer:
 
 Checkpoint = Callable[[int, Mapping[Variant, int]], None]
 """Called by ``measure_interleaved`` after the first round and after the last one with the rounds
-completed and each side's launches per sample (``runners.job`` takes its checked samples there)."""
+completed and each side's launches per sample (``kernelab.runners.job`` takes its checked samples there)."""
 
 
 def _align_timers(pair: PairTimer) -> bool:

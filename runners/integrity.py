@@ -6,13 +6,13 @@ context that launches the kernel), so it can reach what kernelab relies on: repl
 kernelab's own timer methods and correctness check, at import time or during a call. Probes run
 in a process that never imports benchmark code (``runners.isolation``); here the timing process
 takes a snapshot of every such function when this module is imported (before any benchmark is
-loaded, ``runners.job`` imports it first) and ``tampered()`` names those that were replaced since:
+loaded, ``kernelab.runners.job`` imports it first) and ``tampered()`` names those that were replaced since:
 the attribute now holds another object, or a Python function's code object was swapped.
 
 What this cannot see: a replacement of this module's own state, C-level patches through
 ``ctypes``, a benchmark that rewrites memory. Those need a process boundary (a benchmark's code
 and kernelab's timing in different processes), which CUDA timing does not allow; the checked
-samples through the timer (``runners.sides``) and the plausibility bounds judge the output and the
+samples through the timer (``kernelab.runners.sides``) and the plausibility bounds judge the output and the
 times whatever was patched. docs/security.md states this residual risk.
 """
 
@@ -26,8 +26,8 @@ from typing import Any
 
 import torch  # noqa: F401  # loaded before the snapshot, so torch.cuda resolves
 
-from service.schemas import Reason
-from service.verdicts import reason
+from kernelab.service.schemas import Reason
+from kernelab.service.verdicts import reason
 
 # (module, dotted attribute path) of every function the timing and checking path calls.
 _WATCHED: tuple[tuple[str, str], ...] = (
@@ -49,9 +49,9 @@ _WATCHED: tuple[tuple[str, str], ...] = (
 
 # kernelab's own modules on the timing and checking path: every function and method in them.
 _OWN_MODULES = (
-    "runners.timing", "runners.engine", "runners.sides", "runners.checks", "runners.integrity",
-    "runners.probes.copy_bandwidth", "runners.probes.telemetry", "kernels.check", "service.stats",
-    "service.schemas",
+    "kernelab.runners.timing", "kernelab.runners.engine", "kernelab.runners.sides", "kernelab.runners.checks", "kernelab.runners.integrity",
+    "kernelab.runners.probes.copy_bandwidth", "kernelab.runners.probes.telemetry", "kernelab.kernels.check", "kernelab.service.stats",
+    "kernelab.service.schemas",
 )  # fmt: skip
 
 
@@ -130,7 +130,7 @@ _SNAPSHOT: Snapshot | None = None
 
 def take_snapshot() -> Snapshot:
     """The process's snapshot, taken on the first call (call it before any benchmark is imported:
-    ``runners.job`` does at import). Later calls return the same snapshot."""
+    ``kernelab.runners.job`` does at import). Later calls return the same snapshot."""
     global _SNAPSHOT
     if _SNAPSHOT is None:
         _SNAPSHOT = Snapshot()

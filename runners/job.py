@@ -13,10 +13,10 @@ Per cell, in this order:
 3. both variants prepared (allocation and compilation happen here, outside any timing);
 4. correctness, not timed: the reference (float64) is computed first, then each variant runs
    once, its output is poisoned (NaN) unless it aliases an input, it runs again and the output is
-   compared with ``kernels.check.check_output`` at the spec's or the benchmark's tolerances; the
+   compared with ``kernelab.kernels.check.check_output`` at the spec's or the benchmark's tolerances; the
    repeat, determinism, batch-invariance and bitwise-vs-baseline checks the spec asks for follow
-   (``runners.checks``); ``correctness.input_scale`` scales the inputs of the whole cell;
-5. ``runners.engine.measure_pair`` with the node's per-sample clock sampler and contention
+   (``kernelab.runners.checks``); ``correctness.input_scale`` scales the inputs of the whole cell;
+5. ``kernelab.runners.engine.measure_pair`` with the node's per-sample clock sampler and contention
    monitor on a GPU; the timer kind that measured each variant (``CellResult.timers``: a callable
    that CUDA-graph capture refuses falls back to CUDA events) and who else used the GPU
    (``CellResult.contention``) are recorded;
@@ -39,19 +39,19 @@ from typing import Any, Literal
 
 import torch
 
-from kernels import Benchmark, get_benchmark
-from kernels._device import configure_triton_env
-from kernels.check import check_output, poison_
-from runners import integrity
-from runners.checks import bitwise_diff, compare_bitwise, run_checks, scale_inputs
-from runners.engine import ClockSampler, LocalPairTimer, measure_interleaved
-from runners.probes import node_info, run_probes
-from runners.probes.contention import GpuContentionMonitor
-from runners.probes.copy_bandwidth import measure_cuda_copy
-from runners.probes.telemetry import ContextSampler
-from runners.sides import LocalSide, References, modified_inputs, refill_inputs, snapshot_inputs
-from runners.timing import Timer, TimerKind, make_timer
-from service.schemas import (
+from kernelab.kernels import Benchmark, get_benchmark
+from kernelab.kernels._device import configure_triton_env
+from kernelab.kernels.check import check_output, poison_
+from kernelab.runners import integrity
+from kernelab.runners.checks import bitwise_diff, compare_bitwise, run_checks, scale_inputs
+from kernelab.runners.engine import ClockSampler, LocalPairTimer, measure_interleaved
+from kernelab.runners.probes import node_info, run_probes
+from kernelab.runners.probes.contention import GpuContentionMonitor
+from kernelab.runners.probes.copy_bandwidth import measure_cuda_copy
+from kernelab.runners.probes.telemetry import ContextSampler
+from kernelab.runners.sides import LocalSide, References, modified_inputs, refill_inputs, snapshot_inputs
+from kernelab.runners.timing import Timer, TimerKind, make_timer
+from kernelab.service.schemas import (
     CellResult,
     CorrectnessResult,
     JobResult,
@@ -61,7 +61,7 @@ from service.schemas import (
     ProbeReport,
     Variant,
 )
-from service.verdicts import all_cells_failed, reason
+from kernelab.service.verdicts import all_cells_failed, reason
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ def resolve_device(requested: str | torch.device | None, spec_device: str = "aut
 
     ``"auto"`` is ``cuda:0`` when torch sees a GPU, else ``cpu``; a bare ``cuda`` is ``cuda:0``
     (the first visible GPU: ``CUDA_VISIBLE_DEVICES`` chooses). No CUDA context is created here: the
-    orchestrating process of a job must not hold the GPU (``runners.measure``). Raises
+    orchestrating process of a job must not hold the GPU (``kernelab.runners.measure``). Raises
     ``RuntimeError`` for a CUDA device on a node without CUDA.
     """
     value = requested if requested is not None else spec_device
@@ -92,7 +92,7 @@ def resolve_device(requested: str | torch.device | None, spec_device: str = "aut
 
 def _short_error(exc: BaseException) -> str:
     """``Type: first line`` of ``exc``, at most ``_ERROR_MAX_CHARS``; a NUL character (which no
-    stored text may hold, ``service.schemas.Text``) is written ``\\x00``, so a benchmark's message
+    stored text may hold, ``kernelab.service.schemas.Text``) is written ``\\x00``, so a benchmark's message
     can never make the job's other cells unreadable."""
     lines = str(exc).replace("\x00", "\\x00").strip().splitlines()
     text = f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
@@ -125,11 +125,11 @@ def probe_reports(spec: JobSpec, phase: str, device_type: str) -> list[ProbeRepo
 
 def _probes(spec: JobSpec, phase: Literal["before", "after"], device: torch.device) -> list[ProbeReport]:
     """The ``phase`` probe reports of ``spec`` on ``device``, taken in a fresh process that never
-    imports benchmark code and then exits (``runners.measure.probes_in_child``); none when no probe
+    imports benchmark code and then exits (``kernelab.runners.measure.probes_in_child``); none when no probe
     is enabled."""
     if not probes_enabled(spec, device.type):
         return []
-    from runners.measure import probes_in_child
+    from kernelab.runners.measure import probes_in_child
 
     return probes_in_child(spec, phase=phase, device_type=device.type, timeout_s=_PROBE_TIMEOUT_S)
 
@@ -258,7 +258,7 @@ def _phase(result: CellResult, name: str) -> Iterator[None]:
 def _checked_samples(
     spec: JobSpec, result: CellResult, sides: dict[Variant, LocalSide]
 ) -> Callable[[int, Mapping[Variant, int]], None]:
-    """The engine's checkpoint: one checked sample per side through the timer (``runners.sides``)
+    """The engine's checkpoint: one checked sample per side through the timer (``kernelab.runners.sides``)
     into ``result.timed_checks``, and the integrity of kernelab's timing functions."""
     taken = [0]
 
@@ -363,7 +363,7 @@ _CANARY_SAMPLES = 3
 
 def _canary_gbps(device: torch.device) -> float | None:
     """Device-local copy bandwidth (GB/s) measured in this process with kernelab's own timing code
-    (``runners.probes.copy_bandwidth``, 3 samples); None off CUDA or when it cannot run."""
+    (``kernelab.runners.probes.copy_bandwidth``, 3 samples); None off CUDA or when it cannot run."""
     if device.type != "cuda":
         return None
     try:
@@ -401,7 +401,7 @@ def measure_cells(
 ) -> tuple[list[CellResult], NodeInfo, str]:
     """Measure every sweep cell of ``spec`` in this process: ``(cells, node fingerprint, timer
     label)`` (module docstring, steps 1-8). Imports the benchmark: run it in a process of its own
-    (``run_job`` does, through ``python -m runners.measure``). Raises ``kernels.BenchmarkError``
+    (``run_job`` does, through ``python -m kernelab.runners.measure``). Raises ``kernelab.kernels.BenchmarkError``
     for an unknown benchmark; failures inside a cell never raise."""
     configure_triton_env(device)  # TRITON_INTERPRET for the CPU, before anything imports triton
     integrity.take_snapshot()  # before the benchmark module is imported
@@ -425,7 +425,7 @@ def measure_cells(
                 report(index, len(cells), f"done: {result.error or f'{len(result.samples)} samples'}")
                 results.append(result)
         if spec.static_metrics.enabled and cells:  # after the timing: compiling loads the CPU
-            from runners.static_metrics import attach_static
+            from kernelab.runners.static_metrics import attach_static
 
             report(len(cells) - 1, len(cells), "static metrics of the compiled kernels")
             attach_static(spec, results, device)
@@ -446,14 +446,14 @@ def run_job(
     """Run ``spec`` on this node and return every raw result (see the module docstring).
 
     The probes before and after, and the cells, each run in a fresh child process (``python -m
-    runners.measure``; this process never touches the GPU); the measuring child is killed once
+    kernelab.runners.measure``; this process never touches the GPU); the measuring child is killed once
     ``spec.timeout_s`` has passed. With ``isolate`` False the cells are measured in this process
     (tests of the engine, the Python API).
     ``device`` overrides ``spec.device`` (``"auto"``: the GPU when there is one). ``progress(cell
     index, cell count, message)`` is called as each cell advances. ``timer_kind`` overrides
-    ``spec.measurement.timer`` (``runners.timing.make_timer``). ``idempotency_key`` defaults to a
+    ``spec.measurement.timer`` (``kernelab.runners.timing.make_timer``). ``idempotency_key`` defaults to a
     fresh ``uuid4().hex``; timestamps are UTC. Raises ``RuntimeError`` for a CUDA device without
-    CUDA, ``kernels.BenchmarkError`` for an unknown benchmark, ``runners.measure.MeasureError``
+    CUDA, ``kernelab.kernels.BenchmarkError`` for an unknown benchmark, ``kernelab.runners.measure.MeasureError``
     when the child fails or overruns ``timeout_s``; failures inside a cell never raise.
     """
     started_at = datetime.now(UTC)
@@ -461,7 +461,7 @@ def run_job(
     configure_triton_env(dev)  # inherited by the child, before anything imports triton
     probes = _probes(spec, "before", dev)
     if isolate:
-        from runners.measure import measure_in_child
+        from kernelab.runners.measure import measure_in_child
 
         results, node, timer_label = measure_in_child(
             spec, device=dev, progress=progress, timer_kind=timer_kind, timeout_s=spec.timeout_s,

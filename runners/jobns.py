@@ -1,6 +1,6 @@
 """Job isolation on a runner: job code cannot read the daemon's work dir (token file, spool).
 
-``python -m runners.jobns [--hide DIR ...] [--keep PATH ...] [--readonly DIR ...] [--writable
+``python -m kernelab.runners.jobns [--hide DIR ...] [--keep PATH ...] [--readonly DIR ...] [--writable
 PATH ...] -- ARGV...`` runs ``ARGV`` in a private user + mount namespace (unprivileged user
 namespaces, ``user_namespaces(7)``; no root needed) in which each ``--hide`` folder is an empty
 tmpfs except the ``--keep`` paths inside it (bind-mounted back from the real folder: the job's
@@ -161,7 +161,7 @@ def set_non_dumpable() -> bool:
 def wrap(argv: Sequence[str], *, hide: Path | Sequence[Path] = (), keep: Sequence[Path] = (),
          readonly: Sequence[Path] = (), writable: Sequence[Path] = ()) -> list[str]:
     """The command line running ``argv`` through this helper (module docstring)."""
-    cmd = [sys.executable, "-P", "-m", "runners.jobns"]
+    cmd = [sys.executable, "-P", "-m", "kernelab.runners.jobns"]
     for flag, paths in (("--hide", [hide] if isinstance(hide, Path) else hide), ("--keep", keep),
                         ("--readonly", readonly), ("--writable", writable)):
         for path in paths:
@@ -215,7 +215,7 @@ def probe() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Enter the namespace and ``exec`` the command (module docstring); 125 when that fails."""
-    p = argparse.ArgumentParser(prog="python -m runners.jobns", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m kernelab.runners.jobns", description=__doc__.splitlines()[0])
     p.add_argument("--hide", type=Path, action="append", default=[])
     p.add_argument("--keep", type=Path, action="append", default=[])
     p.add_argument("--readonly", type=Path, action="append", default=[])

@@ -9,7 +9,7 @@ Everything lives in ``data_dir`` (default ``./kernelab-data``)::
     runner/          the runner's work dir (its token, spool, job scratch folders)
 
 The server gets the token through ``KERNELAB_ADMIN_TOKEN`` (stored hashed at start-up, see
-``service.core.config.Settings.admin_token``) and the runner through ``KERNELAB_TOKEN``, so no token
+``kernelab.service.core.config.Settings.admin_token``) and the runner through ``KERNELAB_TOKEN``, so no token
 appears on a command line (``ps`` shows command lines to every user). ``ServerProcess`` is also
 what the end-to-end tests start.
 """
@@ -48,7 +48,7 @@ def example_spec_path(name: str) -> Path:
     """
     if name not in EXAMPLES:
         raise ValueError(f"unknown example {name!r}; bundled: {list(EXAMPLES)}")
-    return Path(str(files("runners") / "examples" / f"{name}.yaml"))
+    return Path(str(files("kernelab.runners") / "examples" / f"{name}.yaml"))
 
 
 def admin_token(data_dir: Path) -> str:
@@ -149,7 +149,7 @@ class ServerProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "runners.cli", "serve", "--host", self.host, "--port", str(self.port),
+            [sys.executable, "-m", "kernelab.runners.cli", "serve", "--host", self.host, "--port", str(self.port),
              "--workers", str(self.workers)],
             env=env, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )
@@ -205,7 +205,7 @@ class LocalStack:
         env.pop("KERNELAB_ADMIN_TOKEN", None)
         self._runner_log = self.runner_log.open("ab")
         self.runner = subprocess.Popen(
-            [sys.executable, "-m", "runners.cli", "runner", "--server", self.url, "--name", self.runner_name,
+            [sys.executable, "-m", "kernelab.runners.cli", "runner", "--server", self.url, "--name", self.runner_name,
              "--poll-s", str(RUNNER_POLL_S), "--grace-s", str(RUNNER_GRACE_S),
              "--work-dir", str(self.data_dir / "runner"),
              "--job-hide", str(self.data_dir)],  # the database and the admin token beside the work dir

@@ -1,6 +1,6 @@
-"""The processes of a job: ``python -m runners.measure cells|probes SPEC_JSON OUT_JSON``.
+"""The processes of a job: ``python -m kernelab.runners.measure cells|probes SPEC_JSON OUT_JSON``.
 
-``runners.job.run_job`` orchestrates a job without touching the GPU itself: it probes the node in
+``kernelab.runners.job.run_job`` orchestrates a job without touching the GPU itself: it probes the node in
 one fresh process (``probes``), measures the cells in another (``cells``) and probes again in a
 third. A benchmark module that patches a timing function, sets a cache policy in its CUDA context
 or leaves threads behind reaches only the measuring process, which ends with its cells; the
@@ -8,13 +8,13 @@ probes never share a process with benchmark code, and only one of the job's proc
 GPU at a time (NVML then sees no other tenant of ours). Each child reads the ``JobSpec`` JSON file
 ``SPEC_JSON`` and writes its answer to ``OUT_JSON`` atomically (temp file + rename):
 
-* ``cells --device D [--timer-kind K]``: ``runners.job.measure_cells``, one line ``progress:
+* ``cells --device D [--timer-kind K]``: ``kernelab.runners.job.measure_cells``, one line ``progress:
   <cell index> <cell count> <message>`` per step on stdout; ``MeasuredCells`` JSON;
-* ``probes --phase before|after|adhoc --device-type cpu|cuda``: ``runners.job.probe_reports``; a JSON
+* ``probes --phase before|after|adhoc --device-type cpu|cuda``: ``kernelab.runners.job.probe_reports``; a JSON
   list of ``ProbeReport``.
 
 Exit status: 0 done; 2 unusable arguments or spec file; 3 the benchmark cannot be loaded
-(``kernels.BenchmarkError``, message on stderr after ``measure: benchmark: ``); 1 anything else
+(``kernelab.kernels.BenchmarkError``, message on stderr after ``measure: benchmark: ``); 1 anything else
 raised (``measure: failed: <error>`` on stderr).
 """
 
@@ -37,8 +37,8 @@ from typing import IO
 import torch
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
-from runners.spool import atomic_write_text
-from service.schemas import CellResult, JobSpec, NodeInfo, ProbeReport
+from kernelab.runners.spool import atomic_write_text
+from kernelab.service.schemas import CellResult, JobSpec, NodeInfo, ProbeReport
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -73,11 +73,11 @@ def measure_in_child(
     timer_kind: str | None = None,
     timeout_s: float,
 ) -> tuple[list[CellResult], NodeInfo, str]:
-    """Measure ``spec``'s cells in a fresh ``python -m runners.measure cells`` process on ``device``
-    and return ``(cells, node, timer label)`` as ``runners.job.measure_cells`` does.
+    """Measure ``spec``'s cells in a fresh ``python -m kernelab.runners.measure cells`` process on ``device``
+    and return ``(cells, node, timer label)`` as ``kernelab.runners.job.measure_cells`` does.
     ``progress(index, count, message)`` gets the child's progress lines. The child (its whole
     process group) is killed after ``timeout_s`` seconds or when this call is interrupted. Raises
-    ``kernels.BenchmarkError`` when the benchmark cannot be loaded, ``MeasureError`` for any other
+    ``kernelab.kernels.BenchmarkError`` when the benchmark cannot be loaded, ``MeasureError`` for any other
     failure of the child (the message holds its last stderr line)."""
     args = ["cells", "--device", str(device)] + (["--timer-kind", timer_kind] if timer_kind else [])
     text = _run_child(spec, args, progress=progress, timeout_s=timeout_s, what="measurement")
@@ -86,7 +86,7 @@ def measure_in_child(
 
 
 def probes_in_child(spec: JobSpec, *, phase: str, device_type: str, timeout_s: float) -> list[ProbeReport]:
-    """``runners.job.probe_reports`` of ``spec`` in a fresh ``python -m runners.measure probes``
+    """``kernelab.runners.job.probe_reports`` of ``spec`` in a fresh ``python -m kernelab.runners.measure probes``
     process (a process that never imports benchmark code). A child that fails or overruns
     ``timeout_s`` gives one report holding the error (a probe failure is a finding about the
     node, never a lost job)."""
@@ -106,13 +106,13 @@ _PROBE_REPORTS = TypeAdapter(list[ProbeReport])
 
 def _run_child(spec: JobSpec, args: list[str], *, progress: ProgressFn | None, timeout_s: float,
                what: str) -> str:
-    """Run ``python -m runners.measure ARGS SPEC OUT``; the text of OUT (see ``measure_in_child``)."""
-    from kernels import BenchmarkError
+    """Run ``python -m kernelab.runners.measure ARGS SPEC OUT``; the text of OUT (see ``measure_in_child``)."""
+    from kernelab.kernels import BenchmarkError
 
     with tempfile.TemporaryDirectory(prefix="kernelab-measure-") as tmp:
         spec_path, out_path, err_path = Path(tmp, "spec.json"), Path(tmp, "out.json"), Path(tmp, "stderr")
         spec_path.write_text(spec.model_dump_json(), encoding="utf-8")
-        cmd = [sys.executable, "-P", "-m", "runners.measure", args[0], str(spec_path), str(out_path),
+        cmd = [sys.executable, "-P", "-m", "kernelab.runners.measure", args[0], str(spec_path), str(out_path),
                *args[1:]]
         with err_path.open("w", encoding="utf-8") as err:
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL,
@@ -142,12 +142,12 @@ def _run_child(spec: JobSpec, args: list[str], *, progress: ProgressFn | None, t
 
 
 def _child_env() -> dict[str, str]:
-    """The job environment (``runners.jobenv.job_env``: allow-listed, no credentials) with
+    """The job environment (``kernelab.runners.jobenv.job_env``: allow-listed, no credentials) with
     ``PYTHONPATH`` set to this process's ``sys.path`` (the child imports the benchmark modules this
     process could import: a module next to the spec, a test module) and this process's pid added to
     ``KERNELAB_OWN_PIDS`` (NVML then counts it as ours, never as another tenant)."""
-    from runners.jobenv import job_env
-    from runners.probes.telemetry import OWN_PIDS_ENV
+    from kernelab.runners.jobenv import job_env
+    from kernelab.runners.probes.telemetry import OWN_PIDS_ENV
 
     paths = [p for p in sys.path if p and os.path.isdir(p)]
     # The child runs with ``python -P`` (no implicit current folder: in a runner's job that is a folder
@@ -191,7 +191,7 @@ def _kill_group(proc: subprocess.Popen[str]) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m runners.measure", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m kernelab.runners.measure", description=__doc__.splitlines()[0])
     p.add_argument("what", choices=["cells", "probes"])
     p.add_argument("spec_json", type=Path)
     p.add_argument("out_json", type=Path)
@@ -214,8 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValidationError) as exc:
         print(f"measure: failed: cannot read spec {args.spec_json}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    from kernels import BenchmarkError
-    from runners.job import measure_cells, probe_reports
+    from kernelab.kernels import BenchmarkError
+    from kernelab.runners.job import measure_cells, probe_reports
 
     t0 = time.perf_counter()
     try:

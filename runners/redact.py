@@ -5,7 +5,7 @@ chose (``sh -c 'env'`` in an install step). Before the daemon posts it (readable
 token), ``redact`` replaces
 
 * every secret value the daemon knows (its tokens; values of its variables whose name looks like a
-  credential, ``runners.jobenv.is_secret_name``) wherever it appears, and
+  credential, ``kernelab.runners.jobenv.is_secret_name``) wherever it appears, and
 * every ``NAME=value`` line of the daemon's environment (an ``env`` dump) by ``NAME=[redacted]``,
 
 then keeps at most ``MAX_ERROR_CHARS`` characters (the head, which says why, and the tail).
@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
-from runners.jobenv import is_secret_name
+from kernelab.runners.jobenv import is_secret_name
 
 MAX_ERROR_CHARS = 6000  # 6 KB: the reason line plus ~4,000 characters of worker stderr
 MIN_SECRET_CHARS = 6  # shorter values ("1", "true") are too common to replace everywhere

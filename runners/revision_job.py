@@ -1,19 +1,19 @@
 """A job whose baseline and candidate come from source revisions: one worker process per side.
 
-``run_revision_job`` is ``runners.job.run_job`` for a spec where a side has a ``source``
-(``runners.worker`` picks it). It
+``run_revision_job`` is ``kernelab.runners.job.run_job`` for a spec where a side has a ``source``
+(``kernelab.runners.worker`` picks it). It
 
-1. materialises each side's revision (``runners.revisions.RevisionCache``: allow-list, cached bare
+1. materialises each side's revision (``kernelab.runners.revisions.RevisionCache``: allow-list, cached bare
    clone, one worktree per commit, install steps once); a side without a source uses the
    installed code;
-2. starts one ``python -m runners.revision_worker`` per side, with the side's revision first on
+2. starts one ``python -m kernelab.runners.revision_worker`` per side, with the side's revision first on
    ``sys.path`` and its own ``TRITON_CACHE_DIR`` (``<cache>/triton/<sha>``: compiled kernels of
    two revisions never mix);
 3. probes the node before, then per sweep cell asks both workers to prepare the cell (inputs,
    correctness against that revision's reference, declared work) and measures the pair with
-   ``runners.engine.measure_interleaved``: the round order, launch counts, per-sample GPU context
+   ``kernelab.runners.engine.measure_interleaved``: the round order, launch counts, per-sample GPU context
    and stop rule are decided here; each "time one sample of side X" is one request to X's
-   worker, which times it with its own ``runners.timing`` timer on the same device, while the
+   worker, which times it with its own ``kernelab.runners.timing`` timer on the same device, while the
    other worker waits;
 4. probes after, and returns the ``JobResult`` whose ``node.revisions`` records both commits, the
    diff stat between them and each side's torch/triton/CUDA/driver versions.
@@ -45,16 +45,17 @@ from typing import Any
 
 import torch
 
-from kernels._device import configure_triton_env
-from runners import jobns
-from runners.engine import measure_interleaved
-from runners.job import ProgressCallback, _probes, _short_error, check_seed, resolve_device
-from runners.jobenv import job_env
-from runners.probes import node_info
-from runners.probes.telemetry import ContextSampler
-from runners.revisions import AllowList, Checkout, RevisionCache, RevisionError
-from runners.timing import TimerKind, choose_launches
-from service.schemas import (
+import kernelab
+from kernelab.kernels._device import configure_triton_env
+from kernelab.runners import jobns
+from kernelab.runners.engine import measure_interleaved
+from kernelab.runners.job import ProgressCallback, _probes, _short_error, check_seed, resolve_device
+from kernelab.runners.jobenv import job_env
+from kernelab.runners.probes import node_info
+from kernelab.runners.probes.telemetry import ContextSampler
+from kernelab.runners.revisions import AllowList, Checkout, RevisionCache, RevisionError
+from kernelab.runners.timing import TimerKind, choose_launches
+from kernelab.service.schemas import (
     CellResult,
     CorrectnessResult,
     JobResult,
@@ -66,17 +67,18 @@ from service.schemas import (
     Variant,
     Work,
 )
-from service.verdicts import all_cells_failed
+from kernelab.service.verdicts import all_cells_failed
 
 log = logging.getLogger(__name__)
 
 SIDES: tuple[Variant, Variant] = ("baseline", "candidate")
-_KERNELAB_ROOT = str(Path(__file__).resolve().parent.parent)  # the installed runners/ and kernels/
+# the folder holding the installed kernelab package (a checkout, or site-packages)
+_KERNELAB_ROOT = str(Path(kernelab.__file__).resolve().parent.parent)
 _EXIT_WAIT_S = 10.0  # how long a worker gets to exit after the "exit" request
 
 
 class WorkerChannel:
-    """One side's worker process and its JSON-lines channel (see ``runners.revision_worker``).
+    """One side's worker process and its JSON-lines channel (see ``kernelab.runners.revision_worker``).
 
     ``request`` waits for the answer until ``deadline`` (``time.monotonic()`` seconds); a worker
     that dies or overruns raises ``RevisionError`` naming ``label``.
@@ -88,7 +90,7 @@ class WorkerChannel:
         self.deadline = deadline
         self._buf = b""
         self.proc = subprocess.Popen(
-            argv or [sys.executable, "-P", "-m", "runners.revision_worker"], stdin=subprocess.PIPE,
+            argv or [sys.executable, "-P", "-m", "kernelab.runners.revision_worker"], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, env=env, cwd=cwd,
         )
         assert self.proc.stdout is not None
@@ -144,7 +146,7 @@ class WorkerChannel:
 
 
 class RemotePairTimer:
-    """``runners.engine.PairTimer`` whose samples are timed by the two sides' workers."""
+    """``kernelab.runners.engine.PairTimer`` whose samples are timed by the two sides' workers."""
 
     def __init__(self, channels: dict[Variant, WorkerChannel], setup: dict[Variant, dict[str, Any]]):
         self.channels = channels
@@ -159,7 +161,7 @@ class RemotePairTimer:
         return float(answer["ns"])
 
     def launches_for(self, variant: Variant, per_launch_ns: float) -> int:
-        """``runners.timing.choose_launches`` with the limits of ``variant``'s worker timer."""
+        """``kernelab.runners.timing.choose_launches`` with the limits of ``variant``'s worker timer."""
         info = self.setup[variant]
         return choose_launches(per_launch_ns, min_window_ns=float(info["min_window_ns"]),
                                max_launches=int(info["max_launches"]))
@@ -181,7 +183,7 @@ class RemotePairTimer:
     def verify(
         self, variant: Variant, *, seed: int, rounds: int, launches: int
     ) -> tuple[TimedCheck, list[Reason]]:
-        """A checked sample of ``variant`` in its worker (``runners.sides.LocalSide.checked_sample``)."""
+        """A checked sample of ``variant`` in its worker (``kernelab.runners.sides.LocalSide.checked_sample``)."""
         answer = self._ask(variant, {"op": "verify", "seed": seed, "rounds": rounds, "launches": launches})
         found = [Reason.model_validate(f) for f in answer["findings"]]
         return TimedCheck.model_validate(answer["check"]), found
@@ -209,7 +211,7 @@ def _triton_cache(checkout: Checkout | None, scratch: Path) -> Path:
 
 
 def _worker_env(triton_cache: Path) -> dict[str, str]:
-    """A side worker's environment: the job environment (``runners.jobenv``: allow-listed, no
+    """A side worker's environment: the job environment (``kernelab.runners.jobenv``: allow-listed, no
     credentials), kernelab first on ``PYTHONPATH``, the side's own Triton cache."""
     env = job_env()
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_KERNELAB_ROOT, env.get("PYTHONPATH", "")) if p)
@@ -230,7 +232,7 @@ def _workers(
         for side in SIDES:
             triton = _triton_cache(checkouts[side], scratch)
             # isolated: the revision cache read-only for benchmark code but this job's folder and Triton cache
-            argv = jobns.nested([sys.executable, "-P", "-m", "runners.revision_worker"], readonly=cache.root,
+            argv = jobns.nested([sys.executable, "-P", "-m", "kernelab.runners.revision_worker"], readonly=cache.root,
                                 writable=[scratch, triton])
             channels[side] = WorkerChannel(_label(spec, side, checkouts[side]), _worker_env(triton),
                                            scratch, deadline, argv=argv)
@@ -316,7 +318,7 @@ def run_revision_job(
     """Run ``spec`` (a side has a ``source``) on this node; see the module docstring.
 
     ``allow``: repositories this runner may fetch; ``cache_dir``: clones, worktrees, Triton caches.
-    ``device``, ``progress``, ``timer_kind`` and ``idempotency_key`` as in ``runners.job.run_job``.
+    ``device``, ``progress``, ``timer_kind`` and ``idempotency_key`` as in ``kernelab.runners.job.run_job``.
     The job's ``timeout_s`` bounds every wait on a worker. Raises ``RevisionError`` when a side's
     revision or benchmark cannot be used (the message names the side), ``RuntimeError`` for a CUDA
     device without CUDA; failures inside a cell never raise.

@@ -1,6 +1,6 @@
-"""Worker process of one side of a revision A/B job: ``python -m runners.revision_worker``.
+"""Worker process of one side of a revision A/B job: ``python -m kernelab.runners.revision_worker``.
 
-``runners.revision_job`` starts one per side. The channel is one JSON object per line: requests
+``kernelab.runners.revision_job`` starts one per side. The channel is one JSON object per line: requests
 on stdin, answers on the process's original stdout (``sys.stdout`` is redirected to stderr at
 start, so whatever the benchmark prints cannot corrupt the channel). Every answer is ``{"ok":
 true, ...}`` or ``{"ok": false, "error": "<one line>"}``; an error never ends the process.
@@ -10,22 +10,23 @@ Requests (in the order the parent sends them):
 * ``{"op": "setup", "spec": JobSpec, "side": "baseline"|"candidate", "device": "cpu"|"cuda:0",
   "path": str|null, "site": str|null, "timer_kind": str}``: puts ``path`` then ``site`` first on
   ``sys.path`` (dropping already-imported modules of the benchmark's top-level package that the
-  revision also has, so ``kernels.matmul`` of a kernelab revision is that revision's), loads the
+  revision also has; a built-in benchmark on a revision of kernelab itself is that revision's:
+  ``revision_reference``), loads the
   benchmark, checks this side's variant and every cell's parameters, makes the timer
-  (``runners.timing.make_timer``). Answer: ``versions`` (torch, triton, cuda, driver, python),
+  (``kernelab.runners.timing.make_timer``). Answer: ``versions`` (torch, triton, cuda, driver, python),
   ``timer``, ``min_window_ns``, ``max_launches``.
 * ``{"op": "cell", "index": i}``: cell ``i`` of ``spec.cells(device type)`` merged with this
   side's ``params``: inputs (seeded with ``measurement.seed``), ``prepare``, the correctness check
-  (``runners.job.check_variant`` against this revision's float64 reference), the declared work.
+  (``kernelab.runners.job.check_variant`` against this revision's float64 reference), the declared work.
   Answer: ``correctness`` (``CorrectnessResult`` JSON or null), ``work``.
 * ``{"op": "time", "launches": n}``: one sample of the prepared cell (``Timer.time_ns``); answer
   ``ns`` (per launch).
 * ``{"op": "kind"}``: the timer kind of the prepared cell (``kind``); ``{"op": "fallback"}`` moves
   it to the timer's fallback (``moved``), so both sides are timed alike.
 * ``{"op": "verify", "seed": s, "rounds": r, "launches": n}``: a checked sample through the timer
-  (``runners.sides.LocalSide.checked_sample``); answer ``check`` (``TimedCheck`` JSON) and
-  ``findings`` (a replaced timing function, ``runners.integrity``).
-* ``{"op": "finish"}``: after the cell's rounds: ``findings`` (no device work, ``runners.sides``;
+  (``kernelab.runners.sides.LocalSide.checked_sample``); answer ``check`` (``TimedCheck`` JSON) and
+  ``findings`` (a replaced timing function, ``kernelab.runners.integrity``).
+* ``{"op": "finish"}``: after the cell's rounds: ``findings`` (no device work, ``kernelab.runners.sides``;
   a replaced timing function).
 * ``{"op": "release"}``: drop the cell's inputs, callable and timer state, free device memory.
 * ``{"op": "exit"}``: answer, then exit 0 (end of stdin does the same).
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import gc
 import importlib
+import importlib.util
 import json
 import os
 import sys
@@ -50,16 +52,16 @@ import torch
 from pydantic import ValidationError
 
 # Everything of the installed kernelab is imported before a revision goes on sys.path: a kernelab
-# revision's ``kernels`` package then replaces the installed one for the benchmark only.
-from kernels._device import configure_triton_env
-from kernels.base import builtin_reference
-from runners import integrity
-from runners.job import _short_error, check_variant
-from runners.probes import node_info
-from runners.sides import LocalSide, modified_inputs, refill_inputs, snapshot_inputs
-from runners.timing import make_timer
-from service.schemas import JobSpec, Reason, Variant, Work
-from service.verdicts import reason
+# revision's benchmark library then replaces the installed one for the benchmark only.
+from kernelab.kernels._device import configure_triton_env
+from kernelab.kernels.base import builtin_reference
+from kernelab.runners import integrity
+from kernelab.runners.job import _short_error, check_variant
+from kernelab.runners.probes import node_info
+from kernelab.runners.sides import LocalSide, modified_inputs, refill_inputs, snapshot_inputs
+from kernelab.runners.timing import make_timer
+from kernelab.service.schemas import JobSpec, Reason, Variant, Work
+from kernelab.service.verdicts import reason
 
 _BENCHMARK_METHODS = ("variants", "make_inputs", "prepare", "reference", "work", "parse_params", "tolerances")
 
@@ -70,11 +72,45 @@ class WorkerError(Exception):
 
 def _purge_shadowed(top: str, path: Path) -> None:
     """Forget imported modules of package ``top`` when the revision at ``path`` has its own."""
-    if not ((path / top).is_dir() or (path / f"{top}.py").is_file()):
-        return
+    if top == "kernelab" or not ((path / top).is_dir() or (path / f"{top}.py").is_file()):
+        return  # the installed kernelab (the measurement framework) is never replaced
     for name in [n for n in sys.modules if n == top or n.startswith(top + ".")]:
         del sys.modules[name]
     importlib.invalidate_caches()
+
+
+_LIBRARY = "kernelab.kernels"
+
+
+def revision_reference(ref: str, path: Path | None) -> str:
+    """The ``module:object`` to load for ``ref`` when the revision's checkout is at ``path``.
+
+    A benchmark of kernelab's own library (a built-in name or ``kernelab.kernels.*``) measured on a
+    revision of kernelab itself comes from that revision: a checkout of today's layout (a
+    ``kernelab/`` package beside ``kernels/``) gets its ``kernels/`` folder mounted as
+    ``kernelab.kernels`` (the installed one is forgotten first; the framework keeps what it
+    imported); an older checkout (a top-level ``kernels`` package) is loaded under its own name.
+    Any other reference, or a revision that is not a kernelab checkout, is returned unchanged.
+    """
+    target = ref if ":" in ref else builtin_reference(ref)
+    if target is None or path is None or not target.startswith(_LIBRARY + "."):
+        return ref
+    library = path / "kernels"
+    if not (library / "__init__.py").is_file():
+        return target
+    if (path / "kernelab" / "__init__.py").is_file():
+        for name in [n for n in sys.modules if n == _LIBRARY or n.startswith(_LIBRARY + ".")]:
+            del sys.modules[name]
+        spec = importlib.util.spec_from_file_location(
+            _LIBRARY, library / "__init__.py", submodule_search_locations=[str(library)])
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[_LIBRARY] = module
+        sys.modules["kernelab"].kernels = module  # type: ignore[attr-defined]
+        spec.loader.exec_module(module)
+        return target
+    _purge_shadowed("kernels", path)
+    return target.removeprefix("kernelab.")
 
 
 def load_benchmark(ref: str) -> Any:
@@ -152,13 +188,14 @@ class RevisionWorker:
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
         else:
-            torch.set_num_threads(1)  # as runners.job._cpu_threads: one intra-op thread on a CPU
-        top = (spec.benchmark.partition(":")[0] if ":" in spec.benchmark else "kernels").split(".")[0]
+            torch.set_num_threads(1)  # as kernelab.runners.job._cpu_threads: one intra-op thread on a CPU
+        top = spec.benchmark.partition(":")[0].split(".")[0] if ":" in spec.benchmark else "kernelab"
         for entry in (request.get("site"), request.get("path")):  # path ends up first
             if entry:
                 sys.path.insert(0, entry)
                 _purge_shadowed(top, Path(entry))
-        self.bench = load_benchmark(spec.benchmark)
+        path = request.get("path")
+        self.bench = load_benchmark(revision_reference(spec.benchmark, Path(path) if path else None))
         side_spec = getattr(spec, self.side)
         if side_spec.variant not in self.bench.variants:
             raise WorkerError(f"{self.side}.variant: unknown variant {side_spec.variant!r}; this "

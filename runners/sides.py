@@ -1,7 +1,7 @@
 """One side of a cell, prepared in this process, and its checked samples through the timer.
 
-The engine (``runners.engine``) times a side by asking for samples; ``LocalSide`` serves them
-with a ``runners.timing.Timer`` and can also take a **checked sample**: one sample timed exactly
+The engine (``kernelab.runners.engine``) times a side by asking for samples; ``LocalSide`` serves them
+with a ``kernelab.runners.timing.Timer`` and can also take a **checked sample**: one sample timed exactly
 as the others (the same CUDA graph replay, the same event window), whose output is verified.
 That closes the gap between what is checked and what is timed: a kernel that is right when
 launched directly but wrong under graph replay, a result cached across calls, an output written
@@ -16,7 +16,7 @@ after the window, are all caught by looking at what the timed method produced. P
 4. right after the window: the output is copied on the timing stream (``at_stop``), then the
    device is drained and the time the drain took is measured; threads the call started and left
    running are listed and joined (up to ``_THREAD_JOIN_S``); the output is read again (``at_rest``);
-5. findings (``service.verdicts.REASONS`` codes, each ending the cell ``incorrect``):
+5. findings (``kernelab.service.verdicts.REASONS`` codes, each ending the cell ``incorrect``):
    ``not-a-tensor`` (the call returned no plain ``torch.Tensor``: a wrapped, lazy or deferred
    output), ``wrong-under-timing`` (``at_stop`` differs from the reference; the message names the
    method: "under cuda-graph replay", "in a timed cuda-event window", ...), ``output-after-window``
@@ -40,12 +40,12 @@ from typing import Any
 
 import torch
 
-from kernels.check import check_output, mismatch_mask, poison_
-from runners.checks import bitwise_diff, describe_where, logical_view
-from runners.devicework import device_work_per_call
-from runners.timing import Timer
-from service.schemas import CorrectnessResult, Reason, TimedCheck, Variant
-from service.verdicts import reason
+from kernelab.kernels.check import check_output, mismatch_mask, poison_
+from kernelab.runners.checks import bitwise_diff, describe_where, logical_view
+from kernelab.runners.devicework import device_work_per_call
+from kernelab.runners.timing import Timer
+from kernelab.service.schemas import CorrectnessResult, Reason, TimedCheck, Variant
+from kernelab.service.verdicts import reason
 
 _DRAIN_SLACK_NS = 100_000  # 100 us: an idle device's synchronize returns in ~2-20 us
 _DRAIN_IDLE_FACTOR = 20.0
@@ -282,7 +282,7 @@ class LocalSide:
 
     def device_work_findings(self) -> list[Reason]:
         """``no-device-work`` when the CUDA graph captured from this side's timed calls holds no
-        node, or when an eager call launched no kernel, copy or memset (``runners.devicework``);
+        node, or when an eager call launched no kernel, copy or memset (``kernelab.runners.devicework``);
         empty on a CPU or when the profiler cannot count."""
         if self.device.type != "cuda":
             return []

@@ -3,13 +3,13 @@
 A user who mistypes a key in a 60-line spec should be told the line, not shown a traceback.
 The file is composed into a YAML node tree first (JSON is YAML 1.2's flow subset, and PyYAML
 reads the JSON specs kernelab writes), so every pydantic error ``loc`` — and every
-``kernels.validate_spec`` ``loc`` — is mapped back to the line of the key it names:
+``kernelab.kernels.validate_spec`` ``loc`` — is mapped back to the line of the key it names:
 
 * syntax errors use the ``yaml.Mark`` of the scanner/parser (``problem_mark``);
 * duplicate keys (which PyYAML would silently collapse) are errors at the second key's line;
 * an unknown field points at its own key, a missing field at the mapping that lacks it;
 * aliases, nesting and the size of the tree with its aliases expanded are bounded
-  (``runners.spec_yaml``), so a 1 KB alias bomb is refused at its line in microseconds;
+  (``kernelab.runners.spec_yaml``), so a 1 KB alias bomb is refused at its line in microseconds;
 * a value PyYAML cannot construct (an unknown ``!!tag``, a mapping used as a key) is an error at
   its line.
 """
@@ -24,8 +24,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from runners import spec_yaml
-from service.schemas import JobSpec
+from kernelab.runners import spec_yaml
+from kernelab.service.schemas import JobSpec
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ def load_spec(path: Path, *, check_benchmark: bool = True) -> JobSpec:
     """Load and validate the ``JobSpec`` in ``path`` (YAML or JSON).
 
     With ``check_benchmark`` the spec is also checked against its benchmark
-    (``kernels.validate_spec``: known benchmark and variants, valid parameters in every cell).
+    (``kernelab.kernels.validate_spec``: known benchmark and variants, valid parameters in every cell).
     Raises ``SpecFileError`` naming the file and line of every problem found.
     """
     path = Path(path)
@@ -94,7 +94,7 @@ def parse_spec(text: str, path: Path, *, check_benchmark: bool = True) -> JobSpe
         problems = [_problem(root, err["loc"], err["msg"], err["type"]) for err in exc.errors()]
         raise SpecFileError(path, problems) from None
     if check_benchmark:
-        from kernels import validate_spec
+        from kernelab.kernels import validate_spec
 
         errors = validate_spec(spec)
         if errors:

@@ -25,7 +25,7 @@ import re
 import tempfile
 from pathlib import Path
 
-from service.schemas import JobResult
+from kernelab.service.schemas import JobResult
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
 REFUSED_FOR_GOOD = frozenset({400, 404, 409, 413, 422})

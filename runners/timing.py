@@ -49,7 +49,7 @@ from typing import Any, ClassVar, Literal
 
 import torch
 
-from service.schemas import MeasurementSpec
+from kernelab.service.schemas import MeasurementSpec
 
 TimerKind = Literal["auto", "perf_counter", "cuda-event", "cuda-graph"]
 logger = logging.getLogger(__name__)
@@ -145,7 +145,7 @@ class Timer(ABC):
     def output_of(self, fn: Callable[[], Any]) -> Any:
         """What the timed method's last launch of ``fn`` returned: the return value of the last
         call of the latest ``time_ns`` (for a CUDA graph, the graph's static output, which every
-        replay rewrites). None before the first sample. The checked samples (``runners.sides``)
+        replay rewrites). None before the first sample. The checked samples (``kernelab.runners.sides``)
         poison it before a sample and verify it after."""
         return self._outputs.get(fn)
 

@@ -1,11 +1,11 @@
-"""Child-process entry point that runs one job: ``python -m runners.worker SPEC_JSON OUT_JSON``.
+"""Child-process entry point that runs one job: ``python -m kernelab.runners.worker SPEC_JSON OUT_JSON``.
 
 The daemon runs every job in a fresh child so that a crash, a hung kernel or a leaked CUDA
 context cannot take the daemon down, and so that a hard timeout can kill it. The child:
 
 1. reads the ``JobSpec`` JSON file ``SPEC_JSON``;
-2. runs ``runners.job.run_job(spec, job_id=..., idempotency_key=..., progress=...)`` (or, when a
-   side names a source revision, ``runners.revision_job.run_revision_job`` with the
+2. runs ``kernelab.runners.job.run_job(spec, job_id=..., idempotency_key=..., progress=...)`` (or, when a
+   side names a source revision, ``kernelab.runners.revision_job.run_revision_job`` with the
    ``--allow-repo`` list and ``--cache-dir``), printing one progress line per sweep cell on stdout;
 3. writes the ``JobResult`` JSON to ``OUT_JSON`` atomically (temp file + rename), so the daemon
    never reads half a result. When that file cannot be written (``OSError``: the disk is full,
@@ -28,8 +28,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from runners.spool import atomic_write_text
-from service.schemas import JobResult, JobSpec
+from kernelab.runners.spool import atomic_write_text
+from kernelab.service.schemas import JobResult, JobSpec
 
 EXIT_OK = 0
 EXIT_JOB_FAILED = 1
@@ -39,7 +39,7 @@ NODE_CHANGED_MARK = "kernelab-node-changed: "  # a stdout line: the job changed 
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m runners.worker", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m kernelab.runners.worker", description=__doc__.splitlines()[0])
     p.add_argument("spec_json", type=Path, help="JobSpec JSON file")
     p.add_argument("out_json", type=Path, help="where the JobResult JSON is written")
     p.add_argument("--job-id", type=int, default=None)
@@ -59,7 +59,7 @@ def _print_progress(index: int, total: int, message: str) -> None:
 def _node_changed(result: JobResult) -> str:
     """The first ``node-changed`` reason of ``result`` (its probes after against before, or a cell's
     in-process canary), or ``""``."""
-    from service.node_change import node_change_reasons
+    from kernelab.service.node_change import node_change_reasons
 
     found = node_change_reasons(result.probes, device_type=result.node.device_type) + [
         f for c in result.cells for f in c.findings if f.code == "node-changed"
@@ -77,9 +77,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"worker: cannot read spec {args.spec_json}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
 
-    from runners.job import run_job  # imports torch: keep it out of argument errors
-    from runners.revision_job import run_revision_job
-    from runners.revisions import AllowList, RevisionError
+    from kernelab.runners.job import run_job  # imports torch: keep it out of argument errors
+    from kernelab.runners.revision_job import run_revision_job
+    from kernelab.runners.revisions import AllowList, RevisionError
 
     try:
         if spec.baseline.source is not None or spec.candidate.source is not None:

@@ -8,7 +8,7 @@ again. SQLite has no row locks, and pysqlite opens its transaction only at the f
 two reads would both see two live admins and both revokes would succeed (issue 15 attack, finding
 7). There ``take_write_lock`` first runs a no-op ``UPDATE`` of the token's own row: that begins the
 transaction and takes SQLite's database write lock (``RESERVED``) before anything is read; the
-second transaction waits for it (``busy_timeout``, ``service.core.db``) and then reads the
+second transaction waits for it (``busy_timeout``, ``kernelab.service.core.db``) and then reads the
 committed state, as ``BEGIN IMMEDIATE`` would.
 """
 
@@ -17,14 +17,14 @@ from __future__ import annotations
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from service import models
+from kernelab.service import models
 
 LAST_ADMIN = (
     "token {id} is the only live admin token: revoking or rotating it would leave no admin. Create "
     "another admin token first (POST /api/v1/tokens, `kernelab token create --scope admin`), then "
     "rotate or revoke this one with it"
 )
-"""The 409 detail of ``service.api.routes.tokens`` for the last admin token (``.format(id=...)``)."""
+"""The 409 detail of ``kernelab.service.api.routes.tokens`` for the last admin token (``.format(id=...)``)."""
 
 
 def take_write_lock(session: Session, token_id: int) -> None:

@@ -1,8 +1,8 @@
 """The FastAPI app factory: ``create_app(settings=None)``; no engine exists at import time.
 
-``create_app`` does not migrate (``kernelab serve`` runs ``service.core.db.upgrade`` first) but
+``create_app`` does not migrate (``kernelab serve`` runs ``kernelab.service.core.db.upgrade`` first) but
 refuses to start on a database that is not at the migrations' head, with the fix in the
-message. Run with ``uvicorn --factory service.app:create_app``.
+message. Run with ``uvicorn --factory kernelab.service.app:create_app``.
 """
 
 from __future__ import annotations
@@ -18,16 +18,16 @@ from fastapi.staticfiles import StaticFiles
 from sqlalchemy.exc import IntegrityError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-import web.routes
-from service.api import api_router
-from service.api.auth_first import AuthBeforeBodyMiddleware
-from service.api.errors import install_error_handlers
-from service.api.routes import health, login
-from service.auth import ensure_token
-from service.core.config import Settings
-from service.core.db import check_at_head, make_engine, make_session_factory
-from service.downloads import DownloadSlots
-from service.observability import RequestLogMiddleware, configure_logging, metrics_registry
+import kernelab.web.routes
+from kernelab.service.api import api_router
+from kernelab.service.api.auth_first import AuthBeforeBodyMiddleware
+from kernelab.service.api.errors import install_error_handlers
+from kernelab.service.api.routes import health, login
+from kernelab.service.auth import ensure_token
+from kernelab.service.core.config import Settings
+from kernelab.service.core.db import check_at_head, make_engine, make_session_factory
+from kernelab.service.downloads import DownloadSlots
+from kernelab.service.observability import RequestLogMiddleware, configure_logging, metrics_registry
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     refuse cross-origin API calls (the dashboard is same-origin).
 
     ``settings`` defaults to ``Settings()`` read from the environment now. Raises
-    ``service.core.db.SchemaNotCurrentError`` when the database is not at the migrations' head
+    ``kernelab.service.core.db.SchemaNotCurrentError`` when the database is not at the migrations' head
     and ``sqlalchemy.exc.OperationalError`` when it cannot be reached.
     """
     settings = settings or Settings()
@@ -151,8 +151,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(api_router, prefix="/api/v1")
     app.include_router(health.router)
     app.include_router(login.router)
-    app.include_router(web.routes.router)
-    app.mount("/static", StaticFiles(directory=str(files("web") / "static")), name="static")
+    app.include_router(kernelab.web.routes.router)
+    app.mount("/static", StaticFiles(directory=str(files("kernelab.web") / "static")), name="static")
     app.add_middleware(AuthBeforeBodyMiddleware, fastapi_app=app)  # inside the 413 check: no body read yet
     app.add_middleware(MaxBodySizeMiddleware, max_bytes=settings.max_request_bytes)
     app.add_middleware(RequestLogMiddleware)  # outermost: sees the 413s too

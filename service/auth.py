@@ -7,7 +7,7 @@ password hash would only cost CPU on every request. Plain tokens are returned on
 
 Scopes: ``admin`` implies ``submit`` implies ``read``. ``runner`` is separate: a runner token is
 bound to one runner row (its leases), and through it to one node (``runners.node_name``,
-``service.runner_identity``); only runner tokens may claim and post results.
+``kernelab.service.runner_identity``); only runner tokens may claim and post results.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Literal
 from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
-from service import models
+from kernelab.service import models
 
 Scope = Literal["read", "submit", "admin", "runner"]
 SCOPES: tuple[Scope, ...] = ("read", "submit", "admin", "runner")
@@ -126,7 +126,7 @@ def authenticate(session: Session, token: str) -> Principal | None:
     """The principal of a plain bearer token, or None when it is unknown or revoked.
 
     One indexed read (``_BY_DIGEST``); for a runner token it also gives the runner's registered
-    device type (used by claims) and the node it is bound to (``service.runner_identity``).
+    device type (used by claims) and the node it is bound to (``kernelab.service.runner_identity``).
     """
     row = session.execute(_BY_DIGEST, {"digest": hash_token(token)}).one_or_none()
     if row is None:

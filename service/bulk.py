@@ -1,4 +1,4 @@
-"""Bulk inserts inside the caller's transaction (the caller commits, as in ``service.crud``).
+"""Bulk inserts inside the caller's transaction (the caller commits, as in ``kernelab.service.crud``).
 
 On PostgreSQL rows go through ``COPY ... FROM STDIN (FORMAT BINARY)`` on the session's own psycopg
 connection: psycopg parses a multi-row ``INSERT ... VALUES`` of N parameters in Python (~50 us per
@@ -17,7 +17,7 @@ from sqlalchemy import Integer, Table, func, insert, select
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from service.models import Base
+from kernelab.service.models import Base
 
 
 def _pg_type(table: Table, column: str, session: Session) -> str:

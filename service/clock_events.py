@@ -23,7 +23,7 @@ Placeholders. DCGM reports a field it could not read as a *blank* value, ``DCGM_
 bits, 0x7ffffffffffffff0 would be 59 reasons; it is "no data" (``is_placeholder``), as is any
 value above the int64 range.
 
-``is_throttled`` (a sample) and the node-health rule (``service.health``) both use
+``is_throttled`` (a sample) and the node-health rule (``kernelab.service.health``) both use
 ``throttle_reasons``: one rule. Names a client posts beside a mask are never trusted over it.
 Pure Python; no numpy, no pydantic.
 """

@@ -10,7 +10,7 @@ request arrives, so a connection that sends nothing is never refused or closed.
 * **Connection limit** (``max_connections``, per worker process): a connection accepted while
   that many are open is answered ``503`` with ``Retry-After`` at once and closed, so its file
   descriptor is released immediately; the limit is kept below the process's ``RLIMIT_NOFILE``
-  by ``service.serve.connection_budget``, so ``accept()`` itself never runs out.
+  by ``kernelab.service.serve.connection_budget``, so ``accept()`` itself never runs out.
 * **Request-head timeout** (``header_timeout_s``): a connection whose request line and headers
   have not all arrived within that many seconds of its first byte (or of its opening) is closed,
   whether it sends nothing or trickles bytes (slowloris). Idle keep-alive connections stay under
@@ -23,8 +23,8 @@ request arrives, so a connection that sends nothing is never refused or closed.
   without a token, and ``/healthz`` answered 503 throughout. A window in which uvicorn has paused
   reading (the app has not taken the bytes it has) does not count against the client.
 
-Selected with ``uvicorn.Config(http="service.connection_guard:GuardedH11Protocol")``; the four
-numbers are attributes of the config (``service.serve.ServeConfig``).
+Selected with ``uvicorn.Config(http="kernelab.service.connection_guard:GuardedH11Protocol")``; the four
+numbers are attributes of the config (``kernelab.service.serve.ServeConfig``).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 raw samples, runners and probe reports.
 
 Every function takes ``*, session`` and never commits: the request (or the CLI command) commits
-once, so a result is stored whole or not at all. Queue state changes live in ``service.queue``.
+once, so a result is stored whole or not at all. Queue state changes live in ``kernelab.service.queue``.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from sqlalchemy import func, insert, select, union, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from service import bulk, models, queue, sample_blocks, verdicts
-from service.auth import create_token
-from service.core.clock import db_now
-from service.models import Cell, Job, JobAttempt, ProbeReading, Result, Runner, SampleBlock
-from service.schemas import (
+from kernelab.service import bulk, models, queue, sample_blocks, verdicts
+from kernelab.service.auth import create_token
+from kernelab.service.core.clock import db_now
+from kernelab.service.models import Cell, Job, JobAttempt, ProbeReading, Result, Runner, SampleBlock
+from kernelab.service.schemas import (
     SAMPLE_FIELDS,
     STORED,
     AttemptPublic,
@@ -247,7 +247,7 @@ def register_runner(*, session: Session, name: str, node: NodeInfo | None) -> tu
 
     Re-registering revokes the runner's earlier tokens. A ``node`` binds the runner (and so its
     token) to ``node.hostname``: probe reports and results for another node are refused
-    (``service.runner_identity``); a registration without a node keeps the earlier binding.
+    (``kernelab.service.runner_identity``); a registration without a node keeps the earlier binding.
     Returns the row and the plain token.
     """
     runner = session.scalar(select(Runner).where(Runner.name == name))
@@ -407,7 +407,7 @@ def store_result(
 
     A repeated ``idempotency_key`` for the same job stores nothing and returns the first result's
     id with ``duplicate=True``. Cells are bulk-inserted, then one ``sample_blocks`` row of
-    columnar arrays per cell with samples (``service.sample_blocks``); probe reports are stored
+    columnar arrays per cell with samples (``kernelab.service.sample_blocks``); probe reports are stored
     linked to the job, the result and the node (``result.node.hostname``). Raises
     ``ResultConflictError`` (key of another job or of a different result, or ``result.job_id`` not
     ``job_id``), ``ResultInvalidError`` (the result does not fit the job),
@@ -418,7 +418,7 @@ def store_result(
     stored = _stored_under_key(session, job_id, result)
     if stored is not None:
         return stored, True
-    # A job none of whose cells measured failed, whatever the runner says (service.verdicts.job_error).
+    # A job none of whose cells measured failed, whatever the runner says (kernelab.service.verdicts.job_error).
     error = verdicts.job_error(result)
     try:
         job = queue.complete(session, job_id, runner_id=runner_id, error=error)  # 409 first: the lease
@@ -453,7 +453,7 @@ def store_result(
 def _compare(result: JobResult, job_id: int) -> Comparison | None:
     """``stats.compare`` without node-health flags. Statistics never block storing raw data: a
     failure is logged and None returned (readers recompute on their next read)."""
-    from service.stats import compare
+    from kernelab.service.stats import compare
 
     try:
         return compare(result, job_id=job_id)
@@ -510,7 +510,7 @@ def base_comparison(
     result = result if result is not None else load_result(session=session, job_id=job_id)
     if result is None:
         return None
-    from service.stats import compare
+    from kernelab.service.stats import compare
 
     comparison = compare(result, job_id=job_id)
     _save_comparison(session, job_id, comparison)
@@ -708,7 +708,7 @@ def iter_sample_rows(
     index order, then posting order), reading blocks of about ``batch`` samples per query.
     ``params`` is the cell's parameter dict; ``duration_ns`` is nanoseconds per launch.
     ``offset``/``limit`` select a page of that order (``limit=None``: to the end). One dict per
-    sample: ``service.sample_export`` writes the download's text per block instead (this is its
+    sample: ``kernelab.service.sample_export`` writes the download's text per block instead (this is its
     row-by-row reference in the tests)."""
     for part in iter_sample_blocks(session=session, job_id=job_id, batch=batch, offset=offset, limit=limit):
         columns = sample_blocks.decode(part.block)

@@ -1,6 +1,6 @@
 """Node-health verdicts: healthy bands learned from probe history, and the reasons a node is not healthy.
 
-Pure functions over ``service.schemas``: no database, no web framework, so the runner's CLI
+Pure functions over ``kernelab.service.schemas``: no database, no web framework, so the runner's CLI
 (``kernelab probe``) evaluates a fresh report with the same code as the server.
 
 Figures. A probe report yields *figures*, one number per thing a healthy node should reproduce
@@ -35,7 +35,7 @@ nccl-tests times only after its warm-up iterations (``all_reduce_perf -w``). One
 judged as it is.
 
 Reasons that need no band (``instant_reasons``): a probe that failed or computed a wrong sum; a
-GPU's clock-event mask holding a throttle reason (``service.clock_events``: the one rule that also
+GPU's clock-event mask holding a throttle reason (``kernelab.service.clock_events``: the one rule that also
 marks samples throttled; the server decodes the mask itself, names posted without a mask or
 against it are not judged; informational reasons such as ``gpu_idle`` and DCGM's blank placeholder
 never degrade; in a probe taken right after a job, ``sw_power_cap`` is the job's own load and is
@@ -53,8 +53,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from service import clock_events
-from service.schemas import (
+from kernelab.service import clock_events
+from kernelab.service.schemas import (
     AllReduceReading,
     Flag,
     HealthBand,
@@ -181,7 +181,7 @@ def probe_figures(report: ProbeReport, thresholds: Thresholds | None = None) -> 
         stem = f"all-reduce {_group_label(a.ranks, a.world_size)} {size_label(a.size_bytes)}"
         stem += " graph" if a.cuda_graph else ""
         # A host-clock reading of NCCL (before 2026-11-30, or asked for) times torch's dispatch too
-        # (runners.probes.all_reduce): it gets its own band, never mixed with event-timed readings.
+        # (kernelab.runners.probes.all_reduce): it gets its own band, never mixed with event-timed readings.
         stem += " host-clock" if a.timed_by == "host-clock" and not a.cuda_graph else ""
         series.setdefault(stem, []).append(a)
     for stem, calls in series.items():
@@ -269,7 +269,7 @@ def band_reasons(
 
 
 def _foreign_processes(processes: Sequence[Mapping[str, object]]) -> int:
-    """Compute processes on one GPU that are not kernelab's own (same rule as ``service.stats``).
+    """Compute processes on one GPU that are not kernelab's own (same rule as ``kernelab.service.stats``).
 
     Telemetry marks our own process ``own``; in a container NVML may report host PIDs so that no
     entry matches, and then one unmarked process is presumed to be ours.

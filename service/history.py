@@ -38,11 +38,11 @@ from sqlalchemy import delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from service import crud, node_health, verdicts
-from service.core.config import Settings
-from service.models import HistoryPoint as PointRow
-from service.models import Job, Result
-from service.schemas import (
+from kernelab.service import crud, node_health, verdicts
+from kernelab.service.core.config import Settings
+from kernelab.service.models import HistoryPoint as PointRow
+from kernelab.service.models import Job, Result
+from kernelab.service.schemas import (
     STORED,
     CellComparison,
     Comparison,

@@ -13,22 +13,22 @@ device copy probe reads within 0.1% from one report to the next (4,190-4,196 GB/
 after the same jobs, docs/results/2026-12-01-h200-adversarial.md) and the 8 B all-reduce 6.0-6.1 us
 over five runs (docs/results/2026-11-30-h200x2-probe-accuracy.md); the tolerances leave room
 for a job's own heat (an after probe taken at the power cap) while catching the 3x and 100x moves
-the cheats produced. Where a node has a healthy band (``service.health``), the tolerance widens to
+the cheats produced. Where a node has a healthy band (``kernelab.service.health``), the tolerance widens to
 three times the band's relative spread when that is larger. A CPU-only node is not judged: its
 copy bandwidth is the host's memory, shared with every other process there (a loaded 2-core CI
 machine swung it from 5.6 to 4.1 GB/s between the two probes of one job), and its gloo all-reduce
-yields no figure (``service.health.probe_figures``); the CPU mode serves CI and laptops.
+yields no figure (``kernelab.service.health.probe_figures``); the CPU mode serves CI and laptops.
 
-Pure functions over ``service.schemas``; figures from ``service.health.probe_figures``.
+Pure functions over ``kernelab.service.schemas``; figures from ``kernelab.service.health.probe_figures``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from service.health import Figure, probe_figures
-from service.schemas import HealthBand, HealthReason, ProbeReport, Reason
-from service.verdicts import reason
+from kernelab.service.health import Figure, probe_figures
+from kernelab.service.schemas import HealthBand, HealthReason, ProbeReport, Reason
+from kernelab.service.verdicts import reason
 
 TOLERANCE: dict[str, float] = {"copy": 0.10, "peer": 0.10, "busbw": 0.15, "latency": 0.50}
 LATENCY_FLOOR_US = 2.0

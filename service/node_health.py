@@ -1,4 +1,4 @@
-"""Node health from the database: a node's probe history judged by ``service.health``.
+"""Node health from the database: a node's probe history judged by ``kernelab.service.health``.
 
 Repository-style functions (``*, session``, never committing). A node's health *now* (its page,
 ``GET /nodes/{name}``) is computed on read from ``probe_reports`` (the report JSON holds every
@@ -22,11 +22,11 @@ from pydantic import TypeAdapter
 from sqlalchemy import ColumnElement, and_, func, select
 from sqlalchemy.orm import Session
 
-from service import health, models
-from service.core.config import Settings
-from service.models import utcnow
-from service.node_change import changed_since
-from service.schemas import (
+from kernelab.service import health, models
+from kernelab.service.core.config import Settings
+from kernelab.service.models import utcnow
+from kernelab.service.node_change import changed_since
+from kernelab.service.schemas import (
     Comparison,
     Flag,
     HealthJudgementPublic,
@@ -153,7 +153,7 @@ def node_history(
 def node_health(
     *, session: Session, name: str, settings: Settings, node: dict[str, Any] | None = None
 ) -> NodeHealth:
-    """Node ``name``'s health now (``service.health.node_health`` over its stored history)."""
+    """Node ``name``'s health now (``kernelab.service.health.node_health`` over its stored history)."""
     h = node_history(session=session, name=name, settings=settings, node=node)
     thresholds = settings.health_thresholds()
     state = health.node_health(h.reports, fleet=h.fleet, thresholds=thresholds, model=h.model)
@@ -220,9 +220,9 @@ def compare_job(
     *, session: Session, result: JobResult, job_id: int | None, settings: Settings,
     peaks: Mapping[str, float] | None = None,
 ) -> Comparison:
-    """``service.stats.compare`` with the node-health flags and the note that says so (bands as
+    """``kernelab.service.stats.compare`` with the node-health flags and the note that says so (bands as
     they stand now: for a result that is not stored)."""
-    from service.stats import compare
+    from kernelab.service.stats import compare
 
     flags, reasons = job_health(session=session, result=result, job_id=job_id, settings=settings)
     return compare(result, job_id=job_id, peaks=peaks, health_flags=flags,
@@ -308,7 +308,7 @@ def with_health(
     (``notes``, else ``report_notes(flags, reasons)``). ``comparison`` is not changed; the copy
     shares its unchanged parts (cell statistics, probes), so neither may be mutated in place (a deep
     copy of a 1,000-cell comparison costs ~80 ms, more than the page that shows it)."""
-    from service.stats import _sorted_flags
+    from kernelab.service.stats import _sorted_flags
 
     said = list(notes) if notes is not None else health.report_notes(list(flags), list(reasons))
     update: dict[str, Any] = {"notes": said}
@@ -324,7 +324,7 @@ def job_comparison(
 ) -> Comparison | None:
     """The job's stored comparison (computed and stored on a miss, ``crud.base_comparison``) with
     its stored node-health judgement applied (``job_judgement``); None without a result."""
-    from service import crud
+    from kernelab.service import crud
 
     base = crud.base_comparison(session=session, job_id=job_id, result=result)
     if base is None:

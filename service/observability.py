@@ -34,8 +34,8 @@ from sqlalchemy import Float, case, cast, func, select
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.core.clock import db_now
-from service.models import JOB_STATUSES, Job, JobAttempt, Runner
+from kernelab.service.core.clock import db_now
+from kernelab.service.models import JOB_STATUSES, Job, JobAttempt, Runner
 
 JOB_DURATION_BUCKETS_S = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0)
 """Upper bounds of the job-duration histogram, seconds (a CPU smoke job .. a long GPU sweep)."""

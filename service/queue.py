@@ -19,7 +19,7 @@ else's, so its runner's late heartbeat or result is still taken. Every claim is 
 ``job_attempts``. Functions take ``session`` and never commit: the request commits once.
 
 Every time the queue compares or writes (lease ends, claim, attempt and finish times, a runner's
-last-seen time) is the database's clock (``service.core.clock.db_now``), never the app host's: two
+last-seen time) is the database's clock (``kernelab.service.core.clock.db_now``), never the app host's: two
 app hosts whose clocks disagree judge a lease the same.
 """
 
@@ -43,10 +43,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
-from service import models
-from service.core.clock import db_now
-from service.models import Job
-from service.schemas import JobSpec
+from kernelab.service import models
+from kernelab.service.core.clock import db_now
+from kernelab.service.models import Job
+from kernelab.service.schemas import JobSpec
 
 _CLAIM_CANDIDATES = 16  # queued jobs tried per claim on SQLite before giving up for this poll
 TERMINAL = ("succeeded", "failed", "cancelled")
@@ -256,7 +256,7 @@ def claimable(session: Session, *, device_type: str | None = None, limit: int) -
     queued ones and running ones whose lease has expired (a claim re-queues those first).
 
     One indexed read of at most ``limit`` rows, cheap enough to poll a few times a second
-    (``service.queue_watch``).
+    (``kernelab.service.queue_watch``).
     """
     query = select(Job.id).where((Job.status == "queued") | _IS_EXPIRED)
     if device_type is not None:

@@ -24,7 +24,7 @@ from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from service import queue
+from kernelab.service import queue
 
 log = logging.getLogger(__name__)
 

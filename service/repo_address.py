@@ -1,12 +1,12 @@
 """The canonical form of a source repository address (``SourceSpec.repo``) and allow-list patterns.
 
-A runner fetches only repositories its allow-list names (``runners.revisions.AllowList``). Matching
+A runner fetches only repositories its allow-list names (``kernelab.runners.revisions.AllowList``). Matching
 the text of an address is not enough: ``https://github.com/myorg/../attacker/x``,
 ``.../myorg/%2e%2e/attacker/x`` and ``file:///allowed/../evil`` all start with an allowed prefix.
 So an address is first brought to one canonical form, refusing every form that could mean
 something else to git, curl or a server, and the allow-list compares canonical forms segment by
 segment. Pure functions, standard library only: the server refuses bad forms at submit time (422)
-and the runner (which may import this module, like ``service.schemas``) checks again.
+and the runner (which may import this module, like ``kernelab.service.schemas``) checks again.
 
 Kinds of address (as git tells them apart, ``url.c``/``connect.c``):
 

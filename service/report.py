@@ -2,10 +2,10 @@
 
 ``format_table`` is what ``kernelab run``, ``submit --wait`` and ``report`` print; ``to_markdown`` is
 the export pasted into a pull request (``GET /api/v1/jobs/{id}/report.md``). Both are pure functions
-of a ``service.schemas.Comparison``; everything user-supplied (labels, names, parameters, node
+of a ``kernelab.service.schemas.Comparison``; everything user-supplied (labels, names, parameters, node
 strings, error messages) is escaped in Markdown.
 
-Both say the verdict of ``service.verdicts`` first: a cell whose verdict is a problem
+Both say the verdict of ``kernelab.service.verdicts`` first: a cell whose verdict is a problem
 (``PROBLEM_VERDICTS``: failed, incorrect, nondeterministic, implausible) keeps its timing numbers,
 in parentheses (the timing of a wrong or untrustworthy result, never a speed-up), and every problem
 or ``inconclusive`` cell has its deciding reason told under the table ("why"), identical reasons
@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-from service.schemas import (
+from kernelab.service.schemas import (
     CellComparison,
     Comparison,
     CorrectnessResult,
@@ -31,7 +31,7 @@ from service.schemas import (
     StaticComparison,
     Verdict,
 )
-from service.verdicts import FLAG_NOTES, PROBLEM_VERDICTS, REASONS, VERDICT_ORDER, deciding_class
+from kernelab.service.verdicts import FLAG_NOTES, PROBLEM_VERDICTS, REASONS, VERDICT_ORDER, deciding_class
 
 _MISSING = "n/a"
 _VERDICT_ORDER = VERDICT_ORDER
@@ -260,7 +260,7 @@ def _sci(x: float | None) -> str:
 
 
 def check_summary(check: CorrectnessResult) -> str:
-    """One line of a variant's correctness checks (``runners.checks``), e.g. for the seed's conv3d:
+    """One line of a variant's correctness checks (``kernelab.runners.checks``), e.g. for the seed's conv3d:
 
     ``FAIL rel 0.543; repeats 12/200 failed, worst rel 0.3075, identical error (clobber), bad-set
     Jaccard 1; deterministic over 20 runs; where: 9120/27648 bad (33%): ...``.

@@ -19,8 +19,8 @@ from fastapi import HTTPException, status
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from service.auth import Principal
-from service.models import Runner
+from kernelab.service.auth import Principal
+from kernelab.service.models import Runner
 
 
 def node_mismatch(loc: Sequence[str | int], claimed: str, bound: str) -> HTTPException:

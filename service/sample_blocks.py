@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from service.schemas import SampleColumns, Variant
+from kernelab.service.schemas import SampleColumns, Variant
 
 VARIANT_CODES: dict[str, int] = {"baseline": 0, "candidate": 1}
 _VARIANT_NAMES: tuple[Variant, Variant] = ("baseline", "candidate")

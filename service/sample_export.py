@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from service import sample_blocks
-from service.crud import SAMPLE_COLUMNS, BlockSlice
+from kernelab.service import sample_blocks
+from kernelab.service.crud import SAMPLE_COLUMNS, BlockSlice
 
 Piece = str | list[str]
 """Part of every row of a block: one text for all rows, or the text of each row (m items)."""

@@ -9,7 +9,7 @@ The shape of a job, end to end::
     JobSpec  --POST /api/v1/jobs-->  server queue  --claim-->  runner
     runner: probes(before) -> for each sweep cell: interleaved rounds of baseline/candidate
             -> correctness check -> probes(after)  ==> JobResult --POST results--> server
-    server: stores raw samples; service.stats turns a JobResult into a Comparison on read.
+    server: stores raw samples; kernelab.service.stats turns a JobResult into a Comparison on read.
 """
 
 from __future__ import annotations
@@ -39,19 +39,19 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from service import clock_events
+from kernelab.service import clock_events
 
 Variant = Literal["baseline", "candidate"]
 TimingVerdict = Literal["faster", "slower", "same", "inconclusive"]
-"""What the timing alone says of a cell (``service.verdicts.timing_verdict``)."""
+"""What the timing alone says of a cell (``kernelab.service.verdicts.timing_verdict``)."""
 Verdict = Literal[
     "failed", "incorrect", "nondeterministic", "implausible", "inconclusive", "faster", "slower", "same",
 ]
-"""A cell's verdict, highest precedence first (``service.verdicts``): correctness outranks speed."""
+"""A cell's verdict, highest precedence first (``kernelab.service.verdicts``): correctness outranks speed."""
 DeviceType = Literal["cpu", "cuda"]
 JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 # Flags that travel with every number (DESIGN.md "Statistics and verdicts"); their meaning is
-# ``service.verdicts.FLAG_NOTES``.
+# ``kernelab.service.verdicts.FLAG_NOTES``.
 Flag = Literal[
     "noisy", "throttled", "contended", "degraded-node", "node-changed", "implausible", "incorrect",
     "less-accurate", "nondeterministic", "timer-mismatch", "tampered", "failed",
@@ -138,7 +138,7 @@ Count = Annotated[int, Strict()]
 MAX_INT_VALUE = 2**63 - 1
 """Largest magnitude of an integer parameter value, sweep value or seed: int64, the widest integer
 that torch (tensor shapes, ``torch.Generator.manual_seed``), numpy and both databases hold. A
-benchmark's own ``Params`` narrows its parameters further (``kernels.base.MAX_INT_PARAM``, int32)."""
+benchmark's own ``Params`` narrows its parameters further (``kernelab.kernels.base.MAX_INT_PARAM``, int32)."""
 
 
 MAX_SEED = 2**62
@@ -255,7 +255,7 @@ BenchmarkRef = Annotated[
     Field(description="registry name (e.g. 'matmul') or 'module.path:ClassName'"),
 ]
 """A spec's ``benchmark``: a registry name or a ``module.path:ClassName`` reference, checked for
-form only (``kernels.get_benchmark`` resolves it where the benchmark code may be imported)."""
+form only (``kernelab.kernels.get_benchmark`` resolves it where the benchmark code may be imported)."""
 
 
 _GIT_REF = r"^[A-Za-z0-9._/@{}^~+-]+$"  # a branch, tag or sha; no spaces, ':' or shell characters
@@ -318,7 +318,7 @@ class MeasurementSpec(_Strict):
     min_rounds: int = Field(
         default=5, ge=2, le=100_000,
         description="rounds before the adaptive stop may end; a verdict needs at least 5 rounds holding both "
-        "sides and 5 kept samples per side (service.verdicts.MIN_ROUNDS, MIN_SAMPLES)",
+        "sides and 5 kept samples per side (kernelab.service.verdicts.MIN_ROUNDS, MIN_SAMPLES)",
     )
     max_rounds: int = Field(default=10_000, ge=2, le=1_000_000)
     samples_per_round: int = Field(
@@ -390,7 +390,7 @@ class CorrectnessSpec(_Strict):
     atol: Annotated[float, AfterValidator(lambda v, info: _float_within(v, 0.0, MAX_ATOL, info))] | None = (
         Field(default=None, ge=0, description="None: dtype-aware default; at most 1e6 (MAX_ATOL)")
     )
-    # Checks of runners.checks (issue 5); each is off or minimal by default.
+    # Checks of kernelab.runners.checks (issue 5); each is off or minimal by default.
     repeats: int = Field(
         default=1, ge=1, le=100_000, description="poisoned runs compared with the reference"
     )
@@ -415,13 +415,13 @@ class CorrectnessSpec(_Strict):
     timed_checks: bool = Field(
         default=True,
         description="check the output of the timed method too: after the first and the last round, one "
-        "sample per side through the timer on fresh inputs, its output verified (runners.sides); off "
+        "sample per side through the timer on fresh inputs, its output verified (kernelab.runners.sides); off "
         "only leaves the eager check, which a kernel wrong under CUDA-graph replay passes",
     )
 
 
 class StaticMetricsSpec(_Strict):
-    """Static metrics of the compiled Triton kernels of both sides (``runners.static_metrics``).
+    """Static metrics of the compiled Triton kernels of both sides (``kernelab.runners.static_metrics``).
 
     ``target`` names the GPU the kernels are compiled for ahead of time: ``sm_80``, ``sm_90a``
     (``sm_90`` is compiled as ``sm_90a``, as Triton does), ``sm_100a``...; None means the runner's own
@@ -466,7 +466,7 @@ with its raw samples, and the runner's and the server's per-cell work grows with
 MAX_PARAM_KEYS = 64
 """Most keys of one ``params`` mapping or one sweep grid: every cell holds them all, so this bounds
 a spec's expansion to ``MAX_CELLS`` cells of a few ``MAX_PARAM_KEYS`` keys (a benchmark's
-parameter model has about ten fields; ``kernels.matmul`` has nine)."""
+parameter model has about ten fields; ``kernelab.kernels.matmul`` has nine)."""
 
 ParamName = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(_refuse_nul)]
 """A parameter's name (a field of a benchmark's ``Params``)."""
@@ -497,7 +497,7 @@ class JobSpec(_Strict):
     lengths before any cell is built, so a 700-byte spec of 10**10 cells costs microseconds and
     names ``sweep`` or ``sweep_by_device``), a ``benchmark`` that is neither a name nor a
     ``module:object`` reference of identifiers. Parameter values are validated per benchmark by
-    ``kernels.validate_spec``.
+    ``kernelab.kernels.validate_spec``.
     """
 
     name: Text = Field(default="", max_length=200)
@@ -601,7 +601,7 @@ class Work(_Posted):
     bytes_written: float = Field(default=0.0, ge=0, strict=True)
 
 
-_INT32_MAX = 2**31 - 1  # round, position and launches are stored as int32 (service.sample_blocks)
+_INT32_MAX = 2**31 - 1  # round, position and launches are stored as int32 (kernelab.service.sample_blocks)
 _INT64_MAX = 2**63 - 1  # clock_event_reasons is stored as int64
 MAX_DURATION_NS = 86_400e9
 """Longest time per launch a sample may hold, ns: one day, ``JobSpec.timeout_s``'s upper bound. No
@@ -622,7 +622,7 @@ class Sample(BaseModel):
 
     ``duration_ns`` is the time of one launch: the timed window divided by ``launches``, at most
     ``MAX_DURATION_NS``. Context fields are None where the platform cannot read them (CPU, no
-    NVML); ``clock_event_reasons`` is the NVML mask (``service.clock_events``), which the server
+    NVML); ``clock_event_reasons`` is the NVML mask (``kernelab.service.clock_events``), which the server
     reads itself: a sample whose mask holds a throttle reason counts as throttled whatever
     ``throttled`` says. Raises (422, ``loc`` naming the field): an unknown field (a ``unit`` the
     server would ignore changes what every number means), a float that is not finite, a number
@@ -752,7 +752,7 @@ class SampleColumns(BaseModel):
 class _Metrics(_Posted):
     """Base of the correctness checks' results: a metric posted as NaN or +-Infinity (a norm of an
     output full of NaN, an overflowing difference) is stored as None, and its field name is listed
-    in ``nonfinite_metrics``; ``service.verdicts`` tells it with the reason ``metric-not-finite``.
+    in ``nonfinite_metrics``; ``kernelab.service.verdicts`` tells it with the reason ``metric-not-finite``.
     The number describes a broken output, which is the measurement: refusing it would lose the
     result of the very kernel it condemns. Fields listed in ``_NULLABLE`` get this treatment; any
     other non-finite float is refused (``_Posted``)."""
@@ -790,7 +790,7 @@ class CorrectnessResult(_Metrics):
     nonfinite: int = Field(default=0, ge=0, description="NaN/Inf elements in the output")
     dtype: Text | None = Field(default=None, description="the output's dtype, e.g. 'float32'")
     message: Text = ""
-    # Results of runners.checks (issue 5); None where the check did not run.
+    # Results of kernelab.runners.checks (issue 5); None where the check did not run.
     where: Text = Field(default="", description="bad elements in the output's logical coordinates")
     repeats: RepeatCheck | None = None
     determinism: DeterminismCheck | None = None
@@ -876,7 +876,7 @@ class ContentionReading(_Posted):
 
 class Reason(_Posted):
     """Why a verdict or a number is what it is: a machine-readable ``code`` (the catalogue is
-    ``service.verdicts.REASONS``), one sentence for a person, the side it concerns (None: the cell
+    ``kernelab.service.verdicts.REASONS``), one sentence for a person, the side it concerns (None: the cell
     or job) and a severity (``error``: decides the verdict; ``warning``/``info``: told, not
     decisive). The shape of nvbench_compare's ``DecisionReason``."""
 
@@ -895,7 +895,7 @@ class TimedCheck(_Posted):
     against the reference, the output at rest against the output at the window's end (work that
     ran on after the window), the inputs' fingerprint before and after (a call that modified its
     inputs), threads the call left running, device work still queued after the window.
-    ``findings`` holds the failures as ``Reason`` codes (``service.verdicts.REASONS``).
+    ``findings`` holds the failures as ``Reason`` codes (``kernelab.service.verdicts.REASONS``).
     """
 
     timer: Text = Field(max_length=64)
@@ -921,7 +921,7 @@ class KernelLoopStats(_Posted):
 
 
 class KernelStatic(_Posted):
-    """Static metrics of one compiled kernel (``runners.static_metrics``).
+    """Static metrics of one compiled kernel (``kernelab.runners.static_metrics``).
 
     ``isa``: ``sass`` (from the cubin with nvdisasm/cuobjdump) or ``ptx`` (fallback: no registers).
     ``spill_stores``/``spill_loads`` count local-memory store/load instructions (``STL``/``LDL``);
@@ -1007,7 +1007,7 @@ class CellResult(_Posted):
     findings: list[Reason] = Field(
         default_factory=list,
         description="what the runner found about the cell's measurement (timer fallback, empty graph, "
-        "patched timer, node changed during the job, ...); codes in service.verdicts.REASONS",
+        "patched timer, node changed during the job, ...); codes in kernelab.service.verdicts.REASONS",
     )
     phase_s: dict[str, float] = Field(
         default_factory=dict,
@@ -1053,7 +1053,7 @@ class AllReduceReading(_Posted):
     timed_by: Literal["host-clock", "cuda-events"] = Field(
         default="host-clock",
         description="host clock around the ops + one sync (nccl-tests), or CUDA events behind a spin "
-        "kernel (runners.probes.all_reduce)",
+        "kernel (kernelab.runners.probes.all_reduce)",
     )
 
 
@@ -1082,7 +1082,7 @@ class GpuTelemetry(_Posted):
     mem_clock_mhz: float | None = None
     max_sm_clock_mhz: float | None = None
     clock_event_reasons: int | None = Field(
-        default=None, ge=0, strict=True, description="NVML clock-event-reasons mask (service.clock_events)"
+        default=None, ge=0, strict=True, description="NVML clock-event-reasons mask (kernelab.service.clock_events)"
     )
     clock_event_reason_names: list[Text] = Field(
         default_factory=list,
@@ -1192,7 +1192,7 @@ class JobResult(_Posted):
 
 
 # --------------------------------------------------------------------------------------------------
-# Statistics (computed by service.stats from a JobResult)
+# Statistics (computed by kernelab.service.stats from a JobResult)
 # --------------------------------------------------------------------------------------------------
 
 
@@ -1229,11 +1229,11 @@ class CellComparison(BaseModel):
     mde_pct: float | None = Field(default=None, description="minimum detectable effect, percent")
     verdict: Verdict
     timing_verdict: TimingVerdict | None = Field(
-        default=None, description="what the timing alone says; the verdict outranks it (service.verdicts)"
+        default=None, description="what the timing alone says; the verdict outranks it (kernelab.service.verdicts)"
     )
     reasons: list[Reason] = Field(
         default_factory=list,
-        description="why the verdict is what it is, deciding reason first (service.verdicts.REASONS)",
+        description="why the verdict is what it is, deciding reason first (kernelab.service.verdicts.REASONS)",
     )
     flags: list[Flag] = Field(default_factory=list)
     correctness: dict[Variant, CorrectnessResult] = Field(default_factory=dict)
@@ -1265,7 +1265,7 @@ class Comparison(BaseModel):
     )
     method_version: int = Field(
         default=1, description="version of the verdict rules that computed this comparison "
-        "(service.verdicts.METHOD_VERSION); a stored comparison of an older version is recomputed"
+        "(kernelab.service.verdicts.METHOD_VERSION); a stored comparison of an older version is recomputed"
     )
 
 
@@ -1328,7 +1328,7 @@ class RunnerRegistered(BaseModel):
 
 class RunnerIdentity(BaseModel):
     """``GET /runners/me``: the runner a runner token belongs to and the node it is bound to
-    (None: not bound yet; ``service.runner_identity``)."""
+    (None: not bound yet; ``kernelab.service.runner_identity``)."""
 
     runner_id: int
     name: Text
@@ -1372,7 +1372,7 @@ class ResultAccepted(BaseModel):
 
 
 # --------------------------------------------------------------------------------------------------
-# Node health (service.health)
+# Node health (kernelab.service.health)
 # --------------------------------------------------------------------------------------------------
 
 
@@ -1442,17 +1442,17 @@ class HealthJudgements(BaseModel):
 
 
 # --------------------------------------------------------------------------------------------------
-# History (service.history)
+# History (kernelab.service.history)
 # --------------------------------------------------------------------------------------------------
 
 ChangeReason = Literal["first-point", "fingerprint-changed", "excluded"]
-"""Why a history point has no ``change_pct`` (``service.history.CHANGE_MEANING``)."""
+"""Why a history point has no ``change_pct`` (``kernelab.service.history.CHANGE_MEANING``)."""
 Excluded = Literal["node-flagged", "problem-verdict"]
-"""Why history views leave a point out by default (``service.history.EXCLUDED_MEANING``)."""
+"""Why history views leave a point out by default (``kernelab.service.history.EXCLUDED_MEANING``)."""
 
 
 class HistoryPoint(BaseModel):
-    """One point of a benchmark's history (``service.history``): one side of one cell of one
+    """One point of a benchmark's history (``kernelab.service.history``): one side of one cell of one
     result. ``median_ns``: ns per launch of its kept samples; ``change_pct``: (median / previous
     shown median of its line with the same driver - 1) x 100, None with ``change_reason``."""
 

@@ -1,8 +1,8 @@
-"""Running ``service.app:create_app`` under uvicorn: connection limits, and one fix for
+"""Running ``kernelab.service.app:create_app`` under uvicorn: connection limits, and one fix for
 ``--workers N``.
 
 Connections (issue 15: 400 idle connections under ``ulimit -n 256`` stopped the server): uvicorn
-runs ``service.connection_guard.GuardedH11Protocol``, which refuses connections past
+runs ``kernelab.service.connection_guard.GuardedH11Protocol``, which refuses connections past
 ``max_connections`` (503 and close, at once) and closes a connection whose request head has not
 arrived within ``header_timeout_s``; ``connection_budget`` keeps the limit (and the listen backlog) within the
 file descriptors the process may open, after raising its soft ``RLIMIT_NOFILE`` to the hard limit.
@@ -30,10 +30,14 @@ from typing import Any
 import uvicorn
 from uvicorn.supervisors import Multiprocess
 
-from service.connection_guard import DEFAULT_BODY_MIN_BYTES, DEFAULT_BODY_TIMEOUT_S, DEFAULT_HEADER_TIMEOUT_S
+from kernelab.service.connection_guard import (
+    DEFAULT_BODY_MIN_BYTES,
+    DEFAULT_BODY_TIMEOUT_S,
+    DEFAULT_HEADER_TIMEOUT_S,
+)
 
-APP = "service.app:create_app"
-PROTOCOL = "service.connection_guard:GuardedH11Protocol"
+APP = "kernelab.service.app:create_app"
+PROTOCOL = "kernelab.service.connection_guard:GuardedH11Protocol"
 FD_RESERVE = 64
 """File descriptors kept for everything but client connections (listening socket, database pool
 of 5 + 10 overflow connections, SQLite's WAL and shared-memory files, logs, worker pipes,

@@ -13,7 +13,7 @@ Method (reference/gpu-measurement-method.md, "Statistics for A/B on a noisy mach
 * companions: Hodges-Lehmann shift with its distribution-free CI, Mann-Whitney U p-value
   (Benjamini-Hochberg adjusted across the sweep), minimum detectable effect;
 * the timing verdict ``faster``/``slower``/``same``/``inconclusive`` against the spec's threshold,
-  then the cell's verdict by the precedence of ``service.verdicts`` (a wrong or failed side, an
+  then the cell's verdict by the precedence of ``kernelab.service.verdicts`` (a wrong or failed side, an
   implausible time outrank any speed); flags that make a number untrustworthy travel with it.
 """
 
@@ -28,9 +28,9 @@ from typing import NamedTuple, get_args
 
 import numpy as np
 
-from service import clock_events, verdicts
-from service.node_change import node_change_reasons
-from service.schemas import (
+from kernelab.service import clock_events, verdicts
+from kernelab.service.node_change import node_change_reasons
+from kernelab.service.schemas import (
     SAMPLE_FIELDS,
     CellComparison,
     CellResult,
@@ -64,7 +64,7 @@ def _sorted_flags(flags: Iterable[Flag]) -> list[Flag]:
 def throttled_mask(samples: SampleColumns) -> np.ndarray:
     """``(n,)`` bool: True where a sample was taken while throttled: marked ``throttled`` by the
     runner (its clock below the expected one), or holding a throttle reason in its NVML
-    clock-event mask (``service.clock_events.THROTTLE_MASK``: power, thermal, hardware slowdown),
+    clock-event mask (``kernelab.service.clock_events.THROTTLE_MASK``: power, thermal, hardware slowdown),
     whatever its clock. A DCGM blank placeholder mask is no data (``clock_events.is_placeholder``)."""
     n = len(samples)
     marked = np.fromiter(samples.throttled, dtype=bool, count=n)
@@ -410,7 +410,7 @@ def node_peaks(result: JobResult, peaks: Mapping[str, float] | None = None) -> d
 
     ``copy_gbps`` defaults to the highest device-local copy reading of the result's probes
     (read + written, GB/s), ``matmul_tflops`` to the highest bf16 matmul reading of the probes
-    (``runners.probes.peak``, TFLOP/s); values in ``peaks`` override them. Missing keys mean "no
+    (``kernelab.runners.probes.peak``, TFLOP/s); values in ``peaks`` override them. Missing keys mean "no
     bound".
     """
     out: dict[str, float] = {}
@@ -633,7 +633,7 @@ def compare_cell(
 ) -> CellComparison:
     """Statistics, verdict, reasons and flags of one cell; ``p_adjusted`` is left for ``compare``.
 
-    The verdict follows ``service.verdicts`` (failed > incorrect > nondeterministic > implausible >
+    The verdict follows ``kernelab.service.verdicts`` (failed > incorrect > nondeterministic > implausible >
     inconclusive > faster/slower/same); ``timing_verdict`` keeps what the timing alone says.
     A cell with an error is ``failed`` with empty statistics. Flags besides those the reasons raise:
     ``throttled`` (any sample throttled, dropped or not), ``noisy`` (IQR/median > 10% on either
@@ -797,7 +797,7 @@ def compare(
     Deterministic for a given ``seed``. Raises nothing for well-formed results: cells that cannot
     be compared are ``inconclusive`` with the reason in their flags.
 
-    ``health_flags`` (``contended``/``degraded-node``, from ``service.node_health``: the node's
+    ``health_flags`` (``contended``/``degraded-node``, from ``kernelab.service.node_health``: the node's
     probes left its healthy band) are added to every cell and to the job; ``notes`` are sentences the
     comparison carries (e.g. that history views exclude such a result).
     """

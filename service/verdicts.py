@@ -24,7 +24,7 @@ timing numbers of an ``incorrect`` or ``implausible`` cell are kept (``CellCompa
 ``timing_verdict``), shown greyed, never as the verdict. ``FLAG_NOTES`` is the one description of
 each flag, used by the text table, the Markdown and the dashboard.
 
-Pure functions over ``service.schemas``; no database, no numpy.
+Pure functions over ``kernelab.service.schemas``; no database, no numpy.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple, get_args
 
-from service.schemas import (
+from kernelab.service.schemas import (
     MAX_DURATION_NS,
     CellResult,
     CorrectnessResult,
@@ -377,7 +377,7 @@ def nonfinite_metrics(check: CorrectnessResult) -> list[str]:
 
 
 def is_nondeterministic(check: CorrectnessResult) -> bool:
-    """True when repeated runs of one side on the same inputs disagreed (``runners.checks``):
+    """True when repeated runs of one side on the same inputs disagreed (``kernelab.runners.checks``):
     the bitwise determinism check saw differing runs, or the repeat check on fixed inputs failed
     only sometimes or with errors that changed between failures (a race, not a clobber)."""
     if check.determinism is not None and not check.determinism.deterministic:

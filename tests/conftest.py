@@ -22,7 +22,7 @@ def _has_cuda() -> bool:
 # Triton's interpreter mode is fixed by the first ``import triton`` in a process
 # (kernels/_device.py): pick it before any test module imports triton.
 if not _has_cuda():
-    from kernels._device import configure_triton_env
+    from kernelab.kernels._device import configure_triton_env
 
     configure_triton_env("cpu")
 

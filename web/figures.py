@@ -1,6 +1,6 @@
 """Plotly figure builders for the dashboard: pure functions from schemas to figures.
 
-No database access and no I/O: every builder takes pydantic objects from ``service.schemas`` and
+No database access and no I/O: every builder takes pydantic objects from ``kernelab.service.schemas`` and
 returns a ``plotly.graph_objects.Figure``. The routes serialise figures with ``figure_json`` (which
 makes the JSON safe to embed in an HTML ``<script>`` element) and plotly.js draws them.
 
@@ -22,8 +22,8 @@ import plotly.io as pio
 from markupsafe import Markup
 from plotly.subplots import make_subplots
 
-from service import stats
-from service.schemas import (
+from kernelab.service import stats
+from kernelab.service.schemas import (
     CellResult,
     Comparison,
     HealthBand,
@@ -90,7 +90,7 @@ def _execution_order(samples: SampleColumns) -> np.ndarray:
 
 
 def _kept(result: JobResult, cell: CellResult, variant: Variant) -> np.ndarray:
-    """Durations (ns, float64) of the samples of ``variant`` that ``service.stats`` keeps, in
+    """Durations (ns, float64) of the samples of ``variant`` that ``kernelab.service.stats`` keeps, in
     execution order: all of them, or those not throttled when the spec's
     ``measurement.exclude_throttled`` is set (``stats.throttled_mask``, as ``stats.kept_samples``)."""
     samples = cell.samples
@@ -155,7 +155,7 @@ def samples_figure_dict(data: JobResult | Comparison, *, log_y: bool | None = No
     """Per-cell distributions of baseline vs candidate, side by side, as a plotly figure dict.
 
     ``data`` is either a ``JobResult`` (raw samples: one box per cell and variant with every kept
-    sample drawn as a jittered point; the kept samples are those ``service.stats`` uses) or a
+    sample drawn as a jittered point; the kept samples are those ``kernelab.service.stats`` uses) or a
     ``Comparison`` (no raw samples: the median per cell and variant with its interquartile range as
     an error bar). Either way the figure has exactly two traces, ``baseline`` then ``candidate``,
     with the cells along x in sweep order. Durations are per launch, shown in the unit chosen by
@@ -317,7 +317,7 @@ def probe_history_figure(
 ) -> go.Figure:
     """A node's probe history: copy bandwidth (top) and all-reduce latency (bottom) over time.
 
-    ``bands`` (``service.health``): each copy band is drawn as a shaded area from its healthy low
+    ``bands`` (``kernelab.service.health``): each copy band is drawn as a shaded area from its healthy low
     to high with a dashed line at its limit (top panel); each all-reduce latency band as a dashed
     limit line (bottom panel). ``unhealthy``: ``(report, status)`` pairs marked with a red cross on
     the top panel at the report's mean copy bandwidth, the reasons in the hover text.
@@ -450,7 +450,7 @@ def figure_json(fig: go.Figure | Mapping[str, Any]) -> Markup:
 
 
 def history_figure(series: Sequence[Series]) -> go.Figure:
-    """Median time per launch over time, one line per ``service.history.Series`` (code, cell, GPU
+    """Median time per launch over time, one line per ``kernelab.service.history.Series`` (code, cell, GPU
     model, timer, state: results on different hardware never share a line); hover shows commit,
     side, job, node, driver and the change against the line's previous point. Empty series give
     an empty figure with a note."""

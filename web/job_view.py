@@ -3,7 +3,7 @@
 A stored result never changes and its comparison (``results.comparison``, without node-health
 flags) is stored once, so the parsed comparison, the samples figure and each cell's timeline
 figure are cached per result, keyed by ``(result id, received_at)``. Node-health flags come from
-the result's stored judgement (``service.node_health.job_judgement``: judged once, re-judged only
+the result's stored judgement (``kernelab.service.node_health.job_judgement``: judged once, re-judged only
 when asked), read on every render; the comparison with them is cached under the flags and notes it
 got, so an explicit re-judgement shows at once.
 
@@ -25,10 +25,17 @@ from markupsafe import Markup
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service import crud, models, node_health
-from service.core.config import Settings
-from service.schemas import CellComparison, Comparison, CorrectnessResult, JobResult, TimedCheck, Variant
-from web import figures
+from kernelab.service import crud, models, node_health
+from kernelab.service.core.config import Settings
+from kernelab.service.schemas import (
+    CellComparison,
+    Comparison,
+    CorrectnessResult,
+    JobResult,
+    TimedCheck,
+    Variant,
+)
+from kernelab.web import figures
 
 PAGE_CACHE_RESULTS = 16  # results whose page data a process keeps (a 1,000-cell one: ~10 MB)
 TIMELINES_PER_RESULT = 64  # timeline figures kept per result (one per cell shown)

@@ -1,14 +1,14 @@
 """Dashboard pages: jobs list, job page, node page (server-rendered Jinja2, plotly figures).
 
-``router`` is included by ``service.app.create_app``, which also mounts ``/static`` from
-``web/static``. Every page depends on the dashboard-access dependency of ``service.api.deps``;
+``router`` is included by ``kernelab.service.app.create_app``, which also mounts ``/static`` from
+``web/static``. Every page depends on the dashboard-access dependency of ``kernelab.service.api.deps``;
 plotly.js itself is served from the plotly Python package at ``/assets/plotly.min.js`` (no CDN:
 nodes may be offline). Autoescaping is on for every template; figures are embedded as JSON made
-safe for ``<script>`` by ``web.figures.figure_json``.
+safe for ``<script>`` by ``kernelab.web.figures.figure_json``.
 
-Pages read the database through ``service.crud``. The job page shows the comparison stored after
+Pages read the database through ``kernelab.service.crud``. The job page shows the comparison stored after
 ingest (``results.comparison``, computed and stored on a miss) with node-health flags applied on
-read; what it derives from a result is cached per process (``web.job_view``), since a stored
+read; what it derives from a result is cached per process (``kernelab.web.job_view``), since a stored
 result never changes. The view helpers here only reshape schemas for the templates.
 """
 
@@ -25,14 +25,14 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.templating import Jinja2Templates
 
-from service import crud, health, history, models, node_health
-from service.api.deps import SessionDep, SettingsDep, dashboard_access
-from service.api.routes.nodes import NodeName
-from service.report import EXPLAINED_VERDICTS, void_timing, why
-from service.schemas import JobResult, NodeInfo, ProbeReport, Text, as_utc
-from service.verdicts import FLAG_NOTES, VERDICT_ORDER
-from web import figures, job_view
-from web.job_view import CellOrder
+from kernelab.service import crud, health, history, models, node_health
+from kernelab.service.api.deps import SessionDep, SettingsDep, dashboard_access
+from kernelab.service.api.routes.nodes import NodeName
+from kernelab.service.report import EXPLAINED_VERDICTS, void_timing, why
+from kernelab.service.schemas import JobResult, NodeInfo, ProbeReport, Text, as_utc
+from kernelab.service.verdicts import FLAG_NOTES, VERDICT_ORDER
+from kernelab.web import figures, job_view
+from kernelab.web.job_view import CellOrder
 
 API_PREFIX = "/api/v1"
 STATIC_URL = "/static"
@@ -79,7 +79,7 @@ def _dt(value: datetime | None) -> str:
 
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader("web", "templates"),
+        loader=jinja2.PackageLoader("kernelab.web", "templates"),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
@@ -303,7 +303,7 @@ def history_page(
     include_excluded: bool = False,
 ) -> HTMLResponse:
     """History of one benchmark, revision and ordinary jobs alike: median per launch of each side
-    over time, one line per code, cell, GPU model, timer and state (``service.history``), a figure
+    over time, one line per code, cell, GPU model, timer and state (``kernelab.service.history``), a figure
     and a table, newest first. Flagged and problem points are left out unless ``include_excluded``."""
     page = history.history(session=session, benchmark=benchmark, settings=settings,
                            include_excluded=include_excluded, limit=limit)  # fmt: skip

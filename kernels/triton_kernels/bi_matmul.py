@@ -6,7 +6,7 @@ accumulated in float32 from zero and the chunk partials added ascending in float
 to C's dtype; no split-K, no atomics, nothing that depends on M or on which rows share a tile.
 Rows past M read row 0 (``% M``: valid memory, results discarded); the K tail is masked to 0.
 
-Import through ``kernels._device.import_triton_kernels`` (the interpreter rule).
+Import through ``kernelab.kernels._device.import_triton_kernels`` (the interpreter rule).
 """
 
 from __future__ import annotations

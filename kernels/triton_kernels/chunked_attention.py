@@ -16,7 +16,7 @@ Storing and reloading a float32 state is exact, so the schedules are bitwise ide
 the compiler contracts no multiply-add differently in the two kernels: they are compiled with
 ``enable_fp_fusion=False`` (the seed's "FP contraction disabled").
 
-Import through ``kernels._device.import_triton_kernels`` (the interpreter rule).
+Import through ``kernelab.kernels._device.import_triton_kernels`` (the interpreter rule).
 """
 
 from __future__ import annotations

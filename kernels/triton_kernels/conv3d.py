@@ -10,9 +10,9 @@ the fast path ``off = k*dhw + m``; otherwise ``off = (n*K + k)*dhw + pix``. The 
 masked on the column bound and on the buffer's end (``off < N*K*dhw``: what a hardware
 buffer-bounds check suppresses). ``ROW_CHECK`` adds ``m < npq``; without it, padded rows of the
 last M tile store their zero accumulators wherever the offset lands. Which shapes that clobbers
-is worked out in ``kernels.conv3d``.
+is worked out in ``kernelab.kernels.conv3d``.
 
-Import through ``kernels._device.import_triton_kernels`` (the interpreter rule).
+Import through ``kernelab.kernels._device.import_triton_kernels`` (the interpreter rule).
 """
 
 from __future__ import annotations

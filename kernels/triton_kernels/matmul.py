@@ -16,7 +16,7 @@ float32 before the dot. That is exact (a product of two 8-bit mantissas fits flo
 therefore the same arithmetic as the GPU's bfloat16 dot with float32 accumulation. Compiled
 kernels never widen.
 
-Import through ``kernels._device.import_triton_kernels`` (the interpreter rule).
+Import through ``kernelab.kernels._device.import_triton_kernels`` (the interpreter rule).
 """
 
 from __future__ import annotations

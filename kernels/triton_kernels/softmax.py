@@ -11,7 +11,7 @@ Numerical stability: the row maximum is subtracted before ``exp``. Rows past ``M
 block are clamped to row ``M - 1`` for loading (so no NaN is ever computed) and masked on store;
 columns past ``N`` load ``-inf`` (``exp(-inf) = 0``) and are masked on store.
 
-Import through ``kernels._device.import_triton_kernels`` (the interpreter rule).
+Import through ``kernelab.kernels._device.import_triton_kernels`` (the interpreter rule).
 """
 
 from __future__ import annotations

@@ -15,12 +15,12 @@ from typing import Any, get_args
 
 import torch
 
-from runners.probes.format import format_probe_report
-from runners.probes.links import measure_links
-from runners.probes.node import node_info
-from runners.probes.peak import cached_matmul_peak
-from runners.probes.telemetry import ContextSampler, read_telemetry
-from service.schemas import ProbeReport, ProbeSpec
+from kernelab.runners.probes.format import format_probe_report
+from kernelab.runners.probes.links import measure_links
+from kernelab.runners.probes.node import node_info
+from kernelab.runners.probes.peak import cached_matmul_peak
+from kernelab.runners.probes.telemetry import ContextSampler, read_telemetry
+from kernelab.service.schemas import ProbeReport, ProbeSpec
 
 __all__ = ["ContextSampler", "format_probe_report", "node_info", "run_probes"]
 

@@ -54,9 +54,9 @@ from typing import Any
 
 import torch
 
-from runners.jobenv import job_env
-from runners.probes.telemetry import POOL_ENV, register_own_pids, unregister_own_pids
-from service.schemas import AllReduceReading
+from kernelab.runners.jobenv import job_env
+from kernelab.runners.probes.telemetry import POOL_ENV, register_own_pids, unregister_own_pids
+from kernelab.service.schemas import AllReduceReading
 
 MIB = 1024**2
 CUDA_SIZES_BYTES = (8, 1 * MIB, 64 * MIB)
@@ -72,7 +72,7 @@ _ELEMENT_BYTES = 4  # float32, as all_reduce_perf's default -d float
 # NVLink SHARP / multicast must stay off on the shared GPU hosts this runs on (a program using it
 # can take the host's GPUs out of service); set in every rank whatever the caller's environment.
 _FORCED_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
-_CHILD_CODE = "from runners.probes.all_reduce import _child_main; _child_main()"
+_CHILD_CODE = "from kernelab.runners.probes.all_reduce import _child_main; _child_main()"
 _CONFIG_ENV = "KERNELAB_ALL_REDUCE_CONFIG"
 _GO_KEY = "kernelab/go"  # set in the rendezvous store when the ranks may start measuring
 _REQ_KEY, _DONE_KEY, _SEQ_KEY = "kernelab/req", "kernelab/done", "kernelab/seq"  # AllReducePool
@@ -657,7 +657,7 @@ def _event_timed_ns(
     """
     import torch.distributed as dist
 
-    from runners.timing import spin_cycles_per_ns
+    from kernelab.runners.timing import spin_cycles_per_ns
 
     cycles_per_ns = spin_cycles_per_ns(device)
     torch.cuda.synchronize(device)

@@ -1,9 +1,9 @@
 """Who else uses the GPU while a cell is measured: NVML process lists, read at each CI check.
 
-``GpuContentionMonitor`` implements ``runners.engine.ContentionMonitor``: the engine calls
+``GpuContentionMonitor`` implements ``kernelab.runners.engine.ContentionMonitor``: the engine calls
 ``check(rounds)`` before the first round, at each CI check (a geometric schedule, so a handful
-of readings per cell) and after the last round; ``runners.job`` collects the readings into
-``CellResult.contention`` and ``service.stats`` flags the cell ``contended`` when a reading shows
+of readings per cell) and after the last round; ``kernelab.runners.job`` collects the readings into
+``CellResult.contention`` and ``kernelab.service.stats`` flags the cell ``contended`` when a reading shows
 a process that is not ours. One reading costs two NVML calls (compute processes, and per-process
 SM utilisation since the previous reading), tens to hundreds of microseconds, outside any timed
 window.
@@ -24,8 +24,8 @@ from collections.abc import Iterable
 from types import ModuleType
 from typing import Any
 
-from runners.probes.telemetry import open_device, own_pids
-from service.schemas import ContentionReading
+from kernelab.runners.probes.telemetry import open_device, own_pids
+from kernelab.service.schemas import ContentionReading
 
 logger = logging.getLogger(__name__)
 

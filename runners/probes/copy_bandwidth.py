@@ -18,8 +18,8 @@ import time
 
 import torch
 
-from runners.probes.node import cpu_cache_bytes
-from service.schemas import CopyBandwidthReading, PeerCopyReading
+from kernelab.runners.probes.node import cpu_cache_bytes
+from kernelab.service.schemas import CopyBandwidthReading, PeerCopyReading
 
 MIB = 1024**2
 L2_MULTIPLE = 8  # buffer >= 8x the cache it must not fit in

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from service.schemas import HealthReason, NodeInfo, ProbeReport
+from kernelab.service.schemas import HealthReason, NodeInfo, ProbeReport
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from runners.probes.all_reduce import (
+from kernelab.runners.probes.all_reduce import (
     AllReduceRun,
     active_pool,
     full_sizes_bytes,
@@ -32,8 +32,8 @@ from runners.probes.all_reduce import (
     start_all_reduce,
     sub_groups,
 )
-from runners.probes.copy_bandwidth import measure_copy_bandwidth, measure_peer_copy
-from service.schemas import ProbeSpec
+from kernelab.runners.probes.copy_bandwidth import measure_copy_bandwidth, measure_peer_copy
+from kernelab.service.schemas import ProbeSpec
 
 MIB = 1024**2
 CPU_FULL_SIZES_BYTES = (8, 1024, 64 * 1024, 1 * MIB, 4 * MIB)

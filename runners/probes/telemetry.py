@@ -7,7 +7,7 @@ is ever reported as zero because it could not be read.
 Two entry points:
 
 * ``read_telemetry()`` -> ``(list[GpuTelemetry], nvml_status)``: a full snapshot per GPU, taken
-  before and after a job (``runners.probes.run_probes``).
+  before and after a job (``kernelab.runners.probes.run_probes``).
 * ``ContextSampler(device_index)``: the cheap per-sample reader the measurement engine calls
   around every timed sample (SM clock, clock-event reasons, temperature, power).
 
@@ -25,12 +25,12 @@ from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import Any, TypeVar
 
-from service import clock_events
-from service.schemas import GpuTelemetry
+from kernelab.service import clock_events
+from kernelab.service.schemas import GpuTelemetry
 
 T = TypeVar("T")
 
-# Clock-event ("throttle") reason bits and the throttle/informational split: ``service.clock_events``,
+# Clock-event ("throttle") reason bits and the throttle/informational split: ``kernelab.service.clock_events``,
 # shared with the server's statistics and node health (one rule).
 CLOCK_EVENT_REASONS: dict[int, str] = clock_events.NAMES
 THROTTLE_REASONS_MASK = clock_events.THROTTLE_MASK
@@ -58,14 +58,14 @@ class NvmlUnavailable(RuntimeError):
 
 def decode_clock_event_reasons(mask: int) -> list[str]:
     """Names of the bits set in an NVML clock-event-reasons bitmask, lowest bit first
-    (``service.clock_events.decode``): unnamed bits read ``"unknown_0x<bit>"``, a DCGM blank
+    (``kernelab.service.clock_events.decode``): unnamed bits read ``"unknown_0x<bit>"``, a DCGM blank
     placeholder reads as no reasons. Raises ``ValueError`` for a negative mask."""
     return clock_events.decode(mask)
 
 
 def is_throttled(mask: int | None) -> bool:
     """True when ``mask`` holds a power, thermal or hardware-slowdown reason
-    (``service.clock_events.is_throttled``); None or a placeholder is False."""
+    (``kernelab.service.clock_events.is_throttled``); None or a placeholder is False."""
     return clock_events.is_throttled(mask)
 
 
@@ -164,7 +164,7 @@ def _memory_temperature_c(nvml: ModuleType, handle: Any) -> float | None:
 
 
 # Processes of this runner besides the current one that hold GPU contexts (the persistent
-# all-reduce ranks of ``runners.probes.all_reduce.AllReducePool``): registered in-process, or
+# all-reduce ranks of ``kernelab.runners.probes.all_reduce.AllReducePool``): registered in-process, or
 # handed to a job's worker process in ``POOL_ENV`` (JSON with a "pids" list) by the daemon.
 _OWN_PIDS: set[int] = set()
 POOL_ENV = "KERNELAB_ALL_REDUCE_POOL"
@@ -185,7 +185,7 @@ OWN_PIDS_ENV = "KERNELAB_OWN_PIDS"  # comma-separated pids of kernelab processes
 
 def own_pids() -> frozenset[int]:
     """This process, the pids registered with ``register_own_pids``, those of ``POOL_ENV`` and of
-    ``OWN_PIDS_ENV`` (the job's orchestrating process, ``runners.measure``)."""
+    ``OWN_PIDS_ENV`` (the job's orchestrating process, ``kernelab.runners.measure``)."""
     pids = {os.getpid(), *_OWN_PIDS}
     for part in os.environ.get(OWN_PIDS_ENV, "").split(","):
         if part.strip().isdigit():

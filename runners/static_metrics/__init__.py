@@ -3,10 +3,10 @@
 
 When the clock cannot be trusted (a node pegged by other tenants), instruction counts still hold.
 For every cell of a job, both sides' Triton kernels are compiled *ahead of time* for a named GPU
-(``sm_90a``; by default the runner's own) in a child process (``runners.static_metrics.aot``: the
+(``sm_90a``; by default the runner's own) in a child process (``kernelab.runners.static_metrics.aot``: the
 same specialisation and compiler pipeline as a GPU run, but no GPU needed), their machine code is
 read with the ``nvdisasm``/``cuobjdump`` that Triton ships, and the two sides are diffed
-(``runners.static_metrics.diff``).
+(``kernelab.runners.static_metrics.diff``).
 
 Public entry points:
 
@@ -24,10 +24,10 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from runners.jobenv import job_env
-from runners.static_metrics.diff import KernelCode, compare
-from runners.static_metrics.isa import Loop
-from service.schemas import CellResult, JobSpec, KernelStatic, ParamValue, StaticComparison
+from kernelab.runners.jobenv import job_env
+from kernelab.runners.static_metrics.diff import KernelCode, compare
+from kernelab.runners.static_metrics.isa import Loop
+from kernelab.service.schemas import CellResult, JobSpec, KernelStatic, ParamValue, StaticComparison
 
 __all__ = [
     "KernelCode",
@@ -77,14 +77,14 @@ def compile_kernels(
     ``error``; raises ``StaticMetricsError`` when the child fails as a whole (timeout, crash) and
     ``ValueError`` for a malformed ``target``.
     """
-    from runners.static_metrics.aot import parse_target
+    from kernelab.runners.static_metrics.aot import parse_target
 
     parse_target(target)
     env = {k: v for k, v in job_env().items() if k != "TRITON_INTERPRET"}  # no credentials (jobenv)
     request = json.dumps({"target": target, "items": list(items)})
     try:
         proc = subprocess.run(
-            [sys.executable, "-P", "-m", "runners.static_metrics.aot"],
+            [sys.executable, "-P", "-m", "kernelab.runners.static_metrics.aot"],
             input=request,
             capture_output=True,
             text=True,

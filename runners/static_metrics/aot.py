@@ -1,9 +1,9 @@
 """Ahead-of-time compilation for a named GPU, with or without that GPU: the child process side.
 
-Run as ``python -m runners.static_metrics.aot`` with a JSON request on stdin (see
-``runners.static_metrics.compile_kernels``); it prints one JSON answer on stdout. It must start
+Run as ``python -m kernelab.runners.static_metrics.aot`` with a JSON request on stdin (see
+``kernelab.runners.static_metrics.compile_kernels``); it prints one JSON answer on stdout. It must start
 without ``TRITON_INTERPRET`` (the parent removes it): ``triton.jit`` fixes compiled vs interpreted
-mode at import (``kernels._device``).
+mode at import (``kernelab.kernels._device``).
 
 How: Triton's ``JITFunction.run(..., warmup=True)`` specialises the arguments, compiles and
 returns without launching. It asks the *active driver* for the device, stream and target only, so
@@ -34,8 +34,8 @@ import traceback
 from pathlib import Path
 from typing import Any, Literal
 
-from runners.static_metrics import isa
-from service.schemas import KernelLoopStats, KernelStatic
+from kernelab.runners.static_metrics import isa
+from kernelab.service.schemas import KernelLoopStats, KernelStatic
 
 _TOOL_TIMEOUT_S = 120.0  # one nvdisasm/cuobjdump call on a large cubin takes about a second
 
@@ -196,7 +196,7 @@ def _arg(value: Any) -> Any:
     import torch
 
     if isinstance(value, dict) and "tensor" in value:
-        from kernels._device import torch_dtype
+        from kernelab.kernels._device import torch_dtype
 
         return torch.empty(
             tuple(value["tensor"]), dtype=torch_dtype(value.get("dtype", "float32")), device="meta"
@@ -216,7 +216,7 @@ def _run_item(item: dict[str, Any]) -> None:
         args = [_arg(a) for a in item.get("args", [])]
         fn.warmup(*args, grid=(1,), **item.get("kwargs", {}))
         return
-    from kernels import get_benchmark
+    from kernelab.kernels import get_benchmark
 
     bench = get_benchmark(item["benchmark"])
     params = bench.parse_params(item["params"])

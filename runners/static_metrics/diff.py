@@ -14,8 +14,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from runners.static_metrics.isa import Loop, region_of
-from service.schemas import KernelDiff, KernelStatic, StaticChange, StaticComparison
+from kernelab.runners.static_metrics.isa import Loop, region_of
+from kernelab.service.schemas import KernelDiff, KernelStatic, StaticChange, StaticComparison
 
 _MAX_CHANGES = 40  # change rows kept per kernel: a rewrite is summarised by its deltas instead
 _RESOURCES = (

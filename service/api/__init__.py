@@ -3,7 +3,7 @@
 
 from fastapi import APIRouter
 
-from service.api.routes import history, jobs, nodes, results, runners, tokens
+from kernelab.service.api.routes import history, jobs, nodes, results, runners, tokens
 
 api_router = APIRouter()
 api_router.include_router(jobs.router)

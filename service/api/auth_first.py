@@ -11,7 +11,7 @@ runs in front of the router: for a request that matches a route with a body para
 token dependency (found once from ``app.routes``: dependencies carry ``kernelab_scope``), it
 reads only the ``Authorization`` header and checks the token and its scope in a worker thread
 (``deps.authorize``); a refused request is answered 401 / 403 without receiving its body, and a
-database that cannot be reached gives 503 with ``Retry-After`` (as ``service.api.errors``).
+database that cannot be reached gives 503 with ``Retry-After`` (as ``kernelab.service.api.errors``).
 
 The route's own dependency checks the token again afterwards (one indexed read, the price of
 keeping that check, and the runner calls' check in the handler's transaction, unchanged).
@@ -32,8 +32,8 @@ from fastapi.security import HTTPAuthorizationCredentials
 from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from service.api.deps import authorize, unauthorized
-from service.api.errors import DB_RETRY_AFTER_S, database_unavailable
+from kernelab.service.api.deps import authorize, unauthorized
+from kernelab.service.api.errors import DB_RETRY_AFTER_S, database_unavailable
 
 
 def _scope_of(dependant: Dependant) -> str | None:

@@ -22,8 +22,8 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.auth import Principal, Scope, authenticate
-from service.core.config import Settings
+from kernelab.service.auth import Principal, Scope, authenticate
+from kernelab.service.core.config import Settings
 
 TOKEN_COOKIE = "kernelab_token"
 _SAFE_METHODS = frozenset({"GET", "HEAD"})
@@ -180,7 +180,7 @@ async def runner_call(
 ) -> RunnerCall:
     """The runner endpoints' dependency: 401 at once without a bearer token; the token itself is
     checked by ``RunnerCall.run`` inside the handler's transaction (and, for a request with a body,
-    once before the body is read by ``service.api.auth_first``: a bad token is a 401 whatever the
+    once before the body is read by ``kernelab.service.api.auth_first``: a bad token is a 401 whatever the
     body)."""
     if credentials is None:
         raise _unauthorized(_NO_TOKEN)

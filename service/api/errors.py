@@ -35,8 +35,8 @@ from pydantic_core import InitErrorDetails
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
-from service.crud import ResultConflictError, ResultInvalidError
-from service.queue import InvalidTransitionError, JobNotFoundError, LeaseLostError
+from kernelab.service.crud import ResultConflictError, ResultInvalidError
+from kernelab.service.queue import InvalidTransitionError, JobNotFoundError, LeaseLostError
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ M = TypeVar("M", bound=BaseModel)
 
 
 class SpecInvalidError(Exception):
-    """A job spec that parsed but that its benchmark rejects (``kernels.validate_spec`` errors)."""
+    """A job spec that parsed but that its benchmark rejects (``kernelab.kernels.validate_spec`` errors)."""
 
     def __init__(self, errors: Sequence[dict[str, Any]]):
         super().__init__("; ".join(str(e.get("msg", "")) for e in errors))

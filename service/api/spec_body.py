@@ -13,7 +13,7 @@ concurrent ``/healthz`` took 10.4 s, and every other request of the process wait
   on a 2-core machine; 3.7 MB cost 1.7 s, the attack's 44 MB about 10 s.
 * **Off the loop.** The bytes are validated by ``JobSpec.model_validate_json`` (pydantic-core, no
   intermediate Python objects) in the thread pool (``run_in_threadpool``), as
-  ``service.api.routes.results`` does for results; the 422's ``loc`` still starts at ``body``.
+  ``kernelab.service.api.routes.results`` does for results; the 422's ``loc`` still starts at ``body``.
   A body with more than ``MAX_ERRORS`` errors has its 422 list built there too (``_compact``).
 """
 
@@ -28,8 +28,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from pydantic import ValidationError, ValidatorFunctionWrapHandler, WrapValidator
 
-from service.api.errors import MAX_ERRORS, bounded_errors, validate_json_body
-from service.schemas import JobSpec
+from kernelab.service.api.errors import MAX_ERRORS, bounded_errors, validate_json_body
+from kernelab.service.schemas import JobSpec
 
 DEFAULT_MAX_SPEC_BYTES = 1024 * 1024  # KERNELAB_MAX_SPEC_BYTES's default (see the module doc)
 

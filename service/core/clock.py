@@ -28,7 +28,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.functions import FunctionElement
 
-from service.models import UTCDateTime
+from kernelab.service.models import UTCDateTime
 
 
 class db_now(FunctionElement[Any]):  # noqa: N801  (reads as a function in SQL expressions)

@@ -1,6 +1,6 @@
 """Server settings, read from the environment (prefix ``KERNELAB_``) by pydantic-settings.
 
-``Settings()`` is built by the app factory (``service.app.create_app``) or by the CLI, never at
+``Settings()`` is built by the app factory (``kernelab.service.app.create_app``) or by the CLI, never at
 import time, so tests and several apps in one process each get their own.
 
 Example::
@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from service import health
+from kernelab.service import health
 
 DEFAULT_DATABASE_URL = "sqlite:///./kernelab-data/kernelab.db"
 
@@ -56,23 +56,23 @@ class Settings(BaseSettings):
     max_spec_bytes: int = Field(
         default=1024 * 1024, ge=1024, le=64 * 1024 * 1024,
         description="larger job specs (POST /api/v1/jobs) are refused with 413 before they are decoded "
-        "(service.api.spec_body)",
+        "(kernelab.service.api.spec_body)",
     )
     max_connections: int = Field(
         default=1000, ge=1, le=1_000_000,
         description="open connections per server process; more are answered 503 and closed at once "
-        "(lowered to fit the process's open-file limit: service.serve.connection_budget)",
+        "(lowered to fit the process's open-file limit: kernelab.service.serve.connection_budget)",
     )
     header_timeout_s: float = Field(
         default=10.0, gt=0, le=300,
         description="a connection whose request line and headers have not arrived within this many "
-        "seconds is closed (idle and slowloris connections: service.connection_guard)",
+        "seconds is closed (idle and slowloris connections: kernelab.service.connection_guard)",
     )
     body_timeout_s: float = Field(
         default=10.0, gt=0, le=300,
         description="while a request body is arriving, each window of this many seconds must bring at "
         "least KERNELAB_BODY_MIN_BYTES of it, or the connection is closed (slow bodies: "
-        "service.connection_guard)",
+        "kernelab.service.connection_guard)",
     )
     body_min_bytes: int = Field(
         default=16 * 1024, ge=1, le=1 << 30,
@@ -84,13 +84,13 @@ class Settings(BaseSettings):
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
     log_format: Literal["text", "json"] = Field(
-        default="text", description="json: one JSON object per log line (service.observability)"
+        default="text", description="json: one JSON object per log line (kernelab.service.observability)"
     )
     public_metrics: bool = Field(default=False, description="serve /metrics without a token")
     runner_alive_s: float = Field(
         default=300.0, gt=0, description="a runner seen within this many seconds counts as alive (/metrics)"
     )
-    # Node health (service.health): where a probe figure leaves the node's / the fleet's band.
+    # Node health (kernelab.service.health): where a probe figure leaves the node's / the fleet's band.
     health_copy_min_fraction: float = Field(
         default=health.COPY_MIN_FRACTION, gt=0, le=1, description="copy/peer GB/s below this x band median"
     )
@@ -120,7 +120,7 @@ class Settings(BaseSettings):
     )
 
     def health_thresholds(self) -> health.Thresholds:
-        """The node-health thresholds these settings name (``service.health.Thresholds``)."""
+        """The node-health thresholds these settings name (``kernelab.service.health.Thresholds``)."""
         return health.Thresholds(
             copy_min_fraction=self.health_copy_min_fraction,
             busbw_min_fraction=self.health_busbw_min_fraction,

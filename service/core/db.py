@@ -79,7 +79,7 @@ def alembic_config(url: str | None = None) -> Config:
     Resolved with ``importlib.resources`` so it works from an installed wheel, not only from a
     checkout. ``url`` (optional) becomes ``sqlalchemy.url``.
     """
-    package_dir = files("migrations")
+    package_dir = files("kernelab.migrations")
     config = Config(str(package_dir / "alembic.ini"))
     config.set_main_option("script_location", str(package_dir))
     if url is not None:
@@ -136,5 +136,5 @@ def check_at_head(engine: Engine) -> None:
         raise SchemaNotCurrentError(
             f"database {engine.url.render_as_string(hide_password=True)} is at revision {current!r}, "
             f"the code needs {head!r}: run `kernelab serve` (it upgrades first) or "
-            "`python -c 'from service.core.db import upgrade; upgrade(URL)'`"
+            "`python -c 'from kernelab.service.core.db import upgrade; upgrade(URL)'`"
         )

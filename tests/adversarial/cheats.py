@@ -44,8 +44,8 @@ from typing import Any
 import torch
 from pydantic import Field
 
-from kernels import Benchmark, BenchmarkError, Params
-from service.schemas import Work
+from kernelab.kernels import Benchmark, BenchmarkError, Params
+from kernelab.service.schemas import Work
 
 CHEATS: dict[str, set[str]] = {
     "wrong": {"wrong-output"},
@@ -254,14 +254,14 @@ class ScaleBenchmark(Benchmark[ScaleParams]):
 
     def _patch_kernelab(self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor,
                         p: ScaleParams) -> Callable[[], Any]:
-        import runners.timing
+        import kernelab.runners.timing
 
-        real = runners.timing.CpuTimer.time_ns
+        real = kernelab.runners.timing.CpuTimer.time_ns
 
         def fast(timer: Any, fn: Callable[[], Any], launches: int) -> float:
             return float(real(timer, fn, launches)) / 100
 
-        runners.timing.CpuTimer.time_ns = fast  # type: ignore[method-assign]
+        kernelab.runners.timing.CpuTimer.time_ns = fast  # type: ignore[method-assign]
         return lambda: _compute(x, y, out)
 
     # -- GPU only ----------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from cheats import ScaleBenchmark, ScaleParams
 
-from runners.timing import cuda_runtime
+from kernelab.runners.timing import cuda_runtime
 
 STATE_CHEATS: dict[str, set[str]] = {
     "l2_persist": {"node-changed", "background-work"},

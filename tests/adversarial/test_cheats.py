@@ -1,6 +1,6 @@
 """The adversarial suite on the CPU: every cheat of ``cheats.py`` ends in its named reason and a
 verdict that is not ``faster``, through ``run_job`` (the measuring child process) and
-``service.stats.compare``; the timing alone (``timing_verdict``) would have read faster, which is
+``kernelab.service.stats.compare``; the timing alone (``timing_verdict``) would have read faster, which is
 what each defence prevents. GPU members: ``test_cheats_gpu.py``."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import pytest
 import torch
 from cheats import CHEATS, ScaleBenchmark
 
-from runners import integrity
-from runners.job import run_job
-from runners.sides import modified_inputs, refill_inputs, snapshot_inputs
-from service.schemas import JobSpec
-from service.stats import compare
+from kernelab.runners import integrity
+from kernelab.runners.job import run_job
+from kernelab.runners.sides import modified_inputs, refill_inputs, snapshot_inputs
+from kernelab.service.schemas import JobSpec
+from kernelab.service.stats import compare
 
 QUICK = {"warmup_ms": 2.0, "budget_ms": 300.0, "min_rounds": 4, "max_rounds": 40, "min_time_ms": 0.0}
 NO_PROBES = {"copy_bandwidth": False, "all_reduce": False, "nvml": False}
@@ -95,14 +95,14 @@ def test_a_replaced_timing_function_is_named() -> None:
     finally:
         torch.cuda.Event.elapsed_time = real  # type: ignore[method-assign]
     assert snapshot.tampered() == []
-    import runners.timing
+    import kernelab.runners.timing
 
-    code = runners.timing.CpuTimer.time_ns.__code__
+    code = kernelab.runners.timing.CpuTimer.time_ns.__code__
     try:
-        runners.timing.CpuTimer.time_ns.__code__ = (lambda self, fn, launches: 1.0).__code__
-        assert snapshot.tampered() == ["runners.timing.CpuTimer.time_ns"]
+        kernelab.runners.timing.CpuTimer.time_ns.__code__ = (lambda self, fn, launches: 1.0).__code__
+        assert snapshot.tampered() == ["kernelab.runners.timing.CpuTimer.time_ns"]
     finally:
-        runners.timing.CpuTimer.time_ns.__code__ = code
+        kernelab.runners.timing.CpuTimer.time_ns.__code__ = code
     assert snapshot.tampered() == []
 
 
@@ -116,8 +116,8 @@ class _CountingScale(ScaleBenchmark):
 
 
 def test_sides_that_share_inputs_share_the_reference_of_a_checkpoint() -> None:
-    from runners.sides import LocalSide
-    from runners.timing import CpuTimer
+    from kernelab.runners.sides import LocalSide
+    from kernelab.runners.timing import CpuTimer
 
     bench, timer, cpu = _CountingScale(), CpuTimer(), torch.device("cpu")
     params = bench.parse_params({"M": 8, "N": 8, "work": 1})

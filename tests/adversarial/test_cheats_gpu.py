@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from cheats import CHEATS, GPU_CHEATS, GPU_OVERRIDES
 
-from runners.job import run_job
-from service.schemas import JobSpec
-from service.stats import compare
+from kernelab.runners.job import run_job
+from kernelab.service.schemas import JobSpec
+from kernelab.service.stats import compare
 
 pytestmark = pytest.mark.gpu
 

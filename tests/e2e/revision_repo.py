@@ -14,8 +14,8 @@ from typing import Any
 import torch
 from pydantic import Field
 
-from kernels.base import Benchmark, Params
-from service.schemas import Work
+from kernelab.kernels.base import Benchmark, Params
+from kernelab.service.schemas import Work
 
 REPEATS = 1
 OFFSET = 1.0

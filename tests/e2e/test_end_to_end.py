@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from runners.client import KernelabClient
-from runners.local import ServerProcess, admin_token, free_port
-from runners.specfile import load_spec
+from kernelab.runners.client import KernelabClient
+from kernelab.runners.local import ServerProcess, admin_token, free_port
+from kernelab.runners.specfile import load_spec
 
 VERDICTS = {"faster", "slower", "same", "inconclusive"}
 
@@ -35,7 +35,7 @@ timeout_s: 300
 
 
 def _cli(*args: str, env: dict[str, str], timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "runners.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "kernelab.runners.cli", *args], capture_output=True, text=True,
                           env=env, timeout=timeout_s)
 
 
@@ -59,7 +59,7 @@ def test_submit_run_and_read_back(server: tuple[ServerProcess, str], tmp_path: P
         # Job 1 through REST (probes off to keep the test short), job 2 through `kernelab submit --wait`.
         no_probes = {"copy_bandwidth": False, "all_reduce": False, "nvml": False}
         rest_job = client.submit({**load_spec(spec_file).model_dump(mode="json"), "probes": no_probes})
-        submit = subprocess.Popen([sys.executable, "-m", "runners.cli", "submit", str(spec_file), "--wait"],
+        submit = subprocess.Popen([sys.executable, "-m", "kernelab.runners.cli", "submit", str(spec_file), "--wait"],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         deadline = time.monotonic() + 60
         while client.list_jobs().count < 2:

@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from runners.client import KernelabClient
-from runners.local import ServerProcess, admin_token, free_port
+from kernelab.runners.client import KernelabClient
+from kernelab.runners.local import ServerProcess, admin_token, free_port
 from tests.e2e.revision_repo import make_repo
 
 SPEC = """\
@@ -34,7 +34,7 @@ NO_PROBES = {"copy_bandwidth": False, "all_reduce": False, "nvml": False}
 
 
 def _cli(*args: str, env: dict[str, str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "runners.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "kernelab.runners.cli", *args], capture_output=True, text=True,
                           env=env, cwd=cwd, timeout=600)
 
 

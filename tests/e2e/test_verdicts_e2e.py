@@ -22,8 +22,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from runners.cli import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_NO_VERDICT, EXIT_OK
-from runners.local import ServerProcess, admin_token, free_port
+from kernelab.runners.cli import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_NO_VERDICT, EXIT_OK
+from kernelab.runners.local import ServerProcess, admin_token, free_port
 from tests.e2e.revision_repo import BENCH, _git, make_repo
 from tests.wrong_kernels.cases import FAST_WRONG, FORGOTTEN_MASK, RAISES, WRONG_DIR, write_spec
 
@@ -56,7 +56,7 @@ class Site:
 
 
 def cli(*args: str, env: dict[str, str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "runners.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "kernelab.runners.cli", *args], capture_output=True, text=True,
                           env=env, cwd=cwd, timeout=300)
 
 
@@ -73,7 +73,7 @@ def _broken_commit(repo: Path) -> None:
 def _waiting(args: list[str], env: dict[str, str],
              cwd: Path | None = None) -> tuple[subprocess.Popen[str], int]:
     """``kernelab submit ... --wait`` started; returns once it printed its job id."""
-    proc = subprocess.Popen([sys.executable, "-m", "runners.cli", *args], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "kernelab.runners.cli", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env={**env, "PYTHONUNBUFFERED": "1"}, cwd=cwd)
     assert proc.stdout is not None
     line = proc.stdout.readline()

@@ -7,10 +7,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from kernels._device import TRITON_INTERPRET_ENV, configure_triton_env
+from kernelab.kernels._device import TRITON_INTERPRET_ENV, configure_triton_env
 
 # The kernels tests launch Triton kernels on the CPU, so this process must import triton in
-# interpreter mode: set the variable before any test module imports triton (kernels._device doc).
+# interpreter mode: set the variable before any test module imports triton (kernelab.kernels._device doc).
 # GPU tests run their kernels in a child process (test_gpu.py).
 configure_triton_env("cpu")
 

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from kernels.check import check_output, mismatch_mask, poison_
+from kernelab.kernels.check import check_output, mismatch_mask, poison_
 
 
 def _ref(seed: int = 0, shape: tuple[int, ...] = (16, 24)) -> torch.Tensor:

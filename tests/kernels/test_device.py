@@ -1,4 +1,4 @@
-"""The Triton interpreter rule and seeded inputs (kernels._device)."""
+"""The Triton interpreter rule and seeded inputs (kernelab.kernels._device)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels import BenchmarkError
-from kernels._device import (
+from kernelab.kernels import BenchmarkError
+from kernelab.kernels._device import (
     TRITON_INTERPRET_ENV,
     check_kernel_mode,
     configure_triton_env,
@@ -51,13 +51,13 @@ def test_decoration_time_decides_the_mode(monkeypatch: pytest.MonkeyPatch) -> No
 
 _FIRST_IMPORT = """
 import os
-from kernels import BenchmarkError
-from kernels._device import import_triton_kernels, is_interpreted
+from kernelab.kernels import BenchmarkError
+from kernelab.kernels._device import import_triton_kernels, is_interpreted
 os.environ["TRITON_INTERPRET"] = {first_env!r}
-first = import_triton_kernels("kernels.triton_kernels.matmul", {first_device!r})
+first = import_triton_kernels("kernelab.kernels.triton_kernels.matmul", {first_device!r})
 print("first interpreted:", is_interpreted(first.matmul_kernel), os.environ.get("TRITON_INTERPRET"))
 try:
-    import_triton_kernels("kernels.triton_kernels.softmax", {second_device!r})
+    import_triton_kernels("kernelab.kernels.triton_kernels.softmax", {second_device!r})
 except BenchmarkError as exc:
     print("refused:", exc)
 """
@@ -84,7 +84,7 @@ def test_first_import_fixes_the_mode_of_the_process(
 
 
 def test_in_process_import_for_cpu_is_interpreted() -> None:
-    module = import_triton_kernels("kernels.triton_kernels.softmax", "cpu")
+    module = import_triton_kernels("kernelab.kernels.triton_kernels.softmax", "cpu")
     assert all(is_interpreted(k) for k in module.KERNELS)
 
 

@@ -1,7 +1,7 @@
 """The built-in benchmarks compiled for a CUDA GPU: every variant matches its reference.
 
 This session's process imported triton in interpreter mode (conftest), and the mode of a process
-is fixed by its first ``import triton`` (``kernels._device``). So the GPU cells run in a child
+is fixed by its first ``import triton`` (``kernelab.kernels._device``). So the GPU cells run in a child
 process that configures triton for CUDA first, as the runner's job process does.
 """
 
@@ -14,15 +14,15 @@ import sys
 
 import pytest
 
-from kernels._device import TRITON_INTERPRET_ENV
+from kernelab.kernels._device import TRITON_INTERPRET_ENV
 
 _SCRIPT = """
 import json, sys
-from kernels._device import configure_triton_env
+from kernelab.kernels._device import configure_triton_env
 configure_triton_env("cuda")
 import torch
-from kernels import get_benchmark
-from kernels.check import check_output, poison_
+from kernelab.kernels import get_benchmark
+from kernelab.kernels.check import check_output, poison_
 
 cells = json.loads(sys.argv[1])
 for name, variant, values in cells:

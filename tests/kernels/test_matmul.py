@@ -9,9 +9,9 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from kernels import BenchmarkError, get_benchmark
-from kernels.check import check_output, poison_
-from kernels.matmul import MatmulParams
+from kernelab.kernels import BenchmarkError, get_benchmark
+from kernelab.kernels.check import check_output, poison_
+from kernelab.kernels.matmul import MatmulParams
 
 CPU = torch.device("cpu")
 SHAPE = {"M": 64, "N": 48, "K": 40}  # no dimension a multiple of 32: every edge is masked

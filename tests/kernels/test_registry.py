@@ -10,11 +10,18 @@ from typing import Any
 
 import pytest
 
-from kernels import Benchmark, BenchmarkError, Params, available_benchmarks, get_benchmark, load_object
-from kernels.base import _entry_point_benchmarks
-from kernels.matmul import MatmulBenchmark
-from kernels.softmax import SoftmaxBenchmark
-from service.schemas import Work
+from kernelab.kernels import (
+    Benchmark,
+    BenchmarkError,
+    Params,
+    available_benchmarks,
+    get_benchmark,
+    load_object,
+)
+from kernelab.kernels.base import _entry_point_benchmarks
+from kernelab.kernels.matmul import MatmulBenchmark
+from kernelab.kernels.softmax import SoftmaxBenchmark
+from kernelab.service.schemas import Work
 
 
 class _LocalParams(Params):
@@ -94,13 +101,13 @@ def test_entry_point_of_another_distribution(tmp_path: Path, monkeypatch: pytest
     [
         ("no-such-bench", "unknown benchmark 'no-such-bench'; known: "),
         ("kernels_no_such_module:Thing", "cannot import module 'kernels_no_such_module'"),
-        ("kernels.softmax:NoSuchThing", "has no attribute 'NoSuchThing'"),
-        (f"{__name__}:NOT_A_BENCHMARK", "is not a kernels.Benchmark subclass or instance"),
+        ("kernelab.kernels.softmax:NoSuchThing", "has no attribute 'NoSuchThing'"),
+        (f"{__name__}:NOT_A_BENCHMARK", "is not a kernelab.kernels.Benchmark subclass or instance"),
         (":LocalBenchmark", "is not of the form 'module:object'"),
         (".x:y", "no relative import"),  # importlib.import_module raised TypeError for these
         ("..:y", "no relative import"),
         ("kernels..softmax:SoftmaxBenchmark", "no empty segment"),
-        ("kernels.base:Benchmark", "abstract benchmark class"),  # Benchmark() raised TypeError
+        ("kernelab.kernels.base:Benchmark", "abstract benchmark class"),  # Benchmark() raised TypeError
     ],
 )
 def test_unresolvable_references_raise_benchmark_error(ref: str, fragment: str) -> None:
@@ -111,4 +118,4 @@ def test_unresolvable_references_raise_benchmark_error(ref: str, fragment: str) 
 
 
 def test_load_object_walks_dotted_attributes() -> None:
-    assert load_object("kernels.softmax:SoftmaxBenchmark.name") == "softmax"
+    assert load_object("kernelab.kernels.softmax:SoftmaxBenchmark.name") == "softmax"

@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 import torch
 
-from kernels import BenchmarkError, get_benchmark
-from kernels._device import import_triton_kernels
-from kernels.check import check_output, poison_
-from kernels.softmax import FLOPS_PER_ELEMENT, SoftmaxParams, launch_config
+from kernelab.kernels import BenchmarkError, get_benchmark
+from kernelab.kernels._device import import_triton_kernels
+from kernelab.kernels.check import check_output, poison_
+from kernelab.kernels.softmax import FLOPS_PER_ELEMENT, SoftmaxParams, launch_config
 
 CPU = torch.device("cpu")
 
@@ -45,7 +45,7 @@ def test_unwritten_rows_show_as_nan_and_fail() -> None:
     params = bench.parse_params({"M": 64, "N": 200})
     x = bench.make_inputs(params, CPU, seed=0)["x"]
     out = poison_(torch.empty_like(x))
-    kernels = import_triton_kernels("kernels.triton_kernels.softmax", CPU)
+    kernels = import_triton_kernels("kernelab.kernels.triton_kernels.softmax", CPU)
     kernels.make_softmax(x[:-3], out[:-3], BLOCK_M=8, BLOCK_N=256, num_warps=4)()  # forgets 3 rows
     res = check_output(out, bench.reference(params, {"x": x}), rtol=1.3e-6, atol=1e-5)
     assert not res.passed

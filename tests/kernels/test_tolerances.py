@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.testing._comparison import _DTYPE_PRECISIONS
 
-from kernels.tolerances import default_tolerances, normalize_dtype_name
+from kernelab.kernels.tolerances import default_tolerances, normalize_dtype_name
 
 
 @pytest.mark.parametrize("name", ["float64", "float32", "float16", "bfloat16"])

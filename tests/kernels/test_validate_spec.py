@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernels import validate_spec
-from service.schemas import JobSpec
+from kernelab.kernels import validate_spec
+from kernelab.service.schemas import JobSpec
 
 
 def _spec(**overrides: Any) -> JobSpec:
@@ -79,7 +79,7 @@ def test_tile_limits_are_checked_without_a_gpu() -> None:
 
 
 def test_a_reference_to_an_abstract_class_is_an_error_on_benchmark() -> None:
-    errors = validate_spec(_spec(benchmark="kernels.base:Benchmark"))
+    errors = validate_spec(_spec(benchmark="kernelab.kernels.base:Benchmark"))
     assert [tuple(e["loc"]) for e in errors] == [("benchmark",)]
     assert "abstract benchmark class" in errors[0]["msg"]
 

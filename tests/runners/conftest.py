@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from runners.local import ServerProcess, admin_token, free_port
+from kernelab.runners.local import ServerProcess, admin_token, free_port
 
 
 @pytest.fixture(scope="module")

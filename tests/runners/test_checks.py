@@ -1,4 +1,4 @@
-"""Correctness and determinism checks (runners.checks) on the issue-5 kernels, Triton interpreter."""
+"""Correctness and determinism checks (kernelab.runners.checks) on the issue-5 kernels, Triton interpreter."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ from typing import Any
 import pytest
 import torch
 
-from kernels import Benchmark, Params
-from kernels.bi_matmul import BatchInvariantMatmulBenchmark
-from kernels.conv3d import Conv3dBenchmark, Conv3dParams, alias_offsets, aliases
-from runners.checks import describe_where, run_checks
-from runners.job import run_job
-from service.report import check_summary, format_table, to_markdown
-from service.schemas import CorrectnessSpec, JobSpec, Work
-from service.stats import compare
-from service.verdicts import is_nondeterministic
+from kernelab.kernels import Benchmark, Params
+from kernelab.kernels.bi_matmul import BatchInvariantMatmulBenchmark
+from kernelab.kernels.conv3d import Conv3dBenchmark, Conv3dParams, alias_offsets, aliases
+from kernelab.runners.checks import describe_where, run_checks
+from kernelab.runners.job import run_job
+from kernelab.service.report import check_summary, format_table, to_markdown
+from kernelab.service.schemas import CorrectnessSpec, JobSpec, Work
+from kernelab.service.stats import compare
+from kernelab.service.verdicts import is_nondeterministic
 
 pytestmark = pytest.mark.timeout(120)
 CPU = torch.device("cpu")

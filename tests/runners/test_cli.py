@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from runners.cli import app
-from runners.local import example_spec_path
-from runners.specfile import SpecFileError, load_spec
-from service.schemas import Comparison
+from kernelab.runners.cli import app
+from kernelab.runners.local import example_spec_path
+from kernelab.runners.specfile import SpecFileError, load_spec
+from kernelab.service.schemas import Comparison
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -45,7 +45,7 @@ def _write(tmp_path: Path, text: str, name: str = "spec.yaml") -> Path:
 def test_run_softmax_example_writes_comparison_json(tmp_path: Path) -> None:
     out_json, out_md = tmp_path / "out.json", tmp_path / "out.md"
     proc = subprocess.run(
-        [sys.executable, "-m", "runners.cli", "run", str(EXAMPLES / "softmax.yaml"),
+        [sys.executable, "-m", "kernelab.runners.cli", "run", str(EXAMPLES / "softmax.yaml"),
          "--json", str(out_json), "--markdown", str(out_md)],
         capture_output=True, text=True, timeout=240, cwd=tmp_path,
     )
@@ -158,7 +158,7 @@ def test_up_refuses_a_port_already_in_use(tmp_path: Path) -> None:
         held.listen()
         port = held.getsockname()[1]
         proc = subprocess.run(
-            [sys.executable, "-m", "runners.cli", "up", "--exit", "--port", str(port),
+            [sys.executable, "-m", "kernelab.runners.cli", "up", "--exit", "--port", str(port),
              "--data-dir", str(tmp_path / "data")],
             capture_output=True, text=True, timeout=120,
         )
@@ -170,8 +170,8 @@ def test_up_refuses_a_port_already_in_use(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("ref", "fragment"),
     [(".x:y", "no relative import"), ("..:y", "no relative import"),
-     ("kernels.base:Benchmark", "abstract benchmark class"),
-     ("kernels.base:Params", "is not a kernels.Benchmark")],
+     ("kernelab.kernels.base:Benchmark", "abstract benchmark class"),
+     ("kernelab.kernels.base:Params", "is not a kernelab.kernels.Benchmark")],
 )
 @pytest.mark.parametrize("command", ["run", "validate"])
 def test_bad_benchmark_references_are_one_line_naming_file_and_line(

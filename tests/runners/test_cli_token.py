@@ -14,8 +14,8 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from runners.cli import app
-from runners.local import free_port
+from kernelab.runners.cli import app
+from kernelab.runners.local import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -81,7 +81,7 @@ def test_unreachable_server_as_a_real_process(tmp_path: Path) -> None:
     """The installed entry point, as a user runs it: a closed port is one line, exit status 1."""
     closed = f"http://127.0.0.1:{free_port()}"
     env = {**os.environ, "KERNELAB_SERVER": closed, "KERNELAB_TOKEN": "some-admin-token-0123456789"}
-    proc = subprocess.run([sys.executable, "-m", "runners.cli", "token", "list"], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "kernelab.runners.cli", "token", "list"], capture_output=True,
                           text=True, env=env, timeout=120, cwd=tmp_path)  # fmt: skip
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and "token list: server unreachable" in proc.stderr, proc.stderr

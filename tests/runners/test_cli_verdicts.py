@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from runners.cli import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_NO_VERDICT, EXIT_OK, app
-from runners.local import free_port
-from service.report import format_duration_ns
-from service.schemas import Comparison
+from kernelab.runners.cli import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_NO_VERDICT, EXIT_OK, app
+from kernelab.runners.local import free_port
+from kernelab.service.report import format_duration_ns
+from kernelab.service.schemas import Comparison
 from tests.wrong_kernels.cases import FAST_WRONG, FORGOTTEN_MASK, RAISES, WRONG_DIR, write_spec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -125,7 +125,7 @@ def test_unreachable_server_is_exit_3(tmp_path: Path) -> None:
 def _on_a_terminal(args: list[str], env: dict[str, str]) -> tuple[int, str, str]:
     """Run ``kernelab ARGS`` with stdout on a pseudo-terminal: (exit status, stdout, stderr)."""
     master, slave = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "runners.cli", *args], stdout=slave,
+    proc = subprocess.Popen([sys.executable, "-m", "kernelab.runners.cli", *args], stdout=slave,
                             stderr=subprocess.PIPE, env=env, text=True)
     os.close(slave)
     chunks = []
@@ -155,6 +155,6 @@ def test_incorrect_is_red_on_a_terminal_and_plain_otherwise(tmp_path: Path) -> N
     assert re.search(r"\x1b\[31m\x1b\[1m2 incorrect\x1b\[0m", out)
     code, out, _ = _on_a_terminal(["run", spec], {**env, "NO_COLOR": "1"})
     assert code == EXIT_FAILED and "incorrect" in out and "\x1b[" not in out
-    piped = subprocess.run([sys.executable, "-m", "runners.cli", "run", spec], env=env, capture_output=True,
+    piped = subprocess.run([sys.executable, "-m", "kernelab.runners.cli", "run", spec], env=env, capture_output=True,
                            text=True, timeout=120)
     assert piped.returncode == EXIT_FAILED and "incorrect" in piped.stdout and "\x1b[" not in piped.stdout

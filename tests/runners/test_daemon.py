@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from runners.client import KernelabAPIError, KernelabClient, KernelabUnavailable
-from runners.daemon import Runner
-from runners.local import ServerProcess, admin_token, free_port
-from runners.spool import Spool
-from service.schemas import JobPublic, JobSpec, ProbeSpec
+from kernelab.runners.client import KernelabAPIError, KernelabClient, KernelabUnavailable
+from kernelab.runners.daemon import Runner
+from kernelab.runners.local import ServerProcess, admin_token, free_port
+from kernelab.runners.spool import Spool
+from kernelab.service.schemas import JobPublic, JobSpec, ProbeSpec
 
 
 def _spec(*, budget_ms: float, timeout_s: float = 120.0, cells: int = 1) -> JobSpec:
@@ -192,7 +192,7 @@ def test_worker_rejects_an_unreadable_spec(tmp_path: Path) -> None:
     spec_file = tmp_path / "spec.json"
     spec_file.write_text('{"benchmark": "softmax"}')
     proc = subprocess.run(
-        [sys.executable, "-m", "runners.worker", str(spec_file), str(tmp_path / "out.json")],
+        [sys.executable, "-m", "kernelab.runners.worker", str(spec_file), str(tmp_path / "out.json")],
         capture_output=True, text=True, timeout=60,
     )
     assert proc.returncode == 2
@@ -207,7 +207,7 @@ def test_worker_result_the_server_refuses_is_kept_under_rejected(stack: Stack, t
     spec_file, out_file = tmp_path / "spec.json", tmp_path / "out.json"
     spec_file.write_text(_spec(budget_ms=100).model_dump_json())
     proc = subprocess.run(
-        [sys.executable, "-m", "runners.worker", str(spec_file), str(out_file),
+        [sys.executable, "-m", "kernelab.runners.worker", str(spec_file), str(out_file),
          "--job-id", str(job.id), "--idempotency-key", "refused-result-1"],
         capture_output=True, text=True, timeout=120,
     )
@@ -229,7 +229,7 @@ def test_sigterm_lets_the_running_job_finish(stack: Stack, tmp_path: Path) -> No
     job = admin.submit(_spec(budget_ms=300, cells=2))
     env = {**os.environ, "KERNELAB_TOKEN": stack.token}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "runners.cli", "runner", "--server", f"http://127.0.0.1:{stack.port}",
+        [sys.executable, "-m", "kernelab.runners.cli", "runner", "--server", f"http://127.0.0.1:{stack.port}",
          "--name", "sigterm-node", "--poll-s", "1", "--work-dir", str(tmp_path / "runner")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )
@@ -266,7 +266,7 @@ def test_client_errors_name_the_field_and_give_up_on_a_dead_server(stack: Stack)
 def test_probe_pool_serves_the_probes_of_every_job(stack: Stack, tmp_path: Path) -> None:
     # probe_pool="on": a pool on this CPU-only node too (gloo), so the hand-over to the job's
     # worker runs here as it does on a GPU node ("auto" = 2+ GPUs).
-    from runners.probes.all_reduce import _SEQ_KEY
+    from kernelab.runners.probes.all_reduce import _SEQ_KEY
 
     admin = stack.client()
     spec = _spec(budget_ms=200).model_copy(
@@ -291,6 +291,6 @@ def test_probe_pool_serves_the_probes_of_every_job(stack: Stack, tmp_path: Path)
 
 
 def _running(pid: int) -> bool:
-    from runners.probes.all_reduce import _pid_running
+    from kernelab.runners.probes.all_reduce import _pid_running
 
     return _pid_running(pid)

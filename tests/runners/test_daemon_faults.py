@@ -22,10 +22,10 @@ from typing import Any
 import httpx
 import pytest
 
-from runners.client import KernelabAPIError, KernelabClient, KernelabUnavailable
-from runners.daemon import Runner
-from runners.local import ServerProcess, admin_token, free_port
-from service.schemas import JobResult, JobSpec
+from kernelab.runners.client import KernelabAPIError, KernelabClient, KernelabUnavailable
+from kernelab.runners.daemon import Runner
+from kernelab.runners.local import ServerProcess, admin_token, free_port
+from kernelab.service.schemas import JobResult, JobSpec
 
 Answer = tuple[int, dict[str, str], bytes]
 ME = (200, {}, b'{"runner_id": 7, "name": "scripted"}')
@@ -302,7 +302,7 @@ def test_a_full_work_dir_claims_nothing_says_why_and_runs_the_job_once_it_has_ro
         filler = _fill(small_disk)
         job = admin.submit(_spec(budget_ms=300))
         thread = threading.Thread(target=runner.run, daemon=True)
-        with caplog.at_level("WARNING", logger="runners.daemon"):
+        with caplog.at_level("WARNING", logger="kernelab.runners.daemon"):
             thread.start()
             time.sleep(4.0)  # several claim rounds
             assert thread.is_alive() and _job_status(admin, job.id) == ("queued", 0)

@@ -7,10 +7,10 @@ import io
 from datetime import UTC, datetime
 from pathlib import Path
 
-from runners.client import KernelabClient
-from runners.daemon import Runner
-from runners.worker import NODE_CHANGED_MARK, _node_changed
-from service.schemas import CopyBandwidthReading, JobResult, JobSpec, NodeInfo, ProbeReport
+from kernelab.runners.client import KernelabClient
+from kernelab.runners.daemon import Runner
+from kernelab.runners.worker import NODE_CHANGED_MARK, _node_changed
+from kernelab.service.schemas import CopyBandwidthReading, JobResult, JobSpec, NodeInfo, ProbeReport
 
 T0 = datetime(2026, 12, 1, 7, tzinfo=UTC)
 SPEC = JobSpec.model_validate({
@@ -63,7 +63,7 @@ def test_after_such_a_job_the_daemon_probes_again_and_posts_the_report(server, t
 
 
 def _known(client: KernelabClient, name: str) -> bool:
-    from runners.client import KernelabAPIError
+    from kernelab.runners.client import KernelabAPIError
 
     try:
         client.get_node(name)

@@ -8,9 +8,9 @@ import time
 import numpy as np
 import pytest
 
-from runners.engine import ci_half_width, is_throttled, measure_pair, round_order
-from runners.timing import CpuTimer
-from service.schemas import MeasurementSpec, Sample, SampleColumns
+from kernelab.runners.engine import ci_half_width, is_throttled, measure_pair, round_order
+from kernelab.runners.timing import CpuTimer
+from kernelab.service.schemas import MeasurementSpec, Sample, SampleColumns
 
 
 def busy_wait(duration_ns: float) -> None:
@@ -212,7 +212,7 @@ def test_launches_capped_for_a_tiny_callable():
 
 
 class ScriptedSampler:
-    """Test double for ``runners.probes.telemetry.ContextSampler``: replays a list of SM clocks."""
+    """Test double for ``kernelab.runners.probes.telemetry.ContextSampler``: replays a list of SM clocks."""
 
     def __init__(self, clocks_mhz: list[float | None], expected_sm_clock_mhz: float | None):
         self.expected_sm_clock_mhz = expected_sm_clock_mhz

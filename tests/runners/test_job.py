@@ -12,10 +12,10 @@ import pytest
 import torch
 from pydantic import Field
 
-from kernels import Benchmark, BenchmarkError, Params
-from runners.job import check_variant, resolve_device, run_job
-from service.schemas import JobResult, JobSpec, Work
-from service.stats import compare
+from kernelab.kernels import Benchmark, BenchmarkError, Params
+from kernelab.runners.job import check_variant, resolve_device, run_job
+from kernelab.service.schemas import JobResult, JobSpec, Work
+from kernelab.service.stats import compare
 
 NO_PROBES = {"copy_bandwidth": False, "all_reduce": False, "nvml": False}
 QUICK = {"warmup_ms": 1.0, "budget_ms": 100.0, "min_rounds": 3, "max_rounds": 12, "target_ci_pct": 50.0}
@@ -216,8 +216,8 @@ def test_resolve_device_cuda_without_cuda():
 
 _GPU_JOB_SCRIPT = """
 import sys
-from runners.job import run_job
-from service.schemas import JobSpec
+from kernelab.runners.job import run_job
+from kernelab.service.schemas import JobSpec
 print(run_job(JobSpec.model_validate_json(sys.argv[1])).model_dump_json())
 """
 
@@ -258,8 +258,8 @@ def test_softmax_job_on_gpu():
 def test_a_nul_in_a_benchmark_error_is_escaped_not_fatal() -> None:
     """A cell's error comes from benchmark code: a NUL in it (refused by every stored text) must
     not make the cells the worker measured unreadable."""
-    from runners.job import _short_error
-    from service.schemas import CellResult
+    from kernelab.runners.job import _short_error
+    from kernelab.service.schemas import CellResult
 
     text = _short_error(RuntimeError("bad\x00byte"))
     assert text == "RuntimeError: bad\\x00byte"

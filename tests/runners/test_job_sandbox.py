@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from runners import jobns
-from runners.client import KernelabClient
-from runners.daemon import Runner
-from runners.jobenv import JOB_ENV_NAMES_ENV, check_names, job_env
-from runners.redact import MAX_ERROR_CHARS, REDACTED, bound, redact, secret_values
-from runners.revisions import AllowList, RevisionCache, _git_env
-from service.schemas import SourceSpec
+from kernelab.runners import jobns
+from kernelab.runners.client import KernelabClient
+from kernelab.runners.daemon import Runner
+from kernelab.runners.jobenv import JOB_ENV_NAMES_ENV, check_names, job_env
+from kernelab.runners.redact import MAX_ERROR_CHARS, REDACTED, bound, redact, secret_values
+from kernelab.runners.revisions import AllowList, RevisionCache, _git_env
+from kernelab.service.schemas import SourceSpec
 from tests.e2e.revision_repo import make_repo
 
 NO_PROBES = {"copy_bandwidth": False, "all_reduce": False, "nvml": False}
@@ -102,7 +102,7 @@ def test_namespace_hides_the_work_dir_but_the_job_folder(tmp_path: Path) -> None
 
 def test_non_dumpable_process_hides_its_environ(tmp_path: Path) -> None:
     """Checked by a child that dropped its privileges would need root; here the flag itself."""
-    code = ("from runners.jobns import set_non_dumpable; import ctypes; "
+    code = ("from kernelab.runners.jobns import set_non_dumpable; import ctypes; "
             "ok = set_non_dumpable(); print(ok, ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))")  # PR_GET_DUMPABLE
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.split() == ["True", "0"]
@@ -164,7 +164,7 @@ def test_install_step_cannot_leak_the_runner_tokens(
 
 
 def _runner_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "runners.cli", "runner", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "kernelab.runners.cli", "runner", *args], capture_output=True,
                           text=True, timeout=120, env=env, check=False)
 
 
@@ -263,7 +263,7 @@ def test_a_token_given_on_the_command_line_leaves_it(server: tuple[str, str], tm
     url, admin = server
     log = tmp_path / "runner.log"
     with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "runners.cli", "runner", "--server", url, "--token",
+        proc = subprocess.Popen([sys.executable, "-m", "kernelab.runners.cli", "runner", "--server", url, "--token",
                                  admin, "--name", "argv", "--work-dir", str(tmp_path / "w"), "--poll-s", "1"],
                                 stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
     try:
@@ -273,7 +273,7 @@ def test_a_token_given_on_the_command_line_leaves_it(server: tuple[str, str], tm
             time.sleep(0.1)
         assert proc.poll() is None, log.read_text()
         cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes().decode()
-        assert admin not in cmdline and "runners.cli" in cmdline and "--name" in cmdline
+        assert admin not in cmdline and "kernelab.runners.cli" in cmdline and "--name" in cmdline
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0, log.read_text()
@@ -298,7 +298,7 @@ def test_an_install_step_cannot_shadow_kernelab_nor_plant_links_for_it(
     server: tuple[str, str], tmp_path: Path
 ) -> None:
     """Second attack: a ``runners/jobns.py`` in the worktree (the nested helper ran with the worktree
-    as its current folder, so ``python -m runners.jobns`` imported it and never isolated the next
+    as its current folder, so ``python -m kernelab.runners.jobns`` imported it and never isolated the next
     step); ``.kernelab-triton`` and ``.kernelab-ready`` made links into the cached clone."""
     _namespace_or_skip()
     url, admin = server

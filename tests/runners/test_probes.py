@@ -11,10 +11,10 @@ from datetime import UTC, datetime
 import pytest
 import torch
 
-from runners.probes import format_probe_report, node_info, run_probes
-from runners.probes.format import format_bytes
-from runners.probes.node import cpu_cache_bytes
-from service.schemas import (
+from kernelab.runners.probes import format_probe_report, node_info, run_probes
+from kernelab.runners.probes.format import format_bytes
+from kernelab.runners.probes.node import cpu_cache_bytes
+from kernelab.service.schemas import (
     AllReduceReading,
     CopyBandwidthReading,
     GpuTelemetry,

@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 
-from runners.probes.all_reduce import algbw_gbps, busbw_gbps, measure_all_reduce
+from kernelab.runners.probes.all_reduce import algbw_gbps, busbw_gbps, measure_all_reduce
 
 MIB = 1024**2
 
@@ -141,8 +141,8 @@ def test_nccl_world_size_above_gpu_count_is_rejected() -> None:
 
 
 def test_pool_serves_many_requests_from_the_same_ranks_and_other_processes() -> None:
-    from runners.probes.all_reduce import AllReducePool
-    from runners.probes.telemetry import own_pids
+    from kernelab.runners.probes.all_reduce import AllReducePool
+    from kernelab.runners.probes.telemetry import own_pids
 
     with AllReducePool("cpu") as pool:
         assert set(pool.pids) <= own_pids()  # never another tenant in telemetry
@@ -155,7 +155,7 @@ def test_pool_serves_many_requests_from_the_same_ranks_and_other_processes() -> 
         assert [r.ranks for r in second] == [[0, 1], [0, 1]] and pool.pids == pids and pool.alive()
         # Another process uses the pool through its hand-over (as the daemon's job worker does).
         code = (
-            "import json, sys; from runners.probes.all_reduce import AllReducePoolClient; "
+            "import json, sys; from kernelab.runners.probes.all_reduce import AllReducePoolClient; "
             "c = AllReducePoolClient(json.loads(sys.argv[1])); r, _ = c.measure(sizes_bytes=[64]); "
             "print(json.dumps([x.size_bytes for x in r if x.correct]))"
         )
@@ -169,9 +169,9 @@ def test_pool_serves_many_requests_from_the_same_ranks_and_other_processes() -> 
 
 
 def test_pool_that_lost_a_rank_is_dropped_and_the_probe_starts_its_own() -> None:
-    from runners.probes import run_probes
-    from runners.probes.all_reduce import AllReducePool, active_pool, set_pool
-    from service.schemas import ProbeSpec
+    from kernelab.runners.probes import run_probes
+    from kernelab.runners.probes.all_reduce import AllReducePool, active_pool, set_pool
+    from kernelab.service.schemas import ProbeSpec
 
     pool = AllReducePool("cpu")
     try:
@@ -201,7 +201,7 @@ def _wait_dead(pool) -> None:
 @pytest.mark.gpu
 @needs_two_gpus
 def test_nccl_pool_serves_quick_and_full_requests() -> None:
-    from runners.probes.all_reduce import AllReducePool, sub_groups
+    from kernelab.runners.probes.all_reduce import AllReducePool, sub_groups
 
     n = torch.cuda.device_count()
     with AllReducePool("cuda") as pool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from runners.probes.copy_bandwidth import (
+from kernelab.runners.probes.copy_bandwidth import (
     copy_bandwidth_gbps,
     cpu_copy_size_bytes,
     cuda_copy_size_bytes,

@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from runners.probes import run_probes
-from runners.probes.all_reduce import full_sizes_bytes, measure_all_reduce, start_all_reduce, sub_groups
-from service.schemas import ProbeSpec
+from kernelab.runners.probes import run_probes
+from kernelab.runners.probes.all_reduce import (
+    full_sizes_bytes,
+    measure_all_reduce,
+    start_all_reduce,
+    sub_groups,
+)
+from kernelab.service.schemas import ProbeSpec
 
 MIB = 1024**2
 

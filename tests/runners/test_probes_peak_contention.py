@@ -7,10 +7,10 @@ import os
 import pytest
 import torch
 
-from runners.probes import run_probes
-from runners.probes.contention import GpuContentionMonitor, merge_processes
-from runners.probes.peak import measure_matmul_peak
-from service.schemas import ProbeSpec
+from kernelab.runners.probes import run_probes
+from kernelab.runners.probes.contention import GpuContentionMonitor, merge_processes
+from kernelab.runners.probes.peak import measure_matmul_peak
+from kernelab.service.schemas import ProbeSpec
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from runners.probes import telemetry
-from runners.probes.telemetry import (
+from kernelab.runners.probes import telemetry
+from kernelab.runners.probes.telemetry import (
     CLOCK_EVENT_REASONS,
     ContextSampler,
     decode_clock_event_reasons,

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from runners.revisions import GIT_SAFETY, AllowList, RevisionCache, RevisionError, normalize_repo
-from service.repo_address import RepoAddressError, canonical_repo, matches
-from service.schemas import SourceSpec
+from kernelab.runners.revisions import GIT_SAFETY, AllowList, RevisionCache, RevisionError, normalize_repo
+from kernelab.service.repo_address import RepoAddressError, canonical_repo, matches
+from kernelab.service.schemas import SourceSpec
 from tests.e2e.revision_repo import _git, make_repo
 
 ENTRIES = ["https://github.com/myorg/*", "git@github.com:myorg/*", "ssh://git@github.com/myorg/*",
@@ -257,7 +257,7 @@ def test_subdir_and_committed_symlinks_stay_inside_the_worktree(tmp_path: Path) 
 
 
 def test_subdir_through_a_symlink_outside_is_refused_even_if_the_tree_check_is_passed(tmp_path: Path) -> None:
-    from runners.revisions import _subdir_path
+    from kernelab.runners.revisions import _subdir_path
 
     root, outside = tmp_path / "wt", tmp_path / "outside"
     root.mkdir()
@@ -272,7 +272,7 @@ def test_subdir_through_a_symlink_outside_is_refused_even_if_the_tree_check_is_p
 def test_runner_refuses_to_start_with_an_allow_list_entry_in_a_refused_form(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from runners.cli import app
+    from kernelab.runners.cli import app
 
     args = ["runner", "--server", "http://127.0.0.1:9", "--token", "t" * 20, "--work-dir", str(tmp_path),
             "--once", "--allow-repo", "https://github.com/myorg/%2e%2e/*"]  # fmt: skip

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from kernels import validate_spec
-from runners.engine import measure_interleaved
-from runners.revisions import (
+from kernelab.kernels import validate_spec
+from kernelab.runners.engine import measure_interleaved
+from kernelab.runners.revisions import (
     AllowList,
     RevisionCache,
     RevisionError,
@@ -19,7 +19,7 @@ from runners.revisions import (
     resolve_ref,
     with_revisions,
 )
-from service.schemas import JobSpec, MeasurementSpec, SourceSpec, Variant
+from kernelab.service.schemas import JobSpec, MeasurementSpec, SourceSpec, Variant
 from tests.e2e.revision_repo import _git, make_repo
 
 

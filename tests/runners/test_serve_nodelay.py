@@ -9,8 +9,8 @@ import socket
 
 import pytest
 
-from runners.local import free_port
-from service.serve import APP, NoDelayConfig
+from kernelab.runners.local import free_port
+from kernelab.service.serve import APP, NoDelayConfig
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -1,4 +1,4 @@
-"""``runners.specfile``: YAML that expands (alias bombs), nests or constructs badly is an error at
+"""``kernelab.runners.specfile``: YAML that expands (alias bombs), nests or constructs badly is an error at
 its line, found in time linear in the file (issue 15)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from runners import spec_yaml
-from runners.specfile import SpecFileError, parse_spec
+from kernelab.runners import spec_yaml
+from kernelab.runners.specfile import SpecFileError, parse_spec
 
 HEAD = "benchmark: softmax\nbaseline: {variant: torch}\ncandidate: {variant: triton}\n"
 PATH = Path("bomb.yaml")

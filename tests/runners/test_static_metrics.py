@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from runners.static_metrics import KernelCode, compile_kernels
-from runners.static_metrics.diff import compare
-from service.schemas import JobSpec
+from kernelab.runners.static_metrics import KernelCode, compile_kernels
+from kernelab.runners.static_metrics.diff import compare
+from kernelab.service.schemas import JobSpec
 
 TARGET = "sm_90a"
 HERE = Path(__file__).parent
@@ -128,9 +128,9 @@ def test_bad_target_is_refused() -> None:
 
 
 def test_run_job_stores_static_comparison_and_markdown_shows_it() -> None:
-    from runners.job import run_job
-    from service.report import to_markdown
-    from service.stats import compare as compare_job
+    from kernelab.runners.job import run_job
+    from kernelab.service.report import to_markdown
+    from kernelab.service.stats import compare as compare_job
 
     small = {
         "M": 32,
@@ -175,8 +175,8 @@ def test_run_job_stores_static_comparison_and_markdown_shows_it() -> None:
 
 
 def test_cpu_job_without_target_records_why() -> None:
-    from runners.static_metrics import attach_static
-    from service.schemas import CellResult
+    from kernelab.runners.static_metrics import attach_static
+    from kernelab.service.schemas import CellResult
 
     spec = JobSpec.model_validate(
         {

@@ -12,14 +12,14 @@ import time
 import pytest
 import torch
 
-from runners.timing import (
+from kernelab.runners.timing import (
     CpuTimer,
     CudaEventTimer,
     CudaGraphTimer,
     choose_launches,
     make_timer,
 )
-from service.schemas import MeasurementSpec
+from kernelab.service.schemas import MeasurementSpec
 
 
 def busy_wait(duration_ns: int) -> None:

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from test_cli_token import _refused, _token
 
-from runners.local import free_port
+from kernelab.runners.local import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -69,7 +69,7 @@ def test_token_rotate(server: tuple[str, str]) -> None:
 def _runner(url: str, token: str, name: str, work_dir: Path) -> subprocess.CompletedProcess[str]:
     """``kernelab runner --once`` as a real process (its log on stderr)."""
     return subprocess.run(
-        [sys.executable, "-m", "runners.cli", "runner", "--server", url, "--token", token, "--name", name,
+        [sys.executable, "-m", "kernelab.runners.cli", "runner", "--server", url, "--token", token, "--name", name,
          "--once", "--work-dir", str(work_dir), "--probe-pool", "off"],
         capture_output=True, text=True, timeout=200, env={**os.environ, "KERNELAB_TOKEN": ""},
     )  # fmt: skip

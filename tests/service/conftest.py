@@ -16,10 +16,10 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
-from service.app import create_app
-from service.auth import Scope, create_token
-from service.core.config import Settings
-from service.core.db import upgrade
+from kernelab.service.app import create_app
+from kernelab.service.auth import Scope, create_token
+from kernelab.service.core.config import Settings
+from kernelab.service.core.db import upgrade
 
 with warnings.catch_warnings():
     # starlette asks for the `httpx2` fork; the plain httpx it falls back to works the same.

@@ -1,4 +1,4 @@
-"""Test data built by hand from ``service.schemas``: specs, results and probe reports.
+"""Test data built by hand from ``kernelab.service.schemas``: specs, results and probe reports.
 
 These are data, not mocks: the shapes a runner really posts, small enough to read.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from service.schemas import (
+from kernelab.service.schemas import (
     AllReduceReading,
     CellResult,
     CopyBandwidthReading,

@@ -14,7 +14,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from service.schemas import AllReduceReading, ProbeReport
+from kernelab.service.schemas import AllReduceReading, ProbeReport
 
 FIXTURES = Path(__file__).parent / "fixtures"
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
@@ -67,7 +67,7 @@ def h200x2_report(
                 algbw_gbps=algbw,
                 busbw_gbps=algbw,
                 # nccl-tests' host clock around ncclAllReduce from C reads the device time: the
-                # host enqueues faster than the GPU runs the ops (runners.probes.all_reduce).
+                # host enqueues faster than the GPU runs the ops (kernelab.runners.probes.all_reduce).
                 timed_by="cuda-events",
             )
         )

@@ -14,7 +14,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from runners.local import free_port
+from kernelab.runners.local import free_port
 
 
 def _bin_dir() -> Path | None:

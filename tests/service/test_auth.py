@@ -7,11 +7,11 @@ import pytest
 from fastapi import APIRouter
 from sqlalchemy import select
 
-from service.api.deps import DashboardAccess
-from service.app import create_app
-from service.auth import authenticate, create_token, effective_scopes, hash_token, revoke_token
-from service.core.config import Settings
-from service.models import Token
+from kernelab.service.api.deps import DashboardAccess
+from kernelab.service.app import create_app
+from kernelab.service.auth import authenticate, create_token, effective_scopes, hash_token, revoke_token
+from kernelab.service.core.config import Settings
+from kernelab.service.models import Token
 
 
 def test_scopes_imply() -> None:
@@ -55,7 +55,7 @@ def test_a_revoked_bootstrap_admin_token_stays_revoked_after_a_restart(  # type:
                         if t["name"].startswith("admin (KERNELAB_ADMIN_TOKEN)"))  # fmt: skip
         assert client.post(f"/api/v1/tokens/{first_id}/revoke", headers=other).status_code == 200
         assert client.get("/api/v1/tokens", headers=bootstrap).status_code == 401
-    with caplog.at_level("WARNING", logger="service.app"), client_class(create_app(settings)) as client:
+    with caplog.at_level("WARNING", logger="kernelab.service.app"), client_class(create_app(settings)) as client:
         # the restart did not revive it
         assert client.get("/api/v1/tokens", headers=bootstrap).status_code == 401
         assert client.get("/api/v1/tokens", headers=other).status_code == 200

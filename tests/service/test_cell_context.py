@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from service import crud
-from service.schemas import ContentionReading
+from kernelab.service import crud
+from kernelab.service.schemas import ContentionReading
 from tests.service.factories import job_result
 
 pytestmark = pytest.mark.timeout(60)

@@ -20,11 +20,11 @@ import pytest
 from factories import job_result, spec_dict
 from sqlalchemy import func, select
 
-from runners.client import KernelabClient
-from runners.local import ServerProcess, free_port
-from service.core.db import make_engine
-from service.models import Job, Result
-from service.schemas import NodeInfo
+from kernelab.runners.client import KernelabClient
+from kernelab.runners.local import ServerProcess, free_port
+from kernelab.service.core.db import make_engine
+from kernelab.service.models import Job, Result
+from kernelab.service.schemas import NodeInfo
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from runners.local import free_port, wait_healthy
+from kernelab.runners.local import free_port, wait_healthy
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -46,7 +46,7 @@ def server(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str, Path]
            "KERNELAB_HEADER_TIMEOUT_S": str(HEADER_TIMEOUT_S)}  # fmt: skip
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "runners.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
+            [sys.executable, "-m", "kernelab.runners.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
             env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=_limit_files,
         )  # fmt: skip
         try:

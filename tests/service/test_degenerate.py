@@ -2,8 +2,8 @@
 
 Each case is posted (or, where the door now refuses it, stored as an older server stored it) the way
 a runner would, then read back through the API: the comparison answers 200, every null ratio / CI /
-verdict carries a reason code from ``service.verdicts.REASONS`` and a sentence, and the JSON equals
-what ``service.stats.compare`` gives in this process (the same answer on both databases)."""
+verdict carries a reason code from ``kernelab.service.verdicts.REASONS`` and a sentence, and the JSON equals
+what ``kernelab.service.stats.compare`` gives in this process (the same answer on both databases)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ import pytest
 from factories import T0, job_result, spec_dict
 from sqlalchemy import select
 
-from service import crud, stats, verdicts
-from service.models import Runner
-from service.schemas import CellComparison, JobResult, Sample, SampleColumns, Work
+from kernelab.service import crud, stats, verdicts
+from kernelab.service.models import Runner
+from kernelab.service.schemas import CellComparison, JobResult, Sample, SampleColumns, Work
 
 
 def _every_null_has_a_reason(cell: dict[str, Any]) -> None:

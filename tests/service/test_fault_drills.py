@@ -27,10 +27,10 @@ import pytest
 from drills import LEASE_S, TOKEN, counts, events, spec, wait_for
 from factories import big_result
 
-from runners.client import KernelabClient
-from runners.daemon import Runner
-from runners.local import ServerProcess, free_port
-from service.schemas import NodeInfo
+from kernelab.runners.client import KernelabClient
+from kernelab.runners.daemon import Runner
+from kernelab.runners.local import ServerProcess, free_port
+from kernelab.service.schemas import NodeInfo
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -52,7 +52,7 @@ def test_runner_killed_mid_job_the_job_completes_on_another_runner(
     job = admin.submit(spec(budget_ms=3000))
     env = {**os.environ, "KERNELAB_TOKEN": TOKEN}
     victim = subprocess.Popen(
-        [sys.executable, "-m", "runners.cli", "runner", "--server", server.url, "--name", "victim",
+        [sys.executable, "-m", "kernelab.runners.cli", "runner", "--server", server.url, "--name", "victim",
          "--lease-s", str(LEASE_S), "--poll-s", "1", "--work-dir", str(tmp_path / "victim")],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip

@@ -32,10 +32,10 @@ import pytest
 from drills import LEASE_S, TOKEN, counts, events, spec, wait_for
 from factories import big_result, job_result, spec_dict
 
-from runners.client import KernelabClient
-from runners.local import ServerProcess, free_port
-from service.core.db import upgrade
-from service.schemas import NodeInfo
+from kernelab.runners.client import KernelabClient
+from kernelab.runners.local import ServerProcess, free_port
+from kernelab.service.core.db import upgrade
+from kernelab.service.schemas import NodeInfo
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -46,7 +46,7 @@ def _runner(url: str, name: str, work_dir: Path, log: Path, *, lease_s: float) -
     """``kernelab runner`` as a child process of its own session (``killpg`` reaches its worker)."""
     with log.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "runners.cli", "runner", "--server", url, "--name", name,
+            [sys.executable, "-m", "kernelab.runners.cli", "runner", "--server", url, "--name", name,
              "--lease-s", str(lease_s), "--poll-s", "1", "--work-dir", str(work_dir)],
             env={**os.environ, "KERNELAB_TOKEN": TOKEN}, stdout=out, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, start_new_session=True,

@@ -11,7 +11,7 @@ import pytest
 from factories import job_result, probe_report
 from sqlalchemy import func, select
 
-from service.models import Cell, ProbeReport, Result, Token
+from kernelab.service.models import Cell, ProbeReport, Result, Token
 
 
 def _claimed(api):  # type: ignore[no-untyped-def]

@@ -10,8 +10,8 @@ from datetime import timedelta
 from factories import job_result
 from sqlalchemy import delete, update
 
-from service.models import ATTEMPT_OUTCOMES, Job, JobAttempt, Runner, utcnow
-from service.schemas import AttemptOutcome
+from kernelab.service.models import ATTEMPT_OUTCOMES, Job, JobAttempt, Runner, utcnow
+from kernelab.service.schemas import AttemptOutcome
 
 
 def _expire(api, job_id: int) -> None:  # type: ignore[no-untyped-def]

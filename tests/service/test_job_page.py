@@ -19,9 +19,16 @@ from factories import job_result, samples, spec_dict
 from health_fixtures import h200x2_report
 from sqlalchemy import null, select, update
 
-from service import crud, models
-from service.schemas import CorrectnessResult, JobResult, ProbeReport, Reason, SampleColumns, TimedCheck
-from web import job_view, routes
+from kernelab.service import crud, models
+from kernelab.service.schemas import (
+    CorrectnessResult,
+    JobResult,
+    ProbeReport,
+    Reason,
+    SampleColumns,
+    TimedCheck,
+)
+from kernelab.web import job_view, routes
 
 CELLS = 10
 ROUNDS = 4  # x 4 samples per round (factories.samples): 16 per cell

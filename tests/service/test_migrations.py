@@ -13,10 +13,10 @@ from alembic.runtime.migration import MigrationContext
 from factories import spec_dict
 from sqlalchemy import MetaData, Table, insert, inspect, select, text
 
-from service import crud
-from service.app import create_app
-from service.core.config import Settings
-from service.core.db import (
+from kernelab.service import crud
+from kernelab.service.app import create_app
+from kernelab.service.core.config import Settings
+from kernelab.service.core.db import (
     SchemaNotCurrentError,
     check_at_head,
     downgrade,
@@ -25,7 +25,7 @@ from service.core.db import (
     make_session_factory,
     upgrade,
 )
-from service.models import Base
+from kernelab.service.models import Base
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # starlette asks for the httpx2 fork (tests/service/conftest.py)

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from factories import spec_dict
 
-from runners.local import free_port, wait_healthy
+from kernelab.runners.local import free_port, wait_healthy
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -31,7 +31,7 @@ def test_two_workers_on_postgres_claim_each_job_once(pg_url: str, tmp_path: Path
     log_path = tmp_path / "server.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "runners.cli", "serve", "--port", str(port), "--workers", "2"],
+            [sys.executable, "-m", "kernelab.runners.cli", "serve", "--port", str(port), "--workers", "2"],
             env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )  # fmt: skip
     try:

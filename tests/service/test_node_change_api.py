@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from factories import job_result, probe_report, spec_dict
 
-from service.schemas import NodeInfo, ProbeReport
+from kernelab.service.schemas import NodeInfo, ProbeReport
 
 NODE = "gpu-node-changed"
 GPU = NodeInfo(hostname=NODE, device_type="cuda", device_name="NVIDIA H200", device_count=1,

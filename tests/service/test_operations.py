@@ -18,9 +18,9 @@ import pytest
 from factories import job_result, probe_report, spec_dict
 from prometheus_client.parser import text_string_to_metric_families
 
-from runners.local import free_port, wait_healthy
-from service.core.db import upgrade
-from service.observability import JsonFormatter
+from kernelab.runners.local import free_port, wait_healthy
+from kernelab.service.core.db import upgrade
+from kernelab.service.observability import JsonFormatter
 
 
 def _metrics(api, headers) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:  # type: ignore[no-untyped-def]
@@ -144,7 +144,7 @@ def test_server_log_holds_no_token(log_format: str, tmp_path: Path) -> None:
     log_path = tmp_path / "server.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "runners.cli", "serve", "--port", str(port)],
+            [sys.executable, "-m", "kernelab.runners.cli", "serve", "--port", str(port)],
             env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )  # fmt: skip
     try:

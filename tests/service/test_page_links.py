@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from service.app import create_app
-from service.core.config import Settings
+from kernelab.service.app import create_app
+from kernelab.service.core.config import Settings
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -1,4 +1,4 @@
-"""Long-polling claims wait in one ``QueueWatch`` per server process (``service.queue_watch``): the
+"""Long-polling claims wait in one ``QueueWatch`` per server process (``kernelab.service.queue_watch``): the
 database sees one queue read per poll period however many runners wait, a new job wakes one
 waiter, a job for another device wakes none, and with two ``kernelab serve`` workers on
 PostgreSQL every job submitted while runners wait is handed out exactly once."""
@@ -23,12 +23,12 @@ import pytest
 from factories import spec_dict
 from sqlalchemy import event, select
 
-from runners.local import free_port, wait_healthy
-from service import queue
-from service.core.db import make_engine, make_session_factory
-from service.models import Job, Runner, utcnow
-from service.queue_watch import QueueWatch
-from service.schemas import JobSpec
+from kernelab.runners.local import free_port, wait_healthy
+from kernelab.service import queue
+from kernelab.service.core.db import make_engine, make_session_factory
+from kernelab.service.models import Job, Runner, utcnow
+from kernelab.service.queue_watch import QueueWatch
+from kernelab.service.schemas import JobSpec
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -159,7 +159,7 @@ def test_two_workers_hand_jobs_submitted_during_long_polls_out_once(pg_url: str,
     log_path = tmp_path / "server.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "runners.cli", "serve", "--port", str(port), "--workers", "2"],
+            [sys.executable, "-m", "kernelab.runners.cli", "serve", "--port", str(port), "--workers", "2"],
             env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )  # fmt: skip
     try:

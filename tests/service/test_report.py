@@ -1,4 +1,4 @@
-"""service.report: the text table and the Markdown export, from a real ``stats.compare``."""
+"""kernelab.service.report: the text table and the Markdown export, from a real ``stats.compare``."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
-from service import report, stats
-from service.schemas import (
+from kernelab.service import report, stats
+from kernelab.service.schemas import (
     AllReduceReading,
     CellResult,
     Comparison,
@@ -21,7 +21,7 @@ from service.schemas import (
     ProbeReport,
     Sample,
 )
-from service.verdicts import reason
+from kernelab.service.verdicts import reason
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 

@@ -9,8 +9,8 @@ import re
 import pytest
 from test_report import _comparison
 
-from service import report
-from service.schemas import RevisionInfo, RevisionsInfo
+from kernelab.service import report
+from kernelab.service.schemas import RevisionInfo, RevisionsInfo
 
 markdown_it = pytest.importorskip("markdown_it")
 

@@ -11,8 +11,8 @@ import json
 from factories import job_result, probe_report
 from sqlalchemy import func, select
 
-from service import crud
-from service.models import Cell, ProbeReading, ProbeReport, Result, SampleBlock
+from kernelab.service import crud
+from kernelab.service.models import Cell, ProbeReading, ProbeReport, Result, SampleBlock
 
 
 def _counts(api) -> tuple[int, ...]:  # type: ignore[no-untyped-def]
@@ -103,7 +103,7 @@ def test_failure_inside_the_transaction_rolls_everything_back(api, monkeypatch) 
     a unique key broken while storing the probes): 409 and nothing stored, the job still running."""
     from sqlalchemy.exc import IntegrityError
 
-    from service import crud
+    from kernelab.service import crud
 
     def broken(**_: object) -> None:
         raise IntegrityError("INSERT INTO probe_reports ...", {}, Exception("duplicate key value"))
@@ -233,7 +233,7 @@ def test_probe_reports_and_nodes(api) -> None:  # type: ignore[no-untyped-def]
 
 def test_garbage_collection_pauses_during_an_ingest_and_resumes(api) -> None:  # type: ignore[no-untyped-def]
     """The results route pauses the cyclic collector while it runs (nestable) and restores it."""
-    from service.api.routes.results import _gc_paused
+    from kernelab.service.api.routes.results import _gc_paused
 
     assert gc.isenabled()
     with _gc_paused():

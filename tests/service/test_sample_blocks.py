@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from service import sample_blocks
-from service.schemas import CellResult, Sample, SampleColumns
+from kernelab.service import sample_blocks
+from kernelab.service.schemas import CellResult, Sample, SampleColumns
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1

@@ -23,8 +23,8 @@ with warnings.catch_warnings():
 
 from factories import job_result, spec_dict
 
-from service.app import create_app
-from service.core.config import Settings
+from kernelab.service.app import create_app
+from kernelab.service.core.config import Settings
 
 MAX_EXAMPLES = 12  # per operation and database
 RUNNER_PATHS = ("/api/v1/runners/claim", "/api/v1/runners/jobs/", "/results", "/probes")

@@ -1,7 +1,7 @@
 """Issue 15 attack, finding 5: with ``KERNELAB_MAX_CONNECTIONS=50``, 60 sockets that sent the head
 of ``POST /login`` (``Content-Length: 4000``) and then one byte every 5 s held every connection
 with no token: ``/healthz`` answered 503 for the whole attack. The header timeout did not cover
-bodies; the body floor rate (``service.connection_guard``) closes them.
+bodies; the body floor rate (``kernelab.service.connection_guard``) closes them.
 
 A real ``kernelab serve`` (SQLite, one worker) with a 10-connection limit and a 2 s body window;
 15 slow sign-in bodies; ``/healthz`` on fresh connections must be answered 200 again within a few
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from runners.local import free_port, wait_healthy
+from kernelab.runners.local import free_port, wait_healthy
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -40,7 +40,7 @@ def server(tmp_path: Path) -> Iterator[int]:
            "KERNELAB_BODY_TIMEOUT_S": str(WINDOW_S)}  # fmt: skip
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "runners.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
+            [sys.executable, "-m", "kernelab.runners.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
             env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )  # fmt: skip
         try:

@@ -21,7 +21,7 @@ import pytest
 from factories import spec_dict
 from pydantic import ValidationError
 
-from service.schemas import MAX_CELLS, MAX_PARAM_KEYS, JobSpec
+from kernelab.service.schemas import MAX_CELLS, MAX_PARAM_KEYS, JobSpec
 
 BOMB_SWEEP = {f"k{i}": list(range(10)) for i in range(10)}  # 10**10 cells
 SOURCE = {"repo": "https://example.com/kernels.git", "ref": "0123abcd"}  # validated on the runner only
@@ -108,7 +108,7 @@ def test_too_many_parameter_keys_name_the_mapping(api) -> None:  # type: ignore[
 
 @pytest.mark.parametrize(
     "ref",
-    [".x:y", "..:y", ":y", "x:", "kernels.softmax:", "a..b:C", "kernels.softmax:Softmax..x",
+    [".x:y", "..:y", ":y", "x:", "kernelab.kernels.softmax:", "a..b:C", "kernelab.kernels.softmax:Softmax..x",
      "kernels softmax:X", "../etc:passwd", "soft max", ""],
 )
 def test_malformed_benchmark_references_are_a_422_on_benchmark(api, ref: str) -> None:  # type: ignore[no-untyped-def]
@@ -123,7 +123,7 @@ def user_modules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[st
     (tmp_path / "kl_user_raises.py").write_text("raise RuntimeError('no GPU here')\n", encoding="utf-8")
     (tmp_path / "kl_user_syntax.py").write_text("def broken(:\n", encoding="utf-8")
     (tmp_path / "kl_user_benches.py").write_text(textwrap.dedent("""\
-        from kernels import Benchmark
+        from kernelab.kernels import Benchmark
 
         class Abstract(Benchmark):
             name = "abstract"
@@ -153,15 +153,15 @@ def user_modules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[st
 @pytest.mark.parametrize(
     ("ref", "fragment"),
     [
-        ("kernels.base:Benchmark", "abstract benchmark class"),
+        ("kernelab.kernels.base:Benchmark", "abstract benchmark class"),
         ("kl_user_benches:Abstract", "abstract benchmark class"),
         ("kl_user_benches:NeedsArgs", "cannot be constructed: TypeError"),
         ("kl_user_benches:Undeclared", "declares no 'variants'"),
-        ("kl_user_benches:not_a_class", "is not a kernels.Benchmark subclass or instance"),
+        ("kl_user_benches:not_a_class", "is not a kernelab.kernels.Benchmark subclass or instance"),
         ("kl_user_benches:Missing", "has no attribute 'Missing'"),
         ("kl_user_raises:Bench", "cannot import module 'kl_user_raises': RuntimeError: no GPU here"),
         ("kl_user_syntax:Bench", "cannot import module 'kl_user_syntax': SyntaxError"),
-        ("kernels.base:Params", "is not a kernels.Benchmark subclass or instance"),
+        ("kernelab.kernels.base:Params", "is not a kernelab.kernels.Benchmark subclass or instance"),
     ],
 )
 def test_references_to_no_concrete_benchmark_are_a_422_on_benchmark(
@@ -186,7 +186,7 @@ def test_references_to_no_concrete_benchmark_are_a_422_on_benchmark(
 def test_integers_beyond_what_torch_takes_are_refused_at_the_door(api, change, loc) -> None:  # type: ignore[no-untyped-def]
     # a spec with source revisions is checked against its benchmark only on the runner: the bounds
     # must hold in the schema itself, or every cell fails there
-    body = spec_dict(baseline={"variant": "a", "source": SOURCE}, benchmark="kernels.softmax:Softmax")
+    body = spec_dict(baseline={"variant": "a", "source": SOURCE}, benchmark="kernelab.kernels.softmax:Softmax")
     body.update(change)
     assert loc in [e["loc"] for e in _errors(_post(api, body))]
 
@@ -199,7 +199,7 @@ def test_the_largest_seed_is_accepted(api) -> None:  # type: ignore[no-untyped-d
 def test_spec_validation_against_the_benchmark_runs_off_the_event_loop(
     api, monkeypatch: pytest.MonkeyPatch  # type: ignore[no-untyped-def]
 ) -> None:
-    import service.api.routes.jobs as jobs_routes
+    import kernelab.service.api.routes.jobs as jobs_routes
 
     seen: list[bool] = []
     real = jobs_routes.validate_spec
@@ -251,12 +251,12 @@ def test_tolerances_and_input_scale_are_bounded_at_the_door(api, correctness, lo
     and ``rtol``/``atol: 1e308`` (nothing checked) were accepted with 201."""
     for body in (spec_dict(correctness=correctness),
                  spec_dict(correctness=correctness, baseline={"variant": "a", "source": SOURCE},
-                           benchmark="kernels.softmax:Softmax")):  # fmt: skip
+                           benchmark="kernelab.kernels.softmax:Softmax")):  # fmt: skip
         assert [e["loc"] for e in _errors(_post(api, body))] == [loc]
 
 
 def test_the_bounds_of_tolerances_and_input_scale_are_accepted(api) -> None:  # type: ignore[no-untyped-def]
-    from service.schemas import STORED, CorrectnessSpec
+    from kernelab.service.schemas import STORED, CorrectnessSpec
 
     bounds = ({"input_scale": 2.0**10, "rtol": 1.0, "atol": 1e6}, {"input_scale": 2.0**-10, "atol": 0})
     for correctness in bounds:

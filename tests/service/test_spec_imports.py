@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from factories import spec_dict
 
-from kernels import BenchmarkError, load_object
+from kernelab.kernels import BenchmarkError, load_object
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -39,7 +39,7 @@ def programs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     )
     (tmp_path / "kl_ctor_exits.py").write_text(textwrap.dedent("""\
         import sys
-        from kernels import Benchmark
+        from kernelab.kernels import Benchmark
 
         class Bench(Benchmark):
             name, variants = "exits", ("a", "b")
@@ -113,7 +113,7 @@ def test_kernelab_validate_reports_them_as_file_line_exit_2(
     text = f'benchmark: "{ref}"\nbaseline: {{variant: a}}\ncandidate: {{variant: b}}\n'
     spec.write_text(text, encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(programs.parent), *sys.path])}
-    done = subprocess.run([sys.executable, "-m", "runners.cli", "validate", str(spec)], env=env,
+    done = subprocess.run([sys.executable, "-m", "kernelab.runners.cli", "validate", str(spec)], env=env,
                           capture_output=True, text=True, timeout=60, cwd=tmp_path)  # fmt: skip
     assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
     assert f"{spec}:1: " in done.stderr + done.stdout and fragment in done.stderr + done.stdout

@@ -1,4 +1,4 @@
-"""service.stats on synthetic sample streams with known effects and fixed seeds."""
+"""kernelab.service.stats on synthetic sample streams with known effects and fixed seeds."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy.stats import false_discovery_control
 
-from service import stats, verdicts
-from service.schemas import (
+from kernelab.service import stats, verdicts
+from kernelab.service.schemas import (
     CellResult,
     CopyBandwidthReading,
     CorrectnessResult,

@@ -1,12 +1,12 @@
-"""``service.stats`` gives the same numbers as its implementation before the speed-up.
+"""``kernelab.service.stats`` gives the same numbers as its implementation before the speed-up.
 
 The statistical core of ``service/stats.py`` as last committed (04db575, before the vectorised
 Hodges-Lehmann, the cached bootstrap draws and the batched Mann-Whitney U) is kept below, renamed
 ``ref_*``, as the reference; the helpers it calls that did not change (flags, labels,
-throughput, MDE) come from ``service.stats``. ~200 generated cells (failed, one-sided, tiny, tied,
+throughput, MDE) come from ``kernelab.service.stats``. ~200 generated cells (failed, one-sided, tiny, tied,
 throttled, zero and constant durations, rounds missing a variant, few and many rounds, uneven
 counts) are compared statistic by statistic, exactly, for several seeds and resample counts;
-verdicts and reasons are ``service.verdicts``' and tested with it.
+verdicts and reasons are ``kernelab.service.verdicts``' and tested with it.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service import stats
-from service.schemas import (
+from kernelab.service import stats
+from kernelab.service.schemas import (
     SAMPLE_FIELDS,
     CellComparison,
     CellResult,
@@ -38,7 +38,7 @@ from service.schemas import (
     VariantStats,
     Work,
 )
-from service.stats import (
+from kernelab.service.stats import (
     _NOISY_IQR_FRACTION,
     _VARIANTS,
     _sorted_flags,
@@ -316,7 +316,7 @@ def ref_compare_cell(
         hl = ref_hodges_lehmann(times["baseline"], times["candidate"])
         p_raw = float(mannwhitneyu(times["candidate"], times["baseline"], alternative="two-sided").pvalue)
         p = p_raw if math.isfinite(p_raw) else None
-    v: Any = "inconclusive"  # verdicts are service.verdicts': only the numbers are compared
+    v: Any = "inconclusive"  # verdicts are kernelab.service.verdicts': only the numbers are compared
     return CellComparison(
         index=cell.index,
         params=cell.params,
@@ -361,7 +361,7 @@ def ref_compare(
     Deterministic for a given ``seed``. Raises nothing for well-formed results: cells that cannot
     be compared are ``inconclusive`` with the reason in their flags.
 
-    ``health_flags`` (``contended``/``degraded-node``, from ``service.node_health``: the node's
+    ``health_flags`` (``contended``/``degraded-node``, from ``kernelab.service.node_health``: the node's
     probes left its healthy band) are added to every cell and to the job; ``notes`` are sentences the
     comparison carries (e.g. that such a result is excluded from history views).
     """

@@ -8,9 +8,9 @@ from datetime import timedelta
 
 import pytest
 
-from service import report
-from service.schemas import ContentionReading, MatmulPeakReading, Work
-from service.stats import compare, node_peaks
+from kernelab.service import report
+from kernelab.service.schemas import ContentionReading, MatmulPeakReading, Work
+from kernelab.service.stats import compare, node_peaks
 from tests.service.factories import T0, job_result, probe_report
 
 pytestmark = pytest.mark.timeout(60)

@@ -1,8 +1,8 @@
 """The dashboard as a person sees it: a real server process, a real result, real Chromium.
 
 One module-scoped server (uvicorn on a free loopback port, a temp SQLite file migrated by
-``service.core.db.upgrade``) is seeded through the REST API with a job whose name is an XSS
-attempt; a runner token claims it and posts the ``JobResult`` that ``runners.job.run_job`` measured
+``kernelab.service.core.db.upgrade``) is seeded through the REST API with a job whose name is an XSS
+attempt; a runner token claims it and posts the ``JobResult`` that ``kernelab.runners.job.run_job`` measured
 on this machine's CPU (a tiny softmax sweep). A second job stays queued. Each test then opens pages
 in headless Chromium and asserts what is on screen.
 
@@ -28,8 +28,8 @@ pytest.importorskip("playwright.sync_api", reason="playwright is not installed (
 from browser_signin import sign_in  # noqa: E402
 from playwright.sync_api import Browser, Page, sync_playwright  # noqa: E402
 
-from service.core.db import upgrade
-from service.schemas import Comparison, JobResult, JobSpec
+from kernelab.service.core.db import upgrade
+from kernelab.service.schemas import Comparison, JobResult, JobSpec
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -83,8 +83,8 @@ def _tiny_spec() -> JobSpec:
 
 
 def _seed(base_url: str) -> Site:
-    from runners.job import run_job
-    from runners.probes import node_info
+    from kernelab.runners.job import run_job
+    from kernelab.runners.probes import node_info
 
     admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
     with httpx.Client(base_url=f"{base_url}/api/v1", timeout=30.0) as api:
@@ -122,7 +122,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
            "KERNELAB_PUBLIC_DASHBOARD": "false"}
     with log_path.open("wb") as log:  # the server's output; a failing test's log points here
         proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "--factory", "service.app:create_app",
+            [sys.executable, "-m", "uvicorn", "--factory", "kernelab.service.app:create_app",
              "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
             env=env, stdout=log, stderr=subprocess.STDOUT,
         )

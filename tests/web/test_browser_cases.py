@@ -35,10 +35,10 @@ from sqlalchemy.exc import OperationalError  # noqa: E402
 from test_browser import ADMIN_TOKEN, CHROMIUM, CHROMIUM_ARGS, _free_port, _wait_ready  # noqa: E402
 from web_factory import T0, make_probe, make_result, make_spec  # noqa: E402
 
-from service import crud  # noqa: E402
-from service.core.db import make_engine, make_session_factory, upgrade  # noqa: E402
-from service.models import Runner  # noqa: E402
-from service.schemas import (  # noqa: E402
+from kernelab.service import crud  # noqa: E402
+from kernelab.service.core.db import make_engine, make_session_factory, upgrade  # noqa: E402
+from kernelab.service.models import Runner  # noqa: E402
+from kernelab.service.schemas import (  # noqa: E402
     AllReduceReading,
     JobResult,
     NodeInfo,
@@ -104,7 +104,7 @@ def site(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
         log_path = folder / "server.log"
         with log_path.open("wb") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "uvicorn", "--factory", "service.app:create_app",
+                [sys.executable, "-m", "uvicorn", "--factory", "kernelab.service.app:create_app",
                  "--host", "127.0.0.1", "--port", base_url.rsplit(":", 1)[1], "--log-level", "warning"],
                 env=env, stdout=log, stderr=subprocess.STDOUT,
             )  # fmt: skip

@@ -1,7 +1,7 @@
 """The job page of a sweep too large to draw sample by sample, as a person sees it in Chromium.
 
 A server of its own (uvicorn, temp SQLite file) receives through the REST API a 120-cell result
-with 200 samples per cell (24,000 samples: above ``web.routes.RAW_FIGURE_SAMPLES``). The page may
+with 200 samples per cell (24,000 samples: above ``kernelab.web.routes.RAW_FIGURE_SAMPLES``). The page may
 first say "comparison being computed" and reload itself; then it shows the per-cell summary
 figure, the before/after table 100 rows at a time with its orders, and one cell's timeline with
 previous/next links.
@@ -23,8 +23,8 @@ from playwright.sync_api import Page, sync_playwright  # noqa: E402
 from test_browser import ADMIN_TOKEN, CHROMIUM, CHROMIUM_ARGS, _free_port, _wait_ready  # noqa: E402
 from web_factory import make_result, make_spec  # noqa: E402
 
-from service.core.db import upgrade  # noqa: E402
-from web import job_view, routes  # noqa: E402
+from kernelab.service.core.db import upgrade  # noqa: E402
+from kernelab.web import job_view, routes  # noqa: E402
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -45,7 +45,7 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]
     log_path = folder / "server.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "--factory", "service.app:create_app", "--host", "127.0.0.1",
+            [sys.executable, "-m", "uvicorn", "--factory", "kernelab.service.app:create_app", "--host", "127.0.0.1",
              "--port", base_url.rsplit(":", 1)[1], "--log-level", "warning"],
             env=env, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip

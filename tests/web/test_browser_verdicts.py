@@ -4,7 +4,7 @@ in red, the reason written on the page, the wrong cell's timing greyed, the jobs
 A server of its own (uvicorn, temp SQLite file) gets through the REST API two jobs of the
 ``wrongbench`` benchmarks (``tests/wrong_kernels``): a row softmax that skips the normalisation
 (fast and wrong in every element) and one whose kernel raises in every cell. Their results are
-measured by ``runners.job.run_job`` on this CPU and posted with a runner token.
+measured by ``kernelab.runners.job.run_job`` on this CPU and posted with a runner token.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from browser_signin import sign_in  # noqa: E402
 from playwright.sync_api import Page, sync_playwright  # noqa: E402
 from test_browser import ADMIN_TOKEN, CHROMIUM, CHROMIUM_ARGS, REPO, _free_port, _wait_ready  # noqa: E402
 
-from service.core.db import upgrade  # noqa: E402
-from service.schemas import Comparison, JobSpec  # noqa: E402
+from kernelab.service.core.db import upgrade  # noqa: E402
+from kernelab.service.schemas import Comparison, JobSpec  # noqa: E402
 from tests.wrong_kernels.cases import FAST_WRONG, RAISES, SPEC, WRONG_DIR  # noqa: E402
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -45,8 +45,8 @@ class Jobs:
 def _seed(base_url: str) -> Jobs:
     import yaml
 
-    from runners.job import run_job
-    from runners.probes import node_info
+    from kernelab.runners.job import run_job
+    from kernelab.runners.probes import node_info
 
     admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
     ids = []
@@ -85,7 +85,7 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Jobs]:
     with log_path.open("wb") as log, pytest.MonkeyPatch.context() as mp:
         mp.syspath_prepend(str(WRONG_DIR))  # run_job here imports it too
         proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "--factory", "service.app:create_app", "--host", "127.0.0.1",
+            [sys.executable, "-m", "uvicorn", "--factory", "kernelab.service.app:create_app", "--host", "127.0.0.1",
              "--port", str(port), "--log-level", "warning"],
             env=env, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip

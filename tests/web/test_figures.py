@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from web_factory import T0, make_comparison, make_probe, make_result, make_spec
 
-from web import figures
+from kernelab.web import figures
 
 
 def test_samples_figure_raw_has_one_box_per_variant_with_every_kept_sample() -> None:
@@ -114,7 +114,7 @@ def test_figure_json_cannot_close_its_script_element() -> None:
 
 
 def test_probe_tables_pivot_phases_side_by_side() -> None:
-    from web.routes import probe_tables
+    from kernelab.web.routes import probe_tables
 
     after = make_probe("after", T0 + timedelta(seconds=5), copy_gbps=20.0)
     tables = probe_tables([after, make_probe("before", T0, copy_gbps=40.0)])

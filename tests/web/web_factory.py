@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
-from service.schemas import (
+from kernelab.service.schemas import (
     AllReduceReading,
     CellComparison,
     CellResult,

@@ -19,8 +19,8 @@ from typing import Any
 import torch
 from pydantic import Field
 
-from kernels.base import Benchmark, BenchmarkError, Params
-from service.schemas import Work
+from kernelab.kernels.base import Benchmark, BenchmarkError, Params
+from kernelab.service.schemas import Work
 
 REPEATS = 8
 

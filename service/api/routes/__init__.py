@@ -1,1 +1,1 @@
-"""One router module per resource, joined in ``service.api``."""
+"""One router module per resource, joined in ``kernelab.service.api``."""

@@ -12,8 +12,8 @@ from fastapi.security import HTTPAuthorizationCredentials
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
-from service.api.deps import _bearer, require
-from service.observability import render_metrics
+from kernelab.service.api.deps import _bearer, require
+from kernelab.service.observability import render_metrics
 
 router = APIRouter(tags=["health"])
 

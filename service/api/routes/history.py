@@ -1,7 +1,7 @@
 """``/history``: a benchmark's results over time, per code, cell, GPU model, timer and state (read).
 
 The data model and the rules (what a line is, what is excluded by default, when a change is
-computed) are ``service.history``'s.
+computed) are ``kernelab.service.history``'s.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from service import history
-from service.api.deps import ReadToken, SessionDep, SettingsDep
-from service.schemas import Text
+from kernelab.service import history
+from kernelab.service.api.deps import ReadToken, SessionDep, SettingsDep
+from kernelab.service.schemas import Text
 
 router = APIRouter(prefix="/history", tags=["history"])
 

@@ -9,9 +9,9 @@ from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from fastapi.responses import PlainTextResponse, StreamingResponse
 from sqlalchemy.orm import Session
 
-from kernels import validate_spec
-from service import crud, queue, sample_export
-from service.api.deps import (
+from kernelab.kernels import validate_spec
+from kernelab.service import crud, queue, sample_export
+from kernelab.service.api.deps import (
     AdminToken,
     JobId,
     Offset,
@@ -22,12 +22,12 @@ from service.api.deps import (
     SubmitToken,
     page_headers,
 )
-from service.api.errors import SpecInvalidError
-from service.api.spec_body import JobSpecBody, SpecBodyRoute
-from service.core.config import Settings
-from service.downloads import DownloadSlots, SlotStreamingResponse, fetched
-from service.repo_address import source_errors
-from service.schemas import (
+from kernelab.service.api.errors import SpecInvalidError
+from kernelab.service.api.spec_body import JobSpecBody, SpecBodyRoute
+from kernelab.service.core.config import Settings
+from kernelab.service.downloads import DownloadSlots, SlotStreamingResponse, fetched
+from kernelab.service.repo_address import source_errors
+from kernelab.service.schemas import (
     AttemptsPage,
     Comparison,
     HealthJudgements,
@@ -47,8 +47,8 @@ def submit_job(
     spec: JobSpecBody, principal: SubmitToken, session: SessionDep, settings: SettingsDep
 ) -> JobPublic:
     """Validate ``spec`` against its benchmark and queue it (422 naming the field if invalid; a
-    side's ``source.repo`` in a refused form too: ``service.repo_address``; 413 for a body over
-    ``KERNELAB_MAX_SPEC_BYTES``, decoded in a worker thread: ``service.api.spec_body``)."""
+    side's ``source.repo`` in a refused form too: ``kernelab.service.repo_address``; 413 for a body over
+    ``KERNELAB_MAX_SPEC_BYTES``, decoded in a worker thread: ``kernelab.service.api.spec_body``)."""
     errors = source_errors({"baseline": spec.baseline, "candidate": spec.candidate}) or validate_spec(spec)
     if errors:
         raise SpecInvalidError(errors)
@@ -110,7 +110,7 @@ def cancel_job(job_id: JobId, _: SubmitToken, session: SessionDep) -> JobPublic:
 
 def _comparison_or_409(session: Session, job_id: int, settings: Settings) -> Comparison:
     """The job's comparison with node-health flags (stored, or computed and stored on a miss)."""
-    from service.node_health import job_comparison
+    from kernelab.service.node_health import job_comparison
 
     job = queue.get_job(session, job_id)
     comparison = job_comparison(session=session, job_id=job_id, settings=settings)
@@ -127,7 +127,7 @@ def get_comparison(job_id: JobId, _: ReadToken, session: SessionDep, settings: S
 
 
 def _judgements_or_409(session: Session, job_id: int, settings: Settings) -> HealthJudgements:
-    from service import node_health
+    from kernelab.service import node_health
 
     job = queue.get_job(session, job_id)
     current = node_health.job_judgement(session=session, job_id=job_id, settings=settings)
@@ -154,7 +154,7 @@ def rejudge_health(
     rules), against the bands as of the measurement: a new judgement dated now, whose note names
     the one it replaces; the comparison, the report and the history follow it (409 without a
     result; admin scope)."""
-    from service import history, node_health
+    from kernelab.service import history, node_health
 
     _judgements_or_409(session, job_id, settings)
     node_health.judge(session=session, job_id=job_id, settings=settings, trigger="rejudge")
@@ -165,7 +165,7 @@ def rejudge_health(
 @router.get("/{job_id}/report.md", response_class=PlainTextResponse)
 def get_report(job_id: JobId, _: ReadToken, session: SessionDep, settings: SettingsDep) -> PlainTextResponse:
     """The comparison as Markdown, ready to paste into a pull request (409 while no result)."""
-    from service.report import to_markdown
+    from kernelab.service.report import to_markdown
 
     markdown = to_markdown(_comparison_or_409(session, job_id, settings))
     return PlainTextResponse(markdown, media_type="text/markdown; charset=utf-8")
@@ -197,7 +197,7 @@ def get_samples(
     ``X-Total-Count`` (samples of the job) and, while rows remain, an RFC 8288
     ``Link: <...>; rel="next"`` to the next page.
 
-    The stream holds no database connection while the client reads (``service.downloads``); a
+    The stream holds no database connection while the client reads (``kernelab.service.downloads``); a
     token runs at most ``KERNELAB_DOWNLOADS_PER_CLIENT`` downloads at once per server process,
     429 with ``Retry-After`` beyond."""
     job = queue.get_job(session, job_id)

@@ -7,7 +7,7 @@ from any link, so another site could sign a visitor in as the attacker: login CS
 is refused with 403 (``same_origin``); browsers send ``Origin`` on every form POST, and clients
 without one (curl, scripts) are no CSRF victims. ``GET /login?token=`` sets nothing any more.
 
-Mounted at the site root (not under ``/api/v1``) by ``service.app.create_app``.
+Mounted at the site root (not under ``/api/v1``) by ``kernelab.service.app.create_app``.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from urllib.parse import urlsplit
 from fastapi import APIRouter, Form, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from service.api.deps import TOKEN_COOKIE, SessionDep
-from service.auth import authenticate
+from kernelab.service.api.deps import TOKEN_COOKIE, SessionDep
+from kernelab.service.auth import authenticate
 
 router = APIRouter(tags=["session"], include_in_schema=False)
 COOKIE_MAX_AGE_S = 30 * 24 * 3600  # 30 days
@@ -47,7 +47,7 @@ def same_origin(request: Request) -> bool:
 
 
 def _form(request: Request, *, message: str = "", status_code: int = status.HTTP_200_OK) -> HTMLResponse:
-    from web.routes import templates  # the dashboard's template environment (web imports service)
+    from kernelab.web.routes import templates  # the dashboard's template environment (web imports service)
 
     return templates.TemplateResponse(request, "login.html", {"message": message}, status_code=status_code)
 

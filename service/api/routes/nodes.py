@@ -11,10 +11,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Path, Query, Request, Response, status
 from pydantic import BaseModel
 
-from service import crud, node_health
-from service.api.deps import Offset, ReadToken, RunnerToken, SessionDep, SettingsDep, page_headers
-from service.runner_identity import check_node
-from service.schemas import NodeHealth, ProbeReport, Text
+from kernelab.service import crud, node_health
+from kernelab.service.api.deps import Offset, ReadToken, RunnerToken, SessionDep, SettingsDep, page_headers
+from kernelab.service.runner_identity import check_node
+from kernelab.service.schemas import NodeHealth, ProbeReport, Text
 
 router = APIRouter(prefix="/nodes", tags=["nodes"])
 
@@ -61,7 +61,7 @@ def post_probe(
     name: NodeName, report: ProbeReport, principal: RunnerToken, session: SessionDep
 ) -> ProbeStored:
     """Store an on-demand (or periodic) probe report of node ``name``; 403 (``loc`` path/name)
-    when the runner token is bound to another node (``service.runner_identity``)."""
+    when the runner token is bound to another node (``kernelab.service.runner_identity``)."""
     check_node(session, principal, name, loc=("path", "name"))
     row = crud.store_probe_report(
         session=session, report=report, node_name=name, runner_id=principal.runner_id
@@ -90,7 +90,7 @@ def get_node(
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
 ) -> NodeDetail:
     """One node with its ``limit`` most recent probe reports, newest first, and its health
-    (``service.health``; thresholds from ``KERNELAB_HEALTH_*``). 404 if unknown."""
+    (``kernelab.service.health``; thresholds from ``KERNELAB_HEALTH_*``). 404 if unknown."""
     summary = crud.node_summary(session=session, name=name)
     if summary is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"node {name!r} has sent no probe report or result")

@@ -29,11 +29,11 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.routing import APIRoute
 from pydantic import ValidationError, ValidatorFunctionWrapHandler, WrapValidator
 
-from service import crud, history
-from service.api.deps import JobId, RunnerToken, SessionDep, SessionFactoryDep, SettingsDep
-from service.api.errors import validate_json_body
-from service.runner_identity import check_node
-from service.schemas import JobResult, ResultAccepted
+from kernelab.service import crud, history
+from kernelab.service.api.deps import JobId, RunnerToken, SessionDep, SessionFactoryDep, SettingsDep
+from kernelab.service.api.errors import validate_json_body
+from kernelab.service.runner_identity import check_node
+from kernelab.service.schemas import JobResult, ResultAccepted
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ def post_result(
     404 unknown job; 409 when the caller does not hold the lease or the key belongs to another
     job; 422 when the body is not a valid ``JobResult`` (nothing stored); 403 (``loc``
     body/node/hostname) when ``node.hostname`` is not the node the runner token is bound to
-    (``service.runner_identity``; nothing stored).
+    (``kernelab.service.runner_identity``; nothing stored).
 
     The comparison (statistics of every cell), the job's verdict summary, the node-health
     judgement (against the bands as of the measurement) and the history points are computed after

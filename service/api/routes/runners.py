@@ -3,7 +3,7 @@
 The runner endpoints are the hot path of a fleet (hundreds of runners heartbeating and
 long-polling): each is an ``async`` handler whose token check and work run in one session, one
 transaction, in one worker-thread hop (``deps.RunnerCallDep``); a waiting claim holds no
-connection and no thread (``service.queue_watch``).
+connection and no thread (``kernelab.service.queue_watch``).
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service import crud, queue
-from service.api.deps import AdminToken, JobId, RunnerCallDep, SessionDep
-from service.auth import Principal
-from service.core.config import Settings
-from service.models import Runner
-from service.queue_watch import QueueWatch
-from service.schemas import (
+from kernelab.service import crud, queue
+from kernelab.service.api.deps import AdminToken, JobId, RunnerCallDep, SessionDep
+from kernelab.service.auth import Principal
+from kernelab.service.core.config import Settings
+from kernelab.service.models import Runner
+from kernelab.service.queue_watch import QueueWatch
+from kernelab.service.schemas import (
     STORED,
     ClaimRequest,
     Heartbeat,
@@ -54,7 +54,7 @@ router = APIRouter(prefix="/runners", tags=["runners"], lifespan=_lifespan)
 @router.post("/register")
 def register(body: RunnerRegister, _: AdminToken, session: SessionDep) -> RunnerRegistered:
     """Create or re-register a runner and return its per-runner token (shown once); a ``node``
-    binds the runner's tokens to ``node.hostname`` (``service.runner_identity``)."""
+    binds the runner's tokens to ``node.hostname`` (``kernelab.service.runner_identity``)."""
     runner, token = crud.register_runner(session=session, name=body.name, node=body.node)
     return RunnerRegistered(runner_id=runner.id, name=runner.name, token=token)
 
@@ -89,7 +89,7 @@ def _try_claim(session: Session, runner_id: int, device_type: str | None, lease_
     """One claim attempt in ``session`` (expired leases are re-queued too); the caller commits.
 
     A job whose stored spec (from an older version) breaks a bound the door applies today
-    (``service.schemas.at_door``: a seed past 2**62, an integer past int64, ...) is not handed
+    (``kernelab.service.schemas.at_door``: a seed past 2**62, an integer past int64, ...) is not handed
     out: every cell would fail on the runner, or the runner could not read it. It is ``failed``
     at once with the reason, and the next job is tried."""
     for _ in range(_MAX_REFUSED_PER_CLAIM):

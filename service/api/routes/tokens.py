@@ -1,7 +1,7 @@
 """``/tokens`` (admin): list, create, rotate and revoke bearer tokens.
 
 A plain token is in the answer of ``create`` and ``rotate`` only, once; the server keeps its
-SHA-256 digest (``service.auth``). Rotating issues a new token with the same name, scopes and
+SHA-256 digest (``kernelab.service.auth``). Rotating issues a new token with the same name, scopes and
 runner and revokes the old one in the same transaction, so exactly one of them works at any
 moment. A revoked token gets 401 on its next request (tokens are checked on every request).
 """
@@ -15,11 +15,11 @@ from fastapi import APIRouter, HTTPException, Path, Query, Request, Response, st
 from pydantic import BaseModel, Field
 from sqlalchemy import func, select
 
-from service import models
-from service.admin_guard import LAST_ADMIN, is_last_admin
-from service.api.deps import MAX_ROW_ID, AdminToken, Offset, SessionDep, page_headers
-from service.auth import Scope, create_token, hash_token, revoke_token
-from service.schemas import Text
+from kernelab.service import models
+from kernelab.service.admin_guard import LAST_ADMIN, is_last_admin
+from kernelab.service.api.deps import MAX_ROW_ID, AdminToken, Offset, SessionDep, page_headers
+from kernelab.service.auth import Scope, create_token, hash_token, revoke_token
+from kernelab.service.schemas import Text
 
 router = APIRouter(prefix="/tokens", tags=["tokens"])
 
@@ -111,7 +111,7 @@ def create(body: TokenCreate, _: AdminToken, session: SessionDep) -> TokenIssued
 def rotate(token_id: TokenId, _: AdminToken, session: SessionDep) -> TokenIssued:
     """Issue a replacement (same name, scopes, runner) and revoke ``token_id``; 404 unknown,
     409 already revoked, 409 for the only live admin token (its caller would depend on this one
-    answer to keep any admin access: ``service.admin_guard``)."""
+    answer to keep any admin access: ``kernelab.service.admin_guard``)."""
     old = _get(session, token_id)
     if old.revoked_at is not None:
         raise HTTPException(status.HTTP_409_CONFLICT, f"token {token_id} is revoked; create a new one")
@@ -127,7 +127,7 @@ def rotate(token_id: TokenId, _: AdminToken, session: SessionDep) -> TokenIssued
 def revoke(token_id: TokenId, principal: AdminToken, session: SessionDep) -> TokenPublic:
     """Revoke ``token_id`` (idempotent: a revoked token stays revoked); 404 unknown; 409 for the
     caller's own token (it would lock the caller out mid-request) and for the last live admin
-    token (two admins revoking each other at once: ``service.admin_guard``)."""
+    token (two admins revoking each other at once: ``kernelab.service.admin_guard``)."""
     row = _get(session, token_id)
     if token_id == principal.token_id:
         raise HTTPException(status.HTTP_409_CONFLICT, "a token cannot revoke itself; use another admin token")

@@ -1,0 +1,78 @@
+"""kernelab: honest A/B benchmarks of GPU kernels.
+
+Everything kernelab installs lives under this one package, so a user's own ``kernels`` or
+``service`` package never collides with it:
+
+* ``kernelab.kernels``: the benchmark library (``Benchmark``, the built-in benchmarks).
+* ``kernelab.runners``: the measurement engine, probes, checks, the runner daemon and the CLI.
+* ``kernelab.service``: the FastAPI server, its database and statistics.
+* ``kernelab.web``: the dashboard; ``kernelab.migrations``: the Alembic scripts.
+
+In a checkout those are the top-level folders ``kernels/``, ``runners/``, ``service/``, ``web/``
+and ``migrations/`` (this folder links them in); a wheel holds them under ``kernelab/``.
+
+The public API is what this module exports (``kernelab.__all__``). The names load on first use
+(PEP 562 module ``__getattr__``), so ``import kernelab`` imports neither torch nor the server.
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
+
+try:
+    __version__ = version("kernelab")
+except PackageNotFoundError:  # a checkout on sys.path without an install
+    __version__ = "0+unknown"
+
+# public name -> module that defines it
+_EXPORTS = {
+    "Benchmark": "kernelab.kernels.base",
+    "BenchmarkError": "kernelab.kernels.base",
+    "Params": "kernelab.kernels.base",
+    "PowerOfTwo": "kernelab.kernels.base",
+    "available_benchmarks": "kernelab.kernels.base",
+    "get_benchmark": "kernelab.kernels.base",
+    "JobSpec": "kernelab.service.schemas",
+    "Work": "kernelab.service.schemas",
+    "KernelabClient": "kernelab.runners.client",
+}
+
+__all__ = [
+    "Benchmark",
+    "BenchmarkError",
+    "JobSpec",
+    "KernelabClient",
+    "Params",
+    "PowerOfTwo",
+    "Work",
+    "__version__",
+    "available_benchmarks",
+    "get_benchmark",
+]
+
+if TYPE_CHECKING:
+    from kernelab.kernels.base import (
+        Benchmark,
+        BenchmarkError,
+        Params,
+        PowerOfTwo,
+        available_benchmarks,
+        get_benchmark,
+    )
+    from kernelab.runners.client import KernelabClient
+    from kernelab.service.schemas import JobSpec, Work
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kernelab' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
