@@ -1,4 +1,5 @@
-"""How long ``kernelab.service.stats.compare`` takes on a 1,000-cell sweep (the server's background comparison).
+"""How long ``kernelab.service.stats.compare`` takes on a 1,000-cell sweep
+(the server's background comparison).
 
 Usage: ``python benchmarks/compare_speed.py [--cells 1000] [--rounds 3] [--per-round 100] [--repeats 3]``.
 

@@ -154,9 +154,11 @@ def measure(kind: str, args: argparse.Namespace, folder: Path) -> dict[str, Any]
             server.stop()
         if args.profile:
             out["profile_cold_ms"], out["inprocess_warm_ms"], report = profile_render(url, job, args.profile)
-            print(f"--- cProfile of one in-process render, empty page cache ({kind}): "
-                  f"{out['profile_cold_ms']:.0f} ms under the profiler; "
-                  f"cached render {out['inprocess_warm_ms']:.0f} ms")
+            print(
+                f"--- cProfile of one in-process render, empty page cache ({kind}): "
+                f"{out['profile_cold_ms']:.0f} ms under the profiler; "
+                f"cached render {out['inprocess_warm_ms']:.0f} ms"
+            )
             print(report)
     return out
 

@@ -69,18 +69,29 @@ def _timed_probe(spec: ProbeSpec) -> tuple[ProbeReport, float]:
 
 def _row(name: str, measured: float | None, target: str, ok: bool | None, unit: str) -> dict[str, Any]:
     """A row of the Markdown table; ``ok`` None: no target on this machine (a CPU is shared, noisy)."""
-    return {"check": name, "measured": measured, "unit": unit, "target": target,
-            "pass": "n/a" if ok is None else ("yes" if ok else "NO")}
+    return {
+        "check": name,
+        "measured": measured,
+        "unit": unit,
+        "target": target,
+        "pass": "n/a" if ok is None else ("yes" if ok else "NO"),
+    }
 
 
 def _softmax_job(cuda: bool) -> JobSpec:
     shape = {"M": [4096], "N": [4096]} if cuda else {"M": [64], "N": [256]}
-    return JobSpec.model_validate({
-        "name": "drill softmax", "benchmark": "softmax", "baseline": {"variant": "torch"},
-        "candidate": {"variant": "torch"}, "sweep": shape, "device": "cuda" if cuda else "cpu",
-        "measurement": {"budget_ms": 1500, "min_rounds": 5, "max_rounds": 200, "warmup_ms": 10},
-        "correctness": {"enabled": False},
-    })
+    return JobSpec.model_validate(
+        {
+            "name": "drill softmax",
+            "benchmark": "softmax",
+            "baseline": {"variant": "torch"},
+            "candidate": {"variant": "torch"},
+            "sweep": shape,
+            "device": "cuda" if cuda else "cpu",
+            "measurement": {"budget_ms": 1500, "min_rounds": 5, "max_rounds": 200, "warmup_ms": 10},
+            "correctness": {"enabled": False},
+        }
+    )
 
 
 def drill(cuda_count: int, bands: dict[str, Any], out: dict[str, Any]) -> list[dict[str, Any]]:
@@ -100,20 +111,40 @@ def drill(cuda_count: int, bands: dict[str, Any], out: dict[str, Any]) -> list[d
             report, wall = _timed_probe(ProbeSpec())
             reasons = health.evaluate(report, node_bands=bands)
             named = sorted({r.device_index for r in reasons if r.device_index is not None})
-            out["drill_probe"] = {"wall_s": wall, "report": report.model_dump(mode="json"),
-                                  "reasons": [r.model_dump() for r in reasons]}
-            rows.append(_row(f"drill: probe names GPU {target}", float(len(reasons)),
-                             f"reasons on GPU {target}", target in named, "reasons"))
+            out["drill_probe"] = {
+                "wall_s": wall,
+                "report": report.model_dump(mode="json"),
+                "reasons": [r.model_dump() for r in reasons],
+            }
+            rows.append(
+                _row(
+                    f"drill: probe names GPU {target}",
+                    float(len(reasons)),
+                    f"reasons on GPU {target}",
+                    target in named,
+                    "reasons",
+                )
+            )
             result = run_job(_softmax_job(True))
             job_reasons = [r for p in result.probes for r in health.evaluate(p, node_bands=bands)]
             flags = health.flags_of(job_reasons)
             notes = health.report_notes(flags, job_reasons)
             comparison = stats.compare(result, health_flags=flags, notes=notes)
-            out["drill_job"] = {"flags": comparison.flags, "notes": comparison.notes,
-                                "reasons": [r.model_dump() for r in job_reasons]}
+            out["drill_job"] = {
+                "flags": comparison.flags,
+                "notes": comparison.notes,
+                "reasons": [r.model_dump() for r in job_reasons],
+            }
             carried = bool({"contended", "degraded-node"} & set(comparison.flags))
-            rows.append(_row("drill: job carries the flag", None, "contended or degraded-node", carried,
-                             ",".join(comparison.flags) or "-"))
+            rows.append(
+                _row(
+                    "drill: job carries the flag",
+                    None,
+                    "contended or degraded-node",
+                    carried,
+                    ",".join(comparison.flags) or "-",
+                )
+            )
         finally:
             hog.kill()
             hog.wait()
@@ -130,7 +161,8 @@ def main() -> int:
     cuda = torch.cuda.is_available()
     count = torch.cuda.device_count() if cuda else 0
     out: dict[str, Any] = {
-        "date": datetime.now(UTC).isoformat(), "torch": torch.__version__,
+        "date": datetime.now(UTC).isoformat(),
+        "torch": torch.__version__,
         "devices": [torch.cuda.get_device_name(i) for i in range(count)] if cuda else ["cpu"],
     }
     rows: list[dict[str, Any]] = []
@@ -151,25 +183,52 @@ def main() -> int:
     copies = [c.bandwidth_gbps for r, _ in quick[1:] for c in r.copy_bandwidth]
     if copies:
         worst = min(copies)
-        rows.append(_row("device copy, worst GPU and run", worst, f">= {0.97 * H200_COPY_GBPS:.0f} GB/s",
-                         worst >= 0.97 * H200_COPY_GBPS if cuda else None, "GB/s"))
+        rows.append(
+            _row(
+                "device copy, worst GPU and run",
+                worst,
+                f">= {0.97 * H200_COPY_GBPS:.0f} GB/s",
+                worst >= 0.97 * H200_COPY_GBPS if cuda else None,
+                "GB/s",
+            )
+        )
     small = [a for a in full.all_reduce if a.size_bytes == 8 and a.world_size >= 2 and a.world_size == count]
     for a in small:
         ok = a.time_us <= 1.15 * NCCL_8B_US if cuda else None
-        rows.append(_row(f"all-reduce 8 B{' graph' if a.cuda_graph else ''}", a.time_us,
-                         f"<= {1.15 * NCCL_8B_US:.1f} us", ok, "us"))
+        rows.append(
+            _row(
+                f"all-reduce 8 B{' graph' if a.cuda_graph else ''}",
+                a.time_us,
+                f"<= {1.15 * NCCL_8B_US:.1f} us",
+                ok,
+                "us",
+            )
+        )
     if cuda and count >= 2:
         big = measure_all_reduce("cuda", sizes_bytes=[512 * MIB], warmup_iters=5, iters=20)
         out["all_reduce_512mib"] = [b.model_dump() for b in big]
-        rows.append(_row("all-reduce 512 MiB busbw", big[0].busbw_gbps,
-                         f">= {0.95 * NCCL_512MIB_BUSBW:.0f} GB/s",
-                         big[0].busbw_gbps >= 0.95 * NCCL_512MIB_BUSBW, "GB/s"))
+        rows.append(
+            _row(
+                "all-reduce 512 MiB busbw",
+                big[0].busbw_gbps,
+                f">= {0.95 * NCCL_512MIB_BUSBW:.0f} GB/s",
+                big[0].busbw_gbps >= 0.95 * NCCL_512MIB_BUSBW,
+                "GB/s",
+            )
+        )
     for a in full.all_reduce:
         if a.size_bytes == 256 * MIB and not a.cuda_graph:
             rows.append(_row(f"all-reduce 256 MiB busbw {a.ranks}", a.busbw_gbps, "record", None, "GB/s"))
     for p in full.peer_copy:
-        rows.append(_row(f"peer copy {p.src_device}->{p.dst_device} (peer access {p.peer_access})",
-                         p.bandwidth_gbps, "record", None, "GB/s"))
+        rows.append(
+            _row(
+                f"peer copy {p.src_device}->{p.dst_device} (peer access {p.peer_access})",
+                p.bandwidth_gbps,
+                "record",
+                None,
+                "GB/s",
+            )
+        )
 
     thresholds = health.Thresholds(band_min_probes=min(3, args.healthy_probes))
     bands = health.learn_bands([r for r, _ in quick[1:]], thresholds)
@@ -177,8 +236,15 @@ def main() -> int:
     healthy_reasons = [health.evaluate(r, node_bands=bands) for r, _ in quick[1:]]
     n_healthy = sum(not r for r in healthy_reasons)
     all_ok = n_healthy == len(healthy_reasons) if cuda else None
-    rows.append(_row("healthy probes judged healthy", float(n_healthy),
-                     f"{len(healthy_reasons)} of {len(healthy_reasons)}", all_ok, "probes"))
+    rows.append(
+        _row(
+            "healthy probes judged healthy",
+            float(n_healthy),
+            f"{len(healthy_reasons)} of {len(healthy_reasons)}",
+            all_ok,
+            "probes",
+        )
+    )
     if cuda and count >= 1:
         rows += drill(count, bands, out)
 

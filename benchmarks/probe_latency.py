@@ -52,8 +52,16 @@ def part_timeline(repeats: int, out: dict[str, Any]) -> list[str]:
             run.go()
             readings, _ = run.wait()
         wall = time.perf_counter() - t0
-        rows.append({"run": i, "spawned_s": t_started, "copy_done_s": t_copy, "wall_s": wall,
-                     "ranks": run.timeline, "8B_us": readings[0].time_us})
+        rows.append(
+            {
+                "run": i,
+                "spawned_s": t_started,
+                "copy_done_s": t_copy,
+                "wall_s": wall,
+                "ranks": run.timeline,
+                "8B_us": readings[0].time_us,
+            }
+        )
     walls = []
     for _ in range(repeats):
         report = run_probes(ProbeSpec(mode="quick"), "adhoc", device_type="cuda")
@@ -61,16 +69,27 @@ def part_timeline(repeats: int, out: dict[str, Any]) -> list[str]:
         if report.errors:
             print("probe errors:", report.errors, flush=True)
     out["timeline"], out["quick_probe_wall_s"] = rows, walls
-    lines = ["| run | ranks spawned | copy probe done | rank imported | NCCL initialised | ready | go | "
-             "measured | total |", "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines = [
+        "| run | ranks spawned | copy probe done | rank imported | NCCL initialised | ready | go | "
+        "measured | total |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for r in rows:
+
         def stage(name: str, r: dict[str, Any] = r) -> str:
             return f"{max(t.get(name, float('nan')) for t in r['ranks']):.2f}"
-        lines.append(f"| {r['run']} | {r['spawned_s']:.2f} | {r['copy_done_s']:.2f} | {stage('imported')} | "
-                     f"{stage('initialised')} | {stage('ready')} | {stage('go')} | {stage('measured')} | "
-                     f"{r['wall_s']:.2f} |")
-    lines += ["", "(seconds from the start; rank stages: the slowest rank)", "",
-              f"run_probes(quick) wall: {', '.join(f'{w:.2f}' for w in walls)} s (target <= 3 s)"]
+
+        lines.append(
+            f"| {r['run']} | {r['spawned_s']:.2f} | {r['copy_done_s']:.2f} | {stage('imported')} | "
+            f"{stage('initialised')} | {stage('ready')} | {stage('go')} | {stage('measured')} | "
+            f"{r['wall_s']:.2f} |"
+        )
+    lines += [
+        "",
+        "(seconds from the start; rank stages: the slowest rank)",
+        "",
+        f"run_probes(quick) wall: {', '.join(f'{w:.2f}' for w in walls)} s (target <= 3 s)",
+    ]
     return lines
 
 
@@ -86,17 +105,24 @@ def part_pool(repeats: int, out: dict[str, Any]) -> list[str]:
         start_s = time.perf_counter() - t0
         set_pool(pool)
         try:
-            reports = [run_probes(ProbeSpec(mode="quick"), "before", device_type="cuda")
-                       for _ in range(repeats * 2)]
+            reports = [
+                run_probes(ProbeSpec(mode="quick"), "before", device_type="cuda") for _ in range(repeats * 2)
+            ]
         finally:
             set_pool(None)
     walls = [r.wall_s for r in reports]
     eight = [r.all_reduce[0].time_us for r in reports if r.all_reduce]
-    out["pool"] = {"start_and_first_request_s": start_s, "quick_probe_wall_s": walls, "8B_us": eight,
-                   "errors": [r.errors for r in reports if r.errors]}
-    return [f"pool start + first request: {start_s:.2f} s (once per runner)",
-            f"run_probes(quick) with the pool: {', '.join(f'{w:.2f}' for w in walls)} s (target <= 3 s); "
-            f"8 B {', '.join(f'{e:.1f}' for e in eight)} us; errors {out['pool']['errors'] or 'none'}"]
+    out["pool"] = {
+        "start_and_first_request_s": start_s,
+        "quick_probe_wall_s": walls,
+        "8B_us": eight,
+        "errors": [r.errors for r in reports if r.errors],
+    }
+    return [
+        f"pool start + first request: {start_s:.2f} s (once per runner)",
+        f"run_probes(quick) with the pool: {', '.join(f'{w:.2f}' for w in walls)} s (target <= 3 s); "
+        f"8 B {', '.join(f'{e:.1f}' for e in eight)} us; errors {out['pool']['errors'] or 'none'}",
+    ]
 
 
 def part_methods(repeats: int, out: dict[str, Any]) -> list[str]:
@@ -117,8 +143,11 @@ def part_methods(repeats: int, out: dict[str, Any]) -> list[str]:
         cols = [", ".join(f"{run[i]:.1f}" for run in runs) for i in range(len(sizes))]
         lines.append(f"| {name} | {' | '.join(cols)} |")
     ev8 = statistics.median(run[0] for run in table["cuda-events"])
-    lines += ["", f"cuda-events 8 B median {ev8:.1f} us = {ev8 / 19.5:.2f}x nccl-tests' 19.5 us "
-              f"(target <= 1.15x); 64 MiB busbw {busbw.get(64 * MIB, float('nan')):.1f} GB/s"]
+    lines += [
+        "",
+        f"cuda-events 8 B median {ev8:.1f} us = {ev8 / 19.5:.2f}x nccl-tests' 19.5 us "
+        f"(target <= 1.15x); 64 MiB busbw {busbw.get(64 * MIB, float('nan')):.1f} GB/s",
+    ]
     return lines
 
 

@@ -43,10 +43,16 @@ TILE_TO = ("BLOCK_M: DotBlock = 64", "BLOCK_N: DotBlock = 64")
 
 
 def _git(repo: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "kernelab", "GIT_AUTHOR_EMAIL": "kernelab@localhost",
-           "GIT_COMMITTER_NAME": "kernelab", "GIT_COMMITTER_EMAIL": "kernelab@localhost"}
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
-                          env=env).stdout.strip()
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "kernelab",
+        "GIT_AUTHOR_EMAIL": "kernelab@localhost",
+        "GIT_COMMITTER_NAME": "kernelab",
+        "GIT_COMMITTER_EMAIL": "kernelab@localhost",
+    }
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env
+    ).stdout.strip()
 
 
 def make_repo(repo: Path) -> None:
@@ -84,10 +90,27 @@ def main() -> int:
     make_repo(repo)
     spec = out / "spec.yaml"
     spec.write_text(SPEC)
-    cmd = [sys.executable, "-m", "kernelab.runners.cli", "run", str(spec), "--repo", str(repo),
-           "--baseline-ref", "main", "--candidate-ref", "tile64", "--cache-dir", str(out / "cache"),
-           "--json", str(out / "comparison.json"), "--markdown", str(out / "report.md"),
-           "--result", str(out / "result.json")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "kernelab.runners.cli",
+        "run",
+        str(spec),
+        "--repo",
+        str(repo),
+        "--baseline-ref",
+        "main",
+        "--candidate-ref",
+        "tile64",
+        "--cache-dir",
+        str(out / "cache"),
+        "--json",
+        str(out / "comparison.json"),
+        "--markdown",
+        str(out / "report.md"),
+        "--result",
+        str(out / "result.json"),
+    ]
     with (out / "run.log").open("w") as log:
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=log, text=True, cwd=ROOT, timeout=900)
     (out / "table.txt").write_text(proc.stdout)
@@ -99,19 +122,29 @@ def main() -> int:
     comparison = json.loads((out / "comparison.json").read_text())
     revs = result["node"]["revisions"]
     versions = revs["candidate"]["versions"]
-    print(f"baseline main @ {revs['baseline']['sha'][:12]}, candidate tile64 @ "
-          f"{revs['candidate']['sha'][:12]}; diff: {revs['diff_shortstat']}; node: "
-          f"{comparison['node']['device_name']}, torch {versions.get('torch')}, "
-          f"triton {versions.get('triton')}")
+    print(
+        f"baseline main @ {revs['baseline']['sha'][:12]}, candidate tile64 @ "
+        f"{revs['candidate']['sha'][:12]}; diff: {revs['diff_shortstat']}; node: "
+        f"{comparison['node']['device_name']}, torch {versions.get('torch')}, "
+        f"triton {versions.get('triton')}"
+    )
     print()
     print("| cell | main (128x128) median | tile64 median | Δ% [95% CI] | verdict | flags |")
     print("| --- | ---: | ---: | ---: | --- | --- |")
     for cell in comparison["cells"]:
         b, c = cell["baseline"]["median_ns"], cell["candidate"]["median_ns"]
-        ci = (f"{(cell['ratio'] - 1) * 100:+.2f}% [{(cell['ci_low'] - 1) * 100:+.2f}, "
-              f"{(cell['ci_high'] - 1) * 100:+.2f}]") if cell.get("ci_low") is not None else "n/a"
-        print(f"| {cell['label']} | {_us(b)} | {_us(c)} | {ci} | {cell['verdict']} | "
-              f"{', '.join(cell['flags'])} |")
+        ci = (
+            (
+                f"{(cell['ratio'] - 1) * 100:+.2f}% [{(cell['ci_low'] - 1) * 100:+.2f}, "
+                f"{(cell['ci_high'] - 1) * 100:+.2f}]"
+            )
+            if cell.get("ci_low") is not None
+            else "n/a"
+        )
+        print(
+            f"| {cell['label']} | {_us(b)} | {_us(c)} | {ci} | {cell['verdict']} | "
+            f"{', '.join(cell['flags'])} |"
+        )
     return 0
 
 

@@ -22,9 +22,14 @@ def synthetic_samples(rounds: int, seed: int) -> list[Sample]:
     """``rounds`` rounds of one baseline (10 µs) and one candidate (10.3 µs) sample, 1% noise."""
     rng = np.random.default_rng(seed)
     return [
-        Sample(variant=v, round=r, position=p,
-               duration_ns=(10_000.0 if v == "baseline" else 10_300.0) * (1 + 0.01 * rng.standard_normal()))
-        for r in range(rounds) for p, v in enumerate(("baseline", "candidate"))
+        Sample(
+            variant=v,
+            round=r,
+            position=p,
+            duration_ns=(10_000.0 if v == "baseline" else 10_300.0) * (1 + 0.01 * rng.standard_normal()),
+        )
+        for r in range(rounds)
+        for p, v in enumerate(("baseline", "candidate"))
     ]
 
 
@@ -45,12 +50,17 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=20)
     args = parser.parse_args()
     samples = SampleColumns.from_rows(synthetic_samples(args.rounds, seed=0))
-    print(f"ratio_ci, {args.rounds} rounds, 2000 resamples: "
-          f"{median_ms(lambda: stats.ratio_ci(samples), args.repeats):.2f} ms")
+    print(
+        f"ratio_ci, {args.rounds} rounds, 2000 resamples: "
+        f"{median_ms(lambda: stats.ratio_ci(samples), args.repeats):.2f} ms"
+    )
     now = datetime.now(UTC)
     result = JobResult(
-        idempotency_key="stats-speed", node=NodeInfo(hostname="bench", device_type="cpu"),
-        timer="perf_counter", started_at=now, finished_at=now,
+        idempotency_key="stats-speed",
+        node=NodeInfo(hostname="bench", device_type="cpu"),
+        timer="perf_counter",
+        started_at=now,
+        finished_at=now,
         spec=JobSpec(benchmark="softmax", baseline={"variant": "torch"}, candidate={"variant": "triton"}),
         cells=[
             CellResult(index=i, params={"N": i}, samples=synthetic_samples(args.rounds, seed=i))

@@ -40,8 +40,12 @@ sys.path.insert(0, str(ROOT))
 
 KERNELS = ("one-element add_", "256 MiB vector add", "bf16 8192^3 mm", "row softmax 16384x8192 bf16")
 METHODS = (
-    "kernelab cuda-event cold", "kernelab cuda-event hot", "kernelab cuda-graph (default)",
-    "do_bench", "do_bench_cudagraph", "event pair per launch",
+    "kernelab cuda-event cold",
+    "kernelab cuda-event hot",
+    "kernelab cuda-graph (default)",
+    "do_bench",
+    "do_bench_cudagraph",
+    "event pair per launch",
 )
 # Extra graph-timer windows measured next to the default (set by --graph-windows-us).
 GRAPH_WINDOWS_US: tuple[float, ...] = ()
@@ -92,8 +96,13 @@ def _event_pair_per_launch_ns(torch: Any, fn: Any, n: int = 100) -> float:
 
 
 def _kernelab_ns(
-    torch: Any, fn: Any, kind: str, l2_flush: bool, window_us: float | None = None,
-    clocks: dict[str, float] | None = None, label: str = "",
+    torch: Any,
+    fn: Any,
+    kind: str,
+    l2_flush: bool,
+    window_us: float | None = None,
+    clocks: dict[str, float] | None = None,
+    label: str = "",
 ) -> float:
     from kernelab.runners.engine import measure_pair
     from kernelab.runners.probes.telemetry import ContextSampler
@@ -105,8 +114,9 @@ def _kernelab_ns(
     settings = MeasurementSpec(l2_flush=l2_flush, budget_ms=750, timer=kind)  # type: ignore[arg-type]
     timer = make_timer(torch.device("cuda"), settings)
     if window_us is not None:
-        timer = CudaGraphTimer(torch.device("cuda"), l2_flush=l2_flush, min_window_ns=window_us * 1e3,
-                               max_launches=100_000)
+        timer = CudaGraphTimer(
+            torch.device("cuda"), l2_flush=l2_flush, min_window_ns=window_us * 1e3, max_launches=100_000
+        )
     # As a job measures: with the per-sample NVML context sampler (kernelab.runners.job).
     measured = measure_pair(fn, fn, settings, timer, sampler=ContextSampler(torch.cuda.current_device()))
     samples = measured.rows() if hasattr(measured, "rows") else measured  # columnar or a list
@@ -140,8 +150,9 @@ def worker() -> None:
             METHODS[5]: _event_pair_per_launch_ns(torch, fn),
         }
         for w in windows:
-            row[name][_window_method(w)] = _kernelab_ns(torch, fn, "cuda-graph", True, window_us=w,
-                                                         clocks=clocks, label=f"{w:g} us")
+            row[name][_window_method(w)] = _kernelab_ns(
+                torch, fn, "cuda-graph", True, window_us=w, clocks=clocks, label=f"{w:g} us"
+            )
         row[name]["context"] = clocks  # type: ignore[assignment]
     print("RESULT " + json.dumps(row), flush=True)
 
@@ -156,7 +167,7 @@ def part_methods(processes: int, log: Any) -> str:
         line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
         if proc.returncode != 0 or line is None:
             raise RuntimeError(f"worker {i} failed: {proc.stderr[-2000:]}")
-        row = json.loads(line[len("RESULT "):])
+        row = json.loads(line[len("RESULT ") :])
         rows.append(row)
         log.write(json.dumps({"part": "methods", "process": i, "wall_s": time.time() - t0, **row}) + "\n")
         print(f"process {i}: {time.time() - t0:.1f} s", flush=True)
@@ -168,14 +179,20 @@ def part_methods(processes: int, log: Any) -> str:
         for m in _methods():
             vals = [r[k][m] for r in rows]
             lines.append(f"| {k} | {m} | {_fmt_ns(statistics.median(vals))} | {max(vals) / min(vals):.4f} |")
-    lines += ["", "| kernel | kernelab graph timer | median SM MHz per process (min-max) "
-              "| launches per sample | samples |", "| --- | --- | --- | ---: | ---: |"]
+    lines += [
+        "",
+        "| kernel | kernelab graph timer | median SM MHz per process (min-max) "
+        "| launches per sample | samples |",
+        "| --- | --- | --- | ---: | ---: |",
+    ]
     for k in KERNELS:
         for label in ["default", *(f"{w:g} us" for w in GRAPH_WINDOWS_US)]:
             mhz = [r[k]["context"][label] for r in rows]  # type: ignore[index]
-            lines.append(f"| {k} | {label} | {min(mhz):.0f}-{max(mhz):.0f} | "
-                         f"{statistics.median(r[k]['context'][label + ' launches'] for r in rows):g} | "  # type: ignore[index]
-                         f"{statistics.median(r[k]['context'][label + ' samples'] for r in rows):g} |")  # type: ignore[index]
+            lines.append(
+                f"| {k} | {label} | {min(mhz):.0f}-{max(mhz):.0f} | "
+                f"{statistics.median(r[k]['context'][label + ' launches'] for r in rows):g} | "  # type: ignore[index]
+                f"{statistics.median(r[k]['context'][label + ' samples'] for r in rows):g} |"
+            )  # type: ignore[index]
     one = KERNELS[0]
     graph = statistics.median(r[one]["do_bench_cudagraph"] for r in rows)
     for m in METHODS[:3] + tuple(_window_method(w) for w in GRAPH_WINDOWS_US):
@@ -202,8 +219,10 @@ def part_windows(log: Any) -> str:
     def fn() -> None:
         one.add_(1.0)
 
-    lines = ["| launches per replay | flush | per launch (median of 30) | replay total | SM MHz after |",
-             "| ---: | --- | ---: | ---: | ---: |"]
+    lines = [
+        "| launches per replay | flush | per launch (median of 30) | replay total | SM MHz after |",
+        "| ---: | --- | ---: | ---: | ---: |",
+    ]
     fits = []
     for flush in (False, True, False):  # no-flush twice: first and last, to expose order effects
         timer = CudaGraphTimer(torch.device("cuda"), l2_flush=flush, max_launches=100_000)
@@ -218,11 +237,13 @@ def part_windows(log: Any) -> str:
             ns.append(per)
             totals.append(per * n)
             lines.append(f"| {n} | {flush} | {per / 1e3:.4f} us | {per * n / 1e3:.2f} us | {mhz} |")
-            log.write(json.dumps({"part": "windows", "flush": flush, "launches": n,
-                                  "per_launch_ns": per}) + "\n")
+            log.write(
+                json.dumps({"part": "windows", "flush": flush, "launches": n, "per_launch_ns": per}) + "\n"
+            )
         b, c = np.polyfit(np.array(counts, dtype=float), np.array(totals), 1)
-        fits.append(f"flush={flush}: fixed cost per replay c = {c / 1e3:.2f} us, "
-                    f"per launch b = {b / 1e3:.4f} us")
+        fits.append(
+            f"flush={flush}: fixed cost per replay c = {c / 1e3:.2f} us, per launch b = {b / 1e3:.4f} us"
+        )
         timer.reset()
     from triton.testing import do_bench_cudagraph
 
@@ -237,16 +258,18 @@ def _fmt_ns(ns: float) -> str:
 def _softmax_spec(baseline_m: int, candidate_m: int, budget_ms: float, seed: int) -> Any:
     from kernelab.service.schemas import JobSpec
 
-    return JobSpec.model_validate({
-        "name": f"softmax M {baseline_m} vs {candidate_m}",
-        "benchmark": "softmax",
-        "baseline": {"variant": "torch", "params": {"M": baseline_m}},
-        "candidate": {"variant": "torch", "params": {"M": candidate_m}},
-        "params": {"N": 8192, "dtype": "bfloat16"},
-        "measurement": {"budget_ms": budget_ms, "seed": seed},
-        "probes": {"copy_bandwidth": False, "all_reduce": False, "nvml": False, "matmul_peak": False},
-        "correctness": {"enabled": False},
-    })
+    return JobSpec.model_validate(
+        {
+            "name": f"softmax M {baseline_m} vs {candidate_m}",
+            "benchmark": "softmax",
+            "baseline": {"variant": "torch", "params": {"M": baseline_m}},
+            "candidate": {"variant": "torch", "params": {"M": candidate_m}},
+            "params": {"N": 8192, "dtype": "bfloat16"},
+            "measurement": {"budget_ms": budget_ms, "seed": seed},
+            "probes": {"copy_bandwidth": False, "all_reduce": False, "nvml": False, "matmul_peak": False},
+            "correctness": {"enabled": False},
+        }
+    )
 
 
 def part_verdicts(runs: int, log: Any) -> str:
@@ -262,21 +285,39 @@ def part_verdicts(runs: int, log: Any) -> str:
             c = compare(result).cells[0]
             verdicts.append(c.verdict)
             rounds = 1 + max(result.cells[0].samples.round)
-            log.write(json.dumps({
-                "part": "verdicts", "case": label, "run": i, "verdict": c.verdict, "ratio": c.ratio,
-                "ci": [c.ci_low, c.ci_high], "flags": c.flags, "rounds": rounds, "wall_s": time.time() - t0,
-                "timer": result.timer,
-                "timed_ms": sum(s.duration_ns * s.launches for s in result.cells[0].samples.rows()) / 1e6,
-            }) + "\n")
-            print(f"{label} run {i}: {c.verdict} ratio {c.ratio:.4f} [{c.ci_low:.4f}, {c.ci_high:.4f}] "
-                  f"{rounds} rounds {time.time() - t0:.1f} s", flush=True)
+            log.write(
+                json.dumps(
+                    {
+                        "part": "verdicts",
+                        "case": label,
+                        "run": i,
+                        "verdict": c.verdict,
+                        "ratio": c.ratio,
+                        "ci": [c.ci_low, c.ci_high],
+                        "flags": c.flags,
+                        "rounds": rounds,
+                        "wall_s": time.time() - t0,
+                        "timer": result.timer,
+                        "timed_ms": sum(s.duration_ns * s.launches for s in result.cells[0].samples.rows())
+                        / 1e6,
+                    }
+                )
+                + "\n"
+            )
+            print(
+                f"{label} run {i}: {c.verdict} ratio {c.ratio:.4f} [{c.ci_low:.4f}, {c.ci_high:.4f}] "
+                f"{rounds} rounds {time.time() - t0:.1f} s",
+                flush=True,
+            )
         counts = {v: verdicts.count(v) for v in ("faster", "slower", "same", "inconclusive")}
         out.append(f"| {label} | {runs} | " + " | ".join(str(counts[v]) for v in counts) + " |")
-    return "\n".join([
-        "| case | runs | faster | slower | same | inconclusive |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
-        *out,
-    ])
+    return "\n".join(
+        [
+            "| case | runs | faster | slower | same | inconclusive |",
+            "| --- | ---: | ---: | ---: | ---: | ---: |",
+            *out,
+        ]
+    )
 
 
 def part_guard(log: Any) -> str:
@@ -284,12 +325,16 @@ def part_guard(log: Any) -> str:
     from kernelab.service.schemas import JobSpec
     from kernelab.service.stats import compare
 
-    spec = JobSpec.model_validate({
-        "benchmark": "matmul", "baseline": {"variant": "torch"}, "candidate": {"variant": "torch"},
-        "params": {"M": 4096, "N": 4096, "K": 4096, "dtype": "bfloat16"},
-        "measurement": {"budget_ms": 500},
-        "probes": {"copy_bandwidth": True, "all_reduce": False, "nvml": False, "matmul_peak": True},
-    })
+    spec = JobSpec.model_validate(
+        {
+            "benchmark": "matmul",
+            "baseline": {"variant": "torch"},
+            "candidate": {"variant": "torch"},
+            "params": {"M": 4096, "N": 4096, "K": 4096, "dtype": "bfloat16"},
+            "measurement": {"budget_ms": 500},
+            "probes": {"copy_bandwidth": True, "all_reduce": False, "nvml": False, "matmul_peak": True},
+        }
+    )
     result = run_job(spec)
     # The bound comes from the job's own probe (kernelab.runners.probes.peak), not from the caller.
     peak_tflops = max(r.tflops for p in result.probes for r in p.matmul_peak)
@@ -299,10 +344,17 @@ def part_guard(log: Any) -> str:
         3000.0 if v == "candidate" else d for v, d in zip(samples.variant, samples.duration_ns, strict=True)
     ]
     injected = compare(result).cells[0]
-    log.write(json.dumps({
-        "part": "guard", "peak_tflops": peak_tflops, "honest": honest.model_dump(mode="json"),
-        "injected": injected.model_dump(mode="json"),
-    }) + "\n")
+    log.write(
+        json.dumps(
+            {
+                "part": "guard",
+                "peak_tflops": peak_tflops,
+                "honest": honest.model_dump(mode="json"),
+                "injected": injected.model_dump(mode="json"),
+            }
+        )
+        + "\n"
+    )
     implied = 2 * 4096**3 / 3e-6 / 1e12
     return (
         f"probe's matmul peak {peak_tflops:.0f} TFLOP/s (timer {result.timer}); honest A/A: "
@@ -318,8 +370,11 @@ def main() -> None:
     ap.add_argument("--processes", type=int, default=10)
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--part", choices=("all", "methods", "verdicts", "guard", "windows"), default="all")
-    ap.add_argument("--graph-windows-us", default="",
-                    help="comma-separated extra graph-timer windows (us) measured next to the default")
+    ap.add_argument(
+        "--graph-windows-us",
+        default="",
+        help="comma-separated extra graph-timer windows (us) measured next to the default",
+    )
     args = ap.parse_args()
     global GRAPH_WINDOWS_US
     GRAPH_WINDOWS_US = tuple(float(w) for w in args.graph_windows_us.split(",") if w)

@@ -309,12 +309,14 @@ def validate_spec(spec: JobSpec) -> list[dict[str, Any]]:
     for side in ("baseline", "candidate"):
         vs = getattr(spec, side)
         if vs.variant not in bench.variants:
-            errors.append({
-                "loc": (side, "variant"),
-                "msg": f"unknown variant {vs.variant!r} of {bench.name!r}; "
-                       f"known: {', '.join(bench.variants)}",
-                "type": "value_error",
-            })
+            errors.append(
+                {
+                    "loc": (side, "variant"),
+                    "msg": f"unknown variant {vs.variant!r} of {bench.name!r}; "
+                    f"known: {', '.join(bench.variants)}",
+                    "type": "value_error",
+                }
+            )
     seen: set[tuple[str, ...]] = set()
     for device_type in ("cpu", "cuda"):
         for cell in spec.cells(device_type):  # type: ignore[arg-type]
@@ -362,6 +364,8 @@ def _validate_sourced(spec: JobSpec) -> list[dict[str, Any]]:
     elif ref in _BUILTINS:
         return []
     else:
-        msg = (f"with a source revision, name the benchmark as 'module:object' (or a built-in: "
-               f"{', '.join(sorted(_BUILTINS))}); {ref!r} is neither")
+        msg = (
+            f"with a source revision, name the benchmark as 'module:object' (or a built-in: "
+            f"{', '.join(sorted(_BUILTINS))}); {ref!r} is neither"
+        )
     return [{"loc": ("benchmark",), "msg": msg, "type": "value_error"}]

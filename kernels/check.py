@@ -75,7 +75,10 @@ def check_output(out: Any, ref: Any, *, rtol: float, atol: float) -> Correctness
         raise TypeError(f"check_output needs tensors, got {type(out).__name__} and {type(ref).__name__}")
     if tuple(out.shape) != tuple(ref.shape):
         return CorrectnessResult(
-            passed=False, rtol=rtol, atol=atol, dtype=_dtype(out),
+            passed=False,
+            rtol=rtol,
+            atol=atol,
+            dtype=_dtype(out),
             message=f"FAIL: output shape {tuple(out.shape)} != reference shape {tuple(ref.shape)}",
         )
     out64, ref64 = _as_f64(out, ref)
@@ -84,11 +87,22 @@ def check_output(out: Any, ref: Any, *, rtol: float, atol: float) -> Correctness
     both = finite & torch.isfinite(ref64)
     o, r = torch.where(both, out64, 0.0), torch.where(both, ref64, 0.0)  # no boolean gather: one shape
     # one device-to-host transfer for all the scalars
-    stats = [0.0] * 8 if out64.numel() == 0 else torch.stack([
-        (~finite).sum().double(), bad.sum().double(), both.sum().double(), (o - r).abs().amax(),
-        torch.linalg.vector_norm(r), torch.linalg.vector_norm(o), torch.linalg.vector_norm(o - r),
-        torch.dot(o.flatten(), r.flatten()),
-    ]).tolist()
+    stats = (
+        [0.0] * 8
+        if out64.numel() == 0
+        else torch.stack(
+            [
+                (~finite).sum().double(),
+                bad.sum().double(),
+                both.sum().double(),
+                (o - r).abs().amax(),
+                torch.linalg.vector_norm(r),
+                torch.linalg.vector_norm(o),
+                torch.linalg.vector_norm(o - r),
+                torch.dot(o.flatten(), r.flatten()),
+            ]
+        ).tolist()
+    )
     nonfinite, n_bad, n_both = int(stats[0]), int(stats[1]), int(stats[2])
     max_abs = stats[3] if n_both else None
     ref_norm, out_norm = stats[4], stats[5]
@@ -105,8 +119,15 @@ def check_output(out: Any, ref: Any, *, rtol: float, atol: float) -> Correctness
             f"rtol={rtol:g} atol={atol:g}, {nonfinite} NaN/Inf; {metrics}{_where(bad.cpu(), out64, ref64)}"
         )
     return CorrectnessResult(
-        passed=passed, rel_error=rel, max_abs_error=max_abs, cosine_similarity=cosine,
-        nonfinite=nonfinite, message=message, rtol=rtol, atol=atol, dtype=_dtype(out),
+        passed=passed,
+        rel_error=rel,
+        max_abs_error=max_abs,
+        cosine_similarity=cosine,
+        nonfinite=nonfinite,
+        message=message,
+        rtol=rtol,
+        atol=atol,
+        dtype=_dtype(out),
     )
 
 

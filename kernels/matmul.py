@@ -112,8 +112,15 @@ class MatmulBenchmark(Benchmark[MatmulParams]):
 
             kernels = import_triton_kernels("kernelab.kernels.triton_kernels.matmul", a.device)
             return kernels.make_matmul(
-                a, b, c, BLOCK_M=params.BLOCK_M, BLOCK_N=params.BLOCK_N, BLOCK_K=params.BLOCK_K,
-                GROUP_M=params.GROUP_M, num_warps=params.num_warps, num_stages=params.num_stages,
+                a,
+                b,
+                c,
+                BLOCK_M=params.BLOCK_M,
+                BLOCK_N=params.BLOCK_N,
+                BLOCK_K=params.BLOCK_K,
+                GROUP_M=params.GROUP_M,
+                num_warps=params.num_warps,
+                num_stages=params.num_stages,
                 input_precision=params.input_precision,
             )
         raise BenchmarkError(

@@ -117,6 +117,7 @@ class SoftmaxBenchmark(Benchmark[SoftmaxParams]):
         x = inputs["x"]
         out = torch.empty_like(x)
         if variant == "torch":
+
             def run_torch() -> Any:
                 return torch.softmax(x, dim=-1, out=out)
 

@@ -41,13 +41,19 @@ _TOLERANCES: dict[str, tuple[float, float]] = {
 }
 
 _ALIASES = {
-    "fp64": "float64", "double": "float64",
-    "fp32": "float32", "float": "float32",
-    "tensorfloat32": "tf32", "float32_tf32": "tf32",
-    "fp16": "float16", "half": "float16",
+    "fp64": "float64",
+    "double": "float64",
+    "fp32": "float32",
+    "float": "float32",
+    "tensorfloat32": "tf32",
+    "float32_tf32": "tf32",
+    "fp16": "float16",
+    "half": "float16",
     "bf16": "bfloat16",
-    "fp8_e4m3": "float8_e4m3fn", "e4m3": "float8_e4m3fn",
-    "fp8_e5m2": "float8_e5m2", "e5m2": "float8_e5m2",
+    "fp8_e4m3": "float8_e4m3fn",
+    "e4m3": "float8_e4m3fn",
+    "fp8_e5m2": "float8_e5m2",
+    "e5m2": "float8_e5m2",
 }
 
 

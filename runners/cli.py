@@ -50,8 +50,11 @@ GATE_VERDICTS: tuple[Verdict, ...] = tuple(v for v in VERDICT_ORDER if v not in 
 """Verdicts ``--fail-on`` may name (a faster or unchanged cell is never a failure)."""
 DEFAULT_FAIL_ON = "failed,incorrect"
 VERDICT_COLORS: dict[Verdict, tuple[str, bool]] = {
-    "failed": ("red", True), "incorrect": ("red", True), "nondeterministic": ("yellow", False),
-    "implausible": ("yellow", False), "faster": ("green", False),
+    "failed": ("red", True),
+    "incorrect": ("red", True),
+    "nondeterministic": ("yellow", False),
+    "implausible": ("yellow", False),
+    "faster": ("green", False),
 }
 """Terminal colour (click colour name) and boldness of a verdict; the others are plain."""
 
@@ -69,9 +72,13 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-FailOnOpt = Annotated[str, typer.Option(
-    "--fail-on", help=f"exit 1 when a cell's verdict is in this comma list ({', '.join(GATE_VERDICTS)})",
-)]
+FailOnOpt = Annotated[
+    str,
+    typer.Option(
+        "--fail-on",
+        help=f"exit 1 when a cell's verdict is in this comma list ({', '.join(GATE_VERDICTS)})",
+    ),
+]
 ServerOpt = Annotated[str, typer.Option("--server", envvar="KERNELAB_SERVER", help="server root URL")]
 TokenOpt = Annotated[
     str, typer.Option("--token", envvar="KERNELAB_TOKEN", help="bearer token", show_default=False)
@@ -88,9 +95,12 @@ CandidateRefOpt = Annotated[
 ]
 AllowRepoOpt = Annotated[
     list[str] | None,
-    typer.Option("--allow-repo", help="repository (path, URL, or pattern: '*' within one path segment, "
-                 "a last '**' any depth) jobs' source revisions may come from; repeatable; also "
-                 "KERNELAB_ALLOWED_REPOS"),
+    typer.Option(
+        "--allow-repo",
+        help="repository (path, URL, or pattern: '*' within one path segment, "
+        "a last '**' any depth) jobs' source revisions may come from; repeatable; also "
+        "KERNELAB_ALLOWED_REPOS",
+    ),
 ]
 DEFAULT_SERVER = "http://127.0.0.1:8000"
 DEFAULT_WORK_DIR = Path.home() / ".kernelab"
@@ -110,8 +120,9 @@ def read_spec(path: Path) -> JobSpec:
         raise _fail(exc.render(), EXIT_BAD_INPUT) from None
 
 
-def apply_refs(spec: JobSpec, spec_path: Path, repo: str, baseline_ref: str | None,
-               candidate_ref: str | None) -> JobSpec:
+def apply_refs(
+    spec: JobSpec, spec_path: Path, repo: str, baseline_ref: str | None, candidate_ref: str | None
+) -> JobSpec:
     """``spec`` with its sides taken from ``repo`` at the given refs (``kernelab.runners.revisions.
     with_revisions``); exits 2 naming the spec file when a ref does not resolve."""
     if baseline_ref is None and candidate_ref is None:
@@ -121,8 +132,9 @@ def apply_refs(spec: JobSpec, spec_path: Path, repo: str, baseline_ref: str | No
     try:
         spec = with_revisions(spec, repo, baseline_ref, candidate_ref)
         if not is_url(repo) and "HEAD" in (baseline_ref, candidate_ref) and is_dirty(repo):
-            typer.echo(f"note: {repo} has uncommitted changes; HEAD is the last commit, without them",
-                       err=True)
+            typer.echo(
+                f"note: {repo} has uncommitted changes; HEAD is the last commit, without them", err=True
+            )
     except RevisionError as exc:
         raise _fail(f"{spec_path}: {exc}", EXIT_BAD_INPUT) from None
     for side in ("baseline", "candidate"):
@@ -139,8 +151,9 @@ def _client(server: str, token: str, **kwargs: Any) -> KernelabClient:
 
 
 def _setup_logging(level: str) -> None:
-    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        stream=sys.stderr)
+    logging.basicConfig(
+        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise
 
 
@@ -199,8 +212,11 @@ def gate(comparison: Comparison, fail_on: frozenset[Verdict]) -> int:
             tripped.setdefault(cell.verdict, []).append(cell)
     names = ",".join(v for v in GATE_VERDICTS if v in fail_on)
     if not tripped:
-        typer.echo(f"gate passed: no cell is {' or '.join(v for v in GATE_VERDICTS if v in fail_on)} "
-                   f"(--fail-on {names})", err=True)
+        typer.echo(
+            f"gate passed: no cell is {' or '.join(v for v in GATE_VERDICTS if v in fail_on)} "
+            f"(--fail-on {names})",
+            err=True,
+        )
         return EXIT_OK
     n = sum(len(cells) for cells in tripped.values())
     typer.echo(f"gate failed (--fail-on {names}): {n} of {len(comparison.cells)} cells", err=True)
@@ -210,8 +226,9 @@ def gate(comparison: Comparison, fail_on: frozenset[Verdict]) -> int:
     return EXIT_FAILED
 
 
-def show_job(client: KernelabClient, job: JobPublic, fail_on: frozenset[Verdict], *,
-             markdown: bool = False) -> int:
+def show_job(
+    client: KernelabClient, job: JobPublic, fail_on: frozenset[Verdict], *, markdown: bool = False
+) -> int:
     """Print a finished ``job``'s comparison (its table, or with ``markdown`` the server's Markdown)
     and return the exit status: ``EXIT_NO_VERDICT`` for a cancelled job, ``EXIT_FAILED`` for a
     failed one (its error on stderr; its table too when it has a result), else ``gate``."""
@@ -239,7 +256,11 @@ def show_job(client: KernelabClient, job: JobPublic, fail_on: frozenset[Verdict]
 
 
 def wait_and_show(
-    client: KernelabClient, job: JobPublic, *, timeout_s: float, progress_log: Path | None = None,
+    client: KernelabClient,
+    job: JobPublic,
+    *,
+    timeout_s: float,
+    progress_log: Path | None = None,
     fail_on: frozenset[Verdict] = frozenset({"failed", "incorrect"}),
 ) -> int:
     """Wait for ``job`` to finish, echoing status changes (and new progress lines of
@@ -344,8 +365,10 @@ def validate(spec_path: SpecArg) -> None:
     parameters) without running it: prints ``FILE: ok: ...`` and the cell counts, or one
     ``FILE:LINE: field: message`` line per problem and exits 2."""
     spec = read_spec(spec_path)
-    typer.echo(f"{spec_path}: ok: {spec.benchmark}, {spec.baseline.variant} vs {spec.candidate.variant}; "
-               f"{spec.cell_count('cpu')} cell(s) on cpu, {spec.cell_count('cuda')} on cuda")
+    typer.echo(
+        f"{spec_path}: ok: {spec.benchmark}, {spec.baseline.variant} vs {spec.candidate.variant}; "
+        f"{spec.cell_count('cpu')} cell(s) on cpu, {spec.cell_count('cuda')} on cuda"
+    )
 
 
 @app.command()
@@ -477,8 +500,10 @@ def submit(
             if wait:
                 raise typer.Exit(wait_and_show(client, job, timeout_s=timeout_s, fail_on=gate_on))
         except KernelabAPIError as exc:
-            raise _fail(f"{spec_path}: {exc.detail}" if exc.status_code == 422 else str(exc),
-                        EXIT_BAD_INPUT if exc.status_code == 422 else EXIT_NO_VERDICT) from None
+            raise _fail(
+                f"{spec_path}: {exc.detail}" if exc.status_code == 422 else str(exc),
+                EXIT_BAD_INPUT if exc.status_code == 422 else EXIT_NO_VERDICT,
+            ) from None
         except KernelabUnavailable as exc:
             raise _fail(f"server unreachable: {exc}", EXIT_NO_VERDICT) from None
 
@@ -607,21 +632,39 @@ def runner(
     work_dir: Annotated[Path, typer.Option("--work-dir", help="token, spool, scratch")] = DEFAULT_WORK_DIR,
     log_level: Annotated[str, typer.Option("--log-level")] = "INFO",
     allow_repo: AllowRepoOpt = None,
-    probe_pool: Annotated[str, typer.Option(
-        "--probe-pool", help="keep all-reduce probe ranks alive between probes: auto (2+ GPUs), on, off",
-    )] = "auto",
-    job_env: Annotated[list[str] | None, typer.Option(
-        "--job-env", metavar="NAME", help="environment variable job code may see besides the built-in "
-        "allow-list (repeatable; names that look like credentials are refused); docs/security.md",
-    )] = None,
-    job_isolation: Annotated[str, typer.Option(
-        "--job-isolation", help="auto: run jobs in a private namespace hiding the work dir when the "
-        "machine allows it (else warn); namespace: require it; none: never",
-    )] = "auto",
-    job_hide: Annotated[list[Path] | None, typer.Option(
-        "--job-hide", metavar="DIR", help="a folder job code must not see besides the work dir "
-        "(repeatable; e.g. a server's data dir on the same machine)",
-    )] = None,
+    probe_pool: Annotated[
+        str,
+        typer.Option(
+            "--probe-pool",
+            help="keep all-reduce probe ranks alive between probes: auto (2+ GPUs), on, off",
+        ),
+    ] = "auto",
+    job_env: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--job-env",
+            metavar="NAME",
+            help="environment variable job code may see besides the built-in "
+            "allow-list (repeatable; names that look like credentials are refused); docs/security.md",
+        ),
+    ] = None,
+    job_isolation: Annotated[
+        str,
+        typer.Option(
+            "--job-isolation",
+            help="auto: run jobs in a private namespace hiding the work dir when the "
+            "machine allows it (else warn); namespace: require it; none: never",
+        ),
+    ] = "auto",
+    job_hide: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--job-hide",
+            metavar="DIR",
+            help="a folder job code must not see besides the work dir "
+            "(repeatable; e.g. a server's data dir on the same machine)",
+        ),
+    ] = None,
 ) -> None:
     """Run the runner daemon: claim jobs, run them in a child process, post results.
 
@@ -648,8 +691,11 @@ def runner(
 
     _setup_logging(log_level)
     if not set_non_dumpable():  # same-uid job code must not read this process's environ or memory
-        typer.echo("runner: warning: prctl(PR_SET_DUMPABLE, 0) refused: same-uid processes can read "
-                   "this daemon's /proc/<pid>/environ", err=True)
+        typer.echo(
+            "runner: warning: prctl(PR_SET_DUMPABLE, 0) refused: same-uid processes can read "
+            "this daemon's /proc/<pid>/environ",
+            err=True,
+        )
     try:  # an entry in a refused form stops the start, not every revision job later
         AllowList.from_env(allow_repo or [])
     except RevisionError as exc:
@@ -657,9 +703,18 @@ def runner(
     client = _client(server, token)
     try:
         daemon = Runner(
-            client, name, once=once, poll_s=poll_s, lease_s=lease_s, work_dir=work_dir, grace_s=grace_s,
-            allowed_repos=allow_repo or [], probe_pool=probe_pool, job_env_names=job_env or [],
-            job_isolation=job_isolation, job_hide=job_hide or [],
+            client,
+            name,
+            once=once,
+            poll_s=poll_s,
+            lease_s=lease_s,
+            work_dir=work_dir,
+            grace_s=grace_s,
+            allowed_repos=allow_repo or [],
+            probe_pool=probe_pool,
+            job_env_names=job_env or [],
+            job_isolation=job_isolation,
+            job_hide=job_hide or [],
         )
     except ValueError as exc:
         client.close()
@@ -696,8 +751,11 @@ def _token_out_of_argv(token: str) -> None:
             skip = True
         elif not arg.startswith("--token="):
             rest.append(arg)
-    os.execve(sys.executable, [sys.executable, "-P", "-m", "kernelab.runners.cli", *rest],
-              {**os.environ, "KERNELAB_TOKEN": token})
+    os.execve(
+        sys.executable,
+        [sys.executable, "-P", "-m", "kernelab.runners.cli", *rest],
+        {**os.environ, "KERNELAB_TOKEN": token},
+    )
 
 
 @app.command()

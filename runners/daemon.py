@@ -140,8 +140,9 @@ class Runner:
         if probe_pool not in PROBE_POOL_MODES:
             raise ValueError(f"probe_pool must be one of {list(PROBE_POOL_MODES)}, got {probe_pool!r}")
         if job_isolation not in jobns.ISOLATION_MODES:
-            raise ValueError(f"job_isolation must be one of {list(jobns.ISOLATION_MODES)}, "
-                             f"got {job_isolation!r}")
+            raise ValueError(
+                f"job_isolation must be one of {list(jobns.ISOLATION_MODES)}, got {job_isolation!r}"
+            )
         self.probe_pool = probe_pool
         self.job_env_names = check_names(job_env_names)
         self.job_isolation = job_isolation
@@ -229,8 +230,11 @@ class Runner:
                 from kernelab.runners.probes.telemetry import exclusive_gpus
 
                 if exclusive := exclusive_gpus(gpus):
-                    log.info("runner %s: no probe pool: GPUs %s are in an exclusive compute mode",
-                             self.name, exclusive)
+                    log.info(
+                        "runner %s: no probe pool: GPUs %s are in an exclusive compute mode",
+                        self.name,
+                        exclusive,
+                    )
                     return {}
             if device_type == "cpu" and self.probe_pool != "on":
                 return {}
@@ -239,8 +243,13 @@ class Runner:
                 self._pool = None
             if self._pool is None:
                 self._pool = AllReducePool(device_type)
-                log.info("runner %s: all-reduce probe pool started (%s x%d, pids %s)", self.name,
-                         device_type, self._pool.world_size, self._pool.pids)
+                log.info(
+                    "runner %s: all-reduce probe pool started (%s x%d, pids %s)",
+                    self.name,
+                    device_type,
+                    self._pool.world_size,
+                    self._pool.pids,
+                )
             return {POOL_ENV: json.dumps(self._pool.handover())}
         except (RuntimeError, ValueError, OSError) as exc:  # the probes fall back to their own ranks
             log.warning("runner %s: no all-reduce probe pool: %s", self.name, exc)
@@ -255,17 +264,26 @@ class Runner:
         why = "disabled (job_isolation=none)" if self.job_isolation == "none" else jobns.probe()
         self._isolated = not why
         if self._isolated:
-            log.info("runner %s: job isolation: allow-listed environment; private user+mount namespace "
-                     "(the work dir %s shows jobs only their scratch folder and the revision cache)",
-                     self.name, self.work_dir)
+            log.info(
+                "runner %s: job isolation: allow-listed environment; private user+mount namespace "
+                "(the work dir %s shows jobs only their scratch folder and the revision cache)",
+                self.name,
+                self.work_dir,
+            )
         elif self.job_isolation == "namespace":
-            raise jobns.IsolationError(f"runner {self.name}: --job-isolation namespace, but no private "
-                                       f"namespace can be made here: {why}")
+            raise jobns.IsolationError(
+                f"runner {self.name}: --job-isolation namespace, but no private "
+                f"namespace can be made here: {why}"
+            )
         else:
-            log.warning("runner %s: JOB CODE CAN READ THIS RUNNER'S TOKEN FILE %s: job isolation is the "
-                        "allow-listed environment only (no private namespace: %s). Run the daemon as a "
-                        "user of its own and allow unprivileged user namespaces (docs/security.md)",
-                        self.name, self.token_file, why)
+            log.warning(
+                "runner %s: JOB CODE CAN READ THIS RUNNER'S TOKEN FILE %s: job isolation is the "
+                "allow-listed environment only (no private namespace: %s). Run the daemon as a "
+                "user of its own and allow unprivileged user namespaces (docs/security.md)",
+                self.name,
+                self.token_file,
+                why,
+            )
         return self._isolated
 
     def _job_command(self, cmd: list[str], job_dir: Path) -> list[str]:
@@ -275,18 +293,26 @@ class Runner:
         if not self.check_isolation():
             return cmd
         self.revision_cache.mkdir(parents=True, exist_ok=True)
-        return jobns.wrap(cmd, hide=[self.work_dir, *self.job_hide], keep=[job_dir, self.revision_cache],
-                          readonly=[*_frozen(), *_local_repos(self.allowed_repos)])
+        return jobns.wrap(
+            cmd,
+            hide=[self.work_dir, *self.job_hide],
+            keep=[job_dir, self.revision_cache],
+            readonly=[*_frozen(), *_local_repos(self.allowed_repos)],
+        )
 
     def _secrets(self) -> list[str]:
         """Values a job's error text must never carry: the tokens this daemon holds and its
         credential-like variables."""
-        tokens = [getattr(c, "_token", None) for c in (self._given_client, self.client, self._own_client)
-                  if c is not None]
+        tokens = [
+            getattr(c, "_token", None)
+            for c in (self._given_client, self.client, self._own_client)
+            if c is not None
+        ]
         return secret_values(os.environ, [*tokens, self._load_token()])
 
     def _clean(self, text: str) -> str:
-        """``text`` redacted (``_secrets``, the daemon's environment) and bounded (``kernelab.runners.redact``)."""
+        """``text`` redacted (``_secrets``, the daemon's environment) and bounded
+        (``kernelab.runners.redact``)."""
         return redact(text, secrets=self._secrets(), env=os.environ)
 
     def stop(self) -> None:
@@ -301,8 +327,12 @@ class Runner:
             log.warning("runner %s: second %s; stopping the running job now", self.name, name)
             self._stop_at = float("-inf")
             return
-        log.info("runner %s: %s received; no new claims, running job gets %.0f s (again: stop it now)",
-                 self.name, name, self.grace_s)
+        log.info(
+            "runner %s: %s received; no new claims, running job gets %.0f s (again: stop it now)",
+            self.name,
+            name,
+            self.grace_s,
+        )
         self.stop()
 
     def run(self) -> None:
@@ -325,10 +355,15 @@ class Runner:
             self._loop()
         except KernelabAPIError as exc:
             if exc.status_code == 401 and self._token_saved:
-                log.error("runner %s: the token saved in %s was refused (revoked or rotated). To recover, "
-                          "rotate it with `kernelab token rotate ID` (ID: see `kernelab token list`%s) and "
-                          "start with --token NEW, or delete that file and register again with an admin "
-                          "token", self.name, self.token_file, self._runner_hint())
+                log.error(
+                    "runner %s: the token saved in %s was refused (revoked or rotated). To recover, "
+                    "rotate it with `kernelab token rotate ID` (ID: see `kernelab token list`%s) and "
+                    "start with --token NEW, or delete that file and register again with an admin "
+                    "token",
+                    self.name,
+                    self.token_file,
+                    self._runner_hint(),
+                )
             raise
         finally:
             for sig, handler in previous.items():
@@ -441,8 +476,12 @@ class Runner:
             raise
         self._save_token(registered.token, runner_id=registered.runner_id, name=registered.name)
         self._use_token(registered.token)
-        log.info("runner %s: registered as runner %d; token saved in %s",
-                 self.name, registered.runner_id, self.token_file)
+        log.info(
+            "runner %s: registered as runner %d; token saved in %s",
+            self.name,
+            registered.runner_id,
+            self.token_file,
+        )
 
     def _takes_given_token(self, given: str) -> bool:
         """Put ``given`` (the client's token, not the saved one) in place if the server takes it as
@@ -454,12 +493,19 @@ class Runner:
             identity = self.client.whoami()
         except KernelabAPIError as exc:
             if exc.status_code == 401:
-                log.warning("runner %s: the given token was refused; trying the one saved in %s",
-                            self.name, self.token_file)
+                log.warning(
+                    "runner %s: the given token was refused; trying the one saved in %s",
+                    self.name,
+                    self.token_file,
+                )
             return False
         except KernelabUnavailable as exc:
-            log.warning("runner %s: cannot check the given token (%s); using the one saved in %s",
-                        self.name, exc, self.token_file)
+            log.warning(
+                "runner %s: cannot check the given token (%s); using the one saved in %s",
+                self.name,
+                exc,
+                self.token_file,
+            )
             return False
         saved_id = self._saved_runner_id()
         if identity.name != self.name or (saved_id is not None and identity.runner_id != saved_id):
@@ -493,8 +539,12 @@ class Runner:
         """Write ``token`` to ``token_file`` (mode 0600) for this server; a runner id and name not
         given are kept from the file (a rotated token keeps its runner)."""
         old = self._token_record()
-        payload = {"server": self.client.base_url, "name": name or old.get("name") or self.name,
-                   "runner_id": runner_id if runner_id is not None else old.get("runner_id"), "token": token}
+        payload = {
+            "server": self.client.base_url,
+            "name": name or old.get("name") or self.name,
+            "runner_id": runner_id if runner_id is not None else old.get("runner_id"),
+            "token": token,
+        }
         self.work_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.token_file, json.dumps(payload))
         os.chmod(self.token_file, 0o600)
@@ -615,12 +665,30 @@ class Runner:
         job_dir = self.work_dir / "jobs" / f"{job_id}-{claim.attempt}"
         spec_path, out_path, err_path = job_dir / "spec.json", job_dir / "result.json", job_dir / "stderr.log"
         key = f"{self.name}-j{job_id}-a{claim.attempt}-{uuid.uuid4().hex[:12]}"
-        worker = [sys.executable, "-P", "-m", "kernelab.runners.worker", str(spec_path), str(out_path),
-                  "--job-id", str(job_id), "--idempotency-key", key, "--cache-dir", str(self.revision_cache)]
+        worker = [
+            sys.executable,
+            "-P",
+            "-m",
+            "kernelab.runners.worker",
+            str(spec_path),
+            str(out_path),
+            "--job-id",
+            str(job_id),
+            "--idempotency-key",
+            key,
+            "--cache-dir",
+            str(self.revision_cache),
+        ]
         for repo in self.allowed_repos:
             worker += ["--allow-repo", repo]
-        log.info("runner %s: job %d attempt %d (%s): starting worker, timeout %.0f s",
-                 self.name, job_id, claim.attempt, claim.spec.benchmark, claim.spec.timeout_s)
+        log.info(
+            "runner %s: job %d attempt %d (%s): starting worker, timeout %.0f s",
+            self.name,
+            job_id,
+            claim.attempt,
+            claim.spec.benchmark,
+            claim.spec.timeout_s,
+        )
 
         lease_lost = threading.Event()
         finished = threading.Event()
@@ -639,20 +707,30 @@ class Runner:
                 if self._isolated:  # its install steps and benchmark code nest a read-only revision cache
                     overrides[jobns.JOBNS_ENV] = "1"
                     # HOME is read-only there: compiled kernels and temporary files in the job's folder
-                    for name, sub in (("TMPDIR", "tmp"), ("TRITON_CACHE_DIR", "triton"),
-                                      ("TORCHINDUCTOR_CACHE_DIR", "inductor")):
+                    for name, sub in (
+                        ("TMPDIR", "tmp"),
+                        ("TRITON_CACHE_DIR", "triton"),
+                        ("TORCHINDUCTOR_CACHE_DIR", "inductor"),
+                    ):
                         (job_dir / sub).mkdir(exist_ok=True)
                         overrides[name] = str(job_dir / sub)
                 # cwd: the job's own folder, never the daemon's (its data may sit beside it)
-                proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err_fh, text=True,
-                                        start_new_session=True, cwd=job_dir,
-                                        env=job_env(overrides, names=self.job_env_names))
+                proc = subprocess.Popen(
+                    cmd,
+                    stdout=subprocess.PIPE,
+                    stderr=err_fh,
+                    text=True,
+                    start_new_session=True,
+                    cwd=job_dir,
+                    env=job_env(overrides, names=self.job_env_names),
+                )
             except OSError as exc:
                 return self._release(claim, f"its worker cannot be started: {exc}")
             reader = threading.Thread(target=self._relay_stdout, args=(proc, job_id, key, handed),
                                       daemon=True)  # fmt: skip
-            beater = threading.Thread(target=self._heartbeat, args=(job_id, finished, lease_lost),
-                                      daemon=True)
+            beater = threading.Thread(
+                target=self._heartbeat, args=(job_id, finished, lease_lost), daemon=True
+            )
             reader.start()
             beater.start()
             try:
@@ -743,11 +821,14 @@ class Runner:
             self.flush_spool()
             return "done"
         if why == "timeout":
-            message = (f"timed out: the worker ran longer than the spec's timeout_s = "
-                       f"{claim.spec.timeout_s:g} s and was killed on node {self.name}")
+            message = (
+                f"timed out: the worker ran longer than the spec's timeout_s = "
+                f"{claim.spec.timeout_s:g} s and was killed on node {self.name}"
+            )
         elif why == "shutdown":
-            message = (f"runner {self.name} shut down; the job was stopped after a "
-                       f"{self.grace_s:g} s grace period")
+            message = (
+                f"runner {self.name} shut down; the job was stopped after a {self.grace_s:g} s grace period"
+            )
         else:
             message = f"worker exited with status {returncode} on node {self.name}"
         tail = _tail(err_path, STDERR_TAIL_CHARS)
@@ -785,12 +866,12 @@ class Runner:
         assert proc.stdout is not None
         for line in proc.stdout:
             if line.startswith(NODE_CHANGED_MARK):
-                log.warning("job %d changed the node: %s", job_id, line[len(NODE_CHANGED_MARK):].strip())
+                log.warning("job %d changed the node: %s", job_id, line[len(NODE_CHANGED_MARK) :].strip())
                 self._reprobe = self._running_spec
                 continue
             if line.startswith(RESULT_MARK):
                 try:
-                    result = JobResult.model_validate_json(line[len(RESULT_MARK):])
+                    result = JobResult.model_validate_json(line[len(RESULT_MARK) :])
                 except ValidationError as exc:
                     log.error("job %d: the worker's result on stdout is not a JobResult: %s", job_id, exc)
                     continue
@@ -811,8 +892,12 @@ def _frozen() -> list[Path]:
     it (hidden, the job's folder and the revision cache writable)."""
     import kernelab.runners
 
-    candidates = [Path.home(), Path(sys.prefix), Path(kernelab.runners.__file__).resolve().parent.parent,
-                  *(Path(entry) for entry in sys.path if entry)]
+    candidates = [
+        Path.home(),
+        Path(sys.prefix),
+        Path(kernelab.runners.__file__).resolve().parent.parent,
+        *(Path(entry) for entry in sys.path if entry),
+    ]
     return [p for p in candidates if p.is_dir() and p.resolve() != Path("/")]
 
 

@@ -54,12 +54,18 @@ def device_work_per_call(
     if results is None:
         return None
     events = results.events()
-    ranges = sorted((e.start_ns(), e.end_ns(), int(e.name()[len(_RANGE):])) for e in events
-                    if e.device_type() == DeviceType.CPU and e.name().startswith(_RANGE))
+    ranges = sorted(
+        (e.start_ns(), e.end_ns(), int(e.name()[len(_RANGE) :]))
+        for e in events
+        if e.device_type() == DeviceType.CPU and e.name().startswith(_RANGE)
+    )
     if len(ranges) != calls:
         return None
-    launch_ns = {e.correlation_id(): e.start_ns() for e in events
-                 if e.device_type() == DeviceType.CPU and e.correlation_id()}
+    launch_ns = {
+        e.correlation_id(): e.start_ns()
+        for e in events
+        if e.device_type() == DeviceType.CPU and e.correlation_id()
+    }
     starts = [r[0] for r in ranges]
     counts = [0] * calls
     for e in events:

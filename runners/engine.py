@@ -71,9 +71,7 @@ class ContentionMonitor(Protocol):
     def check(self, rounds: int) -> None: ...
 
 
-def round_order(
-    round_index: int, settings: MeasurementSpec, rng: np.random.Generator
-) -> list[Variant]:
+def round_order(round_index: int, settings: MeasurementSpec, rng: np.random.Generator) -> list[Variant]:
     """Variants in the order round ``round_index`` times them (``2 * samples_per_round`` entries).
 
     ``abba``: ``[baseline, candidate]`` for an even round, reversed for an odd one, repeated
@@ -244,7 +242,11 @@ def _warm_up(pair: PairTimer, warmup_ms: float) -> dict[Variant, int]:
 
 
 def _sample(
-    variant: Variant, round_index: int, position: int, duration_ns: float, launches: int,
+    variant: Variant,
+    round_index: int,
+    position: int,
+    duration_ns: float,
+    launches: int,
     sampler: ClockSampler | None,
 ) -> Sample:
     context: Mapping[str, Any] = sampler.read() if sampler is not None else {}
@@ -290,8 +292,9 @@ def measure_pair(
     round, at each CI check and after the last round. Whatever the callables or the timer raise
     propagates (the caller records it against the cell).
     """
-    pair = LocalPairTimer({"baseline": CallableSide(fn_baseline, timer),
-                           "candidate": CallableSide(fn_candidate, timer)})
+    pair = LocalPairTimer(
+        {"baseline": CallableSide(fn_baseline, timer), "candidate": CallableSide(fn_candidate, timer)}
+    )
     return measure_interleaved(pair, settings, sampler=sampler, progress=progress, monitor=monitor)
 
 

@@ -49,10 +49,17 @@ _WATCHED: tuple[tuple[str, str], ...] = (
 
 # kernelab's own modules on the timing and checking path: every function and method in them.
 _OWN_MODULES = (
-    "kernelab.runners.timing", "kernelab.runners.engine", "kernelab.runners.sides", "kernelab.runners.checks", "kernelab.runners.integrity",
-    "kernelab.runners.probes.copy_bandwidth", "kernelab.runners.probes.telemetry", "kernelab.kernels.check", "kernelab.service.stats",
+    "kernelab.runners.timing",
+    "kernelab.runners.engine",
+    "kernelab.runners.sides",
+    "kernelab.runners.checks",
+    "kernelab.runners.integrity",
+    "kernelab.runners.probes.copy_bandwidth",
+    "kernelab.runners.probes.telemetry",
+    "kernelab.kernels.check",
+    "kernelab.service.stats",
     "kernelab.service.schemas",
-)  # fmt: skip
+)
 
 
 def _resolve(module: str, path: str) -> tuple[Any, str, Any] | None:
@@ -149,4 +156,3 @@ def tamper_reason() -> Reason | None:
         return None
     shown = ", ".join(replaced[:5]) + (f" and {len(replaced) - 5} more" if len(replaced) > 5 else "")
     return reason("timer-tampered", f"replaced while the job ran (by the benchmark's code?): {shown}")
-

@@ -137,9 +137,7 @@ def _probes(spec: JobSpec, phase: Literal["before", "after"], device: torch.devi
 def _aliases_input(out: torch.Tensor, inputs: Mapping[str, Any]) -> bool:
     """True when ``out`` shares storage with an input tensor (an in-place kernel): never poison it."""
     ptr = out.untyped_storage().data_ptr()
-    return any(
-        isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() == ptr for t in inputs.values()
-    )
+    return any(isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() == ptr for t in inputs.values())
 
 
 def _synchronize(device: torch.device) -> None:
@@ -148,8 +146,13 @@ def _synchronize(device: torch.device) -> None:
 
 
 def check_variant(
-    fn: Callable[[], Any], ref: torch.Tensor, inputs: Mapping[str, Any], *,
-    rtol: float, atol: float, device: torch.device,
+    fn: Callable[[], Any],
+    ref: torch.Tensor,
+    inputs: Mapping[str, Any],
+    *,
+    rtol: float,
+    atol: float,
+    device: torch.device,
 ) -> CorrectnessResult:
     """Run ``fn`` once, poison its output (NaN), run it again and compare with ``ref``.
 
@@ -177,7 +180,11 @@ def check_seed(seed: int, k: int) -> int:
 
 
 def _prepare_sides(
-    bench: Benchmark[Any], spec: JobSpec, cell: dict[str, ParamValue], device: torch.device, timer: Timer,
+    bench: Benchmark[Any],
+    spec: JobSpec,
+    cell: dict[str, ParamValue],
+    device: torch.device,
+    timer: Timer,
 ) -> tuple[dict[Variant, Any], dict[Variant, dict[str, Any]], dict[Variant, LocalSide]]:
     """Each side's parameters, inputs (shared when the parameters are equal, scaled by
     ``correctness.input_scale``) and prepared ``LocalSide`` with the cell's tolerances."""
@@ -202,14 +209,28 @@ def _prepare_sides(
         rtol = spec.correctness.rtol if spec.correctness.rtol is not None else default_rtol
         atol = spec.correctness.atol if spec.correctness.atol is not None else default_atol
         fn = bench.prepare(side_spec.variant, params[v], inputs[v])
-        sides[v] = LocalSide(side=v, bench=bench, variant=side_spec.variant, params=params[v],
-                             inputs=inputs[v], fn=fn, timer=timer, device=device, rtol=rtol, atol=atol)
+        sides[v] = LocalSide(
+            side=v,
+            bench=bench,
+            variant=side_spec.variant,
+            params=params[v],
+            inputs=inputs[v],
+            fn=fn,
+            timer=timer,
+            device=device,
+            rtol=rtol,
+            atol=atol,
+        )
     return params, inputs, sides
 
 
 def _eager_checks(
-    bench: Benchmark[Any], spec: JobSpec, result: CellResult, params: dict[Variant, Any],
-    sides: dict[Variant, LocalSide], device: torch.device,
+    bench: Benchmark[Any],
+    spec: JobSpec,
+    result: CellResult,
+    params: dict[Variant, Any],
+    sides: dict[Variant, LocalSide],
+    device: torch.device,
 ) -> None:
     """Step 4 of the module docstring, into ``result.correctness`` and ``result.findings``."""
     refs = {v: bench.reference(params[v], sides[v].inputs) for v in sides}  # before any run
@@ -217,17 +238,31 @@ def _eager_checks(
     for v, side in sides.items():
         before = snapshot_inputs(side.inputs)
         result.correctness[v], outs[v] = run_checks(
-            bench, side.variant, params[v], side.inputs, side.fn, refs[v], spec.correctness,
-            seed=spec.measurement.seed, device=device, rtol=side.rtol, atol=side.atol,
+            bench,
+            side.variant,
+            params[v],
+            side.inputs,
+            side.fn,
+            refs[v],
+            spec.correctness,
+            seed=spec.measurement.seed,
+            device=device,
+            rtol=side.rtol,
+            atol=side.atol,
         )
         if before is not None:
             # An in-place kernel's output is one of its inputs: that one may change (to the output).
-            modified = [k for k in modified_inputs(before, side.inputs)
-                        if not _is_output(side.inputs[k], outs[v])]
+            modified = [
+                k for k in modified_inputs(before, side.inputs) if not _is_output(side.inputs[k], outs[v])
+            ]
             if modified:
-                result.findings.append(reason(
-                    "inputs-modified", f"{v}: the call modified its inputs {', '.join(modified)} "
-                    "(eager check)", side=v))
+                result.findings.append(
+                    reason(
+                        "inputs-modified",
+                        f"{v}: the call modified its inputs {', '.join(modified)} (eager check)",
+                        side=v,
+                    )
+                )
                 refill_inputs(side.inputs, before)  # the other side must see the inputs as made
     if spec.correctness.bitwise_vs_baseline:
         candidate = result.correctness["candidate"]
@@ -241,8 +276,12 @@ def _eager_checks(
 
 def _is_output(tensor: Any, out: torch.Tensor) -> bool:
     """Whether input ``tensor`` now holds exactly ``out`` (an in-place kernel wrote its output there)."""
-    return (isinstance(tensor, torch.Tensor) and tensor.shape == out.shape and tensor.dtype == out.dtype
-            and not bool(bitwise_diff(tensor, out).any()))
+    return (
+        isinstance(tensor, torch.Tensor)
+        and tensor.shape == out.shape
+        and tensor.dtype == out.dtype
+        and not bool(bitwise_diff(tensor, out).any())
+    )
 
 
 @contextlib.contextmanager
@@ -268,8 +307,9 @@ def _checked_samples(
         references: References = {}  # sides that read the same inputs share the reference
         with _phase(result, "checks"):
             for v, side in sides.items():
-                check = side.checked_sample(seed=seed, rounds=rounds, launches=launches[v],
-                                            references=references)
+                check = side.checked_sample(
+                    seed=seed, rounds=rounds, launches=launches[v], references=references
+                )
                 result.timed_checks.setdefault(v, []).append(check)
             _integrity(result)
 
@@ -284,8 +324,14 @@ def _integrity(result: CellResult) -> None:
 
 
 def _run_cell(
-    bench: Benchmark[Any], spec: JobSpec, index: int, cell: dict[str, ParamValue], device: torch.device,
-    timer: Timer, sampler: ClockSampler | None, progress: Callable[[str], None],
+    bench: Benchmark[Any],
+    spec: JobSpec,
+    index: int,
+    cell: dict[str, ParamValue],
+    device: torch.device,
+    timer: Timer,
+    sampler: ClockSampler | None,
+    progress: Callable[[str], None],
     monitor: GpuContentionMonitor | None = None,
 ) -> CellResult:
     """Measure one cell; an exception is recorded in ``CellResult.error`` with what came before."""
@@ -305,17 +351,25 @@ def _run_cell(
         progress("measuring")
         if monitor is not None:
             monitor.start()
-        checkpoint = _checked_samples(spec, result, sides) if spec.correctness.enabled and \
-            spec.correctness.timed_checks else None
+        checkpoint = (
+            _checked_samples(spec, result, sides)
+            if spec.correctness.enabled and spec.correctness.timed_checks
+            else None
+        )
         t_measure = time.perf_counter()
         try:
             result.samples = measure_interleaved(
-                LocalPairTimer(sides), spec.measurement, sampler=sampler, progress=progress, monitor=monitor,
+                LocalPairTimer(sides),
+                spec.measurement,
+                sampler=sampler,
+                progress=progress,
+                monitor=monitor,
                 checkpoint=checkpoint,
             )
         finally:
             result.phase_s["measure"] = round(
-                time.perf_counter() - t_measure - result.phase_s.get("checks", 0.0), 6)
+                time.perf_counter() - t_measure - result.phase_s.get("checks", 0.0), 6
+            )
             result.timers = {v: side.timer_kind for v, side in sides.items()}
             result.contention = monitor.take() if monitor is not None else []
         with _phase(result, "device_work"):
@@ -384,12 +438,17 @@ def _canary_check(result: CellResult, reference_gbps: float | None, device: torc
         return
     change = now / reference_gbps - 1
     if abs(change) > CANARY_TOLERANCE:
-        result.findings.append(reason(
-            "node-changed",
-            f"device copy bandwidth in the measuring process read {now:,.0f} GB/s after this cell against "
-            f"{reference_gbps:,.0f} GB/s before the benchmark was loaded ({100 * change:+.0f}%, beyond "
-            f"±{100 * CANARY_TOLERANCE:.0f}%): the cell changed the device's state (a cache or clock policy, "
-            "a patched timer, another tenant); its timing cannot decide"))
+        result.findings.append(
+            reason(
+                "node-changed",
+                f"device copy bandwidth in the measuring process read {now:,.0f} GB/s after this cell "
+                f"against "
+                f"{reference_gbps:,.0f} GB/s before the benchmark was loaded ({100 * change:+.0f}%, beyond "
+                f"±{100 * CANARY_TOLERANCE:.0f}%): the cell changed the device's state "
+                "(a cache or clock policy, "
+                "a patched timer, another tenant); its timing cannot decide",
+            )
+        )
 
 
 def measure_cells(
@@ -401,7 +460,8 @@ def measure_cells(
 ) -> tuple[list[CellResult], NodeInfo, str]:
     """Measure every sweep cell of ``spec`` in this process: ``(cells, node fingerprint, timer
     label)`` (module docstring, steps 1-8). Imports the benchmark: run it in a process of its own
-    (``run_job`` does, through ``python -m kernelab.runners.measure``). Raises ``kernelab.kernels.BenchmarkError``
+    (``run_job`` does, through ``python -m kernelab.runners.measure``).
+    Raises ``kernelab.kernels.BenchmarkError``
     for an unknown benchmark; failures inside a cell never raise."""
     configure_triton_env(device)  # TRITON_INTERPRET for the CPU, before anything imports triton
     integrity.take_snapshot()  # before the benchmark module is imported
@@ -418,8 +478,17 @@ def measure_cells(
         with _cpu_threads(1) if device.type == "cpu" else contextlib.nullcontext():
             for index, cell in enumerate(cells):
                 report(index, len(cells), f"cell {index + 1}/{len(cells)} {cell}")
-                result = _run_cell(bench, spec, index, cell, device, timer, sampler,
-                                   partial(report, index, len(cells)), monitor)
+                result = _run_cell(
+                    bench,
+                    spec,
+                    index,
+                    cell,
+                    device,
+                    timer,
+                    sampler,
+                    partial(report, index, len(cells)),
+                    monitor,
+                )
                 _free_device_memory(device, timer)
                 _canary_check(result, canary, device)
                 report(index, len(cells), f"done: {result.error or f'{len(result.samples)} samples'}")
@@ -453,7 +522,8 @@ def run_job(
     index, cell count, message)`` is called as each cell advances. ``timer_kind`` overrides
     ``spec.measurement.timer`` (``kernelab.runners.timing.make_timer``). ``idempotency_key`` defaults to a
     fresh ``uuid4().hex``; timestamps are UTC. Raises ``RuntimeError`` for a CUDA device without
-    CUDA, ``kernelab.kernels.BenchmarkError`` for an unknown benchmark, ``kernelab.runners.measure.MeasureError``
+    CUDA, ``kernelab.kernels.BenchmarkError`` for an unknown benchmark,
+    ``kernelab.runners.measure.MeasureError``
     when the child fails or overruns ``timeout_s``; failures inside a cell never raise.
     """
     started_at = datetime.now(UTC)
@@ -464,7 +534,11 @@ def run_job(
         from kernelab.runners.measure import measure_in_child
 
         results, node, timer_label = measure_in_child(
-            spec, device=dev, progress=progress, timer_kind=timer_kind, timeout_s=spec.timeout_s,
+            spec,
+            device=dev,
+            progress=progress,
+            timer_kind=timer_kind,
+            timeout_s=spec.timeout_s,
         )
     else:
         results, node, timer_label = measure_cells(spec, device=dev, progress=progress, timer_kind=timer_kind)

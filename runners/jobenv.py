@@ -20,18 +20,55 @@ from collections.abc import Iterable, Mapping
 
 JOB_ENV_NAMES_ENV = "KERNELAB_JOB_ENV"  # names an operator added (--job-env), comma/space separated
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH|COOKIE|SESSION", re.IGNORECASE)
-ALLOWED_NAMES = frozenset({
-    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ", "TMPDIR",
-    "PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONHASHSEED", "PYTHONDONTWRITEBYTECODE", "NO_COLOR",
-    "VIRTUAL_ENV", "CONDA_PREFIX", "LD_LIBRARY_PATH", "SSL_CERT_FILE", "SSL_CERT_DIR",
-    "COVERAGE_PROCESS_START", "KERNELAB_ALLOWED_REPOS", "KERNELAB_OWN_PIDS", "KERNELAB_ALL_REDUCE_POOL",
-    "KERNELAB_SITE", "KERNELAB_JOBNS", JOB_ENV_NAMES_ENV,
-})
+ALLOWED_NAMES = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "SHELL",
+        "LANG",
+        "LANGUAGE",
+        "TERM",
+        "TZ",
+        "TMPDIR",
+        "PYTHONPATH",
+        "PYTHONUNBUFFERED",
+        "PYTHONHASHSEED",
+        "PYTHONDONTWRITEBYTECODE",
+        "NO_COLOR",
+        "VIRTUAL_ENV",
+        "CONDA_PREFIX",
+        "LD_LIBRARY_PATH",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "COVERAGE_PROCESS_START",
+        "KERNELAB_ALLOWED_REPOS",
+        "KERNELAB_OWN_PIDS",
+        "KERNELAB_ALL_REDUCE_POOL",
+        "KERNELAB_SITE",
+        "KERNELAB_JOBNS",
+        JOB_ENV_NAMES_ENV,
+    }
+)
 # the GPU stack's settings: CUDA/NVIDIA (devices, caches), ROCm/HIP, Triton, torch, NCCL/gloo,
 # OpenMP/MKL thread counts, locale categories
-ALLOWED_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "TRITON_", "TORCH_", "TORCHINDUCTOR_", "PYTORCH_", "NCCL_",
-                    "GLOO_",
-                    "OMP_", "MKL_", "HIP_", "ROCM_", "HSA_")
+ALLOWED_PREFIXES = (
+    "LC_",
+    "CUDA_",
+    "NVIDIA_",
+    "TRITON_",
+    "TORCH_",
+    "TORCHINDUCTOR_",
+    "PYTORCH_",
+    "NCCL_",
+    "GLOO_",
+    "OMP_",
+    "MKL_",
+    "HIP_",
+    "ROCM_",
+    "HSA_",
+)
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -49,8 +86,10 @@ def check_names(names: Iterable[str]) -> list[str]:
         if not _NAME.match(name):
             raise ValueError(f"--job-env {name!r} is not an environment variable name")
         if is_secret_name(name):
-            raise ValueError(f"--job-env {name!r} looks like a credential ({SECRET_NAME.pattern}); "
-                             "job code never gets credentials")
+            raise ValueError(
+                f"--job-env {name!r} looks like a credential ({SECRET_NAME.pattern}); "
+                "job code never gets credentials"
+            )
         out.append(name)
     return out
 

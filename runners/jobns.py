@@ -60,9 +60,13 @@ def _check(rc: int, what: str) -> None:
 
 def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
     libc = _libc()
-    rc = libc.mount(source.encode() if source else None, target.encode(),
-                    fstype.encode() if fstype else None, ctypes.c_ulong(flags),
-                    data.encode() if data else None)
+    rc = libc.mount(
+        source.encode() if source else None,
+        target.encode(),
+        fstype.encode() if fstype else None,
+        ctypes.c_ulong(flags),
+        data.encode() if data else None,
+    )
     _check(rc, f"mount {source or ''} on {target}")
 
 
@@ -88,8 +92,13 @@ def _outermost(paths: Sequence[Path]) -> list[Path]:
     return out
 
 
-def enter(hide: Sequence[Path], keep: Sequence[Path], *, readonly: Sequence[Path] = (),
-          writable: Sequence[Path] = ()) -> None:
+def enter(
+    hide: Sequence[Path],
+    keep: Sequence[Path],
+    *,
+    readonly: Sequence[Path] = (),
+    writable: Sequence[Path] = (),
+) -> None:
     """Make this process's private namespace: each ``hide`` folder an empty tmpfs but for the
     ``keep`` paths inside it (which must exist); each ``readonly`` folder read-only but for the
     ``writable`` paths inside it; the mounts locked. Raises ``IsolationError`` or ``OSError``."""
@@ -131,8 +140,9 @@ def _inside(paths: Sequence[Path], roots: Sequence[Path], flag: str, root_flag: 
                 out.append(expected)
                 break
         else:
-            raise IsolationError(f"{flag} {path} is not inside a {root_flag} folder "
-                                 f"({', '.join(map(str, roots))})")
+            raise IsolationError(
+                f"{flag} {path} is not inside a {root_flag} folder ({', '.join(map(str, roots))})"
+            )
     return out
 
 
@@ -158,12 +168,22 @@ def set_non_dumpable() -> bool:
         return False
 
 
-def wrap(argv: Sequence[str], *, hide: Path | Sequence[Path] = (), keep: Sequence[Path] = (),
-         readonly: Sequence[Path] = (), writable: Sequence[Path] = ()) -> list[str]:
+def wrap(
+    argv: Sequence[str],
+    *,
+    hide: Path | Sequence[Path] = (),
+    keep: Sequence[Path] = (),
+    readonly: Sequence[Path] = (),
+    writable: Sequence[Path] = (),
+) -> list[str]:
     """The command line running ``argv`` through this helper (module docstring)."""
     cmd = [sys.executable, "-P", "-m", "kernelab.runners.jobns"]
-    for flag, paths in (("--hide", [hide] if isinstance(hide, Path) else hide), ("--keep", keep),
-                        ("--readonly", readonly), ("--writable", writable)):
+    for flag, paths in (
+        ("--hide", [hide] if isinstance(hide, Path) else hide),
+        ("--keep", keep),
+        ("--readonly", readonly),
+        ("--writable", writable),
+    ):
         for path in paths:
             cmd += [flag, str(path)]
     return [*cmd, "--", *argv]
@@ -199,12 +219,27 @@ def probe() -> str:
         (root / "secret.json").write_text("secret")
         (root / "keep").mkdir()
         (root / "keep" / "f").write_text("kept")
-        cmd = wrap([sys.executable, "-c", _PROBE_CHECK, str(root / "secret.json"), str(root / "keep" / "f"),
-                    str(root)],
-                   hide=root, keep=[root / "keep"])
+        cmd = wrap(
+            [
+                sys.executable,
+                "-c",
+                _PROBE_CHECK,
+                str(root / "secret.json"),
+                str(root / "keep" / "f"),
+                str(root),
+            ],
+            hide=root,
+            keep=[root / "keep"],
+        )
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
-                                  stdin=subprocess.DEVNULL, check=False)
+            proc = subprocess.run(
+                cmd,
+                capture_output=True,
+                text=True,
+                timeout=PROBE_TIMEOUT_S,
+                stdin=subprocess.DEVNULL,
+                check=False,
+            )
         except (OSError, subprocess.TimeoutExpired) as exc:
             return f"the namespace helper did not run: {exc}"
         if proc.returncode == 0:

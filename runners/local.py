@@ -111,8 +111,17 @@ class ServerProcess:
     ``start()``/``stop()`` or ``with ServerProcess(...) as server:``.
     """
 
-    def __init__(self, database_url: str, *, port: int, admin_token: str, log_path: Path,
-                 host: str = "127.0.0.1", workers: int = 1, env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        database_url: str,
+        *,
+        port: int,
+        admin_token: str,
+        log_path: Path,
+        host: str = "127.0.0.1",
+        workers: int = 1,
+        env: dict[str, str] | None = None,
+    ):
         self.workers = int(workers)
         self.env = dict(env or {})
         self.database_url = database_url
@@ -144,14 +153,31 @@ class ServerProcess:
                     f"port {self.port} on {self.host} is already in use (another server?); "
                     "choose another with --port"
                 )
-        env = {**os.environ, **self.env, "KERNELAB_DATABASE_URL": self.database_url,
-               "KERNELAB_ADMIN_TOKEN": self._admin_token}
+        env = {
+            **os.environ,
+            **self.env,
+            "KERNELAB_DATABASE_URL": self.database_url,
+            "KERNELAB_ADMIN_TOKEN": self._admin_token,
+        }
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "kernelab.runners.cli", "serve", "--host", self.host, "--port", str(self.port),
-             "--workers", str(self.workers)],
-            env=env, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            [
+                sys.executable,
+                "-m",
+                "kernelab.runners.cli",
+                "serve",
+                "--host",
+                self.host,
+                "--port",
+                str(self.port),
+                "--workers",
+                str(self.workers),
+            ],
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
         )
         try:
             wait_healthy(self.url, self.proc, timeout_s=timeout_s, log_path=self.log_path)
@@ -199,17 +225,35 @@ class LocalStack:
         Raises ``ServerStartError`` when the server does not come up (the port is taken, ...).
         """
         token = admin_token(self.data_dir)
-        self.server = ServerProcess(self.database_url, port=self.port, admin_token=token,
-                                    log_path=self.server_log).start()
+        self.server = ServerProcess(
+            self.database_url, port=self.port, admin_token=token, log_path=self.server_log
+        ).start()
         env = {**os.environ, "KERNELAB_TOKEN": token}
         env.pop("KERNELAB_ADMIN_TOKEN", None)
         self._runner_log = self.runner_log.open("ab")
         self.runner = subprocess.Popen(
-            [sys.executable, "-m", "kernelab.runners.cli", "runner", "--server", self.url, "--name", self.runner_name,
-             "--poll-s", str(RUNNER_POLL_S), "--grace-s", str(RUNNER_GRACE_S),
-             "--work-dir", str(self.data_dir / "runner"),
-             "--job-hide", str(self.data_dir)],  # the database and the admin token beside the work dir
-            env=env, stdout=self._runner_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            [
+                sys.executable,
+                "-m",
+                "kernelab.runners.cli",
+                "runner",
+                "--server",
+                self.url,
+                "--name",
+                self.runner_name,
+                "--poll-s",
+                str(RUNNER_POLL_S),
+                "--grace-s",
+                str(RUNNER_GRACE_S),
+                "--work-dir",
+                str(self.data_dir / "runner"),
+                "--job-hide",
+                str(self.data_dir),
+            ],  # the database and the admin token beside the work dir
+            env=env,
+            stdout=self._runner_log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
         )
         return token
 

@@ -86,45 +86,75 @@ def measure_in_child(
 
 
 def probes_in_child(spec: JobSpec, *, phase: str, device_type: str, timeout_s: float) -> list[ProbeReport]:
-    """``kernelab.runners.job.probe_reports`` of ``spec`` in a fresh ``python -m kernelab.runners.measure probes``
+    """``kernelab.runners.job.probe_reports`` of ``spec`` in a fresh
+    ``python -m kernelab.runners.measure probes``
     process (a process that never imports benchmark code). A child that fails or overruns
     ``timeout_s`` gives one report holding the error (a probe failure is a finding about the
     node, never a lost job)."""
     from datetime import UTC, datetime
 
     try:
-        text = _run_child(spec, ["probes", "--phase", phase, "--device-type", device_type],
-                          progress=None, timeout_s=timeout_s, what="probe")
+        text = _run_child(
+            spec,
+            ["probes", "--phase", phase, "--device-type", device_type],
+            progress=None,
+            timeout_s=timeout_s,
+            what="probe",
+        )
     except MeasureError as exc:
-        return [ProbeReport(phase=phase, taken_at=datetime.now(UTC),  # type: ignore[arg-type]
-                            errors={"run_probes": str(exc)[:500]})]
+        return [
+            ProbeReport(
+                phase=phase,  # type: ignore[arg-type]
+                taken_at=datetime.now(UTC),
+                errors={"run_probes": str(exc)[:500]},
+            )
+        ]
     return _PROBE_REPORTS.validate_json(text)
 
 
 _PROBE_REPORTS = TypeAdapter(list[ProbeReport])
 
 
-def _run_child(spec: JobSpec, args: list[str], *, progress: ProgressFn | None, timeout_s: float,
-               what: str) -> str:
-    """Run ``python -m kernelab.runners.measure ARGS SPEC OUT``; the text of OUT (see ``measure_in_child``)."""
+def _run_child(
+    spec: JobSpec, args: list[str], *, progress: ProgressFn | None, timeout_s: float, what: str
+) -> str:
+    """Run ``python -m kernelab.runners.measure ARGS SPEC OUT``; the text of OUT
+    (see ``measure_in_child``)."""
     from kernelab.kernels import BenchmarkError
 
     with tempfile.TemporaryDirectory(prefix="kernelab-measure-") as tmp:
         spec_path, out_path, err_path = Path(tmp, "spec.json"), Path(tmp, "out.json"), Path(tmp, "stderr")
         spec_path.write_text(spec.model_dump_json(), encoding="utf-8")
-        cmd = [sys.executable, "-P", "-m", "kernelab.runners.measure", args[0], str(spec_path), str(out_path),
-               *args[1:]]
+        cmd = [
+            sys.executable,
+            "-P",
+            "-m",
+            "kernelab.runners.measure",
+            args[0],
+            str(spec_path),
+            str(out_path),
+            *args[1:],
+        ]
         with err_path.open("w", encoding="utf-8") as err:
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL,
-                                    text=True, start_new_session=True, env=_child_env())
+            proc = subprocess.Popen(
+                cmd,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                start_new_session=True,
+                env=_child_env(),
+            )
             relay = threading.Thread(target=_relay, args=(proc.stdout, progress), daemon=True)
             relay.start()
             try:
                 code = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 _kill_group(proc)
-                raise MeasureError(f"timed out: the {what} ran longer than the spec's timeout_s = "
-                                   f"{timeout_s:g} s and was killed") from None
+                raise MeasureError(
+                    f"timed out: the {what} ran longer than the spec's timeout_s = "
+                    f"{timeout_s:g} s and was killed"
+                ) from None
             except BaseException:
                 _kill_group(proc)
                 raise
@@ -173,7 +203,7 @@ def _relay(stream: IO[str] | None, progress: ProgressFn | None) -> None:
 
 
 def _last_line(text: str, mark: str) -> str:
-    lines = [line[len(mark):].strip() for line in text.splitlines() if line.startswith(mark)]
+    lines = [line[len(mark) :].strip() for line in text.splitlines() if line.startswith(mark)]
     return lines[-1] if lines else ""
 
 
@@ -191,7 +221,9 @@ def _kill_group(proc: subprocess.Popen[str]) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m kernelab.runners.measure", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="python -m kernelab.runners.measure", description=__doc__.splitlines()[0]
+    )
     p.add_argument("what", choices=["cells", "probes"])
     p.add_argument("spec_json", type=Path)
     p.add_argument("out_json", type=Path)
@@ -223,8 +255,9 @@ def main(argv: list[str] | None = None) -> int:
             reports = probe_reports(spec, args.phase, args.device_type)
             atomic_write_text(args.out_json, _PROBE_REPORTS.dump_json(reports).decode())
             return EXIT_OK
-        cells, node, timer = measure_cells(spec, device=torch.device(args.device), progress=_print_progress,
-                                           timer_kind=args.timer_kind)
+        cells, node, timer = measure_cells(
+            spec, device=torch.device(args.device), progress=_print_progress, timer_kind=args.timer_kind
+        )
     except BenchmarkError as exc:
         print(f"measure: benchmark: {exc}", file=sys.stderr)
         return EXIT_BENCHMARK

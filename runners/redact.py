@@ -45,7 +45,10 @@ def bound(text: str, limit: int = MAX_ERROR_CHARS) -> str:
 
 
 def redact(
-    text: str, *, secrets: Iterable[str] = (), env: Mapping[str, str] | None = None,
+    text: str,
+    *,
+    secrets: Iterable[str] = (),
+    env: Mapping[str, str] | None = None,
     limit: int = MAX_ERROR_CHARS,
 ) -> str:
     """``text`` with ``secrets`` (see ``secret_values``) replaced by ``REDACTED``, every line
@@ -57,6 +60,7 @@ def redact(
             text = text.replace(value, REDACTED)
     if env:
         names = set(env)
-        text = _ENV_LINE.sub(lambda m: f"{m.group(1)}={REDACTED}" if m.group(1) in names else m.group(0),
-                             text)
+        text = _ENV_LINE.sub(
+            lambda m: f"{m.group(1)}={REDACTED}" if m.group(1) in names else m.group(0), text
+        )
     return bound(text, limit)

@@ -84,14 +84,18 @@ class WorkerChannel:
     that dies or overruns raises ``RevisionError`` naming ``label``.
     """
 
-    def __init__(self, label: str, env: dict[str, str], cwd: Path, deadline: float,
-                 argv: list[str] | None = None):
+    def __init__(
+        self, label: str, env: dict[str, str], cwd: Path, deadline: float, argv: list[str] | None = None
+    ):
         self.label = label
         self.deadline = deadline
         self._buf = b""
         self.proc = subprocess.Popen(
-            argv or [sys.executable, "-P", "-m", "kernelab.runners.revision_worker"], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, env=env, cwd=cwd,
+            argv or [sys.executable, "-P", "-m", "kernelab.runners.revision_worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            cwd=cwd,
         )
         assert self.proc.stdout is not None
         self._selector = selectors.DefaultSelector()
@@ -126,8 +130,9 @@ class WorkerChannel:
 
     def _died(self) -> RevisionError:
         code = self.proc.wait(timeout=_EXIT_WAIT_S)
-        return RevisionError(f"{self.label}: the worker process exited with status {code} "
-                             f"(its stderr is in the job's log)")
+        return RevisionError(
+            f"{self.label}: the worker process exited with status {code} (its stderr is in the job's log)"
+        )
 
     def close(self) -> None:
         """Ask the worker to exit; kill it if it does not within ``_EXIT_WAIT_S``."""
@@ -163,8 +168,9 @@ class RemotePairTimer:
     def launches_for(self, variant: Variant, per_launch_ns: float) -> int:
         """``kernelab.runners.timing.choose_launches`` with the limits of ``variant``'s worker timer."""
         info = self.setup[variant]
-        return choose_launches(per_launch_ns, min_window_ns=float(info["min_window_ns"]),
-                               max_launches=int(info["max_launches"]))
+        return choose_launches(
+            per_launch_ns, min_window_ns=float(info["min_window_ns"]), max_launches=int(info["max_launches"])
+        )
 
     def _ask(self, variant: Variant, payload: dict[str, Any]) -> dict[str, Any]:
         answer = self.channels[variant].request(payload)
@@ -183,7 +189,8 @@ class RemotePairTimer:
     def verify(
         self, variant: Variant, *, seed: int, rounds: int, launches: int
     ) -> tuple[TimedCheck, list[Reason]]:
-        """A checked sample of ``variant`` in its worker (``kernelab.runners.sides.LocalSide.checked_sample``)."""
+        """A checked sample of ``variant`` in its worker
+        (``kernelab.runners.sides.LocalSide.checked_sample``)."""
         answer = self._ask(variant, {"op": "verify", "seed": seed, "rounds": rounds, "launches": launches})
         found = [Reason.model_validate(f) for f in answer["findings"]]
         return TimedCheck.model_validate(answer["check"]), found
@@ -232,10 +239,14 @@ def _workers(
         for side in SIDES:
             triton = _triton_cache(checkouts[side], scratch)
             # isolated: the revision cache read-only for benchmark code but this job's folder and Triton cache
-            argv = jobns.nested([sys.executable, "-P", "-m", "kernelab.runners.revision_worker"], readonly=cache.root,
-                                writable=[scratch, triton])
-            channels[side] = WorkerChannel(_label(spec, side, checkouts[side]), _worker_env(triton),
-                                           scratch, deadline, argv=argv)
+            argv = jobns.nested(
+                [sys.executable, "-P", "-m", "kernelab.runners.revision_worker"],
+                readonly=cache.root,
+                writable=[scratch, triton],
+            )
+            channels[side] = WorkerChannel(
+                _label(spec, side, checkouts[side]), _worker_env(triton), scratch, deadline, argv=argv
+            )
         yield channels
     finally:
         for channel in channels.values():
@@ -244,13 +255,21 @@ def _workers(
 
 
 def _run_cell(
-    spec: JobSpec, index: int, cell: dict[str, Any], channels: dict[Variant, WorkerChannel],
-    pair: RemotePairTimer, sampler: ContextSampler | None, progress: Callable[[str], None],
+    spec: JobSpec,
+    index: int,
+    cell: dict[str, Any],
+    channels: dict[Variant, WorkerChannel],
+    pair: RemotePairTimer,
+    sampler: ContextSampler | None,
+    progress: Callable[[str], None],
 ) -> CellResult:
     """One cell across the two workers; a failure is recorded in ``CellResult.error``."""
-    result = CellResult(index=index, params=cell,
-                        baseline_params={**cell, **spec.baseline.params},
-                        candidate_params={**cell, **spec.candidate.params})
+    result = CellResult(
+        index=index,
+        params=cell,
+        baseline_params={**cell, **spec.baseline.params},
+        candidate_params={**cell, **spec.candidate.params},
+    )
     try:
         progress("preparing and checking correctness")
         answers = {side: channels[side].request({"op": "cell", "index": index}) for side in SIDES}
@@ -275,8 +294,13 @@ def _run_cell(
 
         checks = spec.correctness.enabled and spec.correctness.timed_checks
         try:
-            result.samples = measure_interleaved(pair, spec.measurement, sampler=sampler, progress=progress,
-                                                 checkpoint=checkpoint if checks else None)
+            result.samples = measure_interleaved(
+                pair,
+                spec.measurement,
+                sampler=sampler,
+                progress=progress,
+                checkpoint=checkpoint if checks else None,
+            )
         finally:
             result.timers = {side: pair.timer_kind(side) for side in SIDES}
         for side in SIDES:
@@ -300,8 +324,14 @@ def _revision_info(
     source = getattr(spec, side).source
     if source is None or checkout is None:
         return RevisionInfo(versions=versions)
-    return RevisionInfo(repo=source.repo, ref=source.ref, branch=source.branch, subdir=source.subdir,
-                        sha=checkout.sha, versions=versions)
+    return RevisionInfo(
+        repo=source.repo,
+        ref=source.ref,
+        branch=source.branch,
+        subdir=source.subdir,
+        sha=checkout.sha,
+        versions=versions,
+    )
 
 
 def run_revision_job(
@@ -345,11 +375,17 @@ def run_revision_job(
         setup: dict[Variant, dict[str, Any]] = {}
         for side in SIDES:
             co = checkouts[side]
-            answer = channels[side].request({
-                "op": "setup", "spec": spec.model_dump(mode="json"), "side": side, "device": str(dev),
-                "path": str(co.path) if co else None, "site": str(co.site) if co else None,
-                "timer_kind": timer_kind,
-            })
+            answer = channels[side].request(
+                {
+                    "op": "setup",
+                    "spec": spec.model_dump(mode="json"),
+                    "side": side,
+                    "device": str(dev),
+                    "path": str(co.path) if co else None,
+                    "site": str(co.site) if co else None,
+                    "timer_kind": timer_kind,
+                }
+            )
             if not answer.get("ok"):
                 raise RevisionError(f"{channels[side].label}: {answer.get('error')}")
             setup[side] = answer
@@ -364,10 +400,18 @@ def run_revision_job(
     node.revisions = RevisionsInfo(
         baseline=_revision_info(spec, "baseline", base, setup["baseline"]["versions"]),
         candidate=_revision_info(spec, "candidate", cand, setup["candidate"]["versions"]),
-        diff_stat=diff_stat, diff_shortstat=shortstat,
+        diff_stat=diff_stat,
+        diff_shortstat=shortstat,
     )
     return JobResult(
-        idempotency_key=idempotency_key or uuid.uuid4().hex, job_id=job_id, spec=spec, node=node,
-        timer=setup["baseline"]["timer"], started_at=started_at, finished_at=datetime.now(UTC),
-        cells=results, probes=probes, error=all_cells_failed(results),
+        idempotency_key=idempotency_key or uuid.uuid4().hex,
+        job_id=job_id,
+        spec=spec,
+        node=node,
+        timer=setup["baseline"]["timer"],
+        started_at=started_at,
+        finished_at=datetime.now(UTC),
+        cells=results,
+        probes=probes,
+        error=all_cells_failed(results),
     )

@@ -102,7 +102,8 @@ def revision_reference(ref: str, path: Path | None) -> str:
         for name in [n for n in sys.modules if n == _LIBRARY or n.startswith(_LIBRARY + ".")]:
             del sys.modules[name]
         spec = importlib.util.spec_from_file_location(
-            _LIBRARY, library / "__init__.py", submodule_search_locations=[str(library)])
+            _LIBRARY, library / "__init__.py", submodule_search_locations=[str(library)]
+        )
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         sys.modules[_LIBRARY] = module
@@ -170,8 +171,11 @@ class RevisionWorker:
             if op == "fallback":
                 return {"moved": side.use_fallback()}
             if op == "verify":
-                check = side.checked_sample(seed=int(request["seed"]), rounds=int(request["rounds"]),
-                                            launches=int(request["launches"]))
+                check = side.checked_sample(
+                    seed=int(request["seed"]),
+                    rounds=int(request["rounds"]),
+                    launches=int(request["launches"]),
+                )
                 return {"check": check.model_dump(mode="json"), "findings": _dump(_tampered())}
             return {"findings": _dump(side.device_work_findings() + _tampered())}
         if op == "release":
@@ -198,8 +202,10 @@ class RevisionWorker:
         self.bench = load_benchmark(revision_reference(spec.benchmark, Path(path) if path else None))
         side_spec = getattr(spec, self.side)
         if side_spec.variant not in self.bench.variants:
-            raise WorkerError(f"{self.side}.variant: unknown variant {side_spec.variant!r}; this "
-                              f"revision's benchmark has {list(self.bench.variants)}")
+            raise WorkerError(
+                f"{self.side}.variant: unknown variant {side_spec.variant!r}; this "
+                f"revision's benchmark has {list(self.bench.variants)}"
+            )
         for cell in spec.cells(self.device.type):
             try:
                 self.bench.parse_params({**cell, **side_spec.params})
@@ -210,10 +216,15 @@ class RevisionWorker:
         self.timer = make_timer(self.device, spec.measurement, kind=request.get("timer_kind", "auto"))
         node = node_info(self.device)
         return {
-            "versions": {"torch": node.torch_version, "triton": node.triton_version,
-                         "cuda": node.cuda_version, "driver": node.driver_version,
-                         "python": node.python_version},
-            "timer": self.timer.name, "min_window_ns": self.timer.min_window_ns,
+            "versions": {
+                "torch": node.torch_version,
+                "triton": node.triton_version,
+                "cuda": node.cuda_version,
+                "driver": node.driver_version,
+                "python": node.python_version,
+            },
+            "timer": self.timer.name,
+            "min_window_ns": self.timer.min_window_ns,
             "max_launches": self.timer.max_launches,
         }
 
@@ -230,9 +241,18 @@ class RevisionWorker:
         default_rtol, default_atol = bench.tolerances(params)
         rtol = spec.correctness.rtol if spec.correctness.rtol is not None else default_rtol
         atol = spec.correctness.atol if spec.correctness.atol is not None else default_atol
-        self.prepared = LocalSide(side=self.side, bench=bench, variant=side_spec.variant, params=params,
-                                  inputs=self.inputs, fn=self.fn, timer=self.timer, device=self.device,
-                                  rtol=rtol, atol=atol)
+        self.prepared = LocalSide(
+            side=self.side,
+            bench=bench,
+            variant=side_spec.variant,
+            params=params,
+            inputs=self.inputs,
+            fn=self.fn,
+            timer=self.timer,
+            device=self.device,
+            rtol=rtol,
+            atol=atol,
+        )
         correctness = None
         findings: list[Reason] = []
         if spec.correctness.enabled:
@@ -243,8 +263,13 @@ class RevisionWorker:
             if before is not None:
                 modified = modified_inputs(before, self.inputs)
                 if modified:
-                    findings.append(reason("inputs-modified", f"{self.side}: the call modified its inputs "
-                                           f"{', '.join(modified)} (eager check)", side=self.side))
+                    findings.append(
+                        reason(
+                            "inputs-modified",
+                            f"{self.side}: the call modified its inputs {', '.join(modified)} (eager check)",
+                            side=self.side,
+                        )
+                    )
                     refill_inputs(self.inputs, before)
             del ref
         work = Work.model_validate(bench.work(params, side_spec.variant).model_dump())

@@ -53,8 +53,14 @@ INSTALL_TIMEOUT_S = 900.0  # one install step
 OUTPUT_TAIL_CHARS = 1500  # how much of a failed command's output goes into the error
 READY_MARKER = ".kernelab-ready"
 SITE_DIR = ".kernelab-site"  # per-revision install target, second on sys.path
-GIT_SAFETY = ("-c", "http.followRedirects=false", "-c", "protocol.allow=never",
-              "-c", "core.hooksPath=/dev/null")
+GIT_SAFETY = (
+    "-c",
+    "http.followRedirects=false",
+    "-c",
+    "protocol.allow=never",
+    "-c",
+    "core.hooksPath=/dev/null",
+)
 """``git -c`` options of every git command (git-config(1): ``http.followRedirects``,
 ``protocol.allow``, ``core.hooksPath``: no hook a clone or a job left runs);
 ``_git_options`` adds ``protocol.<transport>.allow=always`` for one transport."""
@@ -185,9 +191,16 @@ def run_command(
     """
     try:
         proc = subprocess.run(
-            list(argv), cwd=cwd, env=env if env is not None else _git_env(), timeout=timeout_s,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
-            errors="replace", check=False,
+            list(argv),
+            cwd=cwd,
+            env=env if env is not None else _git_env(),
+            timeout=timeout_s,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            errors="replace",
+            check=False,
         )
     except subprocess.TimeoutExpired as exc:
         out = exc.output if isinstance(exc.output, str) else ""
@@ -204,7 +217,11 @@ def run_command(
 
 
 def _git(
-    args: Sequence[str], *, git_dir: Path, what: str, timeout_s: float = GIT_TIMEOUT_S,
+    args: Sequence[str],
+    *,
+    git_dir: Path,
+    what: str,
+    timeout_s: float = GIT_TIMEOUT_S,
     repo: str | None = None,
 ) -> str:
     """``git <GIT_SAFETY> --git-dir=<git_dir> <args>``; ``repo``: the canonical address it fetches."""
@@ -258,19 +275,40 @@ class RevisionCache:
         _check_not_rewritten(norm, side)
         if not (git_dir / "HEAD").exists():
             git_dir.parent.mkdir(parents=True, exist_ok=True)
-            run_command(["git", *_git_options(norm), "clone", "--bare", "--quiet", "--", norm, str(git_dir)],
-                        cwd=None, timeout_s=GIT_TIMEOUT_S, what=f"{side}: cannot clone {repo!r}")
-        _git(["fetch", "--quiet", "--force", "--prune", "--", norm, "+refs/heads/*:refs/heads/*",
-              "+refs/tags/*:refs/tags/*", "+HEAD:refs/kernelab/remote-HEAD"],
-             git_dir=git_dir, what=f"{side}: cannot fetch {repo!r}", repo=norm)
+            run_command(
+                ["git", *_git_options(norm), "clone", "--bare", "--quiet", "--", norm, str(git_dir)],
+                cwd=None,
+                timeout_s=GIT_TIMEOUT_S,
+                what=f"{side}: cannot clone {repo!r}",
+            )
+        _git(
+            [
+                "fetch",
+                "--quiet",
+                "--force",
+                "--prune",
+                "--",
+                norm,
+                "+refs/heads/*:refs/heads/*",
+                "+refs/tags/*:refs/tags/*",
+                "+HEAD:refs/kernelab/remote-HEAD",
+            ],
+            git_dir=git_dir,
+            what=f"{side}: cannot fetch {repo!r}",
+            repo=norm,
+        )
         return git_dir
 
     def _resolve(self, git_dir: Path, repo: str, ref: str, side: str) -> str:
         """Full sha of ``ref``; a sha not on any branch is fetched by id. Raises ``RevisionError``."""
+
         def rev_parse() -> str | None:
             try:
-                out = _git(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}"],
-                           git_dir=git_dir, what="rev-parse")
+                out = _git(
+                    ["rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}"],
+                    git_dir=git_dir,
+                    what="rev-parse",
+                )
             except RevisionError:
                 return None
             return out.strip() or None
@@ -307,8 +345,9 @@ class RevisionCache:
                 _install(source, path, root / SITE_DIR, side, cache_root=self.root)
                 _write_marker(root / READY_MARKER, {"install": source.install, "subdir": source.subdir})
             path = _subdir_path(root, source.subdir, sha, side)
-        return Checkout(repo=source.repo, sha=sha, root=root, path=path, site=root / SITE_DIR,
-                        git_dir=git_dir)
+        return Checkout(
+            repo=source.repo, sha=sha, root=root, path=path, site=root / SITE_DIR, git_dir=git_dir
+        )
 
     def _fresh_worktree(self, git_dir: Path, root: Path, sha: str, side: str) -> None:
         if root.exists():  # a failed install or another subdir/install earlier: start over
@@ -318,8 +357,11 @@ class RevisionCache:
                 shutil.rmtree(root)
         _git(["worktree", "prune"], git_dir=git_dir, what=f"{side}: git worktree prune")
         root.parent.mkdir(parents=True, exist_ok=True)
-        _git(["worktree", "add", "--detach", "--force", str(root), sha], git_dir=git_dir,
-             what=f"{side}: cannot check out {sha[:12]}")
+        _git(
+            ["worktree", "add", "--detach", "--force", str(root), sha],
+            git_dir=git_dir,
+            what=f"{side}: cannot check out {sha[:12]}",
+        )
 
     def diff_stat(self, baseline: Checkout, candidate: Checkout) -> tuple[str, str]:
         """``(git diff --stat, git diff --shortstat)`` from baseline to candidate; empty strings
@@ -417,8 +459,13 @@ def _install(source: SourceSpec, path: Path, site: Path, side: str, *, cache_roo
             argv = install_argv(step, site=site)
         except RevisionError as exc:
             raise RevisionError(f"{side}: {exc}") from None
-        run_command(jobns.nested(argv, readonly=cache_root, writable=[site.parent]), cwd=path,
-                    timeout_s=INSTALL_TIMEOUT_S, env=env, what=f"{side}: install step {i + 1} failed")
+        run_command(
+            jobns.nested(argv, readonly=cache_root, writable=[site.parent]),
+            cwd=path,
+            timeout_s=INSTALL_TIMEOUT_S,
+            env=env,
+            what=f"{side}: install step {i + 1} failed",
+        )
 
 
 def resolve_ref(repo: str, ref: str) -> tuple[str, str]:
@@ -430,19 +477,34 @@ def resolve_ref(repo: str, ref: str) -> tuple[str, str]:
     """
     path = Path(repo).expanduser()
     what = f"revision {ref!r} not found in {repo!r}"
-    sha = run_command(["git", "-C", str(path), "rev-parse", "--verify", "--quiet", "--end-of-options",
-                       f"{ref}^{{commit}}"], cwd=None, timeout_s=GIT_TIMEOUT_S, what=what).strip()
+    sha = run_command(
+        ["git", "-C", str(path), "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}"],
+        cwd=None,
+        timeout_s=GIT_TIMEOUT_S,
+        what=what,
+    ).strip()
     label = ref
     if ref in ("HEAD", "@"):
-        label = run_command(["git", "-C", str(path), "rev-parse", "--abbrev-ref", "HEAD"], cwd=None,
-                            timeout_s=GIT_TIMEOUT_S, what=what).strip() or "HEAD"
+        label = (
+            run_command(
+                ["git", "-C", str(path), "rev-parse", "--abbrev-ref", "HEAD"],
+                cwd=None,
+                timeout_s=GIT_TIMEOUT_S,
+                what=what,
+            ).strip()
+            or "HEAD"
+        )
     return sha, label
 
 
 def is_dirty(repo: str) -> bool:
     """True when the local checkout ``repo`` has uncommitted changes to tracked files."""
-    out = run_command(["git", "-C", str(Path(repo).expanduser()), "status", "--porcelain",
-                       "--untracked-files=no"], cwd=None, timeout_s=GIT_TIMEOUT_S, what="git status")
+    out = run_command(
+        ["git", "-C", str(Path(repo).expanduser()), "status", "--porcelain", "--untracked-files=no"],
+        cwd=None,
+        timeout_s=GIT_TIMEOUT_S,
+        what="git status",
+    )
     return bool(out.strip())
 
 
@@ -465,7 +527,12 @@ def with_revisions(spec: JobSpec, repo: str, baseline_ref: str | None, candidate
             repo_value = normalize_repo(repo)
             sha, label = resolve_ref(repo_value, ref)
         old = current.source
-        source = SourceSpec(repo=repo_value, ref=sha, branch=label,
-                            subdir=old.subdir if old else "", install=old.install if old else [])
+        source = SourceSpec(
+            repo=repo_value,
+            ref=sha,
+            branch=label,
+            subdir=old.subdir if old else "",
+            install=old.install if old else [],
+        )
         updates[side] = current.model_copy(update={"source": source})
     return spec.model_copy(update=updates)

@@ -95,8 +95,11 @@ def snapshot_inputs(inputs: Mapping[str, Any]) -> dict[str, torch.Tensor] | None
 
 def modified_inputs(before: Mapping[str, torch.Tensor], inputs: Mapping[str, Any]) -> list[str]:
     """Keys of ``inputs`` whose bytes differ from the copies in ``before`` (``bitwise_diff``)."""
-    return [k for k, old in before.items()
-            if isinstance(inputs.get(k), torch.Tensor) and bool(bitwise_diff(old, inputs[k]).any())]
+    return [
+        k
+        for k, old in before.items()
+        if isinstance(inputs.get(k), torch.Tensor) and bool(bitwise_diff(old, inputs[k]).any())
+    ]
 
 
 def _idle_sync_ns(device: torch.device) -> float:
@@ -120,8 +123,18 @@ class LocalSide:
     """
 
     def __init__(
-        self, *, side: Variant, bench: Any, variant: str, params: Any, inputs: dict[str, Any],
-        fn: Callable[[], Any], timer: Timer, device: torch.device, rtol: float, atol: float,
+        self,
+        *,
+        side: Variant,
+        bench: Any,
+        variant: str,
+        params: Any,
+        inputs: dict[str, Any],
+        fn: Callable[[], Any],
+        timer: Timer,
+        device: torch.device,
+        rtol: float,
+        atol: float,
     ) -> None:
         self.side, self.bench, self.variant, self.params = side, bench, variant, params
         self.inputs, self.fn, self.timer, self.device = inputs, fn, timer, device
@@ -182,15 +195,26 @@ class LocalSide:
         out = self.timer.output_of(self.fn)
         if type(out) is not torch.Tensor:
             what = f"{type(out).__module__}.{type(out).__qualname__}"
-            found = [reason("not-a-tensor", f"{self.side}: the timed call returned {what}, not a plain "
-                            "torch.Tensor: a wrapped, lazy or deferred output", side=self.side)]
+            found = [
+                reason(
+                    "not-a-tensor",
+                    f"{self.side}: the timed call returned {what}, not a plain "
+                    "torch.Tensor: a wrapped, lazy or deferred output",
+                    side=self.side,
+                )
+            ]
             return self._result(kind, rounds, seed, launches, ns, None, found)
         findings = self._after_window(out, kind, launches, threads, idle_ns)
         if before is not None and not in_place:
             modified = modified_inputs(before, self.inputs)
             if modified:
-                findings.append(reason("inputs-modified", f"{self.side}: the timed call modified its inputs "
-                                       f"{', '.join(modified)}", side=self.side))
+                findings.append(
+                    reason(
+                        "inputs-modified",
+                        f"{self.side}: the timed call modified its inputs {', '.join(modified)}",
+                        side=self.side,
+                    )
+                )
         check = None
         if not in_place:
             assert self._at_stop is not None
@@ -198,9 +222,15 @@ class LocalSide:
             if kind == "cuda-graph":
                 findings += self._one_fresh_call(seed + 1, references)
             if not check.passed:
-                findings.append(reason("wrong-under-timing", f"{self.side}: wrong {_timed_method(kind)} "
-                                       f"(fresh inputs, seed {seed}): {check.message}"
-                                       + (f"; where: {check.where}" if check.where else ""), side=self.side))
+                findings.append(
+                    reason(
+                        "wrong-under-timing",
+                        f"{self.side}: wrong {_timed_method(kind)} "
+                        f"(fresh inputs, seed {seed}): {check.message}"
+                        + (f"; where: {check.where}" if check.where else ""),
+                        side=self.side,
+                    )
+                )
             if unfilled:
                 check.message += f"; not refilled (no tensor of a fixed shape): {', '.join(unfilled)}"
         return self._result(kind, rounds, seed, launches, ns, check, findings)
@@ -231,9 +261,15 @@ class LocalSide:
         check = self._check(out, ref)
         if check.passed:
             return []
-        return [reason("wrong-output", f"{self.side}: one call right after its inputs changed (fresh inputs, "
-                       f"seed {seed}) returned a wrong output: {check.message}"
-                       + (f"; where: {check.where}" if check.where else ""), side=self.side)]
+        return [
+            reason(
+                "wrong-output",
+                f"{self.side}: one call right after its inputs changed (fresh inputs, "
+                f"seed {seed}) returned a wrong output: {check.message}"
+                + (f"; where: {check.where}" if check.where else ""),
+                side=self.side,
+            )
+        ]
 
     def _after_window(
         self, out: torch.Tensor, kind: str, launches: int, threads: set[threading.Thread], idle_ns: float
@@ -248,27 +284,43 @@ class LocalSide:
             t.join(_THREAD_JOIN_S)
         if left:
             names = ", ".join(sorted(t.name for t in left))
-            findings.append(reason("background-work", f"{self.side}: the call left {len(left)} thread(s) "
-                                   f"running after the timed window ({names})", side=self.side))
+            findings.append(
+                reason(
+                    "background-work",
+                    f"{self.side}: the call left {len(left)} thread(s) "
+                    f"running after the timed window ({names})",
+                    side=self.side,
+                )
+            )
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         if at_stop.shape == out.shape:
             changed = bitwise_diff(at_stop, out)
             if bool(changed.any()):
                 view, axes = logical_view(changed, self.bench, self.params)
-                findings.append(reason("output-after-window", f"{self.side}: the output changed after the "
-                                       f"timed window had ended {_timed_method(kind)}: "
-                                       f"{describe_where(view, axes)}", side=self.side))
+                findings.append(
+                    reason(
+                        "output-after-window",
+                        f"{self.side}: the output changed after the "
+                        f"timed window had ended {_timed_method(kind)}: "
+                        f"{describe_where(view, axes)}",
+                        side=self.side,
+                    )
+                )
         limit = max(_DRAIN_SLACK_NS, _DRAIN_IDLE_FACTOR * idle_ns)
         if self.device.type == "cuda" and drain_ns > limit:
             again = self._drain_after_sample(launches)  # a second look: a busy host can delay a sync
             if again > limit:
-                findings.append(reason(
-                    "work-after-window",
-                    f"{self.side}: device work was still running {min(drain_ns, again) / 1e3:,.0f} us after "
-                    f"the timed window had ended {_timed_method(kind)} (an idle device synchronises in "
-                    f"{idle_ns / 1e3:,.0f} us): work on another stream, or queued past the stop event",
-                    side=self.side))
+                findings.append(
+                    reason(
+                        "work-after-window",
+                        f"{self.side}: device work was still running "
+                        f"{min(drain_ns, again) / 1e3:,.0f} us after "
+                        f"the timed window had ended {_timed_method(kind)} (an idle device synchronises in "
+                        f"{idle_ns / 1e3:,.0f} us): work on another stream, or queued past the stop event",
+                        side=self.side,
+                    )
+                )
         return findings
 
     def _check(self, out: torch.Tensor, ref: Any) -> CorrectnessResult:
@@ -287,22 +339,40 @@ class LocalSide:
         if self.device.type != "cuda":
             return []
         if self.timer.empty_capture(self.fn):
-            return [reason("no-device-work", f"{self.side}: the CUDA graph captured from its timed calls "
-                           "holds no node: the calls launched no device work", side=self.side)]
+            return [
+                reason(
+                    "no-device-work",
+                    f"{self.side}: the CUDA graph captured from its timed calls "
+                    "holds no node: the calls launched no device work",
+                    side=self.side,
+                )
+            ]
         nodes = self.timer.graph_nodes(self.fn)
         if nodes is not None:  # counted at capture: no profiler needed
             n, launches = nodes
             if n >= launches:
                 return []
-            return [reason("no-device-work", f"{self.side}: the CUDA graph of its {launches} timed calls "
-                           f"holds {n} nodes: at least {launches - n} of the calls launched no kernel, copy "
-                           "or memset", side=self.side)]
+            return [
+                reason(
+                    "no-device-work",
+                    f"{self.side}: the CUDA graph of its {launches} timed calls "
+                    f"holds {n} nodes: at least {launches - n} of the calls launched no kernel, copy "
+                    "or memset",
+                    side=self.side,
+                )
+            ]
         counts = device_work_per_call(self.fn, self.device)
         if counts is None or min(counts) > 0:
             return []
-        return [reason("no-device-work", f"{self.side}: {counts.count(0)} of {len(counts)} profiled calls "
-                       "launched no kernel, copy or memset (device activities per call: "
-                       f"{', '.join(map(str, counts))})", side=self.side)]
+        return [
+            reason(
+                "no-device-work",
+                f"{self.side}: {counts.count(0)} of {len(counts)} profiled calls "
+                "launched no kernel, copy or memset (device activities per call: "
+                f"{', '.join(map(str, counts))})",
+                side=self.side,
+            )
+        ]
 
     def _drain_ns(self) -> float:
         """After a sample: wait for the ``at_stop`` copy on the timing stream, then time how long
@@ -322,12 +392,23 @@ class LocalSide:
         return self._drain_ns()
 
     def _result(
-        self, kind: str, rounds: int, seed: int, launches: int, ns: float,
-        check: CorrectnessResult | None, findings: list[Reason],
+        self,
+        kind: str,
+        rounds: int,
+        seed: int,
+        launches: int,
+        ns: float,
+        check: CorrectnessResult | None,
+        findings: list[Reason],
     ) -> TimedCheck:
         self._at_stop = None
         return TimedCheck(
-            timer=kind, round=rounds, seed=seed, launches=launches,
+            timer=kind,
+            round=rounds,
+            seed=seed,
+            launches=launches,
             duration_ns=ns if math.isfinite(ns) and ns >= 0 else None,
-            passed=not any(f.severity == "error" for f in findings), correctness=check, findings=findings,
+            passed=not any(f.severity == "error" for f in findings),
+            correctness=check,
+            findings=findings,
         )

@@ -534,8 +534,9 @@ class FallbackTimer(Timer):
             try:
                 return self.primary.time_ns(fn, launches)
             except TimerUnsupported as exc:
-                logger.warning("%s cannot time %r (%s); using %s for it", self.primary.name, fn, exc,
-                               self.fallback.name)
+                logger.warning(
+                    "%s cannot time %r (%s); using %s for it", self.primary.name, fn, exc, self.fallback.name
+                )
                 self._fallen_back.add(fn)
                 self.fallbacks += 1
         return self.fallback.time_ns(fn, launches)

@@ -44,11 +44,19 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("out_json", type=Path, help="where the JobResult JSON is written")
     p.add_argument("--job-id", type=int, default=None)
     p.add_argument("--idempotency-key", default=None)
-    p.add_argument("--allow-repo", action="append", default=[], metavar="REPO",
-                   help="repository a source revision may come from (repeatable; also "
-                        "KERNELAB_ALLOWED_REPOS)")
-    p.add_argument("--cache-dir", type=Path, default=Path.home() / ".kernelab" / "revisions",
-                   help="clones, worktrees and Triton caches of source revisions")
+    p.add_argument(
+        "--allow-repo",
+        action="append",
+        default=[],
+        metavar="REPO",
+        help="repository a source revision may come from (repeatable; also KERNELAB_ALLOWED_REPOS)",
+    )
+    p.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=Path.home() / ".kernelab" / "revisions",
+        help="clones, worktrees and Triton caches of source revisions",
+    )
     return p
 
 
@@ -84,8 +92,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if spec.baseline.source is not None or spec.candidate.source is not None:
             result = run_revision_job(
-                spec, allow=AllowList.from_env(args.allow_repo), cache_dir=args.cache_dir,
-                job_id=args.job_id, idempotency_key=args.idempotency_key, progress=_print_progress,
+                spec,
+                allow=AllowList.from_env(args.allow_repo),
+                cache_dir=args.cache_dir,
+                job_id=args.job_id,
+                idempotency_key=args.idempotency_key,
+                progress=_print_progress,
             )
         else:
             result = run_job(

@@ -34,7 +34,9 @@ def take_write_lock(session: Session, token_id: int) -> None:
     if session.get_bind().dialect.name != "sqlite":
         return
     session.execute(
-        update(models.Token).where(models.Token.id == token_id).values(id=models.Token.id)
+        update(models.Token)
+        .where(models.Token.id == token_id)
+        .values(id=models.Token.id)
         .execution_options(synchronize_session=False)
     )
 

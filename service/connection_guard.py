@@ -93,8 +93,12 @@ class GuardedH11Protocol(H11Protocol):
     def _body_pending(self) -> bool:
         """Whether the body of the request whose window runs is still arriving."""
         cycle = self.cycle
-        return cycle is not None and cycle is self._body_cycle and bool(cycle.more_body) \
+        return (
+            cycle is not None
+            and cycle is self._body_cycle
+            and bool(cycle.more_body)
             and not cycle.response_complete
+        )
 
     def _arm_body(self) -> None:
         self._body_cycle = self.cycle

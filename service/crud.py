@@ -418,7 +418,8 @@ def store_result(
     stored = _stored_under_key(session, job_id, result)
     if stored is not None:
         return stored, True
-    # A job none of whose cells measured failed, whatever the runner says (kernelab.service.verdicts.job_error).
+    # A job none of whose cells measured failed, whatever the runner says
+    # (kernelab.service.verdicts.job_error).
     error = verdicts.job_error(result)
     try:
         job = queue.complete(session, job_id, runner_id=runner_id, error=error)  # 409 first: the lease
@@ -493,9 +494,7 @@ def _store_comparison(factory: sessionmaker[Session], job_id: int) -> None:
             session.commit()
 
 
-def base_comparison(
-    *, session: Session, job_id: int, result: JobResult | None = None
-) -> Comparison | None:
+def base_comparison(*, session: Session, job_id: int, result: JobResult | None = None) -> Comparison | None:
     """The stored comparison of ``job_id``'s result (``stats.compare`` without node-health flags),
     computed from the raw samples and stored on a miss (the caller commits); None when the job has
     no result. ``result``: the already loaded ``JobResult``, to spare loading it on a miss."""

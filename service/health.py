@@ -164,12 +164,28 @@ def probe_figures(report: ProbeReport, thresholds: Thresholds | None = None) -> 
     t = thresholds or Thresholds()
     out: list[Figure] = []
     for c in report.copy_bandwidth:
-        out.append(Figure(f"copy GPU {c.device_index}", c.bandwidth_gbps, "GB/s", "higher", "copy",
-                          device_index=c.device_index))
+        out.append(
+            Figure(
+                f"copy GPU {c.device_index}",
+                c.bandwidth_gbps,
+                "GB/s",
+                "higher",
+                "copy",
+                device_index=c.device_index,
+            )
+        )
     for p in report.peer_copy:
         if p.peer_access and p.bandwidth_gbps > 0:
-            out.append(Figure(f"peer {p.src_device}->{p.dst_device}", p.bandwidth_gbps, "GB/s", "higher",
-                              "peer", ranks=(p.src_device, p.dst_device)))
+            out.append(
+                Figure(
+                    f"peer {p.src_device}->{p.dst_device}",
+                    p.bandwidth_gbps,
+                    "GB/s",
+                    "higher",
+                    "peer",
+                    ranks=(p.src_device, p.dst_device),
+                )
+            )
     series: dict[str, list[AllReduceReading]] = {}
     for a in report.all_reduce:
         if a.world_size < 2:
@@ -186,16 +202,36 @@ def probe_figures(report: ProbeReport, thresholds: Thresholds | None = None) -> 
         series.setdefault(stem, []).append(a)
     for stem, calls in series.items():
         a = calls[0]
-        warm = calls[warmup_calls([c.time_us for c in calls], t.cold_factor):]
+        warm = calls[warmup_calls([c.time_us for c in calls], t.cold_factor) :]
         time_us = statistics.median(c.time_us for c in warm)
         busbw = statistics.median(c.busbw_gbps for c in warm)
         n, cold = len(calls), len(calls) - len(warm)
         if a.size_bytes <= t.latency_max_bytes:
-            out.append(Figure(f"{stem} time", time_us, "us", "lower", "latency", ranks=tuple(a.ranks),
-                              readings=n, warmup=cold))
+            out.append(
+                Figure(
+                    f"{stem} time",
+                    time_us,
+                    "us",
+                    "lower",
+                    "latency",
+                    ranks=tuple(a.ranks),
+                    readings=n,
+                    warmup=cold,
+                )
+            )
         if a.size_bytes >= t.busbw_min_bytes:
-            out.append(Figure(f"{stem} busbw", busbw, "GB/s", "higher", "busbw", ranks=tuple(a.ranks),
-                              readings=n, warmup=cold))
+            out.append(
+                Figure(
+                    f"{stem} busbw",
+                    busbw,
+                    "GB/s",
+                    "higher",
+                    "busbw",
+                    ranks=tuple(a.ranks),
+                    readings=n,
+                    warmup=cold,
+                )
+            )
     return out
 
 
@@ -204,7 +240,7 @@ def warmup_calls(times_us: Sequence[float], cold_factor: float = COLD_FACTOR) ->
     ``cold_factor`` x the median of the calls after it. 0 for a single call; at least one call is
     always kept. E.g. ``[214477, 4.1, 4.0, 3.9]`` -> 1."""
     cold = 0
-    while cold < len(times_us) - 1 and times_us[cold] > cold_factor * statistics.median(times_us[cold + 1:]):
+    while cold < len(times_us) - 1 and times_us[cold] > cold_factor * statistics.median(times_us[cold + 1 :]):
         cold += 1
     return cold
 
@@ -236,8 +272,17 @@ def learn_bands(
             limit = median * t.busbw_min_fraction
         else:
             limit = median * t.copy_min_fraction
-        bands[key] = HealthBand(figure=key, unit=f.unit, better=f.better, median=median, low=min(vs),
-                                high=max(vs), n=len(vs), limit=limit, scope=scope)
+        bands[key] = HealthBand(
+            figure=key,
+            unit=f.unit,
+            better=f.better,
+            median=median,
+            low=min(vs),
+            high=max(vs),
+            n=len(vs),
+            limit=limit,
+            scope=scope,
+        )
     return bands
 
 
@@ -258,13 +303,21 @@ def band_reasons(
         summary = ""
         if f.readings > 1:
             summary = f" (median of {f.readings - f.warmup} calls after {f.warmup} warm-up)"
-        out.append(HealthReason(
-            code=f"{f.kind}-outside-band", flag="degraded-node", figure=f.key, device_index=f.device_index,
-            value=f.value, limit=band.limit,
-            message=(f"{f.key}: {f.value:.4g} {f.unit}{summary} is {relation} the {band.scope} band's median "
-                     f"{band.median:.4g} {f.unit} (limit {band.limit:.4g} {f.unit}, "
-                     f"{band.n} healthy probes)"),
-        ))
+        out.append(
+            HealthReason(
+                code=f"{f.kind}-outside-band",
+                flag="degraded-node",
+                figure=f.key,
+                device_index=f.device_index,
+                value=f.value,
+                limit=band.limit,
+                message=(
+                    f"{f.key}: {f.value:.4g} {f.unit}{summary} is {relation} the {band.scope} band's median "
+                    f"{band.median:.4g} {f.unit} (limit {band.limit:.4g} {f.unit}, "
+                    f"{band.n} healthy probes)"
+                ),
+            )
+        )
     return out
 
 
@@ -299,13 +352,21 @@ def peer_reasons(report: ProbeReport, thresholds: Thresholds | None = None) -> l
         what = "GPUs" if kind == "copy" else "GPU pairs"
         for f in figures:
             if f.value < limit:
-                out.append(HealthReason(
-                    code=f"{kind}-below-peers", flag="degraded-node", figure=f.key,
-                    device_index=f.device_index, value=f.value, limit=limit,
-                    message=(f"{f.key}: {f.value:.4g} {f.unit} is {f.value / median:.0%} of the median "
-                             f"{median:.4g} {f.unit} of the {len(figures)} {what} in the same report "
-                             f"(limit {t.peer_min_fraction:g}x): far below its peers"),
-                ))
+                out.append(
+                    HealthReason(
+                        code=f"{kind}-below-peers",
+                        flag="degraded-node",
+                        figure=f.key,
+                        device_index=f.device_index,
+                        value=f.value,
+                        limit=limit,
+                        message=(
+                            f"{f.key}: {f.value:.4g} {f.unit} is {f.value / median:.0%} of the median "
+                            f"{median:.4g} {f.unit} of the {len(figures)} {what} in the same report "
+                            f"(limit {t.peer_min_fraction:g}x): far below its peers"
+                        ),
+                    )
+                )
     return out
 
 
@@ -324,15 +385,25 @@ def instant_reasons(
     t = thresholds or Thresholds()
     out: list[HealthReason] = []
     for probe, text in sorted(report.errors.items()):
-        out.append(HealthReason(code="probe-failed", flag="degraded-node", figure=probe,
-                                message=f"the {probe} probe failed: {text}"))
+        out.append(
+            HealthReason(
+                code="probe-failed",
+                flag="degraded-node",
+                figure=probe,
+                message=f"the {probe} probe failed: {text}",
+            )
+        )
     for a in report.all_reduce:
         if not a.correct:
             group = _group_label(a.ranks, a.world_size)
-            out.append(HealthReason(code="all-reduce-wrong", flag="degraded-node",
-                                    figure=f"all-reduce {group} {size_label(a.size_bytes)}",
-                                    message=f"all-reduce over {group} of {size_label(a.size_bytes)} "
-                                            "returned a wrong sum"))
+            out.append(
+                HealthReason(
+                    code="all-reduce-wrong",
+                    flag="degraded-node",
+                    figure=f"all-reduce {group} {size_label(a.size_bytes)}",
+                    message=f"all-reduce over {group} of {size_label(a.size_bytes)} returned a wrong sum",
+                )
+            )
     out += peer_reasons(report, t)
     before = {(g.uuid or str(g.device_index)): g for g in (previous.telemetry if previous else [])}
     ignored = set(t.ignored_clock_reasons)
@@ -341,23 +412,42 @@ def instant_reasons(
     for g in report.telemetry:
         reasons = [r for r in clock_events.throttle_reasons(g.clock_event_reasons) if r not in ignored]
         if reasons:
-            out.append(HealthReason(
-                code="clock-event", flag="degraded-node", device_index=g.device_index,
-                message=f"GPU {g.device_index}: clock-event reasons {', '.join(reasons)}"))
+            out.append(
+                HealthReason(
+                    code="clock-event",
+                    flag="degraded-node",
+                    device_index=g.device_index,
+                    message=f"GPU {g.device_index}: clock-event reasons {', '.join(reasons)}",
+                )
+            )
         old = before.get(g.uuid or str(g.device_index))
         old_ecc = old.ecc_volatile_uncorrected if old is not None else None
         new_ecc = g.ecc_volatile_uncorrected
         if old_ecc is not None and new_ecc is not None and new_ecc > old_ecc:
-            out.append(HealthReason(
-                code="ecc-growth", flag="degraded-node", device_index=g.device_index,
-                value=float(new_ecc), limit=float(old_ecc),
-                message=(f"GPU {g.device_index}: volatile uncorrected ECC errors grew from "
-                         f"{old_ecc} to {new_ecc}")))
+            out.append(
+                HealthReason(
+                    code="ecc-growth",
+                    flag="degraded-node",
+                    device_index=g.device_index,
+                    value=float(new_ecc),
+                    limit=float(old_ecc),
+                    message=(
+                        f"GPU {g.device_index}: volatile uncorrected ECC errors grew from "
+                        f"{old_ecc} to {new_ecc}"
+                    ),
+                )
+            )
         foreign = _foreign_processes(g.other_processes)
         if foreign:
-            out.append(HealthReason(code="other-tenant", flag="contended", device_index=g.device_index,
-                                    value=float(foreign),
-                                    message=f"GPU {g.device_index}: {foreign} other compute process(es)"))
+            out.append(
+                HealthReason(
+                    code="other-tenant",
+                    flag="contended",
+                    device_index=g.device_index,
+                    value=float(foreign),
+                    message=f"GPU {g.device_index}: {foreign} other compute process(es)",
+                )
+            )
     return out
 
 
@@ -375,8 +465,11 @@ def flags_of(reasons: Iterable[HealthReason]) -> list[Flag]:
 
 
 def evaluate(
-    report: ProbeReport, *, node_bands: Mapping[str, HealthBand] | None = None,
-    fleet_bands: Mapping[str, HealthBand] | None = None, previous: ProbeReport | None = None,
+    report: ProbeReport,
+    *,
+    node_bands: Mapping[str, HealthBand] | None = None,
+    fleet_bands: Mapping[str, HealthBand] | None = None,
+    previous: ProbeReport | None = None,
     thresholds: Thresholds | None = None,
 ) -> list[HealthReason]:
     """Every reason ``report`` is not healthy: instant reasons, then the node band's, then the
@@ -398,7 +491,9 @@ class History:
 
 
 def evaluate_history(
-    reports: Sequence[ProbeReport], *, fleet_bands: Mapping[str, HealthBand] | None = None,
+    reports: Sequence[ProbeReport],
+    *,
+    fleet_bands: Mapping[str, HealthBand] | None = None,
     thresholds: Thresholds | None = None,
 ) -> History:
     """Judge a node's ``reports`` oldest first (by ``taken_at``), each against the band of the
@@ -414,13 +509,13 @@ def evaluate_history(
     previous: ProbeReport | None = None
     for i in order:
         report = reports[i]
-        bands = learn_bands(out.healthy[-t.band_window:], t)
+        bands = learn_bands(out.healthy[-t.band_window :], t)
         reasons = evaluate(report, node_bands=bands, fleet_bands=fleet_bands, previous=previous, thresholds=t)
         out.reasons[i] = reasons
         if not reasons:
             out.healthy.append(report)
         previous = report
-    out.bands = learn_bands(out.healthy[-t.band_window:], t)
+    out.bands = learn_bands(out.healthy[-t.band_window :], t)
     return out
 
 
@@ -435,8 +530,11 @@ def fleet_bands(
 
 
 def node_health(
-    reports: Sequence[ProbeReport], *, fleet: Mapping[str, HealthBand] | None = None,
-    thresholds: Thresholds | None = None, model: str | None = None,
+    reports: Sequence[ProbeReport],
+    *,
+    fleet: Mapping[str, HealthBand] | None = None,
+    thresholds: Thresholds | None = None,
+    model: str | None = None,
 ) -> NodeHealth:
     """A node's health now: the verdict of its latest report (``status`` ``unknown`` without one),
     with the node's bands and the fleet's bands (fleet bands only for figures the node has no band for,
@@ -448,11 +546,21 @@ def node_health(
     reasons = history.reasons[latest]
     bands = list(history.bands.values()) + [b for k, b in (fleet or {}).items() if k not in history.bands]
     status = status_of(reasons)
-    message = "; ".join(r.message for r in reasons) if reasons else (
-        f"every figure within its band ({len(history.healthy)} healthy probes)")
-    return NodeHealth(status=status, model=model, taken_at=reports[latest].taken_at, reasons=reasons,
-                      bands=sorted(bands, key=lambda b: b.figure), flags=flags_of(reasons),
-                      healthy_probes=len(history.healthy), message=message)
+    message = (
+        "; ".join(r.message for r in reasons)
+        if reasons
+        else (f"every figure within its band ({len(history.healthy)} healthy probes)")
+    )
+    return NodeHealth(
+        status=status,
+        model=model,
+        taken_at=reports[latest].taken_at,
+        reasons=reasons,
+        bands=sorted(bands, key=lambda b: b.figure),
+        flags=flags_of(reasons),
+        healthy_probes=len(history.healthy),
+        message=message,
+    )
 
 
 def report_notes(flags: Sequence[Flag], reasons: Sequence[HealthReason]) -> list[str]:
@@ -461,7 +569,8 @@ def report_notes(flags: Sequence[Flag], reasons: Sequence[HealthReason]) -> list
         return []
     what = " and ".join("degraded" if f == "degraded-node" else f for f in flags)
     detail = "; ".join(dict.fromkeys(r.message for r in reasons))
-    return [f"Measured on a {what} node ({detail}). History views and the changes they compute "
-            "exclude this result by default (include it with include_excluded=true); its numbers are "
-            "shown for inspection only."]
-
+    return [
+        f"Measured on a {what} node ({detail}). History views and the changes they compute "
+        "exclude this result by default (include it with include_excluded=true); its numbers are "
+        "shown for inspection only."
+    ]

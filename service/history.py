@@ -215,7 +215,11 @@ def lines(points: Iterable[HistoryPoint]) -> list[Series]:
 
 
 def history(
-    *, session: Session, benchmark: str, settings: Settings, include_excluded: bool = False,
+    *,
+    session: Session,
+    benchmark: str,
+    settings: Settings,
+    include_excluded: bool = False,
     limit: int = DEFAULT_JOBS,
 ) -> HistoryPage:
     """The history of ``benchmark`` over its ``limit`` latest results (revision and ordinary jobs

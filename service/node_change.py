@@ -67,17 +67,23 @@ def node_change_reasons(
         tol = _tolerance(f, (bands or {}).get(f.key))
         if abs(change) <= tol or (f.kind == "latency" and abs(f.value - prev.value) < LATENCY_FLOOR_US):
             continue
-        out.append(reason(
-            "node-changed",
-            f"{f.key} read {f.value:,.4g} {f.unit} after the job against {prev.value:,.4g} {f.unit} before "
-            f"it ({100 * change:+.0f}%, beyond ±{100 * tol:.0f}%): the node changed while the job ran; "
-            "its timings cannot decide",
-        ))
+        out.append(
+            reason(
+                "node-changed",
+                f"{f.key} read {f.value:,.4g} {f.unit} after the job against "
+                f"{prev.value:,.4g} {f.unit} before "
+                f"it ({100 * change:+.0f}%, beyond ±{100 * tol:.0f}%): the node changed while the job ran; "
+                "its timings cannot decide",
+            )
+        )
     return out
 
 
 def changed_since(
-    reports: Sequence[ProbeReport], job_ids: Sequence[int | None], *, device_type: str = "cuda",
+    reports: Sequence[ProbeReport],
+    job_ids: Sequence[int | None],
+    *,
+    device_type: str = "cuda",
     bands: Mapping[str, HealthBand] | None = None,
 ) -> list[HealthReason]:
     """Is the node still as a job left it? ``reports`` and their ``job_ids`` (any order): find the
@@ -96,7 +102,8 @@ def changed_since(
             if report.phase not in seen or report.taken_at > seen[report.phase].taken_at:
                 seen[report.phase] = report
     changing = [
-        (pair["after"].taken_at, job_id, pair["before"]) for job_id, pair in by_job.items()
+        (pair["after"].taken_at, job_id, pair["before"])
+        for job_id, pair in by_job.items()
         if {"before", "after"} <= set(pair) and node_change_reasons([pair["before"], pair["after"]], bands)
     ]
     if not changing:
@@ -105,9 +112,12 @@ def changed_since(
     latest = max(reports, key=lambda r: r.taken_at)
     still = node_change_reasons([before, latest.model_copy(update={"phase": "after"})], bands)
     return [
-        HealthReason(code="node-changed", flag="degraded-node",
-                     message=f"left changed by job {job_id}: {r.message.split(': the node changed')[0]} "
-                     f"(latest probe, {latest.taken_at:%Y-%m-%d %H:%M:%S} UTC, against the probe before "
-                     "that job); degraded until a probe reads as before")
+        HealthReason(
+            code="node-changed",
+            flag="degraded-node",
+            message=f"left changed by job {job_id}: {r.message.split(': the node changed')[0]} "
+            f"(latest probe, {latest.taken_at:%Y-%m-%d %H:%M:%S} UTC, against the probe before "
+            "that job); degraded until a probe reads as before",
+        )
         for r in still
     ]

@@ -82,8 +82,9 @@ def node_models(*, session: Session) -> dict[str, str | None]:
         .group_by(models.Result.node_name).subquery()
     )  # fmt: skip
     for name, node in session.execute(
-        select(latest_result.c.node_name, models.Result.node)
-        .join(models.Result, models.Result.id == latest_result.c.id)
+        select(latest_result.c.node_name, models.Result.node).join(
+            models.Result, models.Result.id == latest_result.c.id
+        )
     ):
         out[name] = model_of(node) or out.get(name)
     return out
@@ -124,7 +125,11 @@ def fleet_bands(
 
 
 def node_history(
-    *, session: Session, name: str, settings: Settings, node: dict[str, Any] | None = None,
+    *,
+    session: Session,
+    name: str,
+    settings: Settings,
+    node: dict[str, Any] | None = None,
     as_of: AsOf | None = None,
 ) -> NodeHistory:
     """Node ``name``'s last ``HISTORY_FACTOR x health_band_window`` reports judged oldest first.
@@ -163,10 +168,14 @@ def node_health(
     if not left:
         return state
     reasons = [*state.reasons, *left]
-    return state.model_copy(update={
-        "status": health.status_of(reasons), "reasons": reasons, "flags": health.flags_of(reasons),
-        "message": "; ".join(r.message for r in reasons),
-    })
+    return state.model_copy(
+        update={
+            "status": health.status_of(reasons),
+            "reasons": reasons,
+            "flags": health.flags_of(reasons),
+            "message": "; ".join(r.message for r in reasons),
+        }
+    )
 
 
 @dataclass(frozen=True)
@@ -192,15 +201,24 @@ def as_of(*, session: Session, result_id: int) -> AsOf:
 
 
 def job_health(
-    *, session: Session, result: JobResult | Comparison | Subject, job_id: int | None, settings: Settings,
+    *,
+    session: Session,
+    result: JobResult | Comparison | Subject,
+    job_id: int | None,
+    settings: Settings,
     as_of: AsOf | None = None,
 ) -> tuple[list[Flag], list[HealthReason]]:
     """Flags and reasons of the node that measured ``result``: its before/after probes stored under
     ``job_id`` judged in the node's history ``as_of`` (the bands of that day), or, for a result
     whose probes are not stored under a job, its probes judged against the node's bands ``as_of``
     (now, when None)."""
-    h = node_history(session=session, name=result.node.hostname, settings=settings,
-                     node=result.node.model_dump(mode="json"), as_of=as_of)
+    h = node_history(
+        session=session,
+        name=result.node.hostname,
+        settings=settings,
+        node=result.node.model_dump(mode="json"),
+        as_of=as_of,
+    )
     reasons: list[HealthReason] = []
     if job_id is not None and job_id in h.job_ids:
         for jid, rs in zip(h.job_ids, h.history.reasons, strict=True):
@@ -210,14 +228,23 @@ def job_health(
         thresholds = settings.health_thresholds()
         previous: ProbeReport | None = None
         for report in sorted(result.probes, key=lambda r: r.taken_at):
-            reasons += health.evaluate(report, node_bands=h.history.bands, fleet_bands=h.fleet,
-                                       previous=previous, thresholds=thresholds)
+            reasons += health.evaluate(
+                report,
+                node_bands=h.history.bands,
+                fleet_bands=h.fleet,
+                previous=previous,
+                thresholds=thresholds,
+            )
             previous = report
     return health.flags_of(reasons), reasons
 
 
 def compare_job(
-    *, session: Session, result: JobResult, job_id: int | None, settings: Settings,
+    *,
+    session: Session,
+    result: JobResult,
+    job_id: int | None,
+    settings: Settings,
     peaks: Mapping[str, float] | None = None,
 ) -> Comparison:
     """``kernelab.service.stats.compare`` with the node-health flags and the note that says so (bands as
@@ -225,8 +252,9 @@ def compare_job(
     from kernelab.service.stats import compare
 
     flags, reasons = job_health(session=session, result=result, job_id=job_id, settings=settings)
-    return compare(result, job_id=job_id, peaks=peaks, health_flags=flags,
-                   notes=health.report_notes(flags, reasons))
+    return compare(
+        result, job_id=job_id, peaks=peaks, health_flags=flags, notes=health.report_notes(flags, reasons)
+    )
 
 
 _REASONS = TypeAdapter(list[HealthReason])
@@ -234,8 +262,12 @@ _REASONS = TypeAdapter(list[HealthReason])
 
 def _public(row: models.HealthJudgement) -> HealthJudgementPublic:
     return HealthJudgementPublic(
-        trigger=row.trigger, judged_at=row.judged_at, as_of=row.as_of, flags=row.flags,  # type: ignore[arg-type]
-        reasons=_REASONS.validate_python(row.reasons), notes=row.notes,
+        trigger=row.trigger,  # type: ignore[arg-type]
+        judged_at=row.judged_at,
+        as_of=row.as_of,
+        flags=row.flags,
+        reasons=_REASONS.validate_python(row.reasons),
+        notes=row.notes,
     )
 
 
@@ -300,7 +332,9 @@ def job_judgement(*, session: Session, job_id: int, settings: Settings) -> Healt
 
 
 def with_health(
-    comparison: Comparison, flags: Sequence[Flag], reasons: Sequence[HealthReason],
+    comparison: Comparison,
+    flags: Sequence[Flag],
+    reasons: Sequence[HealthReason],
     notes: Sequence[str] | None = None,
 ) -> Comparison:
     """``comparison`` (computed without ``health_flags``) as ``compare(..., health_flags=flags,

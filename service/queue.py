@@ -65,9 +65,9 @@ _START_ATTEMPT = insert(_attempts).values(
     claimed_at=db_now(), outcome="running",
 )  # fmt: skip
 _IS_EXPIRED = and_(_jobs.c.status == "running", _jobs.c.lease_expires_at < db_now())
-_EXPIRED = select(
-    _jobs.c.id, _jobs.c.attempts, _jobs.c.max_attempts, _jobs.c.lease_runner_id
-).where(_IS_EXPIRED)
+_EXPIRED = select(_jobs.c.id, _jobs.c.attempts, _jobs.c.max_attempts, _jobs.c.lease_runner_id).where(
+    _IS_EXPIRED
+)
 _LEASED = (_jobs.c.id, _jobs.c.attempts, _jobs.c.spec, _jobs.c.lease_expires_at)  # LeasedJob's columns
 _LEASE = (_jobs.c.id, _jobs.c.attempts, _jobs.c.lease_expires_at)  # Lease's columns
 _HEARTBEAT = (  # an expired lease not yet re-queued is still the runner's: extended too

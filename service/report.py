@@ -137,8 +137,10 @@ def _paint(paint: Paint | None, text: str, verdict: Verdict) -> str:
 def deciding_reason(cell: CellComparison) -> Reason | None:
     """The reason that decides ``cell.verdict``: the first of ``cell.reasons`` of the verdict's
     class, else the first reason; None when the cell has none."""
-    return next((r for r in cell.reasons if deciding_class(r) == cell.verdict),
-                cell.reasons[0] if cell.reasons else None)
+    return next(
+        (r for r in cell.reasons if deciding_class(r) == cell.verdict),
+        cell.reasons[0] if cell.reasons else None,
+    )
 
 
 def why(cell: CellComparison) -> str:
@@ -207,8 +209,10 @@ def _why_line(g: WhyGroup) -> str:
     if g.message:
         return f"{cells_text(g.labels)}: {g.message}"
     meaning = REASONS[g.code].meaning if g.code in REASONS else "see each cell's reasons"
-    return (f"{len(g.labels)} more cells: {g.code or 'no reason'} ({meaning}); each cell's reason: "
-            "--json or the job page")
+    return (
+        f"{len(g.labels)} more cells: {g.code or 'no reason'} ({meaning}); each cell's reason: "
+        "--json or the job page"
+    )
 
 
 def job_reason_lines(c: Comparison) -> list[str]:
@@ -240,8 +244,12 @@ def node_summary(node: NodeInfo) -> str:
     """``"host (NVIDIA H200 x2, driver 580, CUDA 13.0, torch 2.11, triton 3.6)"``."""
     device = node.device_name or node.device_type
     facts = [f"{device} x{node.device_count}" if node.device_count > 1 else device]
-    for label, value in (("driver", node.driver_version), ("CUDA", node.cuda_version),
-                         ("torch", node.torch_version), ("triton", node.triton_version)):
+    for label, value in (
+        ("driver", node.driver_version),
+        ("CUDA", node.cuda_version),
+        ("torch", node.torch_version),
+        ("triton", node.triton_version),
+    ):
         if value:
             facts.append(f"{label} {value}")
     if node.triton_interpret:
@@ -283,8 +291,10 @@ def check_summary(check: CorrectnessResult) -> str:
             parts.append(f"bitwise deterministic over {d.runs} runs")
         else:
             jac = f", Jaccard {d.bad_set_jaccard:.2f}" if d.bad_set_jaccard is not None else ""
-            parts.append(f"NON-DETERMINISTIC: {d.differing_runs}/{d.runs - 1} runs differ from run 0, up to "
-                         f"{d.max_differing_elements} elements, max |diff| {_sci(d.max_abs_difference)}{jac}")
+            parts.append(
+                f"NON-DETERMINISTIC: {d.differing_runs}/{d.runs - 1} runs differ from run 0, up to "
+                f"{d.max_differing_elements} elements, max |diff| {_sci(d.max_abs_difference)}{jac}"
+            )
     b = check.batch_invariance
     if b is not None:
         parts.append(
@@ -292,9 +302,12 @@ def check_summary(check: CorrectnessResult) -> str:
         )
     v = check.vs_baseline
     if v is not None:
-        parts.append("bitwise = baseline" if v.identical else
-                     f"differs from baseline in {v.differing_elements} elements (max |diff| "
-                     f"{_sci(v.max_abs_difference)})")
+        parts.append(
+            "bitwise = baseline"
+            if v.identical
+            else f"differs from baseline in {v.differing_elements} elements (max |diff| "
+            f"{_sci(v.max_abs_difference)})"
+        )
     where = check.where or (r.where if r is not None else "") or (d.where if d is not None else "")
     if where:
         parts.append(f"where: {where}")
@@ -302,15 +315,18 @@ def check_summary(check: CorrectnessResult) -> str:
 
 
 def _has_checks(check: CorrectnessResult) -> bool:
-    return any(x is not None for x in (check.repeats, check.determinism, check.batch_invariance,
-                                       check.vs_baseline))
+    return any(
+        x is not None for x in (check.repeats, check.determinism, check.batch_invariance, check.vs_baseline)
+    )
 
 
 def correctness_lines(c: Comparison) -> list[str]:
     """``label variant: check_summary`` for every variant that ran more than the single check."""
     return [
         f"{_one_line(cell.label)} {variant}: {check_summary(check)}"
-        for cell in c.cells for variant, check in cell.correctness.items() if _has_checks(check)
+        for cell in c.cells
+        for variant, check in cell.correctness.items()
+        if _has_checks(check)
     ]
 
 
@@ -323,8 +339,12 @@ def _rows(c: Comparison) -> list[list[str]]:
     parentheses."""
     rows = []
     for cell in c.cells:
-        timing = [format_duration_ns(cell.baseline.median_ns), format_duration_ns(cell.candidate.median_ns),
-                  format_delta(cell), format_p(cell)]
+        timing = [
+            format_duration_ns(cell.baseline.median_ns),
+            format_duration_ns(cell.candidate.median_ns),
+            format_delta(cell),
+            format_p(cell),
+        ]
         if void_timing(cell):
             timing = [_marked(t) for t in timing]
         rows.append([_one_line(cell.label), *timing, cell.verdict, format_flags(cell)])
@@ -352,8 +372,15 @@ def format_table(c: Comparison, paint: Paint | None = None) -> str:
     (the CLI's colours on a terminal); padding is applied first, so the columns stay aligned.
     Newlines in user text are folded.
     """
-    header = ["cell", f"baseline ({c.baseline_label})", f"candidate ({c.candidate_label})",
-              "Δ% [95% CI]", "p [BH]", "verdict", "flags"]
+    header = [
+        "cell",
+        f"baseline ({c.baseline_label})",
+        f"candidate ({c.candidate_label})",
+        "Δ% [95% CI]",
+        "p [BH]",
+        "verdict",
+        "flags",
+    ]
     rows = [[_one_line(h) for h in header], *_rows(c)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     right = {1, 2}  # numbers align right
@@ -367,8 +394,11 @@ def format_table(c: Comparison, paint: Paint | None = None) -> str:
             cells[verdict_col] = _paint(paint, text, verdict) + " " * (widths[verdict_col] - len(text))
         return "  ".join(cells).rstrip()
 
-    out = [_one_line(_title(c)),
-           f"timer {c.timer}; threshold ±{c.threshold_pct:g}%; node {_one_line(node_summary(c.node))}", ""]
+    out = [
+        _one_line(_title(c)),
+        f"timer {c.timer}; threshold ±{c.threshold_pct:g}%; node {_one_line(node_summary(c.node))}",
+        "",
+    ]
     out += [line(rows[0]), "  ".join("-" * w for w in widths)]
     out += [line(r, cell.verdict) for r, cell in zip(rows[1:], c.cells, strict=True)]
     out.append("")
@@ -380,8 +410,10 @@ def format_table(c: Comparison, paint: Paint | None = None) -> str:
     if groups:
         width = max(len(g.verdict) for g in groups)
         out.append("why:")
-        out += [f"  {_paint(paint, g.verdict, g.verdict)}{' ' * (width - len(g.verdict))}  {_why_line(g)}"
-                for g in groups]
+        out += [
+            f"  {_paint(paint, g.verdict, g.verdict)}{' ' * (width - len(g.verdict))}  {_why_line(g)}"
+            for g in groups
+        ]
     if _has_void_timing(c):
         out.append(VOID_TIMING_NOTE)
     out += [f"note: {n}" for n in _notes(c)]
@@ -398,8 +430,11 @@ def _flags_present(c: Comparison) -> list[Flag]:
 
 
 def _versions_text(versions: dict[str, str | None]) -> str:
-    parts = [f"{name} {versions[name]}" for name in ("torch", "triton", "cuda", "driver", "python")
-             if versions.get(name)]
+    parts = [
+        f"{name} {versions[name]}"
+        for name in ("torch", "triton", "cuda", "driver", "python")
+        if versions.get(name)
+    ]
     return ", ".join(parts) or _MISSING
 
 
@@ -407,8 +442,12 @@ def revisions_markdown(r: RevisionsInfo) -> list[str]:
     """Markdown lines for a revision A/B job: one table row per side (repository, branch, commit,
     versions), the diff's one-line summary and, folded, its ``git diff --stat`` (file names are
     escaped; a backtick inside the stat becomes a quote so the fence holds)."""
-    lines = ["**Revisions**", "", "| side | repository | branch / ref | commit | versions |",
-             "| --- | --- | --- | --- | --- |"]
+    lines = [
+        "**Revisions**",
+        "",
+        "| side | repository | branch / ref | commit | versions |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for side, rev in (("baseline", r.baseline), ("candidate", r.candidate)):
         if rev.sha:
             repo = _md(rev.repo) + (f" ({_md(rev.subdir)})" if rev.subdir else "")
@@ -421,8 +460,7 @@ def revisions_markdown(r: RevisionsInfo) -> list[str]:
         lines += ["", f"Diff baseline → candidate: {_md(r.diff_shortstat)}"]
     if r.diff_stat:
         stat = r.diff_stat.replace("`", "'")
-        lines += ["", "<details><summary>git diff --stat</summary>", "", "```", stat, "```", "",
-                  "</details>"]
+        lines += ["", "<details><summary>git diff --stat</summary>", "", "```", stat, "```", "", "</details>"]
     return lines
 
 
@@ -453,8 +491,15 @@ def to_markdown(c: Comparison) -> str:
     is escaped (``|`` becomes ``\\|``; Markdown emphasis, code and HTML characters are
     backslash-escaped).
     """
-    header = ["cell", f"baseline ({_md(c.baseline_label)})", f"candidate ({_md(c.candidate_label)})",
-              "Δ% [95% CI]", "p [BH]", "verdict", "flags"]
+    header = [
+        "cell",
+        f"baseline ({_md(c.baseline_label)})",
+        f"candidate ({_md(c.candidate_label)})",
+        "Δ% [95% CI]",
+        "p [BH]",
+        "verdict",
+        "flags",
+    ]
     lines = [
         f"### {_md(_title(c))}",
         "",
@@ -476,8 +521,10 @@ def to_markdown(c: Comparison) -> str:
         lines += [f"- {md_verdict(g.verdict)} · {_md(_why_line(g))}" for g in groups]
     if _has_void_timing(c):
         lines += ["", f"_{_md(VOID_TIMING_NOTE)}_"]
-    lines += ["", f"**Verdicts:** {_md_summary(c)}" + (f" · **job flags:** {', '.join(c.flags)}"
-                                                        if c.flags else "")]
+    lines += [
+        "",
+        f"**Verdicts:** {_md_summary(c)}" + (f" · **job flags:** {', '.join(c.flags)}" if c.flags else ""),
+    ]
     if c.node.revisions is not None:
         lines += ["", *revisions_markdown(c.node.revisions)]
     if c.probes:
@@ -493,8 +540,18 @@ def to_markdown(c: Comparison) -> str:
     return "\n".join(lines) + "\n"
 
 
-STATIC_HEADER = ("cell", "kernel", "ISA", "registers", "spills st/ld", "shared", "occupancy", "instructions",
-                 "loop body", "changes")
+STATIC_HEADER = (
+    "cell",
+    "kernel",
+    "ISA",
+    "registers",
+    "spills st/ld",
+    "shared",
+    "occupancy",
+    "instructions",
+    "loop body",
+    "changes",
+)
 
 
 def _arrow(a: object, b: object) -> str:
@@ -526,21 +583,41 @@ def static_table_rows(cells: Sequence[tuple[str, StaticComparison | None]]) -> l
             def pick(attr: str, b: object = b, d: object = d) -> str:
                 return _arrow(getattr(b, attr, None) if b else None, getattr(d, attr, None) if d else None)
 
-            spills = _arrow(f"{b.spill_stores}/{b.spill_loads}" if b else None,
-                            f"{d.spill_stores}/{d.spill_loads}" if d else None)
-            shared = _arrow(format_bytes(b.shared_bytes) if b and b.shared_bytes is not None else None,
-                            format_bytes(d.shared_bytes) if d and d.shared_bytes is not None else None)
-            occ = _arrow(f"{b.occupancy_pct:g}%" if b and b.occupancy_pct is not None else None,
-                         f"{d.occupancy_pct:g}%" if d and d.occupancy_pct is not None else None)
-            loops = _arrow("+".join(str(lp.instructions) for lp in b.loops) if b and b.loops else None,
-                           "+".join(str(lp.instructions) for lp in d.loops) if d and d.loops else None)
+            spills = _arrow(
+                f"{b.spill_stores}/{b.spill_loads}" if b else None,
+                f"{d.spill_stores}/{d.spill_loads}" if d else None,
+            )
+            shared = _arrow(
+                format_bytes(b.shared_bytes) if b and b.shared_bytes is not None else None,
+                format_bytes(d.shared_bytes) if d and d.shared_bytes is not None else None,
+            )
+            occ = _arrow(
+                f"{b.occupancy_pct:g}%" if b and b.occupancy_pct is not None else None,
+                f"{d.occupancy_pct:g}%" if d and d.occupancy_pct is not None else None,
+            )
+            loops = _arrow(
+                "+".join(str(lp.instructions) for lp in b.loops) if b and b.loops else None,
+                "+".join(str(lp.instructions) for lp in d.loops) if d and d.loops else None,
+            )
             changes = ", ".join(f"{ch.sign}{ch.count} {ch.opcode} ({ch.region})" for ch in k.changes[:6])
             if len(k.changes) > 6:
                 changes += f", {len(k.changes) - 6} more"
             isa_kind = (b or d).isa if (b or d) else ""  # type: ignore[union-attr]
             verdict = "IDENTICAL" if k.verdict == "identical" else k.verdict
-            rows.append([_one_line(label), k.name, f"{verdict} ({isa_kind}, {st.target})", pick("registers"),
-                         spills, shared, occ, pick("instructions"), loops, changes])
+            rows.append(
+                [
+                    _one_line(label),
+                    k.name,
+                    f"{verdict} ({isa_kind}, {st.target})",
+                    pick("registers"),
+                    spills,
+                    shared,
+                    occ,
+                    pick("instructions"),
+                    loops,
+                    changes,
+                ]
+            )
     return rows
 
 
@@ -550,11 +627,20 @@ def static_markdown(c: Comparison) -> list[str]:
     rows = static_rows(c)
     if not rows:
         return []
-    lines = ["", "**Static metrics** (compiled kernels; baseline → candidate)", "",
-             "| " + " | ".join(STATIC_HEADER) + " |", "| " + " | ".join("---" for _ in STATIC_HEADER) + " |"]
+    lines = [
+        "",
+        "**Static metrics** (compiled kernels; baseline → candidate)",
+        "",
+        "| " + " | ".join(STATIC_HEADER) + " |",
+        "| " + " | ".join("---" for _ in STATIC_HEADER) + " |",
+    ]
     lines += ["| " + " | ".join(_md(v) for v in row) + " |" for row in rows]
-    summaries = [f"- {_md(cell.label)} {_md_code(k.name)}: {_md(k.summary)}"
-                 for cell in c.cells if cell.static for k in cell.static.kernels]
+    summaries = [
+        f"- {_md(cell.label)} {_md_code(k.name)}: {_md(k.summary)}"
+        for cell in c.cells
+        if cell.static
+        for k in cell.static.kernels
+    ]
     if summaries:
         lines += ["", *summaries]
     return lines

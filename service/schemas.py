@@ -45,7 +45,14 @@ Variant = Literal["baseline", "candidate"]
 TimingVerdict = Literal["faster", "slower", "same", "inconclusive"]
 """What the timing alone says of a cell (``kernelab.service.verdicts.timing_verdict``)."""
 Verdict = Literal[
-    "failed", "incorrect", "nondeterministic", "implausible", "inconclusive", "faster", "slower", "same",
+    "failed",
+    "incorrect",
+    "nondeterministic",
+    "implausible",
+    "inconclusive",
+    "faster",
+    "slower",
+    "same",
 ]
 """A cell's verdict, highest precedence first (``kernelab.service.verdicts``): correctness outranks speed."""
 DeviceType = Literal["cpu", "cuda"]
@@ -53,8 +60,18 @@ JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 # Flags that travel with every number (DESIGN.md "Statistics and verdicts"); their meaning is
 # ``kernelab.service.verdicts.FLAG_NOTES``.
 Flag = Literal[
-    "noisy", "throttled", "contended", "degraded-node", "node-changed", "implausible", "incorrect",
-    "less-accurate", "nondeterministic", "timer-mismatch", "tampered", "failed",
+    "noisy",
+    "throttled",
+    "contended",
+    "degraded-node",
+    "node-changed",
+    "implausible",
+    "incorrect",
+    "less-accurate",
+    "nondeterministic",
+    "timer-mismatch",
+    "tampered",
+    "failed",
 ]
 Severity = Literal["error", "warning", "info"]
 
@@ -120,7 +137,8 @@ def as_utc(value: datetime) -> datetime:
 
 
 UtcDatetime = Annotated[
-    AwareDatetime, AfterValidator(as_utc),
+    AwareDatetime,
+    AfterValidator(as_utc),
     Field(description="ISO 8601 with a zone (Z or +hh:mm), converted to UTC; a zone-less timestamp is a 422"),
 ]
 """Every timestamp kernelab takes or gives: ISO 8601 *with* a zone (``Z`` or ``+hh:mm``), converted
@@ -175,8 +193,12 @@ def at_door(info: ValidationInfo | None) -> bool:
 
 
 def _int64(value: Any, info: ValidationInfo) -> Any:
-    if (at_door(info) and isinstance(value, int) and not isinstance(value, bool)
-            and abs(value) > MAX_INT_VALUE):
+    if (
+        at_door(info)
+        and isinstance(value, int)
+        and not isinstance(value, bool)
+        and abs(value) > MAX_INT_VALUE
+    ):
         raise ValueError(f"an integer must be within +-{MAX_INT_VALUE} (int64)")
     return value
 
@@ -228,17 +250,23 @@ def benchmark_ref_problem(ref: str) -> str | None:
     such as ``antigravity`` or ``this``)."""
     if ":" in ref:
         if not BENCHMARK_OBJECT_REF.match(ref):
-            return (f"{ref[:100]!r} is not of the form 'module:object' (dotted Python identifiers on both "
-                    "sides: no relative import, no empty segment, no spaces)")
+            return (
+                f"{ref[:100]!r} is not of the form 'module:object' (dotted Python identifiers on both "
+                "sides: no relative import, no empty segment, no spaces)"
+            )
         parts = ref.partition(":")[0].split(".")
         if "__main__" in parts:
             return f"{ref[:100]!r} names a '__main__' module (a program, not a benchmark): it is not imported"
         if parts[0] in sys.stdlib_module_names:
-            return (f"{ref[:100]!r} names a module of Python's standard library ({parts[0]!r}), where no "
-                    "benchmark lives: it is not imported")
+            return (
+                f"{ref[:100]!r} names a module of Python's standard library ({parts[0]!r}), where no "
+                "benchmark lives: it is not imported"
+            )
     elif not BENCHMARK_NAME.match(ref):
-        return (f"{ref[:100]!r} is neither a benchmark name (letters, digits, '_.+-') nor a "
-                "'module:object' reference")
+        return (
+            f"{ref[:100]!r} is neither a benchmark name (letters, digits, '_.+-') nor a "
+            "'module:object' reference"
+        )
     return None
 
 
@@ -250,7 +278,9 @@ def _benchmark_ref(value: str, info: ValidationInfo) -> str:
 
 
 BenchmarkRef = Annotated[
-    str, StringConstraints(min_length=1, max_length=500), AfterValidator(_refuse_nul),
+    str,
+    StringConstraints(min_length=1, max_length=500),
+    AfterValidator(_refuse_nul),
     AfterValidator(_benchmark_ref),
     Field(description="registry name (e.g. 'matmul') or 'module.path:ClassName'"),
 ]
@@ -316,7 +346,9 @@ class MeasurementSpec(_Strict):
     warmup_ms: float = Field(default=25.0, ge=0, le=60_000)
     budget_ms: float = Field(default=2_000.0, gt=0, le=600_000, description="time budget per cell")
     min_rounds: int = Field(
-        default=5, ge=2, le=100_000,
+        default=5,
+        ge=2,
+        le=100_000,
         description="rounds before the adaptive stop may end; a verdict needs at least 5 rounds holding both "
         "sides and 5 kept samples per side (kernelab.service.verdicts.MIN_ROUNDS, MIN_SAMPLES)",
     )
@@ -326,7 +358,8 @@ class MeasurementSpec(_Strict):
     )
     order: Literal["abba", "random"] = "abba"
     seed: Annotated[int, AfterValidator(lambda v, info: _at_most(v, MAX_SEED, info))] = Field(
-        default=0, ge=0,
+        default=0,
+        ge=0,
         description="seeds the inputs (torch.Generator.manual_seed), the round order and the bootstrap; at "
         "most 2**62, so the seeds the runner derives from it (seed + i, seed + 7919 (k + 1)) stay in int64",
     )
@@ -339,7 +372,9 @@ class MeasurementSpec(_Strict):
     )
     exclude_throttled: bool = True
     min_time_ms: float = Field(
-        default=500.0, ge=0, le=600_000,
+        default=500.0,
+        ge=0,
+        le=600_000,
         description="timed device time (both variants) before the CI may stop sampling (nvbench "
         "--min-time); budget_ms still caps",
     )
@@ -391,9 +426,7 @@ class CorrectnessSpec(_Strict):
         Field(default=None, ge=0, description="None: dtype-aware default; at most 1e6 (MAX_ATOL)")
     )
     # Checks of kernelab.runners.checks (issue 5); each is off or minimal by default.
-    repeats: int = Field(
-        default=1, ge=1, le=100_000, description="poisoned runs compared with the reference"
-    )
+    repeats: int = Field(default=1, ge=1, le=100_000, description="poisoned runs compared with the reference")
     inputs: Literal["fixed", "fresh"] = Field(
         default="fixed", description="repeats reuse the cell's inputs or draw fresh ones (seed + i)"
     )
@@ -409,13 +442,15 @@ class CorrectnessSpec(_Strict):
     input_scale: Annotated[
         float, AfterValidator(lambda v, info: _float_within(v, MIN_INPUT_SCALE, MAX_INPUT_SCALE, info))
     ] = Field(
-        default=1.0, gt=0,
+        default=1.0,
+        gt=0,
         description="multiply floating inputs (1: unscaled; 0.5 can hide races); 2**-10 .. 2**10",
     )
     timed_checks: bool = Field(
         default=True,
         description="check the output of the timed method too: after the first and the last round, one "
-        "sample per side through the timer on fresh inputs, its output verified (kernelab.runners.sides); off "
+        "sample per side through the timer on fresh inputs, its output verified "
+        "(kernelab.runners.sides); off "
         "only leaves the eager check, which a kernel wrong under CUDA-graph replay passes",
     )
 
@@ -435,11 +470,13 @@ class StaticMetricsSpec(_Strict):
 def _float_within(value: float, low: float, high: float, info: ValidationInfo) -> float:
     """``value`` within ``low .. high`` at the door (pydantic's own errors for ``ge``/``le``)."""
     if at_door(info) and value < low:
-        raise PydanticCustomError("greater_than_equal", "Input should be greater than or equal to {ge}",
-                                  {"ge": low})
+        raise PydanticCustomError(
+            "greater_than_equal", "Input should be greater than or equal to {ge}", {"ge": low}
+        )
     if at_door(info) and value > high:
-        raise PydanticCustomError("less_than_equal", "Input should be less than or equal to {le}",
-                                  {"le": high})
+        raise PydanticCustomError(
+            "less_than_equal", "Input should be less than or equal to {le}", {"le": high}
+        )
     return value
 
 
@@ -447,8 +484,9 @@ def _at_most(value: Any, bound: int, info: ValidationInfo) -> Any:
     """``value`` (an int, or a mapping: its number of keys) at most ``bound`` at the door."""
     if isinstance(value, int):
         if at_door(info) and value > bound:  # pydantic's own error for ``le``
-            raise PydanticCustomError("less_than_equal", "Input should be less than or equal to {le}",
-                                      {"le": bound})
+            raise PydanticCustomError(
+                "less_than_equal", "Input should be less than or equal to {le}", {"le": bound}
+            )
     elif at_door(info) and len(value) > bound:
         raise ValueError(f"{len(value)} keys; at most {bound}")
     return value
@@ -1082,7 +1120,10 @@ class GpuTelemetry(_Posted):
     mem_clock_mhz: float | None = None
     max_sm_clock_mhz: float | None = None
     clock_event_reasons: int | None = Field(
-        default=None, ge=0, strict=True, description="NVML clock-event-reasons mask (kernelab.service.clock_events)"
+        default=None,
+        ge=0,
+        strict=True,
+        description="NVML clock-event-reasons mask (kernelab.service.clock_events)",
     )
     clock_event_reason_names: list[Text] = Field(
         default_factory=list,
@@ -1229,11 +1270,14 @@ class CellComparison(BaseModel):
     mde_pct: float | None = Field(default=None, description="minimum detectable effect, percent")
     verdict: Verdict
     timing_verdict: TimingVerdict | None = Field(
-        default=None, description="what the timing alone says; the verdict outranks it (kernelab.service.verdicts)"
+        default=None,
+        description="what the timing alone says; the verdict outranks it (kernelab.service.verdicts)",
     )
     reasons: list[Reason] = Field(
         default_factory=list,
-        description="why the verdict is what it is, deciding reason first (kernelab.service.verdicts.REASONS)",
+        description=(
+            "why the verdict is what it is, deciding reason first (kernelab.service.verdicts.REASONS)"
+        ),
     )
     flags: list[Flag] = Field(default_factory=list)
     correctness: dict[Variant, CorrectnessResult] = Field(default_factory=dict)
@@ -1264,8 +1308,9 @@ class Comparison(BaseModel):
         default_factory=list, description="job-level findings (e.g. the node changed during the job)"
     )
     method_version: int = Field(
-        default=1, description="version of the verdict rules that computed this comparison "
-        "(kernelab.service.verdicts.METHOD_VERSION); a stored comparison of an older version is recomputed"
+        default=1,
+        description="version of the verdict rules that computed this comparison "
+        "(kernelab.service.verdicts.METHOD_VERSION); a stored comparison of an older version is recomputed",
     )
 
 

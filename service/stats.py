@@ -424,9 +424,7 @@ def node_peaks(result: JobResult, peaks: Mapping[str, float] | None = None) -> d
     return out
 
 
-def implausible(
-    rates: Mapping[str, float], peaks: Mapping[str, float], *, bound_bytes: bool
-) -> list[str]:
+def implausible(rates: Mapping[str, float], peaks: Mapping[str, float], *, bound_bytes: bool) -> list[str]:
     """The keys of ``rates`` (from ``throughput``) that exceed 1.1x the node's peak; empty when none
     does (so the result reads as a truth value).
 
@@ -456,12 +454,14 @@ def _implausible_reasons(
         side, _, unit = key.partition("_")
         peak_key = "copy_gbps" if unit == "gbps" else "matmul_tflops"
         label = "GB/s" if unit == "gbps" else "TFLOP/s"
-        out.append(verdicts.reason(
-            "rate-above-peak",
-            f"{side}: {rates[key]:,.1f} {label} from the declared work exceeds 1.1x the node's measured "
-            f"peak of {peaks[peak_key]:,.1f} {label}: a timing error, not a speed",
-            side=side if side in _VARIANTS else None,  # type: ignore[arg-type]
-        ))
+        out.append(
+            verdicts.reason(
+                "rate-above-peak",
+                f"{side}: {rates[key]:,.1f} {label} from the declared work exceeds 1.1x the node's measured "
+                f"peak of {peaks[peak_key]:,.1f} {label}: a timing error, not a speed",
+                side=side if side in _VARIANTS else None,  # type: ignore[arg-type]
+            )
+        )
     return out
 
 
@@ -644,8 +644,16 @@ def compare_cell(
         return _failed_cell(result, cell)
     kept = _kept(cell, exclude_throttled=result.spec.measurement.exclude_throttled)
     (p,) = _mann_whitney_p([(kept.times["baseline"], kept.times["candidate"])])
-    return _compare_kept(result, cell, peaks, kept, p, n_resamples=n_resamples, seed=seed,
-                         extra=node_change_reasons(result.probes, device_type=result.node.device_type))
+    return _compare_kept(
+        result,
+        cell,
+        peaks,
+        kept,
+        p,
+        n_resamples=n_resamples,
+        seed=seed,
+        extra=node_change_reasons(result.probes, device_type=result.node.device_type),
+    )
 
 
 def _finite_numbers(

@@ -90,7 +90,8 @@ REASONS: dict[str, ReasonKind] = {
     # incorrect
     "wrong-output": ReasonKind("incorrect", "incorrect", "the output differs from the reference"),
     "wrong-under-timing": ReasonKind(
-        "incorrect", "incorrect",
+        "incorrect",
+        "incorrect",
         "the output of the timed method (a CUDA-graph replay, a timed launch) differs from the reference",
     ),
     "output-after-window": ReasonKind(
@@ -125,7 +126,8 @@ REASONS: dict[str, ReasonKind] = {
     # inconclusive
     "no-interval": ReasonKind("inconclusive", None, "too few samples or rounds for a confidence interval"),
     "too-few-rounds": ReasonKind(
-        "inconclusive", None,
+        "inconclusive",
+        None,
         f"fewer than {MIN_ROUNDS} rounds holding both sides, or fewer than {MIN_SAMPLES} kept samples "
         "on a side: too few for a verdict",
     ),
@@ -141,7 +143,8 @@ REASONS: dict[str, ReasonKind] = {
         "inconclusive", "node-changed", "the node's probes changed during the job beyond their noise"
     ),
     "less-accurate": ReasonKind(
-        "inconclusive", "less-accurate",
+        "inconclusive",
+        "less-accurate",
         "the candidate's error is far above the baseline's at the same dtype (a precision downgrade?)",
     ),
     # told, never decisive
@@ -257,13 +260,15 @@ def sample_size_reasons(rounds_with_both: int, kept: dict[Variant, int]) -> list
     throttled ones). Below that no timing verdict is given, whatever the ratio and p say."""
     if rounds_with_both >= MIN_ROUNDS and min(kept.values(), default=0) >= MIN_SAMPLES:
         return []
-    return [reason(
-        "too-few-rounds",
-        f"{rounds_with_both} rounds hold samples of both sides and {kept.get('baseline', 0)} baseline / "
-        f"{kept.get('candidate', 0)} candidate samples were kept: a verdict needs at least {MIN_ROUNDS} "
-        f"rounds and {MIN_SAMPLES} samples per side (a bootstrap over fewer rounds has too few distinct "
-        "resamples for a 95% interval)",
-    )]
+    return [
+        reason(
+            "too-few-rounds",
+            f"{rounds_with_both} rounds hold samples of both sides and {kept.get('baseline', 0)} baseline / "
+            f"{kept.get('candidate', 0)} candidate samples were kept: a verdict needs at least {MIN_ROUNDS} "
+            f"rounds and {MIN_SAMPLES} samples per side (a bootstrap over fewer rounds has too few distinct "
+            "resamples for a 95% interval)",
+        )
+    ]
 
 
 def nonfinite_reason(names: Sequence[str], max_sample_ns: float) -> Reason:
@@ -331,8 +336,15 @@ def _dtype_name(value: object) -> str | None:
     if not isinstance(value, str):
         return None
     name = value.strip().lower().removeprefix("torch.")
-    return {"fp32": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16",
-            "fp64": "float64", "double": "float64", "float": "float32"}.get(name, name)
+    return {
+        "fp32": "float32",
+        "fp16": "float16",
+        "half": "float16",
+        "bf16": "bfloat16",
+        "fp64": "float64",
+        "double": "float64",
+        "float": "float32",
+    }.get(name, name)
 
 
 def correctness_reasons(result: JobResult, cell: CellResult) -> list[Reason]:
@@ -349,11 +361,14 @@ def correctness_reasons(result: JobResult, cell: CellResult) -> list[Reason]:
         if is_nondeterministic(check):
             out.append(reason("nondeterministic", f"{side}: {_nondeterminism_text(check)}", side=side))
         if nonfinite := nonfinite_metrics(check):
-            out.append(reason(
-                "metric-not-finite",
-                f"{side}: {', '.join(nonfinite)} posted as NaN or Infinity (an output with non-finite "
-                "values, or a difference that overflowed), stored as null", side=side,
-            ))
+            out.append(
+                reason(
+                    "metric-not-finite",
+                    f"{side}: {', '.join(nonfinite)} posted as NaN or Infinity (an output with non-finite "
+                    "values, or a difference that overflowed), stored as null",
+                    side=side,
+                )
+            )
     for side, checks in cell.timed_checks.items():
         for timed in checks:
             out += [f if f.side is not None else f.model_copy(update={"side": side}) for f in timed.findings]
@@ -415,13 +430,15 @@ def _accuracy_reasons(cell: CellResult) -> list[Reason]:
     floor = max(base.rel_error, eps)
     if cand.rel_error <= LESS_ACCURATE_FACTOR * floor:
         return []
-    return [reason(
-        "less-accurate",
-        f"candidate: rel. error {cand.rel_error:.3g} is {cand.rel_error / floor:,.0f}x the baseline's "
-        f"{base.rel_error:.3g} at {dtype} (machine epsilon {eps:.3g}); it passed a tolerance of "
-        f"rtol={cand.rtol:g}, but a precision downgrade is no speed-up of the same computation",
-        side="candidate",
-    )]
+    return [
+        reason(
+            "less-accurate",
+            f"candidate: rel. error {cand.rel_error:.3g} is {cand.rel_error / floor:,.0f}x the baseline's "
+            f"{base.rel_error:.3g} at {dtype} (machine epsilon {eps:.3g}); it passed a tolerance of "
+            f"rtol={cand.rtol:g}, but a precision downgrade is no speed-up of the same computation",
+            side="candidate",
+        )
+    ]
 
 
 def resolution_reasons(device_type: str, medians_ns: dict[Variant, float | None]) -> list[Reason]:
@@ -431,9 +448,12 @@ def resolution_reasons(device_type: str, medians_ns: dict[Variant, float | None]
     if floor is None:
         return []
     return [
-        reason("below-resolution",
-               f"{side}: {median:.3g} ns per launch is below the {floor:g} ns any launch takes on a "
-               f"{device_type} device: the call launched (almost) nothing, or the timing failed", side=side)
+        reason(
+            "below-resolution",
+            f"{side}: {median:.3g} ns per launch is below the {floor:g} ns any launch takes on a "
+            f"{device_type} device: the call launched (almost) nothing, or the timing failed",
+            side=side,
+        )
         for side, median in medians_ns.items()
         if median is not None and median < floor
     ]
@@ -444,9 +464,12 @@ def duration_reasons(longest_ns: dict[Variant, float]) -> list[Reason]:
     ``schemas.MAX_DURATION_NS`` (one day, the longest a job may run): such a time is a timing or
     transport error (the door refuses it; results stored before that may hold one)."""
     return [
-        reason("beyond-job-time",
-               f"{side}: a sample of {longest:.3g} ns per launch is longer than any job may run "
-               f"({MAX_DURATION_NS:.3g} ns, one day): a timing error, not a time", side=side)
+        reason(
+            "beyond-job-time",
+            f"{side}: a sample of {longest:.3g} ns per launch is longer than any job may run "
+            f"({MAX_DURATION_NS:.3g} ns, one day): a timing error, not a time",
+            side=side,
+        )
         for side, longest in longest_ns.items()
         if longest > MAX_DURATION_NS
     ]
@@ -457,9 +480,11 @@ def timer_reasons(cell: CellResult) -> list[Reason]:
     one side only): their ratio compares two methods, not two kernels."""
     kinds = {cell.timers.get("baseline"), cell.timers.get("candidate")}
     if len(kinds) == 2 and None not in kinds:
-        return [reason(
-            "timer-mismatch",
-            f"baseline timed by {cell.timers['baseline']}, candidate by {cell.timers['candidate']}: "
-            "the ratio compares two timing methods",
-        )]
+        return [
+            reason(
+                "timer-mismatch",
+                f"baseline timed by {cell.timers['baseline']}, candidate by {cell.timers['candidate']}: "
+                "the ratio compares two timing methods",
+            )
+        ]
     return []

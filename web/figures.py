@@ -172,8 +172,14 @@ def samples_figure_dict(data: JobResult | Comparison, *, log_y: bool | None = No
     else:
         traces, groups, ytitle = _summary_points(data)
         title = "Median per cell (bars: interquartile range)"
-    layout = _layout(title, _log_layout(log_y, groups), {"title": {"text": ytitle}}, boxmode="group",
-                     scattermode="group", xaxis={"title": {"text": "cell"}, "type": "category"})
+    layout = _layout(
+        title,
+        _log_layout(log_y, groups),
+        {"title": {"text": ytitle}},
+        boxmode="group",
+        scattermode="group",
+        xaxis={"title": {"text": "cell"}, "type": "category"},
+    )
     return {"data": traces, "layout": layout}
 
 
@@ -312,7 +318,8 @@ def timeline_figure_dict(
 
 
 def probe_history_figure(
-    readings: Sequence[ProbeReport], bands: Sequence[HealthBand] = (),
+    readings: Sequence[ProbeReport],
+    bands: Sequence[HealthBand] = (),
     unhealthy: Sequence[tuple[ProbeReport, str]] = (),
 ) -> go.Figure:
     """A node's probe history: copy bandwidth (top) and all-reduce latency (bottom) over time.
@@ -381,7 +388,8 @@ def probe_history_figure(
     fig.update_yaxes(type="log", row=2, col=1)
     fig.update_layout(
         **{**_LAYOUT, "legend": dict(orientation="v"), "margin": dict(l=60, r=20, t=40, b=40)},
-        template="plotly_white", height=560,
+        template="plotly_white",
+        height=560,
     )
     if not ordered:
         fig.add_annotation(
@@ -399,26 +407,47 @@ def _draw_bands(
         if row == 0:
             continue  # peer copy and busbw bands have no panel of their own
         if row == 1:
-            fig.add_hrect(y0=band.low, y1=band.high, row=1, col=1, fillcolor=_BAND_COLOUR, line_width=0,
-                          layer="below")
-        fig.add_hline(y=band.limit, row=row, col=1, line_dash="dash", line_color=_THROTTLED_COLOUR,
-                      line_width=1)
+            fig.add_hrect(
+                y0=band.low, y1=band.high, row=1, col=1, fillcolor=_BAND_COLOUR, line_width=0, layer="below"
+            )
+        fig.add_hline(
+            y=band.limit, row=row, col=1, line_dash="dash", line_color=_THROTTLED_COLOUR, line_width=1
+        )
         # Plotly places annotations on a log axis in log10 units (shapes take data units), so the
         # label of the log panel's limit line gets y = log10(limit).
         label_y = band.limit if row == 1 else math.log10(band.limit) if band.limit > 0 else None
         if label_y is not None:
-            fig.add_annotation(text=f"{band.figure} limit ({band.scope})", y=label_y, x=1, xref="x domain",
-                               xanchor="right", yanchor="bottom", showarrow=False, font_size=10,
-                               row=row, col=1)
-    marks = [(r, status, sum(c.bandwidth_gbps for c in r.copy_bandwidth) / len(r.copy_bandwidth))
-             for r, status in unhealthy if r.copy_bandwidth]
+            fig.add_annotation(
+                text=f"{band.figure} limit ({band.scope})",
+                y=label_y,
+                x=1,
+                xref="x domain",
+                xanchor="right",
+                yanchor="bottom",
+                showarrow=False,
+                font_size=10,
+                row=row,
+                col=1,
+            )
+    marks = [
+        (r, status, sum(c.bandwidth_gbps for c in r.copy_bandwidth) / len(r.copy_bandwidth))
+        for r, status in unhealthy
+        if r.copy_bandwidth
+    ]
     if marks:
-        fig.add_trace(go.Scatter(
-            name="not healthy", x=[r.taken_at for r, _, _ in marks], y=[y for _, _, y in marks],
-            text=[status for _, status, _ in marks], mode="markers",
-            marker=dict(symbol="x", size=11, color=_THROTTLED_COLOUR),
-            hovertemplate="%{text}<extra>not healthy</extra>",
-        ), row=1, col=1)
+        fig.add_trace(
+            go.Scatter(
+                name="not healthy",
+                x=[r.taken_at for r, _, _ in marks],
+                y=[y for _, _, y in marks],
+                text=[status for _, status, _ in marks],
+                mode="markers",
+                marker=dict(symbol="x", size=11, color=_THROTTLED_COLOUR),
+                hovertemplate="%{text}<extra>not healthy</extra>",
+            ),
+            row=1,
+            col=1,
+        )
 
 
 def format_bytes(size_bytes: float) -> str:
@@ -433,8 +462,9 @@ def format_bytes(size_bytes: float) -> str:
 
 # JSON escapes that keep an embedded document inside its <script> element: "<" cannot start
 # "</script>" or "<!--", and U+2028/U+2029 are line terminators in older JavaScript engines.
-_SCRIPT_SAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028",
-                              "\u2029": "\\u2029"})
+_SCRIPT_SAFE = str.maketrans(
+    {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+)
 
 
 def figure_json(fig: go.Figure | Mapping[str, Any]) -> Markup:
@@ -468,11 +498,19 @@ def history_figure(series: Sequence[Series]) -> go.Figure:
                            "<br>change %{customdata[5]}<extra>%{fullData.name}</extra>"),
         ))  # fmt: skip
     fig.update_layout(
-        xaxis_title="measured", yaxis_title=f"median per launch ({unit})",
-        legend_title="code · cell · GPU · timer/state", margin={"l": 60, "r": 20, "t": 30, "b": 50},
+        xaxis_title="measured",
+        yaxis_title=f"median per launch ({unit})",
+        legend_title="code · cell · GPU · timer/state",
+        margin={"l": 60, "r": 20, "t": 30, "b": 50},
         height=420,
     )
     if not series:
-        fig.add_annotation(text="no results with samples for this benchmark yet", showarrow=False,
-                           xref="paper", yref="paper", x=0.5, y=0.5)
+        fig.add_annotation(
+            text="no results with samples for this benchmark yet",
+            showarrow=False,
+            xref="paper",
+            yref="paper",
+            x=0.5,
+            y=0.5,
+        )
     return fig

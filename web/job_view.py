@@ -162,7 +162,11 @@ def _remember(store: OrderedDict[Any, Any], key: Any, value: Any, limit: int) ->
 
 
 def job_view(
-    *, session: Session, job_id: int, entry: ResultEntry, settings: Settings,
+    *,
+    session: Session,
+    job_id: int,
+    entry: ResultEntry,
+    settings: Settings,
     load: Callable[[], JobResult | None] | None = None,
 ) -> JobView:
     """The comparison of ``job_id``'s result with node-health flags applied now, as a ``JobView``.
@@ -192,7 +196,12 @@ def job_view(
 
 
 def timeline_json(
-    *, session: Session, job_id: int, entry: ResultEntry, comparison: Comparison, cell: int,
+    *,
+    session: Session,
+    job_id: int,
+    entry: ResultEntry,
+    comparison: Comparison,
+    cell: int,
     load: Callable[[], JobResult | None] | None = None,
 ) -> Markup:
     """The timeline figure JSON of cell ``cell`` (``figures.timeline_figure_dict``; labels and
@@ -253,13 +262,18 @@ def cell_page(view: JobView, order: CellOrder, offset: int, limit: int | None = 
     ordered = view.ordered(order)
     total = len(ordered)
     offset = min(offset, max(total - 1, 0) // limit * limit)
-    cells = ordered[offset: offset + limit]
+    cells = ordered[offset : offset + limit]
     checked = [
         (cell, variant, check) for cell in cells for variant, check in cell.correctness.items()
         if check.repeats is not None or check.determinism is not None or check.batch_invariance is not None
         or check.vs_baseline is not None
     ]  # fmt: skip
-    timed = [(cell, side, check) for cell in cells for side, checks in cell.timed_checks.items()
-             for check in checks]
-    return CellPage(cells, order, offset, limit, total, view.flagged, checked, [c for c in cells if c.static],
-                    timed)
+    timed = [
+        (cell, side, check)
+        for cell in cells
+        for side, checks in cell.timed_checks.items()
+        for check in checks
+    ]
+    return CellPage(
+        cells, order, offset, limit, total, view.flagged, checked, [c for c in cells if c.static], timed
+    )

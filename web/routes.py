@@ -85,12 +85,17 @@ def _environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(duration=_duration, pct=_pct, sci=_sci, num=_num, dt=_dt, bytes=figures.format_bytes,
-                       why=why)
+    env.filters.update(
+        duration=_duration, pct=_pct, sci=_sci, num=_num, dt=_dt, bytes=figures.format_bytes, why=why
+    )
     env.tests.update(void_timing=void_timing, explained=lambda cell: cell.verdict in EXPLAINED_VERDICTS)
     env.globals.update(
-        static_url=STATIC_URL, plotly_js_url=PLOTLY_JS_URL, api_prefix=API_PREFIX, verdicts=VERDICTS,
-        flag_help=FLAG_HELP, has_figures=False,
+        static_url=STATIC_URL,
+        plotly_js_url=PLOTLY_JS_URL,
+        api_prefix=API_PREFIX,
+        verdicts=VERDICTS,
+        flag_help=FLAG_HELP,
+        has_figures=False,
     )
     return env
 
@@ -117,12 +122,21 @@ def probe_tables(reports: Iterable[ProbeReport]) -> dict[str, Any]:
     reduce: dict[tuple[str, int, int], dict[str, Any]] = {}
     for report in ordered:
         for c in report.copy_bandwidth:
-            row = copy.setdefault((c.device_index, c.size_bytes), {
-                "device_index": c.device_index, "size_bytes": c.size_bytes, "by_phase": {}})
+            row = copy.setdefault(
+                (c.device_index, c.size_bytes),
+                {"device_index": c.device_index, "size_bytes": c.size_bytes, "by_phase": {}},
+            )
             row["by_phase"][report.phase] = c
         for a in report.all_reduce:
-            row = reduce.setdefault((a.backend, a.world_size, a.size_bytes), {
-                "backend": a.backend, "world_size": a.world_size, "size_bytes": a.size_bytes, "by_phase": {}})
+            row = reduce.setdefault(
+                (a.backend, a.world_size, a.size_bytes),
+                {
+                    "backend": a.backend,
+                    "world_size": a.world_size,
+                    "size_bytes": a.size_bytes,
+                    "by_phase": {},
+                },
+            )
             row["by_phase"][report.phase] = a
     return {
         "phases": list(dict.fromkeys(r.phase for r in ordered)),
@@ -160,7 +174,10 @@ def jobs_page(
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse, dependencies=DashboardAccess)
 def job_page(
-    request: Request, job_id: int, session: SessionDep, settings: SettingsDep,
+    request: Request,
+    job_id: int,
+    session: SessionDep,
+    settings: SettingsDep,
     cell: Annotated[int | None, Query(ge=0)] = None,
     order: Annotated[CellOrder, Query()] = "index",
     offset: Annotated[int, Query(ge=0)] = 0,
@@ -207,8 +224,9 @@ def job_page(
             loaded.append(crud.load_result(session=session, job_id=job_id))
         return loaded[0]
 
-    view = job_view.job_view(session=session, job_id=job_id, entry=entry, settings=settings,
-                             load=load if raw else None)
+    view = job_view.job_view(
+        session=session, job_id=job_id, entry=entry, settings=settings, load=load if raw else None
+    )
     comparison = view.comparison
     if entry.samples_json is None:
         if raw:
@@ -260,19 +278,35 @@ def node_page(request: Request, name: NodeName, session: SessionDep, settings: S
     node = NodeInfo.model_validate(summary.node) if summary.node else None
     rows, small, large = _node_rows(reports)
     history = node_health.node_history(session=session, name=name, settings=settings, node=summary.node)
-    state = health.node_health(history.reports, fleet=history.fleet, thresholds=settings.health_thresholds(),
-                               model=history.model)
-    unhealthy = [(r, health.status_of(rs) + ": " + "; ".join(x.message for x in rs))
-                 for r, rs in zip(history.reports, history.history.reasons, strict=True) if rs]
+    state = health.node_health(
+        history.reports, fleet=history.fleet, thresholds=settings.health_thresholds(), model=history.model
+    )
+    unhealthy = [
+        (r, health.status_of(rs) + ": " + "; ".join(x.message for x in rs))
+        for r, rs in zip(history.reports, history.history.reasons, strict=True)
+        if rs
+    ]
     small_key = f" {health.size_label(small)} time" if small is not None else None
-    drawn = [b for b in state.bands if b.figure.startswith("copy")
-             or (small_key is not None and b.unit == "us" and b.figure.endswith(small_key))]
-    return templates.TemplateResponse(request, "node.html", {
-        "node_name": name, "node": node, "rows": rows, "has_figures": True, "health": state,
-        "small_label": figures.format_bytes(small) if small is not None else "smallest",
-        "large_label": figures.format_bytes(large) if large is not None else "largest",
-        "history_json": figures.figure_json(figures.probe_history_figure(readings, drawn, unhealthy)),
-    })
+    drawn = [
+        b
+        for b in state.bands
+        if b.figure.startswith("copy")
+        or (small_key is not None and b.unit == "us" and b.figure.endswith(small_key))
+    ]
+    return templates.TemplateResponse(
+        request,
+        "node.html",
+        {
+            "node_name": name,
+            "node": node,
+            "rows": rows,
+            "has_figures": True,
+            "health": state,
+            "small_label": figures.format_bytes(small) if small is not None else "smallest",
+            "large_label": figures.format_bytes(large) if large is not None else "largest",
+            "history_json": figures.figure_json(figures.probe_history_figure(readings, drawn, unhealthy)),
+        },
+    )
 
 
 def _node_rows(
@@ -286,18 +320,23 @@ def _node_rows(
     for job_id, report in sorted(reports, key=lambda jr: jr[1].taken_at, reverse=True):
         copies = [c.bandwidth_gbps for c in report.copy_bandwidth]
         by_size = {a.size_bytes: a for a in report.all_reduce}
-        rows.append({
-            "job_id": job_id, "report": report,
-            "copy_gbps": sum(copies) / len(copies) if copies else None,
-            "small_us": by_size[small].time_us if small in by_size else None,
-            "large_busbw_gbps": by_size[large].busbw_gbps if large in by_size else None,
-        })
+        rows.append(
+            {
+                "job_id": job_id,
+                "report": report,
+                "copy_gbps": sum(copies) / len(copies) if copies else None,
+                "small_us": by_size[small].time_us if small in by_size else None,
+                "large_busbw_gbps": by_size[large].busbw_gbps if large in by_size else None,
+            }
+        )
     return rows, small, large
 
 
 @router.get("/history", response_class=HTMLResponse, dependencies=DashboardAccess)
 def history_page(
-    request: Request, session: SessionDep, settings: SettingsDep,
+    request: Request,
+    session: SessionDep,
+    settings: SettingsDep,
     benchmark: Annotated[Text, Query(min_length=1, max_length=500)],
     limit: Annotated[int, Query(ge=1, le=500)] = history.DEFAULT_JOBS,
     include_excluded: bool = False,
@@ -307,9 +346,17 @@ def history_page(
     and a table, newest first. Flagged and problem points are left out unless ``include_excluded``."""
     page = history.history(session=session, benchmark=benchmark, settings=settings,
                            include_excluded=include_excluded, limit=limit)  # fmt: skip
-    return templates.TemplateResponse(request, "history.html", {
-        "benchmark": benchmark, "page": page, "points": history.all_points(page), "has_figures": True,
-        "limit": limit, "excluded_meaning": history.EXCLUDED_MEANING,
-        "change_meaning": history.CHANGE_MEANING,
-        "history_json": figures.figure_json(figures.history_figure(page.series)),
-    })
+    return templates.TemplateResponse(
+        request,
+        "history.html",
+        {
+            "benchmark": benchmark,
+            "page": page,
+            "points": history.all_points(page),
+            "has_figures": True,
+            "limit": limit,
+            "excluded_meaning": history.EXCLUDED_MEANING,
+            "change_meaning": history.CHANGE_MEANING,
+            "history_json": figures.figure_json(figures.history_figure(page.series)),
+        },
+    )

@@ -31,10 +31,24 @@ from triton.runtime.interpreter import InterpretedFunction
 
 @triton.jit
 def matmul_kernel(
-    a_ptr, b_ptr, c_ptr, M, N, K,
-    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    INPUT_PRECISION: tl.constexpr, UPCAST_BF16: tl.constexpr,
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    stride_cm,
+    stride_cn,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+    UPCAST_BF16: tl.constexpr,
 ):
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -71,8 +85,16 @@ KERNELS = (matmul_kernel,)
 
 
 def make_matmul(
-    a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *,
-    BLOCK_M: int, BLOCK_N: int, BLOCK_K: int, GROUP_M: int, num_warps: int, num_stages: int,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    c: torch.Tensor,
+    *,
+    BLOCK_M: int,
+    BLOCK_N: int,
+    BLOCK_K: int,
+    GROUP_M: int,
+    num_warps: int,
+    num_stages: int,
     input_precision: str = "ieee",
 ) -> Callable[[], torch.Tensor]:
     """Compile the kernel and return a closure that writes ``a @ b`` into ``c`` and returns ``c``.
@@ -89,10 +111,14 @@ def make_matmul(
     grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N),)
     args = (a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
     meta = {
-        "BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N, "BLOCK_K": BLOCK_K, "GROUP_M": GROUP_M,
+        "BLOCK_M": BLOCK_M,
+        "BLOCK_N": BLOCK_N,
+        "BLOCK_K": BLOCK_K,
+        "GROUP_M": GROUP_M,
         "INPUT_PRECISION": input_precision,
         "UPCAST_BF16": isinstance(matmul_kernel, InterpretedFunction) and a.dtype == torch.bfloat16,
-        "num_warps": num_warps, "num_stages": num_stages,
+        "num_warps": num_warps,
+        "num_stages": num_stages,
     }
     matmul_kernel.warmup(*args, grid=grid, **meta)
     launch = matmul_kernel[grid]

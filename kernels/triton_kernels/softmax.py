@@ -25,8 +25,15 @@ import triton.language as tl
 
 @triton.jit
 def softmax_kernel(
-    out_ptr, x_ptr, M, N, stride_xm, stride_om,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_TILE: tl.constexpr,
+    out_ptr,
+    x_ptr,
+    M,
+    N,
+    stride_xm,
+    stride_om,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SINGLE_TILE: tl.constexpr,
 ):
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < M

@@ -54,7 +54,9 @@ samples = sa.table(
 )  # fmt: skip
 blocks = sa.table(
     "sample_blocks",
-    sa.column("id", sa.Integer()), sa.column("cell_id", sa.Integer()), sa.column("n", sa.Integer()),
+    sa.column("id", sa.Integer()),
+    sa.column("cell_id", sa.Integer()),
+    sa.column("n", sa.Integer()),
     *(sa.column(name, sa.LargeBinary()) for name in _FIELDS),
 )
 

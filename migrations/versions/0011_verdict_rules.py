@@ -33,10 +33,15 @@ _jobs = sa.table(
     "jobs", sa.column("id", sa.Integer), sa.column("status", sa.String), sa.column("error", sa.Text),
     sa.column("summary", sa.JSON),
 )  # fmt: skip
-_results = sa.table("results", sa.column("id", sa.Integer), sa.column("job_id", sa.Integer),
-                    sa.column("comparison", sa.JSON))
-_cells = sa.table("cells", sa.column("result_id", sa.Integer), sa.column("cell_index", sa.Integer),
-                  sa.column("error", sa.Text))
+_results = sa.table(
+    "results", sa.column("id", sa.Integer), sa.column("job_id", sa.Integer), sa.column("comparison", sa.JSON)
+)
+_cells = sa.table(
+    "cells",
+    sa.column("result_id", sa.Integer),
+    sa.column("cell_index", sa.Integer),
+    sa.column("error", sa.Text),
+)
 
 
 def upgrade() -> None:

@@ -40,8 +40,9 @@ TIME = sa.DateTime(timezone=True)  # service.models.UTCDateTime's column type
 _BATCH = 500
 
 _reports = sa.table("probe_reports", sa.column("id", sa.Integer), sa.column("report", sa.JSON))
-_results = sa.table("results", sa.column("id", sa.Integer), sa.column("job_id", sa.Integer),
-                    sa.column("comparison", sa.JSON))
+_results = sa.table(
+    "results", sa.column("id", sa.Integer), sa.column("job_id", sa.Integer), sa.column("comparison", sa.JSON)
+)
 _jobs = sa.table("jobs", sa.column("id", sa.Integer), sa.column("summary", sa.JSON))
 
 
@@ -87,7 +88,9 @@ def upgrade() -> None:
         sa.Column("notes", JSON, nullable=False),
         sa.CheckConstraint("trigger IN ('ingest', 'rejudge')", name=op.f("ck_health_judgements_trigger")),
         sa.ForeignKeyConstraint(
-            ["result_id"], ["results.id"], name=op.f("fk_health_judgements_result_id_results"),
+            ["result_id"],
+            ["results.id"],
+            name=op.f("fk_health_judgements_result_id_results"),
             ondelete="CASCADE",
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_health_judgements")),
@@ -120,11 +123,14 @@ def upgrade() -> None:
         sa.CheckConstraint("n >= 0", name=op.f("ck_history_points_n_nonnegative")),
         sa.CheckConstraint("cell_index >= 0", name=op.f("ck_history_points_cell_index_nonnegative")),
         sa.ForeignKeyConstraint(
-            ["result_id"], ["results.id"], name=op.f("fk_history_points_result_id_results"),
+            ["result_id"],
+            ["results.id"],
+            name=op.f("fk_history_points_result_id_results"),
             ondelete="CASCADE",
         ),
-        sa.ForeignKeyConstraint(["job_id"], ["jobs.id"], name=op.f("fk_history_points_job_id_jobs"),
-                                ondelete="CASCADE"),  # fmt: skip
+        sa.ForeignKeyConstraint(
+            ["job_id"], ["jobs.id"], name=op.f("fk_history_points_job_id_jobs"), ondelete="CASCADE"
+        ),  # fmt: skip
         sa.PrimaryKeyConstraint("id", name=op.f("pk_history_points")),
         sa.UniqueConstraint("result_id", "cell_index", "side", name="uq_history_points_result_id_cell_side"),
     )

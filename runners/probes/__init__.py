@@ -62,6 +62,7 @@ def run_probes(spec: ProbeSpec, phase: str = "adhoc", *, device_type: str | None
     errors: dict[str, str] = {}
 
     if spec.nvml:
+
         def telemetry() -> None:
             fields["nvml_status"] = "error"
             fields["telemetry"], fields["nvml_status"] = read_telemetry()
@@ -70,6 +71,7 @@ def run_probes(spec: ProbeSpec, phase: str = "adhoc", *, device_type: str | None
     fields["mode"] = spec.mode
     measure_links(spec, device_type, fields, errors, _capture)
     if spec.matmul_peak and device_type == "cuda":
+
         def matmul_peak() -> None:
             if not torch.cuda.is_available():
                 raise RuntimeError("a CUDA matmul peak was asked for, but torch sees no CUDA GPU")

@@ -118,8 +118,13 @@ def sub_groups(world_size: int) -> list[list[int]]:
 
 
 def _resolve(
-    device_type: str | None, sizes_bytes: Sequence[int] | None, world_size: int | None,
-    warmup_iters: int | None, iters: int | None, timeout_s: float, timing: str | None = None,
+    device_type: str | None,
+    sizes_bytes: Sequence[int] | None,
+    world_size: int | None,
+    warmup_iters: int | None,
+    iters: int | None,
+    timeout_s: float,
+    timing: str | None = None,
 ) -> dict[str, Any]:
     """Validate the arguments of ``measure_all_reduce`` into a rank configuration (see there)."""
     if device_type is None:
@@ -158,9 +163,14 @@ def _resolve(
     if timing == "cuda-events" and device_type != "cuda":
         raise ValueError("timing 'cuda-events' needs CUDA devices; gloo on the CPU uses 'host-clock'")
     return {
-        "backend": backend, "device_type": device_type, "world_size": world,
-        "sizes_bytes": [int(s) for s in sizes], "warmup_iters": warmup, "iters": n_iters,
-        "timeout_s": timeout_s, "timing": timing,
+        "backend": backend,
+        "device_type": device_type,
+        "world_size": world,
+        "sizes_bytes": [int(s) for s in sizes],
+        "warmup_iters": warmup,
+        "iters": n_iters,
+        "timeout_s": timeout_s,
+        "timing": timing,
     }
 
 
@@ -195,10 +205,15 @@ class AllReduceRun:
             self._logs.append(log)
             rank_env = {**env, _CONFIG_ENV: json.dumps({**self.config, "rank": rank})}
             with log.open("wb") as out:
-                self._procs.append(subprocess.Popen(
-                    [sys.executable, "-c", _CHILD_CODE],
-                    env=rank_env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                ))
+                self._procs.append(
+                    subprocess.Popen(
+                        [sys.executable, "-c", _CHILD_CODE],
+                        env=rank_env,
+                        stdin=subprocess.DEVNULL,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                    )
+                )
 
     def go(self) -> None:
         """Let the ranks start measuring (they have been initialising since construction)."""
@@ -209,12 +224,15 @@ class AllReduceRun:
         ``TimeoutError`` past ``timeout_s`` from construction (all ranks killed first)."""
         try:
             self._wait_ranks()
-            payloads = [json.loads((Path(self.config["result_dir"]) / f"result{rank}.json").read_text())
-                        for rank in range(self.config["world_size"])]
+            payloads = [
+                json.loads((Path(self.config["result_dir"]) / f"result{rank}.json").read_text())
+                for rank in range(self.config["world_size"])
+            ]
         finally:
             self.close()
-        self.timeline = [{k: round(v - self.started_at, 4) for k, v in p.get("timeline", {}).items()}
-                         for p in payloads]
+        self.timeline = [
+            {k: round(v - self.started_at, 4) for k, v in p.get("timeline", {}).items()} for p in payloads
+        ]
         rows = sorted((row for p in payloads for row in p["rows"]), key=lambda row: row.pop("order"))
         notes = sorted({n for p in payloads for n in p["notes"]})
         return [AllReduceReading.model_validate(row) for row in rows], notes
@@ -291,7 +309,11 @@ class AllReducePool:
     """
 
     def __init__(
-        self, device_type: str | None = None, *, world_size: int | None = None, timeout_s: float = TIMEOUT_S,
+        self,
+        device_type: str | None = None,
+        *,
+        world_size: int | None = None,
+        timeout_s: float = TIMEOUT_S,
         extra_env: Mapping[str, str] | None = None,
     ):
         config = _resolve(device_type, None, world_size, None, None, timeout_s)
@@ -316,9 +338,19 @@ class AllReducePool:
 
     def handover(self) -> dict[str, Any]:
         """JSON-able description for ``AllReducePoolClient`` in another process of this host."""
-        return {key: self.config[key] for key in ("port", "result_dir", "world_size", "device_type",
-                                                  "warmup_iters", "iters", "timing", "timeout_s")} | {
-            "pids": self.pids}
+        return {
+            key: self.config[key]
+            for key in (
+                "port",
+                "result_dir",
+                "world_size",
+                "device_type",
+                "warmup_iters",
+                "iters",
+                "timing",
+                "timeout_s",
+            )
+        } | {"pids": self.pids}
 
     def alive(self) -> bool:
         """Whether every rank process is still running."""
@@ -363,8 +395,11 @@ class AllReducePoolClient:
         self.device_type = str(handover["device_type"])
         self.pids = [int(p) for p in handover["pids"]]
         self._timeout_s = float(handover["timeout_s"])
-        self._store = store if store is not None else TCPStore(
-            "127.0.0.1", int(handover["port"]), None, False, timedelta(seconds=self._timeout_s))
+        self._store = (
+            store
+            if store is not None
+            else TCPStore("127.0.0.1", int(handover["port"]), None, False, timedelta(seconds=self._timeout_s))
+        )
 
     def alive(self) -> bool:
         """Whether every rank process is still running (not gone, not a zombie)."""
@@ -384,22 +419,30 @@ class AllReducePoolClient:
                 pass
 
     def measure(
-        self, *, sizes_bytes: Sequence[int] | None = None, groups: Sequence[Sequence[int]] = (),
-        cuda_graph: bool = False, warmup_iters: int | None = None, iters: int | None = None,
+        self,
+        *,
+        sizes_bytes: Sequence[int] | None = None,
+        groups: Sequence[Sequence[int]] = (),
+        cuda_graph: bool = False,
+        warmup_iters: int | None = None,
+        iters: int | None = None,
         timing: str | None = None,
     ) -> tuple[list[AllReduceReading], list[str]]:
         """One measurement over the whole pool and ``groups`` (as ``measure_all_reduce``): ``(readings,
         notes)``. Raises ``ValueError`` for a bad request (nothing sent), ``RuntimeError`` when a rank
         has died and ``TimeoutError`` past the pool's ``timeout_s`` (every rank killed first: the pool
         is then dead and its owner must start a new one)."""
-        config = _resolve(self.device_type, sizes_bytes, self.world_size, warmup_iters, iters,
-                          self._timeout_s, timing)
+        config = _resolve(
+            self.device_type, sizes_bytes, self.world_size, warmup_iters, iters, self._timeout_s, timing
+        )
         _check_groups(groups, self.world_size)
         if not self.alive():
             raise RuntimeError("the all-reduce pool has lost a rank")
         request = {
-            "sizes_bytes": config["sizes_bytes"], "warmup_iters": config["warmup_iters"],
-            "iters": config["iters"], "timing": config["timing"],
+            "sizes_bytes": config["sizes_bytes"],
+            "warmup_iters": config["warmup_iters"],
+            "iters": config["iters"],
+            "timing": config["timing"],
             "groups": [list(range(self.world_size)), *(sorted(int(r) for r in g) for g in groups)],
             "cuda_graph": bool(cuda_graph) and self.device_type == "cuda",
         }
@@ -413,12 +456,15 @@ class AllReducePoolClient:
                 raise RuntimeError(f"an all-reduce pool rank died during request {k}")
             if time.monotonic() > deadline:
                 self.kill()
-                raise TimeoutError(f"the all-reduce pool did not answer request {k} in {self._timeout_s} s; "
-                                   "its ranks were killed")
+                raise TimeoutError(
+                    f"the all-reduce pool did not answer request {k} in {self._timeout_s} s; "
+                    "its ranks were killed"
+                )
             time.sleep(_POLL_S / 4)
         result_dir = Path(self.handover["result_dir"])
-        payloads = [json.loads((result_dir / f"result{rank}-{k}.json").read_text())
-                    for rank in range(self.world_size)]
+        payloads = [
+            json.loads((result_dir / f"result{rank}-{k}.json").read_text()) for rank in range(self.world_size)
+        ]
         for rank in range(self.world_size):
             (result_dir / f"result{rank}-{k}.json").unlink(missing_ok=True)
         rows = sorted((row for p in payloads for row in p["rows"]), key=lambda row: row.pop("order"))
@@ -512,8 +558,16 @@ def measure_all_reduce(
     when the ranks do not finish in ``timeout_s`` (all of them are killed first).
     """
     with start_all_reduce(
-        device_type, sizes_bytes=sizes_bytes, world_size=world_size, warmup_iters=warmup_iters, iters=iters,
-        groups=groups, cuda_graph=cuda_graph, timeout_s=timeout_s, extra_env=extra_env, timing=timing,
+        device_type,
+        sizes_bytes=sizes_bytes,
+        world_size=world_size,
+        warmup_iters=warmup_iters,
+        iters=iters,
+        groups=groups,
+        cuda_graph=cuda_graph,
+        timeout_s=timeout_s,
+        extra_env=extra_env,
+        timing=timing,
     ) as run:
         run.go()
         readings, _ = run.wait()
@@ -541,7 +595,11 @@ def _child_main() -> None:
         torch.cuda.set_device(device)
     store = dist.TCPStore("127.0.0.1", cfg["port"], world, False, timeout)
     dist.init_process_group(
-        cfg["backend"], store=store, rank=rank, world_size=world, timeout=timeout,
+        cfg["backend"],
+        store=store,
+        rank=rank,
+        world_size=world,
+        timeout=timeout,
         device_id=device if device.type == "cuda" else None,
     )
     timeline["initialised"] = time.time()
@@ -577,9 +635,17 @@ def _measure_groups(
     for g, (ranks, group) in enumerate(groups):
         if rank in ranks:
             for s, size in enumerate(cfg["sizes_bytes"]):
-                common = dict(size_bytes=size, device=device, ranks=ranks, rank=rank, group=group,
-                              warmup_iters=cfg["warmup_iters"], iters=cfg["iters"],
-                              backend=cfg["backend"], timing=cfg["timing"])
+                common = dict(
+                    size_bytes=size,
+                    device=device,
+                    ranks=ranks,
+                    rank=rank,
+                    group=group,
+                    warmup_iters=cfg["warmup_iters"],
+                    iters=cfg["iters"],
+                    backend=cfg["backend"],
+                    timing=cfg["timing"],
+                )
                 # Every member measures; the group's first rank reports (times are averaged already).
                 row = _measure_size(**common)  # type: ignore[arg-type]
                 if rank == ranks[0]:
@@ -630,8 +696,15 @@ def _pool_loop(cfg: dict[str, Any], store: Any, rank: int, world: int, device: t
         if device.type == "cuda":
             torch.cuda.empty_cache()  # give the job the buffers back between probes
         out = Path(cfg["result_dir"]) / f"result{rank}-{k}.json"
-        out.write_text(json.dumps({"rows": rows, "notes": sorted(set(notes)),
-                                   "timeline": {"request": t0, "measured": time.time()}}))
+        out.write_text(
+            json.dumps(
+                {
+                    "rows": rows,
+                    "notes": sorted(set(notes)),
+                    "timeline": {"request": t0, "measured": time.time()},
+                }
+            )
+        )
         store.set(f"{_DONE_KEY}/{k}/{rank}", "1")
         k += 1
 
@@ -692,8 +765,17 @@ def _event_timed_ns(
 
 
 def _measure_size(
-    size_bytes: int, *, device: torch.device, ranks: list[int], rank: int, group: Any, warmup_iters: int,
-    iters: int, backend: str, cuda_graph: bool = False, timing: str = "host-clock",
+    size_bytes: int,
+    *,
+    device: torch.device,
+    ranks: list[int],
+    rank: int,
+    group: Any,
+    warmup_iters: int,
+    iters: int,
+    backend: str,
+    cuda_graph: bool = False,
+    timing: str = "host-clock",
 ) -> dict[str, Any]:
     """Time one size over ``group`` (None: the world) on this rank (all members call it together);
     returns an AllReduceReading dict. ``cuda_graph``: capture ``iters`` ops into one graph and time

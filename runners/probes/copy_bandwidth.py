@@ -173,8 +173,11 @@ PEER_SAMPLES = 3
 
 
 def measure_peer_copy(
-    *, size_bytes: int = PEER_SIZE_BYTES, copies_per_sample: int = PEER_COPIES_PER_SAMPLE,
-    samples: int = PEER_SAMPLES, spin_ms: float = SPIN_MS,
+    *,
+    size_bytes: int = PEER_SIZE_BYTES,
+    copies_per_sample: int = PEER_COPIES_PER_SAMPLE,
+    samples: int = PEER_SAMPLES,
+    spin_ms: float = SPIN_MS,
 ) -> list[PeerCopyReading]:
     """Copy bandwidth from every visible GPU to every other (ordered pairs), ``uint8`` buffers of
     ``size_bytes``; ``peer_access`` from ``torch.cuda.can_device_access_peer`` (no peer access: the
@@ -214,9 +217,15 @@ def measure_peer_copy(
                     times_ns.append(start.elapsed_time(stop) * 1e6 / copies_per_sample)
                 del src, dst
             time_ns = statistics.median(times_ns)
-            out.append(PeerCopyReading(
-                src_device=src_index, dst_device=dst_index, peer_access=peer, size_bytes=size_bytes,
-                time_us=time_ns / 1e3, bandwidth_gbps=size_bytes / time_ns,
-            ))
+            out.append(
+                PeerCopyReading(
+                    src_device=src_index,
+                    dst_device=dst_index,
+                    peer_access=peer,
+                    size_bytes=size_bytes,
+                    time_us=time_ns / 1e3,
+                    bandwidth_gbps=size_bytes / time_ns,
+                )
+            )
     torch.cuda.empty_cache()
     return out

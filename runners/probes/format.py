@@ -47,8 +47,12 @@ def _node_lines(node: NodeInfo) -> list[str]:
         software += f"  cuda {node.cuda_version}"
     if node.driver_version:
         software += f"  driver {node.driver_version}"
-    lines = [f"node      {node.hostname}", f"device    {device}", f"L2        {format_bytes(node.l2_bytes)}",
-             f"software  {software}"]
+    lines = [
+        f"node      {node.hostname}",
+        f"device    {device}",
+        f"L2        {format_bytes(node.l2_bytes)}",
+        f"software  {software}",
+    ]
     if node.triton_interpret:
         lines.append("          TRITON_INTERPRET=1 (Triton kernels run in the interpreter)")
     return lines
@@ -66,37 +70,81 @@ def format_probe_report(report: ProbeReport, node: NodeInfo) -> str:
         out += ["", "copy bandwidth (bytes read + written)"]
         out += _table(
             ["device", "size", "time us", "GB/s"],
-            [[str(r.device_index), format_bytes(r.size_bytes), _num(r.time_us), _num(r.bandwidth_gbps)]
-             for r in report.copy_bandwidth],
+            [
+                [str(r.device_index), format_bytes(r.size_bytes), _num(r.time_us), _num(r.bandwidth_gbps)]
+                for r in report.copy_bandwidth
+            ],
         )
     if report.all_reduce:
         first = report.all_reduce[0]
-        out += ["", f"all-reduce ({first.backend}, {first.world_size} ranks, float32 sum, "
-                    f"timed by {first.timed_by})"]
+        out += [
+            "",
+            f"all-reduce ({first.backend}, {first.world_size} ranks, float32 sum, timed by {first.timed_by})",
+        ]
         out += _table(
             ["group", "size", "time us", "algbw GB/s", "busbw GB/s", "correct"],
-            [[(",".join(map(str, r.ranks)) or f"x{r.world_size}") + (" graph" if r.cuda_graph else ""),
-              format_bytes(r.size_bytes), _num(r.time_us, ".2f"), _num(r.algbw_gbps, ".2f"),
-              _num(r.busbw_gbps, ".2f"), "yes" if r.correct else "NO"] for r in report.all_reduce],
+            [
+                [
+                    (",".join(map(str, r.ranks)) or f"x{r.world_size}") + (" graph" if r.cuda_graph else ""),
+                    format_bytes(r.size_bytes),
+                    _num(r.time_us, ".2f"),
+                    _num(r.algbw_gbps, ".2f"),
+                    _num(r.busbw_gbps, ".2f"),
+                    "yes" if r.correct else "NO",
+                ]
+                for r in report.all_reduce
+            ],
         )
     out += ["", f"nvml: {report.nvml_status}"]
     if report.telemetry:
         out += _table(
-            ["gpu", "sm MHz", "max MHz", "temp C", "mem C", "power W", "limit W", "util %", "mem used",
-             "ecc", "reasons", "others"],
-            [[str(t.device_index), _num(t.sm_clock_mhz, ".0f"), _num(t.max_sm_clock_mhz, ".0f"),
-              _num(t.temperature_c, ".0f"), _num(t.memory_temperature_c, ".0f"), _num(t.power_w),
-              _num(t.power_limit_w, ".0f"), _num(t.utilization_pct, ".0f"), format_bytes(t.memory_used_bytes),
-              _num(t.ecc_volatile_uncorrected, "d"), ",".join(t.clock_event_reason_names) or "-",
-              str(sum(1 for p in t.other_processes if not p.get("own")))]
-             for t in report.telemetry],
+            [
+                "gpu",
+                "sm MHz",
+                "max MHz",
+                "temp C",
+                "mem C",
+                "power W",
+                "limit W",
+                "util %",
+                "mem used",
+                "ecc",
+                "reasons",
+                "others",
+            ],
+            [
+                [
+                    str(t.device_index),
+                    _num(t.sm_clock_mhz, ".0f"),
+                    _num(t.max_sm_clock_mhz, ".0f"),
+                    _num(t.temperature_c, ".0f"),
+                    _num(t.memory_temperature_c, ".0f"),
+                    _num(t.power_w),
+                    _num(t.power_limit_w, ".0f"),
+                    _num(t.utilization_pct, ".0f"),
+                    format_bytes(t.memory_used_bytes),
+                    _num(t.ecc_volatile_uncorrected, "d"),
+                    ",".join(t.clock_event_reason_names) or "-",
+                    str(sum(1 for p in t.other_processes if not p.get("own"))),
+                ]
+                for t in report.telemetry
+            ],
         )
     if report.peer_copy:
         out += ["", "peer copy (bytes copied once)"]
         out += _table(
             ["src", "dst", "peer access", "size", "time us", "GB/s"],
-            [[str(r.src_device), str(r.dst_device), "yes" if r.peer_access else "no",
-              format_bytes(r.size_bytes), _num(r.time_us), _num(r.bandwidth_gbps)] for r in report.peer_copy],
+            [
+                [
+                    str(r.src_device),
+                    str(r.dst_device),
+                    "yes" if r.peer_access else "no",
+                    format_bytes(r.size_bytes),
+                    _num(r.time_us),
+                    _num(r.bandwidth_gbps),
+                ]
+                for r in report.peer_copy
+            ],
         )
     out += [f"note: {n}" for n in report.notes]
     if report.errors:
@@ -107,7 +155,10 @@ def format_probe_report(report: ProbeReport, node: NodeInfo) -> str:
 
 def format_verdict(reasons: Sequence[HealthReason], source: str) -> str:
     """``verdict: healthy|degraded|contended (judged by <source>)`` and one line per reason."""
-    status = "degraded" if any(r.flag == "degraded-node" for r in reasons) else (
-        "contended" if reasons else "healthy")
+    status = (
+        "degraded"
+        if any(r.flag == "degraded-node" for r in reasons)
+        else ("contended" if reasons else "healthy")
+    )
     lines = [f"verdict: {status} (judged by {source})", *(f"  {r.flag}: {r.message}" for r in reasons)]
     return "\n".join(lines) + "\n"

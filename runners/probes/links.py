@@ -73,11 +73,13 @@ def measure_links(
             capture(errors, "all_reduce", start)
     try:
         if spec.copy_bandwidth:
+
             def copy() -> None:
                 fields["copy_bandwidth"] = measure_copy_bandwidth(device_type)
 
             capture(errors, "copy_bandwidth", copy)
             if spec.mode == "full" and device_type == "cuda" and _world(device_type) >= 2:
+
                 def peer() -> None:
                     fields["peer_copy"] = measure_peer_copy()
 
@@ -85,7 +87,8 @@ def measure_links(
         if pool is not None:
             try:
                 fields["all_reduce"], more = pool.measure(
-                    sizes_bytes=sizes, groups=groups, cuda_graph=cuda_graph)
+                    sizes_bytes=sizes, groups=groups, cuda_graph=cuda_graph
+                )
                 notes.extend(more)
             except (RuntimeError, TimeoutError, OSError) as exc:
                 notes.append(f"all-reduce pool failed ({type(exc).__name__}: {exc}); measured with new ranks")

@@ -49,8 +49,12 @@ def _timed_ns(device: torch.device, fn: object, launches: int) -> float:
 
 
 def measure_matmul_peak(
-    device: torch.device, *, size: int | None = None, dtype: torch.dtype | None = None,
-    launches: int = _LAUNCHES, repeats: int = _REPEATS,
+    device: torch.device,
+    *,
+    size: int | None = None,
+    dtype: torch.dtype | None = None,
+    launches: int = _LAUNCHES,
+    repeats: int = _REPEATS,
 ) -> MatmulPeakReading:
     """Dense matmul rate of ``device``: ``(size, size) @ (size, size)`` of ``dtype``, row-major.
 
@@ -79,8 +83,14 @@ def measure_matmul_peak(
     best_ns = min(_timed_ns(device, mm, launches) for _ in range(repeats))
     per_launch_ns = max(best_ns / launches, 1e-3)
     return MatmulPeakReading(
-        device_index=device.index or 0, dtype=str(dtype).removeprefix("torch."), m=size, n=size, k=size,
-        launches=launches, time_us=per_launch_ns / 1e3, tflops=2 * size**3 / per_launch_ns / 1e3,
+        device_index=device.index or 0,
+        dtype=str(dtype).removeprefix("torch."),
+        m=size,
+        n=size,
+        k=size,
+        launches=launches,
+        time_us=per_launch_ns / 1e3,
+        tflops=2 * size**3 / per_launch_ns / 1e3,
     )
 
 

@@ -30,7 +30,8 @@ from kernelab.service.schemas import GpuTelemetry
 
 T = TypeVar("T")
 
-# Clock-event ("throttle") reason bits and the throttle/informational split: ``kernelab.service.clock_events``,
+# Clock-event ("throttle") reason bits and the throttle/informational split:
+# ``kernelab.service.clock_events``,
 # shared with the server's statistics and node health (one rule).
 CLOCK_EVENT_REASONS: dict[int, str] = clock_events.NAMES
 THROTTLE_REASONS_MASK = clock_events.THROTTLE_MASK
@@ -205,11 +206,13 @@ def _other_processes(nvml: ModuleType, handle: Any) -> list[dict[str, Any]]:
     out = []
     for proc in procs:
         used = getattr(proc, "usedGpuMemory", None)
-        out.append({
-            "pid": int(proc.pid),
-            "used_memory_bytes": int(used) if used is not None else None,
-            "own": int(proc.pid) in own,
-        })
+        out.append(
+            {
+                "pid": int(proc.pid),
+                "used_memory_bytes": int(used) if used is not None else None,
+                "own": int(proc.pid) in own,
+            }
+        )
     return out
 
 
@@ -288,14 +291,17 @@ def exclusive_gpus(device_count: int) -> list[int]:
         return []
     out = []
     for index in range(device_count):
+
         def compute_mode(i: int = index) -> int:
             return int(nvml.nvmlDeviceGetComputeMode(nvml_handle(nvml, i)))
 
         mode = _try(nvml, compute_mode)  # NVMLError (not supported / no permission): unknown
         if mode is None:
             continue
-        exclusive = (nvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS,
-                     getattr(nvml, "NVML_COMPUTEMODE_EXCLUSIVE_THREAD", 1))
+        exclusive = (
+            nvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS,
+            getattr(nvml, "NVML_COMPUTEMODE_EXCLUSIVE_THREAD", 1),
+        )
         if mode in exclusive:
             out.append(index)
     return out

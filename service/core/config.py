@@ -36,7 +36,8 @@ class Settings(BaseSettings):
     )
     public_dashboard: bool = Field(default=False, description="serve dashboard pages without a token")
     public_url: str | None = Field(
-        default=None, pattern=r"^https?://[^/?#\s]+(/[^?#\s]*)?$",
+        default=None,
+        pattern=r"^https?://[^/?#\s]+(/[^?#\s]*)?$",
         description="the server's URL as clients reach it (e.g. https://kernelab.example.org); "
         "absolute Link headers start with it. Unset: relative links (never the request's Host)",
     )
@@ -54,32 +55,44 @@ class Settings(BaseSettings):
         default=64 * 1024 * 1024, ge=1024, description="larger request bodies are refused with 413"
     )
     max_spec_bytes: int = Field(
-        default=1024 * 1024, ge=1024, le=64 * 1024 * 1024,
+        default=1024 * 1024,
+        ge=1024,
+        le=64 * 1024 * 1024,
         description="larger job specs (POST /api/v1/jobs) are refused with 413 before they are decoded "
         "(kernelab.service.api.spec_body)",
     )
     max_connections: int = Field(
-        default=1000, ge=1, le=1_000_000,
+        default=1000,
+        ge=1,
+        le=1_000_000,
         description="open connections per server process; more are answered 503 and closed at once "
         "(lowered to fit the process's open-file limit: kernelab.service.serve.connection_budget)",
     )
     header_timeout_s: float = Field(
-        default=10.0, gt=0, le=300,
+        default=10.0,
+        gt=0,
+        le=300,
         description="a connection whose request line and headers have not arrived within this many "
         "seconds is closed (idle and slowloris connections: kernelab.service.connection_guard)",
     )
     body_timeout_s: float = Field(
-        default=10.0, gt=0, le=300,
+        default=10.0,
+        gt=0,
+        le=300,
         description="while a request body is arriving, each window of this many seconds must bring at "
         "least KERNELAB_BODY_MIN_BYTES of it, or the connection is closed (slow bodies: "
         "kernelab.service.connection_guard)",
     )
     body_min_bytes: int = Field(
-        default=16 * 1024, ge=1, le=1 << 30,
+        default=16 * 1024,
+        ge=1,
+        le=1 << 30,
         description="bytes of a request body that must arrive per KERNELAB_BODY_TIMEOUT_S window",
     )
     downloads_per_client: int = Field(
-        default=4, ge=1, le=1000,
+        default=4,
+        ge=1,
+        le=1000,
         description="raw-sample downloads one token may run at once per server process (more: 429)",
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
@@ -111,11 +124,14 @@ class Settings(BaseSettings):
         "reasons such as gpu_idle never do)",
     )
     health_peer_min_fraction: float = Field(
-        default=health.PEER_MIN_FRACTION, gt=0, le=1,
+        default=health.PEER_MIN_FRACTION,
+        gt=0,
+        le=1,
         description="a GPU's copy or a pair's peer GB/s below this x the median of its peers in one report",
     )
     health_cold_factor: float = Field(
-        default=health.COLD_FACTOR, ge=1,
+        default=health.COLD_FACTOR,
+        ge=1,
         description="leading calls of an all-reduce series slower than this x the rest are warm-up",
     )
 
@@ -124,10 +140,12 @@ class Settings(BaseSettings):
         return health.Thresholds(
             copy_min_fraction=self.health_copy_min_fraction,
             busbw_min_fraction=self.health_busbw_min_fraction,
-            latency_max_factor=self.health_latency_max_factor, band_window=self.health_band_window,
+            latency_max_factor=self.health_latency_max_factor,
+            band_window=self.health_band_window,
             band_min_probes=self.health_band_min_probes,
             ignored_clock_reasons=tuple(self.health_ignored_clock_reasons),
-            peer_min_fraction=self.health_peer_min_fraction, cold_factor=self.health_cold_factor,
+            peer_min_fraction=self.health_peer_min_fraction,
+            cold_factor=self.health_cold_factor,
         )
 
 

@@ -113,8 +113,10 @@ class ScaleBenchmark(Benchmark[ScaleParams]):
     def make_inputs(self, params: ScaleParams, device: Any, seed: int) -> dict[str, Any]:
         gen = torch.Generator(device=device).manual_seed(seed)
         shape = (params.M, params.N)
-        return {"x": torch.randn(shape, generator=gen, device=device),
-                "y": torch.randn(shape, generator=gen, device=device)}
+        return {
+            "x": torch.randn(shape, generator=gen, device=device),
+            "y": torch.randn(shape, generator=gen, device=device),
+        }
 
     def reference(self, params: ScaleParams, inputs: dict[str, Any]) -> torch.Tensor:
         return 2 * inputs["x"].double() + inputs["y"].double()
@@ -134,8 +136,9 @@ class ScaleBenchmark(Benchmark[ScaleParams]):
 
     # -- honest ------------------------------------------------------------------------------------
 
-    def _honest(self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor,
-                p: ScaleParams) -> Callable[[], Any]:
+    def _honest(
+        self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, p: ScaleParams
+    ) -> Callable[[], Any]:
         scratch = torch.empty_like(x)
 
         def run() -> torch.Tensor:
@@ -147,8 +150,9 @@ class ScaleBenchmark(Benchmark[ScaleParams]):
 
     # -- wrong results -----------------------------------------------------------------------------
 
-    def _wrong(self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor,
-               p: ScaleParams) -> Callable[[], Any]:
+    def _wrong(
+        self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, p: ScaleParams
+    ) -> Callable[[], Any]:
         return lambda: torch.mul(x, 2.0, out=out)
 
     def _nan(self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, p: ScaleParams) -> Callable[[], Any]:
@@ -159,15 +163,17 @@ class ScaleBenchmark(Benchmark[ScaleParams]):
 
         return run
 
-    def _partial(self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor,
-                 p: ScaleParams) -> Callable[[], Any]:
+    def _partial(
+        self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, p: ScaleParams
+    ) -> Callable[[], Any]:
         half = x.shape[0] // 2 or 1
         return lambda: (_compute(x[:half], y[:half], out[:half]), out)[1]
 
     # -- cached results ----------------------------------------------------------------------------
 
-    def _cached(self, key: Callable[[torch.Tensor], Any], x: torch.Tensor, y: torch.Tensor,
-                out: torch.Tensor) -> Callable[[], Any]:
+    def _cached(
+        self, key: Callable[[torch.Tensor], Any], x: torch.Tensor, y: torch.Tensor, out: torch.Tensor
+    ) -> Callable[[], Any]:
         cache: dict[Any, torch.Tensor] = {}
 
         def run() -> torch.Tensor:
@@ -178,25 +184,30 @@ class ScaleBenchmark(Benchmark[ScaleParams]):
 
         return run
 
-    def _cache_ptr(self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor,
-                   p: ScaleParams) -> Callable[[], Any]:
+    def _cache_ptr(
+        self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, p: ScaleParams
+    ) -> Callable[[], Any]:
         return self._cached(lambda t: t.data_ptr(), x, y, out)
 
-    def _cache_shape(self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor,
-                     p: ScaleParams) -> Callable[[], Any]:
+    def _cache_shape(
+        self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, p: ScaleParams
+    ) -> Callable[[], Any]:
         return self._cached(lambda t: tuple(t.shape), x, y, out)
 
-    def _cache_id(self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor,
-                  p: ScaleParams) -> Callable[[], Any]:
+    def _cache_id(
+        self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, p: ScaleParams
+    ) -> Callable[[], Any]:
         return self._cached(id, x, y, out)
 
-    def _constant(self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor,
-                  p: ScaleParams) -> Callable[[], Any]:
+    def _constant(
+        self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, p: ScaleParams
+    ) -> Callable[[], Any]:
         answer = _compute(x, y, torch.empty_like(x))  # right for the cell's own inputs only
         return lambda: out.copy_(answer)
 
-    def _deferred(self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor,
-                  p: ScaleParams) -> Callable[[], Any]:
+    def _deferred(
+        self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, p: ScaleParams
+    ) -> Callable[[], Any]:
         last = [x.clone(), y.clone()]
 
         def run() -> torch.Tensor:
@@ -215,8 +226,9 @@ class ScaleBenchmark(Benchmark[ScaleParams]):
 
         return run
 
-    def _thread(self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor,
-                p: ScaleParams) -> Callable[[], Any]:
+    def _thread(
+        self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, p: ScaleParams
+    ) -> Callable[[], Any]:
         def run() -> torch.Tensor:
             def later() -> None:
                 time.sleep(0.02)
@@ -227,16 +239,18 @@ class ScaleBenchmark(Benchmark[ScaleParams]):
 
         return run
 
-    def _scribble(self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor,
-                  p: ScaleParams) -> Callable[[], Any]:
+    def _scribble(
+        self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, p: ScaleParams
+    ) -> Callable[[], Any]:
         def run() -> torch.Tensor:
             x.copy_(x.to(torch.bfloat16))  # "quantise the input for speed", in place
             return _compute(x, y, out)
 
         return run
 
-    def _less_accurate(self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor,
-                       p: ScaleParams) -> Callable[[], Any]:
+    def _less_accurate(
+        self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, p: ScaleParams
+    ) -> Callable[[], Any]:
         def run() -> torch.Tensor:
             low = torch.add(y.to(torch.bfloat16), x.to(torch.bfloat16), alpha=2.0)
             return out.copy_(low)
@@ -245,15 +259,17 @@ class ScaleBenchmark(Benchmark[ScaleParams]):
 
     # -- the timer ---------------------------------------------------------------------------------
 
-    def _patch_timer(self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor,
-                     p: ScaleParams) -> Callable[[], Any]:
+    def _patch_timer(
+        self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, p: ScaleParams
+    ) -> Callable[[], Any]:
         real = time.perf_counter_ns
         start = real()
         time.perf_counter_ns = lambda: start + (real() - start) // 100  # time runs 100x slower
         return lambda: _compute(x, y, out)
 
-    def _patch_kernelab(self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor,
-                        p: ScaleParams) -> Callable[[], Any]:
+    def _patch_kernelab(
+        self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, p: ScaleParams
+    ) -> Callable[[], Any]:
         import kernelab.runners.timing
 
         real = kernelab.runners.timing.CpuTimer.time_ns
@@ -266,8 +282,9 @@ class ScaleBenchmark(Benchmark[ScaleParams]):
 
     # -- GPU only ----------------------------------------------------------------------------------
 
-    def _graph_wrong(self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor,
-                     p: ScaleParams) -> Callable[[], Any]:
+    def _graph_wrong(
+        self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, p: ScaleParams
+    ) -> Callable[[], Any]:
         half = x.shape[0] // 2 or 1
 
         def run() -> torch.Tensor:
@@ -278,8 +295,9 @@ class ScaleBenchmark(Benchmark[ScaleParams]):
 
         return run
 
-    def _side_stream(self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor,
-                     p: ScaleParams) -> Callable[[], Any]:
+    def _side_stream(
+        self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, p: ScaleParams
+    ) -> Callable[[], Any]:
         side = torch.cuda.Stream(device=x.device)
         scratch = torch.empty_like(x)
 
@@ -293,8 +311,9 @@ class ScaleBenchmark(Benchmark[ScaleParams]):
 
         return run
 
-    def _host_cache(self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor,
-                    p: ScaleParams) -> Callable[[], Any]:
+    def _host_cache(
+        self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, p: ScaleParams
+    ) -> Callable[[], Any]:
         calls = [0]
 
         def run() -> torch.Tensor:
@@ -305,8 +324,9 @@ class ScaleBenchmark(Benchmark[ScaleParams]):
 
         return run
 
-    def _noop_after_first(self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor,
-                          p: ScaleParams) -> Callable[[], Any]:
+    def _noop_after_first(
+        self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, p: ScaleParams
+    ) -> Callable[[], Any]:
         done = [False]
 
         def run() -> torch.Tensor:
@@ -317,8 +337,9 @@ class ScaleBenchmark(Benchmark[ScaleParams]):
 
         return run
 
-    def _patch_events(self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor,
-                      p: ScaleParams) -> Callable[[], Any]:
+    def _patch_events(
+        self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, p: ScaleParams
+    ) -> Callable[[], Any]:
         real = torch.cuda.Event.elapsed_time
 
         def short(event: Any, end: Any) -> float:

@@ -48,8 +48,13 @@ _ACCESS_NORMAL, _ACCESS_STREAMING, _ACCESS_PERSISTING = 0, 1, 2  # enum cudaAcce
 
 
 class _AccessPolicyWindow(ctypes.Structure):
-    _fields_ = [("base_ptr", ctypes.c_void_p), ("num_bytes", ctypes.c_size_t), ("hitRatio", ctypes.c_float),
-                ("hitProp", ctypes.c_int), ("missProp", ctypes.c_int)]
+    _fields_ = [
+        ("base_ptr", ctypes.c_void_p),
+        ("num_bytes", ctypes.c_size_t),
+        ("hitRatio", ctypes.c_float),
+        ("hitProp", ctypes.c_int),
+        ("missProp", ctypes.c_int),
+    ]
 
 
 class _LaunchAttributeValue(ctypes.Union):
@@ -65,8 +70,10 @@ def device_attribute(attr: int, device: int) -> int:
     """``cudaDeviceGetAttribute(attr, device)``. Raises ``RuntimeError`` on an error."""
     value = ctypes.c_int(0)
     lib = cuda_runtime()
-    _check(lib.cudaDeviceGetAttribute(ctypes.byref(value), ctypes.c_int(attr), ctypes.c_int(device)),
-           "cudaDeviceGetAttribute")
+    _check(
+        lib.cudaDeviceGetAttribute(ctypes.byref(value), ctypes.c_int(attr), ctypes.c_int(device)),
+        "cudaDeviceGetAttribute",
+    )
     return int(value.value)
 
 
@@ -79,8 +86,12 @@ def set_access_policy(buf: torch.Tensor, *, hit: int, miss: int, hit_ratio: floa
     value = _LaunchAttributeValue()
     value.accessPolicyWindow = _AccessPolicyWindow(buf.data_ptr(), nbytes, hit_ratio, hit, miss)
     stream = ctypes.c_void_p(torch.cuda.current_stream(buf.device).cuda_stream)
-    _check(cuda_runtime().cudaStreamSetAttribute(stream, ctypes.c_int(_STREAM_ATTR_ACCESS_POLICY_WINDOW),
-                                                 ctypes.byref(value)), "cudaStreamSetAttribute")
+    _check(
+        cuda_runtime().cudaStreamSetAttribute(
+            stream, ctypes.c_int(_STREAM_ATTR_ACCESS_POLICY_WINDOW), ctypes.byref(value)
+        ),
+        "cudaStreamSetAttribute",
+    )
     return nbytes
 
 
@@ -90,8 +101,10 @@ def reserve_persisting_l2(device: torch.device) -> int:
     torch.empty(1, device=device)  # the context exists
     nbytes = device_attribute(_ATTR_MAX_PERSISTING_L2_CACHE_SIZE, device.index or 0)
     lib = cuda_runtime()
-    _check(lib.cudaDeviceSetLimit(ctypes.c_int(_LIMIT_PERSISTING_L2_CACHE_SIZE), ctypes.c_size_t(nbytes)),
-           "cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize)")
+    _check(
+        lib.cudaDeviceSetLimit(ctypes.c_int(_LIMIT_PERSISTING_L2_CACHE_SIZE), ctypes.c_size_t(nbytes)),
+        "cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize)",
+    )
     return nbytes
 
 
@@ -119,8 +132,9 @@ class NodeStateBenchmark(ScaleBenchmark):
     name = "scale-node-state"
     variants = (*ScaleBenchmark.variants, *STATE_CHEATS)
 
-    def _l2_persist(self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor,
-                    p: ScaleParams) -> Callable[[], Any]:
+    def _l2_persist(
+        self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, p: ScaleParams
+    ) -> Callable[[], Any]:
         nbytes = reserve_persisting_l2(x.device)
         hot = torch.ones(max(nbytes // 4, 1), device=x.device)
         set_access_policy(hot, hit=_ACCESS_PERSISTING, miss=_ACCESS_STREAMING)
@@ -132,12 +146,14 @@ class NodeStateBenchmark(ScaleBenchmark):
 
         return run
 
-    def _l2_streaming(self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor,
-                      p: ScaleParams) -> Callable[[], Any]:
+    def _l2_streaming(
+        self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, p: ScaleParams
+    ) -> Callable[[], Any]:
         set_access_policy(x, hit=_ACCESS_STREAMING, miss=_ACCESS_STREAMING)
         return self._honest(x, y, out, p)
 
-    def _device_hog(self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor,
-                    p: ScaleParams) -> Callable[[], Any]:
+    def _device_hog(
+        self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, p: ScaleParams
+    ) -> Callable[[], Any]:
         start_device_hog(x.device)
         return self._honest(x, y, out, p)

@@ -22,11 +22,18 @@ NO_PROBES = {"copy_bandwidth": False, "all_reduce": False, "nvml": False}
 
 
 def cheat_spec(candidate: str, **correctness: Any) -> JobSpec:
-    return JobSpec.model_validate({
-        "benchmark": "cheats:ScaleBenchmark", "baseline": {"variant": "honest"},
-        "candidate": {"variant": candidate}, "params": {"M": 256, "N": 256}, "device": "cpu",
-        "measurement": QUICK, "probes": NO_PROBES, "correctness": correctness,
-    })
+    return JobSpec.model_validate(
+        {
+            "benchmark": "cheats:ScaleBenchmark",
+            "baseline": {"variant": "honest"},
+            "candidate": {"variant": candidate},
+            "params": {"M": 256, "N": 256},
+            "device": "cpu",
+            "measurement": QUICK,
+            "probes": NO_PROBES,
+            "correctness": correctness,
+        }
+    )
 
 
 LOOSE = {"rtol": 0.05, "atol": 0.1}  # a tolerance loose enough for a bfloat16 result
@@ -62,8 +69,11 @@ def test_an_honest_pair_passes_every_check() -> None:
     assert {r.code for r in cell.reasons} <= {"ci-straddles", "no-interval"}
     checks = result.cells[0].timed_checks
     assert {v: len(c) for v, c in checks.items()} == {"baseline": 2, "candidate": 2}
-    assert all(c.passed and c.timer == "perf_counter" and c.correctness is not None for cs in checks.values()
-               for c in cs)
+    assert all(
+        c.passed and c.timer == "perf_counter" and c.correctness is not None
+        for cs in checks.values()
+        for c in cs
+    )
     assert checks["baseline"][0].round == 1 and checks["baseline"][1].round >= 4
 
 
@@ -122,9 +132,21 @@ def test_sides_that_share_inputs_share_the_reference_of_a_checkpoint() -> None:
     bench, timer, cpu = _CountingScale(), CpuTimer(), torch.device("cpu")
     params = bench.parse_params({"M": 8, "N": 8, "work": 1})
     inputs = bench.make_inputs(params, cpu, 0)
-    sides = [LocalSide(side=v, bench=bench, variant=v2, params=params, inputs=inputs,
-                       fn=bench.prepare(v2, params, inputs), timer=timer, device=cpu, rtol=1e-5, atol=1e-5)
-             for v, v2 in (("baseline", "honest"), ("candidate", "wrong"))]
+    sides = [
+        LocalSide(
+            side=v,
+            bench=bench,
+            variant=v2,
+            params=params,
+            inputs=inputs,
+            fn=bench.prepare(v2, params, inputs),
+            timer=timer,
+            device=cpu,
+            rtol=1e-5,
+            atol=1e-5,
+        )
+        for v, v2 in (("baseline", "honest"), ("candidate", "wrong"))
+    ]
     for side in sides:
         side.time_ns(1)
     references: dict[tuple[int, int], Any] = {}

@@ -21,11 +21,18 @@ NO_PROBES = {"copy_bandwidth": False, "all_reduce": False, "nvml": False, "matmu
 
 
 def gpu_spec(candidate: str, **correctness: Any) -> JobSpec:
-    return JobSpec.model_validate({
-        "benchmark": "cheats:ScaleBenchmark", "baseline": {"variant": "honest"},
-        "candidate": {"variant": candidate}, "params": {"M": 2048, "N": 2048, "work": 8}, "device": "cuda",
-        "measurement": QUICK, "probes": NO_PROBES, "correctness": correctness,
-    })
+    return JobSpec.model_validate(
+        {
+            "benchmark": "cheats:ScaleBenchmark",
+            "baseline": {"variant": "honest"},
+            "candidate": {"variant": candidate},
+            "params": {"M": 2048, "N": 2048, "work": 8},
+            "device": "cuda",
+            "measurement": QUICK,
+            "probes": NO_PROBES,
+            "correctness": correctness,
+        }
+    )
 
 
 @pytest.mark.parametrize("cheat", sorted(k for k, v in {**CHEATS, **GPU_CHEATS}.items() if v))

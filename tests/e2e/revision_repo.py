@@ -56,10 +56,16 @@ class AxpyBenchmark(Benchmark[AxpyParams]):
 
 
 def _git(repo: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
-                          env=env).stdout.strip()
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.com",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.com",
+    }
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env
+    ).stdout.strip()
 
 
 def make_repo(path: Path) -> dict[str, str]:
@@ -69,8 +75,11 @@ def make_repo(path: Path) -> dict[str, str]:
     (path / "revpkg" / "__init__.py").write_text("")
     bench = path / "revpkg" / "bench.py"
     shas = {}
-    for name, text in (("fast", BENCH), ("slow", BENCH.replace("REPEATS = 1", "REPEATS = 4")),
-                       ("wrong", BENCH.replace("OFFSET = 1.0", "OFFSET = 1.5"))):
+    for name, text in (
+        ("fast", BENCH),
+        ("slow", BENCH.replace("REPEATS = 1", "REPEATS = 4")),
+        ("wrong", BENCH.replace("OFFSET = 1.0", "OFFSET = 1.5")),
+    ):
         bench.write_text(text)
         _git(path, "add", "-A")
         _git(path, "commit", "-q", "-m", name)

@@ -35,15 +35,24 @@ timeout_s: 300
 
 
 def _cli(*args: str, env: dict[str, str], timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kernelab.runners.cli", *args], capture_output=True, text=True,
-                          env=env, timeout=timeout_s)
+    return subprocess.run(
+        [sys.executable, "-m", "kernelab.runners.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout_s,
+    )
 
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[tuple[ServerProcess, str]]:
     token = admin_token(tmp_path)
-    proc = ServerProcess(f"sqlite:///{tmp_path / 'kernelab.db'}", port=free_port(), admin_token=token,
-                         log_path=tmp_path / "server.log")
+    proc = ServerProcess(
+        f"sqlite:///{tmp_path / 'kernelab.db'}",
+        port=free_port(),
+        admin_token=token,
+        log_path=tmp_path / "server.log",
+    )
     with proc:
         yield proc, token
 
@@ -59,15 +68,21 @@ def test_submit_run_and_read_back(server: tuple[ServerProcess, str], tmp_path: P
         # Job 1 through REST (probes off to keep the test short), job 2 through `kernelab submit --wait`.
         no_probes = {"copy_bandwidth": False, "all_reduce": False, "nvml": False}
         rest_job = client.submit({**load_spec(spec_file).model_dump(mode="json"), "probes": no_probes})
-        submit = subprocess.Popen([sys.executable, "-m", "kernelab.runners.cli", "submit", str(spec_file), "--wait"],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        submit = subprocess.Popen(
+            [sys.executable, "-m", "kernelab.runners.cli", "submit", str(spec_file), "--wait"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         deadline = time.monotonic() + 60
         while client.list_jobs().count < 2:
             assert time.monotonic() < deadline and submit.poll() is None, submit.communicate()
             time.sleep(0.2)
 
-        runner = _cli("runner", "--once", "--name", "e2e-node", "--work-dir", str(tmp_path / "runner"),
-                      env=env)
+        runner = _cli(
+            "runner", "--once", "--name", "e2e-node", "--work-dir", str(tmp_path / "runner"), env=env
+        )
         assert runner.returncode == 0, runner.stderr
         assert "done=2 failed=0" in runner.stderr
         out, err = submit.communicate(timeout=120)
@@ -86,8 +101,10 @@ def test_submit_run_and_read_back(server: tuple[ServerProcess, str], tmp_path: P
             assert sum(comparison.summary.values()) == len(cpu_cells)
             samples = client.samples(job_id)
             n_json = len(samples)
-            assert n_json == sum(c.baseline.n + c.candidate.n + c.baseline.dropped_throttled
-                                 + c.candidate.dropped_throttled for c in comparison.cells)
+            assert n_json == sum(
+                c.baseline.n + c.candidate.n + c.baseline.dropped_throttled + c.candidate.dropped_throttled
+                for c in comparison.cells
+            )
             assert {s["variant"] for s in samples} == {"baseline", "candidate"}
             assert all(s["duration_ns"] > 0 for s in samples)
             rows = list(csv.DictReader(io.StringIO(client.samples(job_id, fmt="csv"))))
@@ -114,12 +131,26 @@ def test_submit_run_and_read_back(server: tuple[ServerProcess, str], tmp_path: P
 def test_up_runs_the_demo_and_reuses_its_token(tmp_path: Path) -> None:
     data_dir = tmp_path / "kernelab-data"
     spec_file = tmp_path / "tiny.yaml"
-    spec_file.write_text(TINY_SPEC.replace("probes: {copy_bandwidth: true, all_reduce: true, nvml: true}",
-                                           "probes: {copy_bandwidth: false, all_reduce: false, nvml: false}"))
+    spec_file.write_text(
+        TINY_SPEC.replace(
+            "probes: {copy_bandwidth: true, all_reduce: true, nvml: true}",
+            "probes: {copy_bandwidth: false, all_reduce: false, nvml: false}",
+        )
+    )
     tokens = []
     for demo_job_id in (1, 2):
-        proc = _cli("up", "--port", str(free_port()), "--data-dir", str(data_dir), "--spec", str(spec_file),
-                    "--exit", env=dict(os.environ), timeout_s=240)
+        proc = _cli(
+            "up",
+            "--port",
+            str(free_port()),
+            "--data-dir",
+            str(data_dir),
+            "--spec",
+            str(spec_file),
+            "--exit",
+            env=dict(os.environ),
+            timeout_s=240,
+        )
         assert proc.returncode == 0, proc.stderr + (data_dir / "runner.log").read_text()
         assert "verdicts:" in proc.stdout
         line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("dashboard"))

@@ -34,15 +34,25 @@ NO_PROBES = {"copy_bandwidth": False, "all_reduce": False, "nvml": False}
 
 
 def _cli(*args: str, env: dict[str, str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kernelab.runners.cli", *args], capture_output=True, text=True,
-                          env=env, cwd=cwd, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "kernelab.runners.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=600,
+    )
 
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[tuple[ServerProcess, str]]:
     token = admin_token(tmp_path)
-    proc = ServerProcess(f"sqlite:///{tmp_path / 'kernelab.db'}", port=free_port(), admin_token=token,
-                         log_path=tmp_path / "server.log")
+    proc = ServerProcess(
+        f"sqlite:///{tmp_path / 'kernelab.db'}",
+        port=free_port(),
+        admin_token=token,
+        log_path=tmp_path / "server.log",
+    )
     with proc:
         yield proc, token
 
@@ -52,11 +62,17 @@ def _source(repo: Path, ref: str, **extra: object) -> dict[str, object]:
 
 
 def _job(baseline: dict[str, object], candidate: dict[str, object]) -> dict[str, object]:
-    return {"name": "rev", "benchmark": "revpkg.bench:AxpyBenchmark", "params": {"N": 100000},
-            "device": "cpu", "probes": NO_PROBES, "timeout_s": 240,
-            "measurement": {"warmup_ms": 5, "budget_ms": 250, "min_rounds": 6},
-            "baseline": {"variant": "torch", "source": baseline},
-            "candidate": {"variant": "torch", "source": candidate}}
+    return {
+        "name": "rev",
+        "benchmark": "revpkg.bench:AxpyBenchmark",
+        "params": {"N": 100000},
+        "device": "cpu",
+        "probes": NO_PROBES,
+        "timeout_s": 240,
+        "measurement": {"warmup_ms": 5, "budget_ms": 250, "min_rounds": 6},
+        "baseline": {"variant": "torch", "source": baseline},
+        "candidate": {"variant": "torch", "source": candidate},
+    }
 
 
 @pytest.mark.timeout(300)
@@ -71,25 +87,47 @@ def test_revision_ab_jobs_over_http(server: tuple[ServerProcess, str], tmp_path:
     env = {**os.environ, "KERNELAB_SERVER": srv.url, "KERNELAB_TOKEN": token}
 
     # 1. `kernelab submit --baseline-ref main~2 --candidate-ref slow --repo .` from inside the checkout.
-    submitted = _cli("submit", str(spec_file), "--baseline-ref", "main~2", "--candidate-ref", "slow",
-                     "--repo", ".", env=env, cwd=repo)
+    submitted = _cli(
+        "submit",
+        str(spec_file),
+        "--baseline-ref",
+        "main~2",
+        "--candidate-ref",
+        "slow",
+        "--repo",
+        ".",
+        env=env,
+        cwd=repo,
+    )
     assert submitted.returncode == 0, submitted.stderr
     slower_id = int(submitted.stdout.split()[0])
     assert f"candidate: {repo} @ slow ({shas['slow'][:12]})" in submitted.stderr
 
     with KernelabClient(srv.url, token) as client:
-        wrong_id = client.submit(_job(_source(repo, shas["fast"], branch="main"),
-                                      _source(repo, "main", branch="main"))).id
+        wrong_id = client.submit(
+            _job(_source(repo, shas["fast"], branch="main"), _source(repo, "main", branch="main"))
+        ).id
         denied_id = client.submit(_job(_source(other, "main"), _source(other, "main"))).id
         missing_id = client.submit(_job(_source(repo, "main"), _source(repo, "no-such-branch"))).id
-        broken_id = client.submit(_job(
-            _source(repo, "main"),
-            _source(repo, "slow", install=["{python} -c \"raise SystemExit('build exploded')\""]),
-        )).id
+        broken_id = client.submit(
+            _job(
+                _source(repo, "main"),
+                _source(repo, "slow", install=["{python} -c \"raise SystemExit('build exploded')\""]),
+            )
+        ).id
         healthy_id = client.submit(_job(_source(repo, "slow"), _source(repo, "main~2"))).id
 
-        runner = _cli("runner", "--once", "--name", "rev-node", "--work-dir", str(tmp_path / "runner"),
-                      "--allow-repo", str(repo), env=env)
+        runner = _cli(
+            "runner",
+            "--once",
+            "--name",
+            "rev-node",
+            "--work-dir",
+            str(tmp_path / "runner"),
+            "--allow-repo",
+            str(repo),
+            env=env,
+        )
         assert runner.returncode == 0, runner.stderr[-4000:]
         assert "done=3 failed=3" in runner.stderr  # the runner outlived every broken job
 
@@ -118,10 +156,12 @@ def test_revision_ab_jobs_over_http(server: tuple[ServerProcess, str], tmp_path:
 
         errors = {job_id: client.get_job(job_id) for job_id in (denied_id, missing_id, broken_id)}
         assert all(j.status == "failed" for j in errors.values())
-        assert errors[denied_id].error.startswith(f"baseline: repository '{other}' is not on this "
-                                                  "runner's allow-list")
+        assert errors[denied_id].error.startswith(
+            f"baseline: repository '{other}' is not on this runner's allow-list"
+        )
         assert errors[missing_id].error.startswith(
-            f"candidate: revision 'no-such-branch' not found in repository '{repo}'")
+            f"candidate: revision 'no-such-branch' not found in repository '{repo}'"
+        )
         assert errors[broken_id].error.startswith("candidate: install step 1 failed")
         assert "build exploded" in errors[broken_id].error
 
@@ -133,7 +173,8 @@ def test_revision_ab_jobs_over_http(server: tuple[ServerProcess, str], tmp_path:
     page = httpx.get(f"{srv.url}/jobs/{slower_id}", headers=headers, timeout=30)
     assert page.status_code == 200
     assert 'id="revisions-table"' in page.text and shas["fast"][:12] in page.text
-    history = httpx.get(f"{srv.url}/history", params={"benchmark": "revpkg.bench:AxpyBenchmark"},
-                        headers=headers, timeout=60)
+    history = httpx.get(
+        f"{srv.url}/history", params={"benchmark": "revpkg.bench:AxpyBenchmark"}, headers=headers, timeout=60
+    )
     assert history.status_code == 200 and 'id="fig-history"' in history.text
     assert history.text.count(f"<code>{shas['slow'][:12]}</code>") >= 2  # two jobs measured it

@@ -56,25 +56,41 @@ class Site:
 
 
 def cli(*args: str, env: dict[str, str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kernelab.runners.cli", *args], capture_output=True, text=True,
-                          env=env, cwd=cwd, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "kernelab.runners.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=300,
+    )
 
 
 def _broken_commit(repo: Path) -> None:
     """On top of ``make_repo``: a commit whose ``prepare`` imports a module with a SyntaxError."""
     (repo / "revpkg" / "impl.py").write_text("def axpy(x, out)\n    return out\n")
-    lazy = BENCH.replace('        x = inputs["x"]\n', '        from revpkg import impl  # noqa: F401\n'
-                         '        x = inputs["x"]\n', 1)
+    lazy = BENCH.replace(
+        '        x = inputs["x"]\n',
+        '        from revpkg import impl  # noqa: F401\n        x = inputs["x"]\n',
+        1,
+    )
     (repo / "revpkg" / "bench.py").write_text(lazy)
     _git(repo, "add", "-A")
     _git(repo, "commit", "-q", "-m", "syntax error in impl")
 
 
-def _waiting(args: list[str], env: dict[str, str],
-             cwd: Path | None = None) -> tuple[subprocess.Popen[str], int]:
+def _waiting(
+    args: list[str], env: dict[str, str], cwd: Path | None = None
+) -> tuple[subprocess.Popen[str], int]:
     """``kernelab submit ... --wait`` started; returns once it printed its job id."""
-    proc = subprocess.Popen([sys.executable, "-m", "kernelab.runners.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**env, "PYTHONUNBUFFERED": "1"}, cwd=cwd)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kernelab.runners.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**env, "PYTHONUNBUFFERED": "1"},
+        cwd=cwd,
+    )
     assert proc.stdout is not None
     line = proc.stdout.readline()
     if not line.strip().isdigit():
@@ -96,8 +112,12 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     path = os.pathsep.join([str(WRONG_DIR), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     with pytest.MonkeyPatch.context() as mp:  # the server validates specs: it imports wrongbench
         mp.setenv("PYTHONPATH", path)
-        server = ServerProcess(f"sqlite:///{tmp / 'kernelab.db'}", port=free_port(), admin_token=token,
-                               log_path=tmp / "server.log").start()
+        server = ServerProcess(
+            f"sqlite:///{tmp / 'kernelab.db'}",
+            port=free_port(),
+            admin_token=token,
+            log_path=tmp / "server.log",
+        ).start()
     try:
         env = {**os.environ, "PYTHONPATH": path, "KERNELAB_SERVER": server.url, "KERNELAB_TOKEN": token}
         env.pop("NO_COLOR", None)
@@ -114,10 +134,20 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
             ids[name] = int(submitted.stdout)
         wrong, ids["unnormalised"] = _waiting(["submit", str(specs["unnormalised"]), "--wait"], env)
         refs = ["--baseline-ref", "main~3", "--candidate-ref", "main", "--repo", "."]
-        revision, ids["revision"] = _waiting(["submit", str(specs["revision"]), "--wait", *refs], env,
-                                             cwd=repo)
-        runner = cli("runner", "--once", "--name", "verdict-node", "--work-dir", str(tmp / "runner"),
-                     "--allow-repo", str(repo), env=env)
+        revision, ids["revision"] = _waiting(
+            ["submit", str(specs["revision"]), "--wait", *refs], env, cwd=repo
+        )
+        runner = cli(
+            "runner",
+            "--once",
+            "--name",
+            "verdict-node",
+            "--work-dir",
+            str(tmp / "runner"),
+            "--allow-repo",
+            str(repo),
+            env=env,
+        )
         assert runner.returncode == 0, runner.stderr[-4000:]
         waited = {"unnormalised": _finish(wrong), "revision": _finish(revision)}
         yield Site(server.url, token, env, specs, ids, waited)
@@ -132,14 +162,18 @@ def test_submit_wait_of_a_fast_but_wrong_kernel_reads_incorrect_and_exits_1(site
     assert "verdicts: 2 incorrect" in waited.stdout and "faster" not in waited.stdout
     assert re.search(r"^M=32, N=256 .*\)\s+incorrect\s+.*incorrect$", waited.stdout, re.M)
     assert "  incorrect  M=32, N=256: candidate: FAIL: 8192/8192 elements (100%)" in waited.stdout
-    assert waited.stderr.splitlines()[-2:] == ["gate failed (--fail-on failed,incorrect): 2 of 2 cells",
-                                               "  incorrect: 2 cells (M=32, N=256; M=32, N=1024)"]
+    assert waited.stderr.splitlines()[-2:] == [
+        "gate failed (--fail-on failed,incorrect): 2 of 2 cells",
+        "  incorrect: 2 cells (M=32, N=256; M=32, N=1024)",
+    ]
     job = site.get(f"/api/v1/jobs/{site.ids['unnormalised']}").json()
     assert job["status"] == "succeeded" and job["summary"] == {"incorrect": 2}
     comparison = site.get(f"/api/v1/jobs/{site.ids['unnormalised']}/comparison").json()
     assert [c["verdict"] for c in comparison["cells"]] == ["incorrect", "incorrect"]
-    assert all(c["reasons"][0]["code"] == "wrong-output" and c["reasons"][0]["side"] == "candidate"
-               for c in comparison["cells"])
+    assert all(
+        c["reasons"][0]["code"] == "wrong-output" and c["reasons"][0]["side"] == "candidate"
+        for c in comparison["cells"]
+    )
 
 
 @pytest.mark.timeout(600)
@@ -150,8 +184,16 @@ def test_report_of_the_forgotten_mask_follows_fail_on(site: Site) -> None:
     assert "  incorrect  B=2, H=2, S=64, D=16, valid=40: candidate: FAIL:" in default.stdout
     assert "gate failed (--fail-on failed,incorrect): 1 of 1 cells" in default.stderr
     assert cli("report", job_id, "--fail-on", "failed", env=site.env).returncode == EXIT_OK
-    assert cli("report", job_id, "--fail-on", "slower,incorrect,failed,inconclusive,nondeterministic",
-               env=site.env).returncode == EXIT_FAILED
+    assert (
+        cli(
+            "report",
+            job_id,
+            "--fail-on",
+            "slower,incorrect,failed,inconclusive,nondeterministic",
+            env=site.env,
+        ).returncode
+        == EXIT_FAILED
+    )
     markdown = cli("report", job_id, "--markdown", env=site.env)
     assert markdown.returncode == EXIT_FAILED
     assert re.search(r"\| ❌ \*\*incorrect\*\* \| [a-z, ]*incorrect \|", markdown.stdout)
@@ -185,8 +227,10 @@ def test_jobs_list_and_job_pages_read_incorrect_and_failed(site: Site) -> None:
     listing = site.get("/").text
     row = re.compile(r'<tr>\s*<td class="num"><a href="/jobs/(\d+)">.*?</tr>', re.S)
     rows = {int(m.group(1)): m.group(0) for m in row.finditer(listing)}
-    assert '<span class="badge verdict-incorrect" title="2 cell(s) incorrect">2 incorrect</span>' \
+    assert (
+        '<span class="badge verdict-incorrect" title="2 cell(s) incorrect">2 incorrect</span>'
         in rows[site.ids["unnormalised"]]
+    )
     assert '<span class="badge verdict-incorrect"' in rows[site.ids["nomask"]]
     for name in ("raises", "revision"):
         assert '<span class="badge status-failed">failed</span>' in rows[site.ids[name]]
@@ -217,8 +261,11 @@ def test_no_verdict_exits_3_and_an_unknown_job_2(site: Site) -> None:
     queued = cli("report", job_id, env=site.env)
     assert queued.returncode == EXIT_NO_VERDICT, queued.stderr
     assert f"job {job_id} is queued: no verdict yet" in queued.stderr
-    cancelled = httpx.post(f"{site.url}/api/v1/jobs/{job_id}/cancel", timeout=30,
-                           headers={"Authorization": f"Bearer {site.token}"})
+    cancelled = httpx.post(
+        f"{site.url}/api/v1/jobs/{job_id}/cancel",
+        timeout=30,
+        headers={"Authorization": f"Bearer {site.token}"},
+    )
     assert cancelled.status_code == 200, cancelled.text
     after = cli("report", job_id, env=site.env)
     assert after.returncode == EXIT_NO_VERDICT and f"job {job_id} cancelled: no verdict" in after.stderr

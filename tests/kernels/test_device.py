@@ -63,11 +63,24 @@ except BenchmarkError as exc:
 """
 
 
-@pytest.mark.parametrize(("first_env", "first_device", "second_device", "expect"), [
-    # Importing compiled kernels needs no GPU; launching them would.
-    ("1", "cuda", "cpu", ["first interpreted: False None", "refused: Triton kernel 'sum' was imported comp"]),
-    ("0", "cpu", "cuda", ["first interpreted: True 1", "refused: Triton kernel 'sum' was imported interp"]),
-])
+@pytest.mark.parametrize(
+    ("first_env", "first_device", "second_device", "expect"),
+    [
+        # Importing compiled kernels needs no GPU; launching them would.
+        (
+            "1",
+            "cuda",
+            "cpu",
+            ["first interpreted: False None", "refused: Triton kernel 'sum' was imported comp"],
+        ),
+        (
+            "0",
+            "cpu",
+            "cuda",
+            ["first interpreted: True 1", "refused: Triton kernel 'sum' was imported interp"],
+        ),
+    ],
+)
 def test_first_import_fixes_the_mode_of_the_process(
     first_env: str, first_device: str, second_device: str, expect: list[str]
 ) -> None:

@@ -62,7 +62,10 @@ def test_builtin_benchmarks_are_correct_on_cuda() -> None:
     env = {k: v for k, v in os.environ.items() if k != TRITON_INTERPRET_ENV}
     done = subprocess.run(
         [sys.executable, "-c", _SCRIPT, json.dumps(_cells())],
-        env=env, capture_output=True, text=True, timeout=280,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
     )
     assert done.returncode == 0, done.stderr[-4000:]
     results = [json.loads(line) for line in done.stdout.splitlines()]

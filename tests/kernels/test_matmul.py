@@ -29,11 +29,14 @@ def _check(variant: str, **values: Any) -> Any:
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
-@pytest.mark.parametrize(("variant", "config"), [
-    ("torch", {}),
-    ("triton", {}),  # default 128/128/32 tile: one program, K tail masked
-    ("triton", {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 3}),  # 12 programs, ragged group
-])
+@pytest.mark.parametrize(
+    ("variant", "config"),
+    [
+        ("torch", {}),
+        ("triton", {}),  # default 128/128/32 tile: one program, K tail masked
+        ("triton", {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 3}),  # 12 programs, ragged group
+    ],
+)
 def test_matches_reference(variant: str, config: dict[str, int], dtype: str) -> None:
     res, _ = _check(variant, dtype=dtype, **config)
     assert res.passed, res.message
@@ -91,11 +94,20 @@ def test_tf32_is_refused_for_the_torch_variant() -> None:
         bench.prepare("torch", params, bench.make_inputs(params, CPU, 0))
 
 
-@pytest.mark.parametrize(("values", "field"), [
-    ({"M": 0}, "M"), ({"K": -4}, "K"), ({"BLOCK_M": 48}, "BLOCK_M"), ({"BLOCK_K": 8}, "BLOCK_K"),
-    ({"num_warps": 3}, "num_warps"), ({"num_stages": 0}, "num_stages"), ({"GROUP_M": 0}, "GROUP_M"),
-    ({"dtype": "float64"}, "dtype"), ({"BLOCK_M": 1024, "BLOCK_N": 2048}, "BLOCK_N"),
-])
+@pytest.mark.parametrize(
+    ("values", "field"),
+    [
+        ({"M": 0}, "M"),
+        ({"K": -4}, "K"),
+        ({"BLOCK_M": 48}, "BLOCK_M"),
+        ({"BLOCK_K": 8}, "BLOCK_K"),
+        ({"num_warps": 3}, "num_warps"),
+        ({"num_stages": 0}, "num_stages"),
+        ({"GROUP_M": 0}, "GROUP_M"),
+        ({"dtype": "float64"}, "dtype"),
+        ({"BLOCK_M": 1024, "BLOCK_N": 2048}, "BLOCK_N"),
+    ],
+)
 def test_invalid_parameters_name_the_field(values: dict[str, Any], field: str) -> None:
     with pytest.raises(ValidationError) as info:
         MatmulParams.model_validate({**SHAPE, **values})

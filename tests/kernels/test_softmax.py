@@ -26,11 +26,14 @@ def _run(variant: str, **values: Any) -> tuple[torch.Tensor, torch.Tensor, Softm
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
-@pytest.mark.parametrize(("variant", "blocks"), [
-    ("torch", {}),
-    ("triton", {}),  # one tile per row: N=200 -> BLOCK_N=256, 8 rows per program
-    ("triton", {"BLOCK_M": 16, "BLOCK_N": 64}),  # rows streamed in 4 tiles (online softmax)
-])
+@pytest.mark.parametrize(
+    ("variant", "blocks"),
+    [
+        ("torch", {}),
+        ("triton", {}),  # one tile per row: N=200 -> BLOCK_N=256, 8 rows per program
+        ("triton", {"BLOCK_M": 16, "BLOCK_N": 64}),  # rows streamed in 4 tiles (online softmax)
+    ],
+)
 def test_matches_reference(variant: str, blocks: dict[str, int], dtype: str) -> None:
     out, ref, params = _run(variant, M=61, N=200, dtype=dtype, **blocks)  # M not a multiple of BLOCK_M
     assert out.dtype == getattr(torch, dtype) and out.shape == (61, 200)

@@ -29,10 +29,18 @@ def test_fp8_rtol_is_the_spacing_above_one_and_atol_the_smallest_normal(name: st
     assert atol == torch.finfo(dtype).smallest_normal
 
 
-@pytest.mark.parametrize(("alias", "canonical"), [
-    ("fp16", "float16"), ("half", "float16"), ("torch.bfloat16", "bfloat16"), ("BF16", "bfloat16"),
-    ("fp32", "float32"), ("double", "float64"), ("e4m3", "float8_e4m3fn"),
-])
+@pytest.mark.parametrize(
+    ("alias", "canonical"),
+    [
+        ("fp16", "float16"),
+        ("half", "float16"),
+        ("torch.bfloat16", "bfloat16"),
+        ("BF16", "bfloat16"),
+        ("fp32", "float32"),
+        ("double", "float64"),
+        ("e4m3", "float8_e4m3fn"),
+    ],
+)
 def test_aliases(alias: str, canonical: str) -> None:
     assert normalize_dtype_name(alias) == canonical
     assert default_tolerances(alias) == default_tolerances(canonical)

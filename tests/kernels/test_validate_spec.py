@@ -51,8 +51,12 @@ def test_unknown_benchmark_names_the_benchmark_field() -> None:
 
 
 def test_side_params_errors_point_at_the_side() -> None:
-    spec = _spec(benchmark="matmul", sweep={"M": [64], "N": [48], "K": [40]},
-                 baseline={"variant": "triton", "params": {"BLOCK_K": 24}}, candidate={"variant": "torch"})
+    spec = _spec(
+        benchmark="matmul",
+        sweep={"M": [64], "N": [48], "K": [40]},
+        baseline={"variant": "triton", "params": {"BLOCK_K": 24}},
+        candidate={"variant": "torch"},
+    )
     errors = validate_spec(spec)
     assert [tuple(e["loc"]) for e in errors] == [("baseline", "params", "BLOCK_K")]
     assert "power of two" in errors[0]["msg"]
@@ -71,10 +75,12 @@ def test_unknown_and_missing_parameters_are_errors() -> None:
 
 
 def test_tile_limits_are_checked_without_a_gpu() -> None:
-    spec = _spec(benchmark="matmul", sweep={"M": [64], "N": [48], "K": [40]},
-                 baseline={"variant": "triton"},
-                 candidate={"variant": "triton",
-                            "params": {"BLOCK_M": 2048, "BLOCK_N": 1024, "num_warps": 64}})
+    spec = _spec(
+        benchmark="matmul",
+        sweep={"M": [64], "N": [48], "K": [40]},
+        baseline={"variant": "triton"},
+        candidate={"variant": "triton", "params": {"BLOCK_M": 2048, "BLOCK_N": 1024, "num_warps": 64}},
+    )
     assert sorted(_locs(spec)) == [("candidate", "params", "BLOCK_N"), ("candidate", "params", "num_warps")]
 
 

@@ -45,9 +45,21 @@ def _write(tmp_path: Path, text: str, name: str = "spec.yaml") -> Path:
 def test_run_softmax_example_writes_comparison_json(tmp_path: Path) -> None:
     out_json, out_md = tmp_path / "out.json", tmp_path / "out.md"
     proc = subprocess.run(
-        [sys.executable, "-m", "kernelab.runners.cli", "run", str(EXAMPLES / "softmax.yaml"),
-         "--json", str(out_json), "--markdown", str(out_md)],
-        capture_output=True, text=True, timeout=240, cwd=tmp_path,
+        [
+            sys.executable,
+            "-m",
+            "kernelab.runners.cli",
+            "run",
+            str(EXAMPLES / "softmax.yaml"),
+            "--json",
+            str(out_json),
+            "--markdown",
+            str(out_md),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr
     comparison = Comparison.model_validate_json(out_json.read_text())
@@ -122,8 +134,10 @@ def test_duplicate_key_and_non_mapping(tmp_path: Path) -> None:
 
 
 def test_json_spec_line_numbers(tmp_path: Path) -> None:
-    text = '{\n  "benchmark": "softmax",\n  "baseline": {"variant": "torch"},\n' \
-           '  "candidate": {"variant": "triton"},\n  "sweep": {"M": [8], "N": [16]},\n  "colour": 1\n}\n'
+    text = (
+        '{\n  "benchmark": "softmax",\n  "baseline": {"variant": "torch"},\n'
+        '  "candidate": {"variant": "triton"},\n  "sweep": {"M": [8], "N": [16]},\n  "colour": 1\n}\n'
+    )
     path = _write(tmp_path, text, "spec.json")
     result = _invoke("submit", str(path), "--token", "t")
     assert result.exit_code == 2
@@ -158,9 +172,20 @@ def test_up_refuses_a_port_already_in_use(tmp_path: Path) -> None:
         held.listen()
         port = held.getsockname()[1]
         proc = subprocess.run(
-            [sys.executable, "-m", "kernelab.runners.cli", "up", "--exit", "--port", str(port),
-             "--data-dir", str(tmp_path / "data")],
-            capture_output=True, text=True, timeout=120,
+            [
+                sys.executable,
+                "-m",
+                "kernelab.runners.cli",
+                "up",
+                "--exit",
+                "--port",
+                str(port),
+                "--data-dir",
+                str(tmp_path / "data"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
     assert proc.returncode == 1
     assert f"port {port} on 127.0.0.1 is already in use" in proc.stderr + proc.stdout
@@ -169,9 +194,12 @@ def test_up_refuses_a_port_already_in_use(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("ref", "fragment"),
-    [(".x:y", "no relative import"), ("..:y", "no relative import"),
-     ("kernelab.kernels.base:Benchmark", "abstract benchmark class"),
-     ("kernelab.kernels.base:Params", "is not a kernelab.kernels.Benchmark")],
+    [
+        (".x:y", "no relative import"),
+        ("..:y", "no relative import"),
+        ("kernelab.kernels.base:Benchmark", "abstract benchmark class"),
+        ("kernelab.kernels.base:Params", "is not a kernelab.kernels.Benchmark"),
+    ],
 )
 @pytest.mark.parametrize("command", ["run", "validate"])
 def test_bad_benchmark_references_are_one_line_naming_file_and_line(

@@ -81,8 +81,14 @@ def test_unreachable_server_as_a_real_process(tmp_path: Path) -> None:
     """The installed entry point, as a user runs it: a closed port is one line, exit status 1."""
     closed = f"http://127.0.0.1:{free_port()}"
     env = {**os.environ, "KERNELAB_SERVER": closed, "KERNELAB_TOKEN": "some-admin-token-0123456789"}
-    proc = subprocess.run([sys.executable, "-m", "kernelab.runners.cli", "token", "list"], capture_output=True,
-                          text=True, env=env, timeout=120, cwd=tmp_path)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "kernelab.runners.cli", "token", "list"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and "token list: server unreachable" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr

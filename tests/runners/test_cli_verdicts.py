@@ -56,8 +56,10 @@ def test_fast_but_wrong_reads_incorrect_and_exits_1(tmp_path: Path) -> None:
     assert "faster" not in text and "verdicts: 2 incorrect" in text
     why = text.split("\nwhy:\n", 1)[1].splitlines()
     assert why[0].startswith("  incorrect  M=32, N=256: candidate: FAIL: 8192/8192 elements (100%) outside")
-    assert result.stderr.splitlines()[-2:] == ["gate failed (--fail-on failed,incorrect): 2 of 2 cells",
-                                               "  incorrect: 2 cells (M=32, N=256; M=32, N=1024)"]
+    assert result.stderr.splitlines()[-2:] == [
+        "gate failed (--fail-on failed,incorrect): 2 of 2 cells",
+        "  incorrect: 2 cells (M=32, N=256; M=32, N=1024)",
+    ]
     markdown = out_md.read_text()
     assert markdown.count("| ❌ **incorrect** |") == 2 and "**faster**" not in markdown
     assert "- ❌ **incorrect** · M=32, N=256: candidate: FAIL:" in markdown
@@ -113,8 +115,9 @@ def test_bad_fail_on_exits_2_naming_the_option(tmp_path: Path, command: str, val
 def test_unreachable_server_is_exit_3(tmp_path: Path) -> None:
     server = ["--server", f"http://127.0.0.1:{free_port()}", "--token", "t"]
     spec = tmp_path / "softmax.yaml"
-    spec.write_text("benchmark: softmax\nbaseline: {variant: torch}\ncandidate: {variant: triton}\n"
-                    "params: {M: 4, N: 8}\n")
+    spec.write_text(
+        "benchmark: softmax\nbaseline: {variant: torch}\ncandidate: {variant: triton}\nparams: {M: 4, N: 8}\n"
+    )
     submitted = CliRunner().invoke(app, ["submit", str(spec), "--wait", *server])
     assert submitted.exit_code == EXIT_NO_VERDICT, submitted.output
     assert "server unreachable" in submitted.stderr
@@ -125,8 +128,13 @@ def test_unreachable_server_is_exit_3(tmp_path: Path) -> None:
 def _on_a_terminal(args: list[str], env: dict[str, str]) -> tuple[int, str, str]:
     """Run ``kernelab ARGS`` with stdout on a pseudo-terminal: (exit status, stdout, stderr)."""
     master, slave = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "kernelab.runners.cli", *args], stdout=slave,
-                            stderr=subprocess.PIPE, env=env, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kernelab.runners.cli", *args],
+        stdout=slave,
+        stderr=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
     os.close(slave)
     chunks = []
     while True:
@@ -155,6 +163,11 @@ def test_incorrect_is_red_on_a_terminal_and_plain_otherwise(tmp_path: Path) -> N
     assert re.search(r"\x1b\[31m\x1b\[1m2 incorrect\x1b\[0m", out)
     code, out, _ = _on_a_terminal(["run", spec], {**env, "NO_COLOR": "1"})
     assert code == EXIT_FAILED and "incorrect" in out and "\x1b[" not in out
-    piped = subprocess.run([sys.executable, "-m", "kernelab.runners.cli", "run", spec], env=env, capture_output=True,
-                           text=True, timeout=120)
+    piped = subprocess.run(
+        [sys.executable, "-m", "kernelab.runners.cli", "run", spec],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert piped.returncode == EXIT_FAILED and "incorrect" in piped.stdout and "\x1b[" not in piped.stdout

@@ -22,16 +22,18 @@ from kernelab.service.schemas import JobPublic, JobSpec, ProbeSpec
 
 
 def _spec(*, budget_ms: float, timeout_s: float = 120.0, cells: int = 1) -> JobSpec:
-    return JobSpec.model_validate({
-        "name": "daemon-test",
-        "benchmark": "softmax",
-        "baseline": {"variant": "torch"},
-        "candidate": {"variant": "triton"},
-        "sweep": {"M": [8], "N": [16 * (i + 1) for i in range(cells)]},
-        "measurement": {"warmup_ms": 1, "budget_ms": budget_ms, "min_rounds": 4},
-        "probes": {"copy_bandwidth": False, "all_reduce": False, "nvml": False},
-        "timeout_s": timeout_s,
-    })
+    return JobSpec.model_validate(
+        {
+            "name": "daemon-test",
+            "benchmark": "softmax",
+            "baseline": {"variant": "torch"},
+            "candidate": {"variant": "triton"},
+            "sweep": {"M": [8], "N": [16 * (i + 1) for i in range(cells)]},
+            "measurement": {"warmup_ms": 1, "budget_ms": budget_ms, "min_rounds": 4},
+            "probes": {"copy_bandwidth": False, "all_reduce": False, "nvml": False},
+            "timeout_s": timeout_s,
+        }
+    )
 
 
 class Stack:
@@ -48,8 +50,12 @@ class Stack:
 
     def start(self) -> ServerProcess:
         self.starts += 1
-        self.server = ServerProcess(self.database_url, port=self.port, admin_token=self.token,
-                                    log_path=self.root / f"server-{self.starts}.log").start()
+        self.server = ServerProcess(
+            self.database_url,
+            port=self.port,
+            admin_token=self.token,
+            log_path=self.root / f"server-{self.starts}.log",
+        ).start()
         return self.server
 
     def stop(self) -> None:
@@ -178,8 +184,9 @@ def test_runner_token_is_used_directly_and_bad_token_refused(stack: Stack, tmp_p
     registered = stack.client().register("given-token-node")
     with pytest.raises(ValueError, match="must match"):
         Runner(stack.client(), "bad/name", work_dir=tmp_path)  # names are folder names too
-    runner = stack.track(Runner(stack.client(registered.token), "given-token-node", once=True,
-                                work_dir=tmp_path / "runner"))
+    runner = stack.track(
+        Runner(stack.client(registered.token), "given-token-node", once=True, work_dir=tmp_path / "runner")
+    )
     runner.run()  # registration answers 403 for a runner token: it is used as is; queue empty
     assert not runner.token_file.exists()
     bad = stack.track(Runner(stack.client("not-a-token"), "x", once=True, work_dir=tmp_path / "bad"))
@@ -193,7 +200,9 @@ def test_worker_rejects_an_unreadable_spec(tmp_path: Path) -> None:
     spec_file.write_text('{"benchmark": "softmax"}')
     proc = subprocess.run(
         [sys.executable, "-m", "kernelab.runners.worker", str(spec_file), str(tmp_path / "out.json")],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 2
     assert "cannot read spec" in proc.stderr and "baseline" in proc.stderr
@@ -207,9 +216,20 @@ def test_worker_result_the_server_refuses_is_kept_under_rejected(stack: Stack, t
     spec_file, out_file = tmp_path / "spec.json", tmp_path / "out.json"
     spec_file.write_text(_spec(budget_ms=100).model_dump_json())
     proc = subprocess.run(
-        [sys.executable, "-m", "kernelab.runners.worker", str(spec_file), str(out_file),
-         "--job-id", str(job.id), "--idempotency-key", "refused-result-1"],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "kernelab.runners.worker",
+            str(spec_file),
+            str(out_file),
+            "--job-id",
+            str(job.id),
+            "--idempotency-key",
+            "refused-result-1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
     assert "progress: [1/1]" in proc.stdout
@@ -229,9 +249,24 @@ def test_sigterm_lets_the_running_job_finish(stack: Stack, tmp_path: Path) -> No
     job = admin.submit(_spec(budget_ms=300, cells=2))
     env = {**os.environ, "KERNELAB_TOKEN": stack.token}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kernelab.runners.cli", "runner", "--server", f"http://127.0.0.1:{stack.port}",
-         "--name", "sigterm-node", "--poll-s", "1", "--work-dir", str(tmp_path / "runner")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        [
+            sys.executable,
+            "-m",
+            "kernelab.runners.cli",
+            "runner",
+            "--server",
+            f"http://127.0.0.1:{stack.port}",
+            "--name",
+            "sigterm-node",
+            "--poll-s",
+            "1",
+            "--work-dir",
+            str(tmp_path / "runner"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     try:
         _wait_for(lambda: _status(admin, job) == "running", 60, "the claim")
@@ -270,7 +305,8 @@ def test_probe_pool_serves_the_probes_of_every_job(stack: Stack, tmp_path: Path)
 
     admin = stack.client()
     spec = _spec(budget_ms=200).model_copy(
-        update={"probes": ProbeSpec(copy_bandwidth=False, all_reduce=True, nvml=False)})
+        update={"probes": ProbeSpec(copy_bandwidth=False, all_reduce=True, nvml=False)}
+    )
     jobs = [admin.submit(spec), admin.submit(spec)]
     runner = stack.runner("pool-node", tmp_path / "runner", probe_pool="on")
     runner.run()

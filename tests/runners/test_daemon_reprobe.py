@@ -13,10 +13,15 @@ from kernelab.runners.worker import NODE_CHANGED_MARK, _node_changed
 from kernelab.service.schemas import CopyBandwidthReading, JobResult, JobSpec, NodeInfo, ProbeReport
 
 T0 = datetime(2026, 12, 1, 7, tzinfo=UTC)
-SPEC = JobSpec.model_validate({
-    "benchmark": "softmax", "baseline": {"variant": "torch"}, "candidate": {"variant": "triton"},
-    "device": "cpu", "probes": {"copy_bandwidth": True, "all_reduce": False, "nvml": False},
-})
+SPEC = JobSpec.model_validate(
+    {
+        "benchmark": "softmax",
+        "baseline": {"variant": "torch"},
+        "candidate": {"variant": "triton"},
+        "device": "cpu",
+        "probes": {"copy_bandwidth": True, "all_reduce": False, "nvml": False},
+    }
+)
 
 
 def _result(before_gbps: float, after_gbps: float) -> JobResult:
@@ -26,8 +31,16 @@ def _result(before_gbps: float, after_gbps: float) -> JobResult:
 
     node = NodeInfo(hostname="h", device_type="cuda")
     probes = [probe("before", before_gbps), probe("after", after_gbps)]
-    return JobResult(idempotency_key="reprobe-test", spec=SPEC, node=node, timer="cuda-graph", started_at=T0,
-                     finished_at=T0, cells=[], probes=probes)
+    return JobResult(
+        idempotency_key="reprobe-test",
+        spec=SPEC,
+        node=node,
+        timer="cuda-graph",
+        started_at=T0,
+        finished_at=T0,
+        cells=[],
+        probes=probes,
+    )
 
 
 def test_the_worker_says_when_the_job_changed_the_node() -> None:

@@ -60,9 +60,7 @@ def sequence(samples: SampleColumns) -> list[str]:
 
 
 def test_abba_order_round_and_position_recorded():
-    samples = measure_pair(
-        fixed(20_000), fixed(20_000), settings(min_rounds=6, max_rounds=6), CpuTimer()
-    )
+    samples = measure_pair(fixed(20_000), fixed(20_000), settings(min_rounds=6, max_rounds=6), CpuTimer())
     assert sequence(samples) == list("bccb" * 3)
     assert [s.round for s in samples.rows()] == [r for r in range(6) for _ in range(2)]
     assert [s.position for s in samples.rows()] == [0, 1] * 6
@@ -80,11 +78,13 @@ def test_samples_are_in_execution_order():
     log: list[str] = []
     timer = CpuTimer(min_window_ns=200_000)
     samples = measure_pair(
-        fixed(50_000, log, "b"), fixed(50_000, log, "c"),
-        settings(min_rounds=8, max_rounds=8, order="random", seed=3), timer,
+        fixed(50_000, log, "b"),
+        fixed(50_000, log, "c"),
+        settings(min_rounds=8, max_rounds=8, order="random", seed=3),
+        timer,
     )
     # The tail of the call log is the measured samples, each `launches` calls of one variant.
-    measured = log[len(log) - sum(s.launches for s in samples.rows()):]
+    measured = log[len(log) - sum(s.launches for s in samples.rows()) :]
     expected = [s.variant[0] for s in samples.rows() for _ in range(s.launches)]
     assert measured == expected
 
@@ -92,7 +92,9 @@ def test_samples_are_in_execution_order():
 def test_random_order_is_seeded_and_reproducible():
     def run(seed: int) -> list[tuple[str, int, int]]:
         samples = measure_pair(
-            fixed(5_000), fixed(5_000), settings(min_rounds=24, max_rounds=24, order="random", seed=seed),
+            fixed(5_000),
+            fixed(5_000),
+            settings(min_rounds=24, max_rounds=24, order="random", seed=seed),
             CpuTimer(min_window_ns=20_000),
         )
         return [(s.variant, s.round, s.position) for s in samples.rows()]
@@ -130,7 +132,9 @@ def test_min_rounds_respected_even_past_the_budget():
 
 def test_max_rounds_reached():
     samples = measure_pair(
-        noisy(50_000, 40_000, 1), noisy(50_000, 40_000, 2), settings(min_rounds=2, max_rounds=4),
+        noisy(50_000, 40_000, 1),
+        noisy(50_000, 40_000, 2),
+        settings(min_rounds=2, max_rounds=4),
         CpuTimer(min_window_ns=50_000),
     )
     assert rounds_of(samples) == 4
@@ -166,7 +170,10 @@ def test_adaptive_stop_stops_earlier_for_a_quiet_pair():
 def test_progress_reports_the_ci_checks():
     messages: list[str] = []
     measure_pair(
-        fixed(20_000), fixed(20_000), settings(min_rounds=4, max_rounds=12), CpuTimer(min_window_ns=100_000),
+        fixed(20_000),
+        fixed(20_000),
+        settings(min_rounds=4, max_rounds=12),
+        CpuTimer(min_window_ns=100_000),
         progress=messages.append,
     )
     assert messages and all(m.startswith("round ") for m in messages)
@@ -175,10 +182,12 @@ def test_progress_reports_the_ci_checks():
 
 def test_ci_half_width_needs_two_rounds():
     spec = settings()
-    one_round = SampleColumns.from_rows([
-        Sample(variant="baseline", round=0, position=0, duration_ns=10.0),
-        Sample(variant="candidate", round=0, position=1, duration_ns=11.0),
-    ])
+    one_round = SampleColumns.from_rows(
+        [
+            Sample(variant="baseline", round=0, position=0, duration_ns=10.0),
+            Sample(variant="candidate", round=0, position=1, duration_ns=11.0),
+        ]
+    )
     assert ci_half_width(one_round, spec) is None
 
 
@@ -188,9 +197,7 @@ def test_ci_half_width_needs_two_rounds():
 
 
 def test_launches_cover_the_minimum_window():
-    samples = measure_pair(
-        fixed(250_000), fixed(2_500_000), settings(min_rounds=2, max_rounds=2), CpuTimer()
-    )
+    samples = measure_pair(fixed(250_000), fixed(2_500_000), settings(min_rounds=2, max_rounds=2), CpuTimer())
     base = {s.launches for s in samples.rows() if s.variant == "baseline"}
     cand = {s.launches for s in samples.rows() if s.variant == "candidate"}
     assert len(base) == 1 and len(cand) == 1  # fixed for the whole measurement
@@ -233,7 +240,10 @@ def test_throttled_samples_marked_from_the_clock():
     clocks = [1980.0, 1000.0, 1900.0, 1484.0, 1485.0, None]
     sampler = ScriptedSampler(clocks, expected_sm_clock_mhz=1980.0)
     samples = measure_pair(
-        fixed(10_000), fixed(10_000), settings(min_rounds=6, max_rounds=6), CpuTimer(min_window_ns=20_000),
+        fixed(10_000),
+        fixed(10_000),
+        settings(min_rounds=6, max_rounds=6),
+        CpuTimer(min_window_ns=20_000),
         sampler=sampler,
     )
     assert sampler.reads == len(samples) == 12
@@ -247,7 +257,10 @@ def test_throttled_samples_marked_from_the_clock():
 def test_no_throttling_without_an_expected_clock():
     sampler = ScriptedSampler([100.0], expected_sm_clock_mhz=None)
     samples = measure_pair(
-        fixed(10_000), fixed(10_000), settings(min_rounds=2, max_rounds=2), CpuTimer(min_window_ns=20_000),
+        fixed(10_000),
+        fixed(10_000),
+        settings(min_rounds=2, max_rounds=2),
+        CpuTimer(min_window_ns=20_000),
         sampler=sampler,
     )
     assert not any(s.throttled for s in samples.rows())
@@ -262,8 +275,11 @@ def test_no_sampler_leaves_context_empty():
 @pytest.mark.parametrize(
     ("clock", "expected", "throttled"),
     [
-        (1484.9, 1980.0, True), (1485.0, 1980.0, False), (None, 1980.0, False),
-        (10.0, None, False), (10.0, 0.0, False),
+        (1484.9, 1980.0, True),
+        (1485.0, 1980.0, False),
+        (None, 1980.0, False),
+        (10.0, None, False),
+        (10.0, 0.0, False),
     ],
 )
 def test_is_throttled(clock, expected, throttled):

@@ -45,6 +45,7 @@ class DoubleBenchmark(Benchmark):
         if variant == "full":
             return lambda: torch.mul(x, 2, out=out)
         if variant == "skips-last":
+
             def run() -> torch.Tensor:
                 torch.mul(x[:-1], 2, out=out[:-1])
                 return out
@@ -76,15 +77,17 @@ def double_spec(**kw: Any) -> JobSpec:
 
 
 def test_softmax_job_on_cpu():
-    spec = JobSpec.model_validate({
-        "name": "softmax torch vs triton",
-        "benchmark": "softmax",
-        "baseline": {"variant": "torch"},
-        "candidate": {"variant": "triton"},
-        "sweep": {"M": [2], "N": [8, 33]},
-        "measurement": QUICK,
-        "probes": NO_PROBES,
-    })
+    spec = JobSpec.model_validate(
+        {
+            "name": "softmax torch vs triton",
+            "benchmark": "softmax",
+            "baseline": {"variant": "torch"},
+            "candidate": {"variant": "triton"},
+            "sweep": {"M": [2], "N": [8, 33]},
+            "measurement": QUICK,
+            "probes": NO_PROBES,
+        }
+    )
     calls: list[tuple[int, int, str]] = []
     threads = torch.get_num_threads()
     result = run_job(spec, job_id=42, progress=lambda i, n, msg: calls.append((i, n, msg)))
@@ -229,19 +232,24 @@ def test_softmax_job_on_gpu():
     import subprocess
     import sys
 
-    spec = JobSpec.model_validate({
-        "benchmark": "softmax",
-        "baseline": {"variant": "torch"},
-        "candidate": {"variant": "triton"},
-        "sweep": {"M": [4096], "N": [4096]},
-        "measurement": {"budget_ms": 500.0},
-        "probes": NO_PROBES,
-        "device": "cuda",
-    })
+    spec = JobSpec.model_validate(
+        {
+            "benchmark": "softmax",
+            "baseline": {"variant": "torch"},
+            "candidate": {"variant": "triton"},
+            "sweep": {"M": [4096], "N": [4096]},
+            "measurement": {"budget_ms": 500.0},
+            "probes": NO_PROBES,
+            "device": "cuda",
+        }
+    )
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     done = subprocess.run(
         [sys.executable, "-c", _GPU_JOB_SCRIPT, spec.model_dump_json()],
-        capture_output=True, text=True, timeout=240, env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     result = JobResult.model_validate_json(done.stdout.strip().splitlines()[-1])

@@ -28,15 +28,35 @@ NO_PROBES = {"copy_bandwidth": False, "all_reduce": False, "nvml": False}
 
 
 def test_job_env_keeps_the_allow_list_and_never_a_credential() -> None:
-    daemon = {"PATH": "/usr/bin", "HOME": "/home/r", "LC_ALL": "C", "CUDA_VISIBLE_DEVICES": "1",
-              "TRITON_CACHE_DIR": "/c", "NCCL_DEBUG": "WARN", "KERNELAB_TOKEN": "admin-token-123",
-              "KERNELAB_ADMIN_TOKEN": "admin-token-123", "KERNELAB_DATABASE_URL": "postgresql://u:pw@h/db",
-              "AWS_SECRET_ACCESS_KEY": "aws", "CUDA_API_KEY": "x", "TORCH_PASSWORD": "y", "MY_SETTING": "1",
-              "GITHUB_TOKEN": "ghp_x", "SSH_AUTH_SOCK": "/run/agent"}
+    daemon = {
+        "PATH": "/usr/bin",
+        "HOME": "/home/r",
+        "LC_ALL": "C",
+        "CUDA_VISIBLE_DEVICES": "1",
+        "TRITON_CACHE_DIR": "/c",
+        "NCCL_DEBUG": "WARN",
+        "KERNELAB_TOKEN": "admin-token-123",
+        "KERNELAB_ADMIN_TOKEN": "admin-token-123",
+        "KERNELAB_DATABASE_URL": "postgresql://u:pw@h/db",
+        "AWS_SECRET_ACCESS_KEY": "aws",
+        "CUDA_API_KEY": "x",
+        "TORCH_PASSWORD": "y",
+        "MY_SETTING": "1",
+        "GITHUB_TOKEN": "ghp_x",
+        "SSH_AUTH_SOCK": "/run/agent",
+    }
     env = job_env({"PYTHONPATH": "/k"}, source=daemon, names=["MY_SETTING"])
-    assert env == {"PATH": "/usr/bin", "HOME": "/home/r", "LC_ALL": "C", "CUDA_VISIBLE_DEVICES": "1",
-                   "TRITON_CACHE_DIR": "/c", "NCCL_DEBUG": "WARN", "MY_SETTING": "1",
-                   JOB_ENV_NAMES_ENV: "MY_SETTING", "PYTHONPATH": "/k"}
+    assert env == {
+        "PATH": "/usr/bin",
+        "HOME": "/home/r",
+        "LC_ALL": "C",
+        "CUDA_VISIBLE_DEVICES": "1",
+        "TRITON_CACHE_DIR": "/c",
+        "NCCL_DEBUG": "WARN",
+        "MY_SETTING": "1",
+        JOB_ENV_NAMES_ENV: "MY_SETTING",
+        "PYTHONPATH": "/k",
+    }
     # a nested child (measure, revision worker) keeps the operator's names through KERNELAB_JOB_ENV
     assert job_env(source={**env, "OTHER": "2"}) == env | {"PYTHONPATH": "/k"}
     # an operator cannot allow-list a credential, on the command line or through the variable
@@ -55,16 +75,29 @@ def test_git_and_install_env_is_the_job_env(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_redact_replaces_secrets_and_environment_lines_and_bounds() -> None:
-    daemon = {"KERNELAB_TOKEN": "admin-token-123456", "PATH": "/usr/bin", "HOME": "/root",
-              "DB_PASSWORD": "hunter2-long"}
+    daemon = {
+        "KERNELAB_TOKEN": "admin-token-123456",
+        "PATH": "/usr/bin",
+        "HOME": "/root",
+        "DB_PASSWORD": "hunter2-long",
+    }
     secrets = secret_values(daemon, ["runner-token-abcdef", None, "abc"])
     assert secrets == ["runner-token-abcdef", "admin-token-123456", "hunter2-long"]  # longest first
-    text = ("install step 1 failed\nadmin-token-123456\n{\"token\": \"runner-token-abcdef\"}\n"
-            "PATH=/usr/bin\nexport HOME=/root\nJOB_ONLY=1\nsee hunter2-long")
+    text = (
+        'install step 1 failed\nadmin-token-123456\n{"token": "runner-token-abcdef"}\n'
+        "PATH=/usr/bin\nexport HOME=/root\nJOB_ONLY=1\nsee hunter2-long"
+    )
     out = redact(text, secrets=secrets, env=daemon)
     assert "admin-token" not in out and "runner-token" not in out and "hunter2" not in out
-    assert out.splitlines() == ["install step 1 failed", REDACTED, f"{{\"token\": \"{REDACTED}\"}}",
-                                f"PATH={REDACTED}", f"HOME={REDACTED}", "JOB_ONLY=1", f"see {REDACTED}"]
+    assert out.splitlines() == [
+        "install step 1 failed",
+        REDACTED,
+        f'{{"token": "{REDACTED}"}}',
+        f"PATH={REDACTED}",
+        f"HOME={REDACTED}",
+        "JOB_ONLY=1",
+        f"see {REDACTED}",
+    ]
     long = "why it failed\n" + "x" * 50_000 + "\nthe last line"
     cut = redact(long, secrets=[], env={})
     assert len(cut) <= MAX_ERROR_CHARS and cut.startswith("why it failed") and cut.endswith("the last line")
@@ -84,26 +117,36 @@ def test_namespace_hides_the_work_dir_but_the_job_folder(tmp_path: Path) -> None
     (work / "revisions").mkdir()
     (work / "runner-node.json").write_text('{"token": "runner-token-secret"}')
     (work / "revisions" / "cached").write_text("clone")
-    script = ("import ctypes, os, sys; w = sys.argv[1]; "
-              "open(w + '/jobs/7-1/out', 'w').write(open(w + '/revisions/cached').read()); "
-              "print(os.path.exists(w + '/runner-node.json'), sorted(os.listdir(w)), "
-              "ctypes.CDLL(None).umount2(w.encode(), 2), os.getuid())")
-    cmd = jobns.wrap([sys.executable, "-c", script, str(work)], hide=work,
-                     keep=[work / "jobs" / "7-1", work / "revisions"])
+    script = (
+        "import ctypes, os, sys; w = sys.argv[1]; "
+        "open(w + '/jobs/7-1/out', 'w').write(open(w + '/revisions/cached').read()); "
+        "print(os.path.exists(w + '/runner-node.json'), sorted(os.listdir(w)), "
+        "ctypes.CDLL(None).umount2(w.encode(), 2), os.getuid())"
+    )
+    cmd = jobns.wrap(
+        [sys.executable, "-c", script, str(work)], hide=work, keep=[work / "jobs" / "7-1", work / "revisions"]
+    )
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["False", "['jobs',", "'revisions']", "-1", str(os.getuid())]
     assert (work / "jobs" / "7-1" / "out").read_text() == "clone"  # the kept folders are the real ones
     # a --keep outside --hide is refused, never silently widened
-    bad = subprocess.run(jobns.wrap(["true"], hide=work / "jobs", keep=[work / "revisions"]),
-                         capture_output=True, text=True, timeout=60, check=False)
+    bad = subprocess.run(
+        jobns.wrap(["true"], hide=work / "jobs", keep=[work / "revisions"]),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert bad.returncode == jobns.EXIT_NO_NAMESPACE and "is not inside a --hide folder" in bad.stderr
 
 
 def test_non_dumpable_process_hides_its_environ(tmp_path: Path) -> None:
     """Checked by a child that dropped its privileges would need root; here the flag itself."""
-    code = ("from kernelab.runners.jobns import set_non_dumpable; import ctypes; "
-            "ok = set_non_dumpable(); print(ok, ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))")  # PR_GET_DUMPABLE
+    code = (
+        "from kernelab.runners.jobns import set_non_dumpable; import ctypes; "
+        "ok = set_non_dumpable(); print(ok, ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))"
+    )  # PR_GET_DUMPABLE
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.split() == ["True", "0"]
 
@@ -127,19 +170,33 @@ def test_install_step_cannot_leak_the_runner_tokens(
     monkeypatch.setenv("KERNELAB_TEST_OTHER", "dropped")
     repo = tmp_path / "repo"
     make_repo(repo)
-    steal = (f"sh -c 'env > {{site}}/env.txt; env; echo \"T=$KERNELAB_TOKEN\"; "
-             f"cat ~/.kernelab/runner-*.json {work_dir}/runner-*.json; exit 3'")
-    spec = {"name": "steal", "benchmark": "revpkg.bench:AxpyBenchmark", "params": {"N": 1000},
-            "device": "cpu", "probes": NO_PROBES, "timeout_s": 120,
-            "measurement": {"warmup_ms": 1, "budget_ms": 20, "min_rounds": 2},
-            "baseline": {"variant": "torch", "source": {"repo": str(repo), "ref": "main~2"}},
-            "candidate": {"variant": "torch", "source": {"repo": str(repo), "ref": "slow",
-                                                          "install": [steal]}}}
+    steal = (
+        f'sh -c \'env > {{site}}/env.txt; env; echo "T=$KERNELAB_TOKEN"; '
+        f"cat ~/.kernelab/runner-*.json {work_dir}/runner-*.json; exit 3'"
+    )
+    spec = {
+        "name": "steal",
+        "benchmark": "revpkg.bench:AxpyBenchmark",
+        "params": {"N": 1000},
+        "device": "cpu",
+        "probes": NO_PROBES,
+        "timeout_s": 120,
+        "measurement": {"warmup_ms": 1, "budget_ms": 20, "min_rounds": 2},
+        "baseline": {"variant": "torch", "source": {"repo": str(repo), "ref": "main~2"}},
+        "candidate": {"variant": "torch", "source": {"repo": str(repo), "ref": "slow", "install": [steal]}},
+    }
     name = f"sandbox-{isolation}"
     with KernelabClient(url, admin) as client:
         job_id = client.submit(spec).id
-        with Runner(client, name, once=True, work_dir=work_dir, allowed_repos=[str(repo)],
-                    job_isolation=isolation, job_env_names=["KERNELAB_TEST_PASSTHRU"]) as runner:
+        with Runner(
+            client,
+            name,
+            once=True,
+            work_dir=work_dir,
+            allowed_repos=[str(repo)],
+            job_isolation=isolation,
+            job_env_names=["KERNELAB_TEST_PASSTHRU"],
+        ) as runner:
             runner.run()
             assert runner.check_isolation() is (isolation == "auto")
         runner_token = json.loads((work_dir / f"runner-{name}.json").read_text())["token"]
@@ -164,8 +221,14 @@ def test_install_step_cannot_leak_the_runner_tokens(
 
 
 def _runner_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kernelab.runners.cli", "runner", *args], capture_output=True,
-                          text=True, timeout=120, env=env, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "kernelab.runners.cli", "runner", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
 
 
 @pytest.mark.timeout(180)
@@ -193,14 +256,19 @@ def test_namespace_makes_a_folder_read_only_but_the_writable_paths(tmp_path: Pat
     cache = tmp_path / "cache"
     for sub in ("worktrees/r/own", "worktrees/r/other", "repos/r.git/hooks"):
         (cache / sub).mkdir(parents=True)
-    script = ("import ctypes, sys, pathlib; c = pathlib.Path(sys.argv[1]); out = []\n"
-              "for rel in ('worktrees/r/own/f', 'worktrees/r/other/f', 'repos/r.git/config', "
-              "'repos/r.git/hooks/post-checkout'):\n"
-              "    try:\n        (c / rel).write_text('x'); out.append('wrote')\n"
-              "    except OSError as exc:\n        out.append(type(exc).__name__)\n"
-              "out.append(str(ctypes.CDLL(None).umount2(str(c).encode(), 2)))\nprint(' '.join(out))")
-    cmd = jobns.wrap([sys.executable, "-c", script, str(cache)], readonly=[cache],
-                     writable=[cache / "worktrees" / "r" / "own"])
+    script = (
+        "import ctypes, sys, pathlib; c = pathlib.Path(sys.argv[1]); out = []\n"
+        "for rel in ('worktrees/r/own/f', 'worktrees/r/other/f', 'repos/r.git/config', "
+        "'repos/r.git/hooks/post-checkout'):\n"
+        "    try:\n        (c / rel).write_text('x'); out.append('wrote')\n"
+        "    except OSError as exc:\n        out.append(type(exc).__name__)\n"
+        "out.append(str(ctypes.CDLL(None).umount2(str(c).encode(), 2)))\nprint(' '.join(out))"
+    )
+    cmd = jobns.wrap(
+        [sys.executable, "-c", script, str(cache)],
+        readonly=[cache],
+        writable=[cache / "worktrees" / "r" / "own"],
+    )
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["wrote", "OSError", "OSError", "OSError", "-1"], proc.stdout
@@ -224,27 +292,39 @@ def test_job_code_cannot_change_the_revision_cache_or_read_a_hidden_folder(
     make_repo(repo)
     cache = work_dir / "revisions"
     kernelab_root = Path(jobns.__file__).resolve().parent.parent
-    planted = [Path.home() / f"kernelab-planted-{os.getpid()}", Path(sys.prefix) / f"planted-{os.getpid()}",
-               kernelab_root / f"planted-{os.getpid()}"]  # later jobs and the daemon's next start read these
-    tamper = (f"sh -c 'cat {data}/admin-token; cat $(readlink -f /proc/$PPID/cwd)/../../admin-token; "
-              f"for f in {cache}/worktrees/*/*/revpkg/bench.py; do echo PWNED >> $f; done; "
-              f"for g in {cache}/repos/*; do echo \"[url \\\"/evil\\\"]\" >> $g/config; "
-              f"echo \"#!/bin/sh\" > $g/hooks/post-checkout; done; "
-              f"for p in {' '.join(map(str, planted))}; do echo x > $p; done; exit 3'")
-    spec = {"name": "tamper", "benchmark": "revpkg.bench:AxpyBenchmark", "params": {"N": 1000},
-            "device": "cpu", "probes": NO_PROBES, "timeout_s": 120,
-            "measurement": {"warmup_ms": 1, "budget_ms": 20, "min_rounds": 2},
-            "baseline": {"variant": "torch", "source": {"repo": str(repo), "ref": "main~2"}},
-            "candidate": {"variant": "torch", "source": {"repo": str(repo), "ref": "slow",
-                                                          "install": [tamper]}}}
+    planted = [
+        Path.home() / f"kernelab-planted-{os.getpid()}",
+        Path(sys.prefix) / f"planted-{os.getpid()}",
+        kernelab_root / f"planted-{os.getpid()}",
+    ]  # later jobs and the daemon's next start read these
+    tamper = (
+        f"sh -c 'cat {data}/admin-token; cat $(readlink -f /proc/$PPID/cwd)/../../admin-token; "
+        f"for f in {cache}/worktrees/*/*/revpkg/bench.py; do echo PWNED >> $f; done; "
+        f'for g in {cache}/repos/*; do echo "[url \\"/evil\\"]" >> $g/config; '
+        f'echo "#!/bin/sh" > $g/hooks/post-checkout; done; '
+        f"for p in {' '.join(map(str, planted))}; do echo x > $p; done; exit 3'"
+    )
+    spec = {
+        "name": "tamper",
+        "benchmark": "revpkg.bench:AxpyBenchmark",
+        "params": {"N": 1000},
+        "device": "cpu",
+        "probes": NO_PROBES,
+        "timeout_s": 120,
+        "measurement": {"warmup_ms": 1, "budget_ms": 20, "min_rounds": 2},
+        "baseline": {"variant": "torch", "source": {"repo": str(repo), "ref": "main~2"}},
+        "candidate": {"variant": "torch", "source": {"repo": str(repo), "ref": "slow", "install": [tamper]}},
+    }
     # another submitter's revision, already in the cache
-    other = RevisionCache(cache).materialise(SourceSpec(repo=str(repo), ref="main"), "baseline",
-                                             allow=AllowList([str(repo)]))
+    other = RevisionCache(cache).materialise(
+        SourceSpec(repo=str(repo), ref="main"), "baseline", allow=AllowList([str(repo)])
+    )
     before = (other.path / "revpkg" / "bench.py").read_text()
     with KernelabClient(url, admin) as client:
         job_id = client.submit(spec).id
-        with Runner(client, "tamper", once=True, work_dir=work_dir, allowed_repos=[str(repo)],
-                    job_hide=[data]) as runner:
+        with Runner(
+            client, "tamper", once=True, work_dir=work_dir, allowed_repos=[str(repo)], job_hide=[data]
+        ) as runner:
             runner.run()
         job = client.get_job(job_id)
     assert job.status == "failed" and job.error is not None
@@ -263,9 +343,26 @@ def test_a_token_given_on_the_command_line_leaves_it(server: tuple[str, str], tm
     url, admin = server
     log = tmp_path / "runner.log"
     with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "kernelab.runners.cli", "runner", "--server", url, "--token",
-                                 admin, "--name", "argv", "--work-dir", str(tmp_path / "w"), "--poll-s", "1"],
-                                stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "kernelab.runners.cli",
+                "runner",
+                "--server",
+                url,
+                "--token",
+                admin,
+                "--name",
+                "argv",
+                "--work-dir",
+                str(tmp_path / "w"),
+                "--poll-s",
+                "1",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
         for _ in range(600):
             if ": serving http" in log.read_text(errors="replace") or proc.poll() is not None:
@@ -307,14 +404,22 @@ def test_an_install_step_cannot_shadow_kernelab_nor_plant_links_for_it(
     repo = tmp_path / "repo"
     make_repo(repo)
     fake = "import os, sys; a = sys.argv; os.execvp(a[a.index('--') + 1], a[a.index('--') + 1:])"
-    steps = [f"sh -c 'mkdir -p runners && : > runners/__init__.py && echo \"{fake}\" > runners/jobns.py'",
-             f"sh -c 'echo x >> {cache}/repos/*/config; ln -s ../../../repos .kernelab-triton; "
-             f"ln -s $(ls -d {cache}/repos/*)/config .kernelab-ready; true'"]
-    spec = {"name": "shadow", "benchmark": "revpkg.bench:AxpyBenchmark", "params": {"N": 1000},
-            "device": "cpu", "probes": NO_PROBES, "timeout_s": 120,
-            "measurement": {"warmup_ms": 1, "budget_ms": 20, "min_rounds": 2},
-            "baseline": {"variant": "torch", "source": {"repo": str(repo), "ref": "main~2"}},
-            "candidate": {"variant": "torch", "source": {"repo": str(repo), "ref": "slow", "install": steps}}}
+    steps = [
+        f"sh -c 'mkdir -p runners && : > runners/__init__.py && echo \"{fake}\" > runners/jobns.py'",
+        f"sh -c 'echo x >> {cache}/repos/*/config; ln -s ../../../repos .kernelab-triton; "
+        f"ln -s $(ls -d {cache}/repos/*)/config .kernelab-ready; true'",
+    ]
+    spec = {
+        "name": "shadow",
+        "benchmark": "revpkg.bench:AxpyBenchmark",
+        "params": {"N": 1000},
+        "device": "cpu",
+        "probes": NO_PROBES,
+        "timeout_s": 120,
+        "measurement": {"warmup_ms": 1, "budget_ms": 20, "min_rounds": 2},
+        "baseline": {"variant": "torch", "source": {"repo": str(repo), "ref": "main~2"}},
+        "candidate": {"variant": "torch", "source": {"repo": str(repo), "ref": "slow", "install": steps}},
+    }
     with KernelabClient(url, admin) as client:
         job_id = client.submit(spec).id
         with Runner(client, "shadow", once=True, work_dir=work_dir, allowed_repos=[str(repo)]) as runner:

@@ -103,33 +103,74 @@ def test_node_info_cuda_without_gpu_raises() -> None:
 
 @pytest.mark.parametrize(
     ("n", "text"),
-    [(None, "-"), (8, "8 B"), (1536, "1.5 KiB"), (1024**2, "1 MiB"), (64 * 1024**2, "64 MiB"),
-     (60 * 1024**2 + 512 * 1024, "60.5 MiB"), (3 * 1024**5, "3072 TiB")],
+    [
+        (None, "-"),
+        (8, "8 B"),
+        (1536, "1.5 KiB"),
+        (1024**2, "1 MiB"),
+        (64 * 1024**2, "64 MiB"),
+        (60 * 1024**2 + 512 * 1024, "60.5 MiB"),
+        (3 * 1024**5, "3072 TiB"),
+    ],
 )
 def test_format_bytes(n: int | None, text: str) -> None:
     assert format_bytes(n) == text
 
 
 def test_format_probe_report_shows_readings_gaps_and_errors() -> None:
-    node = NodeInfo(hostname="gpu-node-7", device_type="cuda", device_name="NVIDIA H200", device_count=2,
-                    l2_bytes=60 * 1024**2, driver_version="580.159.04", cuda_version="13.0",
-                    torch_version="2.11.0", triton_version="3.6.0", python_version="3.12.3")
+    node = NodeInfo(
+        hostname="gpu-node-7",
+        device_type="cuda",
+        device_name="NVIDIA H200",
+        device_count=2,
+        l2_bytes=60 * 1024**2,
+        driver_version="580.159.04",
+        cuda_version="13.0",
+        torch_version="2.11.0",
+        triton_version="3.6.0",
+        python_version="3.12.3",
+    )
     report = ProbeReport(
         phase="before",
         taken_at=datetime(2026, 11, 30, 12, 0, tzinfo=UTC),
         wall_s=1.25,
-        copy_bandwidth=[CopyBandwidthReading(device_index=1, size_bytes=512 * 1024**2, time_us=256.5,
-                                             bandwidth_gbps=4185.3)],
-        all_reduce=[
-            AllReduceReading(backend="nccl", world_size=2, ranks=[0, 1], size_bytes=8, time_us=19.46,
-                             algbw_gbps=0.0, busbw_gbps=0.0),
-            AllReduceReading(backend="nccl", world_size=2, ranks=[0, 1], size_bytes=1024**2, time_us=25.1,
-                             algbw_gbps=41.78, busbw_gbps=41.78, correct=False),
+        copy_bandwidth=[
+            CopyBandwidthReading(
+                device_index=1, size_bytes=512 * 1024**2, time_us=256.5, bandwidth_gbps=4185.3
+            )
         ],
-        telemetry=[GpuTelemetry(device_index=0, name="NVIDIA H200", sm_clock_mhz=345.0,
-                                max_sm_clock_mhz=1980.0, clock_event_reasons=0x1,
-                                clock_event_reason_names=["gpu_idle"],
-                                other_processes=[{"pid": 1, "own": True}, {"pid": 2, "own": False}])],
+        all_reduce=[
+            AllReduceReading(
+                backend="nccl",
+                world_size=2,
+                ranks=[0, 1],
+                size_bytes=8,
+                time_us=19.46,
+                algbw_gbps=0.0,
+                busbw_gbps=0.0,
+            ),
+            AllReduceReading(
+                backend="nccl",
+                world_size=2,
+                ranks=[0, 1],
+                size_bytes=1024**2,
+                time_us=25.1,
+                algbw_gbps=41.78,
+                busbw_gbps=41.78,
+                correct=False,
+            ),
+        ],
+        telemetry=[
+            GpuTelemetry(
+                device_index=0,
+                name="NVIDIA H200",
+                sm_clock_mhz=345.0,
+                max_sm_clock_mhz=1980.0,
+                clock_event_reasons=0x1,
+                clock_event_reason_names=["gpu_idle"],
+                other_processes=[{"pid": 1, "own": True}, {"pid": 2, "own": False}],
+            )
+        ],
         nvml_status="ok",
         errors={"all_reduce": "TimeoutError: did not finish"},
     )

@@ -62,8 +62,14 @@ def test_a_failing_rank_raises_with_its_error() -> None:
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"world_size": 0}, {"sizes_bytes": []}, {"sizes_bytes": [0]}, {"iters": 0}, {"warmup_iters": -1},
-     {"timeout_s": 0.0}],
+    [
+        {"world_size": 0},
+        {"sizes_bytes": []},
+        {"sizes_bytes": [0]},
+        {"iters": 0},
+        {"warmup_iters": -1},
+        {"timeout_s": 0.0},
+    ],
 )
 def test_bad_configuration_is_rejected(kwargs: dict) -> None:
     with pytest.raises(ValueError):
@@ -159,8 +165,13 @@ def test_pool_serves_many_requests_from_the_same_ranks_and_other_processes() -> 
             "c = AllReducePoolClient(json.loads(sys.argv[1])); r, _ = c.measure(sizes_bytes=[64]); "
             "print(json.dumps([x.size_bytes for x in r if x.correct]))"
         )
-        out = subprocess.run([sys.executable, "-c", code, json.dumps(pool.handover())], capture_output=True,
-                             text=True, timeout=120, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", code, json.dumps(pool.handover())],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
         assert json.loads(out.stdout.strip().splitlines()[-1]) == [64]
         with pytest.raises(ValueError, match="distinct ranks"):
             pool.measure(groups=[[0, 5]])

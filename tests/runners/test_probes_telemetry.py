@@ -49,8 +49,20 @@ def test_decode_rejects_negative_mask() -> None:
 
 @pytest.mark.parametrize(
     ("mask", "throttled"),
-    [(None, False), (0, False), (0x1, False), (0x2, False), (0x10, False), (0x100, False),
-     (0x4, True), (0x8, True), (0x20, True), (0x40, True), (0x80, True), (0x1 | 0x40, True)],
+    [
+        (None, False),
+        (0, False),
+        (0x1, False),
+        (0x2, False),
+        (0x10, False),
+        (0x100, False),
+        (0x4, True),
+        (0x8, True),
+        (0x20, True),
+        (0x40, True),
+        (0x80, True),
+        (0x1 | 0x40, True),
+    ],
 )
 def test_is_throttled(mask: int | None, throttled: bool) -> None:
     assert is_throttled(mask) is throttled
@@ -74,8 +86,12 @@ def test_context_sampler_absent_reads_none_never_zero(no_pynvml: None) -> None:
     assert not sampler.available
     assert sampler.expected_sm_clock_mhz is None
     reading = sampler.read()
-    assert reading == {"sm_clock_mhz": None, "clock_event_reasons": None, "temperature_c": None,
-                       "power_w": None}
+    assert reading == {
+        "sm_clock_mhz": None,
+        "clock_event_reasons": None,
+        "temperature_c": None,
+        "power_w": None,
+    }
     assert "absent" in repr(sampler)
 
 

@@ -146,7 +146,12 @@ def test_local_paths_resolve_symlinks_before_matching(tmp_path: Path) -> None:
     make_repo(evil)
     (allowed / "link").symlink_to(evil)
     allow = AllowList([f"{allowed}/*", f"file://{allowed}/*"])
-    for repo in (f"{allowed}/link", f"file://{allowed}/link", f"{allowed}/../evil", f"file://{allowed}/../evil"):
+    for repo in (
+        f"{allowed}/link",
+        f"file://{allowed}/link",
+        f"{allowed}/../evil",
+        f"file://{allowed}/../evil",
+    ):
         assert not allow.allows(repo), repo
     (allowed / "good").mkdir()
     assert allow.allows(f"{allowed}/good") and allow.allows(f"file://{allowed}/good")
@@ -215,8 +220,9 @@ def test_an_http_redirect_from_an_allowed_url_is_not_followed(
     assert GIT_SAFETY[:2] == ("-c", "http.followRedirects=false")
 
 
-def test_a_git_config_rewrite_of_an_allowed_address_is_refused(tmp_path: Path,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_git_config_rewrite_of_an_allowed_address_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     good, evil = tmp_path / "good", tmp_path / "evil"
     make_repo(good)
     make_repo(evil)

@@ -62,11 +62,14 @@ def test_materialise_caches_worktrees_and_reports_failures(tmp_path: Path) -> No
     with pytest.raises(RevisionError, match="candidate: revision 'nope' not found"):
         cache.materialise(SourceSpec(repo=str(repo), ref="nope"), "candidate", allow=allow)
     with pytest.raises(RevisionError, match="does not exist on this runner"):
-        cache.materialise(SourceSpec(repo=str(tmp_path / "gone"), ref="main"), "baseline",
-                          allow=AllowList([str(tmp_path / "gone")]))
+        cache.materialise(
+            SourceSpec(repo=str(tmp_path / "gone"), ref="main"),
+            "baseline",
+            allow=AllowList([str(tmp_path / "gone")]),
+        )
     with pytest.raises(RevisionError, match="subdir 'missing' does not exist"):
         cache.materialise(SourceSpec(repo=str(repo), ref="main", subdir="missing"), "baseline", allow=allow)
-    broken = SourceSpec(repo=str(repo), ref="slow", install=["{python} -c \"import sys; sys.exit(7)\""])
+    broken = SourceSpec(repo=str(repo), ref="slow", install=['{python} -c "import sys; sys.exit(7)"'])
     with pytest.raises(RevisionError, match="baseline: install step 1 failed: .* exited with status 7"):
         cache.materialise(broken, "baseline", allow=allow)
     # The failed install left no ready marker: a fixed install runs again on the same commit.
@@ -83,11 +86,16 @@ def test_install_argv_and_ref_resolution(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     shas = make_repo(repo)
     assert resolve_ref(str(repo), "HEAD") == (shas["wrong"], "main")
-    spec = JobSpec.model_validate({"benchmark": "revpkg.bench:AxpyBenchmark",
-                                   "baseline": {"variant": "torch"},
-                                   "candidate": {"variant": "torch", "source": {
-                                       "repo": "elsewhere", "ref": "x", "subdir": "src",
-                                       "install": ["true"]}}})
+    spec = JobSpec.model_validate(
+        {
+            "benchmark": "revpkg.bench:AxpyBenchmark",
+            "baseline": {"variant": "torch"},
+            "candidate": {
+                "variant": "torch",
+                "source": {"repo": "elsewhere", "ref": "x", "subdir": "src", "install": ["true"]},
+            },
+        }
+    )
     out = with_revisions(spec, str(repo), "slow", "HEAD")
     assert out.baseline.source == SourceSpec(repo=str(repo.resolve()), ref=shas["slow"], branch="slow")
     assert out.candidate.source is not None
@@ -101,8 +109,11 @@ def test_source_spec_rules_and_server_side_validation() -> None:
         with pytest.raises(ValidationError):
             SourceSpec.model_validate({"repo": "r", "ref": "main", **bad})
     src = {"repo": "/r", "ref": "main"}
-    sourced = {"baseline": {"variant": "anything", "source": src}, "candidate": {"variant": "x"},
-               "params": {"unknown": 1}}
+    sourced = {
+        "baseline": {"variant": "anything", "source": src},
+        "candidate": {"variant": "x"},
+        "params": {"unknown": 1},
+    }
     # The revision's benchmark is not importable here: variants and parameters wait for the runner.
     assert validate_spec(JobSpec.model_validate({"benchmark": "mypkg.bench:B", **sourced})) == []
     assert validate_spec(JobSpec.model_validate({"benchmark": "matmul", **sourced})) == []
@@ -135,7 +146,13 @@ def test_measure_interleaved_drives_any_pair_timer() -> None:
     pair = _Scripted()
     samples = measure_interleaved(pair, settings)
     assert [(s.variant, s.round, s.launches) for s in samples.rows()] == [
-        ("baseline", 0, 3), ("candidate", 0, 5), ("candidate", 1, 5), ("baseline", 1, 3),
-        ("baseline", 2, 3), ("candidate", 2, 5), ("candidate", 3, 5), ("baseline", 3, 3),
+        ("baseline", 0, 3),
+        ("candidate", 0, 5),
+        ("candidate", 1, 5),
+        ("baseline", 1, 3),
+        ("baseline", 2, 3),
+        ("candidate", 2, 5),
+        ("candidate", 3, 5),
+        ("baseline", 3, 3),
     ]
     assert pair.calls[-8:] == [(s.variant, s.launches) for s in samples.rows()]

@@ -73,9 +73,11 @@ def test_aliases_that_nest_deep_once_expanded_are_an_error() -> None:
 
 @pytest.mark.parametrize(
     ("value", "fragment"),
-    [("!!python/object/apply:os.system [echo]", "could not determine a constructor"),
-     ("{[1]: 2}", "found unhashable key"),
-     ('!!int "x"', "invalid literal for int()")],
+    [
+        ("!!python/object/apply:os.system [echo]", "could not determine a constructor"),
+        ("{[1]: 2}", "found unhashable key"),
+        ('!!int "x"', "invalid literal for int()"),
+    ],
 )
 def test_values_pyyaml_cannot_construct_are_errors_at_their_line(value: str, fragment: str) -> None:
     [(line, _, message)] = _problems(HEAD + f"name: x\nparams: {{p: {value}}}\n")

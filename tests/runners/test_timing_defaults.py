@@ -75,9 +75,7 @@ def test_ci_stop_waits_for_the_min_time(min_time_ms: float):
 def test_budget_caps_the_min_time():
     timer = CpuTimer(min_window_ns=100_000, max_launches=1)
     t0 = time.perf_counter()
-    samples = measure_pair(
-        busy(100_000), busy(100_000), spec(min_time_ms=60_000.0, budget_ms=80.0), timer
-    )
+    samples = measure_pair(busy(100_000), busy(100_000), spec(min_time_ms=60_000.0, budget_ms=80.0), timer)
     wall_ms = (time.perf_counter() - t0) * 1e3
     assert timed_ms(samples) < 200.0 and wall_ms < 1_000.0
 
@@ -176,13 +174,18 @@ def test_fallback_propagates_real_errors():
 
 
 def test_cpu_job_records_the_timer_per_variant_and_no_contention():
-    job = JobSpec.model_validate({
-        "benchmark": "softmax", "baseline": {"variant": "torch"}, "candidate": {"variant": "torch"},
-        "params": {"M": 4, "N": 64, "dtype": "float32"}, "device": "cpu",
-        "measurement": {"warmup_ms": 1, "budget_ms": 60, "min_rounds": 3, "min_time_ms": 5},
-        "probes": {"copy_bandwidth": False, "all_reduce": False, "nvml": False},
-        "correctness": {"enabled": False},
-    })
+    job = JobSpec.model_validate(
+        {
+            "benchmark": "softmax",
+            "baseline": {"variant": "torch"},
+            "candidate": {"variant": "torch"},
+            "params": {"M": 4, "N": 64, "dtype": "float32"},
+            "device": "cpu",
+            "measurement": {"warmup_ms": 1, "budget_ms": 60, "min_rounds": 3, "min_time_ms": 5},
+            "probes": {"copy_bandwidth": False, "all_reduce": False, "nvml": False},
+            "correctness": {"enabled": False},
+        }
+    )
     result = run_job(job)
     (cell,) = result.cells
     assert cell.error is None and result.timer == "perf_counter"

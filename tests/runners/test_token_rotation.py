@@ -69,10 +69,28 @@ def test_token_rotate(server: tuple[str, str]) -> None:
 def _runner(url: str, token: str, name: str, work_dir: Path) -> subprocess.CompletedProcess[str]:
     """``kernelab runner --once`` as a real process (its log on stderr)."""
     return subprocess.run(
-        [sys.executable, "-m", "kernelab.runners.cli", "runner", "--server", url, "--token", token, "--name", name,
-         "--once", "--work-dir", str(work_dir), "--probe-pool", "off"],
-        capture_output=True, text=True, timeout=200, env={**os.environ, "KERNELAB_TOKEN": ""},
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "kernelab.runners.cli",
+            "runner",
+            "--server",
+            url,
+            "--token",
+            token,
+            "--name",
+            name,
+            "--once",
+            "--work-dir",
+            str(work_dir),
+            "--probe-pool",
+            "off",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=200,
+        env={**os.environ, "KERNELAB_TOKEN": ""},
+    )
 
 
 def test_runner_starts_with_a_rotated_token(server: tuple[str, str], tmp_path: Path) -> None:

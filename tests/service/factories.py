@@ -112,8 +112,12 @@ def big_result(job_id: int, spec: JobSpec, node: str, *, cells: int, samples_per
     ok = CorrectnessResult(passed=True, rel_error=0.0, max_abs_error=0.0, cosine_similarity=1.0, rtol=1e-5,
                            atol=1e-6)  # fmt: skip
     rows = [
-        Sample(variant="baseline" if i % 2 == 0 else "candidate", round=i // 2, position=i % 2,  # type: ignore[arg-type]
-               duration_ns=1000.0 + (i % 7))  # fmt: skip
+        Sample(
+            variant="baseline" if i % 2 == 0 else "candidate",
+            round=i // 2,
+            position=i % 2,  # type: ignore[arg-type]
+            duration_ns=1000.0 + (i % 7),
+        )  # fmt: skip
         for i in range(samples_per_cell)
     ]
     return JobResult(

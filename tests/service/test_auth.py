@@ -55,7 +55,10 @@ def test_a_revoked_bootstrap_admin_token_stays_revoked_after_a_restart(  # type:
                         if t["name"].startswith("admin (KERNELAB_ADMIN_TOKEN)"))  # fmt: skip
         assert client.post(f"/api/v1/tokens/{first_id}/revoke", headers=other).status_code == 200
         assert client.get("/api/v1/tokens", headers=bootstrap).status_code == 401
-    with caplog.at_level("WARNING", logger="kernelab.service.app"), client_class(create_app(settings)) as client:
+    with (
+        caplog.at_level("WARNING", logger="kernelab.service.app"),
+        client_class(create_app(settings)) as client,
+    ):
         # the restart did not revive it
         assert client.get("/api/v1/tokens", headers=bootstrap).status_code == 401
         assert client.get("/api/v1/tokens", headers=other).status_code == 200

@@ -37,7 +37,10 @@ def test_a_result_body_is_validated_off_the_event_loop(api, monkeypatch: pytest.
     assert api.client.post("/api/v1/runners/claim", json={"wait_s": 0}, headers=runner).status_code == 200
     assert api.post_result(job, job_result(job), runner).status_code == 201
     assert seen and not any(seen), seen  # validated, and never on the event loop's thread
-    bad = api.client.post(f"/api/v1/jobs/{job}/results", content=b"{not json",
-                          headers={**runner, "content-type": "application/json"})
+    bad = api.client.post(
+        f"/api/v1/jobs/{job}/results",
+        content=b"{not json",
+        headers={**runner, "content-type": "application/json"},
+    )
     assert bad.status_code == 422 and bad.json()["detail"][0]["type"] == "json_invalid"
     assert not any(seen)

@@ -46,9 +46,22 @@ def server(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str, Path]
            "KERNELAB_HEADER_TIMEOUT_S": str(HEADER_TIMEOUT_S)}  # fmt: skip
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "kernelab.runners.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
-            env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=_limit_files,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "kernelab.runners.cli",
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=_limit_files,
+        )
         try:
             wait_healthy(url, proc, timeout_s=60, log_path=log_path)
             yield proc, url, log_path

@@ -35,7 +35,6 @@ from kernelab.service.schemas import NodeInfo
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 
-
 @pytest.fixture
 def server(migrated_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ServerProcess]:
     monkeypatch.setenv("KERNELAB_LOG_FORMAT", "json")  # the drill reads the server's structured log

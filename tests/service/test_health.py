@@ -114,10 +114,16 @@ def test_instant_reasons() -> None:
 
     # A job's own power capping (sw_power_cap, 0x4) seen by the probe right after it is not the
     # node's fault; before a job, or on demand, it is.
-    capped = base.model_copy(update={"telemetry": [
-        gpu0.model_copy(update={"clock_event_reason_names": ["sw_power_cap"], "clock_event_reasons": 0x4}),
-        gpu1,
-    ]})
+    capped = base.model_copy(
+        update={
+            "telemetry": [
+                gpu0.model_copy(
+                    update={"clock_event_reason_names": ["sw_power_cap"], "clock_event_reasons": 0x4}
+                ),
+                gpu1,
+            ]
+        }
+    )
     assert health.instant_reasons(capped.model_copy(update={"phase": "after"})) == []
     [capped_reason] = health.instant_reasons(capped.model_copy(update={"phase": "before"}))
     assert capped_reason.device_index == 0 and "sw_power_cap" in capped_reason.message

@@ -137,7 +137,9 @@ def test_blank_masks_and_names_read_healthy_through_the_api(api) -> None:  # typ
     assert state["status"] == "healthy", state["reasons"]
     stored = api.client.get(f"/api/v1/nodes/{NODE}", headers=api.admin).json()["probes"][0]["report"]
     assert [g["clock_event_reason_names"] for g in stored["telemetry"]] == [
-        [], ["gpu_idle", "applications_clocks_setting", "sync_boost", "display_clock_setting"]]
+        [],
+        ["gpu_idle", "applications_clocks_setting", "sync_boost", "display_clock_setting"],
+    ]
     _post(api, runner, _with_mask(h200x2_report(1), 0x40))
     state = _health(api)
     assert state["status"] == "degraded" and "hw_thermal" in state["message"]

@@ -41,7 +41,8 @@ def test_expired_then_succeeded_attempts_in_order(api) -> None:  # type: ignore[
     assert page["count"] == 2
     rows = page["data"]
     assert [(x["attempt"], x["runner"], x["outcome"]) for x in rows] == [
-        (1, "node-a", "expired"), (2, "node-b", "succeeded"),
+        (1, "node-a", "expired"),
+        (2, "node-b", "succeeded"),
     ]
     assert all(x["claimed_at"] and x["ended_at"] for x in rows)
     assert rows[0]["claimed_at"] <= rows[1]["claimed_at"]
@@ -95,7 +96,7 @@ def test_job_page_shows_the_attempts(api) -> None:  # type: ignore[no-untyped-de
     page = api.client.get(f"/jobs/{job_id}", headers=api.admin)
     assert page.status_code == 200, page.text
     body = page.text
-    table = body[body.index('id="attempts-table"'):]
+    table = body[body.index('id="attempts-table"') :]
     table = table[: table.index("</table>")]
     assert table.count("<tr>") == 3  # header + 2 attempts
     assert "node-b" in table and "(deleted runner)" in table

@@ -222,13 +222,26 @@ def test_wrong_under_timing_reads_incorrect_with_its_reason_and_timed_checks(api
     job_id = api.submit(spec)
     assert api.client.post("/api/v1/runners/claim", json={}, headers=runner).status_code == 200
     result = job_result(job_id, spec=spec, key=f"timed-checks-{job_id}")
-    finding = Reason(code="wrong-under-timing", side="candidate",
-                     message="candidate: wrong under cuda-graph replay: 64/256 elements outside rtol=1e-05")
+    finding = Reason(
+        code="wrong-under-timing",
+        side="candidate",
+        message="candidate: wrong under cuda-graph replay: 64/256 elements outside rtol=1e-05",
+    )
     ok = TimedCheck(timer="cuda-graph", round=3, seed=11, launches=8, duration_ns=812.0, passed=True)
-    bad = TimedCheck(timer="cuda-graph", round=3, seed=11, launches=8, duration_ns=790.0, passed=False,
-                     correctness=CorrectnessResult(passed=False, rel_error=0.25), findings=[finding])
-    cells = [result.cells[0].model_copy(update={"timed_checks": {"baseline": [ok], "candidate": [bad]}}),
-             result.cells[1]]
+    bad = TimedCheck(
+        timer="cuda-graph",
+        round=3,
+        seed=11,
+        launches=8,
+        duration_ns=790.0,
+        passed=False,
+        correctness=CorrectnessResult(passed=False, rel_error=0.25),
+        findings=[finding],
+    )
+    cells = [
+        result.cells[0].model_copy(update={"timed_checks": {"baseline": [ok], "candidate": [bad]}}),
+        result.cells[1],
+    ]
     posted = api.post_result(job_id, result.model_copy(update={"cells": cells}), runner)
     assert posted.status_code == 201, posted.text
     comparison = api.client.get(f"/api/v1/jobs/{job_id}/comparison", headers=api.admin).json()
@@ -240,8 +253,10 @@ def test_wrong_under_timing_reads_incorrect_with_its_reason_and_timed_checks(api
     table = page.split('id="timed-checks-table"', 1)[1].split("</table>", 1)[0]
     rows = re.findall(r"<tr>(.*?)</tr>", table, re.S)[1:]
     cols = [re.findall(r"<td[^>]*>(.*?)</td>", r, re.S) for r in rows]
-    assert [c[:6] for c in cols] == [["M=4, N=64", "baseline", "cuda-graph", "3", "11", "8"],
-                                    ["M=4, N=64", "candidate", "cuda-graph", "3", "11", "8"]]
+    assert [c[:6] for c in cols] == [
+        ["M=4, N=64", "baseline", "cuda-graph", "3", "11", "8"],
+        ["M=4, N=64", "candidate", "cuda-graph", "3", "11", "8"],
+    ]
     assert "pass" in cols[0][7] and "fail" in cols[1][7] and cols[1][8] == "2.50e-01"
     assert f"<code>wrong-under-timing</code> {finding.message}" in cols[1][9]
     row = page.split('data-cell="0"', 1)[1].split("</tr>", 1)[0]

@@ -137,7 +137,9 @@ def test_samples_move_to_blocks_and_back(db_url: str) -> None:
             result = crud.load_result(session=session, job_id=job_id)
             assert result is not None
             assert [[s.model_dump() for s in c.samples.rows()] for c in result.cells] == [
-                expected[0], expected[1], []
+                expected[0],
+                expected[1],
+                [],
             ]
             assert crud.count_samples(session=session, job_id=job_id) == len(old)
             assert [r["cell_index"] for r in crud.iter_sample_rows(session=session, job_id=job_id)] == (

@@ -54,8 +54,9 @@ ENDPOINTS = [
     Endpoint("POST", "/api/v1/jobs/{id}/health", "admin"),
     Endpoint("GET", "/api/v1/runners/me", "runner", has_id=False),
     Endpoint("GET", "/api/v1/tokens", "admin", has_id=False),
-    Endpoint("POST", "/api/v1/tokens", "admin", {"name": "n", "scopes": ["read"]}, has_id=False,
-             strict_body=True),
+    Endpoint(
+        "POST", "/api/v1/tokens", "admin", {"name": "n", "scopes": ["read"]}, has_id=False, strict_body=True
+    ),
     Endpoint("POST", "/api/v1/tokens/{id}/rotate", "admin"),
     Endpoint("POST", "/api/v1/tokens/{id}/revoke", "admin"),
     Endpoint("GET", "/api/v1/history", "read", has_id=False),

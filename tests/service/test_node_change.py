@@ -19,10 +19,25 @@ def report(phase: str, gbps: float, *, latency_us: float | None = None, minutes:
     copy = [CopyBandwidthReading(device_index=0, size_bytes=1 << 29, time_us=1.0, bandwidth_gbps=gbps)]
     ar = []
     if latency_us is not None:
-        ar = [AllReduceReading(backend="nccl", world_size=2, ranks=[0, 1], size_bytes=8, time_us=latency_us,
-                               algbw_gbps=0.0, busbw_gbps=0.0, timed_by="cuda-events")]
-    return ProbeReport(phase=phase, taken_at=T0 + timedelta(minutes=minutes), copy_bandwidth=copy,  # type: ignore[arg-type]
-                       all_reduce=ar, nvml_status="ok")
+        ar = [
+            AllReduceReading(
+                backend="nccl",
+                world_size=2,
+                ranks=[0, 1],
+                size_bytes=8,
+                time_us=latency_us,
+                algbw_gbps=0.0,
+                busbw_gbps=0.0,
+                timed_by="cuda-events",
+            )
+        ]
+    return ProbeReport(
+        phase=phase,
+        taken_at=T0 + timedelta(minutes=minutes),
+        copy_bandwidth=copy,  # type: ignore[arg-type]
+        all_reduce=ar,
+        nvml_status="ok",
+    )
 
 
 @pytest.mark.parametrize(
@@ -56,26 +71,39 @@ def test_latency_needs_fifty_percent_and_two_microseconds() -> None:
 def test_no_pair_of_reports_no_judgement_and_the_latest_of_each_phase_counts() -> None:
     assert node_change_reasons([report("after", 100.0)]) == []
     assert node_change_reasons([report("before", 4190.0), report("adhoc", 100.0)]) == []
-    probes = [report("before", 1000.0), report("before", 4190.0, minutes=1),
-              report("after", 4185.0, minutes=9)]
+    probes = [
+        report("before", 1000.0),
+        report("before", 4190.0, minutes=1),
+        report("after", 4185.0, minutes=9),
+    ]
     assert node_change_reasons(probes) == []
 
 
 def test_a_wide_band_widens_the_tolerance() -> None:
     probes = [report("before", 4000.0), report("after", 3400.0, minutes=5)]  # -15%
     assert node_change_reasons(probes)
-    band = HealthBand(figure="copy GPU 0", unit="GB/s", better="higher", median=4000.0, low=3200.0,
-                      high=4400.0, n=10, limit=3600.0)
+    band = HealthBand(
+        figure="copy GPU 0",
+        unit="GB/s",
+        better="higher",
+        median=4000.0,
+        low=3200.0,
+        high=4400.0,
+        n=10,
+        limit=3600.0,
+    )
     assert node_change_reasons(probes, {"copy GPU 0": band}) == []  # spread 30%: tolerance 90%
 
 
 def test_every_cell_of_a_changed_job_is_inconclusive_with_the_figures() -> None:
     cells = [make_cell(i, make_samples(rounds=40, ratio=0.9, seed=20 + i)) for i in range(2)]
-    steady = stats.compare(make_result(cells, probes=[report("before", 4190), report("after", 4188)],
-                                       device_type="cuda"))
+    steady = stats.compare(
+        make_result(cells, probes=[report("before", 4190), report("after", 4188)], device_type="cuda")
+    )
     assert [c.verdict for c in steady.cells] == ["faster", "faster"] and not steady.reasons
-    changed = stats.compare(make_result(cells, probes=[report("before", 4190), report("after", 1391)],
-                                        device_type="cuda"))
+    changed = stats.compare(
+        make_result(cells, probes=[report("before", 4190), report("after", 1391)], device_type="cuda")
+    )
     assert [c.verdict for c in changed.cells] == ["inconclusive", "inconclusive"]
     assert all(c.timing_verdict == "faster" and c.reasons[0].code == "node-changed" for c in changed.cells)
     assert all("node-changed" in c.flags for c in changed.cells)

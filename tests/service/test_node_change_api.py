@@ -8,8 +8,9 @@ from factories import job_result, probe_report, spec_dict
 from kernelab.service.schemas import NodeInfo, ProbeReport
 
 NODE = "gpu-node-changed"
-GPU = NodeInfo(hostname=NODE, device_type="cuda", device_name="NVIDIA H200", device_count=1,
-               python_version="3.12")
+GPU = NodeInfo(
+    hostname=NODE, device_type="cuda", device_name="NVIDIA H200", device_count=1, python_version="3.12"
+)
 
 
 def _post_probe(api, runner, report: ProbeReport) -> None:  # type: ignore[no-untyped-def]

@@ -147,8 +147,12 @@ def test_format_table_contains_numbers_probes_and_summary():
     assert "slower" in row
     wrong = c.cells[1]  # faster by its timing, wrong by its check: incorrect, its timing in ( )
     assert wrong.timing_verdict == "faster" and wrong.verdict == "incorrect"
-    assert re.search(rf"^N=2000 +\({re.escape(report.format_duration_ns(wrong.baseline.median_ns))}\) .*"
-                     r"\(-\d+\.\d\d% .*\)\s+incorrect\s+incorrect$", text, re.M)
+    assert re.search(
+        rf"^N=2000 +\({re.escape(report.format_duration_ns(wrong.baseline.median_ns))}\) .*"
+        r"\(-\d+\.\d\d% .*\)\s+incorrect\s+incorrect$",
+        text,
+        re.M,
+    )
     assert re.search(r"^N=4000 .*n/a\s+failed\s+failed$", text, re.M)
     assert "faster" not in text
     # the header and the rows align: the verdict column starts at one offset
@@ -196,8 +200,10 @@ def test_markdown_table_has_numbers_node_and_notes():
     assert "- `incorrect`: " in md and "- `failed`: " in md and "`noisy`" not in md
     assert "**Verdicts:** ❌ 1 failed, ❌ 1 incorrect, 1 slower" in md
     why = md.split("**Why**\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
-    assert why == ["- ❌ **failed** · N=4000: out of memory",
-                   "- ❌ **incorrect** · N=2000: candidate: tile 3\\|4 wrong"]
+    assert why == [
+        "- ❌ **failed** · N=4000: out of memory",
+        "- ❌ **incorrect** · N=2000: candidate: tile 3\\|4 wrong",
+    ]
     assert md.index("**Why**") > md.index(rows[-1])  # directly under the table
 
 
@@ -215,17 +221,31 @@ def test_markdown_escapes_pipes_in_user_text():
 
 
 def _result(cells: list[CellResult], **spec_extra: object) -> JobResult:
-    spec = JobSpec(benchmark="softmax", baseline={"variant": "torch"}, candidate={"variant": "triton"},
-                   sweep={"N": [c.params["N"] for c in cells]}, **spec_extra)
+    spec = JobSpec(
+        benchmark="softmax",
+        baseline={"variant": "torch"},
+        candidate={"variant": "triton"},
+        sweep={"N": [c.params["N"] for c in cells]},
+        **spec_extra,
+    )
     node = NodeInfo(hostname="cpu-box", device_type="cpu")
-    return JobResult(idempotency_key="report-test-2", spec=spec, node=node, timer="perf-counter",
-                     started_at=NOW, finished_at=NOW, cells=cells)
+    return JobResult(
+        idempotency_key="report-test-2",
+        spec=spec,
+        node=node,
+        timer="perf-counter",
+        started_at=NOW,
+        finished_at=NOW,
+        cells=cells,
+    )
 
 
 def test_implausible_cell_reads_implausible_with_its_reason_and_marked_timing():
     no_work = reason("no-device-work", "candidate: the timed call launched no device work", side="candidate")
-    cells = [CellResult(index=0, params={"N": 1}, samples=_samples(0.2, seed=3), findings=[no_work]),
-             CellResult(index=1, params={"N": 2}, samples=_samples(1.0, seed=4))]
+    cells = [
+        CellResult(index=0, params={"N": 1}, samples=_samples(0.2, seed=3), findings=[no_work]),
+        CellResult(index=1, params={"N": 2}, samples=_samples(1.0, seed=4)),
+    ]
     c = stats.compare(_result(cells))
     assert [cell.verdict for cell in c.cells][0] == "implausible"
     assert c.cells[0].timing_verdict == "faster"
@@ -243,8 +263,10 @@ def test_implausible_cell_reads_implausible_with_its_reason_and_marked_timing():
 
 
 def test_all_cells_failed_is_a_failed_job_in_text_and_markdown():
-    cells = [CellResult(index=i, params={"N": i + 1}, error="SyntaxError: invalid syntax (impl.py, line 3)")
-             for i in range(3)]
+    cells = [
+        CellResult(index=i, params={"N": i + 1}, error="SyntaxError: invalid syntax (impl.py, line 3)")
+        for i in range(3)
+    ]
     c = stats.compare(_result(cells))
     assert c.summary == {"failed": 3}
     text = report.format_table(c)
@@ -263,11 +285,24 @@ def test_reasons_of_a_large_sweep_are_grouped_and_capped():
     """60 cells wrong in the same way are one line; 30 cells wrong each in its own way fill the
     told lines up to WHY_GROUPS, the rest are counted by verdict and code."""
     same = CorrectnessResult(passed=False, message="FAIL: every row unnormalised")
-    cells = [CellResult(index=i, params={"N": i + 1}, samples=_samples(0.5, rounds=8, seed=i),
-                        correctness={"candidate": same}) for i in range(60)]
-    cells += [CellResult(index=60 + i, params={"N": 61 + i}, samples=_samples(0.5, rounds=8, seed=60 + i),
-                         correctness={"candidate": CorrectnessResult(passed=False, message=f"FAIL: row {i}")})
-              for i in range(30)]
+    cells = [
+        CellResult(
+            index=i,
+            params={"N": i + 1},
+            samples=_samples(0.5, rounds=8, seed=i),
+            correctness={"candidate": same},
+        )
+        for i in range(60)
+    ]
+    cells += [
+        CellResult(
+            index=60 + i,
+            params={"N": 61 + i},
+            samples=_samples(0.5, rounds=8, seed=60 + i),
+            correctness={"candidate": CorrectnessResult(passed=False, message=f"FAIL: row {i}")},
+        )
+        for i in range(30)
+    ]
     c = stats.compare(_result(cells), n_resamples=200)
     assert c.summary == {"incorrect": 90}
     groups = report.why_groups(c)
@@ -276,11 +311,13 @@ def test_reasons_of_a_large_sweep_are_grouped_and_capped():
     assert groups[-1].message == "" and len(groups[-1].labels) == 30 - (report.WHY_GROUPS - 1)
     text = report.format_table(c)
     why = text.split("\nwhy:\n", 1)[1].splitlines()[: report.WHY_GROUPS + 1]
-    assert why[0] == ("  incorrect  60 cells (N=1; N=2; N=3; N=4; ...): "
-                      "candidate: FAIL: every row unnormalised")
+    assert why[0] == (
+        "  incorrect  60 cells (N=1; N=2; N=3; N=4; ...): candidate: FAIL: every row unnormalised"
+    )
     assert why[1] == "  incorrect  N=61: candidate: FAIL: row 0"
-    assert why[-1].startswith("  incorrect  11 more cells: wrong-output (the output differs from the "
-                              "reference)")
+    assert why[-1].startswith(
+        "  incorrect  11 more cells: wrong-output (the output differs from the reference)"
+    )
     assert len(text.splitlines()) < 90 + 40  # 90 table rows, about 20 lines of reasons
 
 
@@ -295,10 +332,13 @@ def test_paint_styles_verdicts_without_breaking_the_columns():
 
 
 def test_why_names_the_deciding_reason_and_counts_the_others():
-    wrong = {side: CorrectnessResult(passed=False, message=f"{side} rows 0-3 wrong") for side in ("baseline",
-                                                                                                   "candidate")}
-    c = stats.compare(_result([CellResult(index=0, params={"N": 1}, samples=_samples(0.5, seed=5),
-                                          correctness=wrong)]))
+    wrong = {
+        side: CorrectnessResult(passed=False, message=f"{side} rows 0-3 wrong")
+        for side in ("baseline", "candidate")
+    }
+    c = stats.compare(
+        _result([CellResult(index=0, params={"N": 1}, samples=_samples(0.5, seed=5), correctness=wrong)])
+    )
     [cell] = c.cells
     assert cell.verdict == "incorrect"
     assert report.why(cell) == "baseline: baseline rows 0-3 wrong (+1 more reason)"

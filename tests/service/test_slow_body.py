@@ -40,9 +40,21 @@ def server(tmp_path: Path) -> Iterator[int]:
            "KERNELAB_BODY_TIMEOUT_S": str(WINDOW_S)}  # fmt: skip
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "kernelab.runners.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
-            env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "kernelab.runners.cli",
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
         try:
             wait_healthy(f"http://127.0.0.1:{port}", proc, timeout_s=60, log_path=log_path)
             yield port
@@ -113,7 +125,7 @@ def test_a_body_at_a_normal_pace_is_read_whole(server: int) -> None:
                      b"Authorization: Bearer " + TOKEN.encode() + b"\r\nConnection: close\r\n"
                      b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n")  # fmt: skip
         for i in range(0, len(body), 16 * 1024):
-            sock.sendall(body[i:i + 16 * 1024])
+            sock.sendall(body[i : i + 16 * 1024])
             time.sleep(0.5)
         answer = sock.recv(64)
     assert answer.startswith(b"HTTP/1.1 422"), answer  # read whole, then refused as not JSON

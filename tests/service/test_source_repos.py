@@ -11,8 +11,11 @@ from kernelab.service.models import Job
 
 def _sourced(repo: str) -> dict:  # type: ignore[type-arg]
     good = {"repo": "https://github.com/myorg/x", "ref": "main"}
-    return {"benchmark": "mypkg.bench:B", "baseline": {"variant": "a", "source": {**good, "repo": repo}},
-            "candidate": {"variant": "b", "source": good}}
+    return {
+        "benchmark": "mypkg.bench:B",
+        "baseline": {"variant": "a", "source": {**good, "repo": repo}},
+        "candidate": {"variant": "b", "source": good},
+    }
 
 
 @pytest.mark.parametrize("repo", [

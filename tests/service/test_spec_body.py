@@ -58,7 +58,7 @@ def test_a_spec_over_the_limit_is_a_413_before_it_is_decoded(api, monkeypatch: p
     declared = api.client.post("/api/v1/jobs", content=body, headers=headers)
     assert declared.status_code == 413, declared.text
     assert "KERNELAB_MAX_SPEC_BYTES" in declared.json()["detail"]
-    chunks = [body[i:i + 65536] for i in range(0, len(body), 65536)]
+    chunks = [body[i : i + 65536] for i in range(0, len(body), 65536)]
     streamed = api.client.post("/api/v1/jobs", content=iter(chunks), headers=headers)
     assert streamed.status_code == 413, streamed.text
     assert decoded == []

@@ -78,8 +78,11 @@ def test_the_cell_count_is_arithmetic_not_built() -> None:
 def test_one_cell_is_built_alone_and_equals_the_sweeps() -> None:
     # a revision worker asks for cell i of up to MAX_CELLS: building them all per request was
     # MAX_CELLS**2 dicts per side
-    body = spec_dict(params={"M": 0, "z": 1}, sweep={"M": [1, 2, 3], "N": [4, 5], "dtype": ["a", "b"]},
-                     sweep_by_device={"cuda": {"N": [7]}})
+    body = spec_dict(
+        params={"M": 0, "z": 1},
+        sweep={"M": [1, 2, 3], "N": [4, 5], "dtype": ["a", "b"]},
+        sweep_by_device={"cuda": {"N": [7]}},
+    )
     spec = JobSpec.model_validate(body)
     for dev in ("cpu", "cuda"):
         cells = spec.cells(dev)
@@ -100,20 +103,35 @@ def test_one_cell_is_built_alone_and_equals_the_sweeps() -> None:
 
 def test_too_many_parameter_keys_name_the_mapping(api) -> None:  # type: ignore[no-untyped-def]
     many = {f"p{i}": 1 for i in range(MAX_PARAM_KEYS + 1)}
-    for change, loc in [({"params": many}, ["body", "params"]),
-                        ({"baseline": {"variant": "torch", "params": many}}, ["body", "baseline", "params"]),
-                        ({"sweep": {k: [v] for k, v in many.items()}}, ["body", "sweep"])]:
+    for change, loc in [
+        ({"params": many}, ["body", "params"]),
+        ({"baseline": {"variant": "torch", "params": many}}, ["body", "baseline", "params"]),
+        ({"sweep": {k: [v] for k, v in many.items()}}, ["body", "sweep"]),
+    ]:
         assert loc in [e["loc"] for e in _errors(_post(api, spec_dict(**change)))]
 
 
 @pytest.mark.parametrize(
     "ref",
-    [".x:y", "..:y", ":y", "x:", "kernelab.kernels.softmax:", "a..b:C", "kernelab.kernels.softmax:Softmax..x",
-     "kernels softmax:X", "../etc:passwd", "soft max", ""],
+    [
+        ".x:y",
+        "..:y",
+        ":y",
+        "x:",
+        "kernelab.kernels.softmax:",
+        "a..b:C",
+        "kernelab.kernels.softmax:Softmax..x",
+        "kernels softmax:X",
+        "../etc:passwd",
+        "soft max",
+        "",
+    ],
 )
 def test_malformed_benchmark_references_are_a_422_on_benchmark(api, ref: str) -> None:  # type: ignore[no-untyped-def]
-    for body in (spec_dict(benchmark=ref),
-                 spec_dict(benchmark=ref, baseline={"variant": "a", "source": SOURCE})):
+    for body in (
+        spec_dict(benchmark=ref),
+        spec_dict(benchmark=ref, baseline={"variant": "a", "source": SOURCE}),
+    ):
         assert [e["loc"] for e in _errors(_post(api, body))] == [["body", "benchmark"]]
 
 
@@ -122,7 +140,8 @@ def user_modules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[st
     """A package of benchmarks that fail in every way a user's can, importable as ``kl_user_*``."""
     (tmp_path / "kl_user_raises.py").write_text("raise RuntimeError('no GPU here')\n", encoding="utf-8")
     (tmp_path / "kl_user_syntax.py").write_text("def broken(:\n", encoding="utf-8")
-    (tmp_path / "kl_user_benches.py").write_text(textwrap.dedent("""\
+    (tmp_path / "kl_user_benches.py").write_text(
+        textwrap.dedent("""\
         from kernelab.kernels import Benchmark
 
         class Abstract(Benchmark):
@@ -143,7 +162,9 @@ def user_modules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[st
         Undeclared.variants = None
 
         not_a_class = 3
-        """), encoding="utf-8")
+        """),
+        encoding="utf-8",
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     yield "kl_user_"
     for name in ("kl_user_raises", "kl_user_syntax", "kl_user_benches"):
@@ -165,7 +186,10 @@ def user_modules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[st
     ],
 )
 def test_references_to_no_concrete_benchmark_are_a_422_on_benchmark(
-    api, user_modules: str, ref: str, fragment: str  # type: ignore[no-untyped-def]
+    api,
+    user_modules: str,
+    ref: str,
+    fragment: str,  # type: ignore[no-untyped-def]
 ) -> None:
     detail = _errors(_post(api, spec_dict(benchmark=ref)))
     assert [e["loc"] for e in detail] == [["body", "benchmark"]]
@@ -186,7 +210,9 @@ def test_references_to_no_concrete_benchmark_are_a_422_on_benchmark(
 def test_integers_beyond_what_torch_takes_are_refused_at_the_door(api, change, loc) -> None:  # type: ignore[no-untyped-def]
     # a spec with source revisions is checked against its benchmark only on the runner: the bounds
     # must hold in the schema itself, or every cell fails there
-    body = spec_dict(baseline={"variant": "a", "source": SOURCE}, benchmark="kernelab.kernels.softmax:Softmax")
+    body = spec_dict(
+        baseline={"variant": "a", "source": SOURCE}, benchmark="kernelab.kernels.softmax:Softmax"
+    )
     body.update(change)
     assert loc in [e["loc"] for e in _errors(_post(api, body))]
 
@@ -197,7 +223,8 @@ def test_the_largest_seed_is_accepted(api) -> None:  # type: ignore[no-untyped-d
 
 
 def test_spec_validation_against_the_benchmark_runs_off_the_event_loop(
-    api, monkeypatch: pytest.MonkeyPatch  # type: ignore[no-untyped-def]
+    api,
+    monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
 ) -> None:
     import kernelab.service.api.routes.jobs as jobs_routes
 

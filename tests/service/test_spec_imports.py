@@ -37,7 +37,8 @@ def programs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     (tmp_path / "kl_prog" / "__main__.py").write_text(
         f"open({str(mark)!r}, 'w').close()\nraise SystemExit(0)\n", encoding="utf-8"
     )
-    (tmp_path / "kl_ctor_exits.py").write_text(textwrap.dedent("""\
+    (tmp_path / "kl_ctor_exits.py").write_text(
+        textwrap.dedent("""\
         import sys
         from kernelab.kernels import Benchmark
 
@@ -49,7 +50,9 @@ def programs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
             def prepare(self, variant, params, inputs): return lambda: None
             def reference(self, params, inputs): return None
             def work(self, params, variant): return None
-        """), encoding="utf-8")
+        """),
+        encoding="utf-8",
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     yield mark
     for name in MODULES:
@@ -77,7 +80,10 @@ def _benchmark_error(api: Any, ref: str) -> str:
     ],
 )
 def test_a_benchmark_that_exits_or_is_a_program_is_a_422_on_benchmark(
-    api, programs: Path, ref: str, fragment: str  # type: ignore[no-untyped-def]
+    api,
+    programs: Path,
+    ref: str,
+    fragment: str,  # type: ignore[no-untyped-def]
 ) -> None:
     assert fragment in _benchmark_error(api, ref)
     assert not programs.exists()  # the __main__ module never ran
@@ -103,8 +109,10 @@ def test_load_object_lets_keyboard_interrupt_through(tmp_path: Path, monkeypatch
 
 @pytest.mark.parametrize(
     ("ref", "fragment"),
-    [("kl_exits:Bench", "benchmark: cannot import module 'kl_exits': SystemExit: 3"),
-     ("kl_prog.__main__:X", "'__main__' module")],
+    [
+        ("kl_exits:Bench", "benchmark: cannot import module 'kl_exits': SystemExit: 3"),
+        ("kl_prog.__main__:X", "'__main__' module"),
+    ],
 )
 def test_kernelab_validate_reports_them_as_file_line_exit_2(
     programs: Path, tmp_path: Path, ref: str, fragment: str

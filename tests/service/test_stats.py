@@ -202,7 +202,7 @@ def test_round_matrix_keeps_each_round_in_sample_order():
     matrix = stats._round_matrix(sample_rounds, durations, rounds)
     for row, r in enumerate(rounds):
         own = durations[sample_rounds == r].tolist()
-        assert matrix[row, : len(own)].tolist() == own and np.isnan(matrix[row, len(own):]).all()
+        assert matrix[row, : len(own)].tolist() == own and np.isnan(matrix[row, len(own) :]).all()
     assert matrix.shape[1] == np.bincount(sample_rounds).max()
 
 

@@ -50,9 +50,15 @@ def test_an_older_stored_spec_is_read_and_reported(api: Any, case: str) -> None:
     read = api.client.get(f"/api/v1/jobs/{job_id}", headers=api.admin)
     assert read.status_code == 200, read.text
     assert read.json()["spec"]["params"] == older.get("params", {})
-    for path in ("/api/v1/jobs", f"/api/v1/jobs/{job_id}/comparison", f"/api/v1/jobs/{job_id}/report.md",
-                 f"/api/v1/jobs/{job_id}/samples", f"/api/v1/jobs/{job_id}/health",
-                 f"/jobs/{job_id}", "/"):
+    for path in (
+        "/api/v1/jobs",
+        f"/api/v1/jobs/{job_id}/comparison",
+        f"/api/v1/jobs/{job_id}/report.md",
+        f"/api/v1/jobs/{job_id}/samples",
+        f"/api/v1/jobs/{job_id}/health",
+        f"/jobs/{job_id}",
+        "/",
+    ):
         got = api.client.get(path, headers=api.admin)
         assert got.status_code == 200, (path, got.text[:500])
 

@@ -35,8 +35,14 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 CHROMIUM = os.environ.get("KERNELAB_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 XSS_NAME = "<script>alert(1)</script> softmax"
 ADMIN_TOKEN = "browser-test-admin-token-0123456789"
@@ -74,12 +80,17 @@ def _wait_ready(base_url: str, proc: subprocess.Popen[bytes], log_path: Path) ->
 
 
 def _tiny_spec() -> JobSpec:
-    return JobSpec.model_validate({
-        "name": XSS_NAME, "benchmark": "softmax", "device": "cpu",
-        "baseline": {"variant": "torch"}, "candidate": {"variant": "triton"},
-        "sweep": {"M": [4, 16], "N": [64]},
-        "measurement": {"warmup_ms": 2, "budget_ms": 150, "min_rounds": 6, "max_rounds": 40},
-    })
+    return JobSpec.model_validate(
+        {
+            "name": XSS_NAME,
+            "benchmark": "softmax",
+            "device": "cpu",
+            "baseline": {"variant": "torch"},
+            "candidate": {"variant": "triton"},
+            "sweep": {"M": [4, 16], "N": [64]},
+            "measurement": {"warmup_ms": 2, "budget_ms": 150, "min_rounds": 6, "max_rounds": 40},
+        }
+    )
 
 
 def _seed(base_url: str) -> Site:
@@ -91,8 +102,11 @@ def _seed(base_url: str) -> Site:
         spec = _tiny_spec()
         job = api.post("/jobs", json=spec.model_dump(mode="json"), headers=admin)
         assert job.status_code == 201, job.text
-        registered = api.post("/runners/register", headers=admin,
-                              json={"name": "browser-runner", "node": node_info().model_dump(mode="json")})
+        registered = api.post(
+            "/runners/register",
+            headers=admin,
+            json={"name": "browser-runner", "node": node_info().model_dump(mode="json")},
+        )
         assert registered.status_code == 200, registered.text
         runner = {"Authorization": f"Bearer {registered.json()['token']}"}
         claim = api.post("/runners/claim", json={}, headers=runner)
@@ -118,13 +132,30 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     upgrade(db_url)
     port = _free_port()
     base_url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "KERNELAB_DATABASE_URL": db_url, "KERNELAB_ADMIN_TOKEN": ADMIN_TOKEN,
-           "KERNELAB_PUBLIC_DASHBOARD": "false"}
+    env = {
+        **os.environ,
+        "KERNELAB_DATABASE_URL": db_url,
+        "KERNELAB_ADMIN_TOKEN": ADMIN_TOKEN,
+        "KERNELAB_PUBLIC_DASHBOARD": "false",
+    }
     with log_path.open("wb") as log:  # the server's output; a failing test's log points here
         proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "--factory", "kernelab.service.app:create_app",
-             "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
-            env=env, stdout=log, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "--factory",
+                "kernelab.service.app:create_app",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--log-level",
+                "warning",
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
         try:
             _wait_ready(base_url, proc, log_path)

@@ -248,17 +248,45 @@ def _seed(site: Site) -> None:
         _job(site, api, "nan-metrics", raw=_nan_metrics)
         _job(site, api, "two-rounds", change=_every_cell(_samples(2, lambda i: 2e3, lambda i: 1e3)))
         _job(site, api, "zero-baseline", change=_every_cell(_samples(6, lambda i: 0.0, lambda i: 1e3 + i)))
-        _job(site, api, "zero-candidate", change=_every_cell(
-            _samples(6, lambda i: 5e4 + i, lambda i: 0.0), work={"baseline": work, "candidate": work}))
-        _job(site, api, "thermal", change=_every_cell(_samples(
-            6, lambda i: 2e3 + i, lambda i: 1e3 + i, sm_clock_mhz=1980.0, clock_event_reasons=0x40)))
+        _job(
+            site,
+            api,
+            "zero-candidate",
+            change=_every_cell(
+                _samples(6, lambda i: 5e4 + i, lambda i: 0.0), work={"baseline": work, "candidate": work}
+            ),
+        )
+        _job(
+            site,
+            api,
+            "thermal",
+            change=_every_cell(
+                _samples(
+                    6, lambda i: 2e3 + i, lambda i: 1e3 + i, sm_clock_mhz=1980.0, clock_event_reasons=0x40
+                )
+            ),
+        )
         huge = _samples(6, lambda i: 9e307, lambda i: 9e307)
         _job(site, api, "huge", bypass=True, change=_every_cell(huge))
         _job(site, api, "flagged", node="sick-node", change=lambda r: r.model_copy(update={"probes": slow}))
-        _job(site, api, "h200", node="h200-a", model=H200, days=1,
-             change=_every_cell(_samples(6, lambda i: 100_000.0 + i, lambda i: 80_000.0 + i)))
-        _job(site, api, "a100", node="a100-a", model=A100, days=2,
-             change=_every_cell(_samples(6, lambda i: 51_000.0 + i, lambda i: 41_000.0 + i)))
+        _job(
+            site,
+            api,
+            "h200",
+            node="h200-a",
+            model=H200,
+            days=1,
+            change=_every_cell(_samples(6, lambda i: 100_000.0 + i, lambda i: 80_000.0 + i)),
+        )
+        _job(
+            site,
+            api,
+            "a100",
+            node="a100-a",
+            model=A100,
+            days=2,
+            change=_every_cell(_samples(6, lambda i: 51_000.0 + i, lambda i: 41_000.0 + i)),
+        )
         for case, job_id in site.jobs.items():  # every read answers 200, on either database
             for path in ("comparison", "report.md", "health"):
                 r = api.get(f"/jobs/{job_id}/{path}", headers=ADMIN)

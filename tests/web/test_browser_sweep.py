@@ -45,10 +45,23 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]
     log_path = folder / "server.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "--factory", "kernelab.service.app:create_app", "--host", "127.0.0.1",
-             "--port", base_url.rsplit(":", 1)[1], "--log-level", "warning"],
-            env=env, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "--factory",
+                "kernelab.service.app:create_app",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                base_url.rsplit(":", 1)[1],
+                "--log-level",
+                "warning",
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         try:
             _wait_ready(base_url, proc, log_path)
             yield base_url, _post_sweep(base_url)

@@ -51,8 +51,11 @@ def _seed(base_url: str) -> Jobs:
     admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
     ids = []
     with httpx.Client(base_url=f"{base_url}/api/v1", timeout=60.0) as api:
-        registered = api.post("/runners/register", headers=admin,
-                              json={"name": "verdict-runner", "node": node_info().model_dump(mode="json")})
+        registered = api.post(
+            "/runners/register",
+            headers=admin,
+            json={"name": "verdict-runner", "node": node_info().model_dump(mode="json")},
+        )
         assert registered.status_code == 200, registered.text
         runner = {"Authorization": f"Bearer {registered.json()['token']}"}
         for case in (FAST_WRONG, RAISES):
@@ -61,10 +64,12 @@ def _seed(base_url: str) -> Jobs:
             assert created.status_code == 201, created.text
             claim = api.post("/runners/claim", json={}, headers=runner)
             assert claim.status_code == 200 and claim.json()["job_id"] == created.json()["id"], claim.text
-            result = run_job(JobSpec.model_validate(claim.json()["spec"]), job_id=created.json()["id"],
-                             device="cpu")
-            posted = api.post(f"/jobs/{created.json()['id']}/results", json=result.model_dump(mode="json"),
-                              headers=runner)
+            result = run_job(
+                JobSpec.model_validate(claim.json()["spec"]), job_id=created.json()["id"], device="cpu"
+            )
+            posted = api.post(
+                f"/jobs/{created.json()['id']}/results", json=result.model_dump(mode="json"), headers=runner
+            )
             assert posted.status_code == 201, posted.text
             ids.append(created.json()["id"])
         comparison = Comparison.model_validate(api.get(f"/jobs/{ids[0]}/comparison", headers=admin).json())
@@ -79,16 +84,34 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Jobs]:
     port = _free_port()
     base_url = f"http://127.0.0.1:{port}"
     path = os.pathsep.join([str(WRONG_DIR), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    env = {**os.environ, "KERNELAB_DATABASE_URL": db_url, "KERNELAB_ADMIN_TOKEN": ADMIN_TOKEN,
-           "KERNELAB_PUBLIC_DASHBOARD": "false", "PYTHONPATH": path}  # the server imports wrongbench
+    env = {
+        **os.environ,
+        "KERNELAB_DATABASE_URL": db_url,
+        "KERNELAB_ADMIN_TOKEN": ADMIN_TOKEN,
+        "KERNELAB_PUBLIC_DASHBOARD": "false",
+        "PYTHONPATH": path,
+    }  # the server imports wrongbench
     log_path = folder / "server.log"
     with log_path.open("wb") as log, pytest.MonkeyPatch.context() as mp:
         mp.syspath_prepend(str(WRONG_DIR))  # run_job here imports it too
         proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "--factory", "kernelab.service.app:create_app", "--host", "127.0.0.1",
-             "--port", str(port), "--log-level", "warning"],
-            env=env, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "--factory",
+                "kernelab.service.app:create_app",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--log-level",
+                "warning",
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         try:
             _wait_ready(base_url, proc, log_path)
             yield _seed(base_url)

@@ -19,12 +19,27 @@ device: cpu
 measurement: {{warmup_ms: 2, budget_ms: 60, min_rounds: 6, max_rounds: 40}}
 probes: {{copy_bandwidth: false, all_reduce: false, nvml: false}}
 """
-FAST_WRONG = dict(name="fast but wrong", bench="RowSoftmax", baseline="exact", candidate="unnormalised",
-                  shape="sweep: {M: [32], N: [256, 1024]}")
-FORGOTTEN_MASK = dict(name="forgotten mask", bench="PaddedAttention", baseline="masked", candidate="nomask",
-                      shape="params: {B: 2, H: 2, S: 64, D: 16, valid: 40}")
-RAISES = dict(name="raises", bench="RowSoftmax", baseline="exact", candidate="raises",
-              shape="sweep: {M: [8], N: [64, 128]}")
+FAST_WRONG = dict(
+    name="fast but wrong",
+    bench="RowSoftmax",
+    baseline="exact",
+    candidate="unnormalised",
+    shape="sweep: {M: [32], N: [256, 1024]}",
+)
+FORGOTTEN_MASK = dict(
+    name="forgotten mask",
+    bench="PaddedAttention",
+    baseline="masked",
+    candidate="nomask",
+    shape="params: {B: 2, H: 2, S: 64, D: 16, valid: 40}",
+)
+RAISES = dict(
+    name="raises",
+    bench="RowSoftmax",
+    baseline="exact",
+    candidate="raises",
+    shape="sweep: {M: [8], N: [64, 128]}",
+)
 
 
 def write_spec(folder: Path, case: dict[str, str]) -> Path:

@@ -45,18 +45,24 @@ class RowSoftmax(Benchmark[SoftmaxParams]):
         x = inputs["x"]
         out = torch.empty_like(x)
         if variant == "exact":
+
             def exact() -> torch.Tensor:
                 for _ in range(REPEATS):
                     torch.softmax(x, dim=-1, out=out)
                 return out
+
             return exact
         if variant == "unnormalised":
+
             def unnormalised() -> torch.Tensor:
                 return torch.exp(x, out=out)
+
             return unnormalised
         if variant == "raises":
+
             def raises() -> torch.Tensor:
                 raise RuntimeError("kernel launch failed: invalid configuration argument")
+
             return raises
         raise BenchmarkError(f"unknown variant {variant!r}", loc=("variant",))
 
@@ -94,14 +100,18 @@ class PaddedAttention(Benchmark[AttentionParams]):
         q, k, v, keep = inputs["q"], inputs["k"], inputs["v"], inputs["keep"]
         scale = 1.0 / math.sqrt(params.D)
         if variant == "masked":
+
             def masked() -> torch.Tensor:
                 scores = (q @ k.transpose(-2, -1)) * scale
                 scores = scores.masked_fill(~keep, float("-inf"))
                 return torch.softmax(scores, dim=-1) @ v
+
             return masked
         if variant == "nomask":
+
             def nomask() -> torch.Tensor:
                 return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
             return nomask
         raise BenchmarkError(f"unknown variant {variant!r}", loc=("variant",))
 
@@ -113,5 +123,8 @@ class PaddedAttention(Benchmark[AttentionParams]):
 
     def work(self, params: AttentionParams, variant: str) -> Work:
         p = params
-        return Work(flops=4.0 * p.B * p.H * p.S * p.S * p.D, bytes_read=12.0 * p.B * p.H * p.S * p.D,
-                    bytes_written=4.0 * p.B * p.H * p.S * p.D)
+        return Work(
+            flops=4.0 * p.B * p.H * p.S * p.S * p.D,
+            bytes_read=12.0 * p.B * p.H * p.S * p.D,
+            bytes_written=4.0 * p.B * p.H * p.S * p.D,
+        )

@@ -19,7 +19,9 @@ router = APIRouter(prefix="/history", tags=["history"])
 
 @router.get("")
 def get_history(
-    _: ReadToken, session: SessionDep, settings: SettingsDep,
+    _: ReadToken,
+    session: SessionDep,
+    settings: SettingsDep,
     benchmark: Annotated[Text, Query(min_length=1, max_length=500)],
     include_excluded: bool = False,
     limit: Annotated[int, Query(ge=1, le=500)] = history.DEFAULT_JOBS,

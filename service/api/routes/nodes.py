@@ -86,7 +86,10 @@ def list_nodes(
 
 @router.get("/{name}")
 def get_node(
-    name: NodeName, _: ReadToken, session: SessionDep, settings: SettingsDep,
+    name: NodeName,
+    _: ReadToken,
+    session: SessionDep,
+    settings: SettingsDep,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
 ) -> NodeDetail:
     """One node with its ``limit`` most recent probe reports, newest first, and its health

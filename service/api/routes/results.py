@@ -127,8 +127,14 @@ router = APIRouter(prefix="/jobs", tags=["results"], route_class=_RawJSONRoute)
     responses={200: {"model": ResultAccepted, "description": "a repeat of an idempotency key"}},
 )
 def post_result(
-    job_id: JobId, result: JobResultBody, principal: RunnerToken, session: SessionDep, response: Response,
-    background: BackgroundTasks, factory: SessionFactoryDep, settings: SettingsDep,
+    job_id: JobId,
+    result: JobResultBody,
+    principal: RunnerToken,
+    session: SessionDep,
+    response: Response,
+    background: BackgroundTasks,
+    factory: SessionFactoryDep,
+    settings: SettingsDep,
 ) -> ResultAccepted:
     """Store the result whole (one transaction) and finish the job: 201, or 200 with
     ``duplicate: true`` when the idempotency key was already stored (nothing stored again).
