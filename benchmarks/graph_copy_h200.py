@@ -112,42 +112,51 @@ def triton_copy():
     return run
 
 
+def measure_size(nbytes: int, tri) -> dict:
+    """One row of the table for a copy of ``nbytes`` bytes (uint8 tensors on the current GPU)."""
+    x = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_(0, 255)
+    y = torch.empty_like(x)
+    g_copy = capture(lambda: y.copy_(x))
+    g_sm = capture(lambda: torch.add(x, 0, out=y))
+    row = {
+        "bytes": nbytes,
+        "copy_nodes": node_types(g_copy),
+        "sm_nodes": node_types(g_sm),
+        "eager_us": median_us(lambda: y.copy_(x)),
+        "graph_us": median_us(g_copy.replay),
+        "graph_sm_us": median_us(g_sm.replay),
+        "eager_activities": activities(lambda: y.copy_(x)),
+        "graph_activities": activities(g_copy.replay),
+    }
+    if tri is not None:
+        g_tri = capture(lambda: tri(x, y))
+        row["triton_us"] = median_us(g_tri.replay)
+    assert torch.equal(x, y)
+    return row
+
+
 def main() -> None:
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
     tri = triton_copy()
     rows = []
     for nbytes in SIZES:
-        x = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_(0, 255)
-        y = torch.empty_like(x)
-        g_copy = capture(lambda: y.copy_(x))
-        g_sm = capture(lambda: torch.add(x, 0, out=y))
-        row = {
-            "bytes": nbytes,
-            "copy_nodes": node_types(g_copy),
-            "sm_nodes": node_types(g_sm),
-            "eager_us": median_us(lambda: y.copy_(x)),
-            "graph_us": median_us(g_copy.replay),
-            "graph_sm_us": median_us(g_sm.replay),
-            "eager_activities": activities(lambda: y.copy_(x)),
-            "graph_activities": activities(g_copy.replay),
-        }
-        if tri is not None:
-            g_tri = capture(lambda: tri(x, y))
-            row["triton_us"] = median_us(g_tri.replay)
-        assert torch.equal(x, y)
-        rows.append(row)
-        del x, y, g_copy, g_sm
+        rows.append(measure_size(nbytes, tri))
         torch.cuda.empty_cache()
     (out / "graph_copy.json").write_text(json.dumps(rows, indent=1))
-    print(
-        f"{'bytes':>13} {'nodes':>7} {'eager us':>9} {'graph us':>9} {'ratio':>6} {'graph-sm':>9} {'triton':>8}"
-    )
+    head = ("bytes", "nodes", "eager us", "graph us", "ratio", "graph-sm", "triton")
+    print(" ".join(f"{h:>13}" for h in head))
     for r in rows:
-        print(
-            f"{r['bytes']:>13,} {','.join(map(str, r['copy_nodes'])):>7} {r['eager_us']:>9.1f} {r['graph_us']:>9.1f} "
-            f"{r['graph_us'] / r['eager_us']:>6.2f} {r['graph_sm_us']:>9.1f} {r.get('triton_us', float('nan')):>8.1f}"
-        )
+        cols = [
+            f"{r['bytes']:,}",
+            ",".join(map(str, r["copy_nodes"])),
+            f"{r['eager_us']:.1f}",
+            f"{r['graph_us']:.1f}",
+            f"{r['graph_us'] / r['eager_us']:.2f}",
+            f"{r['graph_sm_us']:.1f}",
+            f"{r.get('triton_us', float('nan')):.1f}",
+        ]
+        print(" ".join(f"{c:>13}" for c in cols))
     for r in rows:
         print(r["bytes"], "eager:", r["eager_activities"], "graph:", r["graph_activities"])
 
