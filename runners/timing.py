@@ -69,6 +69,14 @@ _GPU_MAX_LAUNCHES_HOT = 500
 # applies; 10,000 launches covers 1 ms of the shortest kernels (~1 us).
 _GRAPH_MIN_WINDOW_NS = 1_000_000
 _GRAPH_MAX_LAUNCHES = 10_000
+# cudaGraphNodeType values (CUDA runtime API, ``cudaGraphNodeType``) of nodes that a graph runs
+# unlike the eager call it captured: a captured ``cudaMemcpyAsync``/``cudaMemsetAsync`` becomes a
+# memcpy/memset node, which the driver executes its own way (H200, driver 580: a 1 GiB
+# ``copy_`` replayed 1.53x slower than eagerly, a 64 MiB one 0.90x, as an SM ``memcpy128``
+# kernel instead of the eager copy; ``benchmarks/graph_copy_h200.py``). A graph holding one
+# would time another operation than the user's call, so the auto timer times it by events.
+GRAPH_NODE_MEMCPY, GRAPH_NODE_MEMSET = 1, 2
+_GRAPH_NODES_UNLIKE_EAGER = {GRAPH_NODE_MEMCPY: "memcpy", GRAPH_NODE_MEMSET: "memset"}
 _GPU_MAX_LAUNCHES_COLD = 64
 # Spin kernel sizing: cover the measured host enqueue time with a margin, within bounds.
 _SPIN_MARGIN = 1.5
@@ -366,6 +374,10 @@ class CudaGraphTimer(_CudaTimerBase):
     different ``launches`` for that ``fn``. Per sample: spin kernel, optional L2 memset (only the
     replay's first launch is cold), start event, replay, stop event. Default window 1 ms, at most
     10,000 launches per replay (see ``_GRAPH_MIN_WINDOW_NS``).
+
+    With ``eager_nodes_only`` (the auto timer's), a capture that holds a memcpy or memset node
+    raises ``TimerUnsupported`` (``unlike_eager``): replaying it would time another operation than
+    the eager call (``_GRAPH_NODES_UNLIKE_EAGER``), so the fallback times the callable.
     """
 
     name: ClassVar[str] = "cuda-graph"
@@ -377,8 +389,10 @@ class CudaGraphTimer(_CudaTimerBase):
         l2_flush: bool = True,
         min_window_ns: float = _GRAPH_MIN_WINDOW_NS,
         max_launches: int = _GRAPH_MAX_LAUNCHES,
+        eager_nodes_only: bool = False,
     ) -> None:
         super().__init__(device, l2_flush=l2_flush, min_window_ns=min_window_ns, max_launches=max_launches)
+        self.eager_nodes_only = eager_nodes_only
         self._graphs: dict[Callable[[], Any], tuple[int, torch.cuda.CUDAGraph]] = {}
         self._empty: set[Callable[[], Any]] = set()
         self._nodes: dict[Callable[[], Any], tuple[int, int]] = {}
@@ -428,9 +442,15 @@ class CudaGraphTimer(_CudaTimerBase):
             self._empty.add(fn)
         else:
             self._empty.discard(fn)
-        nodes = count_graph_nodes(graph)
-        if nodes is not None:
-            self._nodes[fn] = (nodes, launches)
+        types = graph_node_types(graph)
+        if types is not None:
+            self._nodes[fn] = (len(types), launches)
+            unlike = unlike_eager(types)
+            if unlike and self.eager_nodes_only:
+                del graph
+                raise TimerUnsupported(
+                    f"the captured graph holds {unlike}: a graph replays those unlike the eager call"
+                )
         else:
             self._nodes.pop(fn, None)
         if hasattr(graph, "instantiate"):
@@ -470,22 +490,44 @@ def _new_graph() -> torch.cuda.CUDAGraph:
         return torch.cuda.CUDAGraph()
 
 
-def count_graph_nodes(graph: torch.cuda.CUDAGraph) -> int | None:
-    """Nodes of a captured ``graph`` (kernels, copies, memsets...): ``cudaGraphGetNodes`` of its
+def graph_node_types(graph: torch.cuda.CUDAGraph) -> list[int] | None:
+    """The ``cudaGraphNodeType`` of every node of a captured ``graph`` (0 kernel, 1 memcpy,
+    2 memset, ...): ``cudaGraphGetNodes`` and ``cudaGraphNodeGetType`` of its
     ``raw_cuda_graph()`` through the CUDA runtime library torch loaded (CUDA runtime API, Graph
     Management). None where torch keeps no ``cudaGraph_t`` or the runtime cannot be called."""
     raw = getattr(graph, "raw_cuda_graph", None)
     if raw is None:
         return None
     try:
-        handle = int(raw())
+        handle = ctypes.c_void_p(int(raw()))
         lib = cuda_runtime()
         count = ctypes.c_size_t(0)
-        err = lib.cudaGraphGetNodes(ctypes.c_void_p(handle), None, ctypes.byref(count))
+        if lib.cudaGraphGetNodes(handle, None, ctypes.byref(count)) != 0:
+            return None
+        nodes = (ctypes.c_void_p * count.value)()
+        if count.value and lib.cudaGraphGetNodes(handle, nodes, ctypes.byref(count)) != 0:
+            return None
+        types = []
+        for node in nodes[: count.value]:
+            kind = ctypes.c_int(-1)
+            if lib.cudaGraphNodeGetType(ctypes.c_void_p(node), ctypes.byref(kind)) != 0:
+                return None
+            types.append(int(kind.value))
     except (RuntimeError, OSError, AttributeError, TypeError) as exc:
-        logger.debug("cannot count graph nodes: %s", exc)
+        logger.debug("cannot read graph nodes: %s", exc)
         return None
-    return int(count.value) if err == 0 else None
+    return types
+
+
+def unlike_eager(types: list[int]) -> str:
+    """The nodes among ``types`` (``cudaGraphNodeType`` values) that a graph replays unlike the
+    eager calls it captured, as text (``"2 memcpy nodes"``), or ``""`` when there are none."""
+    counts: dict[str, int] = {}
+    for kind in types:
+        name = _GRAPH_NODES_UNLIKE_EAGER.get(kind)
+        if name is not None:
+            counts[name] = counts.get(name, 0) + 1
+    return ", ".join(f"{n} {name} node{'s' if n > 1 else ''}" for name, n in counts.items())
 
 
 _CUDART: ctypes.CDLL | None = None
@@ -595,7 +637,9 @@ def make_timer(device: torch.device, settings: MeasurementSpec, *, kind: TimerKi
 
     ``kind`` overrides ``settings.timer``. ``'auto'``: ``'perf_counter'`` on a CPU; on a GPU CUDA
     graph replay with a per-callable fall back to CUDA events (``FallbackTimer``; why graph replay
-    is the default: the module docstring). Raises ``ValueError`` for a kind that does not fit the
+    is the default: the module docstring), a callable whose graph holds memcpy/memset nodes falling
+    back too (``CudaGraphTimer(eager_nodes_only=True)``); ``'cuda-graph'`` replays whatever was
+    captured. Raises ``ValueError`` for a kind that does not fit the
     device and ``RuntimeError`` for a CUDA device when CUDA is not available.
     """
     if kind is None:
@@ -608,7 +652,7 @@ def make_timer(device: torch.device, settings: MeasurementSpec, *, kind: TimerKi
         raise ValueError(f"no timer for device type {device.type!r}")
     if kind == "auto":
         return FallbackTimer(
-            CudaGraphTimer(device, l2_flush=settings.l2_flush),
+            CudaGraphTimer(device, l2_flush=settings.l2_flush, eager_nodes_only=True),
             CudaEventTimer(device, l2_flush=settings.l2_flush),
         )
     if kind == "cuda-event":

@@ -1,7 +1,7 @@
 """Timers: launches selection, the CPU timer against busy-waits of known length, the timer factory.
 
 The CUDA tests (``@pytest.mark.gpu``) are written for the H200 node; they are skipped without a GPU.
-Figures they check come from ``/work/shared/reference/H200-node-figures.md``.
+Figures they check come from the H200 node figures recorded in ``docs/results/``.
 """
 
 from __future__ import annotations
@@ -13,11 +13,15 @@ import pytest
 import torch
 
 from kernelab.runners.timing import (
+    GRAPH_NODE_MEMCPY,
+    GRAPH_NODE_MEMSET,
     CpuTimer,
     CudaEventTimer,
     CudaGraphTimer,
+    FallbackTimer,
     choose_launches,
     make_timer,
+    unlike_eager,
 )
 from kernelab.service.schemas import MeasurementSpec
 
@@ -178,6 +182,43 @@ def test_event_and_graph_timers_agree_on_a_large_kernel():
         readings = sorted(timer.time_ns(fn, launches) for _ in range(15))
         medians.append(readings[len(readings) // 2])
     assert medians[1] == pytest.approx(medians[0], rel=0.10)
+
+
+def test_unlike_eager_names_memcpy_and_memset_nodes_only():
+    kernel, empty, event_record = 0, 5, 7
+    assert unlike_eager([kernel, kernel, empty, event_record]) == ""
+    assert unlike_eager([]) == ""
+    assert unlike_eager([kernel, GRAPH_NODE_MEMCPY]) == "1 memcpy node"
+    assert (
+        unlike_eager([GRAPH_NODE_MEMCPY, GRAPH_NODE_MEMSET, GRAPH_NODE_MEMCPY])
+        == "2 memcpy nodes, 1 memset node"
+    )
+
+
+@pytest.mark.gpu
+def test_auto_timer_times_a_captured_copy_by_events_and_a_kernel_by_graph():
+    """A ``copy_`` captures as a memcpy node, which a replay runs unlike the eager copy (a 1 GiB one
+    read 1.5x slow): the auto timer times it by events, within 5% of an eager event timing."""
+    x = torch.randint(0, 255, (512 * 2**20,), dtype=torch.uint8, device=_dev())
+    y = torch.empty_like(x)
+    z = torch.randn(2**20, device=_dev())
+
+    def copy() -> torch.Tensor:
+        return y.copy_(x)
+
+    def kernel() -> torch.Tensor:
+        return z.mul_(1.0)
+
+    timer = make_timer(_dev(), MeasurementSpec())
+    assert isinstance(timer, FallbackTimer)
+    copy_ns = sorted(timer.time_ns(copy, 1) for _ in range(9))[4]
+    timer.time_ns(kernel, 8)
+    assert (timer.kind_for(copy), timer.kind_for(kernel)) == ("cuda-event", "cuda-graph")
+    events = CudaEventTimer(_dev(), l2_flush=True)
+    eager_ns = sorted(events.time_ns(copy, 1) for _ in range(9))[4]
+    assert copy_ns == pytest.approx(eager_ns, rel=0.05)
+    explicit = CudaGraphTimer(_dev(), l2_flush=True)  # ``timer: cuda-graph`` replays what it captured
+    assert explicit.time_ns(copy, 1) > 0 and explicit.graph_nodes(copy) == (1, 1)
 
 
 @pytest.mark.gpu
