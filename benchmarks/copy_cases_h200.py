@@ -7,8 +7,12 @@ Cases (``benchmarks/copybench.py``, float32 ``y.copy_(x)``):
 * A/A: 1 GiB vs 1 GiB, ``--runs`` jobs in this process [never faster/slower];
 * 3% more bytes: 1 GiB vs 1.03 GiB, ``--runs`` jobs [slower, ratio 1.03-1.06, do_bench's ratio beside].
 
-Usage: ``PYTHONPATH=benchmarks:$PYTHONPATH python benchmarks/copy_cases_h200.py OUT_DIR [--runs 5]``;
-writes ``OUT_DIR/copy_cases.jsonl`` and prints a Markdown table last.
+Usage::
+
+    PYTHONPATH=benchmarks:$PYTHONPATH python benchmarks/copy_cases_h200.py OUT_DIR [--runs 5] [--timer auto]
+
+``--timer cuda-graph`` shows the graph method alone; writes ``OUT_DIR/copy_cases_TIMER.jsonl``
+and prints a Markdown table last.
 """
 
 from __future__ import annotations
@@ -27,14 +31,14 @@ from kernelab.service.stats import compare
 GIB_ELEMENTS = 2**28  # float32 elements in 1 GiB
 
 
-def spec(n_baseline: int, n_candidate: int, seed: int) -> JobSpec:
+def spec(n_baseline: int, n_candidate: int, seed: int, timer: str) -> JobSpec:
     return JobSpec.model_validate(
         {
             "name": f"copy {n_baseline} vs {n_candidate}",
             "benchmark": "copybench:DeviceCopy",
             "baseline": {"variant": "copy", "params": {"n": n_baseline}},
             "candidate": {"variant": "copy", "params": {"n": n_candidate}},
-            "measurement": {"budget_ms": 3000.0, "seed": seed},
+            "measurement": {"budget_ms": 3000.0, "seed": seed, "timer": timer},
             "probes": {"copy_bandwidth": False, "all_reduce": False, "nvml": False, "matmul_peak": False},
             "correctness": {"enabled": False},
         }
@@ -56,17 +60,18 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("out", type=Path)
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--timer", default="auto", help="measurement.timer of the jobs (auto: the default)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     n3 = int(round(1.03 * GIB_ELEMENTS))
     truth = {"1 GiB": do_bench_us(GIB_ELEMENTS), "1.03 GiB": do_bench_us(n3)}
     rows = []
-    with (args.out / "copy_cases.jsonl").open("w") as log:
+    with (args.out / f"copy_cases_{args.timer}.jsonl").open("w") as log:
         log.write(json.dumps({"do_bench_median_us": truth}) + "\n")
         for label, n_cand in (("A/A", GIB_ELEMENTS), ("3% more bytes", n3)):
             for i in range(args.runs):
                 t0 = time.time()
-                result = run_job(spec(GIB_ELEMENTS, n_cand, seed=i))
+                result = run_job(spec(GIB_ELEMENTS, n_cand, seed=i, timer=args.timer))
                 c = compare(result).cells[0]
                 row = {
                     "case": label,
