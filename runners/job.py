@@ -212,6 +212,7 @@ class LocalSides:
                 device=device,
                 rtol=rtol,
                 atol=atol,
+                input_scale=scale,
             )
         return sides
 

@@ -257,6 +257,7 @@ class RevisionWorker:
             device=self.device,
             rtol=rtol,
             atol=atol,
+            input_scale=spec.correctness.input_scale,
         )
         return {}
 

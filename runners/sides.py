@@ -16,8 +16,9 @@ launched directly but wrong under graph replay, a result cached across calls, an
 after the window, are all caught by looking at what the timed method produced. Per checked sample:
 
 1. the inputs are **refilled in place** with fresh random values (``bench.make_inputs`` with a new
-   seed, copied into the same tensors, so a CUDA graph's replays read them and a result cached by
-   pointer, shape or ``id`` is stale), and the float64 reference is computed on them first;
+   seed, scaled by ``correctness.input_scale`` as the cell's own inputs are, copied into the same
+   tensors, so a CUDA graph's replays read them and a result cached by pointer, shape or ``id`` is
+   stale), and the float64 reference is computed on them first;
 2. a bitwise copy of the inputs is kept; the previous output is **poisoned** (NaN; an output that
    aliases an input, an in-place kernel, is not poisoned and not checked here);
 3. **one sample** through the timer, with the engine's launch count, its time recorded;
@@ -51,7 +52,14 @@ import torch
 
 from kernelab.kernels.check import check_output, mismatch_mask, poison_
 from kernelab.runners import integrity
-from kernelab.runners.checks import bitwise_diff, compare_bitwise, describe_where, logical_view, run_checks
+from kernelab.runners.checks import (
+    bitwise_diff,
+    compare_bitwise,
+    describe_where,
+    logical_view,
+    run_checks,
+    scale_inputs,
+)
 from kernelab.runners.devicework import device_work_per_call
 from kernelab.runners.timing import Timer
 from kernelab.service.schemas import (
@@ -146,7 +154,9 @@ class LocalSide:
 
     ``bench``/``variant``/``params``: what ``bench.prepare`` was called with; ``inputs``: the dict
     the callable reads (refilled in place by checked samples; shared with the other side when
-    their parameters are equal); ``rtol``/``atol``: the cell's tolerances. Implements the cell
+    their parameters are equal); ``rtol``/``atol``: the cell's tolerances; ``input_scale``: the
+    spec's ``correctness.input_scale``, applied to the fresh inputs of checked samples as it was to
+    the cell's own. Implements the cell
     pipeline's side protocol (``kernelab.runners.pipeline.CellSide``), whose first four methods
     (``time_ns``, ``launches_for``, ``timer_kind``, ``use_fallback``) are the engine's.
     """
@@ -164,10 +174,11 @@ class LocalSide:
         device: torch.device,
         rtol: float,
         atol: float,
+        input_scale: float = 1.0,
     ) -> None:
         self.side, self.bench, self.variant, self.params = side, bench, variant, params
         self.inputs, self.fn, self.timer, self.device = inputs, fn, timer, device
-        self.rtol, self.atol = rtol, atol
+        self.rtol, self.atol, self.input_scale = rtol, atol, input_scale
         self._at_stop: torch.Tensor | None = None  # the output copied at a checked window's end
         self._reference: Any = None  # the float64 reference of the cell's inputs (take_reference)
         self._first_out: torch.Tensor | None = None  # the eager check's output (bitwise_vs_baseline)
@@ -348,7 +359,8 @@ class LocalSide:
         """Refill the inputs with those of ``seed``; the keys not refilled and the float64
         reference of the refilled inputs (computed before any call can touch them, or taken from
         ``references`` when the other side of the cell computed it for the same inputs)."""
-        unfilled = refill_inputs(self.inputs, self.bench.make_inputs(self.params, self.device, seed))
+        fresh = scale_inputs(self.bench.make_inputs(self.params, self.device, seed), self.input_scale)
+        unfilled = refill_inputs(self.inputs, fresh)
         key = (seed, id(self.inputs))
         if references is not None and key in references:
             return unfilled, references[key]
