@@ -118,8 +118,9 @@ class PairTimer(Protocol):
     """The step of the engine that may run elsewhere: time one sample of one variant.
 
     ``kernelab.runners.engine`` decides the order and the launch counts; a ``PairTimer`` only executes.
-    ``LocalPairTimer`` calls the two sides in this process; ``kernelab.runners.revision_job`` sends each
-    request to the worker process of that variant's source revision.
+    ``LocalPairTimer`` calls two ``Side`` objects: prepared in this process
+    (``kernelab.runners.sides.LocalSide``), or forwarding each call to the worker process of that
+    variant's source revision (``kernelab.runners.revision_job.WorkerSide``).
     """
 
     def time_ns(self, variant: Variant, launches: int) -> float:
@@ -140,7 +141,8 @@ class PairTimer(Protocol):
 
 
 class Side(Protocol):
-    """One side as ``LocalPairTimer`` drives it (``kernelab.runners.sides.LocalSide`` implements it)."""
+    """One side as ``LocalPairTimer`` drives it (``CallableSide``; the cell pipeline's sides,
+    ``kernelab.runners.pipeline.CellSide``, extend it)."""
 
     @property
     def timer_kind(self) -> str: ...
@@ -200,7 +202,8 @@ class LocalPairTimer:
 
 Checkpoint = Callable[[int, Mapping[Variant, int]], None]
 """Called by ``measure_interleaved`` after the first round and after the last one with the rounds
-completed and each side's launches per sample (``kernelab.runners.job`` takes its checked samples there)."""
+completed and each side's launches per sample (``kernelab.runners.pipeline`` takes its checked
+samples there)."""
 
 
 def _align_timers(pair: PairTimer) -> bool:

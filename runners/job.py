@@ -1,26 +1,23 @@
 """One job end to end on this node: the single code path of ``kernelab run`` and the runner daemon.
 
-``run_job`` resolves the device, probes the node before, measures every sweep cell (inputs,
-correctness, interleaved timing, declared work), probes the node after, and returns the whole
-``JobResult``. A cell that fails (exception, out-of-memory, compile error) keeps what it measured
-so far, records a one-line ``error`` and the job goes on; device memory is released between cells.
-
-Per cell, in this order:
+``run_job`` resolves the device, probes the node before, measures every sweep cell, probes the
+node after, and returns the whole ``JobResult``. The cells are measured by the cell pipeline
+(``kernelab.runners.pipeline.run_cells``: correctness with every ``correctness`` option,
+interleaved timing with checked samples, contention readings, device-work findings, declared
+work, static metrics), the same code that measures a revision job
+(``kernelab.runners.revision_job``); here its two sides are ``kernelab.runners.sides.LocalSide``
+objects prepared in the measuring process by ``LocalSides``:
 
 1. the cell's parameters merged with each side's overrides, validated by the benchmark;
 2. inputs from ``bench.make_inputs(params, device, seed=spec.measurement.seed)``, shared by both
-   sides when their parameters are equal;
-3. both variants prepared (allocation and compilation happen here, outside any timing);
-4. correctness, not timed: the reference (float64) is computed first, then each variant runs
-   once, its output is poisoned (NaN) unless it aliases an input, it runs again and the output is
-   compared with ``kernelab.kernels.check.check_output`` at the spec's or the benchmark's tolerances; the
-   repeat, determinism, batch-invariance and bitwise-vs-baseline checks the spec asks for follow
-   (``kernelab.runners.checks``); ``correctness.input_scale`` scales the inputs of the whole cell;
-5. ``kernelab.runners.engine.measure_pair`` with the node's per-sample clock sampler and contention
-   monitor on a GPU; the timer kind that measured each variant (``CellResult.timers``: a callable
-   that CUDA-graph capture refuses falls back to CUDA events) and who else used the GPU
-   (``CellResult.contention``) are recorded;
-6. the work one launch of each variant does (``bench.work``).
+   sides when their parameters are equal, scaled by ``correctness.input_scale``;
+3. both variants prepared (allocation and compilation happen here, outside any timing), with the
+   spec's or the benchmark's tolerances (``cell_tolerances``).
+
+A cell that fails (exception, out-of-memory, compile error) keeps what it measured so far,
+records a one-line ``error`` and the job goes on; device memory is released between cells, and
+after each cell the in-process copy-bandwidth canary is read again (``CANARY_TOLERANCE``).
+``check_variant`` is the single poisoned comparison with the reference (the Python API).
 
 On a CPU the cells run with one intra-op torch thread (see ``_cpu_threads``).
 """
@@ -30,11 +27,9 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
-import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
-from functools import partial
 from typing import Any, Literal
 
 import torch
@@ -43,13 +38,22 @@ from kernelab.kernels import Benchmark, get_benchmark
 from kernelab.kernels._device import configure_triton_env
 from kernelab.kernels.check import check_output, poison_
 from kernelab.runners import integrity
-from kernelab.runners.checks import bitwise_diff, compare_bitwise, run_checks, scale_inputs
-from kernelab.runners.engine import ClockSampler, LocalPairTimer, measure_interleaved
+from kernelab.runners.checks import scale_inputs
+from kernelab.runners.pipeline import (
+    CHECK_SEED_STRIDE,
+    VARIANTS,
+    Compiled,
+    check_seed,
+    phase,
+    run_cells,
+    short_error,
+)
 from kernelab.runners.probes import node_info, run_probes
 from kernelab.runners.probes.contention import GpuContentionMonitor
 from kernelab.runners.probes.copy_bandwidth import measure_cuda_copy
 from kernelab.runners.probes.telemetry import ContextSampler
-from kernelab.runners.sides import LocalSide, References, modified_inputs, refill_inputs, snapshot_inputs
+from kernelab.runners.sides import LocalSide
+from kernelab.runners.static_metrics import compile_kernels, default_target, side_items
 from kernelab.runners.timing import Timer, TimerKind, make_timer
 from kernelab.service.schemas import (
     CellResult,
@@ -65,9 +69,9 @@ from kernelab.service.verdicts import all_cells_failed, reason
 
 logger = logging.getLogger(__name__)
 
+__all__ = ["CHECK_SEED_STRIDE", "LocalSides", "check_seed", "check_variant", "measure_cells", "run_job"]
 ProgressCallback = Callable[[int, int, str], None]
 _PROBE_TIMEOUT_S = 600.0  # a probe process that takes longer is killed; its report says so
-_ERROR_MAX_CHARS = 500  # a cell's error is one short line; the full traceback goes to the log
 
 
 def resolve_device(requested: str | torch.device | None, spec_device: str = "auto") -> torch.device:
@@ -90,13 +94,7 @@ def resolve_device(requested: str | torch.device | None, spec_device: str = "aut
     return device
 
 
-def _short_error(exc: BaseException) -> str:
-    """``Type: first line`` of ``exc``, at most ``_ERROR_MAX_CHARS``; a NUL character (which no
-    stored text may hold, ``kernelab.service.schemas.Text``) is written ``\\x00``, so a benchmark's message
-    can never make the job's other cells unreadable."""
-    lines = str(exc).replace("\x00", "\\x00").strip().splitlines()
-    text = f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
-    return text if len(text) <= _ERROR_MAX_CHARS else text[: _ERROR_MAX_CHARS - 3] + "..."
+_short_error = short_error  # the pipeline's one-line error of a cell, used for probe errors too
 
 
 def probes_enabled(spec: JobSpec, device_type: str) -> bool:
@@ -170,217 +168,75 @@ def check_variant(
     return check_output(out, ref, rtol=rtol, atol=atol)
 
 
-CHECK_SEED_STRIDE = 7919  # checked sample k draws its fresh inputs with seed + 7919 * (k + 1)
+class LocalSides:
+    """The cell pipeline's ``SidePair`` of an in-process job: both sides of each cell prepared in
+    this process (``kernelab.runners.sides.LocalSide``) on ``device``, timed by ``timer``."""
 
+    def __init__(self, bench: Benchmark[Any], spec: JobSpec, device: torch.device, timer: Timer) -> None:
+        self.bench, self.spec, self.device, self.timer = bench, spec, device, timer
+        self.static_target = default_target(device)
 
-def check_seed(seed: int, k: int) -> int:
-    """The seed of the fresh inputs of checked sample ``k`` (0-based) of a cell measured with
-    ``seed``: apart from the cell's own inputs and from the repeat check's ``seed + i``."""
-    return seed + CHECK_SEED_STRIDE * (k + 1)
+    def __repr__(self) -> str:
+        return f"<LocalSides {self.spec.benchmark!r} device={self.device} timer={self.timer.label}>"
 
-
-def _prepare_sides(
-    bench: Benchmark[Any],
-    spec: JobSpec,
-    cell: dict[str, ParamValue],
-    device: torch.device,
-    timer: Timer,
-) -> tuple[dict[Variant, Any], dict[Variant, dict[str, Any]], dict[Variant, LocalSide]]:
-    """Each side's parameters, inputs (shared when the parameters are equal, scaled by
-    ``correctness.input_scale``) and prepared ``LocalSide`` with the cell's tolerances."""
-    specs: dict[Variant, Any] = {"baseline": spec.baseline, "candidate": spec.candidate}
-    params = {v: bench.parse_params({**cell, **s.params}) for v, s in specs.items()}
-    inputs: dict[Variant, dict[str, Any]] = {
-        "baseline": bench.make_inputs(params["baseline"], device, spec.measurement.seed)
-    }
-    inputs["candidate"] = (
-        inputs["baseline"]
-        if params["candidate"] == params["baseline"]
-        else bench.make_inputs(params["candidate"], device, spec.measurement.seed)
-    )
-    scale = spec.correctness.input_scale
-    if scale != 1.0:
-        shared = inputs["candidate"] is inputs["baseline"]
-        inputs["baseline"] = scale_inputs(inputs["baseline"], scale)
-        inputs["candidate"] = inputs["baseline"] if shared else scale_inputs(inputs["candidate"], scale)
-    sides: dict[Variant, LocalSide] = {}
-    for v, side_spec in specs.items():
-        default_rtol, default_atol = bench.tolerances(params[v])
-        rtol = spec.correctness.rtol if spec.correctness.rtol is not None else default_rtol
-        atol = spec.correctness.atol if spec.correctness.atol is not None else default_atol
-        fn = bench.prepare(side_spec.variant, params[v], inputs[v])
-        sides[v] = LocalSide(
-            side=v,
-            bench=bench,
-            variant=side_spec.variant,
-            params=params[v],
-            inputs=inputs[v],
-            fn=fn,
-            timer=timer,
-            device=device,
-            rtol=rtol,
-            atol=atol,
+    def prepare(self, index: int, cell: Mapping[str, ParamValue]) -> dict[Variant, LocalSide]:
+        """Each side's parameters, inputs (shared when the parameters are equal, scaled by
+        ``correctness.input_scale``) and prepared ``LocalSide`` with the cell's tolerances."""
+        bench, spec, device = self.bench, self.spec, self.device
+        specs: dict[Variant, Any] = {"baseline": spec.baseline, "candidate": spec.candidate}
+        params = {v: bench.parse_params({**cell, **s.params}) for v, s in specs.items()}
+        inputs: dict[Variant, dict[str, Any]] = {
+            "baseline": bench.make_inputs(params["baseline"], device, spec.measurement.seed)
+        }
+        inputs["candidate"] = (
+            inputs["baseline"]
+            if params["candidate"] == params["baseline"]
+            else bench.make_inputs(params["candidate"], device, spec.measurement.seed)
         )
-    return params, inputs, sides
-
-
-def _eager_checks(
-    bench: Benchmark[Any],
-    spec: JobSpec,
-    result: CellResult,
-    params: dict[Variant, Any],
-    sides: dict[Variant, LocalSide],
-    device: torch.device,
-) -> None:
-    """Step 4 of the module docstring, into ``result.correctness`` and ``result.findings``."""
-    refs = {v: bench.reference(params[v], sides[v].inputs) for v in sides}  # before any run
-    outs: dict[Variant, torch.Tensor] = {}
-    for v, side in sides.items():
-        before = snapshot_inputs(side.inputs)
-        result.correctness[v], outs[v] = run_checks(
-            bench,
-            side.variant,
-            params[v],
-            side.inputs,
-            side.fn,
-            refs[v],
-            spec.correctness,
-            seed=spec.measurement.seed,
-            device=device,
-            rtol=side.rtol,
-            atol=side.atol,
-        )
-        if before is not None:
-            # An in-place kernel's output is one of its inputs: that one may change (to the output).
-            modified = [
-                k for k in modified_inputs(before, side.inputs) if not _is_output(side.inputs[k], outs[v])
-            ]
-            if modified:
-                result.findings.append(
-                    reason(
-                        "inputs-modified",
-                        f"{v}: the call modified its inputs {', '.join(modified)} (eager check)",
-                        side=v,
-                    )
-                )
-                refill_inputs(side.inputs, before)  # the other side must see the inputs as made
-    if spec.correctness.bitwise_vs_baseline:
-        candidate = result.correctness["candidate"]
-        candidate.vs_baseline = compare_bitwise(
-            outs["candidate"], outs["baseline"], bench, params["candidate"]
-        )
-        if not candidate.vs_baseline.identical:
-            candidate.passed = False
-            candidate.message += f"; differs bitwise from the baseline: {candidate.vs_baseline.where}"
-
-
-def _is_output(tensor: Any, out: torch.Tensor) -> bool:
-    """Whether input ``tensor`` now holds exactly ``out`` (an in-place kernel wrote its output there)."""
-    return (
-        isinstance(tensor, torch.Tensor)
-        and tensor.shape == out.shape
-        and tensor.dtype == out.dtype
-        and not bool(bitwise_diff(tensor, out).any())
-    )
-
-
-@contextlib.contextmanager
-def _phase(result: CellResult, name: str) -> Iterator[None]:
-    """Add the wall time of the block to ``result.phase_s[name]`` (s)."""
-    t0 = time.perf_counter()
-    try:
-        yield
-    finally:
-        result.phase_s[name] = round(result.phase_s.get(name, 0.0) + time.perf_counter() - t0, 6)
-
-
-def _checked_samples(
-    spec: JobSpec, result: CellResult, sides: dict[Variant, LocalSide]
-) -> Callable[[int, Mapping[Variant, int]], None]:
-    """The engine's checkpoint: one checked sample per side through the timer (``kernelab.runners.sides``)
-    into ``result.timed_checks``, and the integrity of kernelab's timing functions."""
-    taken = [0]
-
-    def checkpoint(rounds: int, launches: Mapping[Variant, int]) -> None:
-        seed = check_seed(spec.measurement.seed, taken[0])
-        taken[0] += 1
-        references: References = {}  # sides that read the same inputs share the reference
-        with _phase(result, "checks"):
-            for v, side in sides.items():
-                check = side.checked_sample(
-                    seed=seed, rounds=rounds, launches=launches[v], references=references
-                )
-                result.timed_checks.setdefault(v, []).append(check)
-            _integrity(result)
-
-    return checkpoint
-
-
-def _integrity(result: CellResult) -> None:
-    """A ``timer-tampered`` finding when a function kernelab times or checks with was replaced."""
-    found = integrity.tamper_reason()
-    if found is not None and not any(f.code == "timer-tampered" for f in result.findings):
-        result.findings.append(found)
-
-
-def _run_cell(
-    bench: Benchmark[Any],
-    spec: JobSpec,
-    index: int,
-    cell: dict[str, ParamValue],
-    device: torch.device,
-    timer: Timer,
-    sampler: ClockSampler | None,
-    progress: Callable[[str], None],
-    monitor: GpuContentionMonitor | None = None,
-) -> CellResult:
-    """Measure one cell; an exception is recorded in ``CellResult.error`` with what came before."""
-    merged = {"baseline": {**cell, **spec.baseline.params}, "candidate": {**cell, **spec.candidate.params}}
-    result = CellResult(
-        index=index, params=cell, baseline_params=merged["baseline"], candidate_params=merged["candidate"]
-    )
-    sides: dict[Variant, LocalSide] = {}
-    try:
-        _integrity(result)
-        with _phase(result, "prepare"):
-            params, _, sides = _prepare_sides(bench, spec, cell, device, timer)
-        if spec.correctness.enabled:
-            progress("correctness")
-            with _phase(result, "correctness"):
-                _eager_checks(bench, spec, result, params, sides, device)
-        progress("measuring")
-        if monitor is not None:
-            monitor.start()
-        checkpoint = (
-            _checked_samples(spec, result, sides)
-            if spec.correctness.enabled and spec.correctness.timed_checks
-            else None
-        )
-        t_measure = time.perf_counter()
-        try:
-            result.samples = measure_interleaved(
-                LocalPairTimer(sides),
-                spec.measurement,
-                sampler=sampler,
-                progress=progress,
-                monitor=monitor,
-                checkpoint=checkpoint,
+        scale = spec.correctness.input_scale
+        if scale != 1.0:
+            shared = inputs["candidate"] is inputs["baseline"]
+            inputs["baseline"] = scale_inputs(inputs["baseline"], scale)
+            inputs["candidate"] = inputs["baseline"] if shared else scale_inputs(inputs["candidate"], scale)
+        sides: dict[Variant, LocalSide] = {}
+        for v, side_spec in specs.items():
+            rtol, atol = cell_tolerances(bench, spec, params[v])
+            sides[v] = LocalSide(
+                side=v,
+                bench=bench,
+                variant=side_spec.variant,
+                params=params[v],
+                inputs=inputs[v],
+                fn=bench.prepare(side_spec.variant, params[v], inputs[v]),
+                timer=self.timer,
+                device=device,
+                rtol=rtol,
+                atol=atol,
+                input_scale=scale,
             )
-        finally:
-            result.phase_s["measure"] = round(
-                time.perf_counter() - t_measure - result.phase_s.get("checks", 0.0), 6
-            )
-            result.timers = {v: side.timer_kind for v, side in sides.items()}
-            result.contention = monitor.take() if monitor is not None else []
-        with _phase(result, "device_work"):
-            for side in sides.values():
-                result.findings += side.device_work_findings()
-        result.work = {v: bench.work(params[v], sides[v].variant) for v in sides}
-        _integrity(result)
-    except Exception as exc:  # one cell's failure must not lose the job's other cells
-        logger.exception("cell %d %s failed", index, cell)
-        result.error = _short_error(exc)
-    return result
+        return sides
+
+    def release(self) -> None:
+        """Free the cell's timer state and device memory (the sides go with the cell)."""
+        _free_device_memory(self.device, self.timer)
+
+    def static_kernels(self, indices: Sequence[int], target: str) -> dict[Variant, list[Compiled]]:
+        """Both sides' kernels of cells ``indices``, compiled in one child process
+        (``kernelab.runners.static_metrics.compile_kernels``)."""
+        cells = [self.spec.cell(self.device.type, i) for i in indices]  # type: ignore[arg-type]
+        merged = {v: [{**c, **getattr(self.spec, v).params} for c in cells] for v in VARIANTS}
+        items = [item for v in VARIANTS for item in side_items(self.spec, v, merged[v])]
+        compiled = compile_kernels(items, target)
+        return {v: [compiled[f"{i}/{v}"] for i in range(len(cells))] for v in VARIANTS}
+
+
+def cell_tolerances(bench: Any, spec: JobSpec, params: Any) -> tuple[float, float]:
+    """``(rtol, atol)`` of a side: the spec's ``correctness`` values, else the benchmark's
+    dtype-aware defaults (``Benchmark.tolerances``)."""
+    default_rtol, default_atol = bench.tolerances(params)
+    rtol = spec.correctness.rtol if spec.correctness.rtol is not None else default_rtol
+    atol = spec.correctness.atol if spec.correctness.atol is not None else default_atol
+    return rtol, atol
 
 
 @contextlib.contextmanager
@@ -432,7 +288,7 @@ def _canary_check(result: CellResult, reference_gbps: float | None, device: torc
     """After a cell: the canary again; a ``node-changed`` finding when it left the band."""
     if reference_gbps is None or result.error is not None:
         return
-    with _phase(result, "canary"):
+    with phase(result, "canary"):
         now = _canary_gbps(device)
     if now is None:
         return
@@ -473,31 +329,15 @@ def measure_cells(
         timer = make_timer(device, spec.measurement, kind=timer_kind)
         sampler = ContextSampler(device.index) if device.type == "cuda" else None
         monitor = GpuContentionMonitor(device.index) if device.type == "cuda" else None
-        cells = spec.cells(device.type)  # type: ignore[arg-type]
-        results: list[CellResult] = []
         with _cpu_threads(1) if device.type == "cpu" else contextlib.nullcontext():
-            for index, cell in enumerate(cells):
-                report(index, len(cells), f"cell {index + 1}/{len(cells)} {cell}")
-                result = _run_cell(
-                    bench,
-                    spec,
-                    index,
-                    cell,
-                    device,
-                    timer,
-                    sampler,
-                    partial(report, index, len(cells)),
-                    monitor,
-                )
-                _free_device_memory(device, timer)
-                _canary_check(result, canary, device)
-                report(index, len(cells), f"done: {result.error or f'{len(result.samples)} samples'}")
-                results.append(result)
-        if spec.static_metrics.enabled and cells:  # after the timing: compiling loads the CPU
-            from kernelab.runners.static_metrics import attach_static
-
-            report(len(cells) - 1, len(cells), "static metrics of the compiled kernels")
-            attach_static(spec, results, device)
+            results = run_cells(
+                LocalSides(bench, spec, device, timer),
+                spec,
+                sampler=sampler,
+                monitor=monitor,
+                progress=report,
+                after_cell=lambda result: _canary_check(result, canary, device),
+            )
         # After the cells: the fingerprint then shows whether Triton kernels ran interpreted.
         return results, node_info(device), timer.label
 

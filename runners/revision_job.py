@@ -9,19 +9,24 @@
 2. starts one ``python -m kernelab.runners.revision_worker`` per side, with the side's revision first on
    ``sys.path`` and its own ``TRITON_CACHE_DIR`` (``<cache>/triton/<sha>``: compiled kernels of
    two revisions never mix);
-3. probes the node before, then per sweep cell asks both workers to prepare the cell (inputs,
-   correctness against that revision's reference, declared work) and measures the pair with
-   ``kernelab.runners.engine.measure_interleaved``: the round order, launch counts, per-sample GPU context
-   and stop rule are decided here; each "time one sample of side X" is one request to X's
-   worker, which times it with its own ``kernelab.runners.timing`` timer on the same device, while the
-   other worker waits;
+3. probes the node before, then measures every sweep cell with the cell pipeline
+   (``kernelab.runners.pipeline.run_cells``), the same code as an in-process job, over
+   ``WorkerSides``: each of its ``WorkerSide`` methods (prepare, reference, correctness checks
+   with every ``correctness`` option, bitwise comparison, one timed sample, a checked sample,
+   device work, integrity, declared work, static metrics) is one request to that side's worker,
+   served there by a ``kernelab.runners.sides.LocalSide`` of that revision's benchmark on the same
+   device, while the other worker waits. The round order, launch counts, per-sample GPU context,
+   contention readings (the workers count as this runner's processes) and stop rule are decided
+   here;
 4. probes after, and returns the ``JobResult`` whose ``node.revisions`` records both commits, the
-   diff stat between them and each side's torch/triton/CUDA/driver versions.
+   diff stat between them and each side's torch/triton/CUDA/driver versions. The result has the
+   shape of an in-process job's: the same fields are filled for every option.
 
 A revision that cannot be used (not allowed, not found, failed install, benchmark that does not
 import, unknown variant or parameter, worker that died) raises ``RevisionError`` with a message
 that names the side; the runner daemon reports it as the job's error. A failure inside one cell
-is recorded on that cell and the job goes on, as in ``run_job``.
+(a worker's error answer: ``kernelab.runners.pipeline.SideError``) is recorded on that cell and the
+job goes on, as in ``run_job``.
 """
 
 from __future__ import annotations
@@ -37,9 +42,8 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -48,16 +52,19 @@ import torch
 import kernelab
 from kernelab.kernels._device import configure_triton_env
 from kernelab.runners import jobns
-from kernelab.runners.engine import measure_interleaved
-from kernelab.runners.job import ProgressCallback, _probes, _short_error, check_seed, resolve_device
+from kernelab.runners.job import ProgressCallback, _probes, resolve_device
 from kernelab.runners.jobenv import job_env
+from kernelab.runners.pipeline import CellMonitor, Compiled, OutputRef, SideError, run_cells
 from kernelab.runners.probes import node_info
-from kernelab.runners.probes.telemetry import ContextSampler
+from kernelab.runners.probes.contention import GpuContentionMonitor
+from kernelab.runners.probes.telemetry import ContextSampler, register_own_pids, unregister_own_pids
 from kernelab.runners.revisions import AllowList, Checkout, RevisionCache, RevisionError
-from kernelab.runners.timing import TimerKind, choose_launches
+from kernelab.runners.static_metrics import kernel_code_from_json
+from kernelab.runners.timing import TimerKind
 from kernelab.service.schemas import (
-    CellResult,
+    BitwiseComparison,
     CorrectnessResult,
+    CorrectnessSpec,
     JobResult,
     JobSpec,
     Reason,
@@ -150,54 +157,132 @@ class WorkerChannel:
                 stream.close()
 
 
-class RemotePairTimer:
-    """``kernelab.runners.engine.PairTimer`` whose samples are timed by the two sides' workers."""
+class WorkerSide:
+    """The cell pipeline's ``CellSide`` of one side in its worker process: each method is one request
+    on the side's channel, served there by a ``kernelab.runners.sides.LocalSide``
+    (``kernelab.runners.revision_worker``). A worker's error answer raises ``SideError`` naming
+    the side; a worker that died or overran raises ``RevisionError`` (both from
+    ``WorkerChannel.request``). ``scratch``: the job's working folder, where outputs handed from
+    one side to the other are written."""
 
-    def __init__(self, channels: dict[Variant, WorkerChannel], setup: dict[Variant, dict[str, Any]]):
-        self.channels = channels
-        self.setup = setup
+    def __init__(self, side: Variant, channel: WorkerChannel, scratch: Path) -> None:
+        self.side, self.channel, self.scratch = side, channel, scratch
 
-    def time_ns(self, variant: Variant, launches: int) -> float:
-        """One sample of ``variant`` timed in its worker; raises ``RuntimeError`` with the worker's
-        error (the engine's caller records it against the cell)."""
-        answer = self.channels[variant].request({"op": "time", "launches": launches})
+    def __repr__(self) -> str:
+        return f"<WorkerSide {self.side} {self.channel.label!r} pid={self.channel.proc.pid}>"
+
+    def _ask(self, op: str, **fields: Any) -> dict[str, Any]:
+        answer = self.channel.request({"op": op, **fields})
         if not answer.get("ok"):
-            raise RuntimeError(f"{variant}: {answer.get('error')}")
-        return float(answer["ns"])
-
-    def launches_for(self, variant: Variant, per_launch_ns: float) -> int:
-        """``kernelab.runners.timing.choose_launches`` with the limits of ``variant``'s worker timer."""
-        info = self.setup[variant]
-        return choose_launches(
-            per_launch_ns, min_window_ns=float(info["min_window_ns"]), max_launches=int(info["max_launches"])
-        )
-
-    def _ask(self, variant: Variant, payload: dict[str, Any]) -> dict[str, Any]:
-        answer = self.channels[variant].request(payload)
-        if not answer.get("ok"):
-            raise RuntimeError(f"{variant}: {answer.get('error')}")
+            raise SideError(f"{self.side}: {answer.get('error')}")
         return answer
 
-    def timer_kind(self, variant: Variant) -> str:
-        """The timer kind that times ``variant`` in its worker now."""
-        return str(self._ask(variant, {"op": "kind"})["kind"])
+    def _findings(self, op: str) -> list[Reason]:
+        return [Reason.model_validate(f) for f in self._ask(op)["findings"]]
 
-    def use_fallback(self, variant: Variant) -> bool:
-        """Move ``variant``'s worker to its timer's fallback."""
-        return bool(self._ask(variant, {"op": "fallback"})["moved"])
+    @property
+    def timer_kind(self) -> str:
+        return str(self._ask("kind")["kind"])
 
-    def verify(
-        self, variant: Variant, *, seed: int, rounds: int, launches: int
-    ) -> tuple[TimedCheck, list[Reason]]:
-        """A checked sample of ``variant`` in its worker
-        (``kernelab.runners.sides.LocalSide.checked_sample``)."""
-        answer = self._ask(variant, {"op": "verify", "seed": seed, "rounds": rounds, "launches": launches})
+    def time_ns(self, launches: int) -> float:
+        return float(self._ask("time", launches=launches)["ns"])
+
+    def launches_for(self, per_launch_ns: float) -> int:
+        return int(self._ask("launches", per_launch_ns=per_launch_ns)["launches"])
+
+    def use_fallback(self) -> bool:
+        return bool(self._ask("fallback")["moved"])
+
+    def take_reference(self) -> None:
+        self._ask("reference")
+
+    def eager_check(self, spec: CorrectnessSpec, *, seed: int) -> tuple[CorrectnessResult, list[Reason]]:
+        answer = self._ask("check", correctness=spec.model_dump(mode="json"), seed=seed)
         found = [Reason.model_validate(f) for f in answer["findings"]]
-        return TimedCheck.model_validate(answer["check"]), found
+        return CorrectnessResult.model_validate(answer["correctness"]), found
 
-    def finish(self, variant: Variant) -> list[Reason]:
-        """Findings of ``variant``'s worker after the rounds (no device work, a replaced timer)."""
-        return [Reason.model_validate(f) for f in self._ask(variant, {"op": "finish"})["findings"]]
+    def first_output(self) -> Path:
+        """The kept output, written by the worker to a file of the job's working folder."""
+        path = self.scratch / f"{self.side}-output.pt"
+        self._ask("output", path=str(path))
+        return path
+
+    def compare_bitwise(self, baseline: OutputRef) -> BitwiseComparison:
+        if isinstance(baseline, torch.Tensor):  # another process's output reaches a worker as a file
+            path = self.scratch / f"{self.side}-other-output.pt"
+            torch.save(baseline, path)
+        else:
+            path = baseline
+        try:
+            answer = self._ask("bitwise", path=str(path))
+        finally:
+            path.unlink(missing_ok=True)
+        return BitwiseComparison.model_validate(answer["comparison"])
+
+    def checked_sample(
+        self, *, seed: int, rounds: int, launches: int, references: dict[Any, Any] | None = None
+    ) -> TimedCheck:
+        """``references`` is for sides in one process; a worker computes its own."""
+        answer = self._ask("verify", seed=seed, rounds=rounds, launches=launches)
+        return TimedCheck.model_validate(answer["check"])
+
+    def device_work_findings(self) -> list[Reason]:
+        return self._findings("device_work")
+
+    def tamper_findings(self) -> list[Reason]:
+        return self._findings("integrity")
+
+    def work(self) -> Work:
+        return Work.model_validate(self._ask("work")["work"])
+
+
+class WorkerSides:
+    """The cell pipeline's ``SidePair`` of a revision job: the two sides' workers (``channels``,
+    set up with the answers ``setup``) on ``device``."""
+
+    def __init__(
+        self,
+        channels: dict[Variant, WorkerChannel],
+        setup: dict[Variant, dict[str, Any]],
+        device: torch.device,
+        scratch: Path,
+    ) -> None:
+        self.channels, self.setup, self.device, self.scratch = channels, setup, device, scratch
+        self.static_target: str | None = setup["baseline"].get("static_target")
+
+    def __repr__(self) -> str:
+        return f"<WorkerSides {', '.join(c.label for c in self.channels.values())}>"
+
+    def prepare(self, index: int, cell: Mapping[str, Any]) -> dict[Variant, WorkerSide]:
+        """Both workers prepare cell ``index``; raises ``SideError`` naming every side that could not."""
+        answers = {side: self.channels[side].request({"op": "cell", "index": index}) for side in SIDES}
+        failed = [f"{side}: {a.get('error')}" for side, a in answers.items() if not a.get("ok")]
+        if failed:
+            raise SideError("; ".join(failed))
+        return {side: WorkerSide(side, self.channels[side], self.scratch) for side in SIDES}
+
+    def release(self) -> None:
+        for channel in self.channels.values():
+            if channel.proc.poll() is None:
+                with contextlib.suppress(RevisionError):
+                    channel.request({"op": "release"})
+
+    def static_kernels(self, indices: Sequence[int], target: str) -> dict[Variant, list[Compiled]]:
+        """Each worker compiles its own revision's kernels (the ``static`` request)."""
+        out: dict[Variant, list[Compiled]] = {}
+        for side in SIDES:
+            answer = self.channels[side].request({"op": "static", "target": target, "cells": list(indices)})
+            if not answer.get("ok"):
+                raise SideError(f"{side}: {answer.get('error')}")
+            out[side] = [
+                ([kernel_code_from_json(k) for k in c["kernels"]], c["error"]) for c in answer["cells"]
+            ]
+        return out
+
+    def timer_label(self) -> str:
+        """``JobResult.timer``: the baseline worker's timer label after the cells."""
+        answer = self.channels["baseline"].request({"op": "label"})
+        return str(answer.get("label") or self.setup["baseline"]["timer"])
 
 
 def _label(spec: JobSpec, side: Variant, checkout: Checkout | None) -> str:
@@ -230,7 +315,9 @@ def _worker_env(triton_cache: Path) -> dict[str, str]:
 @contextlib.contextmanager
 def _workers(
     spec: JobSpec, checkouts: dict[Variant, Checkout | None], cache: RevisionCache, deadline: float
-) -> Iterator[dict[Variant, WorkerChannel]]:
+) -> Iterator[tuple[dict[Variant, WorkerChannel], Path]]:
+    """The two sides' workers and the job's working folder; the workers count as this runner's own
+    GPU processes while they run (``kernelab.runners.probes.telemetry.register_own_pids``)."""
     (cache.root / "scratch").mkdir(parents=True, exist_ok=True)
     # The job's own working folder (``python -m`` puts it first on sys.path: never one shared by jobs)
     scratch = Path(tempfile.mkdtemp(prefix="job-", dir=cache.root / "scratch"))
@@ -247,75 +334,13 @@ def _workers(
             channels[side] = WorkerChannel(
                 _label(spec, side, checkouts[side]), _worker_env(triton), scratch, deadline, argv=argv
             )
-        yield channels
+            register_own_pids([channels[side].proc.pid])
+        yield channels, scratch
     finally:
         for channel in channels.values():
             channel.close()
+        unregister_own_pids(c.proc.pid for c in channels.values())
         shutil.rmtree(scratch, ignore_errors=True)
-
-
-def _run_cell(
-    spec: JobSpec,
-    index: int,
-    cell: dict[str, Any],
-    channels: dict[Variant, WorkerChannel],
-    pair: RemotePairTimer,
-    sampler: ContextSampler | None,
-    progress: Callable[[str], None],
-) -> CellResult:
-    """One cell across the two workers; a failure is recorded in ``CellResult.error``."""
-    result = CellResult(
-        index=index,
-        params=cell,
-        baseline_params={**cell, **spec.baseline.params},
-        candidate_params={**cell, **spec.candidate.params},
-    )
-    try:
-        progress("preparing and checking correctness")
-        answers = {side: channels[side].request({"op": "cell", "index": index}) for side in SIDES}
-        failed = [f"{side}: {a.get('error')}" for side, a in answers.items() if not a.get("ok")]
-        if failed:
-            result.error = "; ".join(failed)
-            return result
-        for side, answer in answers.items():
-            if answer.get("correctness") is not None:
-                result.correctness[side] = CorrectnessResult.model_validate(answer["correctness"])
-            result.findings += [Reason.model_validate(f) for f in answer.get("findings", [])]
-        progress("measuring")
-        taken = [0]
-
-        def checkpoint(rounds: int, launches: Mapping[Variant, int]) -> None:
-            seed = check_seed(spec.measurement.seed, taken[0])
-            taken[0] += 1
-            for side in SIDES:
-                check, found = pair.verify(side, seed=seed, rounds=rounds, launches=launches[side])
-                result.timed_checks.setdefault(side, []).append(check)
-                result.findings += [f for f in found if f not in result.findings]
-
-        checks = spec.correctness.enabled and spec.correctness.timed_checks
-        try:
-            result.samples = measure_interleaved(
-                pair,
-                spec.measurement,
-                sampler=sampler,
-                progress=progress,
-                checkpoint=checkpoint if checks else None,
-            )
-        finally:
-            result.timers = {side: pair.timer_kind(side) for side in SIDES}
-        for side in SIDES:
-            result.findings += [f for f in pair.finish(side) if f not in result.findings]
-        result.work = {side: Work.model_validate(answers[side]["work"]) for side in SIDES}
-    except RevisionError:
-        raise  # a dead or hung worker ends the job
-    except Exception as exc:  # one cell's failure must not lose the job's other cells
-        log.exception("cell %d %s failed", index, cell)
-        result.error = _short_error(exc)
-    finally:
-        for channel in channels.values():
-            if channel.proc.poll() is None:
-                channel.request({"op": "release"})
-    return result
 
 
 def _revision_info(
@@ -344,11 +369,14 @@ def run_revision_job(
     device: str | torch.device | None = None,
     progress: ProgressCallback | None = None,
     timer_kind: TimerKind = "auto",
+    monitor: CellMonitor | None = None,
 ) -> JobResult:
     """Run ``spec`` (a side has a ``source``) on this node; see the module docstring.
 
     ``allow``: repositories this runner may fetch; ``cache_dir``: clones, worktrees, Triton caches.
     ``device``, ``progress``, ``timer_kind`` and ``idempotency_key`` as in ``kernelab.runners.job.run_job``.
+    ``monitor``: who else uses the GPU, read at each CI check (default: NVML's
+    ``GpuContentionMonitor`` of the device on CUDA, none on a CPU; the workers count as ours).
     The job's ``timeout_s`` bounds every wait on a worker. Raises ``RevisionError`` when a side's
     revision or benchmark cannot be used (the message names the side), ``RuntimeError`` for a CUDA
     device without CUDA; failures inside a cell never raise.
@@ -368,10 +396,10 @@ def run_revision_job(
     base, cand = checkouts["baseline"], checkouts["candidate"]
     diff_stat, shortstat = cache.diff_stat(base, cand) if base is not None and cand is not None else ("", "")
     sampler = ContextSampler(dev.index) if dev.type == "cuda" else None
-    cells = spec.cells(dev.type)  # type: ignore[arg-type]
+    if monitor is None and dev.type == "cuda":
+        monitor = GpuContentionMonitor(dev.index)
     probes = _probes(spec, "before", dev)
-    results: list[CellResult] = []
-    with _workers(spec, checkouts, cache, deadline) as channels:
+    with _workers(spec, checkouts, cache, deadline) as (channels, scratch):
         setup: dict[Variant, dict[str, Any]] = {}
         for side in SIDES:
             co = checkouts[side]
@@ -389,12 +417,11 @@ def run_revision_job(
             if not answer.get("ok"):
                 raise RevisionError(f"{channels[side].label}: {answer.get('error')}")
             setup[side] = answer
-        pair = RemotePairTimer(channels, setup)
-        for index, cell in enumerate(cells):
-            report(index, len(cells), f"cell {index + 1}/{len(cells)} {cell}")
-            result = _run_cell(spec, index, cell, channels, pair, sampler, partial(report, index, len(cells)))
-            report(index, len(cells), f"done: {result.error or f'{len(result.samples)} samples'}")
-            results.append(result)
+        pair = WorkerSides(channels, setup, dev, scratch)
+        results = run_cells(
+            pair, spec, sampler=sampler, monitor=monitor, progress=report, fatal=(RevisionError,)
+        )
+        timer_label = pair.timer_label()
     node = node_info(dev)
     probes += _probes(spec, "after", dev)
     node.revisions = RevisionsInfo(
@@ -408,7 +435,7 @@ def run_revision_job(
         job_id=job_id,
         spec=spec,
         node=node,
-        timer=setup["baseline"]["timer"],
+        timer=timer_label,
         started_at=started_at,
         finished_at=datetime.now(UTC),
         cells=results,

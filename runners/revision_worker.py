@@ -14,20 +14,26 @@ Requests (in the order the parent sends them):
   ``revision_reference``), loads the
   benchmark, checks this side's variant and every cell's parameters, makes the timer
   (``kernelab.runners.timing.make_timer``). Answer: ``versions`` (torch, triton, cuda, driver, python),
-  ``timer``, ``min_window_ns``, ``max_launches``.
+  ``timer`` (its label), ``static_target`` (``kernelab.runners.static_metrics.default_target``).
 * ``{"op": "cell", "index": i}``: cell ``i`` of ``spec.cells(device type)`` merged with this
-  side's ``params``: inputs (seeded with ``measurement.seed``), ``prepare``, the correctness check
-  (``kernelab.runners.job.check_variant`` against this revision's float64 reference), the declared work.
-  Answer: ``correctness`` (``CorrectnessResult`` JSON or null), ``work``.
-* ``{"op": "time", "launches": n}``: one sample of the prepared cell (``Timer.time_ns``); answer
-  ``ns`` (per launch).
-* ``{"op": "kind"}``: the timer kind of the prepared cell (``kind``); ``{"op": "fallback"}`` moves
-  it to the timer's fallback (``moved``), so both sides are timed alike.
-* ``{"op": "verify", "seed": s, "rounds": r, "launches": n}``: a checked sample through the timer
-  (``kernelab.runners.sides.LocalSide.checked_sample``); answer ``check`` (``TimedCheck`` JSON) and
-  ``findings`` (a replaced timing function, ``kernelab.runners.integrity``).
-* ``{"op": "finish"}``: after the cell's rounds: ``findings`` (no device work, ``kernelab.runners.sides``;
-  a replaced timing function).
+  side's ``params``: inputs (seeded with ``measurement.seed``, scaled by
+  ``correctness.input_scale``), ``prepare``, the cell's ``kernelab.runners.sides.LocalSide``.
+* One request per method of the cell pipeline's side protocol
+  (``kernelab.runners.pipeline.CellSide``), served by that ``LocalSide`` (``_SIDE_OPS``):
+  ``{"op": "time", "launches": n}`` → ``ns`` (per launch); ``{"op": "launches",
+  "per_launch_ns": x}`` → ``launches``; ``kind`` → ``kind``; ``fallback`` → ``moved``;
+  ``reference`` (the float64 reference of the cell's inputs, before either side runs);
+  ``{"op": "check", "correctness": CorrectnessSpec, "seed": s}`` → ``correctness``
+  (``CorrectnessResult``: repeats, determinism, batch invariance) and ``findings``;
+  ``{"op": "output", "path": p}`` writes the kept output there (``torch.save``);
+  ``{"op": "bitwise", "path": p}`` → ``comparison`` (``BitwiseComparison`` of this side's kept
+  output against the one in ``p``, read with ``weights_only=True``); ``{"op": "verify", "seed": s,
+  "rounds": r, "launches": n}`` → ``check`` (``TimedCheck``: a checked sample through the timer);
+  ``device_work`` and ``integrity`` → ``findings``; ``work`` → ``work``.
+* ``{"op": "static", "target": t, "cells": [i, ...]}``: this side's kernels of those cells compiled
+  ahead of time for ``t`` from this revision (``kernelab.runners.static_metrics.compile_kernels``);
+  answer ``cells``: per cell ``kernels`` (``kernel_code_json``) and ``error``.
+* ``{"op": "label"}``: the timer's label after the cells (``Timer.label``: a fallback shows).
 * ``{"op": "release"}``: drop the cell's inputs, callable and timer state, free device memory.
 * ``{"op": "exit"}``: answer, then exit 0 (end of stdin does the same).
 
@@ -56,12 +62,14 @@ from pydantic import ValidationError
 from kernelab.kernels._device import configure_triton_env
 from kernelab.kernels.base import builtin_reference
 from kernelab.runners import integrity
-from kernelab.runners.job import _short_error, check_variant
+from kernelab.runners.checks import scale_inputs
+from kernelab.runners.job import cell_tolerances
+from kernelab.runners.pipeline import short_error
 from kernelab.runners.probes import node_info
-from kernelab.runners.sides import LocalSide, modified_inputs, refill_inputs, snapshot_inputs
+from kernelab.runners.sides import LocalSide
+from kernelab.runners.static_metrics import compile_kernels, default_target, kernel_code_json, side_items
 from kernelab.runners.timing import make_timer
-from kernelab.service.schemas import JobSpec, Reason, Variant, Work
-from kernelab.service.verdicts import reason
+from kernelab.service.schemas import CorrectnessSpec, JobSpec, Reason, Variant
 
 _BENCHMARK_METHODS = ("variants", "make_inputs", "prepare", "reference", "work", "parse_params", "tolerances")
 
@@ -141,7 +149,7 @@ def load_benchmark(ref: str) -> Any:
 
 
 class RevisionWorker:
-    """State of one side between requests: spec, benchmark, timer, the prepared cell."""
+    """State of one side between requests: spec, benchmark, timer, the prepared cell's side."""
 
     def __init__(self) -> None:
         self.spec: JobSpec | None = None
@@ -149,8 +157,7 @@ class RevisionWorker:
         self.bench: Any = None
         self.device: Any = None
         self.timer: Any = None
-        self.fn: Callable[[], Any] | None = None
-        self.inputs: dict[str, Any] | None = None
+        self.revision: dict[str, str | None] = {}
         self.prepared: LocalSide | None = None
 
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -160,28 +167,19 @@ class RevisionWorker:
             return self.setup(request)
         if op == "cell":
             return self.cell(int(request["index"]))
-        if op in ("time", "kind", "fallback", "verify", "finish"):
-            side = self.prepared
-            if side is None:
-                raise WorkerError("no cell is prepared")
-            if op == "time":
-                return {"ns": side.time_ns(int(request["launches"]))}
-            if op == "kind":
-                return {"kind": side.timer_kind}
-            if op == "fallback":
-                return {"moved": side.use_fallback()}
-            if op == "verify":
-                check = side.checked_sample(
-                    seed=int(request["seed"]),
-                    rounds=int(request["rounds"]),
-                    launches=int(request["launches"]),
-                )
-                return {"check": check.model_dump(mode="json"), "findings": _dump(_tampered())}
-            return {"findings": _dump(side.device_work_findings() + _tampered())}
+        if op == "static":
+            return self.static(str(request["target"]), [int(i) for i in request["cells"]])
         if op == "release":
             self.release()
             return {}
-        raise WorkerError(f"unknown op {op!r}")
+        if op == "label":
+            return {"label": self.timer.label if self.timer is not None else ""}
+        serve = _SIDE_OPS.get(str(op))
+        if serve is None:
+            raise WorkerError(f"unknown op {op!r}")
+        if self.prepared is None:
+            raise WorkerError("no cell is prepared")
+        return serve(self.prepared, request)
 
     def setup(self, request: dict[str, Any]) -> dict[str, Any]:
         self.spec = spec = JobSpec.model_validate(request["spec"])
@@ -199,6 +197,7 @@ class RevisionWorker:
                 sys.path.insert(0, entry)
                 _purge_shadowed(top, Path(entry))
         path = request.get("path")
+        self.revision = {"path": path, "site": request.get("site")}
         self.bench = load_benchmark(revision_reference(spec.benchmark, Path(path) if path else None))
         side_spec = getattr(spec, self.side)
         if side_spec.variant not in self.bench.variants:
@@ -223,61 +222,60 @@ class RevisionWorker:
                 "driver": node.driver_version,
                 "python": node.python_version,
             },
-            "timer": self.timer.name,
-            "min_window_ns": self.timer.min_window_ns,
-            "max_launches": self.timer.max_launches,
+            "timer": self.timer.label,
+            "static_target": default_target(self.device),
         }
 
+    def _params(self, index: int) -> dict[str, Any]:
+        """Cell ``index`` of the sweep (one cell, not the whole sweep per request) with this side's
+        own parameters."""
+        assert self.spec is not None
+        cell = self.spec.cell(self.device.type, index)
+        return {**cell, **getattr(self.spec, self.side).params}
+
     def cell(self, index: int) -> dict[str, Any]:
+        """Prepare cell ``index``: inputs seeded with ``measurement.seed`` and scaled by
+        ``correctness.input_scale``, the prepared callable, its ``LocalSide``."""
         if self.spec is None:
             raise WorkerError("setup first")
         self.release()
         spec, bench = self.spec, self.bench
-        cell = spec.cell(self.device.type, index)  # one cell, not the whole sweep per request
         side_spec = getattr(spec, self.side)
-        params = bench.parse_params({**cell, **side_spec.params})
-        self.inputs = bench.make_inputs(params, self.device, spec.measurement.seed)
-        self.fn = bench.prepare(side_spec.variant, params, self.inputs)
-        default_rtol, default_atol = bench.tolerances(params)
-        rtol = spec.correctness.rtol if spec.correctness.rtol is not None else default_rtol
-        atol = spec.correctness.atol if spec.correctness.atol is not None else default_atol
+        params = bench.parse_params(self._params(index))
+        inputs = scale_inputs(
+            bench.make_inputs(params, self.device, spec.measurement.seed), spec.correctness.input_scale
+        )
+        rtol, atol = cell_tolerances(bench, spec, params)
         self.prepared = LocalSide(
             side=self.side,
             bench=bench,
             variant=side_spec.variant,
             params=params,
-            inputs=self.inputs,
-            fn=self.fn,
+            inputs=inputs,
+            fn=bench.prepare(side_spec.variant, params, inputs),
             timer=self.timer,
             device=self.device,
             rtol=rtol,
             atol=atol,
+            input_scale=spec.correctness.input_scale,
         )
-        correctness = None
-        findings: list[Reason] = []
-        if spec.correctness.enabled:
-            ref = bench.reference(params, self.inputs)
-            before = snapshot_inputs(self.inputs)
-            check = check_variant(self.fn, ref, self.inputs, rtol=rtol, atol=atol, device=self.device)
-            correctness = check.model_dump(mode="json")
-            if before is not None:
-                modified = modified_inputs(before, self.inputs)
-                if modified:
-                    findings.append(
-                        reason(
-                            "inputs-modified",
-                            f"{self.side}: the call modified its inputs {', '.join(modified)} (eager check)",
-                            side=self.side,
-                        )
-                    )
-                    refill_inputs(self.inputs, before)
-            del ref
-        work = Work.model_validate(bench.work(params, side_spec.variant).model_dump())
-        return {"correctness": correctness, "work": work.model_dump(mode="json"), "findings": _dump(findings)}
+        return {}
+
+    def static(self, target: str, indices: list[int]) -> dict[str, Any]:
+        """This side's kernels of cells ``indices`` compiled ahead of time for ``target`` from this
+        revision (``kernelab.runners.static_metrics.compile_kernels``)."""
+        if self.spec is None:
+            raise WorkerError("setup first")
+        items = side_items(self.spec, self.side, [self._params(i) for i in indices])
+        compiled = compile_kernels(items, target, revision=self.revision)
+        return {
+            "cells": [
+                {"kernels": [kernel_code_json(k) for k in kernels], "error": error}
+                for kernels, error in (compiled[item["key"]] for item in items)
+            ]
+        }
 
     def release(self) -> None:
-        self.fn = None
-        self.inputs = None
         self.prepared = None
         if self.timer is not None:
             self.timer.reset()
@@ -287,9 +285,49 @@ class RevisionWorker:
             torch.cuda.empty_cache()
 
 
-def _tampered() -> list[Reason]:
-    found = integrity.tamper_reason()
-    return [] if found is None else [found]
+def _check(side: LocalSide, request: dict[str, Any]) -> dict[str, Any]:
+    spec = CorrectnessSpec.model_validate(request["correctness"])
+    result, found = side.eager_check(spec, seed=int(request["seed"]))
+    return {"correctness": result.model_dump(mode="json"), "findings": _dump(found)}
+
+
+def _output(side: LocalSide, request: dict[str, Any]) -> dict[str, Any]:
+    torch.save(side.first_output(), request["path"])
+    return {}
+
+
+def _bitwise(side: LocalSide, request: dict[str, Any]) -> dict[str, Any]:
+    return {"comparison": side.compare_bitwise(Path(request["path"])).model_dump(mode="json")}
+
+
+def _verify(side: LocalSide, request: dict[str, Any]) -> dict[str, Any]:
+    check = side.checked_sample(
+        seed=int(request["seed"]), rounds=int(request["rounds"]), launches=int(request["launches"])
+    )
+    return {"check": check.model_dump(mode="json")}
+
+
+def _reference(side: LocalSide, request: dict[str, Any]) -> dict[str, Any]:
+    side.take_reference()
+    return {}
+
+
+_SIDE_OPS: dict[str, Callable[[LocalSide, dict[str, Any]], dict[str, Any]]] = {
+    "time": lambda side, r: {"ns": side.time_ns(int(r["launches"]))},
+    "launches": lambda side, r: {"launches": side.launches_for(float(r["per_launch_ns"]))},
+    "kind": lambda side, r: {"kind": side.timer_kind},
+    "fallback": lambda side, r: {"moved": side.use_fallback()},
+    "reference": _reference,
+    "check": _check,
+    "output": _output,
+    "bitwise": _bitwise,
+    "verify": _verify,
+    "device_work": lambda side, r: {"findings": _dump(side.device_work_findings())},
+    "integrity": lambda side, r: {"findings": _dump(side.tamper_findings())},
+    "work": lambda side, r: {"work": side.work().model_dump(mode="json")},
+}
+"""The requests served by the prepared cell's ``LocalSide``: one per ``kernelab.runners.pipeline.CellSide``
+method."""
 
 
 def _dump(reasons: list[Reason]) -> list[dict[str, Any]]:
@@ -323,7 +361,7 @@ def main() -> int:
             _answer(channel, {"ok": False, "error": str(exc)})
         except Exception as exc:  # the benchmark's own failure: report it, keep serving
             traceback.print_exc(file=sys.stderr)
-            _answer(channel, {"ok": False, "error": _short_error(exc)})
+            _answer(channel, {"ok": False, "error": short_error(exc)})
         else:
             _answer(channel, {"ok": True, **answer})
     return 0

@@ -1,4 +1,12 @@
-"""One side of a cell, prepared in this process, and its checked samples through the timer.
+"""One side of a cell, prepared in this process: its eager checks and its checked samples.
+
+``LocalSide`` implements the cell pipeline's side protocol (``kernelab.runners.pipeline.CellSide``)
+in the process that holds the prepared callable: the measuring process of an in-process job, or a
+revision's worker (``kernelab.runners.revision_worker``, which serves each call as a request).
+Its **eager check** (``eager_check``) runs the checks of ``kernelab.runners.checks`` on the cell's
+own inputs against the reference taken before either side ran (``take_reference``) and reports
+inputs the call modified; its output is kept for ``bitwise_vs_baseline`` (``first_output``,
+``compare_bitwise``).
 
 The engine (``kernelab.runners.engine``) times a side by asking for samples; ``LocalSide`` serves them
 with a ``kernelab.runners.timing.Timer`` and can also take a **checked sample**: one sample timed exactly
@@ -8,8 +16,9 @@ launched directly but wrong under graph replay, a result cached across calls, an
 after the window, are all caught by looking at what the timed method produced. Per checked sample:
 
 1. the inputs are **refilled in place** with fresh random values (``bench.make_inputs`` with a new
-   seed, copied into the same tensors, so a CUDA graph's replays read them and a result cached by
-   pointer, shape or ``id`` is stale), and the float64 reference is computed on them first;
+   seed, scaled by ``correctness.input_scale`` as the cell's own inputs are, copied into the same
+   tensors, so a CUDA graph's replays read them and a result cached by pointer, shape or ``id`` is
+   stale), and the float64 reference is computed on them first;
 2. a bitwise copy of the inputs is kept; the previous output is **poisoned** (NaN; an output that
    aliases an input, an in-place kernel, is not poisoned and not checked here);
 3. **one sample** through the timer, with the engine's launch count, its time recorded;
@@ -36,15 +45,32 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from kernelab.kernels.check import check_output, mismatch_mask, poison_
-from kernelab.runners.checks import bitwise_diff, describe_where, logical_view
+from kernelab.runners import integrity
+from kernelab.runners.checks import (
+    bitwise_diff,
+    compare_bitwise,
+    describe_where,
+    logical_view,
+    run_checks,
+    scale_inputs,
+)
 from kernelab.runners.devicework import device_work_per_call
 from kernelab.runners.timing import Timer
-from kernelab.service.schemas import CorrectnessResult, Reason, TimedCheck, Variant
+from kernelab.service.schemas import (
+    BitwiseComparison,
+    CorrectnessResult,
+    CorrectnessSpec,
+    Reason,
+    TimedCheck,
+    Variant,
+    Work,
+)
 from kernelab.service.verdicts import reason
 
 _DRAIN_SLACK_NS = 100_000  # 100 us: an idle device's synchronize returns in ~2-20 us
@@ -102,6 +128,16 @@ def modified_inputs(before: Mapping[str, torch.Tensor], inputs: Mapping[str, Any
     ]
 
 
+def is_output(tensor: Any, out: torch.Tensor) -> bool:
+    """Whether input ``tensor`` now holds exactly ``out`` (an in-place kernel wrote its output there)."""
+    return (
+        isinstance(tensor, torch.Tensor)
+        and tensor.shape == out.shape
+        and tensor.dtype == out.dtype
+        and not bool(bitwise_diff(tensor, out).any())
+    )
+
+
 def _idle_sync_ns(device: torch.device) -> float:
     """How long ``torch.cuda.synchronize`` takes on this idle device (ns, the worst of three)."""
     torch.cuda.synchronize(device)
@@ -118,8 +154,11 @@ class LocalSide:
 
     ``bench``/``variant``/``params``: what ``bench.prepare`` was called with; ``inputs``: the dict
     the callable reads (refilled in place by checked samples; shared with the other side when
-    their parameters are equal); ``rtol``/``atol``: the cell's tolerances. Implements the engine's
-    per-side protocol: ``time_ns``, ``launches_for``, ``timer_kind``, ``checked_sample``.
+    their parameters are equal); ``rtol``/``atol``: the cell's tolerances; ``input_scale``: the
+    spec's ``correctness.input_scale``, applied to the fresh inputs of checked samples as it was to
+    the cell's own. Implements the cell
+    pipeline's side protocol (``kernelab.runners.pipeline.CellSide``), whose first four methods
+    (``time_ns``, ``launches_for``, ``timer_kind``, ``use_fallback``) are the engine's.
     """
 
     def __init__(
@@ -135,11 +174,14 @@ class LocalSide:
         device: torch.device,
         rtol: float,
         atol: float,
+        input_scale: float = 1.0,
     ) -> None:
         self.side, self.bench, self.variant, self.params = side, bench, variant, params
         self.inputs, self.fn, self.timer, self.device = inputs, fn, timer, device
-        self.rtol, self.atol = rtol, atol
+        self.rtol, self.atol, self.input_scale = rtol, atol, input_scale
         self._at_stop: torch.Tensor | None = None  # the output copied at a checked window's end
+        self._reference: Any = None  # the float64 reference of the cell's inputs (take_reference)
+        self._first_out: torch.Tensor | None = None  # the eager check's output (bitwise_vs_baseline)
 
     def __repr__(self) -> str:
         return f"<LocalSide {self.side} {self.variant!r} timer={self.timer_kind}>"
@@ -165,6 +207,84 @@ class LocalSide:
             return False
         use(self.fn)
         return True
+
+    def take_reference(self) -> None:
+        """Compute and keep the float64 reference of the cell's inputs (``bench.reference``) for
+        ``eager_check``; the pipeline calls it on both sides before either runs, since sides with
+        equal parameters share their inputs."""
+        self._reference = self.bench.reference(self.params, self.inputs)
+
+    def eager_check(self, spec: CorrectnessSpec, *, seed: int) -> tuple[CorrectnessResult, list[Reason]]:
+        """``kernelab.runners.checks.run_checks`` on the cell's inputs (``spec.repeats``,
+        ``determinism_runs``, ``batch_invariance``; fresh repeat inputs with seeds ``seed + i``,
+        scaled by ``spec.input_scale``) against the kept reference, and an ``inputs-modified``
+        finding when the call changed an input other than the one it wrote its output to (the
+        inputs are then restored). With ``spec.bitwise_vs_baseline`` the first output is kept for
+        ``first_output``/``compare_bitwise``. Whatever the benchmark raises propagates."""
+        if self._reference is None:
+            self.take_reference()
+        ref, self._reference = self._reference, None
+        before = snapshot_inputs(self.inputs)
+        result, out = run_checks(
+            self.bench,
+            self.variant,
+            self.params,
+            self.inputs,
+            self.fn,
+            ref,
+            spec,
+            seed=seed,
+            device=self.device,
+            rtol=self.rtol,
+            atol=self.atol,
+        )
+        found: list[Reason] = []
+        if before is not None:
+            # An in-place kernel's output is one of its inputs: that one may change (to the output).
+            modified = [k for k in modified_inputs(before, self.inputs) if not is_output(self.inputs[k], out)]
+            if modified:
+                found.append(
+                    reason(
+                        "inputs-modified",
+                        f"{self.side}: the call modified its inputs {', '.join(modified)} (eager check)",
+                        side=self.side,
+                    )
+                )
+                refill_inputs(self.inputs, before)  # the other side must see the inputs as made
+        self._first_out = out if spec.bitwise_vs_baseline else None
+        return result, found
+
+    def first_output(self) -> torch.Tensor:
+        """The output ``eager_check`` kept (``bitwise_vs_baseline``), handed over once. Raises
+        ``RuntimeError`` when none is kept."""
+        out, self._first_out = self._first_out, None
+        if out is None:
+            raise RuntimeError(f"{self.side}: no output kept (eager_check with bitwise_vs_baseline first)")
+        return out
+
+    def compare_bitwise(self, baseline: torch.Tensor | Path) -> BitwiseComparison:
+        """This side's kept output against ``baseline`` (a tensor, or a file ``torch.save`` wrote,
+        read with ``weights_only=True``) byte for byte, the differences located on this side's
+        logical axes (``kernelab.runners.checks.compare_bitwise``)."""
+        other = (
+            torch.load(baseline, map_location=self.device, weights_only=True)
+            if isinstance(baseline, Path)
+            else baseline
+        )
+        if not isinstance(other, torch.Tensor):
+            raise TypeError(f"{self.side}: the baseline's output is a {type(other).__name__}, not a tensor")
+        return compare_bitwise(self.first_output(), other, self.bench, self.params)
+
+    def tamper_findings(self) -> list[Reason]:
+        """``timer-tampered`` when a function kernelab times or checks with was replaced in this
+        process since ``kernelab.runners.integrity.take_snapshot``."""
+        found = integrity.tamper_reason()
+        return [] if found is None else [found]
+
+    def work(self) -> Work:
+        """The work one launch does (``bench.work``; a revision's own ``Work`` class is read back
+        into kernelab's)."""
+        return Work.model_validate(self.bench.work(self.params, self.variant).model_dump())
 
     def checked_sample(
         self, *, seed: int, rounds: int, launches: int, references: References | None = None
@@ -239,7 +359,8 @@ class LocalSide:
         """Refill the inputs with those of ``seed``; the keys not refilled and the float64
         reference of the refilled inputs (computed before any call can touch them, or taken from
         ``references`` when the other side of the cell computed it for the same inputs)."""
-        unfilled = refill_inputs(self.inputs, self.bench.make_inputs(self.params, self.device, seed))
+        fresh = scale_inputs(self.bench.make_inputs(self.params, self.device, seed), self.input_scale)
+        unfilled = refill_inputs(self.inputs, fresh)
         key = (seed, id(self.inputs))
         if references is not None and key in references:
             return unfilled, references[key]

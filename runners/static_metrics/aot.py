@@ -1,7 +1,8 @@
 """Ahead-of-time compilation for a named GPU, with or without that GPU: the child process side.
 
 Run as ``python -m kernelab.runners.static_metrics.aot`` with a JSON request on stdin (see
-``kernelab.runners.static_metrics.compile_kernels``); it prints one JSON answer on stdout. It must start
+``kernelab.runners.static_metrics.compile_kernels``; ``revision``, when given, names the source
+revision whose benchmark the items name); it prints one JSON answer on stdout. It must start
 without ``TRITON_INTERPRET`` (the parent removes it): ``triton.jit`` fixes compiled vs interpreted
 mode at import (``kernelab.kernels._device``).
 
@@ -204,7 +205,30 @@ def _arg(value: Any) -> Any:
     return value
 
 
-def _run_item(item: dict[str, Any]) -> None:
+def _use_revision(revision: dict[str, Any]) -> str | None:
+    """Put a source revision's ``site`` then ``path`` first on ``sys.path`` (the request's
+    ``revision``, as ``kernelab.runners.revision_worker`` does); its checkout path or None."""
+    for entry in (revision.get("site"), revision.get("path")):  # path ends up first
+        if entry:
+            sys.path.insert(0, entry)
+    path = revision.get("path")
+    return str(path) if path else None
+
+
+def _benchmark(ref: str, revision_path: str | None) -> Any:
+    """The benchmark ``ref`` names: the installed one, or the revision's at ``revision_path``
+    (``kernelab.runners.revision_worker.revision_reference``: a built-in name on a kernelab
+    revision is that revision's)."""
+    if revision_path is None:
+        from kernelab.kernels import get_benchmark
+
+        return get_benchmark(ref)
+    from kernelab.runners.revision_worker import load_benchmark, revision_reference
+
+    return load_benchmark(revision_reference(ref, Path(revision_path)))
+
+
+def _run_item(item: dict[str, Any], revision_path: str | None = None) -> None:
     """Compile what one request item names (kernels are caught by the hook)."""
     import torch
 
@@ -216,9 +240,7 @@ def _run_item(item: dict[str, Any]) -> None:
         args = [_arg(a) for a in item.get("args", [])]
         fn.warmup(*args, grid=(1,), **item.get("kwargs", {}))
         return
-    from kernelab.kernels import get_benchmark
-
-    bench = get_benchmark(item["benchmark"])
+    bench = _benchmark(item["benchmark"], revision_path)
     params = bench.parse_params(item["params"])
     inputs = _to_meta(bench.make_inputs(params, torch.device("cpu"), int(item.get("seed", 0))))
     bench.prepare(item["variant"], params, inputs)
@@ -230,6 +252,7 @@ def main() -> int:
     target = request["target"]
     parse_target(target)
     os.environ.pop("TRITON_INTERPRET", None)
+    revision_path = _use_revision(request.get("revision") or {})
     _install_driver(target)
     import triton
 
@@ -251,7 +274,7 @@ def main() -> int:
         caught.clear()
         try:
             with contextlib.redirect_stdout(sys.stderr):  # ptxas failures print to stdout
-                _run_item(item)
+                _run_item(item, revision_path)
             kernels = [jf.device_caches[0][0][key] for jf, key in caught]
             answer[item["key"]] = {"kernels": [analyze(k, target) for k in kernels], "error": None}
         except Exception as exc:  # one item's failure is reported, the others go on
