@@ -91,7 +91,7 @@ def runner(
             daemon_.stop()
 
     signal.signal(signal.SIGTERM, _stop_early)
-    from kernelab.runners.daemon import Runner, RunnerTokenMismatchError
+    from kernelab.runners.daemon import RunnerDaemon, RunnerTokenMismatchError
     from kernelab.runners.jobns import IsolationError, set_non_dumpable
     from kernelab.runners.revisions import AllowList, RevisionError
 
@@ -108,7 +108,7 @@ def runner(
         raise fail(str(exc), EXIT_BAD_INPUT) from None
     client = client_for(server, token)
     try:
-        daemon = Runner(
+        daemon = RunnerDaemon(
             client,
             name,
             once=once,
