@@ -22,7 +22,7 @@ import plotly.io as pio
 from markupsafe import Markup
 from plotly.subplots import make_subplots
 
-from kernelab.service import stats
+from kernelab.service import estimators, stats
 from kernelab.service.schemas import (
     CellResult,
     Comparison,
@@ -90,16 +90,17 @@ def _execution_order(samples: SampleColumns) -> np.ndarray:
 
 
 def _kept(result: JobResult, cell: CellResult, variant: Variant) -> np.ndarray:
-    """Durations (ns, float64) of the samples of ``variant`` that ``kernelab.service.stats`` keeps, in
+    """Durations (ns, float64) of the samples of ``variant`` that the statistics keep, in
     execution order: all of them, or those not throttled when the spec's
-    ``measurement.exclude_throttled`` is set (``stats.throttled_mask``, as ``stats.kept_samples``)."""
+    ``measurement.exclude_throttled`` is set (``estimators.throttled_mask``, as
+    ``estimators.kept_samples``)."""
     samples = cell.samples
     if not len(samples):
         return np.empty(0)
     order = _execution_order(samples)
     keep = np.asarray(samples.variant)[order] == variant
     if result.spec.measurement.exclude_throttled:
-        keep &= ~stats.throttled_mask(samples)[order]
+        keep &= ~estimators.throttled_mask(samples)[order]
     return np.asarray(samples.duration_ns, dtype=np.float64)[order][keep]
 
 

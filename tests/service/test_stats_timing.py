@@ -10,7 +10,8 @@ import pytest
 
 from kernelab.service import report
 from kernelab.service.schemas import ContentionReading, MatmulPeakReading, Work
-from kernelab.service.stats import compare, node_peaks
+from kernelab.service.stats import compare
+from kernelab.service.verdicts import node_peaks
 from tests.service.factories import T0, job_result, probe_report
 
 pytestmark = pytest.mark.timeout(60)
