@@ -48,21 +48,33 @@ def throttled_mask(samples: SampleColumns) -> np.ndarray:
     return marked | (readable & ((masks & clock_events.THROTTLE_MASK) != 0))
 
 
-def kept_samples(samples: SampleColumns, *, exclude_throttled: bool) -> SampleColumns:
-    """The samples the statistics use: all of them, or those not taken while throttled.
+def kept_mask(
+    samples: SampleColumns, *, exclude_throttled: bool, throttled: np.ndarray | None = None
+) -> np.ndarray:
+    """``(n,)`` bool: the samples the statistics use, the one rule for every reader of them
+    (``kept_samples``, ``kept_arrays``, the dashboard's figures): all of them, or with
+    ``exclude_throttled`` those not taken while throttled (``throttled_mask``; pass it as
+    ``throttled`` when already computed).
 
     nvbench discards samples whose SM clock fell below 75% of the default clock; the runner marks
     such samples ``throttled=True``, and a sample whose clock-event mask holds a throttle reason is
-    throttled too (``throttled_mask``). ``MeasurementSpec.exclude_throttled`` (default True)
-    drops them here. Returns ``samples`` itself when nothing is dropped (do not mutate it).
+    throttled too. ``MeasurementSpec.exclude_throttled`` (default True) says whether they go.
     """
     if not exclude_throttled:
+        return np.ones(len(samples), dtype=bool)
+    return ~(throttled_mask(samples) if throttled is None else throttled)
+
+
+def kept_samples(samples: SampleColumns, *, exclude_throttled: bool) -> SampleColumns:
+    """The samples the statistics use (``kept_mask``) as ``SampleColumns``. Returns ``samples``
+    itself when nothing is dropped (do not mutate it)."""
+    if not exclude_throttled:
         return samples
-    throttled = throttled_mask(samples)
-    if not throttled.any():
+    keep = kept_mask(samples, exclude_throttled=True)
+    if keep.all():
         return samples
-    keep = (~throttled).tolist()
-    return SampleColumns.unchecked({n: list(compress(getattr(samples, n), keep)) for n in SAMPLE_FIELDS})
+    rows = keep.tolist()
+    return SampleColumns.unchecked({n: list(compress(getattr(samples, n), rows)) for n in SAMPLE_FIELDS})
 
 
 def is_candidate(samples: SampleColumns) -> np.ndarray:
@@ -381,9 +393,8 @@ def kept_arrays(cell: CellResult, *, exclude_throttled: bool) -> KeptSamples:
     rounds = np.asarray(samples.round, dtype=np.int64)
     durations = np.asarray(samples.duration_ns, dtype=np.float64)
     candidate = taken_candidate
-    any_throttled = bool(throttled.any())
-    if exclude_throttled and any_throttled:
-        keep = ~throttled
+    keep = kept_mask(samples, exclude_throttled=exclude_throttled, throttled=throttled)
+    if not keep.all():
         candidate, rounds, durations = taken_candidate[keep], rounds[keep], durations[keep]
     n_candidate = int(np.count_nonzero(taken_candidate))
     return KeptSamples(
@@ -392,7 +403,7 @@ def kept_arrays(cell: CellResult, *, exclude_throttled: bool) -> KeptSamples:
         durations=durations,
         times={"baseline": durations[~candidate], "candidate": durations[candidate]},
         taken={"baseline": len(samples) - n_candidate, "candidate": n_candidate},
-        throttled=any_throttled,
+        throttled=bool(throttled.any()),
     )
 
 

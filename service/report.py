@@ -31,6 +31,7 @@ from kernelab.service.schemas import (
     StaticComparison,
     Verdict,
 )
+from kernelab.service.units import format_bytes
 from kernelab.service.verdicts import FLAG_NOTES, PROBLEM_VERDICTS, REASONS, VERDICT_ORDER, deciding_class
 
 _MISSING = "n/a"
@@ -73,14 +74,6 @@ def format_duration_ns(ns: float | None) -> str:
 def _sig4(x: float) -> str:
     decimals = 3 - math.floor(math.log10(abs(x))) if x else 3
     return f"{x:.{max(decimals, 0)}f}"
-
-
-def format_bytes(n: int) -> str:
-    """``8 B``, ``4 KiB``, ``1 MiB``, ``256 MiB``, ``1.5 GiB`` (binary units)."""
-    for shift, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB")):
-        if n >= 1 << shift:
-            return f"{n / (1 << shift):g} {unit}"
-    return f"{n} B"
 
 
 def format_delta(c: CellComparison) -> str:

@@ -157,8 +157,12 @@ REASONS: dict[str, ReasonKind] = {
     ),
 }
 
+NOISY_IQR_FRACTION = 0.10  # torch.utils.benchmark warns when IQR/median > 10%
+PEAK_MARGIN = 1.1  # a rate above 1.1x the measured peak is implausible (10% probe error allowance)
+
 FLAG_NOTES: dict[Flag, str] = {
-    "noisy": "IQR/median above 10% on a side (torch.utils.benchmark's warning threshold).",
+    "noisy": f"the IQR/median of a side's kept samples is above {NOISY_IQR_FRACTION:.0%} "
+    "(torch.utils.benchmark's warning threshold).",
     "throttled": "some samples were taken while the GPU was throttled (excluded from the statistics "
     "unless the spec keeps them; the flag says how many were dropped, baseline+candidate).",
     "contended": "another process was on the GPU before or during the measurement.",
@@ -497,8 +501,6 @@ def timer_reasons(cell: CellResult) -> list[Reason]:
 # Flags and plausibility rules of a cell's statistics
 # --------------------------------------------------------------------------------------------------
 
-NOISY_IQR_FRACTION = 0.10  # torch.utils.benchmark warns when IQR/median > 10%
-PEAK_MARGIN = 1.1  # a rate above 1.1x the measured peak is implausible (10% probe error allowance)
 _FLAG_ORDER: tuple[str, ...] = get_args(Flag)
 _VARIANTS: tuple[Variant, Variant] = ("baseline", "candidate")
 
@@ -572,7 +574,9 @@ def implausible_reasons(
 
 
 def foreign_processes(processes: Sequence[Mapping[str, object]]) -> int:
-    """Compute processes on one GPU that are not kernelab's own.
+    """Compute processes on one GPU that are not kernelab's own: the one rule for ``contended``,
+    in a cell's comparison (``contention_seen``, ``probe_flags``) and in node health
+    (``kernelab.service.health``).
 
     Telemetry marks our process ``own``; inside a container NVML may report host PIDs so that no
     entry matches, in which case one unmarked process is presumed to be ours.

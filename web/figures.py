@@ -33,6 +33,7 @@ from kernelab.service.schemas import (
     Series,
     Variant,
 )
+from kernelab.service.units import format_bytes
 
 # Colours of the two sides everywhere on the dashboard (the CSS badges use the same pair).
 VARIANT_COLOURS: dict[Variant, str] = {"baseline": "#5b6b7f", "candidate": "#d9622b"}
@@ -90,17 +91,14 @@ def _execution_order(samples: SampleColumns) -> np.ndarray:
 
 
 def _kept(result: JobResult, cell: CellResult, variant: Variant) -> np.ndarray:
-    """Durations (ns, float64) of the samples of ``variant`` that the statistics keep, in
-    execution order: all of them, or those not throttled when the spec's
-    ``measurement.exclude_throttled`` is set (``estimators.throttled_mask``, as
-    ``estimators.kept_samples``)."""
+    """Durations (ns, float64) of the samples of ``variant`` that the statistics keep
+    (``estimators.kept_mask``), in execution order."""
     samples = cell.samples
     if not len(samples):
         return np.empty(0)
     order = _execution_order(samples)
     keep = np.asarray(samples.variant)[order] == variant
-    if result.spec.measurement.exclude_throttled:
-        keep &= ~estimators.throttled_mask(samples)[order]
+    keep &= estimators.kept_mask(samples, exclude_throttled=result.spec.measurement.exclude_throttled)[order]
     return np.asarray(samples.duration_ns, dtype=np.float64)[order][keep]
 
 
@@ -449,16 +447,6 @@ def _draw_bands(
             row=1,
             col=1,
         )
-
-
-def format_bytes(size_bytes: float) -> str:
-    """``1048576`` → ``"1 MiB"``: binary prefixes, at most three significant digits."""
-    value = float(size_bytes)
-    for unit in ("B", "KiB", "MiB"):
-        if abs(value) < 1024:
-            return f"{value:.3g} {unit}"
-        value /= 1024
-    return f"{value:.3g} GiB"
 
 
 # JSON escapes that keep an embedded document inside its <script> element: "<" cannot start

@@ -34,6 +34,11 @@ JobId = Annotated[int, Path(ge=1, le=MAX_ROW_ID, description="job id")]
 """A job id in the path: out of the database's integer range is a 422 naming it, not a 500."""
 Offset = Annotated[int, Query(ge=0, le=MAX_OFFSET, description="rows to skip")]
 """``?offset=`` of a paginated list."""
+MAX_LIMIT = 500  # the largest ?limit= of a list
+DEFAULT_LIMIT = 50
+Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT, description="rows per page")]
+"""``?limit=`` of a paginated list (default ``DEFAULT_LIMIT``), with ``Offset`` and ``page_headers``
+the one way every list of the API and the dashboard pages."""
 
 _bearer = HTTPBearer(auto_error=False, description="kernelab token (scopes read, submit, admin, runner)")
 
