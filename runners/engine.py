@@ -18,8 +18,9 @@ the minimum time), or ``max_rounds`` is reached. The CI is checked on a geometri
 (at ``min_rounds``, then each time the round count has grown by 20%, at least 4 rounds), so its
 cost stays a small fraction of the budget.
 
-Sources: ABBA interleaving and round-level bootstrap from ``/work/shared/reference/
-gpu-measurement-method.md``; the 75% clock rule from nvbench (a sample whose SM clock is below
+Sources: ABBA interleaving (each round runs A B B A, so a linear drift falls equally on both
+sides) and the round-level bootstrap of ``kernelab.service.estimators.ratio_ci`` (Davison &
+Hinkley 1997, section 3.8); the 75% clock rule from nvbench (a sample whose SM clock is below
 75% of the default clock is throttled).
 """
 

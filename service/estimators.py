@@ -2,7 +2,7 @@
 over rounds, the Hodges-Lehmann shift, Mann-Whitney U, the minimum detectable effect, per-side
 summaries and throughput.
 
-Method ("Statistics for A/B on a noisy machine"): the centre per side is the median (robust;
+Method: the centre per side is the median (robust;
 delays only add time), with min, quartiles and mean; the effect is the ratio of medians
 candidate/baseline (< 1 is faster) with a percentile bootstrap CI that resamples whole interleaved
 *rounds*, because samples inside a round share clock and thermal state and are not independent (a
@@ -317,9 +317,9 @@ def hodges_lehmann(
 def min_detectable_effect_pct(base: VariantStats, cand: VariantStats) -> float | None:
     """Minimum detectable effect in percent: 2.8 * CV * sqrt(2/n) * 100.
 
-    2.8 = z(0.975) + z(0.80): two-sided alpha = 0.05 and 80% power (reference
-    gpu-measurement-method.md: CV 1% and n = 30 give ~0.7%). CV is the pooled robust coefficient
-    of variation sqrt((cv_b^2 + cv_c^2) / 2) with cv = (IQR / 1.349) / median; n is the smaller
+    2.8 = z(0.975) + z(0.80): two-sided alpha = 0.05 and 80% power in the normal-approximation
+    power formula of a two-sample test (CV 1% and n = 30 give ~0.7%). CV is the pooled robust
+    coefficient of variation sqrt((cv_b^2 + cv_c^2) / 2) with cv = (IQR / 1.349) / median; n is the smaller
     sample count. None when a side has < 2 samples or a zero median.
     """
     if base.n < 2 or cand.n < 2:

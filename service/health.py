@@ -17,7 +17,7 @@ Figures. A probe report yields *figures*, one number per thing a healthy node sh
 Bands. A node's band per figure is the median, min and max of that figure over its own last
 ``band_window`` *healthy* reports (``band_min_probes`` at least, else no band). The limit is
 ``copy_min_fraction`` x median for bandwidths (``busbw_min_fraction`` for all-reduce busbw) and
-``latency_max_factor`` x median for times; defaults 0.90, 0.85 and 1.5 from the project's issue 4.
+``latency_max_factor`` x median for times; defaults 0.90, 0.85 and 1.5 (``Thresholds``).
 Medians, not means: a band stays put when a minority of its reports were bad. The fleet's band
 per GPU model is the same over the healthy reports of every node of that model (``fleet_bands``).
 

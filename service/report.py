@@ -112,7 +112,7 @@ def _md(text: str) -> str:
 def _md_code(text: str) -> str:
     """User text as an inline code span when that is safe (``_MD_CODE_SAFE``), else as escaped
     text (``_md``): backslash escapes do not work inside a code span, so a backtick or a pipe
-    there would end the span or the table cell (issue 15: a revision ``sha`` broke out)."""
+    there would end the span or the table cell (a revision ``sha`` with a backtick would break out)."""
     return f"`{text}`" if _MD_CODE_SAFE.fullmatch(text) else _md(text)
 
 

@@ -537,8 +537,8 @@ def implausible(rates: Mapping[str, float], peaks: Mapping[str, float], *, bound
     does (so the result reads as a truth value).
 
     A result faster than the hardware can go is a timing error: ``triton.testing.do_bench`` once
-    returned 0.003 ms for a bf16 4096^3 matmul on an H200, i.e. 46 PFLOP/s against a ~990 TFLOP/s
-    datasheet (reference/H200-node-figures.md). ``bound_bytes`` applies the copy-bandwidth bound;
+    returned 0.003 ms for a bf16 4096^3 matmul on an H200, i.e. 46 PFLOP/s against the datasheet's
+    989 TFLOP/s (dense bf16). ``bound_bytes`` applies the copy-bandwidth bound;
     pass False when caches may be warm (no L2 flush, a CPU, or samples of several launches each of
     which only the first follows the flush), where cache-resident kernels can legitimately exceed
     DRAM copy bandwidth.

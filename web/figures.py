@@ -462,7 +462,7 @@ def figure_json(fig: go.Figure | Mapping[str, Any]) -> Markup:
 
     Serialised with ``plotly.io.to_json``; ``<``, ``>``, ``&`` and U+2028/9 are then written as
     ``\\uXXXX`` escapes, which leaves the JSON value unchanged (they can only occur inside strings)
-    while a user string such as ``</script><script>alert(1)</script>`` can no longer end the element.
+    while a user string such as ``</script><script>alert(1)</script>`` cannot end the element.
     """
     text = fig.to_json() if isinstance(fig, go.Figure) else pio.to_json(dict(fig), validate=False)
     return Markup(text.translate(_SCRIPT_SAFE))

@@ -17,8 +17,8 @@ from kernelab.runners.client import KernelabAPIError, KernelabClient, KernelabUn
 
 WORKER_HEALTHCHECK_S = 120  # uvicorn --workers: seconds a busy worker may miss a health ping
 # Idle HTTP keep-alive, s: longer than a runner's quietest gap (daemon heartbeat lease_s/3 = 40 s),
-# so the server never closes a runner's connection just as the runner sends on it (uvicorn's 5 s
-# default did: heartbeats 10 s apart raced the close and failed with ReadError).
+# so the server never closes a runner's connection just as the runner sends on it (with uvicorn's
+# 5 s default, heartbeats 10 s apart race the close and fail with ReadError).
 KEEP_ALIVE_S = 75
 
 

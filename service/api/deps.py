@@ -48,7 +48,7 @@ def page_headers(request: Request, *, total: int, offset: int, limit: int | None
     items remain after this page, an RFC 8288 ``Link: <url>; rel="next"`` to the next page: the
     request's path and query with ``offset``/``limit`` replaced, as a relative reference (RFC 3986
     section 4.2, resolved against the request's URL), or under ``KERNELAB_PUBLIC_URL`` when that is
-    set. Never the request's ``Host`` header, which the client chooses (issue 15: it was reflected).
+    set. Never the request's ``Host`` header, which the client chooses.
     ``limit=None``: the page runs to the end."""
     headers = {"X-Total-Count": str(total)}
     if limit is not None and offset + limit < total:

@@ -1,4 +1,4 @@
-"""Job code runs without the daemon's credentials (issue 15): the allow-listed job environment,
+"""Job code runs without the daemon's credentials: the allow-listed job environment,
 redacted and bounded error text, the private namespace that hides the work dir, and the attack
 itself: a revision job whose install step prints the tokens, against a real server and daemon."""
 
@@ -156,7 +156,7 @@ def test_non_dumpable_process_hides_its_environ(tmp_path: Path) -> None:
 def test_install_step_cannot_leak_the_runner_tokens(
     server: tuple[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolation: str
 ) -> None:
-    """The attack of issue 15: a submit token's install step echoes ``$KERNELAB_TOKEN``, dumps the
+    """The attack: a submit token's install step echoes ``$KERNELAB_TOKEN``, dumps the
     environment and cats the token files; the job's stored error (readable with a read token)
     holds neither token, and the install step's environment has no credential."""
     if isolation == "auto":

@@ -1,4 +1,4 @@
-"""Issue 15: the ``Link: rel="next"`` of a page never carries the request's ``Host`` header."""
+"""The ``Link: rel="next"`` of a page never carries the request's ``Host`` header."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 3 in the statistics: contention during a cell, the probes' matmul peak as the default
+"""Timing findings in the statistics: contention during a cell, the probes' matmul peak as the default
 plausibility bound, dropped-throttled counts and raw/adjusted p in the reports."""
 
 from __future__ import annotations
