@@ -1,4 +1,4 @@
-"""Correctness sweep of issue 5 through kernelab's own path (``run_job`` -> ``compare`` -> tables).
+"""Correctness sweep through kernelab's own path (``run_job`` -> ``compare`` -> tables).
 
 Runs ``examples/conv3d_row_guard.yaml`` (conv3d incl. the aliasing shape, 200 poisoned repeats,
 20 determinism runs), ``examples/bi_matmul.yaml`` (M in {1, 8, 64, 4096}, batch invariance) and

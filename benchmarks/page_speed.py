@@ -1,4 +1,4 @@
-"""Render time of the dashboard job page of a 1,000-cell sweep (issue 7, CPU only, loopback).
+"""Render time of the dashboard job page of a 1,000-cell sweep (CPU only, loopback).
 
     python benchmarks/page_speed.py [--db sqlite|postgres|both] [--renders 20] [--cells 1000]
         [--workers 1] [--profile 25] [--json OUT] [--pg-url postgresql+psycopg://postgres@127.0.0.1:5432/test]

@@ -4,7 +4,7 @@ Run on the 2xH200 node (the CPU runs it too, with gloo and no drill, to debug)::
 
     python benchmarks/probe_accuracy.py OUT_DIR
 
-Targets (issue 4; references in ``shared/reference``, copied to ``tests/service/fixtures``):
+Targets (reference readings in ``tests/service/fixtures``):
 
 * all-reduce 8 B over both GPUs <= 1.15 x 19.5 us (nccl-tests in-place, 2xH200); the eager and the
   CUDA-graph readings are both reported, the better one is judged;

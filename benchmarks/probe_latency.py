@@ -10,7 +10,7 @@ Parts:
   while they initialise, then ``go``), with each rank's stages in seconds from the start: Python
   and ``import torch`` done (``imported``), NCCL communicator up (``initialised``), groups made
   (``ready``), ``go`` seen, measurements done; plus the parent's copy probe time and the whole
-  ``run_probes(quick)`` wall time (issue 4 target: <= 3 s on 2 GPUs).
+  ``run_probes(quick)`` wall time (target: <= 3 s on 2 GPUs).
 * ``pool``: the same quick probe with the runner daemon's ``AllReducePool`` (ranks started once,
   as every job of a runner gets it), ``2 * --repeats`` times.
 * ``methods``: all-reduce at 8 B, 1 MiB, 64 MiB over all GPUs, ``--repeats`` runs per timing

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from kernelab.service import stats
+from kernelab.service import estimators, stats
 from kernelab.service.schemas import CellResult, JobResult, JobSpec, NodeInfo, Sample, SampleColumns
 
 
@@ -52,7 +52,7 @@ def main() -> None:
     samples = SampleColumns.from_rows(synthetic_samples(args.rounds, seed=0))
     print(
         f"ratio_ci, {args.rounds} rounds, 2000 resamples: "
-        f"{median_ms(lambda: stats.ratio_ci(samples), args.repeats):.2f} ms"
+        f"{median_ms(lambda: estimators.ratio_ci(samples), args.repeats):.2f} ms"
     )
     now = datetime.now(UTC)
     result = JobResult(

@@ -17,8 +17,8 @@ Parts (issue "Timing engine and verdicts", targets in brackets):
   >= 90%]; a real 3% slowdown (softmax with 3% more rows, memory-bound so time scales with bytes)
   ``--runs`` times, 10 s budget per cell [slower in >= 95%].
 * ``guard``: a real matmul job whose candidate samples are replaced by an impossible 3 us (the
-  first-call do_bench anomaly of ``reference/H200-node-figures.md``); the comparison must flag it
-  ``implausible`` and never call it ``faster``.
+  0.003 ms ``triton.testing.do_bench`` once returned for a bf16 4096^3 matmul on an H200); the
+  comparison must flag it ``implausible`` and never call it ``faster``.
 
 Writes ``DIR/timing_accuracy.jsonl`` (every measurement) and prints Markdown tables last.
 """

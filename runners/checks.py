@@ -1,4 +1,4 @@
-"""Correctness and determinism checks of one variant, driven by ``CorrectnessSpec`` (issue 5).
+"""Correctness and determinism checks of one variant, driven by ``CorrectnessSpec``.
 
 What runs (every output poisoned with NaN before each run, ``kernelab.kernels.check.poison_``):
 

@@ -8,7 +8,7 @@ round, the launches it covered and the GPU context (SM clock, clock-event reason
 power) read right after it.
 
 Stop rule: never before ``min_rounds``; then stop as soon as the ratio's confidence interval
-(``kernelab.service.stats.ratio_ci``, bootstrap over whole rounds) has a half-width below
+(``kernelab.service.estimators.ratio_ci``, bootstrap over whole rounds) has a half-width below
 ``target_ci_pct`` of the ratio *and* the samples cover at least ``min_time_ms`` of timed device
 time (both variants, ``duration_ns * launches`` summed: nvbench's ``--min-time``, 0.5 s by
 default, which lets the GPU reach its sustained clock and power state before the CI may end the
@@ -18,8 +18,9 @@ the minimum time), or ``max_rounds`` is reached. The CI is checked on a geometri
 (at ``min_rounds``, then each time the round count has grown by 20%, at least 4 rounds), so its
 cost stays a small fraction of the budget.
 
-Sources: ABBA interleaving and round-level bootstrap from ``/work/shared/reference/
-gpu-measurement-method.md``; the 75% clock rule from nvbench (a sample whose SM clock is below
+Sources: ABBA interleaving (each round runs A B B A, so a linear drift falls equally on both
+sides) and the round-level bootstrap of ``kernelab.service.estimators.ratio_ci`` (Davison &
+Hinkley 1997, section 3.8); the 75% clock rule from nvbench (a sample whose SM clock is below
 75% of the default clock is throttled).
 """
 
@@ -33,8 +34,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from kernelab.runners.timing import Timer
+from kernelab.service.estimators import kept_samples, ratio_ci
 from kernelab.service.schemas import MeasurementSpec, Sample, SampleColumns, Variant
-from kernelab.service.stats import kept_samples, ratio_ci
 
 THROTTLE_CLOCK_FRACTION = 0.75  # nvbench: below 75% of the expected SM clock is throttled
 _MIN_WARMUP_PASSES = 2  # the first pass pays one-time costs (compilation, allocation)
@@ -98,7 +99,7 @@ def is_throttled(sm_clock_mhz: float | None, expected_sm_clock_mhz: float | None
 def ci_half_width(samples: SampleColumns, settings: MeasurementSpec) -> tuple[float, float] | None:
     """``(ratio, relative CI half-width)`` of candidate/baseline over ``samples``, or None.
 
-    Uses ``kernelab.service.stats.ratio_ci`` (bootstrap resampling whole rounds, 95%, seeded with
+    Uses ``kernelab.service.estimators.ratio_ci`` (bootstrap resampling whole rounds, 95%, seeded with
     ``settings.seed``); throttled samples are left out when ``settings.exclude_throttled``. None
     when ``ratio_ci`` cannot form an interval or the ratio is not positive.
     """

@@ -57,6 +57,8 @@ _OWN_MODULES = (
     "kernelab.runners.probes.copy_bandwidth",
     "kernelab.runners.probes.telemetry",
     "kernelab.kernels.check",
+    "kernelab.service.estimators",
+    "kernelab.service.verdicts",
     "kernelab.service.stats",
     "kernelab.service.schemas",
 )

@@ -41,7 +41,7 @@ MS_PRIVATE = 1 << 18
 PR_SET_DUMPABLE = 4
 EXIT_NO_NAMESPACE = 125
 PROBE_TIMEOUT_S = 20.0
-ISOLATION_MODES = ("auto", "namespace", "none")  # Runner(job_isolation=...)
+ISOLATION_MODES = ("auto", "namespace", "none")  # RunnerDaemon(job_isolation=...)
 
 
 class IsolationError(RuntimeError):

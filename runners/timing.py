@@ -89,22 +89,27 @@ _SPIN_CALIBRATION_CYCLES = 10_000_000  # ~5 ms at 2 GHz: long enough that event 
 _SPIN_RATES: dict[int, float] = {}
 
 
-def spin_cycles_per_ns(device: torch.device) -> float:
-    """Cycles per ns of ``torch.cuda._sleep`` on CUDA ``device``, measured once per process.
+def measure_spin_cycles_per_ns(index: int) -> float:
+    """Cycles per ns of ``torch.cuda._sleep`` (clock64 cycles, at the current SM clock) on CUDA
+    device ``index``, measured now: one calibration spin raises the clocks from idle, a second one
+    is timed with events (``_SPIN_CALIBRATION_CYCLES``, ~5 ms at 2 GHz). Raises ``RuntimeError``
+    without CUDA."""
+    with torch.cuda.device(index):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(_SPIN_CALIBRATION_CYCLES)  # raise the clocks from idle first
+        start.record()
+        torch.cuda._sleep(_SPIN_CALIBRATION_CYCLES)
+        stop.record()
+        stop.synchronize()
+        return _SPIN_CALIBRATION_CYCLES / max(start.elapsed_time(stop) * 1e6, 1.0)
 
-    One calibration spin raises the clocks from idle, a second one is timed with events
-    (``_SPIN_CALIBRATION_CYCLES``, ~5 ms at 2 GHz). Raises ``RuntimeError`` without CUDA.
-    """
+
+def spin_cycles_per_ns(device: torch.device) -> float:
+    """``measure_spin_cycles_per_ns`` of CUDA ``device``, measured once per process (the probes'
+    spin kernels). Raises ``RuntimeError`` without CUDA."""
     index = device.index if device.index is not None else torch.cuda.current_device()
     if index not in _SPIN_RATES:
-        with torch.cuda.device(index):
-            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            torch.cuda._sleep(_SPIN_CALIBRATION_CYCLES)
-            start.record()
-            torch.cuda._sleep(_SPIN_CALIBRATION_CYCLES)
-            stop.record()
-            stop.synchronize()
-            _SPIN_RATES[index] = _SPIN_CALIBRATION_CYCLES / max(start.elapsed_time(stop) * 1e6, 1.0)
+        _SPIN_RATES[index] = measure_spin_cycles_per_ns(index)
     return _SPIN_RATES[index]
 
 
@@ -272,15 +277,8 @@ class _CudaTimerBase(Timer):
         return max(1, int(spin_ns * self._cycles_per_ns))
 
     def _calibrate_spin(self) -> None:
-        """Measure the spin kernel's cycles per ns once (clock64 cycles, at the current SM clock)."""
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(_SPIN_CALIBRATION_CYCLES)  # raise the clocks from idle first
-        start.record()
-        torch.cuda._sleep(_SPIN_CALIBRATION_CYCLES)
-        stop.record()
-        stop.synchronize()
-        elapsed_ns = start.elapsed_time(stop) * 1e6
-        self._cycles_per_ns = _SPIN_CALIBRATION_CYCLES / max(elapsed_ns, 1.0)
+        """Measure the spin kernel's cycles per ns once per timer (``measure_spin_cycles_per_ns``)."""
+        self._cycles_per_ns = measure_spin_cycles_per_ns(self.device.index)
 
     def _first_enqueue_estimate_ns(self, fn: Callable[[], Any]) -> float:
         """An upper bound of the host cost of one launch: one synchronised call, host clock."""

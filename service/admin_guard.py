@@ -1,12 +1,12 @@
-"""The last live admin token is never revoked or rotated away (issue 15: an admin rotated its own,
-only token and locked itself out).
+"""The last live admin token is never revoked or rotated away (an admin that rotated or revoked
+its own, only token would lock everyone out).
 
 ``other_live_admins`` counts the live admin tokens other than one, with the live tokens' rows
 locked (``SELECT ... FOR UPDATE`` on PostgreSQL) so that two admins revoking each other at the
 same moment cannot both succeed: the second waits for the first's commit and then counts
 again. SQLite has no row locks, and pysqlite opens its transaction only at the first write, so the
-two reads would both see two live admins and both revokes would succeed (issue 15 attack, finding
-7). There ``take_write_lock`` first runs a no-op ``UPDATE`` of the token's own row: that begins the
+two reads would both see two live admins and both revokes would succeed. There ``take_write_lock``
+first runs a no-op ``UPDATE`` of the token's own row: that begins the
 transaction and takes SQLite's database write lock (``RESERVED``) before anything is read; the
 second transaction waits for it (``busy_timeout``, ``kernelab.service.core.db``) and then reads the
 committed state, as ``BEGIN IMMEDIATE`` would.

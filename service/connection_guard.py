@@ -1,9 +1,9 @@
 """``GuardedH11Protocol``: uvicorn's h11 protocol with a connection limit and a request-head
 timeout, so idle or slow connections cannot use up the server's file descriptors.
 
-Issue 15: under ``ulimit -n 256``, 400 idle TCP connections made ``accept()`` fail with EMFILE
-(``Too many open files``, logged some 460,000 times in 90 s) and ``/healthz`` went unanswered until
-the client closed them: uvicorn arms no timer on a connection before its first request (its
+Under ``ulimit -n 256``, 400 idle TCP connections make a bare uvicorn's ``accept()`` fail with
+EMFILE (``Too many open files``, logged some 460,000 times in 90 s) and ``/healthz`` go unanswered
+until the client closes them: uvicorn arms no timer on a connection before its first request (its
 keep-alive timer starts after a response), and ``limit_concurrency`` is checked only when a
 request arrives, so a connection that sends nothing is never refused or closed.
 
@@ -17,10 +17,10 @@ request arrives, so a connection that sends nothing is never refused or closed.
   uvicorn's ``timeout_keep_alive``.
 * **Request-body floor rate** (``body_timeout_s``, ``body_min_bytes``): while a request's body is
   still arriving, every ``body_timeout_s`` seconds at least ``body_min_bytes`` more of it must have
-  arrived, or the connection is closed (the app's ``receive`` then reports a disconnect). Issue 15
-  attack, finding 5: with ``KERNELAB_MAX_CONNECTIONS=50``, 60 sockets that sent the head of
-  ``POST /login`` with ``Content-Length: 4000`` and then one byte every 5 s held every connection,
-  without a token, and ``/healthz`` answered 503 throughout. A window in which uvicorn has paused
+  arrived, or the connection is closed (the app's ``receive`` then reports a disconnect). Without
+  it, with ``KERNELAB_MAX_CONNECTIONS=50``, 60 sockets that send the head of ``POST /login`` with
+  ``Content-Length: 4000`` and then one byte every 5 s hold every connection, without a token,
+  and ``/healthz`` answers 503 throughout. A window in which uvicorn has paused
   reading (the app has not taken the bytes it has) does not count against the client.
 
 Selected with ``uvicorn.Config(http="kernelab.service.connection_guard:GuardedH11Protocol")``; the four

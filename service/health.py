@@ -17,7 +17,7 @@ Figures. A probe report yields *figures*, one number per thing a healthy node sh
 Bands. A node's band per figure is the median, min and max of that figure over its own last
 ``band_window`` *healthy* reports (``band_min_probes`` at least, else no band). The limit is
 ``copy_min_fraction`` x median for bandwidths (``busbw_min_fraction`` for all-reduce busbw) and
-``latency_max_factor`` x median for times; defaults 0.90, 0.85 and 1.5 from the project's issue 4.
+``latency_max_factor`` x median for times; defaults 0.90, 0.85 and 1.5 (``Thresholds``).
 Medians, not means: a band stays put when a minority of its reports were bad. The fleet's band
 per GPU model is the same over the healthy reports of every node of that model (``fleet_bands``).
 
@@ -43,7 +43,7 @@ ignored; ``ignored_clock_reasons`` ignores more); a GPU or GPU pair far below it
 report (``peer_min_fraction`` x the median of that report's copy or peer figures, with at least
 ``PEER_MIN_FIGURES`` of them: a half-speed link shows this way on a fresh node, with no history);
 volatile uncorrected ECC errors that grew since the previous report; and another process on a GPU
-(``contended``: another tenant; ``stats._foreign_processes`` decides what "another" is).
+(``contended``: another tenant; ``verdicts.foreign_processes`` decides what "another" is).
 """
 
 from __future__ import annotations
@@ -62,6 +62,7 @@ from kernelab.service.schemas import (
     NodeHealth,
     ProbeReport,
 )
+from kernelab.service.verdicts import foreign_processes
 
 MIB = 1024**2
 # Defaults: the node-health issue (#4) of this project.
@@ -321,18 +322,6 @@ def band_reasons(
     return out
 
 
-def _foreign_processes(processes: Sequence[Mapping[str, object]]) -> int:
-    """Compute processes on one GPU that are not kernelab's own (same rule as ``kernelab.service.stats``).
-
-    Telemetry marks our own process ``own``; in a container NVML may report host PIDs so that no
-    entry matches, and then one unmarked process is presumed to be ours.
-    """
-    foreign = sum(1 for p in processes if not p.get("own"))
-    if any(p.get("own") for p in processes):
-        return foreign
-    return max(foreign - 1, 0)
-
-
 def peer_reasons(report: ProbeReport, thresholds: Thresholds | None = None) -> list[HealthReason]:
     """``degraded-node`` for each copy figure (a GPU) or peer figure (a GPU pair) of ``report`` below
     ``peer_min_fraction`` x the median of the report's figures of that kind, when the report has at
@@ -437,7 +426,7 @@ def instant_reasons(
                     ),
                 )
             )
-        foreign = _foreign_processes(g.other_processes)
+        foreign = foreign_processes(g.other_processes)
         if foreign:
             out.append(
                 HealthReason(

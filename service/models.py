@@ -103,7 +103,8 @@ class Token(Base):
 
 
 class Runner(Base):
-    """A runner daemon (one per node); ``node`` is its last ``NodeInfo`` as JSON; ``node_name``
+    """The server's record of a runner daemon (``kernelab.runners.daemon.RunnerDaemon``, one per
+    node); ``node`` is its last ``NodeInfo`` as JSON; ``node_name``
     the node its tokens are bound to (``service.runner_identity``; NULL: not bound yet)."""
 
     __tablename__ = "runners"

@@ -22,7 +22,7 @@ from pydantic import TypeAdapter
 from sqlalchemy import ColumnElement, and_, func, select
 from sqlalchemy.orm import Session
 
-from kernelab.service import health, models
+from kernelab.service import health, models, verdicts
 from kernelab.service.core.config import Settings
 from kernelab.service.models import utcnow
 from kernelab.service.node_change import changed_since
@@ -342,14 +342,12 @@ def with_health(
     (``notes``, else ``report_notes(flags, reasons)``). ``comparison`` is not changed; the copy
     shares its unchanged parts (cell statistics, probes), so neither may be mutated in place (a deep
     copy of a 1,000-cell comparison costs ~80 ms, more than the page that shows it)."""
-    from kernelab.service.stats import _sorted_flags
-
     said = list(notes) if notes is not None else health.report_notes(list(flags), list(reasons))
     update: dict[str, Any] = {"notes": said}
     if flags:
-        update["cells"] = [c.model_copy(update={"flags": _sorted_flags([*c.flags, *flags])})
+        update["cells"] = [c.model_copy(update={"flags": verdicts.sorted_flags([*c.flags, *flags])})
                            for c in comparison.cells]  # fmt: skip
-        update["flags"] = _sorted_flags([*comparison.flags, *flags])
+        update["flags"] = verdicts.sorted_flags([*comparison.flags, *flags])
     return comparison.model_copy(update=update)
 
 

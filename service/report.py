@@ -31,6 +31,7 @@ from kernelab.service.schemas import (
     StaticComparison,
     Verdict,
 )
+from kernelab.service.units import format_bytes
 from kernelab.service.verdicts import FLAG_NOTES, PROBLEM_VERDICTS, REASONS, VERDICT_ORDER, deciding_class
 
 _MISSING = "n/a"
@@ -75,14 +76,6 @@ def _sig4(x: float) -> str:
     return f"{x:.{max(decimals, 0)}f}"
 
 
-def format_bytes(n: int) -> str:
-    """``8 B``, ``4 KiB``, ``1 MiB``, ``256 MiB``, ``1.5 GiB`` (binary units)."""
-    for shift, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB")):
-        if n >= 1 << shift:
-            return f"{n / (1 << shift):g} {unit}"
-    return f"{n} B"
-
-
 def format_delta(c: CellComparison) -> str:
     """``"+5.02% [+4.81, +5.23]"``: Δ% of the ratio of medians with its CI; ``"n/a"`` without one."""
     if c.ratio is None or c.ci_low is None or c.ci_high is None:
@@ -119,7 +112,7 @@ def _md(text: str) -> str:
 def _md_code(text: str) -> str:
     """User text as an inline code span when that is safe (``_MD_CODE_SAFE``), else as escaped
     text (``_md``): backslash escapes do not work inside a code span, so a backtick or a pipe
-    there would end the span or the table cell (issue 15: a revision ``sha`` broke out)."""
+    there would end the span or the table cell (a revision ``sha`` with a backtick would break out)."""
     return f"`{text}`" if _MD_CODE_SAFE.fullmatch(text) else _md(text)
 
 

@@ -57,8 +57,7 @@ Verdict = Literal[
 """A cell's verdict, highest precedence first (``kernelab.service.verdicts``): correctness outranks speed."""
 DeviceType = Literal["cpu", "cuda"]
 JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
-# Flags that travel with every number (DESIGN.md "Statistics and verdicts"); their meaning is
-# ``kernelab.service.verdicts.FLAG_NOTES``.
+# Flags that travel with every number; their meaning is ``kernelab.service.verdicts.FLAG_NOTES``.
 Flag = Literal[
     "noisy",
     "throttled",
@@ -245,7 +244,7 @@ def benchmark_ref_problem(ref: str) -> str | None:
 
     A ``module:object`` reference is also refused when its module path has a ``__main__`` part
     (a program's entry, run by its import: ``venv.__main__`` created a virtualenv and raised
-    ``SystemExit``, issue 15 attack, finding 6) or starts with a module of Python's standard
+    ``SystemExit``) or starts with a module of Python's standard
     library (``sys.stdlib_module_names``: no benchmark lives there, and some run programs on import,
     such as ``antigravity`` or ``this``)."""
     if ":" in ref:
@@ -425,7 +424,7 @@ class CorrectnessSpec(_Strict):
     atol: Annotated[float, AfterValidator(lambda v, info: _float_within(v, 0.0, MAX_ATOL, info))] | None = (
         Field(default=None, ge=0, description="None: dtype-aware default; at most 1e6 (MAX_ATOL)")
     )
-    # Checks of kernelab.runners.checks (issue 5); each is off or minimal by default.
+    # Checks of kernelab.runners.checks; each is off or minimal by default.
     repeats: int = Field(default=1, ge=1, le=100_000, description="poisoned runs compared with the reference")
     inputs: Literal["fixed", "fresh"] = Field(
         default="fixed", description="repeats reuse the cell's inputs or draw fresh ones (seed + i)"
@@ -828,7 +827,7 @@ class CorrectnessResult(_Metrics):
     nonfinite: int = Field(default=0, ge=0, description="NaN/Inf elements in the output")
     dtype: Text | None = Field(default=None, description="the output's dtype, e.g. 'float32'")
     message: Text = ""
-    # Results of kernelab.runners.checks (issue 5); None where the check did not run.
+    # Results of kernelab.runners.checks; None where the check did not run.
     where: Text = Field(default="", description="bad elements in the output's logical coordinates")
     repeats: RepeatCheck | None = None
     determinism: DeterminismCheck | None = None

@@ -1,7 +1,7 @@
 """Running ``kernelab.service.app:create_app`` under uvicorn: connection limits, and one fix for
 ``--workers N``.
 
-Connections (issue 15: 400 idle connections under ``ulimit -n 256`` stopped the server): uvicorn
+Connections (400 idle connections under ``ulimit -n 256`` would stop a bare uvicorn): uvicorn
 runs ``kernelab.service.connection_guard.GuardedH11Protocol``, which refuses connections past
 ``max_connections`` (503 and close, at once) and closes a connection whose request head has not
 arrived within ``header_timeout_s``; ``connection_budget`` keeps the limit (and the listen backlog) within the

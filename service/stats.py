@@ -1,473 +1,48 @@
-"""Per-cell statistics and verdicts: turns a runner's ``JobResult`` into a ``Comparison``.
+"""A job's comparison: turns a runner's ``JobResult`` into a ``Comparison``, cell by cell.
 
-Pure functions over numpy/scipy; no database, no web framework. The runner imports this module for
-``ratio_ci`` (the engine's adaptive stop), so only numpy is imported at module level:
-``scipy.stats`` costs ~0.6 s to import and is imported inside the functions that need it.
+For each cell: the kept samples (``estimators.kept_arrays``), the estimators of
+``kernelab.service.estimators`` (ratio of medians with a bootstrap CI over rounds, Hodges-Lehmann,
+Mann-Whitney U, Benjamini-Hochberg adjusted across the sweep, minimum detectable effect), the
+timing verdict ``faster``/``slower``/``same``/``inconclusive`` against the spec's threshold, then
+the cell's verdict by the precedence of ``kernelab.service.verdicts`` (a wrong or failed side, an
+implausible time outrank any speed); flags that make a number untrustworthy travel with it.
 
-Method (reference/gpu-measurement-method.md, "Statistics for A/B on a noisy machine"):
-
-* centre per variant: the median (robust; delays only add time), with min, quartiles and mean;
-* effect: ratio of medians candidate/baseline (< 1 is faster) with a percentile bootstrap CI that
-  resamples whole interleaved *rounds*, because samples inside a round share clock and thermal
-  state and are not independent (a cluster bootstrap; Davison & Hinkley 1997, section 3.8);
-* companions: Hodges-Lehmann shift with its distribution-free CI, Mann-Whitney U p-value
-  (Benjamini-Hochberg adjusted across the sweep), minimum detectable effect;
-* the timing verdict ``faster``/``slower``/``same``/``inconclusive`` against the spec's threshold,
-  then the cell's verdict by the precedence of ``kernelab.service.verdicts`` (a wrong or failed side, an
-  implausible time outrank any speed); flags that make a number untrustworthy travel with it.
+Pure functions over numpy/scipy; no database, no web framework (``scipy.stats`` is imported
+inside ``compare``).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from functools import lru_cache
-from itertools import compress
-from statistics import NormalDist
-from typing import NamedTuple, get_args
 
 import numpy as np
 
-from kernelab.service import clock_events, verdicts
+from kernelab.service import verdicts
+from kernelab.service.estimators import (
+    KeptSamples,
+    hodges_lehmann,
+    kept_arrays,
+    mann_whitney_p,
+    min_detectable_effect_pct,
+    ratio_ci_arrays,
+    throughput,
+    variant_stats,
+)
 from kernelab.service.node_change import node_change_reasons
 from kernelab.service.schemas import (
-    SAMPLE_FIELDS,
     CellComparison,
     CellResult,
     Comparison,
-    ContentionReading,
     Flag,
     JobResult,
     ParamValue,
-    ProbeReport,
     Reason,
-    SampleColumns,
     Variant,
     VariantStats,
-    Work,
 )
 
-_NOISY_IQR_FRACTION = 0.10  # torch.utils.benchmark warns when IQR/median > 10%
-_MDE_Z_SUM = 2.8  # z(1 - 0.05/2) + z(0.80) = 1.96 + 0.84: two-sided alpha 0.05, 80% power
-_IQR_TO_SIGMA = 1.349  # IQR of a normal distribution in standard deviations (2 * 0.6745)
-_PEAK_MARGIN = 1.1  # a rate above 1.1x the measured peak is implausible (10% probe error allowance)
-_FLAG_ORDER: tuple[str, ...] = get_args(Flag)
 _VARIANTS: tuple[Variant, Variant] = ("baseline", "candidate")
-
-
-def _sorted_flags(flags: Iterable[Flag]) -> list[Flag]:
-    """Flags without duplicates, in the order the schema's ``Flag`` literal declares them."""
-    present = set(flags)
-    return sorted(present, key=_FLAG_ORDER.index)
-
-
-def throttled_mask(samples: SampleColumns) -> np.ndarray:
-    """``(n,)`` bool: True where a sample was taken while throttled: marked ``throttled`` by the
-    runner (its clock below the expected one), or holding a throttle reason in its NVML
-    clock-event mask (``kernelab.service.clock_events.THROTTLE_MASK``: power, thermal, hardware slowdown),
-    whatever its clock. A DCGM blank placeholder mask is no data (``clock_events.is_placeholder``)."""
-    n = len(samples)
-    marked = np.fromiter(samples.throttled, dtype=bool, count=n)
-    reasons = samples.clock_event_reasons
-    if reasons.count(None) == n:
-        return marked
-    masks = np.fromiter((-1 if r is None else r for r in reasons), dtype=np.int64, count=n)
-    readable = (masks >= 0) & (masks < clock_events.DCGM_INT64_BLANK)
-    return marked | (readable & ((masks & clock_events.THROTTLE_MASK) != 0))
-
-
-def kept_samples(samples: SampleColumns, *, exclude_throttled: bool) -> SampleColumns:
-    """The samples the statistics use: all of them, or those not taken while throttled.
-
-    nvbench discards samples whose SM clock fell below 75% of the default clock; the runner marks
-    such samples ``throttled=True``, and a sample whose clock-event mask holds a throttle reason is
-    throttled too (``throttled_mask``). ``MeasurementSpec.exclude_throttled`` (default True)
-    drops them here. Returns ``samples`` itself when nothing is dropped (do not mutate it).
-    """
-    if not exclude_throttled:
-        return samples
-    throttled = throttled_mask(samples)
-    if not throttled.any():
-        return samples
-    keep = (~throttled).tolist()
-    return SampleColumns.unchecked({n: list(compress(getattr(samples, n), keep)) for n in SAMPLE_FIELDS})
-
-
-def is_candidate(samples: SampleColumns) -> np.ndarray:
-    """``(n,)`` bool: True where the sample is the candidate's, False for the baseline's."""
-    return np.fromiter(map("candidate".__eq__, samples.variant), dtype=bool, count=len(samples))
-
-
-# --------------------------------------------------------------------------------------------------
-# Ratio of medians with a bootstrap over rounds
-# --------------------------------------------------------------------------------------------------
-
-
-def _round_matrix(sample_rounds: np.ndarray, durations: np.ndarray, rounds: np.ndarray) -> np.ndarray:
-    """``(len(rounds), k_max)`` float64 durations (ns) per round, NaN-padded, each row in sample order.
-
-    ``sample_rounds``/``durations``: (n,) int64 round and float64 ns of one variant's samples;
-    ``rounds``: the sorted distinct rounds of the cell (rows of the matrix).
-    """
-    row = np.searchsorted(rounds, sample_rounds)
-    counts = np.bincount(row, minlength=rounds.size)
-    out = np.full((rounds.size, int(counts.max(initial=0))), np.nan)
-    order = np.argsort(row, kind="stable")
-    starts = np.cumsum(counts) - counts
-    column = np.arange(row.size) - np.repeat(starts, counts)
-    out[row[order], column] = durations[order]
-    return out
-
-
-def _resampled_medians(matrix: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    """Median of each bootstrap resample of rounds; NaN where a resample holds no sample.
-
-    ``matrix``: (R, k) ns, NaN-padded; ``idx``: (B, R) int round indices. Returns (B,) float64.
-    """
-    # A row-wise sort is ~5x faster than np.median's partition on (2000, 200) and handles the NaN
-    # padding in the same pass: NaN sorts last, so each row's valid values come first.
-    flat = np.sort(matrix[idx].reshape(idx.shape[0], -1), axis=1)
-    count = np.count_nonzero(~np.isnan(flat), axis=1)
-    rows = np.arange(flat.shape[0])
-    lower = flat[rows, np.maximum(count - 1, 0) // 2]
-    upper = flat[rows, np.minimum(count // 2, flat.shape[1] - 1)]
-    with np.errstate(over="ignore"):
-        mid = (lower + upper) / 2
-    overflowed = np.isinf(mid) & np.isfinite(lower) & np.isfinite(upper)
-    if overflowed.any():  # two values near 1.8e308: lower + (upper - lower) / 2 cannot overflow
-        mid[overflowed] = lower[overflowed] + (upper[overflowed] - lower[overflowed]) / 2
-    return np.where(count > 0, mid, np.nan)
-
-
-def _median(x: np.ndarray) -> float:
-    """``np.median`` of (n,) float64, n >= 1, computed without overflow: numpy averages the two
-    middle values as (a + b) / 2, which overflows for values near 1.8e308; then the percentile's
-    a + (b - a) / 2 (the same value, possibly one ulp apart) is taken."""
-    with np.errstate(over="ignore"):
-        m = float(np.median(x))
-    return m if math.isfinite(m) or not np.isfinite(x).all() else float(np.percentile(x, 50))
-
-
-@lru_cache(maxsize=256)
-def _round_multisets(seed: int, n_rounds: int, n_resamples: int) -> tuple[np.ndarray, np.ndarray]:
-    """The seeded bootstrap draws of ``ratio_ci`` as distinct multisets of rounds.
-
-    Draws ``(n_resamples, n_rounds)`` round indices with ``numpy.random.default_rng(seed)`` and
-    returns ``(uniq, inverse)``: ``uniq`` (U, n_rounds) int64, the distinct draws with each row
-    sorted; ``inverse`` (n_resamples,) int64, the row of ``uniq`` that draw i is. A function of the
-    arguments only, so cached: a sweep's cells share seed and round count and draw once. Read-only.
-    """
-    idx = np.random.default_rng(seed).integers(0, n_rounds, size=(n_resamples, n_rounds))
-    uniq, inverse = np.unique(np.sort(idx, axis=1), axis=0, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    uniq.flags.writeable = False
-    inverse.flags.writeable = False
-    return uniq, inverse
-
-
-def ratio_ci(
-    samples: SampleColumns, *, confidence: float = 0.95, n_resamples: int = 2000, seed: int = 0
-) -> tuple[float, float, float] | None:
-    """Ratio of medians candidate/baseline and its bootstrap CI over whole rounds.
-
-    ``samples``: the kept samples of one cell (both variants; filter with ``kept_samples`` first),
-    durations in ns. Returns ``(ratio, ci_low, ci_high)``, dimensionless, ratio < 1 meaning the
-    candidate is faster; or None when either variant has fewer than 2 samples or samples in fewer
-    than 2 rounds (one round carries no between-round variability), or a baseline median of 0.
-
-    The CI is the percentile interval (Efron & Tibshirani 1993, ch. 13) of the ratio over
-    ``n_resamples`` resamples that draw round numbers with replacement and take every sample of
-    each drawn round, both variants together (cluster bootstrap). Percentile, not BCa: BCa's
-    jackknife acceleration is unreliable for the non-smooth median (Efron & Tibshirani 1993,
-    section 11.6). Resamples in which a variant has no sample (possible when its samples sit in
-    few rounds) are left out, so the interval is conditional on both sides being observed.
-    Resampling is numpy-vectorised and seeded (``numpy.random.default_rng(seed)``): ~15 ms for
-    200 rounds and 2000 resamples on a 2-core CI machine (``benchmarks/stats_speed.py``); with few
-    rounds (3: 10 distinct resamples) the draws are cached per ``(seed, rounds, n_resamples)`` and a
-    cell of 600 samples costs well under 1 ms (``benchmarks/compare_speed.py``).
-    Raises ValueError for ``confidence`` outside (0, 1) or ``n_resamples`` < 1.
-    """
-    return _ratio_ci(
-        is_candidate(samples),
-        np.asarray(samples.round, dtype=np.int64),
-        np.asarray(samples.duration_ns, dtype=np.float64),
-        confidence=confidence,
-        n_resamples=n_resamples,
-        seed=seed,
-    )
-
-
-def _ratio_ci(
-    candidate: np.ndarray,
-    sample_rounds: np.ndarray,
-    durations: np.ndarray,
-    *,
-    confidence: float,
-    n_resamples: int,
-    seed: int,
-) -> tuple[float, float, float] | None:
-    """``ratio_ci`` on arrays: (n,) bool ``is_candidate``, (n,) int64 rounds, (n,) float64 ns."""
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
-    if n_resamples < 1:
-        raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
-    sides = []
-    for own in (~candidate, candidate):
-        own_rounds = sample_rounds[own]
-        if own_rounds.size < 2 or own_rounds.min() == own_rounds.max():  # < 2 samples or rounds
-            return None
-        sides.append((own_rounds, durations[own]))
-    (base_rounds, base_ns), (cand_rounds, cand_ns) = sides
-    base_median = _median(base_ns)  # the median of the matrix below without its NaN padding
-    if base_median <= 0.0:
-        return None
-    ratio = _median(cand_ns) / base_median
-    rounds = np.unique(sample_rounds)
-    base = _round_matrix(base_rounds, base_ns, rounds)
-    cand = _round_matrix(cand_rounds, cand_ns, rounds)
-    # A resample's median depends only on which rounds it drew (a multiset), not on their order. With
-    # few rounds most of the n_resamples draws repeat a multiset (3 rounds: 10 distinct ones), so the
-    # medians are computed once per distinct multiset and mapped back: identical numbers, far less sorting.
-    if math.comb(2 * rounds.size - 1, rounds.size) < n_resamples:
-        # cached for integer seeds only: any other seed numpy accepts (None: fresh entropy) draws anew
-        draw = _round_multisets if isinstance(seed, int | np.integer) else _round_multisets.__wrapped__
-        uniq, inverse = draw(seed, int(rounds.size), int(n_resamples))
-        cand_med, base_med = _resampled_medians(cand, uniq)[inverse], _resampled_medians(base, uniq)[inverse]
-    else:
-        idx = np.random.default_rng(seed).integers(0, rounds.size, size=(n_resamples, rounds.size))
-        cand_med, base_med = _resampled_medians(cand, idx), _resampled_medians(base, idx)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        boot = cand_med / base_med
-    boot = boot[np.isfinite(boot)]
-    if boot.size == 0:
-        return None
-    alpha = 1.0 - confidence
-    low, high = np.quantile(boot, [alpha / 2, 1 - alpha / 2])
-    return ratio, float(low), float(high)
-
-
-# --------------------------------------------------------------------------------------------------
-# Hodges-Lehmann shift, minimum detectable effect, variant summary
-# --------------------------------------------------------------------------------------------------
-
-
-_HL_PAIRWISE_MAX = 1 << 21  # hodges_lehmann forms the m*n differences up to this many (16 MiB of float64)
-_EPS = float(np.finfo(np.float64).eps)
-_TINY = 4 * math.ulp(0.0)  # a few of the smallest subnormal: rounding is absolute down there
-
-
-def _kth_difference(base_sorted: np.ndarray, cand: np.ndarray, k: int, value: float | None = None) -> float:
-    """k-th smallest (1-based) of the m*n differences cand[j] - base[i], without forming them.
-
-    Bisection on the value d with the pair count #{c_j - b_i <= d} from ``searchsorted``:
-    O((m + n) log m) per step, so 10^4 x 10^4 samples cost ~50 vector steps, not 10^8 floats.
-    Converges to 1e-12 of the differences' range.
-
-    ``value``: the exact k-th difference, when the caller has it (``hodges_lehmann`` selects it with
-    ``np.partition`` for up to ``_HL_PAIRWISE_MAX`` pairs). The bisection then takes the same steps
-    and returns the same number, but decides "count(d) >= k" as "value <= d": the two agree
-    wherever |d - value| exceeds the rounding of the differences and of ``cand - d`` (bounded by
-    4 machine epsilons of max|c| + max|b| + |d|, plus a margin for subnormals); only within that
-    band are pairs counted (a sweep of 1,000 cells: ~150 counts instead of ~160,000).
-    """
-    m, n = base_sorted.size, cand.size
-
-    def count_le(d: float) -> int:
-        return m * n - int(np.searchsorted(base_sorted, cand - d, side="left").sum())
-
-    scale = float(np.abs(cand).max() + np.abs(base_sorted).max()) if value is not None else 0.0
-
-    def reaches_k(d: float) -> bool:  # count_le(d) >= k
-        if value is not None and abs(d - value) > 4 * _EPS * (scale + abs(d)) + _TINY:
-            return value <= d
-        return count_le(d) >= k
-
-    lo = float(cand.min() - base_sorted[-1])
-    hi = float(cand.max() - base_sorted[0])
-    if reaches_k(lo):
-        return lo
-    tol = 1e-12 * max(hi - lo, abs(hi), abs(lo), 1e-300)
-    while hi - lo > tol:
-        mid = 0.5 * (lo + hi)
-        if mid in (lo, hi):
-            break
-        if reaches_k(mid):
-            hi = mid
-        else:
-            lo = mid
-    return hi
-
-
-def hodges_lehmann(
-    baseline_ns: np.ndarray, candidate_ns: np.ndarray, *, confidence: float = 0.95
-) -> tuple[float, float | None, float | None]:
-    """Hodges-Lehmann shift candidate - baseline (ns) and its distribution-free CI.
-
-    ``baseline_ns``: (m,), ``candidate_ns``: (n,) float durations, m, n >= 1. The estimate is the
-    median of the m*n pairwise differences; the CI is (D_(C), D_(mn+1-C)) with the order statistics
-    D of those differences and C = floor(mn/2 - z(1-alpha/2) * sqrt(mn(m+n+1)/12)), the
-    large-sample Mann-Whitney critical value (Hollander & Wolfe, *Nonparametric Statistical
-    Methods*, 2nd ed. 1999, section 4.3). The CI bounds are None when C < 1 (too few samples
-    for the confidence level). Assumes independent samples; it is a companion to the round
-    bootstrap, not the verdict. Raises ValueError on an empty input.
-
-    Each order statistic is found by bisection to 1e-12 of the differences' range
-    (``_kth_difference``). Up to ``_HL_PAIRWISE_MAX`` pairs of finite values, the differences are
-    formed (``np.subtract.outer``) and the order statistics selected exactly with one
-    ``np.partition``, which the bisection then follows instead of counting pairs: the same numbers,
-    ~1 ms instead of ~4 ms for 300 x 300 samples on a 2-core CI machine.
-    """
-    base = np.sort(np.asarray(baseline_ns, dtype=np.float64))
-    cand = np.asarray(candidate_ns, dtype=np.float64)
-    if base.size == 0 or cand.size == 0:
-        raise ValueError("hodges_lehmann needs at least one sample on each side")
-    m, n = base.size, cand.size
-    total = m * n
-    z = NormalDist().inv_cdf(1 - (1 - confidence) / 2)
-    c_alpha = math.floor(total / 2 - z * math.sqrt(total * (m + n + 1) / 12))
-    middle = [(total + 1) // 2] if total % 2 else [total // 2, total // 2 + 1]
-    ranks = middle + ([c_alpha, total + 1 - c_alpha] if c_alpha >= 1 else [])
-    exact: dict[int, float] = {}
-    if total <= _HL_PAIRWISE_MAX and np.isfinite(base).all() and np.isfinite(cand).all():
-        kth = sorted({k - 1 for k in ranks})
-        diffs = np.subtract.outer(cand, base).ravel()  # (n*m,) float64, a fresh array: partitioned in place
-        diffs.partition(kth)
-        exact = dict(zip((k + 1 for k in kth), diffs[kth].tolist(), strict=True))
-    kths = {k: _kth_difference(base, cand, k, exact.get(k)) for k in ranks}
-    shift = kths[middle[0]] if total % 2 else 0.5 * (kths[middle[0]] + kths[middle[1]])
-    if c_alpha < 1:
-        return shift, None, None
-    return shift, kths[c_alpha], kths[total + 1 - c_alpha]
-
-
-def min_detectable_effect_pct(base: VariantStats, cand: VariantStats) -> float | None:
-    """Minimum detectable effect in percent: 2.8 * CV * sqrt(2/n) * 100.
-
-    2.8 = z(0.975) + z(0.80): two-sided alpha = 0.05 and 80% power (reference
-    gpu-measurement-method.md: CV 1% and n = 30 give ~0.7%). CV is the pooled robust coefficient
-    of variation sqrt((cv_b^2 + cv_c^2) / 2) with cv = (IQR / 1.349) / median; n is the smaller
-    sample count. None when a side has < 2 samples or a zero median.
-    """
-    if base.n < 2 or cand.n < 2:
-        return None
-    cvs = []
-    for s in (base, cand):
-        if not s.median_ns or s.iqr_ns is None:
-            return None
-        cvs.append(s.iqr_ns / _IQR_TO_SIGMA / s.median_ns)
-    cv = math.sqrt((cvs[0] ** 2 + cvs[1] ** 2) / 2)
-    return _MDE_Z_SUM * cv * math.sqrt(2 / min(base.n, cand.n)) * 100
-
-
-def variant_stats(durations_ns: np.ndarray, *, dropped_throttled: int = 0) -> VariantStats:
-    """Median, min, quartiles (numpy's linear interpolation), IQR and mean of (n,) ns durations."""
-    x = np.asarray(durations_ns, dtype=np.float64)
-    if x.size == 0:
-        return VariantStats(n=0, dropped_throttled=dropped_throttled)
-    q1, median, q3 = (float(v) for v in np.percentile(x, [25, 50, 75]))  # a + (b - a) * t: no overflow
-    with np.errstate(over="ignore"):
-        mean = float(x.mean())
-    if not math.isfinite(mean) and np.isfinite(x).all():
-        mean = float(np.sum(x / x.size))  # the sum overflowed (values near 1.8e308); these terms cannot
-    return VariantStats(
-        n=int(x.size),
-        dropped_throttled=dropped_throttled,
-        median_ns=median,
-        min_ns=float(x.min()),
-        q1_ns=q1,
-        q3_ns=q3,
-        iqr_ns=q3 - q1,
-        mean_ns=mean,
-    )
-
-
-# --------------------------------------------------------------------------------------------------
-# Verdict, throughput, plausibility
-# --------------------------------------------------------------------------------------------------
-
-
-def throughput(work: Mapping[Variant, Work], stats: Mapping[Variant, VariantStats]) -> dict[str, float]:
-    """Achieved rates at the median time: ``{variant}_gbps`` and ``{variant}_tflops``.
-
-    GB/s = (bytes_read + bytes_written) / median_ns (bytes per ns = 1e9 B/s); TFLOP/s = flops /
-    median_ns / 1e3. Only variants with declared, non-zero work and a positive median appear.
-    """
-    out: dict[str, float] = {}
-    for variant in _VARIANTS:
-        w, s = work.get(variant), stats.get(variant)
-        if w is None or s is None or not s.median_ns:
-            continue
-        moved = w.bytes_read + w.bytes_written
-        if moved > 0:
-            out[f"{variant}_gbps"] = moved / s.median_ns
-        if w.flops > 0:
-            out[f"{variant}_tflops"] = w.flops / s.median_ns / 1e3
-    return out
-
-
-def node_peaks(result: JobResult, peaks: Mapping[str, float] | None = None) -> dict[str, float]:
-    """Physical peaks for the plausibility guard: ``copy_gbps`` and ``matmul_tflops``.
-
-    ``copy_gbps`` defaults to the highest device-local copy reading of the result's probes
-    (read + written, GB/s), ``matmul_tflops`` to the highest bf16 matmul reading of the probes
-    (``kernelab.runners.probes.peak``, TFLOP/s); values in ``peaks`` override them. Missing keys mean "no
-    bound".
-    """
-    out: dict[str, float] = {}
-    readings = [r.bandwidth_gbps for p in result.probes for r in p.copy_bandwidth if r.bandwidth_gbps > 0]
-    if readings:
-        out["copy_gbps"] = max(readings)
-    matmul = [r.tflops for p in result.probes for r in p.matmul_peak if r.tflops > 0]
-    if matmul:
-        out["matmul_tflops"] = max(matmul)
-    out.update({k: float(v) for k, v in (peaks or {}).items() if k in ("copy_gbps", "matmul_tflops")})
-    return out
-
-
-def implausible(rates: Mapping[str, float], peaks: Mapping[str, float], *, bound_bytes: bool) -> list[str]:
-    """The keys of ``rates`` (from ``throughput``) that exceed 1.1x the node's peak; empty when none
-    does (so the result reads as a truth value).
-
-    A result faster than the hardware can go is a timing error: ``triton.testing.do_bench`` once
-    returned 0.003 ms for a bf16 4096^3 matmul on an H200, i.e. 46 PFLOP/s against a ~990 TFLOP/s
-    datasheet (reference/H200-node-figures.md). ``bound_bytes`` applies the copy-bandwidth bound;
-    pass False when caches may be warm (no L2 flush, a CPU, or samples of several launches each of
-    which only the first follows the flush), where cache-resident kernels can legitimately exceed
-    DRAM copy bandwidth.
-    """
-    out: list[str] = []
-    for key, rate in rates.items():
-        if key.endswith("_gbps") and bound_bytes and "copy_gbps" in peaks:
-            if rate > _PEAK_MARGIN * peaks["copy_gbps"]:
-                out.append(key)
-        if key.endswith("_tflops") and "matmul_tflops" in peaks:
-            if rate > _PEAK_MARGIN * peaks["matmul_tflops"]:
-                out.append(key)
-    return out
-
-
-def _implausible_reasons(
-    rates: Mapping[str, float], peaks: Mapping[str, float], keys: list[str]
-) -> list[Reason]:
-    out = []
-    for key in keys:
-        side, _, unit = key.partition("_")
-        peak_key = "copy_gbps" if unit == "gbps" else "matmul_tflops"
-        label = "GB/s" if unit == "gbps" else "TFLOP/s"
-        out.append(
-            verdicts.reason(
-                "rate-above-peak",
-                f"{side}: {rates[key]:,.1f} {label} from the declared work exceeds 1.1x the node's measured "
-                f"peak of {peaks[peak_key]:,.1f} {label}: a timing error, not a speed",
-                side=side if side in _VARIANTS else None,  # type: ignore[arg-type]
-            )
-        )
-    return out
-
-
-# --------------------------------------------------------------------------------------------------
-# Labels and the comparison
-# --------------------------------------------------------------------------------------------------
 
 
 def _fmt_value(v: ParamValue) -> str:
@@ -506,100 +81,6 @@ def variant_labels(result: JobResult) -> tuple[str, str]:
     return labels[0], labels[1]
 
 
-def _foreign_processes(processes: Sequence[Mapping[str, object]]) -> int:
-    """Compute processes on one GPU that are not kernelab's own.
-
-    Telemetry marks our process ``own``; inside a container NVML may report host PIDs so that no
-    entry matches, in which case one unmarked process is presumed to be ours.
-    """
-    foreign = sum(1 for p in processes if not p.get("own"))
-    if any(p.get("own") for p in processes):
-        return foreign
-    return max(foreign - 1, 0)
-
-
-def contention_seen(readings: Iterable[ContentionReading]) -> bool:
-    """True when a reading taken during the cell shows a process that is not kernelab's own.
-
-    Same rule as the probes' ``other_processes`` (``_foreign_processes``): any foreign compute
-    process, idle or busy, or any other process with SM-utilisation samples.
-    """
-    return any(_foreign_processes(r.processes) for r in readings)
-
-
-def probe_flags(probes: Iterable[ProbeReport]) -> list[Flag]:
-    """Job-level flags from node-health probes: ``contended`` when a GPU ran another process."""
-    flags: list[Flag] = []
-    if any(_foreign_processes(t.other_processes) for p in probes for t in p.telemetry):
-        flags.append("contended")
-    return flags
-
-
-class _Kept(NamedTuple):
-    """A cell's kept samples (``kept_samples``) as arrays, and what was taken before dropping."""
-
-    candidate: np.ndarray  # (n,) bool, ``is_candidate``
-    rounds: np.ndarray  # (n,) int64
-    durations: np.ndarray  # (n,) float64 ns
-    times: dict[Variant, np.ndarray]  # per variant, (n_v,) float64 ns in sample order
-    taken: dict[Variant, int]  # samples taken per variant, throttled ones included
-    throttled: bool  # any sample throttled, dropped or not
-
-
-def _kept(cell: CellResult, *, exclude_throttled: bool) -> _Kept:
-    """``kept_samples`` of ``cell`` as arrays: the same rows, without building a ``SampleColumns``."""
-    samples = cell.samples
-    taken_candidate = is_candidate(samples)
-    throttled = throttled_mask(samples)
-    rounds = np.asarray(samples.round, dtype=np.int64)
-    durations = np.asarray(samples.duration_ns, dtype=np.float64)
-    candidate = taken_candidate
-    any_throttled = bool(throttled.any())
-    if exclude_throttled and any_throttled:
-        keep = ~throttled
-        candidate, rounds, durations = taken_candidate[keep], rounds[keep], durations[keep]
-    n_candidate = int(np.count_nonzero(taken_candidate))
-    return _Kept(
-        candidate=candidate,
-        rounds=rounds,
-        durations=durations,
-        times={"baseline": durations[~candidate], "candidate": durations[candidate]},
-        taken={"baseline": len(samples) - n_candidate, "candidate": n_candidate},
-        throttled=any_throttled,
-    )
-
-
-def _mann_whitney_p(sides: Sequence[tuple[np.ndarray, np.ndarray] | None]) -> list[float | None]:
-    """Two-sided Mann-Whitney U p-value, candidate vs baseline, per ``(baseline_ns, candidate_ns)``.
-
-    ``scipy.stats.mannwhitneyu(candidate, baseline, alternative="two-sided")`` with its default
-    ``method="auto"``; None for a pair that is None or has an empty side, or a non-finite p. Pairs
-    of finite values with more than 8 samples on both sides are tested in one call per shape
-    (n_b, n_c) along axis 1 (a 1,000-cell sweep: one call instead of 1,000 at ~1 ms of overhead
-    each). For such sizes "auto" always takes the normal approximation, with each row's own tie
-    correction, and the rank sums and tie counts are sums of integers and halves, exact in float64:
-    each row's p is the number a call of its own gives. Smaller pairs, where "auto" takes the exact
-    distribution unless there are ties, are tested one by one.
-    """
-    from scipy.stats import mannwhitneyu
-
-    raw: dict[int, float] = {}
-    batches: dict[tuple[int, int], list[tuple[int, np.ndarray, np.ndarray]]] = {}
-    for i, pair in enumerate(sides):
-        if pair is None or pair[0].size == 0 or pair[1].size == 0:
-            continue
-        base, cand = pair
-        if base.size > 8 and cand.size > 8 and np.isfinite(base).all() and np.isfinite(cand).all():
-            batches.setdefault((base.size, cand.size), []).append((i, base, cand))
-        else:
-            raw[i] = float(mannwhitneyu(cand, base, alternative="two-sided").pvalue)
-    for batch in batches.values():
-        cands, bases = np.stack([c for _, _, c in batch]), np.stack([b for _, b, _ in batch])
-        pvalues = np.atleast_1d(mannwhitneyu(cands, bases, alternative="two-sided", axis=1).pvalue)
-        raw.update(zip([i for i, _, _ in batch], pvalues.tolist(), strict=True))
-    return [None if (p := raw.get(i)) is None or not math.isfinite(p) else p for i in range(len(sides))]
-
-
 def _failed_cell(result: JobResult, cell: CellResult) -> CellComparison:
     """A cell whose measurement failed: verdict ``failed`` with the error as its reason; whatever
     correctness data it got is kept (and told), no statistics."""
@@ -614,7 +95,7 @@ def _failed_cell(result: JobResult, cell: CellResult) -> CellComparison:
         candidate=VariantStats(n=0),
         verdict=decision.verdict,
         reasons=decision.reasons,
-        flags=_sorted_flags(decision.flags),
+        flags=verdicts.sorted_flags(decision.flags),
         correctness=cell.correctness,
         timed_checks=cell.timed_checks,
         error=cell.error,
@@ -642,8 +123,8 @@ def compare_cell(
     """
     if cell.error is not None:
         return _failed_cell(result, cell)
-    kept = _kept(cell, exclude_throttled=result.spec.measurement.exclude_throttled)
-    (p,) = _mann_whitney_p([(kept.times["baseline"], kept.times["candidate"])])
+    kept = kept_arrays(cell, exclude_throttled=result.spec.measurement.exclude_throttled)
+    (p,) = mann_whitney_p([(kept.times["baseline"], kept.times["candidate"])])
     return _compare_kept(
         result,
         cell,
@@ -679,7 +160,7 @@ def _finite_numbers(
 
 
 def _cell_numbers(
-    kept: _Kept, p: float | None, *, n_resamples: int, seed: int
+    kept: KeptSamples, p: float | None, *, n_resamples: int, seed: int
 ) -> tuple[dict[Variant, VariantStats], dict[str, float | None]]:
     """Per-side summaries and the cell's numbers (ratio and CI, Hodges-Lehmann shift and CI,
     p-value, MDE), computed with float overflow silenced: ``_finite_numbers`` nulls what overflowed."""
@@ -687,7 +168,7 @@ def _cell_numbers(
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         stats = {v: variant_stats(times[v], dropped_throttled=kept.taken[v] - times[v].size)
                  for v in _VARIANTS}  # fmt: skip
-        rc = _ratio_ci(
+        rc = ratio_ci_arrays(
             kept.candidate, kept.rounds, kept.durations, confidence=0.95, n_resamples=n_resamples, seed=seed
         )
         hl = None
@@ -705,7 +186,7 @@ def _cell_numbers(
     return stats, numbers
 
 
-def _rounds_with_both(kept: _Kept) -> int:
+def _rounds_with_both(kept: KeptSamples) -> int:
     """Rounds in which both sides have kept samples."""
     return int(np.intersect1d(kept.rounds[~kept.candidate], kept.rounds[kept.candidate]).size)
 
@@ -714,7 +195,7 @@ def _compare_kept(
     result: JobResult,
     cell: CellResult,
     peaks: Mapping[str, float],
-    kept: _Kept,
+    kept: KeptSamples,
     p: float | None,
     *,
     n_resamples: int,
@@ -731,12 +212,9 @@ def _compare_kept(
     flags: list[Flag] = []
     if kept.throttled:
         flags.append("throttled")
-    if any(
-        s.median_ns and s.iqr_ns is not None and s.iqr_ns / s.median_ns > _NOISY_IQR_FRACTION
-        for s in stats.values()
-    ):
+    if verdicts.noisy(stats.values()):
         flags.append("noisy")
-    if contention_seen(cell.contention):
+    if verdicts.contention_seen(cell.contention):
         flags.append("contended")
     found = [*extra, *verdicts.correctness_reasons(result, cell), *verdicts.timer_reasons(cell)]
     found += verdicts.resolution_reasons(result.node.device_type, {v: stats[v].median_ns for v in _VARIANTS})
@@ -746,7 +224,8 @@ def _compare_kept(
     launches = cell.samples.launches
     one_launch = bool(launches) and max(launches) == 1
     bound_bytes = m.l2_flush and result.node.device_type == "cuda" and one_launch
-    found += _implausible_reasons(raw_rates, peaks, implausible(raw_rates, peaks, bound_bytes=bound_bytes))
+    too_fast = verdicts.implausible(raw_rates, peaks, bound_bytes=bound_bytes)
+    found += verdicts.implausible_reasons(raw_rates, peaks, too_fast)
     found += verdicts.sample_size_reasons(_rounds_with_both(kept), {v: stats[v].n for v in _VARIANTS})
     found += verdicts.duration_reasons({v: float(kept.times[v].max(initial=0.0)) for v in _VARIANTS})
     if nonfinite:
@@ -776,7 +255,7 @@ def _compare_kept(
         verdict=decision.verdict,
         timing_verdict=timing,
         reasons=decision.reasons,
-        flags=_sorted_flags([*flags, *decision.flags]),
+        flags=verdicts.sorted_flags([*flags, *decision.flags]),
         correctness=cell.correctness,
         timed_checks=cell.timed_checks,
         throughput=rates,
@@ -811,13 +290,14 @@ def compare(
     """
     from scipy.stats import false_discovery_control
 
-    bounds = node_peaks(result, peaks)
+    bounds = verdicts.node_peaks(result, peaks)
     changed = node_change_reasons(result.probes, device_type=result.node.device_type)
     exclude_throttled = result.spec.measurement.exclude_throttled
     kept = [
-        None if c.error is not None else _kept(c, exclude_throttled=exclude_throttled) for c in result.cells
+        None if c.error is not None else kept_arrays(c, exclude_throttled=exclude_throttled)
+        for c in result.cells
     ]
-    p_values = _mann_whitney_p(
+    p_values = mann_whitney_p(
         [None if k is None else (k.times["baseline"], k.times["candidate"]) for k in kept]
     )
     cells = [
@@ -834,8 +314,8 @@ def compare(
     node_flags = list(health_flags)
     if node_flags:
         for c in cells:
-            c.flags = _sorted_flags([*c.flags, *node_flags])
-    flags: list[Flag] = [f for c in cells for f in c.flags] + probe_flags(result.probes) + node_flags
+            c.flags = verdicts.sorted_flags([*c.flags, *node_flags])
+    flags: list[Flag] = [f for c in cells for f in c.flags] + verdicts.probe_flags(result.probes) + node_flags
     job_reasons = list(changed)
     if changed:
         flags.append("node-changed")
@@ -855,7 +335,7 @@ def compare(
         node=result.node,
         cells=cells,
         probes=result.probes,
-        flags=_sorted_flags(flags),
+        flags=verdicts.sorted_flags(flags),
         summary=verdicts.summary([c.verdict for c in cells]),
         notes=list(notes),
         reasons=job_reasons,

@@ -29,19 +29,22 @@ Pure functions over ``kernelab.service.schemas``; no database, no numpy.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple, get_args
 
 from kernelab.service.schemas import (
     MAX_DURATION_NS,
     CellResult,
+    ContentionReading,
     CorrectnessResult,
     Flag,
     JobResult,
+    ProbeReport,
     Reason,
     Severity,
     TimingVerdict,
     Variant,
+    VariantStats,
     Verdict,
 )
 
@@ -154,8 +157,12 @@ REASONS: dict[str, ReasonKind] = {
     ),
 }
 
+NOISY_IQR_FRACTION = 0.10  # torch.utils.benchmark warns when IQR/median > 10%
+PEAK_MARGIN = 1.1  # a rate above 1.1x the measured peak is implausible (10% probe error allowance)
+
 FLAG_NOTES: dict[Flag, str] = {
-    "noisy": "IQR/median above 10% on a side (torch.utils.benchmark's warning threshold).",
+    "noisy": f"the IQR/median of a side's kept samples is above {NOISY_IQR_FRACTION:.0%} "
+    "(torch.utils.benchmark's warning threshold).",
     "throttled": "some samples were taken while the GPU was throttled (excluded from the statistics "
     "unless the spec keeps them; the flag says how many were dropped, baseline+candidate).",
     "contended": "another process was on the GPU before or during the measurement.",
@@ -488,3 +495,116 @@ def timer_reasons(cell: CellResult) -> list[Reason]:
             )
         ]
     return []
+
+
+# --------------------------------------------------------------------------------------------------
+# Flags and plausibility rules of a cell's statistics
+# --------------------------------------------------------------------------------------------------
+
+_FLAG_ORDER: tuple[str, ...] = get_args(Flag)
+_VARIANTS: tuple[Variant, Variant] = ("baseline", "candidate")
+
+
+def noisy(stats: Iterable[VariantStats]) -> bool:
+    """The ``noisy`` flag: True when a side's kept samples (``estimators.kept_samples``) have an
+    IQR/median above ``NOISY_IQR_FRACTION`` (torch.utils.benchmark's warning threshold)."""
+    return any(
+        s.median_ns and s.iqr_ns is not None and s.iqr_ns / s.median_ns > NOISY_IQR_FRACTION for s in stats
+    )
+
+
+def node_peaks(result: JobResult, peaks: Mapping[str, float] | None = None) -> dict[str, float]:
+    """Physical peaks for the plausibility guard: ``copy_gbps`` and ``matmul_tflops``.
+
+    ``copy_gbps`` defaults to the highest device-local copy reading of the result's probes
+    (read + written, GB/s), ``matmul_tflops`` to the highest bf16 matmul reading of the probes
+    (``kernelab.runners.probes.peak``, TFLOP/s); values in ``peaks`` override them. Missing keys mean "no
+    bound".
+    """
+    out: dict[str, float] = {}
+    readings = [r.bandwidth_gbps for p in result.probes for r in p.copy_bandwidth if r.bandwidth_gbps > 0]
+    if readings:
+        out["copy_gbps"] = max(readings)
+    matmul = [r.tflops for p in result.probes for r in p.matmul_peak if r.tflops > 0]
+    if matmul:
+        out["matmul_tflops"] = max(matmul)
+    out.update({k: float(v) for k, v in (peaks or {}).items() if k in ("copy_gbps", "matmul_tflops")})
+    return out
+
+
+def implausible(rates: Mapping[str, float], peaks: Mapping[str, float], *, bound_bytes: bool) -> list[str]:
+    """The keys of ``rates`` (from ``throughput``) that exceed 1.1x the node's peak; empty when none
+    does (so the result reads as a truth value).
+
+    A result faster than the hardware can go is a timing error: ``triton.testing.do_bench`` once
+    returned 0.003 ms for a bf16 4096^3 matmul on an H200, i.e. 46 PFLOP/s against the datasheet's
+    989 TFLOP/s (dense bf16). ``bound_bytes`` applies the copy-bandwidth bound;
+    pass False when caches may be warm (no L2 flush, a CPU, or samples of several launches each of
+    which only the first follows the flush), where cache-resident kernels can legitimately exceed
+    DRAM copy bandwidth.
+    """
+    out: list[str] = []
+    for key, rate in rates.items():
+        if key.endswith("_gbps") and bound_bytes and "copy_gbps" in peaks:
+            if rate > PEAK_MARGIN * peaks["copy_gbps"]:
+                out.append(key)
+        if key.endswith("_tflops") and "matmul_tflops" in peaks:
+            if rate > PEAK_MARGIN * peaks["matmul_tflops"]:
+                out.append(key)
+    return out
+
+
+def implausible_reasons(
+    rates: Mapping[str, float], peaks: Mapping[str, float], keys: list[str]
+) -> list[Reason]:
+    out = []
+    for key in keys:
+        side, _, unit = key.partition("_")
+        peak_key = "copy_gbps" if unit == "gbps" else "matmul_tflops"
+        label = "GB/s" if unit == "gbps" else "TFLOP/s"
+        out.append(
+            reason(
+                "rate-above-peak",
+                f"{side}: {rates[key]:,.1f} {label} from the declared work exceeds 1.1x the node's measured "
+                f"peak of {peaks[peak_key]:,.1f} {label}: a timing error, not a speed",
+                side=side if side in _VARIANTS else None,  # type: ignore[arg-type]
+            )
+        )
+    return out
+
+
+def foreign_processes(processes: Sequence[Mapping[str, object]]) -> int:
+    """Compute processes on one GPU that are not kernelab's own: the one rule for ``contended``,
+    in a cell's comparison (``contention_seen``, ``probe_flags``) and in node health
+    (``kernelab.service.health``).
+
+    Telemetry marks our process ``own``; inside a container NVML may report host PIDs so that no
+    entry matches, in which case one unmarked process is presumed to be ours.
+    """
+    foreign = sum(1 for p in processes if not p.get("own"))
+    if any(p.get("own") for p in processes):
+        return foreign
+    return max(foreign - 1, 0)
+
+
+def contention_seen(readings: Iterable[ContentionReading]) -> bool:
+    """True when a reading taken during the cell shows a process that is not kernelab's own.
+
+    Same rule as the probes' ``other_processes`` (``foreign_processes``): any foreign compute
+    process, idle or busy, or any other process with SM-utilisation samples.
+    """
+    return any(foreign_processes(r.processes) for r in readings)
+
+
+def probe_flags(probes: Iterable[ProbeReport]) -> list[Flag]:
+    """Job-level flags from node-health probes: ``contended`` when a GPU ran another process."""
+    flags: list[Flag] = []
+    if any(foreign_processes(t.other_processes) for p in probes for t in p.telemetry):
+        flags.append("contended")
+    return flags
+
+
+def sorted_flags(flags: Iterable[Flag]) -> list[Flag]:
+    """Flags without duplicates, in the order the schema's ``Flag`` literal declares them."""
+    present = set(flags)
+    return sorted(present, key=_FLAG_ORDER.index)

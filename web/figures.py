@@ -22,7 +22,7 @@ import plotly.io as pio
 from markupsafe import Markup
 from plotly.subplots import make_subplots
 
-from kernelab.service import stats
+from kernelab.service import estimators, stats
 from kernelab.service.schemas import (
     CellResult,
     Comparison,
@@ -33,6 +33,7 @@ from kernelab.service.schemas import (
     Series,
     Variant,
 )
+from kernelab.service.units import format_bytes
 
 # Colours of the two sides everywhere on the dashboard (the CSS badges use the same pair).
 VARIANT_COLOURS: dict[Variant, str] = {"baseline": "#5b6b7f", "candidate": "#d9622b"}
@@ -90,16 +91,14 @@ def _execution_order(samples: SampleColumns) -> np.ndarray:
 
 
 def _kept(result: JobResult, cell: CellResult, variant: Variant) -> np.ndarray:
-    """Durations (ns, float64) of the samples of ``variant`` that ``kernelab.service.stats`` keeps, in
-    execution order: all of them, or those not throttled when the spec's
-    ``measurement.exclude_throttled`` is set (``stats.throttled_mask``, as ``stats.kept_samples``)."""
+    """Durations (ns, float64) of the samples of ``variant`` that the statistics keep
+    (``estimators.kept_mask``), in execution order."""
     samples = cell.samples
     if not len(samples):
         return np.empty(0)
     order = _execution_order(samples)
     keep = np.asarray(samples.variant)[order] == variant
-    if result.spec.measurement.exclude_throttled:
-        keep &= ~stats.throttled_mask(samples)[order]
+    keep &= estimators.kept_mask(samples, exclude_throttled=result.spec.measurement.exclude_throttled)[order]
     return np.asarray(samples.duration_ns, dtype=np.float64)[order][keep]
 
 
@@ -450,16 +449,6 @@ def _draw_bands(
         )
 
 
-def format_bytes(size_bytes: float) -> str:
-    """``1048576`` → ``"1 MiB"``: binary prefixes, at most three significant digits."""
-    value = float(size_bytes)
-    for unit in ("B", "KiB", "MiB"):
-        if abs(value) < 1024:
-            return f"{value:.3g} {unit}"
-        value /= 1024
-    return f"{value:.3g} GiB"
-
-
 # JSON escapes that keep an embedded document inside its <script> element: "<" cannot start
 # "</script>" or "<!--", and U+2028/U+2029 are line terminators in older JavaScript engines.
 _SCRIPT_SAFE = str.maketrans(
@@ -473,7 +462,7 @@ def figure_json(fig: go.Figure | Mapping[str, Any]) -> Markup:
 
     Serialised with ``plotly.io.to_json``; ``<``, ``>``, ``&`` and U+2028/9 are then written as
     ``\\uXXXX`` escapes, which leaves the JSON value unchanged (they can only occur inside strings)
-    while a user string such as ``</script><script>alert(1)</script>`` can no longer end the element.
+    while a user string such as ``</script><script>alert(1)</script>`` cannot end the element.
     """
     text = fig.to_json() if isinstance(fig, go.Figure) else pio.to_json(dict(fig), validate=False)
     return Markup(text.translate(_SCRIPT_SAFE))

@@ -26,10 +26,11 @@ from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.templating import Jinja2Templates
 
 from kernelab.service import crud, health, history, models, node_health
-from kernelab.service.api.deps import SessionDep, SettingsDep, dashboard_access
+from kernelab.service.api.deps import DEFAULT_LIMIT, Limit, Offset, SessionDep, SettingsDep, dashboard_access
 from kernelab.service.api.routes.nodes import NodeName
 from kernelab.service.report import EXPLAINED_VERDICTS, void_timing, why
 from kernelab.service.schemas import JobResult, NodeInfo, ProbeReport, Text, as_utc
+from kernelab.service.units import format_bytes
 from kernelab.service.verdicts import FLAG_NOTES, VERDICT_ORDER
 from kernelab.web import figures, job_view
 from kernelab.web.job_view import CellOrder
@@ -38,7 +39,6 @@ API_PREFIX = "/api/v1"
 STATIC_URL = "/static"
 PLOTLY_JS_URL = "/assets/plotly.min.js"
 PLOTLY_JS_PATH = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
-JOBS_PER_PAGE = 50
 NODE_READINGS = 100  # probe reports shown on a node page, newest first
 RAW_FIGURE_SAMPLES = 20_000  # above this many samples a job page draws per-cell summaries, not samples
 COMPARISON_PENDING_S = 600.0  # how long after its arrival a large result may wait for its comparison
@@ -46,7 +46,6 @@ PENDING_REFRESH_S = 3  # the "comparison being computed" page reloads itself thi
 TIMELINE_LINKS = 50  # up to this many cells the timeline lists a link per cell; above, previous/next
 VERDICTS = VERDICT_ORDER
 PHASE_ORDER = {"before": 0, "after": 1, "adhoc": 2}
-FLAG_HELP = FLAG_NOTES
 
 
 def _duration(value_ns: float | None) -> str:
@@ -85,16 +84,14 @@ def _environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(
-        duration=_duration, pct=_pct, sci=_sci, num=_num, dt=_dt, bytes=figures.format_bytes, why=why
-    )
+    env.filters.update(duration=_duration, pct=_pct, sci=_sci, num=_num, dt=_dt, bytes=format_bytes, why=why)
     env.tests.update(void_timing=void_timing, explained=lambda cell: cell.verdict in EXPLAINED_VERDICTS)
     env.globals.update(
         static_url=STATIC_URL,
         plotly_js_url=PLOTLY_JS_URL,
         api_prefix=API_PREFIX,
         verdicts=VERDICTS,
-        flag_help=FLAG_HELP,
+        flag_help=FLAG_NOTES,
         has_figures=False,
     )
     return env
@@ -162,8 +159,8 @@ def plotly_js() -> FileResponse:
 def jobs_page(
     request: Request,
     session: SessionDep,
-    offset: Annotated[int, Query(ge=0)] = 0,
-    limit: Annotated[int, Query(ge=1, le=500)] = JOBS_PER_PAGE,
+    offset: Offset = 0,
+    limit: Limit = DEFAULT_LIMIT,
 ) -> HTMLResponse:
     """Jobs, newest first, with status, node and verdict counts; paginated by offset/limit."""
     page = crud.list_jobs(session=session, offset=offset, limit=limit)
@@ -180,7 +177,7 @@ def job_page(
     settings: SettingsDep,
     cell: Annotated[int | None, Query(ge=0)] = None,
     order: Annotated[CellOrder, Query()] = "index",
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Offset = 0,
 ) -> HTMLResponse:
     """One job: header, before/after table, sample and timeline figures, probe readings.
 
@@ -302,8 +299,8 @@ def node_page(request: Request, name: NodeName, session: SessionDep, settings: S
             "rows": rows,
             "has_figures": True,
             "health": state,
-            "small_label": figures.format_bytes(small) if small is not None else "smallest",
-            "large_label": figures.format_bytes(large) if large is not None else "largest",
+            "small_label": format_bytes(small) if small is not None else "smallest",
+            "large_label": format_bytes(large) if large is not None else "largest",
             "history_json": figures.figure_json(figures.probe_history_figure(readings, drawn, unhealthy)),
         },
     )

@@ -29,7 +29,8 @@ algbw = bytes / time; busbw = algbw * 2(n-1)/n (nccl-tests ``doc/PERFORMANCE.md`
 buffer holds zeros so repeated sums never overflow; correctness is checked afterwards on a separate
 buffer where rank r holds r + 1 everywhere and every element must read n(n+1)/2; wrong elements are
 summed over the ranks like nccl-tests' ``#wrong``. Reference on a 2xH200 node: 19.5 us at 8 B,
-313 GB/s busbw at 512 MiB (``shared/reference/nccl-tests-all_reduce_perf-2xH200.txt``).
+313 GB/s busbw at 512 MiB (nccl-tests' ``all_reduce_perf``, its output in
+``tests/service/fixtures/nccl-tests-all_reduce_perf-2xH200.txt``).
 
 Measured with the host clock on a 2xH200 node (2026-11-30, torch 2.11, driver 580): 512 MiB in
 1713 us (313 GB/s busbw, as nccl-tests), 64 MiB in 256 us, but 22-43 us at 8 B and 1 MiB: below

@@ -4,8 +4,8 @@ CUDA, per visible GPU: a buffer at least 8x the device's L2 (so the copy streams
 from cache), ``copies_per_sample`` copies between one event pair queued behind a spin kernel
 (``torch.cuda._sleep``) so the host's enqueue latency stays out of the window, the median of
 ``samples`` samples. This is nvbandwidth's method (spin kernel, 16 copies per event pair, median
-of 3); see ``shared/reference/gpu-measurement-method.md``. On an H200 a 4 GiB ``copy_`` measured
-this way moves ~4.2 TB/s (``H200-node-figures.md``); the HBM3e datasheet says 4.8 TB/s.
+of 3; NVIDIA's nvbandwidth, github.com/NVIDIA/nvbandwidth). On an H200 a 4 GiB ``copy_`` measured
+this way moves ~4.2 TB/s; the HBM3e datasheet says 4.8 TB/s.
 
 CPU: the same idea with host tensors and ``time.perf_counter_ns``, the buffer sized from the
 last-level cache and clamped to 64-256 MiB so the probe stays well under a second.

@@ -5,20 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kernelab.service.schemas import HealthReason, NodeInfo, ProbeReport
-
-_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
-
-
-def format_bytes(n: int | float | None) -> str:
-    """``1048576`` -> ``"1 MiB"``; binary units, at most one decimal; None -> ``"-"``."""
-    if n is None:
-        return "-"
-    value = float(n)
-    for unit in _UNITS:
-        if abs(value) < 1024 or unit == _UNITS[-1]:
-            return f"{value:.0f} {unit}" if value == int(value) else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
+from kernelab.service.units import format_bytes
 
 
 def _num(value: float | int | None, fmt: str = ".1f") -> str:

@@ -3,8 +3,8 @@
 ``measure_matmul_peak(device)`` times a dense bf16 ``torch.mm`` of 8192 x 8192 x 8192 (2 * 8192^3
 = 1.1 TFLOP per launch) with one CUDA event pair around ``launches`` back-to-back launches, after
 warm-up launches, and keeps the fastest of ``repeats`` windows: a peak is an upper bound, so the
-burst right after idle (which reads ~9% faster than the sustained rate on an H200,
-``reference/H200-node-figures.md``) is the right reading, not a problem. The result is cached
+burst right after idle (which reads ~9% faster than the sustained rate on an H200) is the right
+reading, not a problem. The result is cached
 per device for the life of the process (``run_probes`` calls it before and after every job).
 
 On an H200 this reads ~790 TFLOP/s (datasheet dense bf16: 989 TFLOP/s) and costs ~0.1 s. The bound

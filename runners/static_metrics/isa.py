@@ -22,7 +22,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-# Instruction classes (DESIGN.md "Static metrics"); ``OTHER`` catches the rest (ALU, moves, ...).
+# Instruction classes of the static comparison (``kernelab static``); ``OTHER`` catches the rest
+# (ALU, moves, ...).
 MMA = "mma"
 GLOBAL_LOAD = "global_load"
 GLOBAL_STORE = "global_store"

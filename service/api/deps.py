@@ -34,6 +34,11 @@ JobId = Annotated[int, Path(ge=1, le=MAX_ROW_ID, description="job id")]
 """A job id in the path: out of the database's integer range is a 422 naming it, not a 500."""
 Offset = Annotated[int, Query(ge=0, le=MAX_OFFSET, description="rows to skip")]
 """``?offset=`` of a paginated list."""
+MAX_LIMIT = 500  # the largest ?limit= of a list
+DEFAULT_LIMIT = 50
+Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT, description="rows per page")]
+"""``?limit=`` of a paginated list (default ``DEFAULT_LIMIT``), with ``Offset`` and ``page_headers``
+the one way every list of the API and the dashboard pages."""
 
 _bearer = HTTPBearer(auto_error=False, description="kernelab token (scopes read, submit, admin, runner)")
 
@@ -43,7 +48,7 @@ def page_headers(request: Request, *, total: int, offset: int, limit: int | None
     items remain after this page, an RFC 8288 ``Link: <url>; rel="next"`` to the next page: the
     request's path and query with ``offset``/``limit`` replaced, as a relative reference (RFC 3986
     section 4.2, resolved against the request's URL), or under ``KERNELAB_PUBLIC_URL`` when that is
-    set. Never the request's ``Host`` header, which the client chooses (issue 15: it was reflected).
+    set. Never the request's ``Host`` header, which the client chooses.
     ``limit=None``: the page runs to the end."""
     headers = {"X-Total-Count": str(total)}
     if limit is not None and offset + limit < total:

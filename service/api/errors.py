@@ -41,7 +41,7 @@ from kernelab.service.queue import InvalidTransitionError, JobNotFoundError, Lea
 log = logging.getLogger(__name__)
 
 DB_RETRY_AFTER_S = 5  # Retry-After of a 503 while the database is unavailable, seconds
-MAX_ECHO_CHARS = 256  # a 422's echoed `input` / `ctx` value: larger ones are summarised (issue 15)
+MAX_ECHO_CHARS = 256  # a 422's echoed `input` / `ctx` value: larger ones are summarised
 MAX_LOC_CHARS = 100  # one part of a 422's `loc` (a dict key of the body can be any length)
 MAX_MSG_CHARS = 500  # a 422's `msg` (custom validators may quote the input)
 MAX_ERRORS = 50  # errors listed in one 422; the rest are counted in one more line
@@ -173,7 +173,7 @@ def bounded(value: Any, limit: int = MAX_ECHO_CHARS) -> Any:
 def bounded_errors(errors: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Validation errors safe to send back to anyone: at most ``MAX_ERRORS`` (then one line that
     counts the others), each ``input``, ``ctx`` value, ``loc`` part and ``msg`` bounded by
-    ``bounded`` (a 20 MB body otherwise came back as a 41 MB 422, issue 15)."""
+    ``bounded`` (unbounded, a 20 MB body would come back as a 41 MB 422)."""
     out = []
     for error in errors[:MAX_ERRORS]:
         item = dict(error)

@@ -1,9 +1,9 @@
 """The body of ``POST /api/v1/jobs``: at most ``KERNELAB_MAX_SPEC_BYTES`` (1 MiB), decoded and
 validated in a worker thread.
 
-Issue 15 attack, finding 4: a 44 MB JSON body of 2,000,000 keys (``{"k0":[0],...}``) posted with
-any submit token was decoded by FastAPI's ``json.loads`` and validated on the event loop: a
-concurrent ``/healthz`` took 10.4 s, and every other request of the process waited as long. Now:
+The attack this answers: a 44 MB JSON body of 2,000,000 keys (``{"k0":[0],...}``) posted with any
+submit token, decoded by FastAPI's ``json.loads`` and validated on the event loop, holds a
+concurrent ``/healthz`` for 10.4 s, and every other request of the process as long. So:
 
 * **Size.** A spec is a few KB (its sweep is at most ``MAX_CELLS`` cells), so the route refuses a
   body over ``max_spec_bytes`` with 413, from its ``Content-Length`` or as it streams, before

@@ -154,7 +154,7 @@ def test_up_runs_the_demo_and_reuses_its_token(tmp_path: Path) -> None:
         assert proc.returncode == 0, proc.stderr + (data_dir / "runner.log").read_text()
         assert "verdicts:" in proc.stdout
         line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("dashboard"))
-        assert line.split()[1].endswith("/login")  # a form: sign-in links are refused (issue 15)
+        assert line.split()[1].endswith("/login")  # a form: sign-in links are refused
         tokens.append(next(ln for ln in proc.stdout.splitlines() if ln.startswith("token")).split()[1])
         assert f"demo job {demo_job_id}:" in proc.stderr  # the second run reuses the database
         assert "[1/2] cell 1/2" in proc.stderr and "[2/2] cell 2/2" in proc.stderr  # progress per cell

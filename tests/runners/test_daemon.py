@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from kernelab.runners.client import KernelabAPIError, KernelabClient, KernelabUnavailable
-from kernelab.runners.daemon import Runner
+from kernelab.runners.daemon import RunnerDaemon
 from kernelab.runners.local import ServerProcess, admin_token, free_port
 from kernelab.runners.spool import Spool
 from kernelab.service.schemas import JobPublic, JobSpec, ProbeSpec
@@ -46,7 +46,7 @@ class Stack:
         self.port = free_port()
         self.server: ServerProcess | None = None
         self.starts = 0
-        self.opened: list[KernelabClient | Runner] = []
+        self.opened: list[KernelabClient | RunnerDaemon] = []
 
     def start(self) -> ServerProcess:
         self.starts += 1
@@ -67,8 +67,8 @@ class Stack:
         url = f"http://127.0.0.1:{self.port}"
         return self.track(KernelabClient(url, token or self.token, retries=1, backoff_s=0.05))
 
-    def runner(self, name: str, work_dir: Path, **kwargs: float) -> Runner:
-        return self.track(Runner(self.client(), name, once=True, work_dir=work_dir, **kwargs))
+    def runner(self, name: str, work_dir: Path, **kwargs: float) -> RunnerDaemon:
+        return self.track(RunnerDaemon(self.client(), name, once=True, work_dir=work_dir, **kwargs))
 
     def track(self, obj):  # closed at teardown
         self.opened.append(obj)
@@ -100,7 +100,7 @@ def _status(client: KernelabClient, job: JobPublic) -> str:
     return client.get_job(job.id).status
 
 
-def _run_in_thread(runner: Runner) -> tuple[threading.Thread, list[BaseException]]:
+def _run_in_thread(runner: RunnerDaemon) -> tuple[threading.Thread, list[BaseException]]:
     errors: list[BaseException] = []
 
     def target() -> None:
@@ -183,13 +183,15 @@ def test_lost_lease_stops_the_worker_and_posts_nothing(stack: Stack, tmp_path: P
 def test_runner_token_is_used_directly_and_bad_token_refused(stack: Stack, tmp_path: Path) -> None:
     registered = stack.client().register("given-token-node")
     with pytest.raises(ValueError, match="must match"):
-        Runner(stack.client(), "bad/name", work_dir=tmp_path)  # names are folder names too
+        RunnerDaemon(stack.client(), "bad/name", work_dir=tmp_path)  # names are folder names too
     runner = stack.track(
-        Runner(stack.client(registered.token), "given-token-node", once=True, work_dir=tmp_path / "runner")
+        RunnerDaemon(
+            stack.client(registered.token), "given-token-node", once=True, work_dir=tmp_path / "runner"
+        )
     )
     runner.run()  # registration answers 403 for a runner token: it is used as is; queue empty
     assert not runner.token_file.exists()
-    bad = stack.track(Runner(stack.client("not-a-token"), "x", once=True, work_dir=tmp_path / "bad"))
+    bad = stack.track(RunnerDaemon(stack.client("not-a-token"), "x", once=True, work_dir=tmp_path / "bad"))
     with pytest.raises(KernelabAPIError) as info:
         bad.run()
     assert info.value.status_code == 401
@@ -311,7 +313,7 @@ def test_probe_pool_serves_the_probes_of_every_job(stack: Stack, tmp_path: Path)
     runner = stack.runner("pool-node", tmp_path / "runner", probe_pool="on")
     runner.run()
     assert (runner.done, runner.failed) == (2, 0)
-    pool = runner._pool
+    pool = runner.probe_pool.pool
     assert pool is not None and pool.alive()
     # Before and after each job: four requests, all served by the same two rank processes.
     assert int(pool._run._store.add(_SEQ_KEY, 0)) == 4
@@ -323,7 +325,7 @@ def test_probe_pool_serves_the_probes_of_every_job(stack: Stack, tmp_path: Path)
             assert not any("pool failed" in n for n in report.notes)
     pids = list(pool.pids)
     runner.close()
-    assert runner._pool is None and not any(_running(p) for p in pids)
+    assert runner.probe_pool.pool is None and not any(_running(p) for p in pids)
 
 
 def _running(pid: int) -> bool:

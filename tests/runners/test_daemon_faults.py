@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from kernelab.runners.client import KernelabAPIError, KernelabClient, KernelabUnavailable
-from kernelab.runners.daemon import Runner
+from kernelab.runners.daemon import RunnerDaemon
 from kernelab.runners.local import ServerProcess, admin_token, free_port
 from kernelab.service.schemas import JobResult, JobSpec
 
@@ -121,7 +121,7 @@ def test_daemon_survives_any_answer_to_its_claims(scripted, tmp_path: Path) -> N
                                   _json(503, {"detail": "the database is unavailable"}), (204, {}, b"")],
     })  # fmt: skip
     client = KernelabClient(server.url, "runner-token", retries=1, backoff_s=0.01)
-    runner = Runner(client, "survivor", poll_s=1.0, work_dir=tmp_path / "runner")
+    runner = RunnerDaemon(client, "survivor", poll_s=1.0, work_dir=tmp_path / "runner")
     errors: list[BaseException] = []
 
     def run() -> None:
@@ -149,7 +149,7 @@ def test_spool_keeps_results_the_server_did_not_refuse_for_good(scripted, tmp_pa
     server = scripted({path: [_json(500, {"detail": "boom"}), _json(503, {"detail": "database"}),
                               _json(401, {"detail": "invalid or revoked token"}), _json(429, {"detail": "x"}),
                               refused]})  # fmt: skip
-    runner = Runner(KernelabClient(server.url, "t", retries=0), "spooler", work_dir=tmp_path / "runner")
+    runner = RunnerDaemon(KernelabClient(server.url, "t", retries=0), "spooler", work_dir=tmp_path / "runner")
     result = runner.spool.put(_result())
     for answer in (500, 503, 401, 429):  # each: the result stays pending, to be re-sent
         assert runner.flush_spool() == 0, answer
@@ -213,7 +213,7 @@ def test_result_is_posted_while_a_heartbeat_stalls_past_the_lease(tmp_path: Path
         job = admin.submit(_spec(budget_ms=3000))
         transport = StallingTransport()
         client = KernelabClient(server.url, token, retries=1, backoff_s=0.05, transport=transport)
-        runner = Runner(client, "stall-node", once=True, lease_s=5, work_dir=tmp_path / "runner")
+        runner = RunnerDaemon(client, "stall-node", once=True, lease_s=5, work_dir=tmp_path / "runner")
         thread = threading.Thread(target=runner.run, daemon=True)
         thread.start()
         try:
@@ -297,7 +297,7 @@ def test_a_full_work_dir_claims_nothing_says_why_and_runs_the_job_once_it_has_ro
     with stack.server:
         admin = stack.client()
         given = stack.client()
-        runner = Runner(given, "full-node", poll_s=1.0, work_dir=small_disk, min_free_bytes=1 << 20)
+        runner = RunnerDaemon(given, "full-node", poll_s=1.0, work_dir=small_disk, min_free_bytes=1 << 20)
         runner.ensure_token()  # the token file is written while there is room
         filler = _fill(small_disk)
         job = admin.submit(_spec(budget_ms=300))
@@ -327,7 +327,7 @@ def test_a_job_claimed_onto_a_full_disk_is_released_not_crashed_on(small_disk: P
     with stack.server:
         admin = stack.client()
         given = stack.client()
-        runner = Runner(given, "full-node", work_dir=small_disk, min_free_bytes=0)
+        runner = RunnerDaemon(given, "full-node", work_dir=small_disk, min_free_bytes=0)
         runner.ensure_token()
         job = admin.submit(_spec(budget_ms=300))
         claim = runner.client.claim(wait_s=0, lease_s=120)  # taken before the disk filled up
@@ -352,7 +352,7 @@ def test_a_result_the_full_disk_cannot_take_is_held_in_memory_and_posted(
     try:
         admin = stack.client()
         given = stack.client()
-        runner = Runner(given, "full-node", poll_s=1.0, lease_s=60, work_dir=small_disk,
+        runner = RunnerDaemon(given, "full-node", poll_s=1.0, lease_s=60, work_dir=small_disk,
                         min_free_bytes=1 << 20)  # fmt: skip
         runner.ensure_token()
         job = admin.submit(_spec(budget_ms=6000))

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from kernelab.runners.client import KernelabClient
-from kernelab.runners.daemon import Runner
+from kernelab.runners.daemon import RunnerDaemon
 from kernelab.runners.worker import NODE_CHANGED_MARK, _node_changed
 from kernelab.service.schemas import CopyBandwidthReading, JobResult, JobSpec, NodeInfo, ProbeReport
 
@@ -56,18 +56,18 @@ class _Proc:
 def test_after_such_a_job_the_daemon_probes_again_and_posts_the_report(server, tmp_path: Path) -> None:
     url, admin = server
     with KernelabClient(url, admin, retries=1) as client:
-        runner = Runner(client, "reprobe-node", once=True, work_dir=tmp_path)
+        runner = RunnerDaemon(client, "reprobe-node", once=True, work_dir=tmp_path)
         try:
             runner.ensure_token()
-            runner._running_spec = SPEC
+            runner.supervisor.running_spec = SPEC
             lines = f"progress: [1/1] done\n{NODE_CHANGED_MARK}copy GPU 0 read ...\n"
-            runner._relay_stdout(_Proc(lines), 7, "k", [])  # type: ignore[arg-type]
-            assert runner._reprobe == SPEC
-            node = runner._node_info()
+            runner.supervisor.relay_stdout(_Proc(lines), 7, "k", [])  # type: ignore[arg-type]
+            assert runner.supervisor.reprobe == SPEC
+            node = runner.node_info()
             assert node is not None
             before = len(client.get_node(node.hostname)["probes"]) if _known(client, node.hostname) else 0
             runner.run()  # --once: the probe first, then a claim that finds no job
-            assert runner._reprobe is None
+            assert runner.supervisor.reprobe is None
             probes = [p["report"] for p in client.get_node(node.hostname)["probes"]]
             assert len(probes) == before + 1 and probes[0]["phase"] == "adhoc"
             assert probes[0]["copy_bandwidth"] and probes[0]["copy_bandwidth"][0]["bandwidth_gbps"] > 0

@@ -1,4 +1,4 @@
-"""Job code runs without the daemon's credentials (issue 15): the allow-listed job environment,
+"""Job code runs without the daemon's credentials: the allow-listed job environment,
 redacted and bounded error text, the private namespace that hides the work dir, and the attack
 itself: a revision job whose install step prints the tokens, against a real server and daemon."""
 
@@ -17,7 +17,7 @@ import pytest
 
 from kernelab.runners import jobns
 from kernelab.runners.client import KernelabClient
-from kernelab.runners.daemon import Runner
+from kernelab.runners.daemon import RunnerDaemon
 from kernelab.runners.jobenv import JOB_ENV_NAMES_ENV, check_names, job_env
 from kernelab.runners.redact import MAX_ERROR_CHARS, REDACTED, bound, redact, secret_values
 from kernelab.runners.revisions import AllowList, RevisionCache, _git_env
@@ -156,7 +156,7 @@ def test_non_dumpable_process_hides_its_environ(tmp_path: Path) -> None:
 def test_install_step_cannot_leak_the_runner_tokens(
     server: tuple[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolation: str
 ) -> None:
-    """The attack of issue 15: a submit token's install step echoes ``$KERNELAB_TOKEN``, dumps the
+    """The attack: a submit token's install step echoes ``$KERNELAB_TOKEN``, dumps the
     environment and cats the token files; the job's stored error (readable with a read token)
     holds neither token, and the install step's environment has no credential."""
     if isolation == "auto":
@@ -188,7 +188,7 @@ def test_install_step_cannot_leak_the_runner_tokens(
     name = f"sandbox-{isolation}"
     with KernelabClient(url, admin) as client:
         job_id = client.submit(spec).id
-        with Runner(
+        with RunnerDaemon(
             client,
             name,
             once=True,
@@ -198,7 +198,7 @@ def test_install_step_cannot_leak_the_runner_tokens(
             job_env_names=["KERNELAB_TEST_PASSTHRU"],
         ) as runner:
             runner.run()
-            assert runner.check_isolation() is (isolation == "auto")
+            assert runner.supervisor.check_isolation() is (isolation == "auto")
         runner_token = json.loads((work_dir / f"runner-{name}.json").read_text())["token"]
         job = client.get_job(job_id)
     assert job.status == "failed" and job.error is not None
@@ -322,7 +322,7 @@ def test_job_code_cannot_change_the_revision_cache_or_read_a_hidden_folder(
     before = (other.path / "revpkg" / "bench.py").read_text()
     with KernelabClient(url, admin) as client:
         job_id = client.submit(spec).id
-        with Runner(
+        with RunnerDaemon(
             client, "tamper", once=True, work_dir=work_dir, allowed_repos=[str(repo)], job_hide=[data]
         ) as runner:
             runner.run()
@@ -422,7 +422,9 @@ def test_an_install_step_cannot_shadow_kernelab_nor_plant_links_for_it(
     }
     with KernelabClient(url, admin) as client:
         job_id = client.submit(spec).id
-        with Runner(client, "shadow", once=True, work_dir=work_dir, allowed_repos=[str(repo)]) as runner:
+        with RunnerDaemon(
+            client, "shadow", once=True, work_dir=work_dir, allowed_repos=[str(repo)]
+        ) as runner:
             runner.run()
         job = client.get_job(job_id)
     [clone] = cache.glob("repos/*")

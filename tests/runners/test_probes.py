@@ -12,7 +12,6 @@ import pytest
 import torch
 
 from kernelab.runners.probes import format_probe_report, node_info, run_probes
-from kernelab.runners.probes.format import format_bytes
 from kernelab.runners.probes.node import cpu_cache_bytes
 from kernelab.service.schemas import (
     AllReduceReading,
@@ -99,22 +98,6 @@ def test_cpu_cache_levels_are_ordered() -> None:
 def test_node_info_cuda_without_gpu_raises() -> None:
     with pytest.raises(RuntimeError, match="no CUDA GPU"):
         node_info(torch.device("cuda"))
-
-
-@pytest.mark.parametrize(
-    ("n", "text"),
-    [
-        (None, "-"),
-        (8, "8 B"),
-        (1536, "1.5 KiB"),
-        (1024**2, "1 MiB"),
-        (64 * 1024**2, "64 MiB"),
-        (60 * 1024**2 + 512 * 1024, "60.5 MiB"),
-        (3 * 1024**5, "3072 TiB"),
-    ],
-)
-def test_format_bytes(n: int | None, text: str) -> None:
-    assert format_bytes(n) == text
 
 
 def test_format_probe_report_shows_readings_gaps_and_errors() -> None:

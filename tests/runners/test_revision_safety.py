@@ -1,4 +1,4 @@
-"""The revision allow-list compares canonical forms (issue 15): '..', encoded forms and other
+"""The revision allow-list compares canonical forms: '..', encoded forms and other
 spellings of another repository are refused; '*' stays within one segment; git follows no HTTP
 redirect and no url.insteadOf rewrite; subdir and committed symlinks stay inside the worktree
 (real git repositories, real HTTP servers on loopback)."""

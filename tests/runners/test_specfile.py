@@ -1,5 +1,5 @@
 """``kernelab.runners.specfile``: YAML that expands (alias bombs), nests or constructs badly is an error at
-its line, found in time linear in the file (issue 15)."""
+its line, found in time linear in the file."""
 
 from __future__ import annotations
 

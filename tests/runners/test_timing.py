@@ -1,7 +1,7 @@
 """Timers: launches selection, the CPU timer against busy-waits of known length, the timer factory.
 
 The CUDA tests (``@pytest.mark.gpu``) are written for the H200 node; they are skipped without a GPU.
-Figures they check come from the H200 node figures recorded in ``docs/results/``.
+Figures they check were measured on an H200 node (each test names its own).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Timing defaults of issue 3: nvbench's minimum time, the timer chosen by the spec, and the
+"""Timing defaults: nvbench's minimum time, the timer chosen by the spec, and the
 per-callable fallback from CUDA-graph replay to CUDA events.
 
 CPU tests drive ``FallbackTimer`` with two CPU timers, the preferred one refusing callables marked

@@ -103,7 +103,7 @@ def test_login_cookie_grants_dashboard_access(settings: Settings, client_class, 
 
 
 def test_a_sign_in_link_signs_nobody_in(settings: Settings, client_class, admin_token) -> None:  # type: ignore[no-untyped-def]
-    """Issue 15 (login CSRF): ``GET /login?token=`` from any link set the cookie."""
+    """Login CSRF: a ``GET /login?token=`` from any link sets no cookie."""
     with client_class(_dashboard_app(settings)) as client:
         r = client.get("/login", params={"token": admin_token}, follow_redirects=False)
         assert r.status_code == 200 and "set-cookie" not in r.headers

@@ -1,4 +1,4 @@
-"""Issue 15: a request with a body is authenticated before its body is read, and a 422 never
+"""A request with a body is authenticated before its body is read, and a 422 never
 echoes a large input (a 20 MB body with a garbage token came back as a 41 MB 422).
 
 The routes are generated from ``app.routes`` (every ``/api/v1`` route that takes a body), so a new

@@ -1,4 +1,4 @@
-"""Issue 15 ("decoding a big JSON body should not block the event loop"): a posted result, the
+"""Decoding a big JSON body does not block the event loop: a posted result, the
 one body that is tens of MiB in normal use, is validated in a worker thread, not on the event
 loop that every other request of the process waits on."""
 

@@ -1,4 +1,4 @@
-"""Issue 15 drill: under ``ulimit -n 256``, 400 idle connections stopped the server (``Too many
+"""Connection drill: under ``ulimit -n 256``, 400 idle connections stopped the server (``Too many
 open files``). A real ``kernelab serve`` runs with RLIMIT_NOFILE 256 (``resource.setrlimit`` in
 ``preexec_fn``); the drill opens 400 idle TCP connections to it, then asks ``/healthz`` on fresh
 connections while they are open, after the header timeout, and after they are closed. The server

@@ -28,7 +28,7 @@ from drills import LEASE_S, TOKEN, counts, events, spec, wait_for
 from factories import big_result
 
 from kernelab.runners.client import KernelabClient
-from kernelab.runners.daemon import Runner
+from kernelab.runners.daemon import RunnerDaemon
 from kernelab.runners.local import ServerProcess, free_port
 from kernelab.service.schemas import NodeInfo
 
@@ -64,7 +64,7 @@ def test_runner_killed_mid_job_the_job_completes_on_another_runner(
     killed_at = time.monotonic()
     assert admin.get_job(job.id).status == "running"  # the dead runner still holds the lease
 
-    rescuer = Runner(admin, "rescuer", once=True, work_dir=tmp_path / "rescuer", lease_s=30)
+    rescuer = RunnerDaemon(admin, "rescuer", once=True, work_dir=tmp_path / "rescuer", lease_s=30)
     try:
         time.sleep(max(0.0, killed_at + LEASE_S + 0.5 - time.monotonic()))  # the lease runs out
         rescuer.run()

@@ -1,4 +1,4 @@
-"""Issue 15: the last live admin token cannot be revoked or rotated away (the admin rotated its
+"""The last live admin token cannot be revoked or rotated away (the admin rotated its
 own, only token and locked itself out); two admins revoking each other at once leave one."""
 
 from __future__ import annotations

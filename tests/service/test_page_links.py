@@ -1,4 +1,4 @@
-"""Issue 15: the ``Link: rel="next"`` of a page never carries the request's ``Host`` header."""
+"""The ``Link: rel="next"`` of a page never carries the request's ``Host`` header."""
 
 from __future__ import annotations
 
@@ -42,3 +42,12 @@ def test_next_link_starts_with_the_configured_public_url(settings: Settings, cli
 def test_a_public_url_that_is_not_an_http_url_is_refused() -> None:
     with pytest.raises(ValueError, match="public_url"):
         Settings(public_url="javascript:alert(1)")
+
+
+@pytest.mark.parametrize("path", ["/?offset=9223372036854775808", "/jobs/1?offset=2147483648"])
+def test_the_dashboard_pages_its_lists_within_the_apis_bounds(api, path: str) -> None:  # type: ignore[no-untyped-def]
+    # the dashboard's ?offset= is the API's Offset: past the database's integers, a 422 naming it
+    api.submit()
+    r = api.client.get(path, headers=api.admin)
+    assert r.status_code == 422, r.text[:300]
+    assert "offset" in r.text

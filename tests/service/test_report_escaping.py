@@ -1,4 +1,4 @@
-"""Issue 15: every user-controlled string of the Markdown export stays inside its table cell or
+"""Every user-controlled string of the Markdown export stays inside its table cell or
 line (a revision ``sha`` broke out of its cell). Rendered by a real CommonMark + GFM-table parser
 (markdown-it-py), the export must keep its table shapes and show each hostile string as text."""
 

@@ -1,4 +1,4 @@
-"""A runner token speaks for its own node only (issue 15): probes and results for another node
+"""A runner token speaks for its own node only: probes and results for another node
 are 403 naming the field, nothing is stored; the binding survives rotation; migration 0013 binds
 existing runners to the hostname they registered with."""
 

@@ -1,4 +1,4 @@
-"""Issue 15 attack, finding 5: with ``KERNELAB_MAX_CONNECTIONS=50``, 60 sockets that sent the head
+"""The attack: with ``KERNELAB_MAX_CONNECTIONS=50``, 60 sockets that sent the head
 of ``POST /login`` (``Content-Length: 4000``) and then one byte every 5 s held every connection
 with no token: ``/healthz`` answered 503 for the whole attack. The header timeout did not cover
 bodies; the body floor rate (``kernelab.service.connection_guard``) closes them.

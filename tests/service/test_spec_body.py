@@ -1,4 +1,4 @@
-"""Issue 15 attack, finding 4: a 44 MB spec of 2,000,000 keys froze the server for ~10 s (FastAPI
+"""The attack: a 44 MB spec of 2,000,000 keys froze the server for ~10 s (FastAPI
 decoded and validated it on the event loop). Specs are now at most ``KERNELAB_MAX_SPEC_BYTES``
 (1 MiB; 413 before decoding) and validated from their bytes in a worker thread
 (``kernelab.service.api.spec_body``)."""

@@ -1,4 +1,4 @@
-"""Bad specs and specs that expand: a 422 naming the field, before anything is built (issue 15).
+"""Bad specs and specs that expand: a 422 naming the field, before anything is built.
 
 A 712-byte spec of 10 keys x 10 values is 10**10 cells: its cell count must be computed, not
 its cells; a benchmark reference that is malformed or names no concrete benchmark is a 422 on

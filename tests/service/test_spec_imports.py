@@ -1,4 +1,4 @@
-"""Issue 15 attack, finding 6: resolving a spec's ``benchmark`` imported any module the server or
+"""The attack: resolving a spec's ``benchmark`` imported any module the server or
 the CLI could reach and ran it: ``venv.__main__:X`` on ``POST /jobs`` ran venv's ``main()``, whose
 ``SystemExit`` was a 500; ``kernelab validate`` with it created a virtualenv.
 

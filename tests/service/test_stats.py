@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy.stats import false_discovery_control
 
-from kernelab.service import stats, verdicts
+from kernelab.service import estimators, stats, verdicts
 from kernelab.service.schemas import (
     CellResult,
     CopyBandwidthReading,
@@ -176,21 +176,21 @@ def test_round_bootstrap_is_wider_than_sample_bootstrap_under_round_drift():
     samples = make_samples(rounds=40, per_round=10, noise=0.005, round_noise=0.03, seed=6)
     # the same values, each sample pretending to be its own round (what an i.i.d. bootstrap assumes)
     iid = [s.model_copy(update={"round": i}) for i, s in enumerate(samples)]
-    _, lo_r, hi_r = stats.ratio_ci(SampleColumns.from_rows(samples))
-    _, lo_s, hi_s = stats.ratio_ci(SampleColumns.from_rows(iid))
+    _, lo_r, hi_r = estimators.ratio_ci(SampleColumns.from_rows(samples))
+    _, lo_s, hi_s = estimators.ratio_ci(SampleColumns.from_rows(iid))
     assert (hi_r - lo_r) > 2.0 * (hi_s - lo_s)
 
 
 def test_ratio_ci_is_deterministic_per_seed_and_needs_two_rounds():
     rows = make_samples(rounds=30, seed=7)
     samples = SampleColumns.from_rows(rows)
-    assert stats.ratio_ci(samples, seed=3) == stats.ratio_ci(samples, seed=3)
-    assert stats.ratio_ci(samples, seed=3) != stats.ratio_ci(samples, seed=4)
+    assert estimators.ratio_ci(samples, seed=3) == estimators.ratio_ci(samples, seed=3)
+    assert estimators.ratio_ci(samples, seed=3) != estimators.ratio_ci(samples, seed=4)
     one_round = SampleColumns.from_rows(make_samples(rounds=1, per_round=5))
-    assert stats.ratio_ci(one_round) is None
-    assert stats.ratio_ci(SampleColumns.from_rows(s for s in rows if s.variant == "baseline")) is None
+    assert estimators.ratio_ci(one_round) is None
+    assert estimators.ratio_ci(SampleColumns.from_rows(s for s in rows if s.variant == "baseline")) is None
     with pytest.raises(ValueError, match="confidence"):
-        stats.ratio_ci(samples, confidence=1.0)
+        estimators.ratio_ci(samples, confidence=1.0)
 
 
 def test_round_matrix_keeps_each_round_in_sample_order():
@@ -199,7 +199,7 @@ def test_round_matrix_keeps_each_round_in_sample_order():
     sample_rounds = rng.integers(0, 9, size=200) * 3  # some rounds absent, uneven counts
     durations = rng.uniform(1.0, 2.0, size=200)
     rounds = np.unique(np.append(sample_rounds, [100]))  # a round of the cell without samples here
-    matrix = stats._round_matrix(sample_rounds, durations, rounds)
+    matrix = estimators._round_matrix(sample_rounds, durations, rounds)
     for row, r in enumerate(rounds):
         own = durations[sample_rounds == r].tolist()
         assert matrix[row, : len(own)].tolist() == own and np.isnan(matrix[row, len(own) :]).all()
@@ -210,8 +210,8 @@ def test_kept_samples_drops_throttled_rows_of_every_column():
     rows = make_samples(rounds=4)
     rows[1] = rows[1].model_copy(update={"throttled": True})
     cols = SampleColumns.from_rows(rows)
-    assert stats.kept_samples(cols, exclude_throttled=False) is cols
-    kept = stats.kept_samples(cols, exclude_throttled=True)
+    assert estimators.kept_samples(cols, exclude_throttled=False) is cols
+    kept = estimators.kept_samples(cols, exclude_throttled=True)
     assert kept.rows() == rows[:1] + rows[2:]
 
 
@@ -219,7 +219,7 @@ def test_ratio_ci_handles_rounds_missing_one_variant():
     samples = make_samples(rounds=50, ratio=1.05, seed=8)
     # a variant absent from most rounds (e.g. dropped as throttled) still gives a finite CI
     sparse = [s for s in samples if s.variant == "candidate" or s.round % 10 == 0]
-    ratio, lo, hi = stats.ratio_ci(SampleColumns.from_rows(sparse))
+    ratio, lo, hi = estimators.ratio_ci(SampleColumns.from_rows(sparse))
     assert np.isfinite([lo, hi]).all()
     assert lo <= ratio <= hi
 
@@ -233,7 +233,7 @@ def test_hodges_lehmann_recovers_shift_and_matches_brute_force():
     rng = np.random.default_rng(9)
     base = rng.normal(1000.0, 10.0, 301)
     cand = rng.normal(1000.0, 10.0, 250) + 50.0
-    shift, lo, hi = stats.hodges_lehmann(base, cand)
+    shift, lo, hi = estimators.hodges_lehmann(base, cand)
     assert lo < 50.0 < hi
     assert shift == pytest.approx(50.0, abs=3.0)
     diffs = np.sort(np.subtract.outer(cand, base).ravel())
@@ -245,23 +245,23 @@ def test_hodges_lehmann_recovers_shift_and_matches_brute_force():
 
 
 def test_hodges_lehmann_ci_absent_for_tiny_samples():
-    shift, lo, hi = stats.hodges_lehmann(np.array([1.0, 2.0]), np.array([4.0, 6.0]))
+    shift, lo, hi = estimators.hodges_lehmann(np.array([1.0, 2.0]), np.array([4.0, 6.0]))
     assert shift == pytest.approx(3.5)  # median of {3, 5, 2, 4}
     assert lo is None and hi is None
     with pytest.raises(ValueError):
-        stats.hodges_lehmann(np.array([]), np.array([1.0]))
+        estimators.hodges_lehmann(np.array([]), np.array([1.0]))
 
 
 def test_mde_matches_reference_figure():
     # reference: CV 1% and n = 30 give ~0.7%
     iqr = 0.01 * 1.349 * 1000.0
     s = VariantStats(n=30, median_ns=1000.0, iqr_ns=iqr)
-    assert stats.min_detectable_effect_pct(s, s) == pytest.approx(2.8 * 0.01 * np.sqrt(2 / 30) * 100)
-    assert stats.min_detectable_effect_pct(s, VariantStats(n=1, median_ns=1.0, iqr_ns=0.0)) is None
+    assert estimators.min_detectable_effect_pct(s, s) == pytest.approx(2.8 * 0.01 * np.sqrt(2 / 30) * 100)
+    assert estimators.min_detectable_effect_pct(s, VariantStats(n=1, median_ns=1.0, iqr_ns=0.0)) is None
 
 
 def test_variant_stats_values():
-    s = stats.variant_stats(np.array([4.0, 1.0, 3.0, 2.0, 100.0]))
+    s = estimators.variant_stats(np.array([4.0, 1.0, 3.0, 2.0, 100.0]))
     got = (s.n, s.median_ns, s.min_ns, s.q1_ns, s.q3_ns, s.iqr_ns, s.mean_ns)
     assert got == (5, 3.0, 1.0, 2.0, 4.0, 2.0, 22.0)
 
@@ -326,7 +326,7 @@ def test_copy_probe_bounds_bytes_in_cold_gpu_mode_only():
     c = stats.compare(on_gpu).cells[0]
     assert c.throughput["baseline_gbps"] == pytest.approx(1e7 / c.baseline.median_ns)
     assert "implausible" in c.flags
-    assert stats.node_peaks(on_gpu) == {"copy_gbps": 4200.0}
+    assert verdicts.node_peaks(on_gpu) == {"copy_gbps": 4200.0}
     # a higher explicit peak overrides the probe
     assert "implausible" not in stats.compare(on_gpu, peaks={"copy_gbps": 20_000.0}).cells[0].flags
     on_cpu = make_result([make_cell(0, samples, work=work)], probes=probes, device_type="cpu")
@@ -400,8 +400,8 @@ def test_contended_needs_a_foreign_process():
     own_only = GpuTelemetry(device_index=0, other_processes=[{"pid": 1, "own": True}])
     unmarked = GpuTelemetry(device_index=1, other_processes=[{"pid": 99, "own": False}])
     two = GpuTelemetry(device_index=2, other_processes=[{"pid": 98, "own": False}, {"pid": 99, "own": False}])
-    assert stats.probe_flags([ProbeReport(taken_at=NOW, telemetry=[own_only, unmarked])]) == []
-    assert stats.probe_flags([ProbeReport(taken_at=NOW, telemetry=[two])]) == ["contended"]
+    assert verdicts.probe_flags([ProbeReport(taken_at=NOW, telemetry=[own_only, unmarked])]) == []
+    assert verdicts.probe_flags([ProbeReport(taken_at=NOW, telemetry=[two])]) == ["contended"]
 
 
 # ------------------------------------------------------------------------------------------------

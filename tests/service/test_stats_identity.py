@@ -2,11 +2,11 @@
 
 The statistical core of ``service/stats.py`` as last committed (04db575, before the vectorised
 Hodges-Lehmann, the cached bootstrap draws and the batched Mann-Whitney U) is kept below, renamed
-``ref_*``, as the reference; the helpers it calls that did not change (flags, labels,
-throughput, MDE) come from ``kernelab.service.stats``. ~200 generated cells (failed, one-sided, tiny, tied,
-throttled, zero and constant durations, rounds missing a variant, few and many rounds, uneven
-counts) are compared statistic by statistic, exactly, for several seeds and resample counts;
-verdicts and reasons are ``kernelab.service.verdicts``' and tested with it.
+``ref_*``, as the reference; the helpers it calls that did not change (flags, labels, throughput,
+MDE) come from ``kernelab.service.stats``, ``estimators`` and ``verdicts``. ~200 generated cells
+(failed, one-sided, tiny, tied, throttled, zero and constant durations, rounds missing a variant,
+few and many rounds, uneven counts) are compared statistic by statistic, exactly, for several seeds
+and resample counts; verdicts and reasons are ``kernelab.service.verdicts``' and tested with it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kernelab.service import stats
+from kernelab.service import estimators, stats
+from kernelab.service.estimators import _VARIANTS, min_detectable_effect_pct, throughput
 from kernelab.service.schemas import (
     SAMPLE_FIELDS,
     CellComparison,
@@ -38,19 +39,10 @@ from kernelab.service.schemas import (
     VariantStats,
     Work,
 )
-from kernelab.service.stats import (
-    _NOISY_IQR_FRACTION,
-    _VARIANTS,
-    _sorted_flags,
-    cell_label,
-    contention_seen,
-    implausible,
-    min_detectable_effect_pct,
-    node_peaks,
-    probe_flags,
-    throughput,
-    variant_labels,
-)
+from kernelab.service.stats import cell_label, variant_labels
+from kernelab.service.verdicts import NOISY_IQR_FRACTION as _NOISY_IQR_FRACTION
+from kernelab.service.verdicts import contention_seen, implausible, node_peaks, probe_flags
+from kernelab.service.verdicts import sorted_flags as _sorted_flags
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -640,7 +632,7 @@ def _hl_inputs() -> list[tuple[np.ndarray, np.ndarray]]:
 @pytest.mark.parametrize("confidence", [0.95, 0.5, 0.99])
 def test_hodges_lehmann_matches_reference(confidence: float) -> None:
     for base, cand in _hl_inputs():
-        assert stats.hodges_lehmann(base, cand, confidence=confidence) == ref_hodges_lehmann(
+        assert estimators.hodges_lehmann(base, cand, confidence=confidence) == ref_hodges_lehmann(
             base, cand, confidence=confidence
         ), (base.size, cand.size)
 
@@ -648,8 +640,8 @@ def test_hodges_lehmann_matches_reference(confidence: float) -> None:
 def test_hodges_lehmann_beyond_the_pairwise_limit_matches_reference() -> None:
     rng = np.random.default_rng(3)
     base, cand = rng.normal(1e4, 100, 1500), rng.normal(9e3, 100, 1500)  # 2.25e6 pairs
-    assert base.size * cand.size > stats._HL_PAIRWISE_MAX
-    assert stats.hodges_lehmann(base, cand) == ref_hodges_lehmann(base, cand)
+    assert base.size * cand.size > estimators._HL_PAIRWISE_MAX
+    assert estimators.hodges_lehmann(base, cand) == ref_hodges_lehmann(base, cand)
 
 
 def test_ratio_ci_matches_reference() -> None:
@@ -670,14 +662,14 @@ def test_ratio_ci_matches_reference() -> None:
             "confidence": float(rng.choice([0.95, 0.9, 0.5])),
         }
         for _ in range(2):  # the second call finds the cached draws
-            assert stats.ratio_ci(samples, **kw) == ref_ratio_ci(samples, **kw), (i, kw)
+            assert estimators.ratio_ci(samples, **kw) == ref_ratio_ci(samples, **kw), (i, kw)
 
 
 def test_variant_stats_matches_reference() -> None:
     rng = np.random.default_rng(5)
     for n in [0, 1, 2, 3, 4, 5, 7, 8, 100, 301]:
         x = np.round(rng.lognormal(9, 0.3, n), int(rng.integers(0, 3)))
-        assert stats.variant_stats(x, dropped_throttled=n % 3) == ref_variant_stats(
+        assert estimators.variant_stats(x, dropped_throttled=n % 3) == ref_variant_stats(
             x, dropped_throttled=n % 3
         )
 
@@ -700,4 +692,4 @@ def test_mann_whitney_batches_match_one_call_per_pair() -> None:
     for pair in pairs:
         p = None if pair is None or not pair[0].size else float(mannwhitneyu(pair[1], pair[0]).pvalue)
         want.append(p if p is not None and math.isfinite(p) else None)
-    assert stats._mann_whitney_p(pairs) == want
+    assert estimators.mann_whitney_p(pairs) == want

@@ -1,4 +1,4 @@
-"""Issue 3 in the statistics: contention during a cell, the probes' matmul peak as the default
+"""Timing findings in the statistics: contention during a cell, the probes' matmul peak as the default
 plausibility bound, dropped-throttled counts and raw/adjusted p in the reports."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import pytest
 
 from kernelab.service import report
 from kernelab.service.schemas import ContentionReading, MatmulPeakReading, Work
-from kernelab.service.stats import compare, node_peaks
+from kernelab.service.stats import compare
+from kernelab.service.verdicts import node_peaks
 from tests.service.factories import T0, job_result, probe_report
 
 pytestmark = pytest.mark.timeout(60)

@@ -1,5 +1,5 @@
 """Signing a browser page in the way a person does: the ``/login`` form (a POST from the
-server's own page; ``GET /login?token=`` signs nobody in, issue 15)."""
+server's own page; ``GET /login?token=`` signs nobody in)."""
 
 from __future__ import annotations
 

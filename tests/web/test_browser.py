@@ -198,7 +198,7 @@ def test_pages_need_a_token(site: Site, browser: Browser) -> None:
 
 
 def test_sign_in_and_sign_out_with_the_form(site: Site, browser: Browser) -> None:
-    """Issue 15: sign-in is a POST from the form, sign-out a POST from the top bar's button."""
+    """Sign-in is a POST from the form, sign-out a POST from the top bar's button."""
     context = browser.new_context()
     page = context.new_page()
     sign_in(page, site.base_url, ADMIN_TOKEN)
@@ -219,7 +219,7 @@ def test_sign_in_and_sign_out_with_the_form(site: Site, browser: Browser) -> Non
 
 
 def test_a_sign_in_link_sets_no_cookie(site: Site, browser: Browser) -> None:
-    """Issue 15 (login CSRF): ``GET /login?token=`` from any link used to set the cookie."""
+    """Login CSRF: a ``GET /login?token=`` from any link sets no cookie."""
     context = browser.new_context()
     page = context.new_page()
     response = page.goto(f"{site.base_url}/login?token={ADMIN_TOKEN}")

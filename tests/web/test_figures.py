@@ -92,13 +92,6 @@ def test_probe_history_without_readings_says_so() -> None:
     assert fig.layout.annotations[-1].text == "no probe readings"
 
 
-@pytest.mark.parametrize(
-    "size, text", [(8, "8 B"), (1536, "1.5 KiB"), (1 << 20, "1 MiB"), (3 << 30, "3 GiB")]
-)
-def test_format_bytes(size: int, text: str) -> None:
-    assert figures.format_bytes(size) == text
-
-
 @pytest.mark.parametrize("values, unit", [([], "ns"), ([500.0], "ns"), ([2e3, 4e3], "µs"), ([3e6], "ms")])
 def test_time_unit(values: list[float], unit: str) -> None:
     assert figures.time_unit(values)[0] == unit

@@ -12,8 +12,10 @@ from sqlalchemy.orm import Session
 from kernelab.kernels import validate_spec
 from kernelab.service import crud, queue, sample_export
 from kernelab.service.api.deps import (
+    DEFAULT_LIMIT,
     AdminToken,
     JobId,
+    Limit,
     Offset,
     ReadToken,
     SessionDep,
@@ -39,7 +41,6 @@ from kernelab.service.schemas import (
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
-MAX_PAGE = 500  # largest ?limit= of a list
 MAX_SAMPLE_PAGE = 1_000_000  # largest ?limit= of /jobs/{id}/samples
 
 
@@ -67,7 +68,7 @@ def list_jobs(
     _: ReadToken,
     session: SessionDep,
     offset: Offset = 0,
-    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
+    limit: Limit = DEFAULT_LIMIT,
     status: JobStatus | None = None,
     benchmark: Annotated[Text | None, Query(max_length=500)] = None,
 ) -> JobsPage:
@@ -92,7 +93,7 @@ def get_attempts(
     _: ReadToken,
     session: SessionDep,
     offset: Offset = 0,
-    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
+    limit: Limit = DEFAULT_LIMIT,
 ) -> AttemptsPage:
     """The job's attempts (claims by runners) in order: attempt number, runner name (null if the
     runner was deleted), claimed/ended times, outcome and error. 404 if the job is unknown."""

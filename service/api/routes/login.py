@@ -1,8 +1,8 @@
 """Dashboard sign-in and sign-out: ``GET /login`` shows a form, ``POST /login`` (form field
 ``token``) sets the HttpOnly ``kernelab_token`` cookie, ``POST /logout`` clears it.
 
-Signing in is a POST from this server's own page (issue 15: ``GET /login?token=`` set the cookie
-from any link, so another site could sign a visitor in as the attacker: login CSRF). A POST whose
+Signing in is a POST from this server's own page: a ``GET /login?token=`` that set the cookie
+would let any link on another site sign a visitor in as the attacker (login CSRF). A POST whose
 ``Origin`` is another site, or that the browser marks ``Sec-Fetch-Site: cross-site``/``same-site``,
 is refused with 403 (``same_origin``); browsers send ``Origin`` on every form POST, and clients
 without one (curl, scripts) are no CSRF victims. ``GET /login?token=`` sets nothing any more.

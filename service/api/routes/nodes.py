@@ -8,17 +8,25 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Path, Query, Request, Response, status
+from fastapi import APIRouter, HTTPException, Path, Request, Response, status
 from pydantic import BaseModel
 
 from kernelab.service import crud, node_health
-from kernelab.service.api.deps import Offset, ReadToken, RunnerToken, SessionDep, SettingsDep, page_headers
+from kernelab.service.api.deps import (
+    DEFAULT_LIMIT,
+    Limit,
+    Offset,
+    ReadToken,
+    RunnerToken,
+    SessionDep,
+    SettingsDep,
+    page_headers,
+)
 from kernelab.service.runner_identity import check_node
 from kernelab.service.schemas import NodeHealth, ProbeReport, Text
 
 router = APIRouter(prefix="/nodes", tags=["nodes"])
 
-MAX_PAGE = 500
 NodeName = Annotated[Text, Path(min_length=1, max_length=255)]
 
 
@@ -76,7 +84,7 @@ def list_nodes(
     _: ReadToken,
     session: SessionDep,
     offset: Offset = 0,
-    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
+    limit: Limit = DEFAULT_LIMIT,
 ) -> NodesPage:
     """Nodes that sent a probe report or a result, by name."""
     nodes, count = crud.list_nodes(session=session, offset=offset, limit=limit)
@@ -90,7 +98,7 @@ def get_node(
     _: ReadToken,
     session: SessionDep,
     settings: SettingsDep,
-    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
+    limit: Limit = DEFAULT_LIMIT,
 ) -> NodeDetail:
     """One node with its ``limit`` most recent probe reports, newest first, and its health
     (``kernelab.service.health``; thresholds from ``KERNELAB_HEALTH_*``). 404 if unknown."""

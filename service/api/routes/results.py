@@ -6,7 +6,7 @@ the Python objects: a 1,000-cell, 600,000-sample result parses in ~0.4 s instead
 2-core machine, and no 6 million Python objects are built. ``_RawJSONRoute`` hands the bytes on;
 the request schema, the OpenAPI document and the 422 errors (``loc`` from ``body``) are unchanged.
 The validation runs in a worker thread (``_RawJSONRequest.json``), not on the event loop, so the
-process keeps answering heartbeats and claims while a large result is parsed (issue 15).
+process keeps answering heartbeats and claims while a large result is parsed.
 
 The cyclic garbage collector is paused while such a request runs (``_gc_paused``): the parsed result
 holds millions of Python numbers in lists, and one full collection that traverses them costs

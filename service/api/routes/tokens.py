@@ -11,19 +11,26 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Path, Query, Request, Response, status
+from fastapi import APIRouter, HTTPException, Path, Request, Response, status
 from pydantic import BaseModel, Field
 from sqlalchemy import func, select
 
 from kernelab.service import models
 from kernelab.service.admin_guard import LAST_ADMIN, is_last_admin
-from kernelab.service.api.deps import MAX_ROW_ID, AdminToken, Offset, SessionDep, page_headers
+from kernelab.service.api.deps import (
+    DEFAULT_LIMIT,
+    MAX_ROW_ID,
+    AdminToken,
+    Limit,
+    Offset,
+    SessionDep,
+    page_headers,
+)
 from kernelab.service.auth import Scope, create_token, hash_token, revoke_token
 from kernelab.service.schemas import Text
 
 router = APIRouter(prefix="/tokens", tags=["tokens"])
 
-MAX_PAGE = 500
 TokenId = Annotated[int, Path(ge=1, le=MAX_ROW_ID, description="token id")]
 
 
@@ -82,7 +89,7 @@ def list_tokens(
     _: AdminToken,
     session: SessionDep,
     offset: Offset = 0,
-    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
+    limit: Limit = DEFAULT_LIMIT,
     revoked: bool | None = None,
 ) -> TokensPage:
     """Tokens, newest first; ``revoked=false`` lists only live ones."""

@@ -1,0 +1,117 @@
+"""What every ``kernelab`` command shares: exit statuses, option types, the server client, a spec
+file read or a one-line exit.
+
+Exit statuses of ``run``, ``submit --wait`` and ``report`` (the package docstring tells when each):
+``EXIT_OK`` 0, ``EXIT_FAILED`` 1, ``EXIT_BAD_INPUT`` 2, ``EXIT_NO_VERDICT`` 3.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from kernelab.runners.client import KernelabClient
+from kernelab.runners.specfile import SpecFileError, load_spec
+from kernelab.service.schemas import JobSpec, Verdict
+from kernelab.service.verdicts import VERDICT_ORDER
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # a cell's verdict is in --fail-on, or the job failed
+EXIT_BAD_INPUT = 2
+EXIT_NO_VERDICT = 3  # run/submit/report: server unreachable or refusing, wait timed out, job cancelled
+
+GATE_VERDICTS: tuple[Verdict, ...] = tuple(v for v in VERDICT_ORDER if v not in ("faster", "same"))
+"""Verdicts ``--fail-on`` may name (a faster or unchanged cell is never a failure)."""
+DEFAULT_FAIL_ON = "failed,incorrect"
+
+FailOnOpt = Annotated[
+    str,
+    typer.Option(
+        "--fail-on",
+        help=f"exit 1 when a cell's verdict is in this comma list ({', '.join(GATE_VERDICTS)})",
+    ),
+]
+ServerOpt = Annotated[str, typer.Option("--server", envvar="KERNELAB_SERVER", help="server root URL")]
+TokenOpt = Annotated[
+    str, typer.Option("--token", envvar="KERNELAB_TOKEN", help="bearer token", show_default=False)
+]
+SpecArg = Annotated[Path, typer.Argument(help="job spec, YAML or JSON", show_default=False)]
+RepoOpt = Annotated[
+    str, typer.Option("--repo", help="git repository of --baseline-ref/--candidate-ref (path or URL)")
+]
+BaselineRefOpt = Annotated[
+    str | None, typer.Option("--baseline-ref", help="take the baseline's code from this revision of --repo")
+]
+CandidateRefOpt = Annotated[
+    str | None, typer.Option("--candidate-ref", help="take the candidate's code from this revision of --repo")
+]
+AllowRepoOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--allow-repo",
+        help="repository (path, URL, or pattern: '*' within one path segment, "
+        "a last '**' any depth) jobs' source revisions may come from; repeatable; also "
+        "KERNELAB_ALLOWED_REPOS",
+    ),
+]
+DEFAULT_SERVER = "http://127.0.0.1:8000"
+DEFAULT_WORK_DIR = Path.home() / ".kernelab"
+DEFAULT_DATA_DIR = Path("kernelab-data")
+
+
+def fail(message: str, code: int = EXIT_FAILED) -> typer.Exit:
+    typer.echo(message, err=True)
+    return typer.Exit(code)
+
+
+def read_spec(path: Path) -> JobSpec:
+    """Load ``path`` or exit 2 with one ``FILE:LINE: field: message`` line per problem."""
+    try:
+        return load_spec(path)
+    except SpecFileError as exc:
+        raise fail(exc.render(), EXIT_BAD_INPUT) from None
+
+
+def apply_refs(
+    spec: JobSpec, spec_path: Path, repo: str, baseline_ref: str | None, candidate_ref: str | None
+) -> JobSpec:
+    """``spec`` with its sides taken from ``repo`` at the given refs (``kernelab.runners.revisions.
+    with_revisions``); exits 2 naming the spec file when a ref does not resolve."""
+    if baseline_ref is None and candidate_ref is None:
+        return spec
+    from kernelab.runners.revisions import RevisionError, is_dirty, is_url, with_revisions
+
+    try:
+        spec = with_revisions(spec, repo, baseline_ref, candidate_ref)
+        if not is_url(repo) and "HEAD" in (baseline_ref, candidate_ref) and is_dirty(repo):
+            typer.echo(
+                f"note: {repo} has uncommitted changes; HEAD is the last commit, without them", err=True
+            )
+    except RevisionError as exc:
+        raise fail(f"{spec_path}: {exc}", EXIT_BAD_INPUT) from None
+    for side in ("baseline", "candidate"):
+        source = getattr(spec, side).source
+        if source is not None:
+            typer.echo(f"{side}: {source.repo} @ {source.branch} ({source.ref[:12]})", err=True)
+    return spec
+
+
+def client_for(server: str, token: str, **kwargs: Any) -> KernelabClient:
+    if not token:
+        raise fail("no token: pass --token or set KERNELAB_TOKEN", EXIT_BAD_INPUT)
+    return KernelabClient(server, token, **kwargs)
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise
+
+
+def print_cell_progress(index: int, total: int, message: str) -> None:
+    typer.echo(f"  [{index + 1}/{total}] {message}", err=True)

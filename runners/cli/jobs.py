@@ -1,0 +1,82 @@
+"""Commands of a client of a server: ``submit`` (queue a job, ``--wait`` for its verdict) and
+``report`` (a stored job's comparison)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from kernelab.runners.cli.common import (
+    DEFAULT_FAIL_ON,
+    DEFAULT_SERVER,
+    EXIT_BAD_INPUT,
+    EXIT_NO_VERDICT,
+    BaselineRefOpt,
+    CandidateRefOpt,
+    FailOnOpt,
+    RepoOpt,
+    ServerOpt,
+    SpecArg,
+    TokenOpt,
+    apply_refs,
+    client_for,
+    fail,
+    read_spec,
+)
+from kernelab.runners.cli.output import parse_fail_on, show_job, wait_and_show
+from kernelab.runners.client import KernelabAPIError, KernelabUnavailable
+
+
+def submit(
+    spec_path: SpecArg,
+    server: ServerOpt = DEFAULT_SERVER,
+    token: TokenOpt = "",
+    wait: Annotated[bool, typer.Option("--wait", help="wait and print the comparison")] = False,
+    timeout_s: Annotated[float, typer.Option("--timeout-s", help="how long --wait waits")] = 3600.0,
+    repo: RepoOpt = ".",
+    baseline_ref: BaselineRefOpt = None,
+    candidate_ref: CandidateRefOpt = None,
+    fail_on: FailOnOpt = DEFAULT_FAIL_ON,
+) -> None:
+    """Queue a job; print its id (with --wait, also the comparison table).
+
+    ``--baseline-ref main --candidate-ref HEAD --repo .`` benchmarks two revisions of a checkout:
+    refs are resolved to commits here; the runner must allow the repository (--allow-repo).
+    With --wait, exits 1 when a cell's verdict is in --fail-on or the job failed, 3 when no verdict
+    could be had (module docstring).
+    """
+    gate_on = parse_fail_on(fail_on)
+    spec = apply_refs(read_spec(spec_path), spec_path, repo, baseline_ref, candidate_ref)
+    with client_for(server, token) as client:
+        try:
+            job = client.submit(spec)
+            typer.echo(str(job.id))
+            if wait:
+                raise typer.Exit(wait_and_show(client, job, timeout_s=timeout_s, fail_on=gate_on))
+        except KernelabAPIError as exc:
+            raise fail(
+                f"{spec_path}: {exc.detail}" if exc.status_code == 422 else str(exc),
+                EXIT_BAD_INPUT if exc.status_code == 422 else EXIT_NO_VERDICT,
+            ) from None
+        except KernelabUnavailable as exc:
+            raise fail(f"server unreachable: {exc}", EXIT_NO_VERDICT) from None
+
+
+def report(
+    job_id: Annotated[int, typer.Argument(help="job id")],
+    server: ServerOpt = DEFAULT_SERVER,
+    token: TokenOpt = "",
+    markdown: Annotated[bool, typer.Option("--markdown", help="Markdown for a pull request")] = False,
+    fail_on: FailOnOpt = DEFAULT_FAIL_ON,
+) -> None:
+    """Print a job's comparison table (or its Markdown). Exits 1 when a cell's verdict is in
+    --fail-on or the job failed, 2 for an unknown job, 3 while it has no verdict (module docstring)."""
+    gate_on = parse_fail_on(fail_on)
+    with client_for(server, token) as client:
+        try:
+            raise typer.Exit(show_job(client, client.get_job(job_id), gate_on, markdown=markdown))
+        except KernelabAPIError as exc:
+            raise fail(str(exc), EXIT_BAD_INPUT if exc.status_code == 404 else EXIT_NO_VERDICT) from None
+        except KernelabUnavailable as exc:
+            raise fail(f"server unreachable: {exc}", EXIT_NO_VERDICT) from None

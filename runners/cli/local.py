@@ -1,0 +1,188 @@
+"""Commands that work on this machine alone, with no server: ``run``, ``validate``, ``probe``
+(``--server`` only to judge against a node's band) and ``static``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from kernelab.runners.cli.common import (
+    DEFAULT_FAIL_ON,
+    DEFAULT_WORK_DIR,
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    BaselineRefOpt,
+    CandidateRefOpt,
+    FailOnOpt,
+    RepoOpt,
+    SpecArg,
+    TokenOpt,
+    apply_refs,
+    client_for,
+    fail,
+    print_cell_progress,
+    read_spec,
+)
+from kernelab.runners.cli.output import gate, parse_fail_on, print_comparison
+from kernelab.runners.client import KernelabAPIError, KernelabUnavailable
+
+
+def run(
+    spec_path: SpecArg,
+    json_path: Annotated[Path | None, typer.Option("--json", help="write the Comparison JSON here")] = None,
+    markdown_path: Annotated[Path | None, typer.Option("--markdown", help="write Markdown here")] = None,
+    result_path: Annotated[Path | None, typer.Option("--result", help="write the raw JobResult JSON")] = None,
+    repo: RepoOpt = ".",
+    baseline_ref: BaselineRefOpt = None,
+    candidate_ref: CandidateRefOpt = None,
+    cache_dir: Annotated[
+        Path, typer.Option("--cache-dir", help="clones and worktrees of source revisions")
+    ] = DEFAULT_WORK_DIR / "revisions",
+    fail_on: FailOnOpt = DEFAULT_FAIL_ON,
+) -> None:
+    """Run a job on this machine (no server) and print the comparison table.
+
+    A spec whose sides name source revisions (or --baseline-ref/--candidate-ref) runs each side in
+    its own worker process; the repositories the spec names are trusted (it is your own file).
+    Exits 1 when a cell's verdict is in --fail-on or the job failed (module docstring).
+    """
+    gate_on = parse_fail_on(fail_on)
+    spec = apply_refs(read_spec(spec_path), spec_path, repo, baseline_ref, candidate_ref)
+    from kernelab.kernels import BenchmarkError
+    from kernelab.runners.job import run_job
+    from kernelab.service.stats import compare
+
+    typer.echo(f"running {spec.benchmark}: {spec.baseline.variant} vs {spec.candidate.variant}", err=True)
+    try:
+        sources = [s.source for s in (spec.baseline, spec.candidate) if s.source is not None]
+        if sources:
+            from kernelab.runners.revision_job import run_revision_job
+            from kernelab.runners.revisions import AllowList
+
+            allow = AllowList([src.repo for src in sources])
+            result = run_revision_job(spec, allow=allow, cache_dir=cache_dir, progress=print_cell_progress)
+        else:
+            result = run_job(spec, progress=print_cell_progress)
+    except (BenchmarkError, RuntimeError) as exc:  # e.g. cuda without CUDA; RevisionError too
+        raise fail(f"{spec_path}: cannot run: {exc}") from None
+    comparison = compare(result)
+    if result_path is not None:
+        result_path.write_text(result.model_dump_json(indent=2), encoding="utf-8")
+    if json_path is not None:
+        json_path.write_text(comparison.model_dump_json(indent=2), encoding="utf-8")
+    if markdown_path is not None:
+        from kernelab.service.report import to_markdown
+
+        markdown_path.write_text(to_markdown(comparison), encoding="utf-8")
+    print_comparison(comparison)
+    if result.error:  # fails the gate whatever --fail-on says
+        raise fail(f"job failed: {result.error}")
+    raise typer.Exit(gate(comparison, gate_on))
+
+
+def validate(spec_path: SpecArg) -> None:
+    """Check a spec as ``run`` and ``submit`` do (form, bounds, benchmark, variants, every cell's
+    parameters) without running it: prints ``FILE: ok: ...`` and the cell counts, or one
+    ``FILE:LINE: field: message`` line per problem and exits 2."""
+    spec = read_spec(spec_path)
+    typer.echo(
+        f"{spec_path}: ok: {spec.benchmark}, {spec.baseline.variant} vs {spec.candidate.variant}; "
+        f"{spec.cell_count('cpu')} cell(s) on cpu, {spec.cell_count('cuda')} on cuda"
+    )
+
+
+def probe(
+    json_path: Annotated[Path | None, typer.Option("--json", help="write the ProbeReport JSON here")] = None,
+    mode: Annotated[str, typer.Option("--mode", help="quick (before/after a job) or full")] = "quick",
+    cuda_graph: Annotated[
+        bool, typer.Option("--cuda-graph", help="full mode: also time the all-reduce as CUDA-graph replays")
+    ] = False,
+    server: Annotated[str | None, typer.Option("--server", help="judge against this server's band")] = None,
+    token: TokenOpt = "",
+    post: Annotated[bool, typer.Option("--post", help="with --server: store the report there")] = False,
+) -> None:
+    """Probe this node's health (copy bandwidth, all-reduce, telemetry), print the readings and the
+    verdict: against the thresholds alone, or with --server against the node's band kept there."""
+    from kernelab.runners.probes import node_info, run_probes
+    from kernelab.runners.probes.format import format_probe_report, format_verdict
+    from kernelab.service import health
+    from kernelab.service.schemas import HealthBand, ProbeSpec
+
+    if mode not in ("quick", "full"):
+        raise fail(f"--mode must be 'quick' or 'full', got {mode!r}", EXIT_BAD_INPUT)
+    report = run_probes(ProbeSpec(mode=mode, cuda_graph=cuda_graph), "adhoc")  # type: ignore[arg-type]
+    node = node_info()
+    if json_path is not None:
+        json_path.write_text(report.model_dump_json(indent=2), encoding="utf-8")
+    typer.echo(format_probe_report(report, node))
+    bands: dict[str, HealthBand] = {}
+    source = "thresholds only (no band: pass --server to judge against the node's band)"
+    if server is not None:
+        with client_for(server, token) as client:
+            try:
+                detail = client.get_node(node.hostname)
+                bands = {b["figure"]: HealthBand.model_validate(b) for b in detail["health"]["bands"]}
+                source = f"the bands of {server} for {node.hostname}"
+            except KernelabAPIError as exc:
+                if exc.status_code != 404:
+                    raise fail(str(exc)) from None
+                source = f"thresholds only ({server} has no probes of {node.hostname} yet)"
+            except KernelabUnavailable as exc:
+                raise fail(f"server unreachable: {exc}") from None
+            if post:
+                client.post_probe(node.hostname, report)
+    reasons = health.evaluate(report, node_bands=bands)
+    typer.echo(format_verdict(reasons, source))
+
+
+def static(
+    spec_path: SpecArg,
+    target: Annotated[
+        str | None, typer.Option("--target", help="GPU to compile for, e.g. sm_90a (default: this GPU)")
+    ] = None,
+    device_type: Annotated[
+        str, typer.Option("--cells", help="whose sweep cells to compile: cuda or cpu (sweep_by_device)")
+    ] = "cuda",
+    json_path: Annotated[Path | None, typer.Option("--json", help="write the comparisons here")] = None,
+) -> None:
+    """Compile both sides' Triton kernels ahead of time and diff their machine code (no GPU needed).
+
+    For every sweep cell: registers, spills, shared memory, occupancy, instruction mix, innermost
+    loop body, and the verdict IDENTICAL when the machine code is equal.
+    """
+    import json
+
+    from kernelab.runners.static_metrics import default_target, static_comparisons
+    from kernelab.service.report import format_static
+
+    spec = read_spec(spec_path)
+    if device_type not in ("cuda", "cpu"):
+        raise fail(f"--cells must be cuda or cpu, got {device_type!r}")
+    chosen = target or default_target("cuda" if _has_cuda() else "cpu")
+    if chosen is None:
+        raise fail("no CUDA GPU here: name the target, e.g. --target sm_90a")
+    from kernelab.runners.static_metrics.aot import parse_target
+
+    try:
+        parse_target(chosen)
+    except ValueError as exc:
+        raise fail(f"--target: {exc}") from None
+    cells = spec.cells(device_type)  # type: ignore[arg-type]
+    pairs = [({**c, **spec.baseline.params}, {**c, **spec.candidate.params}) for c in cells]
+    typer.echo(f"compiling {len(cells)} cell(s) x 2 sides for {chosen}", err=True)
+    results = static_comparisons(spec, pairs, chosen)
+    labels = [", ".join(f"{k}={v}" for k, v in c.items()) or "cell" for c in cells]
+    if json_path is not None:
+        payload = [{"params": c, **r.model_dump(mode="json")} for c, r in zip(cells, results, strict=True)]
+        json_path.write_text(json.dumps(payload, indent=2), encoding="utf-8")
+    typer.echo(format_static(list(zip(labels, results, strict=True))), nl=False)
+    if any(r.error for r in results):
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())

@@ -1,0 +1,171 @@
+"""What ``run``, ``submit --wait`` and ``report`` print (the table, verdicts in colour on a
+terminal, the probe reports) and the exit status they gate on (``--fail-on``)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import typer
+
+from kernelab.runners.cli.common import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    EXIT_NO_VERDICT,
+    EXIT_OK,
+    GATE_VERDICTS,
+    fail,
+)
+from kernelab.runners.client import TERMINAL_JOB_STATUS, KernelabAPIError, KernelabClient
+from kernelab.service.schemas import CellComparison, Comparison, JobPublic, Verdict
+
+VERDICT_COLORS: dict[Verdict, tuple[str, bool]] = {
+    "failed": ("red", True),
+    "incorrect": ("red", True),
+    "nondeterministic": ("yellow", False),
+    "implausible": ("yellow", False),
+    "faster": ("green", False),
+}
+"""Terminal colour (click colour name) and boldness of a verdict; the others are plain."""
+
+
+def parse_fail_on(text: str) -> frozenset[Verdict]:
+    """The verdicts of a ``--fail-on`` comma list (case and spaces ignored). Exits 2 with a message
+    naming ``--fail-on`` for an empty list, ``faster``/``same`` or a name that is no verdict."""
+    names = [n.strip().lower() for n in text.split(",")]
+    allowed = ", ".join(GATE_VERDICTS)
+    if not any(names) or not all(names):
+        raise fail(f"--fail-on: {text!r} names no verdict; give a comma list of {allowed}", EXIT_BAD_INPUT)
+    for name in names:
+        if name in ("faster", "same"):
+            raise fail(f"--fail-on: {name!r} is not a failure; choose from {allowed}", EXIT_BAD_INPUT)
+        if name not in GATE_VERDICTS:
+            raise fail(f"--fail-on: unknown verdict {name!r}; choose from {allowed}", EXIT_BAD_INPUT)
+    return frozenset(v for v in GATE_VERDICTS if v in names)
+
+
+def use_color() -> bool:
+    """Colour the verdicts: stdout is a terminal and ``NO_COLOR`` (no-color.org) is unset or empty."""
+    return not os.environ.get("NO_COLOR") and sys.stdout.isatty()
+
+
+def paint_verdict(text: str, verdict: Verdict) -> str:
+    """``text`` in the terminal colour of ``verdict`` (``VERDICT_COLORS``), ANSI escapes by click."""
+    color = VERDICT_COLORS.get(verdict)
+    return text if color is None else typer.style(text, fg=color[0], bold=color[1])
+
+
+def print_comparison(comparison: Comparison) -> None:
+    """Print the before/after table (verdicts in colour on a terminal, ``use_color``) and each
+    probe report of a ``Comparison``."""
+    from kernelab.service.report import format_table
+
+    typer.echo(format_table(comparison, paint=paint_verdict if use_color() else None))
+    if comparison.probes:
+        from kernelab.runners.probes.format import format_probe_report
+
+        for report in comparison.probes:
+            typer.echo("")
+            typer.echo(format_probe_report(report, comparison.node))
+
+
+def gate(comparison: Comparison, fail_on: frozenset[Verdict]) -> int:
+    """``EXIT_FAILED`` when a cell's verdict is in ``fail_on``, else ``EXIT_OK``; says which cells
+    tripped the gate (per verdict, a few labels each) or that none did, on stderr."""
+    from kernelab.service.report import cells_text
+
+    tripped: dict[Verdict, list[CellComparison]] = {}
+    for cell in comparison.cells:
+        if cell.verdict in fail_on:
+            tripped.setdefault(cell.verdict, []).append(cell)
+    names = ",".join(v for v in GATE_VERDICTS if v in fail_on)
+    if not tripped:
+        typer.echo(
+            f"gate passed: no cell is {' or '.join(v for v in GATE_VERDICTS if v in fail_on)} "
+            f"(--fail-on {names})",
+            err=True,
+        )
+        return EXIT_OK
+    n = sum(len(cells) for cells in tripped.values())
+    typer.echo(f"gate failed (--fail-on {names}): {n} of {len(comparison.cells)} cells", err=True)
+    for v in GATE_VERDICTS:
+        if v in tripped:
+            typer.echo(f"  {v}: {cells_text([c.label for c in tripped[v]])}", err=True)
+    return EXIT_FAILED
+
+
+def show_job(
+    client: KernelabClient, job: JobPublic, fail_on: frozenset[Verdict], *, markdown: bool = False
+) -> int:
+    """Print a finished ``job``'s comparison (its table, or with ``markdown`` the server's Markdown)
+    and return the exit status: ``EXIT_NO_VERDICT`` for a cancelled job, ``EXIT_FAILED`` for a
+    failed one (its error on stderr; its table too when it has a result), else ``gate``."""
+    if job.status == "cancelled":
+        typer.echo(f"job {job.id} cancelled: no verdict", err=True)
+        return EXIT_NO_VERDICT
+    try:
+        comparison = client.comparison(job.id)
+    except KernelabAPIError as exc:
+        if exc.status_code != 409 or job.status == "succeeded":
+            raise
+        comparison = None  # a failed job without a result: its error is all there is
+    if comparison is not None:
+        if markdown:
+            typer.echo(client.report_md(job.id))
+        else:
+            print_comparison(comparison)
+    if job.status == "failed":  # fails the gate whatever --fail-on says
+        typer.echo(f"job {job.id} failed" + (f": {job.error}" if job.error else ""), err=True)
+        return EXIT_FAILED
+    if job.status != "succeeded" or comparison is None:
+        typer.echo(f"job {job.id} is {job.status}: no verdict yet", err=True)
+        return EXIT_NO_VERDICT
+    return gate(comparison, fail_on)
+
+
+def wait_and_show(
+    client: KernelabClient,
+    job: JobPublic,
+    *,
+    timeout_s: float,
+    progress_log: Path | None = None,
+    fail_on: frozenset[Verdict] = frozenset({"failed", "incorrect"}),
+) -> int:
+    """Wait for ``job`` to finish, echoing status changes (and new progress lines of
+    ``progress_log``, a runner log file); print its comparison. Returns the exit status
+    (``show_job``); exits ``EXIT_NO_VERDICT`` when it is still unfinished after ``timeout_s``."""
+    offset, partial = 0, b""
+
+    def on_change(j: JobPublic) -> None:
+        typer.echo(f"job {j.id}: {j.status}" + (f" on {j.node}" if j.node else ""), err=True)
+
+    def relay_progress() -> None:  # complete new lines only: the runner may be mid-line
+        nonlocal offset, partial
+        if progress_log is None or not progress_log.exists():
+            return
+        with progress_log.open("rb") as fh:
+            fh.seek(offset)
+            chunk = fh.read()
+        offset += len(chunk)
+        *lines, partial = (partial + chunk).split(b"\n")
+        for raw in lines:
+            line = raw.decode("utf-8", errors="replace")
+            if "progress:" in line:
+                typer.echo("  " + line.split("progress:", 1)[1].strip(), err=True)
+
+    deadline = time.monotonic() + timeout_s
+    seen = None
+    while True:
+        job = client.get_job(job.id)
+        if job.status != seen:
+            seen = job.status
+            on_change(job)
+        relay_progress()
+        if job.status in TERMINAL_JOB_STATUS:
+            break
+        if time.monotonic() > deadline:
+            raise fail(f"job {job.id} still {job.status} after {timeout_s:.0f} s", EXIT_NO_VERDICT)
+        time.sleep(0.5)
+    return show_job(client, job, fail_on)

@@ -1,0 +1,90 @@
+"""Commands that run a server: ``serve`` (the API and dashboard) and ``up`` (a server on SQLite,
+a local runner and the demo job)."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import signal
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from kernelab.runners.cli.common import DEFAULT_DATA_DIR, fail, read_spec
+from kernelab.runners.cli.output import wait_and_show
+from kernelab.runners.client import KernelabAPIError, KernelabClient, KernelabUnavailable
+
+WORKER_HEALTHCHECK_S = 120  # uvicorn --workers: seconds a busy worker may miss a health ping
+# Idle HTTP keep-alive, s: longer than a runner's quietest gap (daemon heartbeat lease_s/3 = 40 s),
+# so the server never closes a runner's connection just as the runner sends on it (with uvicorn's
+# 5 s default, heartbeats 10 s apart race the close and fail with ReadError).
+KEEP_ALIVE_S = 75
+
+
+def serve(
+    host: Annotated[str, typer.Option(help="interface to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port", min=1, max=65535)] = 8000,
+    workers: Annotated[int, typer.Option(help="uvicorn worker processes")] = 1,
+    database_url: Annotated[
+        str | None, typer.Option("--database-url", envvar="KERNELAB_DATABASE_URL", help="SQLAlchemy URL")
+    ] = None,
+) -> None:
+    """Upgrade the database to the current schema, then serve the API and dashboard."""
+    import uvicorn
+
+    from kernelab.service.core.config import Settings
+    from kernelab.service.core.db import upgrade
+
+    if database_url:
+        os.environ["KERNELAB_DATABASE_URL"] = database_url
+    settings = Settings()
+    upgrade(settings.database_url)
+    extra: dict[str, Any] = {}
+    if "timeout_worker_healthcheck" in inspect.signature(uvicorn.Config).parameters:
+        # A large result body is parsed on the worker's event loop (seconds for a 1,000-cell sweep);
+        # uvicorn's default 5 s worker health check would kill the worker mid-ingest.
+        extra["timeout_worker_healthcheck"] = WORKER_HEALTHCHECK_S
+    from kernelab.service import serve as server
+
+    server.run(workers=workers, host=host, port=port, log_level=settings.log_level.lower(),
+               timeout_keep_alive=KEEP_ALIVE_S, max_connections=settings.max_connections,
+               header_timeout_s=settings.header_timeout_s, body_timeout_s=settings.body_timeout_s,
+               body_min_bytes=settings.body_min_bytes, **extra)  # fmt: skip
+
+
+def up(
+    port: Annotated[int, typer.Option(help="TCP port on 127.0.0.1", min=1, max=65535)] = 8000,
+    data_dir: Annotated[Path, typer.Option("--data-dir", help="database, token, logs")] = DEFAULT_DATA_DIR,
+    spec_path: Annotated[Path | None, typer.Option("--spec", help="demo job (default: softmax)")] = None,
+    exit_after: Annotated[bool, typer.Option("--exit", help="stop once the demo job is shown")] = False,
+    timeout_s: Annotated[float, typer.Option("--timeout-s", help="wait for the demo job, s")] = 900.0,
+) -> None:
+    """Server on SQLite + a local runner + the demo job: prints the table, the URL and the token."""
+    from kernelab.runners.local import LocalStack, ServerStartError, example_spec_path
+
+    spec = read_spec(spec_path or example_spec_path("softmax"))
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops like Ctrl-C
+    stack = LocalStack(data_dir, port)
+    try:
+        token = stack.start()
+        typer.echo(f"server  {stack.url}  (database {stack.database_path}, logs in {stack.data_dir})")
+        with KernelabClient(stack.url, token) as client:
+            job = client.submit(spec)
+            typer.echo(f"demo job {job.id}: {spec.name or spec.benchmark}", err=True)
+            code = wait_and_show(client, job, timeout_s=timeout_s, progress_log=stack.runner_log)
+        typer.echo("")
+        typer.echo(f"dashboard  {stack.url}/login  (sign in with the token below)")
+        typer.echo(f"token      {token}  (admin; kept in {stack.token_path})")
+        if exit_after:
+            raise typer.Exit(code)
+        typer.echo("serving; Ctrl-C to stop", err=True)
+        stack.wait()
+    except KeyboardInterrupt:
+        typer.echo("stopping", err=True)
+    except ServerStartError as exc:
+        raise fail(str(exc)) from None
+    except (KernelabAPIError, KernelabUnavailable) as exc:
+        raise fail(str(exc)) from None
+    finally:
+        stack.stop()
