@@ -22,7 +22,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
-from itertools import compress
 from statistics import NormalDist
 from typing import NamedTuple, get_args
 
@@ -31,7 +30,6 @@ import numpy as np
 from kernelab.service import clock_events, verdicts
 from kernelab.service.node_change import node_change_reasons
 from kernelab.service.schemas import (
-    SAMPLE_FIELDS,
     CellComparison,
     CellResult,
     Comparison,
@@ -65,14 +63,13 @@ def throttled_mask(samples: SampleColumns) -> np.ndarray:
     """``(n,)`` bool: True where a sample was taken while throttled: marked ``throttled`` by the
     runner (its clock below the expected one), or holding a throttle reason in its NVML
     clock-event mask (``kernelab.service.clock_events.THROTTLE_MASK``: power, thermal, hardware slowdown),
-    whatever its clock. A DCGM blank placeholder mask is no data (``clock_events.is_placeholder``)."""
-    n = len(samples)
-    marked = np.fromiter(samples.throttled, dtype=bool, count=n)
-    reasons = samples.clock_event_reasons
-    if reasons.count(None) == n:
-        return marked
-    masks = np.fromiter((-1 if r is None else r for r in reasons), dtype=np.int64, count=n)
+    whatever its clock. A DCGM blank placeholder mask is no data (``clock_events.is_placeholder``);
+    a null mask (-1) is no data either."""
+    marked = np.asarray(samples.throttled, dtype=bool)
+    masks = np.asarray(samples.clock_event_reasons, dtype=np.int64)
     readable = (masks >= 0) & (masks < clock_events.DCGM_INT64_BLANK)
+    if not readable.any():
+        return marked
     return marked | (readable & ((masks & clock_events.THROTTLE_MASK) != 0))
 
 
@@ -89,13 +86,12 @@ def kept_samples(samples: SampleColumns, *, exclude_throttled: bool) -> SampleCo
     throttled = throttled_mask(samples)
     if not throttled.any():
         return samples
-    keep = (~throttled).tolist()
-    return SampleColumns.unchecked({n: list(compress(getattr(samples, n), keep)) for n in SAMPLE_FIELDS})
+    return samples.select(~throttled)
 
 
 def is_candidate(samples: SampleColumns) -> np.ndarray:
     """``(n,)`` bool: True where the sample is the candidate's, False for the baseline's."""
-    return np.fromiter(map("candidate".__eq__, samples.variant), dtype=bool, count=len(samples))
+    return np.asarray(samples.variant) == 1
 
 
 # --------------------------------------------------------------------------------------------------
@@ -744,7 +740,7 @@ def _compare_kept(
     # after an L2 flush. A sample of n > 1 launches (a CUDA graph replay, a batch of short kernels)
     # flushes before the first only; the others may run from L2, faster than DRAM allows.
     launches = cell.samples.launches
-    one_launch = bool(launches) and max(launches) == 1
+    one_launch = bool(len(launches)) and int(launches.max()) == 1
     bound_bytes = m.l2_flush and result.node.device_type == "cuda" and one_launch
     found += _implausible_reasons(raw_rates, peaks, implausible(raw_rates, peaks, bound_bytes=bound_bytes))
     found += verdicts.sample_size_reasons(_rounds_with_both(kept), {v: stats[v].n for v in _VARIANTS})

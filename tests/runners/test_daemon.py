@@ -235,7 +235,7 @@ def test_worker_result_the_server_refuses_is_kept_under_rejected(stack: Stack, t
     assert "progress: [1/1]" in proc.stdout
     runner = stack.runner("reject-node", tmp_path / "runner")
     runner.ensure_token()
-    spooled = runner.spool.adopt(out_file)
+    spooled = runner.spool.adopt(out_file, job_id=job.id, key="refused-result-1")
     assert Spool.load(spooled).idempotency_key == "refused-result-1" and not out_file.exists()
     assert runner.flush_spool() == 0
     assert runner.spool.pending() == []
