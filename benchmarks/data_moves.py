@@ -8,7 +8,7 @@ on this machine:
   bookkeeping between two timed samples), without and with a per-sample clock reader (a GPU
   runner reads SM clock, clock-event mask, temperature and power after every sample);
 * a result of ``cells`` cells x ``rounds`` ABBA rounds (2 samples a round: 600 a cell at the
-  defaults) with the four GPU context columns filled in: the bytes of its JSON document
+  defaults) with the four GPU context columns filled in (``--cpu``: without them): the bytes of its JSON document
   (``JobResult.model_dump_json``), the time to write it and to validate it back
   (``JobResult.model_validate_json``: what the server does with a body), the time to encode its
   sample blocks (``kernelab.service.sample_blocks.encode``: what the ingest stores), to decode them
@@ -101,8 +101,9 @@ def engine_us_per_sample(rounds: int, *, clocks: bool, repeats: int) -> float:
     return (seconds - check_s) / (2 * rounds) * 1e6
 
 
-def sweep_result(cells: int, rounds: int) -> JobResult:
-    """A valid result of ``cells`` cells x ``rounds`` ABBA rounds with GPU context columns."""
+def sweep_result(cells: int, rounds: int, *, context: bool = True) -> JobResult:
+    """A valid result of ``cells`` cells x ``rounds`` ABBA rounds, with the GPU context columns
+    (``context``) or without (a CPU runner's samples: 1 launch, no clocks)."""
     rng = np.random.default_rng(0)
     n = 2 * rounds
     variant: list[Variant] = [("baseline", "candidate")[(i + i // 2) % 2] for i in range(n)]  # ABBA
@@ -118,6 +119,8 @@ def sweep_result(cells: int, rounds: int) -> JobResult:
             "clock_event_reasons": [0] * n, "temperature_c": (40 + rng.random(n)).tolist(),
             "power_w": (300 + 10 * rng.random(n)).tolist(), "throttled": [False] * n,
         }  # fmt: skip
+        if not context:
+            columns = {k: columns[k] for k in ("variant", "round", "position", "duration_ns")}
         out.append(CellResult(index=i, params={"N": 16 + i}, samples=SampleColumns(**columns)))
     t0 = datetime(2026, 12, 1, tzinfo=UTC)
     spec = JobSpec(benchmark="softmax", baseline={"variant": "torch"}, candidate={"variant": "triton"})
@@ -135,6 +138,7 @@ def main() -> None:
     parser.add_argument("--engine-rounds", type=int, default=20_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--compare-cells", type=int, default=50, help="cells of the stats.compare figure")
+    parser.add_argument("--cpu", action="store_true", help="samples without the four GPU context columns")
     parser.add_argument("--json", dest="json_path", default=None, help="write the figures as JSON")
     args = parser.parse_args()
     out: dict[str, Any] = {}
@@ -142,7 +146,7 @@ def main() -> None:
         key = f"engine_us_per_sample{'_with_clocks' if clocks else ''}"
         out[key] = round(engine_us_per_sample(args.engine_rounds, clocks=clocks, repeats=args.repeats), 3)
         print(f"{key}: {out[key]} us")
-    result = sweep_result(args.cells, args.rounds)
+    result = sweep_result(args.cells, args.rounds, context=not args.cpu)
     body = result.model_dump_json().encode()
     out["samples"] = sum(len(c.samples) for c in result.cells)
     out["body_bytes"] = len(body)

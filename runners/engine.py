@@ -5,7 +5,9 @@ then all B": each round times both, in ABBA order (round r is A,B when r is even
 so every pair of rounds cancels a linear drift) or in an order drawn per round from a seeded
 ``numpy.random.default_rng``. Every raw sample is kept, with its round, its position inside the
 round, the launches it covered and the GPU context (SM clock, clock-event reasons, temperature,
-power) read right after it.
+power) read right after it. Between two timed samples the loop only writes these numbers into
+preallocated numpy columns (``_SampleBuffer``: no object per sample); the cell's
+``SampleColumns`` is validated once, after the last round.
 
 Stop rule: never before ``min_rounds``; then stop as soon as the ratio's confidence interval
 (``kernelab.service.stats.ratio_ci``, bootstrap over whole rounds) has a half-width below

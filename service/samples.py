@@ -366,11 +366,15 @@ class SampleColumns(BaseModel):
 
     __hash__ = None  # type: ignore[assignment]
 
+    def _array(self, name: str) -> np.ndarray:
+        """Column ``name`` as an array of its in-memory dtype (a copy only when it is not one)."""
+        return np.asarray(getattr(self, name), dtype=_MEMORY_DTYPES[name])
+
     def _defaulted(self, name: str) -> bool:
         """True when column ``name`` may be left out (every sample holds its default)."""
         if name not in _FILL:
             return False
-        values = getattr(self, name)
+        values = self._array(name)
         fill = _FILL[name]
         return bool(np.isnan(values).all()) if isinstance(fill, float) else bool((values == fill).all())
 
@@ -380,7 +384,7 @@ class SampleColumns(BaseModel):
         for name in SAMPLE_FIELDS:
             if len(self) and self._defaulted(name):
                 continue
-            data = np.ascontiguousarray(getattr(self, name), dtype=_MEMORY_DTYPES[name])
+            data = np.ascontiguousarray(self._array(name))
             raw = data.view(np.uint8) if data.dtype == np.bool_ else data.astype(SAMPLE_DTYPES[name], copy=False)
             out[name] = {"dtype": SAMPLE_DTYPES[name], "data": base64.b64encode(raw.tobytes()).decode("ascii")}
         return out
@@ -395,7 +399,7 @@ class SampleColumns(BaseModel):
         return out
 
     def _values(self, name: str) -> list[Any]:
-        values = getattr(self, name)
+        values = self._array(name)
         if name == "variant":
             return [VARIANT_NAMES[c] for c in values.tolist()]
         as_list: list[Any] = values.tolist()

@@ -14,6 +14,7 @@ import json
 import re
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
 import pytest
 from factories import job_result, samples, spec_dict
 from health_fixtures import h200x2_report
@@ -57,7 +58,7 @@ def _sweep_result(
         base_ns = 1000.0 * (cell.index + 1)
         cols = SampleColumns.model_validate(samples(ROUNDS, base_ns, ratio * base_ns))
         if cell.index != THROTTLED_CELL:  # factories throttle one sample per cell: keep one cell's
-            cols = cols.model_copy(update={"throttled": [False] * len(cols)})
+            cols = cols.model_copy(update={"throttled": np.zeros(len(cols), dtype=bool)})
         update_: dict = {"samples": cols}
         if cell.index == FAILED_CELL:
             bad = CorrectnessResult(passed=False, rel_error=0.5, max_abs_error=1.0, cosine_similarity=0.1,
