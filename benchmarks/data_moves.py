@@ -8,8 +8,8 @@ on this machine:
   bookkeeping between two timed samples), without and with a per-sample clock reader (a GPU
   runner reads SM clock, clock-event mask, temperature and power after every sample);
 * a result of ``cells`` cells x ``rounds`` ABBA rounds (2 samples a round: 600 a cell at the
-  defaults) with the four GPU context columns filled in (``--cpu``: without them): the bytes of its JSON document
-  (``JobResult.model_dump_json``), the time to write it and to validate it back
+  defaults) with the four GPU context columns filled in (``--cpu``: without them): the bytes of
+  its JSON document (``JobResult.model_dump_json``), the time to write it and to validate it back
   (``JobResult.model_validate_json``: what the server does with a body), the time to encode its
   sample blocks (``kernelab.service.sample_blocks.encode``: what the ingest stores), to decode them
   (what a read does) and ``kernelab.service.stats.compare`` over the first ``--compare-cells`` cells
@@ -156,14 +156,28 @@ def main() -> None:
     blocks = [sample_blocks.encode(c.samples) for c in parsed.cells]
     out["encode_blocks_s"] = round(median_s(lambda: [sample_blocks.encode(c.samples) for c in parsed.cells],
                                             args.repeats), 3)  # fmt: skip
-    out["decode_blocks_s"] = round(median_s(lambda: [sample_blocks.decode(b) for b in blocks], args.repeats), 3)
+    out["decode_blocks_s"] = round(
+        median_s(lambda: [sample_blocks.decode(b) for b in blocks], args.repeats), 3
+    )
     back = parsed.model_copy(
-        update={"cells": [c.model_copy(update={"samples": sample_blocks.decode(b)})
-                          for c, b in zip(parsed.cells, blocks, strict=True)]}  # fmt: skip
+        update={
+            "cells": [
+                c.model_copy(update={"samples": sample_blocks.decode(b)})
+                for c, b in zip(parsed.cells, blocks, strict=True)
+            ]
+        }  # fmt: skip
     )
     few = back.model_copy(update={"cells": back.cells[: args.compare_cells]})
     out["compare_s"] = round(median_s(lambda: stats.compare(few), 1), 3)
-    for key in ("samples", "body_bytes", "dump_s", "parse_s", "encode_blocks_s", "decode_blocks_s", "compare_s"):
+    for key in (
+        "samples",
+        "body_bytes",
+        "dump_s",
+        "parse_s",
+        "encode_blocks_s",
+        "decode_blocks_s",
+        "compare_s",
+    ):
         print(f"{key}: {out[key]}")
     if args.json_path:
         with open(args.json_path, "w", encoding="utf-8") as fh:

@@ -308,7 +308,9 @@ class _SampleBuffer:
         """The samples so far, copied out and validated (``SampleColumns.from_arrays``): raises
         ``pydantic.ValidationError`` naming the column and sample of a value ``Sample`` refuses (a
         timer that returned NaN or a negative time)."""
-        return SampleColumns.from_arrays(**{name: values[: self.n].copy() for name, values in self._arrays.items()})
+        return SampleColumns.from_arrays(
+            **{name: values[: self.n].copy() for name, values in self._arrays.items()}
+        )
 
 
 def measure_pair(

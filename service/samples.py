@@ -170,7 +170,7 @@ class SampleListColumns(BaseModel):
         """The columns in the in-memory encoding (``SampleColumns``)."""
         n = len(self.variant)
         given = self.model_fields_set
-        out = {
+        out: dict[str, np.ndarray] = {
             "variant": np.fromiter(map(_VARIANT_CODE.__getitem__, self.variant), np.uint8, count=n),
             "round": np.array(self.round, dtype=np.int32),
             "position": np.array(self.position, dtype=np.int32),
@@ -274,6 +274,10 @@ def _first_bad(name: str, bad: np.ndarray, values: np.ndarray, why: str) -> Init
 def _check(arrays: Mapping[str, np.ndarray]) -> list[InitErrorDetails]:
     """The bounds of ``Sample`` over whole columns: the first bad value of each column."""
     a = arrays
+
+    def bad_nullable(values: np.ndarray) -> np.ndarray:  # neither null (NaN) nor finite and >= 0
+        return ~(np.isnan(values) | ((values >= 0) & np.isfinite(values)))
+
     checks = [
         ("variant", a["variant"] > 1, "is not a variant code (0 baseline, 1 candidate)"),
         ("round", a["round"] < 0, "is negative"),
@@ -281,16 +285,18 @@ def _check(arrays: Mapping[str, np.ndarray]) -> list[InitErrorDetails]:
         ("duration_ns", ~((a["duration_ns"] >= 0) & (a["duration_ns"] <= MAX_DURATION_NS)),
          f"is not a time per launch in 0 .. {MAX_DURATION_NS:g} ns (finite)"),
         ("launches", a["launches"] < 1, "is below 1"),
-        ("sm_clock_mhz", ~(np.isnan(a["sm_clock_mhz"]) | ((a["sm_clock_mhz"] >= 0) & np.isfinite(a["sm_clock_mhz"]))),
-         "is not a finite clock >= 0 (NaN is null)"),
+        ("sm_clock_mhz", bad_nullable(a["sm_clock_mhz"]), "is not a finite clock >= 0 (NaN is null)"),
         ("clock_event_reasons", a["clock_event_reasons"] < NULL_REASONS, "is not a bitmask (-1 is null)"),
         ("temperature_c", np.isinf(a["temperature_c"]), "is not finite (NaN is null)"),
-        ("power_w", ~(np.isnan(a["power_w"]) | ((a["power_w"] >= 0) & np.isfinite(a["power_w"]))),
-         "is not a finite power >= 0 (NaN is null)"),
+        ("power_w", bad_nullable(a["power_w"]), "is not a finite power >= 0 (NaN is null)"),
         ("throttled", a["throttled"].view(np.uint8) > 1, "is not 0 or 1"),
     ]  # fmt: skip
     found = [_first_bad(name, bad, a[name], why) for name, bad, why in checks]
     return [e for e in found if e is not None]
+
+
+def _no_values(name: str) -> np.ndarray:
+    return np.empty(0, dtype=_MEMORY_DTYPES[name])
 
 
 class SampleColumns(BaseModel):
@@ -309,16 +315,17 @@ class SampleColumns(BaseModel):
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 
-    variant: np.ndarray
-    round: np.ndarray
-    position: np.ndarray
-    duration_ns: np.ndarray
-    launches: np.ndarray
-    sm_clock_mhz: np.ndarray
-    clock_event_reasons: np.ndarray
-    temperature_c: np.ndarray
-    power_w: np.ndarray
-    throttled: np.ndarray
+    # The defaults only type ``SampleColumns()`` (no samples): ``_parse`` builds every column.
+    variant: np.ndarray = Field(default_factory=lambda: _no_values("variant"))
+    round: np.ndarray = Field(default_factory=lambda: _no_values("round"))
+    position: np.ndarray = Field(default_factory=lambda: _no_values("position"))
+    duration_ns: np.ndarray = Field(default_factory=lambda: _no_values("duration_ns"))
+    launches: np.ndarray = Field(default_factory=lambda: _no_values("launches"))
+    sm_clock_mhz: np.ndarray = Field(default_factory=lambda: _no_values("sm_clock_mhz"))
+    clock_event_reasons: np.ndarray = Field(default_factory=lambda: _no_values("clock_event_reasons"))
+    temperature_c: np.ndarray = Field(default_factory=lambda: _no_values("temperature_c"))
+    power_w: np.ndarray = Field(default_factory=lambda: _no_values("power_w"))
+    throttled: np.ndarray = Field(default_factory=lambda: _no_values("throttled"))
 
     @model_validator(mode="wrap")
     @classmethod
@@ -336,7 +343,9 @@ class SampleColumns(BaseModel):
         return parsed
 
     @classmethod
-    def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+    def __get_pydantic_json_schema__(
+        cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
         """The wire forms: base64 columns, JSON-list columns or rows (module docstring)."""
         return {
             "anyOf": [
@@ -385,8 +394,15 @@ class SampleColumns(BaseModel):
             if len(self) and self._defaulted(name):
                 continue
             data = np.ascontiguousarray(self._array(name))
-            raw = data.view(np.uint8) if data.dtype == np.bool_ else data.astype(SAMPLE_DTYPES[name], copy=False)
-            out[name] = {"dtype": SAMPLE_DTYPES[name], "data": base64.b64encode(raw.tobytes()).decode("ascii")}
+            raw = (
+                data.view(np.uint8)
+                if data.dtype == np.bool_
+                else data.astype(SAMPLE_DTYPES[name], copy=False)
+            )
+            out[name] = {
+                "dtype": SAMPLE_DTYPES[name],
+                "data": base64.b64encode(raw.tobytes()).decode("ascii"),
+            }
         return out
 
     def to_lists(self) -> dict[str, list[Any]]:
@@ -421,8 +437,8 @@ class SampleColumns(BaseModel):
     def from_rows(cls, rows: Iterable[Sample]) -> SampleColumns:
         """Columns of already validated ``Sample`` objects, in their order."""
         rows = list(rows)
-        lists = SampleListColumns.model_construct(**{name: [getattr(r, name) for r in rows] for name in SAMPLE_FIELDS})
-        return cls.model_construct(None, **lists.arrays())
+        columns: dict[str, Any] = {name: [getattr(r, name) for r in rows] for name in SAMPLE_FIELDS}
+        return cls.model_construct(None, **SampleListColumns.model_construct(None, **columns).arrays())
 
     @classmethod
     def from_arrays(cls, **columns: np.ndarray) -> SampleColumns:
@@ -467,7 +483,7 @@ class SampleColumns(BaseModel):
 
 def empty_samples() -> SampleColumns:
     """A ``SampleColumns`` of no samples (the default of ``CellResult.samples``)."""
-    return SampleColumns.unchecked({name: np.empty(0, dtype=_MEMORY_DTYPES[name]) for name in SAMPLE_FIELDS})
+    return SampleColumns.unchecked({name: _no_values(name) for name in SAMPLE_FIELDS})
 
 
 def memory_dtype(name: str) -> np.dtype[Any]:

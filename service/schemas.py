@@ -18,7 +18,7 @@ import itertools
 import math
 import re
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -28,26 +28,19 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    SerializerFunctionWrapHandler,
     Strict,
     StringConstraints,
-    TypeAdapter,
     ValidationInfo,
     field_validator,
-    model_serializer,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
 
 from kernelab.service import clock_events
-from kernelab.service.samples import (
-    MAX_DURATION_NS,
-    SAMPLE_FIELDS,
-    Sample,
-    SampleColumns,
-    Variant,
-    empty_samples,
-)
+from kernelab.service.samples import MAX_DURATION_NS as MAX_DURATION_NS  # re-exported: the wire contract
+from kernelab.service.samples import SAMPLE_FIELDS as SAMPLE_FIELDS
+from kernelab.service.samples import Sample as Sample
+from kernelab.service.samples import SampleColumns, Variant, empty_samples
 
 TimingVerdict = Literal["faster", "slower", "same", "inconclusive"]
 """What the timing alone says of a cell (``kernelab.service.verdicts.timing_verdict``)."""
@@ -644,8 +637,6 @@ class Work(_Posted):
     flops: float = Field(default=0.0, ge=0, strict=True)
     bytes_read: float = Field(default=0.0, ge=0, strict=True)
     bytes_written: float = Field(default=0.0, ge=0, strict=True)
-
-
 
 
 class _Metrics(_Posted):

@@ -7,10 +7,15 @@ import time
 
 import numpy as np
 import pytest
-
 from pydantic import ValidationError
 
-from kernelab.runners.engine import ci_half_width, is_throttled, measure_interleaved, measure_pair, round_order
+from kernelab.runners.engine import (
+    ci_half_width,
+    is_throttled,
+    measure_interleaved,
+    measure_pair,
+    round_order,
+)
 from kernelab.runners.timing import CpuTimer
 from kernelab.service.schemas import MeasurementSpec, Sample, SampleColumns
 

@@ -59,7 +59,9 @@ def test_an_older_file_is_read_and_a_newer_one_refused(tmp_path: Path) -> None:
     older.write_text(json.dumps({k: v for k, v in doc.items() if k != "schema_version"}))
     assert spool.read(older)[0] == 7 and spool.load(older).idempotency_key == doc["idempotency_key"]
     newer = spool.root / "8-new.json"
-    newer.write_text(json.dumps({**doc, "job_id": 8, "schema_version": RESULT_SCHEMA_VERSION + 1, "cells": "?"}))
+    newer.write_text(
+        json.dumps({**doc, "job_id": 8, "schema_version": RESULT_SCHEMA_VERSION + 1, "cells": "?"})
+    )
     with pytest.raises(NewerResultFile, match="newer"):
         spool.read(newer)
     with pytest.raises(NewerResultFile):

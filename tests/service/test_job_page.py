@@ -140,8 +140,7 @@ def test_timeline_of_the_chosen_cell_only(api, small_pages) -> None:  # type: ig
     timeline = _figure(page, "fig-timeline")
     assert "cell 7" in timeline["layout"]["title"]["text"]
     cell = posted.cells[7].samples
-    want = sorted((r, p, d) for v, r, p, d in zip(cell.variant, cell.round, cell.position, cell.duration_ns,
-                                                  strict=True) if v == "baseline")  # fmt: skip
+    want = sorted((s.round, s.position, s.duration_ns) for s in cell.rows() if s.variant == "baseline")
     assert timeline["data"][0]["y"] == pytest.approx([d / 1e3 for _, _, d in want])  # µs, execution order
     assert "throttled" in [t["name"] for t in timeline["data"]]  # factories throttle one sample per cell
     # more cells than TIMELINE_LINKS: previous/next links that keep the table's order

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -38,7 +39,8 @@ def awkward(n: int = 40, seed: int = 3) -> SampleColumns:
     return SampleColumns.from_arrays(
         variant=rng.integers(0, 2, n), round=np.arange(n) // 2, position=np.arange(n) % 2,
         duration_ns=duration, launches=rng.integers(1, 2**31 - 1, n), sm_clock_mhz=clocks,
-        clock_event_reasons=reasons, temperature_c=np.where(rng.random(n) < 0.3, np.nan, rng.normal(40, 30, n)),
+        clock_event_reasons=reasons,
+        temperature_c=np.where(rng.random(n) < 0.3, np.nan, rng.normal(40, 30, n)),
         power_w=np.where(rng.random(n) < 0.3, np.nan, rng.random(n) * 700), throttled=rng.random(n) < 0.2,
     )  # fmt: skip
 
@@ -66,7 +68,9 @@ def test_the_three_wire_forms_parse_to_the_same_arrays_bit_for_bit() -> None:
 
 
 def test_base64_columns_are_the_little_endian_bytes_of_their_dtype() -> None:
-    cols = SampleColumns(variant=["baseline", "candidate"], round=[0, 0], position=[0, 1], duration_ns=[1.5, 2.0])
+    cols = SampleColumns(
+        variant=["baseline", "candidate"], round=[0, 0], position=[0, 1], duration_ns=[1.5, 2.0]
+    )
     form = json.loads(cols.model_dump_json())
     assert set(form) == {"encoding", "n", "variant", "round", "position", "duration_ns"}  # defaults left out
     assert form["duration_ns"]["dtype"] == "<f8"
@@ -85,7 +89,9 @@ def _column(values: list[Any], dtype: str) -> dict[str, str]:
 
 
 def test_a_base64_column_of_another_dtype_length_or_alphabet_names_the_column() -> None:
-    form = json.loads(SampleColumns(variant=["baseline"], round=[0], position=[0], duration_ns=[1.0]).model_dump_json())
+    form = json.loads(
+        SampleColumns(variant=["baseline"], round=[0], position=[0], duration_ns=[1.0]).model_dump_json()
+    )
     [e] = _bad(form, duration_ns=_column([1.0], "<f4"))
     assert e["loc"] == ("samples", "duration_ns", "dtype") and "'<f8'" in e["msg"]
     [e] = _bad(form, duration_ns=_column([1.0, 2.0], "<f8"))
@@ -110,11 +116,13 @@ def test_a_base64_column_of_another_dtype_length_or_alphabet_names_the_column() 
         ("power_w", [1.0, -3.0], "<f8"), ("throttled", [1, 2], "u1"),
     ],
 )  # fmt: skip
-def test_a_base64_value_sample_refuses_names_its_column_and_index(column: str, values: list[Any], dtype: str) -> None:
-    form = json.loads(
-        SampleColumns(variant=["baseline", "candidate"], round=[0, 0], position=[0, 1], duration_ns=[1.0, 2.0])
-        .model_dump_json()
-    )  # fmt: skip
+def test_a_base64_value_sample_refuses_names_its_column_and_index(
+    column: str, values: list[Any], dtype: str
+) -> None:
+    two = SampleColumns(
+        variant=["baseline", "candidate"], round=[0, 0], position=[0, 1], duration_ns=[1.0, 2.0]
+    )
+    form = json.loads(two.model_dump_json())
     [e] = _bad(form, **{column: _column(values, dtype)})
     assert e["loc"] == ("samples", column, 1) and f"samples.{column}[1]" in e["msg"]
 
@@ -148,7 +156,9 @@ def _v1_document(result: JobResult) -> bytes:
     del doc["schema_version"]
     for i, (cell, stored) in enumerate(zip(doc["cells"], result.cells, strict=True)):
         lists = stored.samples.model_dump()
-        cell["samples"] = [r.model_dump(exclude_defaults=True) for r in stored.samples.rows()] if i == 0 else lists
+        cell["samples"] = (
+            [r.model_dump(exclude_defaults=True) for r in stored.samples.rows()] if i == 0 else lists
+        )
     return json.dumps(doc).encode()
 
 
@@ -183,3 +193,18 @@ def test_a_result_of_a_newer_schema_version_is_a_422_naming_it(api) -> None:  # 
     assert r.status_code == 422
     assert [e["loc"] for e in r.json()["detail"]] == [["body", "schema_version"]]
     assert "newer than this reader" in r.json()["detail"][0]["msg"]
+
+
+RAW = Path(__file__).resolve().parents[2] / "docs" / "results" / "raw"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in RAW.glob("*-result.json")))
+def test_a_stored_version_1_result_file_reads_and_compares_as_its_version_2_form(name: str) -> None:
+    """Real H200 results written before schema_version (rows of samples, no version key)."""
+    text = (RAW / name).read_text(encoding="utf-8")
+    assert "schema_version" not in json.loads(text)
+    old = JobResult.model_validate_json(text)
+    new = JobResult.model_validate_json(old.model_dump_json())
+    assert all(same_bits(a.samples, b.samples) for a, b in zip(old.cells, new.cells, strict=True))
+    assert sum(len(c.samples) for c in old.cells) > 0
+    assert stats.compare(new).model_dump_json() == stats.compare(old).model_dump_json()

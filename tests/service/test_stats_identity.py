@@ -23,7 +23,6 @@ import pytest
 
 from kernelab.service import stats
 from kernelab.service.schemas import (
-    SAMPLE_FIELDS,
     CellComparison,
     CellResult,
     Comparison,
