@@ -4,9 +4,9 @@ Usage: ``python benchmarks/data_moves.py [--cells 1000] [--rounds 300] [--json F
 on this machine:
 
 * ``engine_us_per_sample``: the measuring loop's own time per sample (``measure_interleaved`` over a
-  ``PairTimer`` whose ``time_ns`` returns a constant at once, so everything timed is the engine's
-  bookkeeping between two timed samples), without and with a per-sample clock reader (a GPU
-  runner reads SM clock, clock-event mask, temperature and power after every sample);
+  ``PairTimer`` whose ``time_ns`` returns a constant at once: the median gap between two timed
+  samples is the engine's bookkeeping), without and with a per-sample clock reader (a GPU runner
+  reads SM clock, clock-event mask, temperature and power after every sample);
 * a result of ``cells`` cells x ``rounds`` ABBA rounds (2 samples a round: 600 a cell at the
   defaults) with the four GPU context columns filled in (``--cpu``: without them): the bytes of
   its JSON document (``JobResult.model_dump_json``), the time to write it and to validate it back
@@ -15,7 +15,7 @@ on this machine:
   (what a read does) and ``kernelab.service.stats.compare`` over the first ``--compare-cells`` cells
   read back (its bootstrap dominates and does not depend on the sample form).
 
-Each figure is the median CPU time of ``--repeats`` runs after one warm-up. The script only uses the
+The other figures are the median CPU time of ``--repeats`` runs after one warm-up. The script only uses the
 schema's public API (``SampleColumns`` built from lists), so it runs unchanged on older trees.
 """
 
@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from kernelab.runners.engine import ci_half_width, measure_interleaved
+from kernelab.runners.engine import measure_interleaved
 from kernelab.service import sample_blocks, stats
 from kernelab.service.schemas import (
     CellResult,
@@ -60,9 +60,14 @@ def median_s(fn: Callable[[], object], repeats: int) -> float:
 
 
 class _InstantPair:
-    """A ``PairTimer`` that answers at once: 1,000 ns per launch, 1 launch per sample."""
+    """A ``PairTimer`` that answers at once (1,000 ns per launch, 1 launch per sample) and notes
+    the ``perf_counter_ns`` of every call: the gaps between calls are the engine's own time."""
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
 
     def time_ns(self, variant: Variant, launches: int) -> float:
+        self.calls.append(time.perf_counter_ns())
         return 1000.0
 
     def launches_for(self, variant: Variant, per_launch_ns: float) -> int:
@@ -88,17 +93,19 @@ class _FixedClocks:
 
 
 def engine_us_per_sample(rounds: int, *, clocks: bool, repeats: int) -> float:
-    """Microseconds of engine time per sample over ``rounds`` rounds: the CPU time of
-    ``measure_interleaved`` less that of its one CI check (``ci_half_width`` after the last round,
-    timed on the samples it returned)."""
+    """Microseconds of engine time per sample: the median gap between two consecutive timed
+    samples over ``rounds`` rounds (the gaps of the CI checks, a few in ``rounds``, and of a
+    machine's other load fall outside the median), the median over ``repeats`` runs."""
     settings = MeasurementSpec(
         warmup_ms=0.0, budget_ms=600_000, min_rounds=rounds, max_rounds=rounds, min_time_ms=0.0
     )
     sampler = _FixedClocks() if clocks else None
-    seconds = median_s(lambda: measure_interleaved(_InstantPair(), settings, sampler=sampler), repeats)
-    samples = measure_interleaved(_InstantPair(), settings, sampler=sampler)
-    check_s = median_s(lambda: ci_half_width(samples, settings), repeats)
-    return (seconds - check_s) / (2 * rounds) * 1e6
+    medians = []
+    for _ in range(repeats):
+        pair = _InstantPair()
+        measure_interleaved(pair, settings, sampler=sampler)
+        medians.append(float(np.median(np.diff(pair.calls[-2 * rounds :]))) / 1e3)
+    return statistics.median(medians)
 
 
 def sweep_result(cells: int, rounds: int, *, context: bool = True) -> JobResult:
