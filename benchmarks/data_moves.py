@@ -10,7 +10,8 @@ on this machine:
 * a result of ``cells`` cells x ``rounds`` ABBA rounds (2 samples a round: 600 a cell at the
   defaults) with the four GPU context columns filled in (``--cpu``: without them): the bytes of
   its JSON document (``JobResult.model_dump_json``), the time to write it and to validate it back
-  (``JobResult.model_validate_json``: what the server does with a body), the time to encode its
+  (``JobResult.model_validate_json``: what the server does with a body; ``parse_lists_s``: the
+  same result as a version-1 body, JSON-list samples, as older runners post it), the time to encode its
   sample blocks (``kernelab.service.sample_blocks.encode``: what the ingest stores), to decode them
   (what a read does) and ``kernelab.service.stats.compare`` over the first ``--compare-cells`` cells
   read back (its bootstrap dominates and does not depend on the sample form).
@@ -159,6 +160,15 @@ def main() -> None:
     out["body_bytes"] = len(body)
     out["dump_s"] = round(median_s(result.model_dump_json, args.repeats), 3)
     out["parse_s"] = round(median_s(lambda: JobResult.model_validate_json(body), args.repeats), 3)
+    if hasattr(SampleColumns, "to_lists"):  # the same result as a version-1 body (JSON-list samples)
+        doc = json.loads(body)
+        for cell, posted in zip(doc["cells"], result.cells, strict=True):
+            cell["samples"] = posted.samples.to_lists()
+        lists_body = json.dumps(doc).encode()
+        out["lists_body_bytes"] = len(lists_body)
+        out["parse_lists_s"] = round(
+            median_s(lambda: JobResult.model_validate_json(lists_body), args.repeats), 3
+        )
     parsed = JobResult.model_validate_json(body)
     blocks = [sample_blocks.encode(c.samples) for c in parsed.cells]
     out["encode_blocks_s"] = round(median_s(lambda: [sample_blocks.encode(c.samples) for c in parsed.cells],
@@ -185,7 +195,7 @@ def main() -> None:
         "decode_blocks_s",
         "compare_s",
     ):
-        print(f"{key}: {out[key]}")
+        print(f"{key}: {out.get(key)}")
     if args.json_path:
         with open(args.json_path, "w", encoding="utf-8") as fh:
             json.dump(out, fh, indent=2)
