@@ -209,6 +209,7 @@ class KernelabClient:
         parse: Callable[[httpx.Response], T],
         *,
         json: Any = None,
+        content: bytes | None = None,
         params: dict[str, Any] | None = None,
         idempotent: bool,
         timeout_s: float | None = None,
@@ -216,7 +217,8 @@ class KernelabClient:
     ) -> T:
         """``request`` that also turns the success answer into its value with ``parse``; a
         ``ValueError`` from it (not JSON, not the schema: pydantic's ``ValidationError`` is one)
-        is a garbled answer, retried like a 503 when ``idempotent``."""
+        is a garbled answer, retried like a 503 when ``idempotent``. ``content``: a body already
+        serialised as JSON, sent as it is (instead of ``json``)."""
         url = f"{API_PREFIX}{path}" if api else path
         timeout = self.timeout_s if timeout_s is None else timeout_s
         last: str = ""
@@ -228,7 +230,10 @@ class KernelabClient:
                 log.info("%s %s: %s; retry %d/%d in %.2f s", method, url, last, attempt, self.retries, delay)
                 time.sleep(delay)
             try:
-                resp = self._http.request(method, url, json=json, params=params, timeout=timeout)
+                resp = self._http.request(
+                    method, url, json=json, content=content, params=params, timeout=timeout,
+                    headers=None if content is None else _JSON_BODY,
+                )  # fmt: skip
             except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
                 last, status, wait_s = f"{type(exc).__name__}: {exc}", None, 0.0
                 continue
@@ -346,8 +351,13 @@ class KernelabClient:
 
         A repeated post answers ``duplicate=True`` with the first result's id.
         """
-        path, body = f"/jobs/{job_id}/results", _dump(result)
-        return self.call("POST", path, _model(ResultAccepted), json=body, idempotent=True)
+        return self.post_result_json(job_id, result.model_dump_json().encode())
+
+    def post_result_json(self, job_id: int, body: bytes) -> ResultAccepted:
+        """``post_result`` of a ``JobResult`` document already serialised (a spooled file's bytes,
+        sent unchanged: the runner neither parses nor re-serialises it; the server validates it)."""
+        path = f"/jobs/{job_id}/results"
+        return self.call("POST", path, _model(ResultAccepted), content=body, idempotent=True)
 
     def post_probe(self, node_name: str, report: ProbeReport) -> None:
         """``POST /nodes/{name}/probes``: store a node-health reading."""
@@ -391,6 +401,9 @@ class KernelabClient:
         Raises ``KernelabAPIError`` 404 for an unknown id, 409 for the caller's own token.
         """
         return self.call("POST", f"/tokens/{token_id}/revoke", _json_object, idempotent=True)
+
+
+_JSON_BODY = {"Content-Type": "application/json"}
 
 
 def _dump(model: BaseModel) -> Any:

@@ -5,7 +5,9 @@ then all B": each round times both, in ABBA order (round r is A,B when r is even
 so every pair of rounds cancels a linear drift) or in an order drawn per round from a seeded
 ``numpy.random.default_rng``. Every raw sample is kept, with its round, its position inside the
 round, the launches it covered and the GPU context (SM clock, clock-event reasons, temperature,
-power) read right after it.
+power) read right after it. Between two timed samples the loop only writes these numbers into
+preallocated numpy columns (``_SampleBuffer``: no object per sample); the cell's
+``SampleColumns`` is validated once, after the last round.
 
 Stop rule: never before ``min_rounds``; then stop as soon as the ratio's confidence interval
 (``kernelab.service.estimators.ratio_ci``, bootstrap over whole rounds) has a half-width below
@@ -35,7 +37,8 @@ import numpy as np
 
 from kernelab.runners.timing import Timer
 from kernelab.service.estimators import kept_samples, ratio_ci
-from kernelab.service.schemas import MeasurementSpec, Sample, SampleColumns, Variant
+from kernelab.service.samples import NULL_REASONS, SAMPLE_FIELDS, memory_dtype
+from kernelab.service.schemas import MeasurementSpec, SampleColumns, Variant
 
 THROTTLE_CLOCK_FRACTION = 0.75  # nvbench: below 75% of the expected SM clock is throttled
 _MIN_WARMUP_PASSES = 2  # the first pass pays one-time costs (compilation, allocation)
@@ -245,29 +248,73 @@ def _warm_up(pair: PairTimer, warmup_ms: float) -> dict[Variant, int]:
     return {v: pair.launches_for(v, best_ns[v]) for v in VARIANTS}
 
 
-def _sample(
-    variant: Variant,
-    round_index: int,
-    position: int,
-    duration_ns: float,
-    launches: int,
-    sampler: ClockSampler | None,
-) -> Sample:
-    context: Mapping[str, Any] = sampler.read() if sampler is not None else {}
-    clock = context.get("sm_clock_mhz")
-    expected = sampler.expected_sm_clock_mhz if sampler is not None else None
-    return Sample(
-        variant=variant,
-        round=round_index,
-        position=position,
-        duration_ns=duration_ns,
-        launches=launches,
-        sm_clock_mhz=clock,
-        clock_event_reasons=context.get("clock_event_reasons"),
-        temperature_c=context.get("temperature_c"),
-        power_w=context.get("power_w"),
-        throttled=is_throttled(clock, expected),
-    )
+class _SampleBuffer:
+    """Preallocated numpy columns the measuring loop writes raw numbers into: no object per sample.
+
+    Capacity doubles when full (amortised O(1) per sample), so the loop never sizes it from
+    ``max_rounds`` (up to a million rounds). ``columns()`` views the filled part as
+    ``SampleColumns`` without a copy (the CI check reads it between rounds); ``result()`` validates
+    the samples once, at the end of the cell.
+    """
+
+    _CONTEXT = ("sm_clock_mhz", "clock_event_reasons", "temperature_c", "power_w")
+
+    def __init__(self, capacity: int):
+        self.n = 0
+        self._arrays = {name: np.empty(max(capacity, 16), dtype=memory_dtype(name)) for name in SAMPLE_FIELDS}
+
+    def _grow(self) -> None:
+        for name, values in self._arrays.items():
+            grown = np.empty(2 * len(values), dtype=values.dtype)
+            grown[: self.n] = values[: self.n]
+            self._arrays[name] = grown
+
+    def add(
+        self,
+        variant: Variant,
+        round_index: int,
+        position: int,
+        duration_ns: float,
+        launches: int,
+        context: Mapping[str, Any] | None,
+        expected_sm_clock_mhz: float | None,
+    ) -> None:
+        """Write one sample at the end: its numbers as the timer and ``ClockSampler.read()`` gave
+        them (a context value of None is stored as the column's null: NaN, or -1 for the mask)."""
+        if self.n == len(self._arrays["variant"]):
+            self._grow()
+        a, i = self._arrays, self.n
+        a["variant"][i] = 1 if variant == "candidate" else 0
+        a["round"][i] = round_index
+        a["position"][i] = position
+        a["duration_ns"][i] = duration_ns
+        a["launches"][i] = launches
+        if context is None:
+            a["sm_clock_mhz"][i] = a["temperature_c"][i] = a["power_w"][i] = math.nan
+            a["clock_event_reasons"][i] = NULL_REASONS
+            a["throttled"][i] = False
+        else:
+            clock = context.get("sm_clock_mhz")
+            reasons = context.get("clock_event_reasons")
+            temperature, power = context.get("temperature_c"), context.get("power_w")
+            a["sm_clock_mhz"][i] = math.nan if clock is None else clock
+            a["clock_event_reasons"][i] = NULL_REASONS if reasons is None else reasons
+            a["temperature_c"][i] = math.nan if temperature is None else temperature
+            a["power_w"][i] = math.nan if power is None else power
+            a["throttled"][i] = is_throttled(clock, expected_sm_clock_mhz)
+        self.n = i + 1
+
+    def columns(self) -> SampleColumns:
+        """The samples so far, unvalidated views (valid for reading until the next ``add``)."""
+        return SampleColumns.unchecked({name: values[: self.n] for name, values in self._arrays.items()})
+
+    def result(self) -> SampleColumns:
+        """The samples so far, copied out and validated (``SampleColumns.from_arrays``): raises
+        ``pydantic.ValidationError`` naming the column and sample of a value ``Sample`` refuses (a
+        timer that returned NaN or a negative time)."""
+        return SampleColumns.from_arrays(
+            **{name: values[: self.n].copy() for name, values in self._arrays.items()}
+        )
 
 
 def measure_pair(
@@ -326,7 +373,8 @@ def measure_interleaved(
     rng = np.random.default_rng(settings.seed)
     budget_ns = settings.budget_ms * 1e6
     target = settings.target_ci_pct / 100.0
-    samples = SampleColumns()
+    buffer = _SampleBuffer(min(settings.max_rounds, 4096) * 2 * settings.samples_per_round)
+    expected_clock = sampler.expected_sm_clock_mhz if sampler is not None else None
     next_check = settings.min_rounds
     rounds = 0
     min_time_ns = settings.min_time_ms * _NS_PER_MS
@@ -338,7 +386,8 @@ def measure_interleaved(
         for position, variant in enumerate(round_order(rounds, settings, rng)):
             duration_ns = pair.time_ns(variant, launches[variant])
             timed_ns += duration_ns * launches[variant]
-            samples.append(_sample(variant, rounds, position, duration_ns, launches[variant], sampler))
+            context = sampler.read() if sampler is not None else None
+            buffer.add(variant, rounds, position, duration_ns, launches[variant], context, expected_clock)
         rounds += 1
         if rounds == 1 and checkpoint is not None:
             t_check = time.perf_counter_ns()
@@ -352,7 +401,7 @@ def measure_interleaved(
         if rounds >= next_check:
             if monitor is not None:
                 monitor.check(rounds)
-            ci = ci_half_width(samples, settings)
+            ci = ci_half_width(buffer.columns(), settings)
             if progress is not None:
                 text = "no CI yet" if ci is None else f"ratio {ci[0]:.4f} ±{100 * ci[1]:.2f}%"
                 per_sample = f"{launches['baseline']}/{launches['candidate']} launches per sample"
@@ -365,4 +414,4 @@ def measure_interleaved(
         monitor.check(rounds)
     if checkpoint is not None:
         checkpoint(rounds, launches)
-    return samples
+    return buffer.result()

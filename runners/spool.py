@@ -14,6 +14,15 @@ Layout under ``root``::
     rejected/<same name>                  refused by the server
     rejected/<same name>.reason.txt       the server's answer
 
+A file is named from the claim it answers (``path_for(job_id, key)``: the job id and the
+idempotency key the daemon made for that attempt, which holds the attempt number), never by
+reading the result, and its bytes are posted as they are (``read``): the runner parses a result
+once, at most (the ``held`` results the full disk could not take). Every file carries
+``schema_version`` (``kernelab.service.schemas.RESULT_SCHEMA_VERSION``): ``read`` checks it, and a
+file of a newer version (written by a newer kernelab, then downgraded) is kept where it is, with
+a log line, never posted or deleted (``NewerResultFile``); an older one is posted as it is (the
+server reads every older version).
+
 Files are written atomically (temp file in the same directory, fsync, ``os.replace``), so a crash
 leaves either the old file or the new one, never half of one.
 """
@@ -25,12 +34,24 @@ import re
 import tempfile
 from pathlib import Path
 
-from kernelab.service.schemas import JobResult
+from pydantic import ValidationError
+
+from kernelab.service.schemas import RESULT_SCHEMA_VERSION, JobResult, ResultHeader
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
+_NAME = re.compile(r"^(\d+)-[A-Za-z0-9._-]+\.json$")
 REFUSED_FOR_GOOD = frozenset({400, 404, 409, 413, 422})
 """HTTP statuses that refuse a posted result itself (malformed, unknown job, lease taken over or
 key of another result, too large, does not fit its job): no retry changes the answer."""
+
+
+class NewerResultFile(Exception):
+    """A spooled file's ``schema_version`` is newer than this kernelab's ``RESULT_SCHEMA_VERSION``."""
+
+
+class UnreadableResultFile(Exception):
+    """A spooled file is not a ``JobResult`` document of a job this spool can name (not JSON, no
+    ``schema_version`` of an integer, a name that is not ``<job_id>-<key>.json``)."""
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -52,6 +73,18 @@ def atomic_write_text(path: Path, text: str) -> None:
         raise
 
 
+def _header(data: bytes, path: Path) -> ResultHeader:
+    try:
+        return ResultHeader.model_validate_json(data)
+    except ValidationError as exc:
+        if any(e["type"] == "schema_version_newer" for e in exc.errors()):
+            raise NewerResultFile(
+                f"{Path(path).name}: schema_version is newer than this kernelab's "
+                f"{RESULT_SCHEMA_VERSION}; kept (a newer kernelab posts it)"
+            ) from None
+        raise UnreadableResultFile(f"{Path(path).name}: {exc.errors()[0]['msg']}") from None
+
+
 class Spool:
     """A directory of pending ``JobResult`` files (see the module docstring for the layout)."""
 
@@ -63,23 +96,23 @@ class Spool:
     def __repr__(self) -> str:
         return f"<Spool {self.root} pending={len(self.pending())}>"
 
-    def path_for(self, result: JobResult) -> Path:
-        """Where ``result`` is spooled: one file per (job, idempotency key)."""
-        return self.root / f"{result.job_id}-{_SAFE.sub('_', result.idempotency_key)}.json"
+    def path_for(self, job_id: int, key: str) -> Path:
+        """Where the result of the claim ``(job_id, key)`` is spooled: one file per job and
+        idempotency key (the daemon's key holds the attempt number)."""
+        return self.root / f"{job_id}-{_SAFE.sub('_', key)}.json"
 
     def put(self, result: JobResult) -> Path:
-        """Write ``result`` into the spool atomically; return its path."""
-        path = self.path_for(result)
+        """Write ``result`` (a ``JobResult`` with a ``job_id``) into the spool atomically; return
+        its path. The document carries ``schema_version``. Raises ``OSError`` (a full disk)."""
+        assert result.job_id is not None, "a spooled result answers a claim"
+        path = self.path_for(result.job_id, result.idempotency_key)
         atomic_write_text(path, result.model_dump_json())
         return path
 
-    def adopt(self, result_file: Path) -> Path:
-        """Move a result file the worker wrote into the spool (a rename; validates it first).
-
-        Raises ``pydantic.ValidationError`` when the file is not a ``JobResult``.
-        """
-        result = JobResult.model_validate_json(Path(result_file).read_text(encoding="utf-8"))
-        path = self.path_for(result)
+    def adopt(self, result_file: Path, *, job_id: int, key: str) -> Path:
+        """Move a result file the worker wrote for the claim ``(job_id, key)`` into the spool: a
+        rename, the file is not read. Raises ``OSError``."""
+        path = self.path_for(job_id, key)
         os.replace(result_file, path)
         return path
 
@@ -89,9 +122,34 @@ class Spool:
         return sorted(files, key=lambda p: (p.stat().st_mtime_ns, p.name))
 
     @staticmethod
+    def job_id_of(path: Path) -> int:
+        """The job id in a spooled file's name. Raises ``UnreadableResultFile`` for another name."""
+        match = _NAME.match(Path(path).name)
+        if match is None:
+            raise UnreadableResultFile(f"{Path(path).name} is not named <job_id>-<key>.json")
+        return int(match.group(1))
+
+    @staticmethod
+    def read(path: Path) -> tuple[int, bytes]:
+        """``(job_id, document bytes)`` of a spooled file, to post unchanged. Reads only its
+        ``schema_version`` (``ResultHeader``: other keys are not validated; the server does that).
+        Raises ``NewerResultFile`` for a version newer than ``RESULT_SCHEMA_VERSION``,
+        ``UnreadableResultFile`` for a file that is no such document, ``OSError``."""
+        job_id = Spool.job_id_of(path)
+        data = Path(path).read_bytes()
+        header = _header(data, path)
+        if header.job_id is not None and header.job_id != job_id:
+            raise UnreadableResultFile(f"{Path(path).name} holds the result of job {header.job_id}")
+        return job_id, data
+
+    @staticmethod
     def load(path: Path) -> JobResult:
-        """Read a spooled result. Raises ``pydantic.ValidationError`` for a corrupt file."""
-        return JobResult.model_validate_json(Path(path).read_text(encoding="utf-8"))
+        """Read and validate a spooled result (every version up to ``RESULT_SCHEMA_VERSION``).
+        Raises ``NewerResultFile`` for a newer version, ``pydantic.ValidationError`` for a
+        corrupt file, ``OSError``."""
+        data = Path(path).read_bytes()
+        _header(data, path)
+        return JobResult.model_validate_json(data)
 
     @staticmethod
     def done(path: Path) -> None:

@@ -710,11 +710,10 @@ def iter_sample_rows(
     sample: ``kernelab.service.sample_export`` writes the download's text per block instead (this is its
     row-by-row reference in the tests)."""
     for part in iter_sample_blocks(session=session, job_id=job_id, batch=batch, offset=offset, limit=limit):
-        columns = sample_blocks.decode(part.block)
-        values = [getattr(columns, name)[part.first : part.end] for name in SAMPLE_FIELDS]
-        cell = (part.cell_index, part.params)
-        for sample in zip(*values, strict=True):
-            yield dict(zip(SAMPLE_COLUMNS, cell + sample, strict=True))
+        rows = sample_blocks.decode(part.block).rows()[part.first : part.end]
+        cell = {"cell_index": part.cell_index, "params": part.params}
+        for sample in rows:
+            yield {**cell, **{name: getattr(sample, name) for name in SAMPLE_FIELDS}}
 
 
 def load_cell_samples(*, session: Session, job_id: int, cell_index: int) -> SampleColumns | None:

@@ -19,14 +19,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
-from itertools import compress
 from statistics import NormalDist
 from typing import NamedTuple
 
 import numpy as np
 
 from kernelab.service import clock_events
-from kernelab.service.schemas import SAMPLE_FIELDS, CellResult, SampleColumns, Variant, VariantStats, Work
+from kernelab.service.schemas import CellResult, SampleColumns, Variant, VariantStats, Work
 
 _MDE_Z_SUM = 2.8  # z(1 - 0.05/2) + z(0.80) = 1.96 + 0.84: two-sided alpha 0.05, 80% power
 _IQR_TO_SIGMA = 1.349  # IQR of a normal distribution in standard deviations (2 * 0.6745)
@@ -37,14 +36,13 @@ def throttled_mask(samples: SampleColumns) -> np.ndarray:
     """``(n,)`` bool: True where a sample was taken while throttled: marked ``throttled`` by the
     runner (its clock below the expected one), or holding a throttle reason in its NVML
     clock-event mask (``kernelab.service.clock_events.THROTTLE_MASK``: power, thermal, hardware slowdown),
-    whatever its clock. A DCGM blank placeholder mask is no data (``clock_events.is_placeholder``)."""
-    n = len(samples)
-    marked = np.fromiter(samples.throttled, dtype=bool, count=n)
-    reasons = samples.clock_event_reasons
-    if reasons.count(None) == n:
-        return marked
-    masks = np.fromiter((-1 if r is None else r for r in reasons), dtype=np.int64, count=n)
+    whatever its clock. A DCGM blank placeholder mask is no data (``clock_events.is_placeholder``);
+    a null mask (-1) is no data either."""
+    marked = np.asarray(samples.throttled, dtype=bool)
+    masks = np.asarray(samples.clock_event_reasons, dtype=np.int64)
     readable = (masks >= 0) & (masks < clock_events.DCGM_INT64_BLANK)
+    if not readable.any():
+        return marked
     return marked | (readable & ((masks & clock_events.THROTTLE_MASK) != 0))
 
 
@@ -73,13 +71,12 @@ def kept_samples(samples: SampleColumns, *, exclude_throttled: bool) -> SampleCo
     keep = kept_mask(samples, exclude_throttled=True)
     if keep.all():
         return samples
-    rows = keep.tolist()
-    return SampleColumns.unchecked({n: list(compress(getattr(samples, n), rows)) for n in SAMPLE_FIELDS})
+    return samples.select(keep)
 
 
 def is_candidate(samples: SampleColumns) -> np.ndarray:
     """``(n,)`` bool: True where the sample is the candidate's, False for the baseline's."""
-    return np.fromiter(map("candidate".__eq__, samples.variant), dtype=bool, count=len(samples))
+    return np.asarray(samples.variant) == 1
 
 
 def _round_matrix(sample_rounds: np.ndarray, durations: np.ndarray, rounds: np.ndarray) -> np.ndarray:

@@ -1,5 +1,5 @@
 """Columnar storage of raw samples: one ``sample_blocks`` row per cell holds the cell's
-``SampleColumns`` as little-endian numpy arrays (conbench keeps a result's raw data as an array
+``SampleColumns`` arrays as little-endian bytes (conbench keeps a result's raw data as an array
 column of the result row). 600,000 samples are 1,000 rows, not 600,000.
 
 Encoding of each column (``n`` values, sample ``i`` at index ``i``, the order the runner took them):
@@ -30,49 +30,45 @@ from typing import Any
 
 import numpy as np
 
-from kernelab.service.schemas import SampleColumns, Variant
+from kernelab.service.samples import (
+    NULL_FLOAT_COLUMNS,
+    NULL_REASONS,
+    SAMPLE_DTYPES,
+    SAMPLE_FIELDS,
+    SampleColumns,
+    Variant,
+    memory_dtype,
+)
 
 VARIANT_CODES: dict[str, int] = {"baseline": 0, "candidate": 1}
 _VARIANT_NAMES: tuple[Variant, Variant] = ("baseline", "candidate")
-DTYPES: dict[str, str] = {
-    "variant": "u1", "round": "<i4", "position": "<i4", "duration_ns": "<f8", "launches": "<i4",
-    "sm_clock_mhz": "<f8", "clock_event_reasons": "<i8", "temperature_c": "<f8", "power_w": "<f8",
-    "throttled": "u1",
-}  # fmt: skip
-"""numpy dtype of each stored column (``SAMPLE_FIELDS`` order)."""
-_NULL_FLOAT_COLUMNS = ("sm_clock_mhz", "temperature_c", "power_w")
-_NULL_REASONS = -1
+DTYPES: dict[str, str] = SAMPLE_DTYPES
+"""numpy dtype of each stored column (``SAMPLE_FIELDS`` order): the dtypes of the wire's base64
+columns and of ``SampleColumns`` in memory (``kernelab.service.samples``)."""
+_NULL_COLUMNS = (*NULL_FLOAT_COLUMNS, "clock_event_reasons")
 
 
 class CorruptBlockError(ValueError):
     """A stored block's bytes do not hold ``n`` values of a column's dtype."""
 
 
-def _nullable_floats(values: list[float | None]) -> bytes | None:
-    if values.count(None) == len(values):
-        return None
-    return np.array(values, dtype=np.float64).astype("<f8", copy=False).tobytes()  # None -> NaN
+def _all_null(values: np.ndarray) -> bool:
+    return bool(np.isnan(values).all()) if values.dtype.kind == "f" else bool((values == NULL_REASONS).all())
 
 
 def encode(samples: SampleColumns) -> dict[str, Any]:
     """The stored columns of one cell's samples: ``{"n": int, column: bytes | None}`` for every
-    name of ``SAMPLE_FIELDS`` (encoding in the module docstring). ``samples`` must be validated
-    (``SampleColumns``): values out of range for a dtype raise ``OverflowError``."""
-    n = len(samples)
-    reasons = samples.clock_event_reasons
-    out: dict[str, Any] = {
-        "n": n,
-        "variant": bytes(map(VARIANT_CODES.__getitem__, samples.variant)),
-        "round": np.array(samples.round, dtype="<i4").tobytes(),
-        "position": np.array(samples.position, dtype="<i4").tobytes(),
-        "duration_ns": np.array(samples.duration_ns, dtype="<f8").tobytes(),
-        "launches": np.array(samples.launches, dtype="<i4").tobytes(),
-        "clock_event_reasons": None if reasons.count(None) == n else np.array(
-            [_NULL_REASONS if r is None else r for r in reasons], dtype="<i8").tobytes(),
-        "throttled": bytes(samples.throttled),  # bools are the ints 0 and 1
-    }  # fmt: skip
-    for name in _NULL_FLOAT_COLUMNS:
-        out[name] = _nullable_floats(getattr(samples, name))
+    name of ``SAMPLE_FIELDS`` (encoding in the module docstring): each array's bytes in its
+    stored dtype, no per-value work. ``samples`` must be validated (``SampleColumns``)."""
+    out: dict[str, Any] = {"n": len(samples)}
+    for name in SAMPLE_FIELDS:
+        values = getattr(samples, name)
+        if name in _NULL_COLUMNS and _all_null(values):
+            out[name] = None
+            continue
+        if values.dtype == np.bool_:
+            values = values.view(np.uint8)
+        out[name] = np.ascontiguousarray(values, dtype=DTYPES[name]).tobytes()
     return out
 
 
@@ -88,31 +84,18 @@ def _array(block: Mapping[Any, Any], name: str) -> np.ndarray:
 
 def decode(block: Mapping[Any, Any]) -> SampleColumns:
     """``SampleColumns`` from a stored block (a mapping with ``n`` and every ``SAMPLE_FIELDS``
-    column, e.g. a row's ``_mapping``). Values are not validated again (they were on ingest).
+    column, e.g. a row's ``_mapping``): read-only views of the stored bytes, a column stored as
+    SQL NULL as an array of nulls. Values are not validated again (they were on ingest).
     Raises ``CorruptBlockError`` when a column's byte length is not ``n`` values."""
     n = block["n"]
-    columns: dict[str, list[Any]] = {
-        "variant": [_VARIANT_NAMES[code] for code in _array(block, "variant").tolist()],
-        "round": _array(block, "round").tolist(),
-        "position": _array(block, "position").tolist(),
-        "duration_ns": _array(block, "duration_ns").tolist(),
-        "launches": _array(block, "launches").tolist(),
-        "throttled": _array(block, "throttled").astype(bool).tolist(),
-    }
-    for name in _NULL_FLOAT_COLUMNS:
+    columns: dict[str, np.ndarray] = {}
+    for name in SAMPLE_FIELDS:
         if block[name] is None:
-            columns[name] = [None] * n
+            fill = NULL_REASONS if name == "clock_event_reasons" else np.nan
+            columns[name] = np.full(n, fill, dtype=memory_dtype(name))
             continue
         values = _array(block, name)
-        as_list: list[float | None] = values.tolist()
-        if np.isnan(values).any():
-            as_list = [None if v != v else v for v in as_list]  # NaN != NaN: the null marker
-        columns[name] = as_list
-    if block["clock_event_reasons"] is None:
-        columns["clock_event_reasons"] = [None] * n
-    else:
-        reasons = _array(block, "clock_event_reasons")
-        columns["clock_event_reasons"] = [None if r < 0 else r for r in reasons.tolist()]
+        columns[name] = values.view(np.bool_) if name == "throttled" else values
     return SampleColumns.unchecked(columns)
 
 

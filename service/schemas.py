@@ -18,7 +18,7 @@ import itertools
 import math
 import re
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -28,20 +28,20 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    SerializerFunctionWrapHandler,
     Strict,
     StringConstraints,
-    TypeAdapter,
     ValidationInfo,
     field_validator,
-    model_serializer,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
 
 from kernelab.service import clock_events
+from kernelab.service.samples import MAX_DURATION_NS as MAX_DURATION_NS  # re-exported: the wire contract
+from kernelab.service.samples import SAMPLE_FIELDS as SAMPLE_FIELDS
+from kernelab.service.samples import Sample as Sample
+from kernelab.service.samples import SampleColumns, Variant, empty_samples
 
-Variant = Literal["baseline", "candidate"]
 TimingVerdict = Literal["faster", "slower", "same", "inconclusive"]
 """What the timing alone says of a cell (``kernelab.service.verdicts.timing_verdict``)."""
 Verdict = Literal[
@@ -638,154 +638,6 @@ class Work(_Posted):
     bytes_written: float = Field(default=0.0, ge=0, strict=True)
 
 
-_INT32_MAX = 2**31 - 1  # round, position and launches are stored as int32 (kernelab.service.sample_blocks)
-_INT64_MAX = 2**63 - 1  # clock_event_reasons is stored as int64
-MAX_DURATION_NS = 86_400e9
-"""Longest time per launch a sample may hold, ns: one day, ``JobSpec.timeout_s``'s upper bound. No
-launch of a job lasts longer than the job may run, so a larger value is not a measurement; refusing
-it at the door (422 naming the sample) keeps the statistics of every stored result finite (a median
-of two samples of 9e307 ns overflows float64)."""
-_Int32 = Annotated[int, Strict(), Field(ge=0, le=_INT32_MAX)]
-_Launches = Annotated[int, Strict(), Field(ge=1, le=_INT32_MAX)]
-_Reasons = Annotated[int, Strict(), Field(ge=0, le=_INT64_MAX, description="NVML bitmask")]
-_Duration = Annotated[float, Strict(), Field(ge=0, le=MAX_DURATION_NS, allow_inf_nan=False)]
-_Finite = Number
-_FiniteNonNeg = Annotated[float, Strict(), Field(ge=0, allow_inf_nan=False)]
-_Bool = Annotated[bool, Strict()]
-
-
-class Sample(BaseModel):
-    """One timed sample of one variant (a row of ``SampleColumns``).
-
-    ``duration_ns`` is the time of one launch: the timed window divided by ``launches``, at most
-    ``MAX_DURATION_NS``. Context fields are None where the platform cannot read them (CPU, no
-    NVML); ``clock_event_reasons`` is the NVML mask (``kernelab.service.clock_events``), which the server
-    reads itself: a sample whose mask holds a throttle reason counts as throttled whatever
-    ``throttled`` says. Raises (422, ``loc`` naming the field): an unknown field (a ``unit`` the
-    server would ignore changes what every number means), a float that is not finite, a number
-    posted as ``true`` or ``"1e3"``; ``round``, ``position`` and ``launches`` fit in int32.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    variant: Variant
-    round: _Int32 = Field(description="interleaving round number")
-    position: _Int32 = Field(description="position of this sample inside its round")
-    duration_ns: _Duration
-    launches: _Launches = 1
-    sm_clock_mhz: _FiniteNonNeg | None = None
-    clock_event_reasons: _Reasons | None = None
-    temperature_c: _Finite | None = None
-    power_w: _FiniteNonNeg | None = None
-    throttled: _Bool = False
-
-
-SAMPLE_FIELDS: tuple[str, ...] = tuple(Sample.model_fields)
-"""The columns of ``SampleColumns`` (and fields of ``Sample``), in wire and storage order."""
-_SAMPLE_ROWS = TypeAdapter(list[Sample])
-# Columns a client may leave out, and the value every sample then gets.
-_COLUMN_DEFAULTS: dict[str, Any] = {
-    "launches": 1, "sm_clock_mhz": None, "clock_event_reasons": None, "temperature_c": None,
-    "power_w": None, "throttled": False,
-}  # fmt: skip
-
-
-class SampleColumns(BaseModel):
-    """The raw samples of one cell, column by column: sample ``i`` is the ``i``-th value of every
-    list (the order the runner took them). Columnar because a 1,000-cell sweep carries 600,000
-    samples: one JSON object per sample costs ~3x the bytes and the parse time.
-
-    Fields and units as in ``Sample``; ``variant`` gives the sample count n. ``launches``,
-    ``throttled`` and the context columns may be left out (1, False, None for every sample).
-    The row form (a JSON array of ``Sample`` objects, as posted before) is accepted and turned into
-    columns. Dumps leave out the optional columns that hold only their default (a CPU runner's
-    samples carry no clocks: 4 columns of nulls fewer). Raises (422): a column whose length is
-    not n (the message names it), an unknown column, any value ``Sample`` refuses (the error's
-    ``loc`` ends in column name and index).
-
-    Python use: ``len(cols)``; ``cols.rows()`` -> ``list[Sample]``; ``SampleColumns.from_rows``;
-    ``cols.append(sample)``; numpy arrays with ``np.asarray(cols.duration_ns)`` and so on.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    variant: list[Variant] = Field(default_factory=list, description="one per sample: defines n")
-    round: list[_Int32] = Field(default_factory=list)
-    position: list[_Int32] = Field(default_factory=list)
-    duration_ns: list[_Duration] = Field(default_factory=list, description="ns per launch")
-    launches: list[_Launches] = Field(default_factory=list, description="left out: 1 per sample")
-    sm_clock_mhz: list[_FiniteNonNeg | None] = Field(default_factory=list, description="left out: null")
-    clock_event_reasons: list[_Reasons | None] = Field(default_factory=list, description="left out: null")
-    temperature_c: list[_Finite | None] = Field(default_factory=list, description="left out: null")
-    power_w: list[_FiniteNonNeg | None] = Field(default_factory=list, description="left out: null")
-    throttled: list[_Bool] = Field(default_factory=list, description="left out: false")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _from_row_form(cls, data: Any) -> Any:
-        if isinstance(data, list):  # one object per sample: validate as rows, then transpose
-            rows = _SAMPLE_ROWS.validate_python(data)
-            return {name: [getattr(r, name) for r in rows] for name in SAMPLE_FIELDS}
-        return data
-
-    @model_validator(mode="after")
-    def _one_value_per_sample(self) -> SampleColumns:
-        n = len(self.variant)
-        given = set(self.model_fields_set)
-        for name, default in _COLUMN_DEFAULTS.items():
-            if name not in given:
-                setattr(self, name, [default] * n)
-        for name in SAMPLE_FIELDS[1:]:
-            got = len(getattr(self, name))
-            if name not in given and name not in _COLUMN_DEFAULTS and n:
-                raise ValueError(f"samples.{name} is missing ({n} samples in samples.variant)")
-            if got != n:
-                raise ValueError(
-                    f"samples.{name} has {got} values but samples.variant has {n}: every column "
-                    "holds one value per sample"
-                )
-        return self
-
-    @model_serializer(mode="wrap")
-    def _leave_out_defaults(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        out: dict[str, Any] = handler(self)
-        n = len(self)
-        for name, default in _COLUMN_DEFAULTS.items():
-            if name in out and getattr(self, name).count(default) == n:
-                del out[name]
-        return out
-
-    def __len__(self) -> int:
-        return len(self.variant)
-
-    def rows(self) -> list[Sample]:
-        """The samples as ``Sample`` objects, in order (not validated again)."""
-        columns = [getattr(self, name) for name in SAMPLE_FIELDS]
-        return [
-            Sample.model_construct(**dict(zip(SAMPLE_FIELDS, values, strict=True)))
-            for values in zip(*columns, strict=True)
-        ]
-
-    @classmethod
-    def from_rows(cls, rows: Iterable[Sample]) -> SampleColumns:
-        """Columns of already validated ``Sample`` objects, in their order."""
-        rows = list(rows)
-        return cls.unchecked({name: [getattr(r, name) for r in rows] for name in SAMPLE_FIELDS})
-
-    @classmethod
-    def unchecked(cls, columns: Mapping[str, list[Any]]) -> SampleColumns:
-        """Columns known to be valid (filtered from valid columns, read back from storage), not
-        validated again: every name of ``SAMPLE_FIELDS``, lists of one length. Raises KeyError
-        for a missing column."""
-        values: dict[str, Any] = {name: columns[name] for name in SAMPLE_FIELDS}
-        return cls.model_construct(None, **values)
-
-    def append(self, sample: Sample) -> None:
-        """Add one validated ``Sample`` at the end of every column."""
-        for name in SAMPLE_FIELDS:
-            getattr(self, name).append(getattr(sample, name))
-
-
 class _Metrics(_Posted):
     """Base of the correctness checks' results: a metric posted as NaN or +-Infinity (a norm of an
     output full of NaN, an overflowing difference) is stored as None, and its field name is listed
@@ -1029,7 +881,8 @@ class CellResult(_Posted):
     candidate_params: dict[Text, ParamValue] = Field(default_factory=dict)
     work: dict[Variant, Work] = Field(default_factory=dict)
     samples: SampleColumns = Field(
-        default_factory=SampleColumns, description="raw samples, columnar (the row form is accepted)"
+        default_factory=empty_samples,
+        description="raw samples: base64 columns (the JSON-list columns and the row form are accepted)",
     )
     correctness: dict[Variant, CorrectnessResult] = Field(default_factory=dict)
     error: Text | None = Field(default=None, description="set when the cell could not be measured")
@@ -1212,13 +1065,50 @@ class NodeInfo(_Posted):
     )
 
 
+RESULT_SCHEMA_VERSION = 2
+"""Version of a ``JobResult`` document (a POST body, a runner's spool file, ``kernelab run
+--result``), written as its first key ``schema_version`` by every writer (versioned result files
+as nvbench's ``nvbench_json/version.py``). 1: no ``schema_version`` key, samples as JSON-list
+columns or rows. 2: samples as base64 columns (``kernelab.service.samples``). A reader takes
+every version up to its own (an older document is read into the current model: upgraded) and
+refuses a newer one (``schema_version_newer``, a 422 naming ``schema_version`` on the server)."""
+
+
+def _known_schema_version(value: int) -> int:
+    if value > RESULT_SCHEMA_VERSION:
+        raise PydanticCustomError(
+            "schema_version_newer",
+            "schema_version {version} is newer than this reader knows (at most {known}): upgrade it",
+            {"version": value, "known": RESULT_SCHEMA_VERSION},
+        )
+    return value
+
+
+SchemaVersion = Annotated[int, Strict(), Field(ge=1), AfterValidator(_known_schema_version)]
+
+
+class ResultHeader(BaseModel):
+    """The keys of a ``JobResult`` document a runner reads before it posts the document's bytes
+    unchanged (``kernelab.runners.spool``): other keys are ignored, not validated. A document
+    without ``schema_version`` is of version 1. Raises ``ValidationError`` for a document that
+    is not a JSON object, or (``schema_version_newer``) of a version newer than
+    ``RESULT_SCHEMA_VERSION``."""
+
+    schema_version: SchemaVersion = 1
+    job_id: int | None = None
+
+
 class JobResult(_Posted):
     """Everything a runner measured for one job: posted whole, stored whole or not at all.
 
     ``idempotency_key`` makes a retried post harmless: the server stores the first and answers
-    later posts with the same key by pointing at it.
+    later posts with the same key by pointing at it. ``schema_version``: ``RESULT_SCHEMA_VERSION``
+    (a document without it is of version 1 and is read as this version).
     """
 
+    schema_version: SchemaVersion = Field(
+        default=RESULT_SCHEMA_VERSION, description="version of this document (1 when left out)"
+    )
     idempotency_key: Text = Field(min_length=8, max_length=200)
     job_id: int | None = None
     spec: JobSpec

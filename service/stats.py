@@ -222,7 +222,7 @@ def _compare_kept(
     # after an L2 flush. A sample of n > 1 launches (a CUDA graph replay, a batch of short kernels)
     # flushes before the first only; the others may run from L2, faster than DRAM allows.
     launches = cell.samples.launches
-    one_launch = bool(launches) and max(launches) == 1
+    one_launch = bool(len(launches)) and int(launches.max()) == 1
     bound_bytes = m.l2_flush and result.node.device_type == "cuda" and one_launch
     too_fast = verdicts.implausible(raw_rates, peaks, bound_bytes=bound_bytes)
     found += verdicts.implausible_reasons(raw_rates, peaks, too_fast)

@@ -23,6 +23,7 @@ from markupsafe import Markup
 from plotly.subplots import make_subplots
 
 from kernelab.service import estimators, stats
+from kernelab.service.samples import VARIANT_NAMES
 from kernelab.service.schemas import (
     CellResult,
     Comparison,
@@ -97,7 +98,7 @@ def _kept(result: JobResult, cell: CellResult, variant: Variant) -> np.ndarray:
     if not len(samples):
         return np.empty(0)
     order = _execution_order(samples)
-    keep = np.asarray(samples.variant)[order] == variant
+    keep = np.asarray(samples.variant)[order] == VARIANT_NAMES.index(variant)
     keep &= estimators.kept_mask(samples, exclude_throttled=result.spec.measurement.exclude_throttled)[order]
     return np.asarray(samples.duration_ns, dtype=np.float64)[order][keep]
 
@@ -272,16 +273,16 @@ def timeline_figure_dict(
     rounds = np.asarray(s.round, dtype=np.int64)[order]
     position = np.asarray(s.position, dtype=np.float64)[order]
     duration = np.asarray(s.duration_ns, dtype=np.float64)[order]
-    variant = np.asarray(s.variant)[order]
+    variant = np.asarray(s.variant)[order]  # uint8: 0 baseline, 1 candidate
     throttled = np.asarray(s.throttled, dtype=bool)[order]
-    clock = np.array([np.nan if c is None else c for c in s.sm_clock_mhz], dtype=np.float64)[order]
+    clock = np.asarray(s.sm_clock_mhz, dtype=np.float64)[order]  # NaN: not read
     _, first, counts = np.unique(rounds, return_inverse=True, return_counts=True)
     xs = rounds + position / np.maximum(counts[first], 1)
     unit, scale = time_unit(duration.tolist())
     clocked = ~np.isnan(clock)
     traces: list[dict[str, Any]] = []
     for v in ("baseline", "candidate"):
-        mine = variant == v
+        mine = variant == VARIANT_NAMES.index(v)
         traces.append({
             "type": "scatter", "name": f"{v}: {labels[v]}", "x": xs[mine].tolist(),
             "y": (duration[mine] / scale).tolist(),
@@ -311,7 +312,7 @@ def timeline_figure_dict(
         axes["xaxis"]["domain"] = [0.0, 0.94]
         axes["yaxis2"] = {"anchor": "x", "overlaying": "y", "side": "right", "showgrid": False,
                           "title": {"text": "SM clock (MHz)"}}  # fmt: skip
-    groups: list[_Group] = [duration[variant == v] for v in ("baseline", "candidate")]
+    groups: list[_Group] = [duration[variant == code] for code in (0, 1)]
     yaxis = {"anchor": "x", "domain": [0.0, 1.0], "title": {"text": f"time per launch ({unit})"}}
     return {"data": traces, "layout": {**_layout(title, _log_layout(log_y, groups), yaxis), **axes}}
 

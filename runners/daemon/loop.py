@@ -48,7 +48,13 @@ from kernelab.runners.daemon.probe_pool import ProbePoolManager
 from kernelab.runners.daemon.supervisor import JobNotStarted, JobSupervisor, WorkerRun, stderr_tail
 from kernelab.runners.daemon.tokens import TokenStore
 from kernelab.runners.redact import redact, secret_values
-from kernelab.runners.spool import REFUSED_FOR_GOOD, Spool, atomic_write_text
+from kernelab.runners.spool import (
+    REFUSED_FOR_GOOD,
+    NewerResultFile,
+    Spool,
+    UnreadableResultFile,
+    atomic_write_text,
+)
 from kernelab.service.schemas import JobClaim, JobResult, JobSpec, NodeInfo
 
 log = logging.getLogger(__name__)
@@ -133,6 +139,7 @@ class RunnerDaemon:
         self.released = 0
         self.held: dict[str, JobResult] = {}  # idempotency key -> result the full disk could not take
         self.refused_in_memory: list[tuple[JobResult, str]] = []  # refused for good, not writable
+        self._newer_seen: set[Path] = set()  # spool files of a newer schema_version, logged once
         self._stop = threading.Event()
         self._own_client: KernelabClient | None = None
         self._token_saved = False  # the token in use came from the token file
@@ -356,14 +363,16 @@ class RunnerDaemon:
         sent = 0
         for path in self.spool.pending():
             try:
-                result = self.spool.load(path)
-            except (OSError, ValidationError) as exc:
+                job_id, body = self.spool.read(path)
+            except NewerResultFile as exc:
+                if path not in self._newer_seen:  # once per file, not at every flush
+                    self._newer_seen.add(path)
+                    log.error("runner %s: spool file not posted and kept: %s", self.name, exc)
+                continue
+            except (OSError, UnreadableResultFile) as exc:
                 self.spool.reject(path, f"unreadable spool file: {exc}")
                 continue
-            if result.job_id is None:
-                self.spool.reject(path, "result has no job_id")
-                continue
-            outcome = self._post(result, where=str(path))
+            outcome = self._post(job_id, body, where=str(path))
             if outcome == "later":
                 return sent
             if outcome == "stored":
@@ -371,9 +380,11 @@ class RunnerDaemon:
                 sent += 1
             else:
                 target = self.spool.reject(path, outcome)
-                log.error("runner %s: result of job %d kept in %s", self.name, result.job_id, target)
+                log.error("runner %s: result of job %d kept in %s", self.name, job_id, target)
         for key, result in list(self.held.items()):
-            outcome = self._post(result, where="memory (the work dir's disk is full)")
+            assert result.job_id is not None
+            body = result.model_dump_json().encode()
+            outcome = self._post(result.job_id, body, where="memory (the work dir's disk is full)")
             if outcome == "later":
                 break
             del self.held[key]
@@ -387,21 +398,21 @@ class RunnerDaemon:
                     self.refused_in_memory.append((result, outcome))
         return sent
 
-    def _post(self, result: JobResult, *, where: str) -> str:
-        """Post ``result``: ``"stored"`` (acknowledged), ``"later"`` (keep it, stop flushing), or
-        the server's reason for refusing it for good."""
-        assert result.job_id is not None
+    def _post(self, job_id: int, body: bytes, *, where: str) -> str:
+        """Post the ``JobResult`` document ``body`` of ``job_id`` as it is: ``"stored"``
+        (acknowledged), ``"later"`` (keep it, stop flushing), or the server's reason for refusing
+        it for good."""
         try:
-            accepted = self.client.post_result(result.job_id, result)
+            accepted = self.client.post_result_json(job_id, body)
         except KernelabUnavailable as exc:
-            log.warning("runner %s: result of job %d stays in %s: %s", self.name, result.job_id, where, exc)
+            log.warning("runner %s: result of job %d stays in %s: %s", self.name, job_id, where, exc)
             return "later"
         except KernelabAPIError as exc:
             if exc.status_code not in REFUSED_FOR_GOOD:  # 401/403: the token, not the result
                 log.error("runner %s: result of job %d refused (%s); kept in %s",
-                          self.name, result.job_id, exc, where)  # fmt: skip
+                          self.name, job_id, exc, where)  # fmt: skip
                 return "later"
-            log.error("runner %s: server refused result of job %d: %s", self.name, result.job_id, exc)
+            log.error("runner %s: server refused result of job %d: %s", self.name, job_id, exc)
             return str(exc)
         self.posted += 1
         log.info("runner %s: job %d result stored as %d%s", self.name, accepted.job_id,
@@ -442,22 +453,23 @@ class RunnerDaemon:
                       self.name, claim.job_id, self.lease_s, exc)  # fmt: skip
         return "released"
 
-    def _keep(self, out_path: Path, handed: list[JobResult]) -> str:
-        """Put the finished result into the spool (the worker's file, else the one it handed over
-        on stdout); when the disk cannot take it, hold it in memory. Returns where it is."""
+    def _keep(self, out_path: Path, handed: list[JobResult], *, job_id: int, key: str) -> str:
+        """Put the finished result of the claim ``(job_id, key)`` into the spool (the worker's
+        file, renamed unread, else the one it handed over on stdout); when the disk cannot take
+        it, hold it in memory. Returns where it is."""
         try:
             if out_path.exists():
-                path = self.spool.adopt(out_path)
+                path = self.spool.adopt(out_path, job_id=job_id, key=key)
             elif handed:
                 path = self.spool.put(handed[-1])
             else:
                 return ""
-        except ValidationError as exc:  # the worker wrote something else: the job failed
-            log.error("runner %s: %s is not a JobResult: %s", self.name, out_path, exc)
-            return ""
         except OSError as exc:
             try:
                 result = handed[-1] if handed else Spool.load(out_path)
+            except (ValidationError, NewerResultFile) as invalid:  # the worker wrote something else
+                log.error("runner %s: %s is not a JobResult: %s", self.name, out_path, invalid)
+                return ""
             except OSError as unreadable:
                 log.error("runner %s: result %s cannot be read (%s); left there",
                           self.name, out_path, unreadable)  # fmt: skip
@@ -476,7 +488,8 @@ class RunnerDaemon:
         if run.why == "exited" and run.returncode == jobns.EXIT_NO_NAMESPACE and self.supervisor.isolated:
             last = (stderr_tail(run.err_path, 500).splitlines() or [""])[-1]
             return self._release(claim, f"its private namespace could not be made ({last})")
-        where = self._keep(run.out_path, run.handed) if run.why == "exited" and run.returncode == 0 else ""
+        finished = run.why == "exited" and run.returncode == 0
+        where = self._keep(run.out_path, run.handed, job_id=job_id, key=run.key) if finished else ""
         if where:
             log.info("runner %s: job %d measured; result kept in %s", self.name, job_id, where)
             self.done += 1

@@ -66,6 +66,7 @@ class WorkerRun:
     err_path: Path
     handed: list[JobResult]
     heartbeat: threading.Thread
+    key: str  # the claim's idempotency key: names the result's spool file
 
     def failure_message(self, spec: JobSpec, node: str, grace_s: float) -> str:
         """What went wrong, for the server: the worker's own reason first (its ``JOB_FAILED_MARK``
@@ -277,7 +278,7 @@ class JobSupervisor:
                 reader.join(timeout=5.0)
                 if proc.stdout is not None:
                     proc.stdout.close()
-        return WorkerRun(why, proc.returncode, out_path, err_path, handed, beater)
+        return WorkerRun(why, proc.returncode, out_path, err_path, handed, beater, key)
 
     def _supervise(self, proc: subprocess.Popen[str], timeout_s: float, lease_lost: threading.Event) -> str:
         deadline = time.monotonic() + timeout_s

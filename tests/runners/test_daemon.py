@@ -18,7 +18,9 @@ from kernelab.runners.client import KernelabAPIError, KernelabClient, KernelabUn
 from kernelab.runners.daemon import RunnerDaemon
 from kernelab.runners.local import ServerProcess, admin_token, free_port
 from kernelab.runners.spool import Spool
-from kernelab.service.schemas import JobPublic, JobSpec, ProbeSpec
+from kernelab.service import crud, stats
+from kernelab.service.core.db import make_engine, make_session_factory
+from kernelab.service.schemas import SAMPLE_FIELDS, JobPublic, JobResult, JobSpec, ProbeSpec
 
 
 def _spec(*, budget_ms: float, timeout_s: float = 120.0, cells: int = 1) -> JobSpec:
@@ -78,6 +80,17 @@ class Stack:
         for obj in self.opened:
             obj.close()
         self.stop()
+
+
+def _stored_result(database_url: str, job_id: int) -> JobResult:
+    engine = make_engine(database_url)
+    try:
+        with make_session_factory(engine)() as session:
+            stored = crud.load_result(session=session, job_id=job_id)
+    finally:
+        engine.dispose()
+    assert stored is not None
+    return stored
 
 
 @pytest.fixture
@@ -146,6 +159,12 @@ def test_result_spooled_while_server_down_is_resent_after_restart(stack: Stack, 
     samples = admin.samples(job.id)
     n_samples = sum(len(c.samples) for c in result.cells)
     assert len(samples) == n_samples > 0
+    stored = _stored_result(stack.database_url, job.id)  # engine -> file -> HTTP -> database, read back
+    for posted, kept in zip(result.cells, stored.cells, strict=True):
+        for name in SAMPLE_FIELDS:
+            mine, theirs = getattr(posted.samples, name), getattr(kept.samples, name)
+            assert mine.dtype == theirs.dtype and mine.tobytes() == theirs.tobytes(), name
+    assert stats.compare(stored).model_dump_json() == stats.compare(result).model_dump_json()
 
     again = restarted.client.post_result(job.id, result)  # a retried post stores nothing new
     assert again.duplicate and again.job_id == job.id
@@ -237,7 +256,7 @@ def test_worker_result_the_server_refuses_is_kept_under_rejected(stack: Stack, t
     assert "progress: [1/1]" in proc.stdout
     runner = stack.runner("reject-node", tmp_path / "runner")
     runner.ensure_token()
-    spooled = runner.spool.adopt(out_file)
+    spooled = runner.spool.adopt(out_file, job_id=job.id, key="refused-result-1")
     assert Spool.load(spooled).idempotency_key == "refused-result-1" and not out_file.exists()
     assert runner.flush_spool() == 0
     assert runner.spool.pending() == []

@@ -7,8 +7,15 @@ import time
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 
-from kernelab.runners.engine import ci_half_width, is_throttled, measure_pair, round_order
+from kernelab.runners.engine import (
+    ci_half_width,
+    is_throttled,
+    measure_interleaved,
+    measure_pair,
+    round_order,
+)
 from kernelab.runners.timing import CpuTimer
 from kernelab.service.schemas import MeasurementSpec, Sample, SampleColumns
 
@@ -292,3 +299,53 @@ def test_callable_errors_propagate():
 
     with pytest.raises(RuntimeError, match="kernel fault"):
         measure_pair(fixed(1_000), broken, settings(min_rounds=2, max_rounds=2), CpuTimer())
+
+
+class CountingPair:
+    """A ``PairTimer`` fake: sample ``k`` (in the order taken) lasts ``1000 + k`` ns, or ``bad_ns``
+    for the sample numbered ``bad_at``. Samples cover 7 launches of the baseline and 3 of the
+    candidate; the warm-up's calls (1 and 2 launches) are not counted."""
+
+    def __init__(self, bad_at: int | None = None, bad_ns: float = float("nan")):
+        self.k = -1
+        self.bad_at, self.bad_ns = bad_at, bad_ns
+
+    def time_ns(self, variant: str, launches: int) -> float:
+        if launches not in (3, 7):  # a warm-up call
+            return 1000.0
+        self.k += 1
+        return self.bad_ns if self.k == self.bad_at else 1000.0 + self.k
+
+    def launches_for(self, variant: str, per_launch_ns: float) -> int:
+        return 3 if variant == "candidate" else 7
+
+    def timer_kind(self, variant: str) -> str:
+        return "perf_counter"
+
+    def use_fallback(self, variant: str) -> bool:
+        return False
+
+
+def test_samples_come_back_as_typed_arrays_in_the_order_taken():
+    rounds = 4500  # more samples than the buffer's first allocation (it grows)
+    samples = measure_interleaved(CountingPair(), settings(min_rounds=rounds, max_rounds=rounds))
+    n = 2 * rounds
+    assert len(samples) == n
+    assert {name: getattr(samples, name).dtype.str for name in ("variant", "round", "duration_ns", "launches",
+            "sm_clock_mhz", "clock_event_reasons", "throttled")} == {
+        "variant": "|u1", "round": "<i4", "duration_ns": "<f8", "launches": "<i4", "sm_clock_mhz": "<f8",
+        "clock_event_reasons": "<i8", "throttled": "|b1"}  # fmt: skip
+    assert samples.duration_ns.tolist() == [1000.0 + k for k in range(n)]
+    assert samples.round.tolist() == [k // 2 for k in range(n)]
+    candidate = samples.variant == 1
+    assert (samples.launches[candidate] == 3).all() and (samples.launches[~candidate] == 7).all()
+    assert candidate.tolist() == [(k + k // 2) % 2 == 1 for k in range(n)]  # ABBA: A,B then B,A
+
+
+def test_a_sample_the_schema_refuses_fails_the_cell_naming_column_and_index():
+    with pytest.raises(ValidationError) as info:
+        measure_interleaved(CountingPair(bad_at=5), settings(min_rounds=4, max_rounds=4))
+    assert [e["loc"] for e in info.value.errors()] == [("duration_ns", 5)]
+    with pytest.raises(ValidationError) as info:
+        measure_interleaved(CountingPair(bad_at=2, bad_ns=-1.0), settings(min_rounds=4, max_rounds=4))
+    assert [e["loc"] for e in info.value.errors()] == [("duration_ns", 2)]

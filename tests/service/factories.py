@@ -5,6 +5,7 @@ These are data, not mocks: the shapes a runner really posts, small enough to rea
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -128,3 +129,13 @@ def big_result(job_id: int, spec: JobSpec, node: str, *, cells: int, samples_per
                           correctness={"baseline": ok, "candidate": ok}, samples=rows)
                for i, params in enumerate(spec.cells("cpu")[:cells])],
     )  # fmt: skip
+
+
+def list_form(result: JobResult) -> dict[str, Any]:
+    """``result`` as a JSON body of a runner before ``schema_version`` 2: no ``schema_version``,
+    every cell's samples as JSON-list columns (the form these tests edit value by value)."""
+    body = json.loads(result.model_dump_json())
+    del body["schema_version"]
+    for cell, posted in zip(body["cells"], result.cells, strict=True):
+        cell["samples"] = posted.samples.model_dump()
+    return body

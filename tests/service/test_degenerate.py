@@ -12,6 +12,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+import numpy as np
 import pytest
 from factories import T0, job_result, spec_dict
 from sqlalchemy import select
@@ -131,7 +132,7 @@ def test_a_sample_throttled_by_its_clock_event_reasons_is_throttled_whatever_its
     job_id, runner = _claimed(api)
     masks = {0: 0x40, 1: 0x7FFFFFFFFFFFFFF0, 2: 0x1}
     samples = _abba(6, lambda i: 2000.0 + i, lambda i: 1000.0 + i, sm_clock_mhz=1980.0)
-    samples.clock_event_reasons = [masks.get(i, 0) for i in range(len(samples))]
+    samples.clock_event_reasons = np.array([masks.get(i, 0) for i in range(len(samples))], dtype=np.int64)
     assert not any(samples.throttled)
     for cell in _post_and_read(api, job_id, runner, _with_samples(job_id, samples)):
         assert "throttled" in cell["flags"]

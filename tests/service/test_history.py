@@ -33,7 +33,7 @@ def _post_job(api, *, hostname: str, model: str, base_ns: float, days: float, dr
     cells = []
     for cell in result.cells:
         scale = base_ns / 1000.0 / (cell.index + 1)
-        durations = [d * scale for d in cell.samples.duration_ns]
+        durations = cell.samples.duration_ns * scale
         samples = cell.samples.model_copy(update={"duration_ns": durations})
         cells.append(cell.model_copy(update={"samples": samples}))
     node = NodeInfo(hostname=hostname, device_type="cpu", device_name=model, driver_version=driver)

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 import pytest
-from factories import job_result, probe_report
+from factories import job_result, list_form, probe_report
 from sqlalchemy import func, select
 
 from kernelab.service.models import Cell, ProbeReport, Result, Token
@@ -140,7 +140,7 @@ def test_timestamps_with_a_zone_are_stored_and_answered_in_utc(api) -> None:  # 
 
 def test_huge_samples_are_refused_by_name(api) -> None:  # type: ignore[no-untyped-def]
     job_id, runner = _claimed(api)
-    body = json.loads(job_result(job_id).model_dump_json())
+    body = list_form(job_result(job_id))
     body["cells"][0]["samples"]["duration_ns"][5] = 9e307
     r = _post(api, job_id, runner, body)
     assert r.status_code == 422, r.text
@@ -151,7 +151,7 @@ def test_huge_samples_are_refused_by_name(api) -> None:  # type: ignore[no-untyp
 @pytest.mark.parametrize("value", [True, "1e3", 2.0], ids=["true", "string", "float-for-int"])
 def test_numbers_of_samples_and_work_are_strict(api, value: Any) -> None:  # type: ignore[no-untyped-def]
     job_id, runner = _claimed(api)
-    body = json.loads(job_result(job_id).model_dump_json())
+    body = list_form(job_result(job_id))
     column = "launches" if value == 2.0 else "duration_ns"
     body["cells"][0]["samples"][column][2] = value
     body["cells"][1]["work"]["baseline"]["flops"] = value if value != 2.0 else "2"

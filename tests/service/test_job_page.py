@@ -14,6 +14,7 @@ import json
 import re
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
 import pytest
 from factories import job_result, samples, spec_dict
 from health_fixtures import h200x2_report
@@ -57,7 +58,7 @@ def _sweep_result(
         base_ns = 1000.0 * (cell.index + 1)
         cols = SampleColumns.model_validate(samples(ROUNDS, base_ns, ratio * base_ns))
         if cell.index != THROTTLED_CELL:  # factories throttle one sample per cell: keep one cell's
-            cols = cols.model_copy(update={"throttled": [False] * len(cols)})
+            cols = cols.model_copy(update={"throttled": np.zeros(len(cols), dtype=bool)})
         update_: dict = {"samples": cols}
         if cell.index == FAILED_CELL:
             bad = CorrectnessResult(passed=False, rel_error=0.5, max_abs_error=1.0, cosine_similarity=0.1,
@@ -139,8 +140,7 @@ def test_timeline_of_the_chosen_cell_only(api, small_pages) -> None:  # type: ig
     timeline = _figure(page, "fig-timeline")
     assert "cell 7" in timeline["layout"]["title"]["text"]
     cell = posted.cells[7].samples
-    want = sorted((r, p, d) for v, r, p, d in zip(cell.variant, cell.round, cell.position, cell.duration_ns,
-                                                  strict=True) if v == "baseline")  # fmt: skip
+    want = sorted((s.round, s.position, s.duration_ns) for s in cell.rows() if s.variant == "baseline")
     assert timeline["data"][0]["y"] == pytest.approx([d / 1e3 for _, _, d in want])  # µs, execution order
     assert "throttled" in [t["name"] for t in timeline["data"]]  # factories throttle one sample per cell
     # more cells than TIMELINE_LINKS: previous/next links that keep the table's order

@@ -8,7 +8,7 @@ import gc
 import io
 import json
 
-from factories import job_result, probe_report
+from factories import job_result, list_form, probe_report
 from sqlalchemy import func, select
 
 from kernelab.service import crud
@@ -52,7 +52,7 @@ def test_ingest_is_idempotent_and_round_trips(api) -> None:  # type: ignore[no-u
 
 def test_invalid_sample_stores_nothing(api) -> None:  # type: ignore[no-untyped-def]
     job_id, runner = _claimed(api)
-    body = json.loads(job_result(job_id).model_dump_json())
+    body = list_form(job_result(job_id))
     body["cells"][1]["samples"]["duration_ns"][3] = -5.0
     r = api.client.post(f"/api/v1/jobs/{job_id}/results", json=body, headers=runner)
     assert r.status_code == 422
@@ -63,7 +63,7 @@ def test_invalid_sample_stores_nothing(api) -> None:  # type: ignore[no-untyped-
 
 def test_sample_columns_of_unequal_length_are_refused_by_name(api) -> None:  # type: ignore[no-untyped-def]
     job_id, runner = _claimed(api)
-    body = json.loads(job_result(job_id).model_dump_json())
+    body = list_form(job_result(job_id))
     body["cells"][0]["samples"]["round"].pop()
     body["cells"][1]["samples"]["power_w"][0] = float("inf")
     r = api.client.post(f"/api/v1/jobs/{job_id}/results", content=json.dumps(body), headers={
@@ -72,7 +72,7 @@ def test_sample_columns_of_unequal_length_are_refused_by_name(api) -> None:  # t
     errors = {tuple(e["loc"]): e["msg"] for e in r.json()["detail"]}
     assert "samples.round has 23 values but samples.variant has 24" in errors["body", "cells", 0, "samples"]
     assert ("body", "cells", 1, "samples", "power_w", 0) in errors
-    body = json.loads(job_result(job_id).model_dump_json())
+    body = list_form(job_result(job_id))
     body["cells"][0]["samples"]["duration"] = body["cells"][0]["samples"].pop("duration_ns")
     r = api.client.post(f"/api/v1/jobs/{job_id}/results", json=body, headers=runner)
     assert r.status_code == 422

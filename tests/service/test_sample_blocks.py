@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from kernelab.service import sample_blocks
-from kernelab.service.schemas import CellResult, Sample, SampleColumns
+from kernelab.service.schemas import SAMPLE_FIELDS, CellResult, Sample, SampleColumns
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
@@ -36,20 +36,23 @@ def test_a_block_round_trips_every_value_and_null() -> None:
     cols = mixed()
     block = sample_blocks.encode(cols)
     assert block["n"] == 5
-    assert np.frombuffer(block["duration_ns"], "<f8").tolist() == cols.duration_ns
+    assert np.frombuffer(block["duration_ns"], "<f8").tolist() == cols.duration_ns.tolist()
     assert np.frombuffer(block["variant"], "u1").tolist() == [0, 1, 1, 0, 0]
     assert np.isnan(np.frombuffer(block["sm_clock_mhz"], "<f8")).tolist() == [False, True, False, False, True]
     assert np.frombuffer(block["clock_event_reasons"], "<i8").tolist() == [0, -1, 4, INT64_MAX, -1]
     back = sample_blocks.decode(block)
     assert back == cols and back.rows() == cols.rows()
+    assert {n: getattr(back, n).dtype.str for n in SAMPLE_FIELDS} == {
+        n: getattr(cols, n).dtype.str for n in SAMPLE_FIELDS
+    }  # the arrays read back are the arrays posted, dtype for dtype
 
 
 def test_an_all_null_column_is_stored_as_null_and_an_empty_block_decodes() -> None:
     cols = SampleColumns(variant=["candidate"], round=[3], position=[0], duration_ns=[7.0])
     block = sample_blocks.encode(cols)
-    assert [name for name, value in block.items() if value is None] == [
+    assert {name for name, value in block.items() if value is None} == {
         "clock_event_reasons", "sm_clock_mhz", "temperature_c", "power_w",
-    ]  # fmt: skip
+    }  # fmt: skip
     assert sample_blocks.decode(block) == cols
     assert sample_blocks.decode(sample_blocks.encode(SampleColumns())) == SampleColumns()
 
@@ -63,8 +66,11 @@ def test_a_block_whose_bytes_do_not_hold_n_values_is_refused() -> None:
 
 def test_columns_fill_left_out_defaults_and_dumps_leave_them_out() -> None:
     cols = SampleColumns.model_validate(BASE)
-    assert cols.launches == [1, 1] and cols.throttled == [False, False] and cols.power_w == [None, None]
+    assert cols.launches.tolist() == [1, 1] and cols.throttled.tolist() == [False, False]
+    assert np.isnan(cols.power_w).all() and [r.power_w for r in cols.rows()] == [None, None]
     assert set(cols.model_dump()) == {"variant", "round", "position", "duration_ns"}
+    assert set(json.loads(cols.model_dump_json())) == {"encoding", "n", "variant", "round", "position",
+                                                       "duration_ns"}  # fmt: skip
     assert set(mixed().model_dump()) == set(SampleColumns.model_fields)  # nothing there is all-default
     assert SampleColumns.model_validate_json(cols.model_dump_json()) == cols
     assert len(cols) == 2 and not SampleColumns()
@@ -102,8 +108,6 @@ def test_the_row_form_becomes_columns() -> None:
     assert {e["loc"][:2] for e in info.value.errors()} == {("samples", 0)}
 
 
-def test_append_adds_one_sample_to_every_column() -> None:
-    cols = SampleColumns()
-    for row in mixed().rows():
-        cols.append(row)
-    assert cols == mixed()
+def test_from_rows_and_rows_are_inverse() -> None:
+    assert SampleColumns.from_rows(mixed().rows()) == mixed()
+    assert SampleColumns.from_rows([]) == SampleColumns()

@@ -57,9 +57,8 @@ def _cells(rng: np.random.Generator) -> list[SampleColumns]:
 def _expected_rows(result: Any) -> list[dict[str, Any]]:
     """The rows of the download straight from the posted result (no database, no block codec)."""
     return [
-        {"cell_index": cell.index, "params": cell.params,
-         **{name: getattr(cell.samples, name)[i] for name in SAMPLE_FIELDS}}
-        for cell in result.cells for i in range(len(cell.samples))
+        {"cell_index": cell.index, "params": cell.params, **{n: getattr(row, n) for n in SAMPLE_FIELDS}}
+        for cell in result.cells for row in cell.samples.rows()
     ]  # fmt: skip
 
 

@@ -24,7 +24,6 @@ import pytest
 from kernelab.service import estimators, stats
 from kernelab.service.estimators import _VARIANTS, min_detectable_effect_pct, throughput
 from kernelab.service.schemas import (
-    SAMPLE_FIELDS,
     CellComparison,
     CellResult,
     Comparison,
@@ -49,7 +48,8 @@ pytestmark = pytest.mark.timeout(300)
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 
 # --------------------------------------------------------------------------------------------------
-# Reference: service/stats.py at 04db575, verbatim but for the ref_ names (and ruff format)
+# Reference: service/stats.py at 04db575, verbatim but for the ref_ names (and ruff format) and
+# the sample access of ref_kept_samples/ref_is_candidate (rows of the array columns)
 # --------------------------------------------------------------------------------------------------
 
 
@@ -63,12 +63,13 @@ def ref_kept_samples(samples: SampleColumns, *, exclude_throttled: bool) -> Samp
     if not (exclude_throttled and any(samples.throttled)):
         return samples
     keep = [not t for t in samples.throttled]
-    return SampleColumns.unchecked({n: list(compress(getattr(samples, n), keep)) for n in SAMPLE_FIELDS})
+    return SampleColumns.from_rows(compress(samples.rows(), keep))  # rows: the columns are arrays now
 
 
 def ref_is_candidate(samples: SampleColumns) -> np.ndarray:
     """``(n,)`` bool: True where the sample is the candidate's, False for the baseline's."""
-    return np.fromiter(map("candidate".__eq__, samples.variant), dtype=bool, count=len(samples))
+    names = (s.variant for s in samples.rows())  # rows: the columns are arrays now
+    return np.fromiter(map("candidate".__eq__, names), dtype=bool, count=len(samples))
 
 
 def _ref_round_matrix(sample_rounds: np.ndarray, durations: np.ndarray, rounds: np.ndarray) -> np.ndarray:
