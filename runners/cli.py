@@ -235,9 +235,19 @@ def show_job(
     if job.status == "cancelled":
         typer.echo(f"job {job.id} cancelled: no verdict", err=True)
         return EXIT_NO_VERDICT
+    if job.comparison_status == "comparing":
+        typer.echo(f"job {job.id}: comparing… (its result is stored; a compare worker computes the "
+                   "comparison): no verdict yet", err=True)  # fmt: skip
+        return EXIT_NO_VERDICT
+    if job.comparison_status == "failed":
+        typer.echo(f"job {job.id}: computing its comparison failed: {job.comparison_error}", err=True)
+        return EXIT_NO_VERDICT
     try:
         comparison = client.comparison(job.id)
     except KernelabAPIError as exc:
+        if exc.status_code == 409 and "comparing" in exc.detail:  # re-queued since the job was read
+            typer.echo(f"job {job.id}: comparing…: no verdict yet", err=True)
+            return EXIT_NO_VERDICT
         if exc.status_code != 409 or job.status == "succeeded":
             raise
         comparison = None  # a failed job without a result: its error is all there is
@@ -263,13 +273,15 @@ def wait_and_show(
     progress_log: Path | None = None,
     fail_on: frozenset[Verdict] = frozenset({"failed", "incorrect"}),
 ) -> int:
-    """Wait for ``job`` to finish, echoing status changes (and new progress lines of
-    ``progress_log``, a runner log file); print its comparison. Returns the exit status
-    (``show_job``); exits ``EXIT_NO_VERDICT`` when it is still unfinished after ``timeout_s``."""
+    """Wait for ``job`` to finish and its comparison to be computed (``comparison_status`` no longer
+    ``comparing``), echoing status changes (and new progress lines of ``progress_log``, a runner
+    log file); print its comparison. Returns the exit status (``show_job``); exits
+    ``EXIT_NO_VERDICT`` when it is still unfinished or comparing after ``timeout_s``."""
     offset, partial = 0, b""
 
     def on_change(j: JobPublic) -> None:
-        typer.echo(f"job {j.id}: {j.status}" + (f" on {j.node}" if j.node else ""), err=True)
+        comparing = " (comparing…)" if j.comparison_status == "comparing" else ""
+        typer.echo(f"job {j.id}: {j.status}" + (f" on {j.node}" if j.node else "") + comparing, err=True)
 
     def relay_progress() -> None:  # complete new lines only: the runner may be mid-line
         nonlocal offset, partial
@@ -286,17 +298,18 @@ def wait_and_show(
                 typer.echo("  " + line.split("progress:", 1)[1].strip(), err=True)
 
     deadline = time.monotonic() + timeout_s
-    seen = None
+    seen: tuple[str, str] | None = None
     while True:
         job = client.get_job(job.id)
-        if job.status != seen:
-            seen = job.status
+        if (job.status, job.comparison_status) != seen:
+            seen = (job.status, job.comparison_status)
             on_change(job)
         relay_progress()
-        if job.status in TERMINAL_JOB_STATUS:
+        if job.status in TERMINAL_JOB_STATUS and job.comparison_status != "comparing":
             break
         if time.monotonic() > deadline:
-            raise _fail(f"job {job.id} still {job.status} after {timeout_s:.0f} s", EXIT_NO_VERDICT)
+            state = "comparing" if job.comparison_status == "comparing" else job.status
+            raise _fail(f"job {job.id} still {state} after {timeout_s:.0f} s", EXIT_NO_VERDICT)
         time.sleep(0.5)
     return show_job(client, job, fail_on)
 
@@ -766,8 +779,19 @@ def serve(
     database_url: Annotated[
         str | None, typer.Option("--database-url", envvar="KERNELAB_DATABASE_URL", help="SQLAlchemy URL")
     ] = None,
+    compare_workers: Annotated[
+        int,
+        typer.Option(
+            "--compare-workers",
+            min=0,
+            help="compare worker processes beside the API "
+            "(0: none here, e.g. when `kernelab compare-worker` runs on other hosts)",
+        ),
+    ] = 1,
 ) -> None:
-    """Upgrade the database to the current schema, then serve the API and dashboard."""
+    """Upgrade the database to the current schema, then serve the API and dashboard, with
+    ``--compare-workers`` compare worker processes beside it (the comparisons of stored results are
+    computed there, never in an API worker; a stop does not wait for one)."""
     import uvicorn
 
     from kernelab.service.core.config import Settings
@@ -783,11 +807,34 @@ def serve(
         # uvicorn's default 5 s worker health check would kill the worker mid-ingest.
         extra["timeout_worker_healthcheck"] = WORKER_HEALTHCHECK_S
     from kernelab.service import serve as server
+    from kernelab.service.compare_worker import WorkerProcesses
 
-    server.run(workers=workers, host=host, port=port, log_level=settings.log_level.lower(),
-               timeout_keep_alive=KEEP_ALIVE_S, max_connections=settings.max_connections,
-               header_timeout_s=settings.header_timeout_s, body_timeout_s=settings.body_timeout_s,
-               body_min_bytes=settings.body_min_bytes, **extra)  # fmt: skip
+    comparers = WorkerProcesses(compare_workers)
+    comparers.start()
+    try:
+        server.run(workers=workers, host=host, port=port, log_level=settings.log_level.lower(),
+                   timeout_keep_alive=KEEP_ALIVE_S, max_connections=settings.max_connections,
+                   header_timeout_s=settings.header_timeout_s, body_timeout_s=settings.body_timeout_s,
+                   body_min_bytes=settings.body_min_bytes, **extra)  # fmt: skip
+    finally:
+        comparers.stop()
+
+
+@app.command("compare-worker")
+def compare_worker(
+    database_url: Annotated[
+        str | None, typer.Option("--database-url", envvar="KERNELAB_DATABASE_URL", help="SQLAlchemy URL")
+    ] = None,
+    burst: Annotated[bool, typer.Option("--burst", help="compute what is queued, then exit")] = False,
+) -> None:
+    """Compute the comparisons of stored results (queued ``compare`` tasks) until SIGTERM/Ctrl-C:
+    `kernelab serve` runs one; a fleet runs more on any host that reaches the database. On start
+    it queues the comparisons that are missing or judged by older verdict rules."""
+    from kernelab.service import compare_worker as worker
+
+    if database_url:
+        os.environ["KERNELAB_DATABASE_URL"] = database_url
+    worker.main(burst=burst)
 
 
 @app.command()

@@ -1333,6 +1333,12 @@ class JobPublic(BaseModel):
     node: str | None = None
     error: str | None = None
     summary: dict[str, int] = Field(default_factory=dict)
+    comparison_status: Literal["none", "comparing", "ready", "failed"] = Field(
+        default="none",
+        description="the comparison of the job's result: none (no result), comparing (queued for or "
+        "being computed by a compare worker), ready (GET /jobs/{id}/comparison answers it), failed",
+    )
+    comparison_error: str | None = Field(default=None, description="why the comparison failed")
 
 
 class JobsPage(BaseModel):

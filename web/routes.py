@@ -6,16 +6,17 @@ plotly.js itself is served from the plotly Python package at ``/assets/plotly.mi
 nodes may be offline). Autoescaping is on for every template; figures are embedded as JSON made
 safe for ``<script>`` by ``kernelab.web.figures.figure_json``.
 
-Pages read the database through ``kernelab.service.crud``. The job page shows the comparison stored after
-ingest (``results.comparison``, computed and stored on a miss) with node-health flags applied on
-read; what it derives from a result is cached per process (``kernelab.web.job_view``), since a stored
-result never changes. The view helpers here only reshape schemas for the templates.
+Pages read the database through ``kernelab.service.crud``. The job page shows the comparison a
+compare worker stored (``results.comparison``; "comparing…" until then, never computed here) with
+node-health flags applied on read; what it derives from a result is cached per process
+(``kernelab.web.job_view``), since a stored result never changes. The view helpers here only
+reshape schemas for the templates.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -41,7 +42,6 @@ PLOTLY_JS_PATH = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 JOBS_PER_PAGE = 50
 NODE_READINGS = 100  # probe reports shown on a node page, newest first
 RAW_FIGURE_SAMPLES = 20_000  # above this many samples a job page draws per-cell summaries, not samples
-COMPARISON_PENDING_S = 600.0  # how long after its arrival a large result may wait for its comparison
 PENDING_REFRESH_S = 3  # the "comparison being computed" page reloads itself this often
 TIMELINE_LINKS = 50  # up to this many cells the timeline lists a link per cell; above, previous/next
 VERDICTS = VERDICT_ORDER
@@ -200,7 +200,8 @@ def job_page(
     row = job_view.result_row(session=session, job_id=job_id)
     context: dict[str, Any] = {
         "job": job, "has_result": row is not None, "result_error": row.error if row else None,
-        "comparison": None, "pending": False, "probes": probe_tables([]), "node_name": job.node,
+        "comparison": None, "pending": False, "comparison_error": None, "probes": probe_tables([]),
+        "node_name": job.node,
         "attempts": crud.attempts_page(session=session, job_id=job_id).data,
         "threshold_pct": job.spec.measurement.threshold_pct,
         "labels": dict(zip(("baseline", "candidate"), (job.spec.baseline.variant, job.spec.candidate.variant),
@@ -213,10 +214,14 @@ def job_page(
     if entry.n_samples is None:
         entry.n_samples = crud.count_samples(session=session, job_id=job_id)
     raw = entry.n_samples <= RAW_FIGURE_SAMPLES
-    age_s = (datetime.now(UTC) - row.received_at).total_seconds()
-    if not row.has_comparison and not raw and age_s < COMPARISON_PENDING_S:
-        context.update(pending=True, refresh_s=PENDING_REFRESH_S)
-        return templates.TemplateResponse(request, "job.html", context)
+    base = entry.base
+    if base is None:
+        stored = crud.stored_comparison(session=session, job_id=job_id)
+        if stored.comparison is None:  # comparing (queued or being computed), or it failed
+            context.update(pending=stored.status == "comparing", refresh_s=PENDING_REFRESH_S,
+                           comparison_error=stored.error)  # fmt: skip
+            return templates.TemplateResponse(request, "job.html", context)
+        base = stored.comparison
     loaded: list[JobResult | None] = []
 
     def load() -> JobResult | None:  # a raw-sized result is read whole, once
@@ -224,9 +229,7 @@ def job_page(
             loaded.append(crud.load_result(session=session, job_id=job_id))
         return loaded[0]
 
-    view = job_view.job_view(
-        session=session, job_id=job_id, entry=entry, settings=settings, load=load if raw else None
-    )
+    view = job_view.job_view(session=session, job_id=job_id, entry=entry, settings=settings, base=base)
     comparison = view.comparison
     if entry.samples_json is None:
         if raw:
