@@ -7,11 +7,11 @@ Create Date: 2026-12-01
 * ``compare_tasks``: one row per stored result whose comparison a compare worker computes
   (``kernelab.service.compare_queue``): ``status`` queued/running/done/failed, ``attempts`` of
   ``max_attempts``, the lease (``worker``, ``lease_expires_at``), ``error`` of a failed one.
-* Data: every stored result whose comparison was never stored (``results.comparison`` NULL) gets
-  a queued task, so a compare worker computes it (readers no longer compute on a miss). Results
-  with a comparison get a ``done`` task. Comparisons judged by older verdict rules are re-queued by
-  the compare worker when it starts (``compare_queue.enqueue_stale``): the rules' version is code,
-  not schema.
+* Data: every stored result without a comparison (``results.comparison`` NULL, or the JSON null
+  that 0012 left) gets a queued task, so a compare worker computes it (readers no longer compute
+  on a miss). Results with a comparison get a ``done`` task. Comparisons judged by older verdict
+  rules are re-queued by the compare worker when it starts (``compare_queue.enqueue_stale``): the
+  rules' version is code, not schema.
 
 Downgrade drops the table (readers of that version compute a missing comparison themselves).
 Plain table constructs through ``op.get_bind()``, never the app's ORM.
@@ -69,15 +69,17 @@ def upgrade() -> None:
     created = datetime.now(UTC)
     if bind.dialect.name == "sqlite":  # stored as naive UTC text there (service.models.UTCDateTime)
         created = created.replace(tzinfo=None)
-    rows = bind.execute(
-        sa.select(_results.c.id, _results.c.job_id, _results.c.comparison.is_(None)).order_by(_results.c.id)
-    ).all()
-    if rows:
-        op.bulk_insert(tasks, [
-            {"kind": "compare", "result_id": rid, "job_id": jid, "status": "queued" if missing else "done",
-             "attempts": 0, "max_attempts": MAX_ATTEMPTS, "created_at": created}
-            for rid, jid, missing in rows
-        ])  # fmt: skip
+    # A comparison's version, not the whole JSON (MBs for a large sweep): NULL for SQL NULL, for the
+    # JSON null that 0012 left when it dropped comparisons, and for one without a version.
+    version = _results.c.comparison["method_version"].as_integer()
+    rows = bind.execute(sa.select(_results.c.id, _results.c.job_id, version).order_by(_results.c.id))
+    tasks_rows = [
+        {"kind": "compare", "result_id": rid, "job_id": jid, "status": "queued" if v is None else "done",
+         "attempts": 0, "max_attempts": MAX_ATTEMPTS, "created_at": created}
+        for rid, jid, v in rows
+    ]  # fmt: skip
+    if tasks_rows:
+        op.bulk_insert(tasks, tasks_rows)
 
 
 def downgrade() -> None:
