@@ -809,6 +809,9 @@ def serve(
     from kernelab.service import serve as server
     from kernelab.service.compare_worker import WorkerProcesses
 
+    # uvicorn re-raises a SIGTERM it handled once it has shut down: as KeyboardInterrupt (suppressed by
+    # server.run), the compare workers below are stopped too instead of left running.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     comparers = WorkerProcesses(compare_workers)
     comparers.start()
     try:

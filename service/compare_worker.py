@@ -25,6 +25,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from types import FrameType
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -51,12 +52,18 @@ class CompareWorker:
 
     ``settings``: ``compare_lease_s``, ``compare_poll_s``, ``compare_max_attempts`` and the
     node-health settings of the judgement. ``name``: the lease holder (default ``host:pid``).
+    ``parent_pid``: the ``kernelab serve`` that started this process; when it is gone (even killed
+    with SIGKILL) the worker stops as on SIGTERM, so no worker outlives its server.
     """
 
-    def __init__(self, factory: sessionmaker[Session], settings: Settings, *, name: str | None = None):
+    def __init__(
+        self, factory: sessionmaker[Session], settings: Settings, *, name: str | None = None,
+        parent_pid: int | None = None,
+    ):  # fmt: skip
         self.factory = factory
         self.settings = settings
         self.name = name or default_name()
+        self.parent_pid = parent_pid
         self.done = 0
         self.failed = 0
         self.lost = 0
@@ -90,7 +97,7 @@ class CompareWorker:
     def run(self, *, burst: bool = False) -> None:
         """Claim and compute tasks until ``stop()`` (or a signal); with ``burst``, until no task is
         claimable. A database fault is logged and retried after ``compare_poll_s``."""
-        while not self._stopping.is_set():
+        while not self._stopping.is_set() and not self._orphaned():
             try:
                 took = self.run_once()
             except SQLAlchemyError as exc:
@@ -130,9 +137,19 @@ class CompareWorker:
             beat.join()
         return True
 
+    def _orphaned(self) -> bool:
+        return self.parent_pid is not None and os.getppid() != self.parent_pid
+
     def _heartbeat(self, task: TaskLease, stop: threading.Event) -> None:
         period_s = self.settings.compare_lease_s / 3
-        while not stop.wait(period_s):
+        next_beat = time.monotonic() + period_s
+        while not stop.wait(min(PARENT_CHECK_S, period_s)):
+            if self._orphaned():  # the server is gone: stop as on SIGTERM (the main thread hands back)
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+            if time.monotonic() < next_beat:
+                continue
+            next_beat = time.monotonic() + period_s
             try:
                 with self.factory() as session:
                     compare_queue.heartbeat(
@@ -203,6 +220,7 @@ class CompareWorker:
         self.failed += 1
 
 
+PARENT_CHECK_S = 1.0  # how often a worker started by `kernelab serve` checks that its server still runs
 STOP_GRACE_S = 10.0  # SIGTERM -> SIGKILL of a compare worker process that does not exit
 RESTART_DELAY_S = 1.0  # a compare worker process that died is started again after this
 
@@ -226,7 +244,8 @@ class WorkerProcesses:
         return f"<WorkerProcesses count={self.count} restarts={self.restarts}>"
 
     def _spawn(self) -> subprocess.Popen[bytes]:
-        return subprocess.Popen([sys.executable, "-m", "kernelab.service.compare_worker"])
+        command = [sys.executable, "-m", "kernelab.service.compare_worker", "--parent-pid", str(os.getpid())]
+        return subprocess.Popen(command)
 
     def start(self) -> None:
         """Start the processes and the thread that restarts them."""
@@ -269,9 +288,10 @@ def drain(factory: sessionmaker[Session], settings: Settings) -> CompareWorker:
     return worker
 
 
-def main(*, burst: bool = False, settings: Settings | None = None) -> None:
+def main(*, burst: bool = False, settings: Settings | None = None, parent_pid: int | None = None) -> None:
     """Run a compare worker on ``settings`` (default: ``Settings()`` from the environment) until
-    SIGTERM/SIGINT (or, with ``burst``, until the queue is empty). Raises
+    SIGTERM/SIGINT (or, with ``burst``, until the queue is empty; with ``parent_pid``, until that
+    process is gone). Raises
     ``kernelab.service.core.db.SchemaNotCurrentError`` when the database is not at head."""
     from kernelab.service.core.db import check_at_head, make_engine, make_session_factory
     from kernelab.service.observability import configure_logging
@@ -281,7 +301,7 @@ def main(*, burst: bool = False, settings: Settings | None = None) -> None:
     engine = make_engine(settings.database_url)
     try:
         check_at_head(engine)
-        worker = CompareWorker(make_session_factory(engine), settings)
+        worker = CompareWorker(make_session_factory(engine), settings, parent_pid=parent_pid)
         signal.signal(signal.SIGTERM, worker.on_signal)
         signal.signal(signal.SIGINT, worker.on_signal)
         worker.sweep()
@@ -293,4 +313,10 @@ def main(*, burst: bool = False, settings: Settings | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m kernelab.service.compare_worker")
+    parser.add_argument("--burst", action="store_true", help="compute what is queued, then exit")
+    parser.add_argument("--parent-pid", type=int, default=None, help="stop when this process is gone")
+    args = parser.parse_args()
+    main(burst=args.burst, parent_pid=args.parent_pid)

@@ -103,9 +103,9 @@ def test_ingest_queues_the_comparison_and_readers_say_comparing(api, counted) ->
     task = _task(api.factory, job_id)
     assert task is not None and (task.status, task.attempts, task.worker) == ("done", 1, None)
     job = api.client.get(f"/api/v1/jobs/{job_id}", headers=api.admin).json()
-    assert job["comparison_status"] == "ready" and job["summary"] == {"faster": 4}
+    assert job["comparison_status"] == "ready" and job["summary"] == {"faster": 2}
     r = api.client.get(f"/api/v1/jobs/{job_id}/comparison", headers=api.admin)
-    assert r.status_code == 200 and len(r.json()["cells"]) == 4
+    assert r.status_code == 200 and len(r.json()["cells"]) == 2
     assert api.client.get(f"/api/v1/jobs/{job_id}/report.md", headers=api.admin).status_code == 200
     assert 'id="comparison-table"' in api.client.get(f"/jobs/{job_id}", headers=api.admin).text
     history = api.client.get("/api/v1/history", params={"benchmark": "softmax"}, headers=api.admin).json()
