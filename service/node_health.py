@@ -239,7 +239,9 @@ def node_health(
     """Node ``name``'s health now (``kernelab.service.health.node_health`` over its stored history)."""
     h = node_history(session=session, name=name, settings=settings, node=node)
     thresholds = settings.health_thresholds()
-    state = health.node_health(h.reports, fleet=h.fleet, thresholds=thresholds, model=h.model)
+    state = health.node_health(
+        h.reports, fleet=h.fleet, thresholds=thresholds, model=h.model, history=h.history
+    )
     device_type = str((node or {}).get("device_type") or "cuda")
     # fixed tolerances: the node's band may have learned from the changed reports themselves
     left = changed_since(h.reports, h.job_ids, device_type=device_type)

@@ -282,7 +282,11 @@ def node_page(request: Request, name: NodeName, session: SessionDep, settings: S
     rows, small, large = _node_rows(reports)
     history = node_health.node_history(session=session, name=name, settings=settings, node=summary.node)
     state = health.node_health(
-        history.reports, fleet=history.fleet, thresholds=settings.health_thresholds(), model=history.model
+        history.reports,
+        fleet=history.fleet,
+        thresholds=settings.health_thresholds(),
+        model=history.model,
+        history=history.history,
     )
     unhealthy = [
         (r, health.status_of(rs) + ": " + "; ".join(x.message for x in rs))
