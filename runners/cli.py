@@ -784,6 +784,7 @@ def serve(
         typer.Option(
             "--compare-workers",
             min=0,
+            envvar="KERNELAB_COMPARE_WORKERS",
             help="compare worker processes beside the API "
             "(0: none here, e.g. when `kernelab compare-worker` runs on other hosts)",
         ),

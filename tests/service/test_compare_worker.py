@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -283,5 +284,47 @@ def test_serve_stays_responsive_and_a_stop_leaves_the_task(server_db: str, tmp_p
                    lambda s: s == "ready", "the next server's worker to store the comparison")  # fmt: skip
             r = c.get(f"/api/v1/jobs/{job_id}/comparison")
             assert r.status_code == 200 and len(r.json()["cells"]) == BIG_CELLS
+    finally:
+        engine.dispose()
+
+
+def test_cli_report_says_comparing_and_wait_waits_for_it(
+    server_db: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``kernelab report`` of a job still comparing exits 3 ("comparing…", no verdict yet);
+    ``wait_and_show`` (``kernelab submit --wait``) keeps waiting through "comparing" and prints
+    the table once a compare worker stored it."""
+    from kernelab.runners.cli import wait_and_show
+    from kernelab.runners.client import KernelabClient
+
+    engine = make_engine(server_db)
+    factory = make_session_factory(engine)
+    srv = _serve(server_db, tmp_path, "cli")
+    srv.env["KERNELAB_COMPARE_WORKERS"] = "0"  # no worker: the comparison waits for this test's
+    try:
+        with srv:
+            job_id = _stored_big(factory, cells=3)
+            env = {**os.environ, "KERNELAB_SERVER": srv.url, "KERNELAB_TOKEN": ADMIN}
+            report = subprocess.run([sys.executable, "-m", "kernelab.runners.cli", "report", str(job_id)],
+                                    env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+            assert report.returncode == 3 and "comparing…" in report.stderr, report.stderr
+            with KernelabClient(srv.url, ADMIN) as client:
+                job = client.get_job(job_id)
+                assert job.comparison_status == "comparing"
+                codes: list[int] = []
+                waiter = threading.Thread(
+                    target=lambda: codes.append(wait_and_show(client, job, timeout_s=300))
+                )
+                waiter.start()
+                seen = ""
+                while "(comparing…)" not in seen:  # the waiter has read the job as comparing
+                    seen += capsys.readouterr().err
+                    assert waiter.is_alive(), seen
+                    time.sleep(POLL_S)
+                assert drain(factory, Settings(database_url=server_db)).done == 1
+                waiter.join(timeout=DEADLINE_S)
+                assert codes == [0]
+                out = capsys.readouterr().out
+                assert "faster" in out or "same" in out or "inconclusive" in out, out
     finally:
         engine.dispose()
