@@ -1474,7 +1474,7 @@ class NodeHealth(BaseModel):
 class HealthJudgementPublic(BaseModel):
     """A result's stored node-health judgement (``GET``/``POST /api/v1/jobs/{id}/health``): judged
     at ``judged_at`` against the node's and the fleet's bands as of ``as_of`` (the job's last probe),
-    by ``trigger`` ``ingest`` (the first read or the ingest's background task) or ``rejudge`` (asked
+    by ``trigger`` ``ingest`` (the compare worker after ingest, or the first read) or ``rejudge`` (asked
     for explicitly). The latest judgement holds; its ``flags`` and ``notes`` are the comparison's."""
 
     trigger: Literal["ingest", "rejudge"]

@@ -187,11 +187,9 @@ def job_page(
     ``cell`` picks the sweep cell whose timeline is drawn (default: the first with samples).
     ``order`` (``index``, ``slowest``, ``fastest``, ``flagged``) and ``offset`` page the
     before/after table, ``job_view.CELLS_PER_PAGE`` rows at a time; the summary figure always
-    shows every cell. A queued or running job shows its status and no table; a large result
-    (over ``RAW_FIGURE_SAMPLES`` samples) whose comparison the ingest's background task has not
-    stored yet, within ``COMPARISON_PENDING_S`` of its arrival, shows "comparison being computed"
-    and reloads itself (older results without one get it computed and stored here). An unknown
-    id answers the 404 page; a bad ``cell``/``order``/``offset`` a 422 naming the field.
+    shows every cell. A queued or running job shows its status and no table; a result whose
+    comparison a compare worker has not stored yet shows "comparing…" and reloads itself (this
+    process never computes it); one whose comparison failed says why. An unknown id answers the 404 page; a bad ``cell``/``order``/``offset`` a 422 naming the field.
     """
     job_row = session.get(models.Job, job_id)
     if job_row is None:

@@ -156,7 +156,7 @@ def _judgements_or_409(session: Session, job_id: int, settings: Settings) -> Hea
 def get_health(job_id: JobId, _: ReadToken, session: SessionDep, settings: SettingsDep) -> HealthJudgements:
     """The node-health judgements of the job's result, oldest first (409 while there is none):
     judged once against the node's and the fleet's bands as of the measurement (on the first read
-    if the ingest's background task has not yet), then only by an explicit ``POST``."""
+    if the compare worker has not yet), then only by an explicit ``POST``."""
     return _judgements_or_409(session, job_id, settings)
 
 
