@@ -189,7 +189,8 @@ def job_page(
     before/after table, ``job_view.CELLS_PER_PAGE`` rows at a time; the summary figure always
     shows every cell. A queued or running job shows its status and no table; a result whose
     comparison a compare worker has not stored yet shows "comparing…" and reloads itself (this
-    process never computes it); one whose comparison failed says why. An unknown id answers the 404 page; a bad ``cell``/``order``/``offset`` a 422 naming the field.
+    process never computes it); one whose comparison failed says why. An unknown id answers the
+    404 page; a bad ``cell``/``order``/``offset`` a 422 naming the field.
     """
     job_row = session.get(models.Job, job_id)
     if job_row is None:
