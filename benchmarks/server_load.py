@@ -328,10 +328,17 @@ def sweep_spec(cells: int = 1000) -> dict[str, Any]:
 
 
 def sweep_result(
-    job_id: int, spec: JobSpec, cells: int = 1000, rounds: int = 3, per_round: int = 100
+    job_id: int,
+    spec: JobSpec,
+    cells: int = 1000,
+    rounds: int = 3,
+    per_round: int = 100,
+    *,
+    abba: bool = False,
 ) -> JobResult:
     """A valid result of the first ``cells`` cells of ``spec``'s sweep (``sweep_spec(cells)``:
-    all of them), each with 2 variants x ``rounds`` x ``per_round`` samples."""
+    all of them), each with 2 variants x ``rounds`` x ``per_round`` samples. ``abba``: the
+    measurement's default order (``order: abba``), each round's sides in turn B, C then C, B."""
     sweep = spec.cells("cpu")
     if len(sweep) < cells:
         raise ValueError(f"the spec's sweep has {len(sweep)} cells, fewer than {cells}: see sweep_spec")
@@ -343,9 +350,12 @@ def sweep_result(
     )
     per_cell = rounds * per_round * 2
     variant: list[Variant] = ["baseline", "candidate"] * (rounds * per_round)  # each round: B, C, B, C, ...
+    if abba:  # odd rounds C first
+        pair: tuple[list[Variant], list[Variant]] = (["baseline", "candidate"], ["candidate", "baseline"])
+        variant = [v for r in range(rounds) for _ in range(per_round) for v in pair[r % 2]]
     round_ = np.repeat(np.arange(rounds), 2 * per_round).tolist()
     position = np.tile(np.arange(2 * per_round), rounds).tolist()
-    factor = np.tile([1.0, 0.9], rounds * per_round)  # the candidate 10% faster
+    factor = np.where(np.array(variant) == "candidate", 0.9, 1.0)  # the candidate 10% faster
     out = []
     for i in range(cells):
         duration = 1e4 * (1 + i % 17) * factor * (1 + 0.01 * rng.standard_normal(per_cell))

@@ -2,7 +2,9 @@
 
 ``create_app`` does not migrate (``kernelab serve`` runs ``kernelab.service.core.db.upgrade`` first) but
 refuses to start on a database that is not at the migrations' head, with the fix in the
-message. Run with ``uvicorn --factory kernelab.service.app:create_app``.
+message. Run with ``uvicorn --factory kernelab.service.app:create_app``, and at least one
+compare worker on the same database (``kernelab compare-worker``; ``kernelab serve`` starts one):
+the app never computes a comparison, so without one every result reads "comparing".
 """
 
 from __future__ import annotations

@@ -15,11 +15,11 @@ from typing import Any, NamedTuple
 
 from pydantic import TypeAdapter
 from sqlalchemy import func, insert, select, union, update
-from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
-from kernelab.service import bulk, models, queue, sample_blocks, verdicts
+from kernelab.service import bulk, compare_queue, models, queue, sample_blocks, verdicts
 from kernelab.service.auth import create_token
+from kernelab.service.compare_queue import ComparisonStatus
 from kernelab.service.core.clock import db_now
 from kernelab.service.models import Cell, Job, JobAttempt, ProbeReading, Result, Runner, SampleBlock
 from kernelab.service.schemas import (
@@ -179,7 +179,10 @@ def _runner_names(session: Session, job_ids: Sequence[int]) -> dict[int, str]:
     return {job_id: name for job_id, name in rows}
 
 
-def _public(job: Job, node: str | None) -> JobPublic:
+_NO_RESULT = compare_queue.TaskState("none")
+
+
+def _public(job: Job, node: str | None, state: compare_queue.TaskState = _NO_RESULT) -> JobPublic:
     return JobPublic(
         id=job.id,
         name=job.name,
@@ -194,12 +197,15 @@ def _public(job: Job, node: str | None) -> JobPublic:
         node=node,
         error=job.error,
         summary=job.summary or {},
+        comparison_status=state.status,
+        comparison_error=state.error,
     )
 
 
 def job_public(*, session: Session, job: Job) -> JobPublic:
     """The API view of one job row (``node`` is the runner of its latest attempt)."""
-    return _public(job, _runner_names(session, [job.id]).get(job.id))
+    state = compare_queue.states(session, [job.id]).get(job.id, _NO_RESULT)
+    return _public(job, _runner_names(session, [job.id]).get(job.id), state)
 
 
 def attempts_page(*, session: Session, job_id: int, offset: int = 0, limit: int = 500) -> AttemptsPage:
@@ -234,7 +240,10 @@ def list_jobs(
         session.scalars(select(Job).where(*where).order_by(Job.id.desc()).offset(offset).limit(limit))
     )
     names = _runner_names(session, [j.id for j in jobs])
-    return JobsPage(data=[_public(j, names.get(j.id)) for j in jobs], count=count)
+    states = compare_queue.states(session, [j.id for j in jobs])
+    return JobsPage(
+        data=[_public(j, names.get(j.id), states.get(j.id, _NO_RESULT)) for j in jobs], count=count
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -400,7 +409,7 @@ def list_nodes(*, session: Session, offset: int = 0, limit: int = 50) -> tuple[l
 
 
 def store_result(
-    *, session: Session, job_id: int, result: JobResult, runner_id: int
+    *, session: Session, job_id: int, result: JobResult, runner_id: int, compare_max_attempts: int = 3
 ) -> tuple[int, bool]:  # fmt: skip
     """Store a runner's ``JobResult`` for ``job_id`` and finish the job; returns ``(result_id,
     duplicate)``.
@@ -408,7 +417,8 @@ def store_result(
     A repeated ``idempotency_key`` for the same job stores nothing and returns the first result's
     id with ``duplicate=True``. Cells are bulk-inserted, then one ``sample_blocks`` row of
     columnar arrays per cell with samples (``kernelab.service.sample_blocks``); probe reports are stored
-    linked to the job, the result and the node (``result.node.hostname``). Raises
+    linked to the job, the result and the node (``result.node.hostname``); the comparison is queued
+    (``compare_queue.enqueue``, ``compare_max_attempts`` claims) for a compare worker. Raises
     ``ResultConflictError`` (key of another job or of a different result, or ``result.job_id`` not
     ``job_id``), ``ResultInvalidError`` (the result does not fit the job),
     ``queue.JobNotFoundError``, ``queue.LeaseLostError`` (caller does not hold the lease).
@@ -446,74 +456,55 @@ def store_result(
             session=session, report=report, node_name=result.node.hostname, runner_id=runner_id,
             job_id=job_id, result_id=row.id,
         )  # fmt: skip
-    # The comparison (and the job's verdict summary) is computed after the commit, off the request:
-    # ``store_comparison``; readers recompute it on a miss (``base_comparison``).
+    # The comparison is computed by a compare worker, queued in this transaction: nothing lost on a crash.
+    compare_queue.enqueue(session, result_id=row.id, job_id=job_id, max_attempts=compare_max_attempts)
     return row.id, False
 
 
-def _compare(result: JobResult, job_id: int) -> Comparison | None:
-    """``stats.compare`` without node-health flags. Statistics never block storing raw data: a
-    failure is logged and None returned (readers recompute on their next read)."""
-    from kernelab.service.stats import compare
-
-    try:
-        return compare(result, job_id=job_id)
-    except Exception:
-        log.exception("computing the comparison of job %s failed; raw results are stored anyway", job_id)
-        return None
-
-
-def _save_comparison(session: Session, job_id: int, comparison: Comparison) -> None:
+def save_comparison(*, session: Session, job_id: int, comparison: Comparison) -> None:
+    """Store ``comparison`` (``stats.compare`` of ``job_id``'s result without node-health flags) in
+    ``results.comparison`` and its verdict counts in ``jobs.summary``; the caller commits."""
     session.execute(
         update(Result).where(Result.job_id == job_id).values(comparison=comparison.model_dump(mode="json"))
     )
     session.execute(update(Job).where(Job.id == job_id).values(summary=dict(comparison.summary)))
 
 
-def store_comparison(*, factory: sessionmaker[Session], job_id: int) -> None:
-    """Compute and store the comparison of ``job_id``'s stored result (``results.comparison``)
-    and the job's verdict summary, in a session of its own (run after the ingest's commit, e.g. as
-    a background task). Does nothing when the result is gone or already has its comparison; a
-    database error is logged, not raised (readers compute the comparison on a miss)."""
-    try:
-        _store_comparison(factory, job_id)
-    except SQLAlchemyError as exc:
-        log.warning("job %s: comparison not stored (the next read computes it): %s", job_id, exc)
+@dataclass(frozen=True)
+class StoredComparison:
+    """What readers know of a job's comparison: ``status`` (``compare_queue.ComparisonStatus``),
+    the stored ``comparison`` when ``ready``, the failed task's ``error``."""
+
+    status: ComparisonStatus
+    comparison: Comparison | None = None
+    error: str | None = None
 
 
-def _store_comparison(factory: sessionmaker[Session], job_id: int) -> None:
-    with factory() as session:
-        if session.scalar(select(Result.comparison).where(Result.job_id == job_id)) is not None:
-            return
-        result = load_result(session=session, job_id=job_id)
-        if result is None:
-            return
-        comparison = _compare(result, job_id)
-        if comparison is not None:
-            _save_comparison(session, job_id, comparison)
-            session.commit()
+def stored_comparison(*, session: Session, job_id: int) -> StoredComparison:
+    """The stored comparison of ``job_id``'s result (``stats.compare`` without node-health flags,
+    computed by a compare worker: ``kernelab.service.compare_queue``), never computed here.
 
-
-def base_comparison(*, session: Session, job_id: int, result: JobResult | None = None) -> Comparison | None:
-    """The stored comparison of ``job_id``'s result (``stats.compare`` without node-health flags),
-    computed from the raw samples and stored on a miss (the caller commits); None when the job has
-    no result. ``result``: the already loaded ``JobResult``, to spare loading it on a miss."""
+    ``none`` without a result; ``comparing`` while its task is open, and for a comparison judged
+    by older verdict rules (``method_version`` below ``verdicts.METHOD_VERSION``: a compare worker
+    re-queues those when it starts); ``failed`` with the task's error; else ``ready``."""
     stored = session.execute(select(Result.id, Result.comparison).where(Result.job_id == job_id)).first()
     if stored is None:
-        return None
-    if stored.comparison is not None:
-        comparison = Comparison.model_validate(stored.comparison)
-        if comparison.method_version >= verdicts.METHOD_VERSION:
-            return comparison
-        # judged by older verdict rules (e.g. a wrong kernel could read "faster"): judge it again
-    result = result if result is not None else load_result(session=session, job_id=job_id)
-    if result is None:
-        return None
-    from kernelab.service.stats import compare
+        return StoredComparison("none")
+    state = compare_queue.states(session, [job_id]).get(job_id, compare_queue.TaskState("comparing"))
+    if state.status == "failed":
+        return StoredComparison("failed", error=state.error)
+    if state.status == "comparing" or stored.comparison is None:
+        return StoredComparison("comparing")
+    comparison = Comparison.model_validate(stored.comparison)
+    if comparison.method_version < verdicts.METHOD_VERSION:  # older rules: re-queued, shown as such
+        return StoredComparison("comparing")
+    return StoredComparison("ready", comparison)
 
-    comparison = compare(result, job_id=job_id)
-    _save_comparison(session, job_id, comparison)
-    return comparison
+
+def base_comparison(*, session: Session, job_id: int) -> Comparison | None:
+    """The stored comparison of ``job_id``'s result when it is ready (``stored_comparison``), else
+    None (no result, or still comparing, or failed)."""
+    return stored_comparison(session=session, job_id=job_id).comparison
 
 
 def _cell_context(cell: CellResult) -> dict[str, Any]:

@@ -524,13 +524,16 @@ def node_health(
     fleet: Mapping[str, HealthBand] | None = None,
     thresholds: Thresholds | None = None,
     model: str | None = None,
+    history: History | None = None,
 ) -> NodeHealth:
     """A node's health now: the verdict of its latest report (``status`` ``unknown`` without one),
     with the node's bands and the fleet's bands (fleet bands only for figures the node has no band for,
-    so the answer shows which band each figure is judged by)."""
+    so the answer shows which band each figure is judged by). ``history``: ``evaluate_history`` of
+    these ``reports`` and ``fleet`` when the caller has it (a cached one), else computed here."""
     if not reports:
         return NodeHealth(status="unknown", model=model, message="no probe report yet")
-    history = evaluate_history(reports, fleet_bands=fleet, thresholds=thresholds)
+    if history is None:
+        history = evaluate_history(reports, fleet_bands=fleet, thresholds=thresholds)
     latest = max(range(len(reports)), key=lambda i: reports[i].taken_at)
     reasons = history.reasons[latest]
     bands = list(history.bands.values()) + [b for k, b in (fleet or {}).items() if k not in history.bands]

@@ -23,9 +23,11 @@ against the previous shown point of its line measured with the same fingerprint;
 driver change, or the first of its line, has no change and says why (``change_reason``). So a
 change of hardware or driver is never a regression or an improvement.
 
-Points are built from the stored comparison and judgement (``build_points``): after ingest
-(``settle``, off the request), and by readers for results whose points are missing or were built
-by older verdict rules (``results.history_version``).
+Points are built from the stored comparison and judgement (``build_points``), never from a
+comparison computed here: by the compare worker once it stored the comparison
+(``kernelab.service.compare_worker``), and by readers for results whose points are missing or were
+built by older verdict rules (``results.history_version``). A result whose comparison is still
+being computed has no points yet.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from typing import Any
 
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
 from kernelab.service import crud, node_health, verdicts
 from kernelab.service.core.config import Settings
@@ -127,8 +129,9 @@ def _rows(row: Result, spec: JobSpec, comparison: Comparison, flagged: bool) -> 
 
 def build_points(*, session: Session, job_id: int, settings: Settings) -> bool:
     """(Re)build the history points of ``job_id``'s stored result from its stored comparison and
-    health judgement (each computed and stored on a miss); the caller commits. Returns False when
-    the job has no result, or another transaction built the points first."""
+    health judgement (the judgement made and stored on a miss); the caller commits. Returns False
+    when the job has no result or no stored comparison yet, or another transaction built the
+    points first."""
     row = session.scalar(select(Result).where(Result.job_id == job_id))
     if row is None:
         return False
@@ -150,19 +153,6 @@ def build_points(*, session: Session, job_id: int, settings: Settings) -> bool:
         log.info("history points of job %s were built concurrently", job_id)
         return False
     return True
-
-
-def settle(*, factory: sessionmaker[Session], job_id: int, settings: Settings) -> None:
-    """After an ingest (a background task): store the result's comparison, its node-health
-    judgement (against the bands as of the measurement) and its history points, each in a
-    transaction of its own. Failures are logged; readers redo what is missing."""
-    crud.store_comparison(factory=factory, job_id=job_id)
-    try:
-        with factory() as session:
-            build_points(session=session, job_id=job_id, settings=settings)
-            session.commit()
-    except Exception:  # a background task: nothing is lost, readers rebuild on their next read
-        log.exception("judging job %s or building its history points failed; readers will retry", job_id)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -48,6 +48,8 @@ VARIANTS = ("baseline", "candidate")
 JOB_DEVICES = ("auto", "cpu", "cuda")
 JUDGEMENT_TRIGGERS = ("ingest", "rejudge")
 TIMING_STATES = ("cold", "warm")
+TASK_KINDS = ("compare",)
+TASK_STATUSES = ("queued", "running", "done", "failed")
 
 
 def utcnow() -> datetime:
@@ -184,6 +186,33 @@ class Result(Base):
     comparison: Mapped[dict[str, Any] | None]
     # ``verdicts.METHOD_VERSION`` of the result's ``history_points``; NULL until they are built.
     history_version: Mapped[int | None] = mapped_column(Integer)
+
+
+class CompareTask(Base):
+    """Queued work of kind ``compare``: compute and store the comparison of one stored result
+    (``kernelab.service.compare_queue``). Leased like a job (``worker`` holds it until
+    ``lease_expires_at``, by the database's clock); ``attempts`` counts claims."""
+
+    __tablename__ = "compare_tasks"
+    __table_args__ = (
+        CheckConstraint(_in("kind", TASK_KINDS), name="kind"),
+        CheckConstraint(_in("status", TASK_STATUSES), name="status"),
+        CheckConstraint("attempts >= 0", name="attempts_nonnegative"),
+        CheckConstraint("max_attempts >= 1", name="max_attempts_positive"),
+        Index("ix_compare_tasks_status_id", "status", "id"),
+    )
+    id: Mapped[int] = mapped_column(primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16), default="compare")
+    result_id: Mapped[int] = mapped_column(ForeignKey("results.id", ondelete="CASCADE"), unique=True)
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    status: Mapped[str] = mapped_column(String(16), default="queued")
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    max_attempts: Mapped[int] = mapped_column(Integer)
+    worker: Mapped[str | None] = mapped_column(String(255), doc="the lease holder (host:pid)")
+    lease_expires_at: Mapped[datetime | None]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    finished_at: Mapped[datetime | None]
+    error: Mapped[str | None] = mapped_column(Text)
 
 
 class Cell(Base):

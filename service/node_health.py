@@ -13,10 +13,13 @@ rules) is explicit and dated: a new row, whose notes say when and that it replac
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from pydantic import TypeAdapter
 from sqlalchemy import ColumnElement, and_, func, select
@@ -37,7 +40,67 @@ from kernelab.service.schemas import (
     ProbeReport,
 )
 
+if TYPE_CHECKING:
+    from kernelab.service.crud import StoredComparison
+
+T = TypeVar("T")
 HISTORY_FACTOR = 5  # a node's chain is evaluated over its last 5 x band_window reports
+BANDS_TTL_S = 60.0  # longest a cached node history or fleet band is used without re-reading it
+BANDS_CACHED = 256  # node histories and fleet bands a process keeps
+
+
+class BandsCache:
+    """Node histories (their bands) and fleet bands per GPU model, kept per process.
+
+    An entry is keyed by the database, the node name or GPU model, the ``AsOf`` limit and the
+    thresholds, and holds the *generation* it was computed at: the newest probe report id of the
+    database (one indexed ``max(id)`` read per lookup). A new probe report (any process, any host)
+    changes the generation, so the next lookup recomputes; an entry older than ``ttl_s`` seconds
+    of ``clock`` (``time.monotonic``; a fake in tests) is recomputed too (a deleted report or
+    result leaves the generation unchanged). At most ``size`` entries, least recently used out.
+    """
+
+    def __init__(self, *, ttl_s: float = BANDS_TTL_S, size: int = BANDS_CACHED,
+                 clock: Callable[[], float] = time.monotonic):  # fmt: skip
+        self.ttl_s = ttl_s
+        self.size = size
+        self.clock = clock
+        self.hits = 0
+        self.misses = 0
+        self._entries: OrderedDict[Hashable, tuple[int | None, float, Any]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"<BandsCache entries={len(self._entries)} hits={self.hits} misses={self.misses}>"
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+    def get(self, session: Session, key: Hashable, compute: Callable[[], T]) -> T:
+        """The value cached under ``key`` (made specific to ``session``'s database) if it is of the
+        current generation and younger than ``ttl_s``, else ``compute()`` cached."""
+        full = (session.get_bind().engine.url.render_as_string(hide_password=True), key)
+        generation = session.scalar(select(func.max(models.ProbeReport.id)))
+        now = self.clock()
+        with self._lock:
+            hit = self._entries.get(full)
+            if hit is not None and hit[0] == generation and now - hit[1] < self.ttl_s:
+                self._entries.move_to_end(full)
+                self.hits += 1
+                return cast(T, hit[2])
+        value = compute()
+        with self._lock:
+            self.misses += 1
+            self._entries[full] = (generation, now, value)
+            self._entries.move_to_end(full)
+            while len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+        return value
+
+
+BANDS = BandsCache()
+"""The process's cache of node histories and fleet bands (``node_history``, ``fleet_bands``)."""
 
 
 @dataclass(frozen=True)
@@ -107,9 +170,15 @@ def fleet_bands(
     *, session: Session, model: str | None, settings: Settings, as_of: AsOf | None = None
 ) -> dict[str, Any]:
     """Bands of GPU ``model`` over the fleet's last ``health_fleet_window`` reports of that model
-    (of those ``as_of`` allows)."""
+    (of those ``as_of`` allows); cached per model until a probe report lands (``BANDS``). The
+    answer is shared: do not mutate it."""
     if model is None:
         return {}
+    key = ("fleet", model, as_of, settings.health_thresholds(), settings.health_fleet_window)
+    return BANDS.get(session, key, lambda: _fleet_bands(session, model, settings, as_of))
+
+
+def _fleet_bands(session: Session, model: str, settings: Settings, as_of: AsOf | None) -> dict[str, Any]:
     names = [n for n, m in node_models(session=session).items() if m == model]
     if not names:
         return {}
@@ -136,8 +205,17 @@ def node_history(
 
     ``node``: its fingerprint (``NodeInfo`` JSON) when the caller has it, for the fleet model.
     ``as_of``: only the reports it allows, node's and fleet's (a past job is judged by the bands of
-    its day).
+    its day). Cached per node until a probe report lands (``BANDS``); the answer is shared: do not
+    mutate it.
     """
+    model = model_of(node) if node is not None else None
+    key = ("node", name, node is not None, model, as_of, settings.health_thresholds())
+    return BANDS.get(session, key, lambda: _node_history(session, name, settings, node, as_of))
+
+
+def _node_history(
+    session: Session, name: str, settings: Settings, node: dict[str, Any] | None, as_of: AsOf | None
+) -> NodeHistory:
     thresholds = settings.health_thresholds()
     query = select(models.ProbeReport.id, models.ProbeReport.job_id, models.ProbeReport.report).where(
         models.ProbeReport.node_name == name
@@ -161,7 +239,9 @@ def node_health(
     """Node ``name``'s health now (``kernelab.service.health.node_health`` over its stored history)."""
     h = node_history(session=session, name=name, settings=settings, node=node)
     thresholds = settings.health_thresholds()
-    state = health.node_health(h.reports, fleet=h.fleet, thresholds=thresholds, model=h.model)
+    state = health.node_health(
+        h.reports, fleet=h.fleet, thresholds=thresholds, model=h.model, history=h.history
+    )
     device_type = str((node or {}).get("device_type") or "cuda")
     # fixed tolerances: the node's band may have learned from the changed reports themselves
     left = changed_since(h.reports, h.job_ids, device_type=device_type)
@@ -351,17 +431,17 @@ def with_health(
     return comparison.model_copy(update=update)
 
 
-def job_comparison(
-    *, session: Session, job_id: int, settings: Settings, result: JobResult | None = None
-) -> Comparison | None:
-    """The job's stored comparison (computed and stored on a miss, ``crud.base_comparison``) with
-    its stored node-health judgement applied (``job_judgement``); None without a result."""
+def job_comparison(*, session: Session, job_id: int, settings: Settings) -> StoredComparison:
+    """The job's stored comparison (``crud.stored_comparison``: computed by a compare worker, never
+    here) with its stored node-health judgement applied (``job_judgement``) when it is ``ready``;
+    its status (``none``, ``comparing``, ``failed``) otherwise."""
     from kernelab.service import crud
 
-    base = crud.base_comparison(session=session, job_id=job_id, result=result)
-    if base is None:
-        return None
+    stored = crud.stored_comparison(session=session, job_id=job_id)
+    if stored.comparison is None:
+        return stored
     judgement = job_judgement(session=session, job_id=job_id, settings=settings)
     if judgement is None:
-        return base
-    return with_health(base, judgement.flags, judgement.reasons, judgement.notes)
+        return stored
+    applied = with_health(stored.comparison, judgement.flags, judgement.reasons, judgement.notes)
+    return replace(stored, comparison=applied)

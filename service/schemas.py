@@ -1222,6 +1222,12 @@ class JobPublic(BaseModel):
     node: str | None = None
     error: str | None = None
     summary: dict[str, int] = Field(default_factory=dict)
+    comparison_status: Literal["none", "comparing", "ready", "failed"] = Field(
+        default="none",
+        description="the comparison of the job's result: none (no result), comparing (queued for or "
+        "being computed by a compare worker), ready (GET /jobs/{id}/comparison answers it), failed",
+    )
+    comparison_error: str | None = Field(default=None, description="why the comparison failed")
 
 
 class JobsPage(BaseModel):
@@ -1357,7 +1363,7 @@ class NodeHealth(BaseModel):
 class HealthJudgementPublic(BaseModel):
     """A result's stored node-health judgement (``GET``/``POST /api/v1/jobs/{id}/health``): judged
     at ``judged_at`` against the node's and the fleet's bands as of ``as_of`` (the job's last probe),
-    by ``trigger`` ``ingest`` (the first read or the ingest's background task) or ``rejudge`` (asked
+    by ``trigger`` ``ingest`` (the compare worker after ingest, or the first read) or ``rejudge`` (asked
     for explicitly). The latest judgement holds; its ``flags`` and ``notes`` are the comparison's."""
 
     trigger: Literal["ingest", "rejudge"]

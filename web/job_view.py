@@ -9,7 +9,8 @@ got, so an explicit re-judgement shows at once.
 
 The cache lives on the app (``JobPageCache.of(app)``): one per process and per database, bounded
 to the ``PAGE_CACHE_RESULTS`` most recently shown results. Nothing here computes statistics that
-are not stored: a missing comparison is computed and stored by ``crud.base_comparison`` as before.
+are not stored: a comparison is computed by a compare worker (``kernelab.service.compare_worker``);
+until it is stored the page says "comparing…".
 """
 
 from __future__ import annotations
@@ -167,19 +168,19 @@ def job_view(
     job_id: int,
     entry: ResultEntry,
     settings: Settings,
-    load: Callable[[], JobResult | None] | None = None,
+    base: Comparison | None = None,
 ) -> JobView:
     """The comparison of ``job_id``'s result with node-health flags applied now, as a ``JobView``.
 
-    The base comparison comes from ``entry``, else from ``crud.base_comparison`` (the stored one,
-    or computed from the raw samples and stored on a miss; ``load()`` may give the already loaded
-    ``JobResult`` for that). The flags and notes are the result's stored node-health judgement
-    (``node_health.job_judgement``: judged once, against the bands as of the measurement).
+    The base comparison comes from ``entry``, else ``base`` (the caller's ``crud.base_comparison``:
+    the stored one), else is read with ``crud.base_comparison``. The flags and notes are the
+    result's stored node-health judgement (``node_health.job_judgement``: judged once, against the
+    bands as of the measurement). Raises ``LookupError`` when no comparison is stored.
     """
     if entry.base is None:
-        entry.base = crud.base_comparison(session=session, job_id=job_id, result=load() if load else None)
-        if entry.base is None:  # the result vanished between the queries
-            raise LookupError(f"job {job_id} has no result")
+        entry.base = base if base is not None else crud.base_comparison(session=session, job_id=job_id)
+        if entry.base is None:  # the result vanished, or is still being compared
+            raise LookupError(f"job {job_id} has no stored comparison")
     base = entry.base
     judgement = node_health.job_judgement(session=session, job_id=job_id, settings=settings)
     flags = judgement.flags if judgement is not None else []

@@ -6,16 +6,17 @@ plotly.js itself is served from the plotly Python package at ``/assets/plotly.mi
 nodes may be offline). Autoescaping is on for every template; figures are embedded as JSON made
 safe for ``<script>`` by ``kernelab.web.figures.figure_json``.
 
-Pages read the database through ``kernelab.service.crud``. The job page shows the comparison stored after
-ingest (``results.comparison``, computed and stored on a miss) with node-health flags applied on
-read; what it derives from a result is cached per process (``kernelab.web.job_view``), since a stored
-result never changes. The view helpers here only reshape schemas for the templates.
+Pages read the database through ``kernelab.service.crud``. The job page shows the comparison a
+compare worker stored (``results.comparison``; "comparing…" until then, never computed here) with
+node-health flags applied on read; what it derives from a result is cached per process
+(``kernelab.web.job_view``), since a stored result never changes. The view helpers here only
+reshape schemas for the templates.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -41,7 +42,6 @@ PLOTLY_JS_URL = "/assets/plotly.min.js"
 PLOTLY_JS_PATH = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 NODE_READINGS = 100  # probe reports shown on a node page, newest first
 RAW_FIGURE_SAMPLES = 20_000  # above this many samples a job page draws per-cell summaries, not samples
-COMPARISON_PENDING_S = 600.0  # how long after its arrival a large result may wait for its comparison
 PENDING_REFRESH_S = 3  # the "comparison being computed" page reloads itself this often
 TIMELINE_LINKS = 50  # up to this many cells the timeline lists a link per cell; above, previous/next
 VERDICTS = VERDICT_ORDER
@@ -184,11 +184,10 @@ def job_page(
     ``cell`` picks the sweep cell whose timeline is drawn (default: the first with samples).
     ``order`` (``index``, ``slowest``, ``fastest``, ``flagged``) and ``offset`` page the
     before/after table, ``job_view.CELLS_PER_PAGE`` rows at a time; the summary figure always
-    shows every cell. A queued or running job shows its status and no table; a large result
-    (over ``RAW_FIGURE_SAMPLES`` samples) whose comparison the ingest's background task has not
-    stored yet, within ``COMPARISON_PENDING_S`` of its arrival, shows "comparison being computed"
-    and reloads itself (older results without one get it computed and stored here). An unknown
-    id answers the 404 page; a bad ``cell``/``order``/``offset`` a 422 naming the field.
+    shows every cell. A queued or running job shows its status and no table; a result whose
+    comparison a compare worker has not stored yet shows "comparing…" and reloads itself (this
+    process never computes it); one whose comparison failed says why. An unknown id answers the
+    404 page; a bad ``cell``/``order``/``offset`` a 422 naming the field.
     """
     job_row = session.get(models.Job, job_id)
     if job_row is None:
@@ -197,7 +196,8 @@ def job_page(
     row = job_view.result_row(session=session, job_id=job_id)
     context: dict[str, Any] = {
         "job": job, "has_result": row is not None, "result_error": row.error if row else None,
-        "comparison": None, "pending": False, "probes": probe_tables([]), "node_name": job.node,
+        "comparison": None, "pending": False, "comparison_error": None, "probes": probe_tables([]),
+        "node_name": job.node,
         "attempts": crud.attempts_page(session=session, job_id=job_id).data,
         "threshold_pct": job.spec.measurement.threshold_pct,
         "labels": dict(zip(("baseline", "candidate"), (job.spec.baseline.variant, job.spec.candidate.variant),
@@ -210,10 +210,14 @@ def job_page(
     if entry.n_samples is None:
         entry.n_samples = crud.count_samples(session=session, job_id=job_id)
     raw = entry.n_samples <= RAW_FIGURE_SAMPLES
-    age_s = (datetime.now(UTC) - row.received_at).total_seconds()
-    if not row.has_comparison and not raw and age_s < COMPARISON_PENDING_S:
-        context.update(pending=True, refresh_s=PENDING_REFRESH_S)
-        return templates.TemplateResponse(request, "job.html", context)
+    base = entry.base
+    if base is None:
+        stored = crud.stored_comparison(session=session, job_id=job_id)
+        if stored.comparison is None:  # comparing (queued or being computed), or it failed
+            context.update(pending=stored.status == "comparing", refresh_s=PENDING_REFRESH_S,
+                           comparison_error=stored.error)  # fmt: skip
+            return templates.TemplateResponse(request, "job.html", context)
+        base = stored.comparison
     loaded: list[JobResult | None] = []
 
     def load() -> JobResult | None:  # a raw-sized result is read whole, once
@@ -221,9 +225,7 @@ def job_page(
             loaded.append(crud.load_result(session=session, job_id=job_id))
         return loaded[0]
 
-    view = job_view.job_view(
-        session=session, job_id=job_id, entry=entry, settings=settings, load=load if raw else None
-    )
+    view = job_view.job_view(session=session, job_id=job_id, entry=entry, settings=settings, base=base)
     comparison = view.comparison
     if entry.samples_json is None:
         if raw:
@@ -276,7 +278,11 @@ def node_page(request: Request, name: NodeName, session: SessionDep, settings: S
     rows, small, large = _node_rows(reports)
     history = node_health.node_history(session=session, name=name, settings=settings, node=summary.node)
     state = health.node_health(
-        history.reports, fleet=history.fleet, thresholds=settings.health_thresholds(), model=history.model
+        history.reports,
+        fleet=history.fleet,
+        thresholds=settings.health_thresholds(),
+        model=history.model,
+        history=history.history,
     )
     unhealthy = [
         (r, health.status_of(rs) + ": " + "; ".join(x.message for x in rs))

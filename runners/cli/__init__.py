@@ -34,7 +34,7 @@ from kernelab.runners.cli.daemon import runner
 from kernelab.runners.cli.jobs import report, submit
 from kernelab.runners.cli.local import probe, run, static, validate
 from kernelab.runners.cli.output import gate
-from kernelab.runners.cli.server import serve, up
+from kernelab.runners.cli.server import compare_worker, serve, up
 from kernelab.runners.cli.tokens import token_app
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_NO_VERDICT", "EXIT_OK", "app", "gate"]
@@ -52,4 +52,5 @@ for command in (run, validate, probe, static, submit, report):
 app.add_typer(token_app, name="token")
 app.command()(runner)
 app.command()(serve)
+app.command("compare-worker")(compare_worker)
 app.command()(up)

@@ -105,9 +105,19 @@ def show_job(
     if job.status == "cancelled":
         typer.echo(f"job {job.id} cancelled: no verdict", err=True)
         return EXIT_NO_VERDICT
+    if job.comparison_status == "comparing":
+        typer.echo(f"job {job.id}: comparing… (its result is stored; a compare worker computes the "
+                   "comparison): no verdict yet", err=True)  # fmt: skip
+        return EXIT_NO_VERDICT
+    if job.comparison_status == "failed":
+        typer.echo(f"job {job.id}: computing its comparison failed: {job.comparison_error}", err=True)
+        return EXIT_NO_VERDICT
     try:
         comparison = client.comparison(job.id)
     except KernelabAPIError as exc:
+        if exc.status_code == 409 and "comparing" in exc.detail:  # re-queued since the job was read
+            typer.echo(f"job {job.id}: comparing…: no verdict yet", err=True)
+            return EXIT_NO_VERDICT
         if exc.status_code != 409 or job.status == "succeeded":
             raise
         comparison = None  # a failed job without a result: its error is all there is
@@ -133,13 +143,15 @@ def wait_and_show(
     progress_log: Path | None = None,
     fail_on: frozenset[Verdict] = frozenset({"failed", "incorrect"}),
 ) -> int:
-    """Wait for ``job`` to finish, echoing status changes (and new progress lines of
-    ``progress_log``, a runner log file); print its comparison. Returns the exit status
-    (``show_job``); exits ``EXIT_NO_VERDICT`` when it is still unfinished after ``timeout_s``."""
+    """Wait for ``job`` to finish and its comparison to be computed (``comparison_status`` no longer
+    ``comparing``), echoing status changes (and new progress lines of ``progress_log``, a runner
+    log file); print its comparison. Returns the exit status (``show_job``); exits
+    ``EXIT_NO_VERDICT`` when it is still unfinished or comparing after ``timeout_s``."""
     offset, partial = 0, b""
 
     def on_change(j: JobPublic) -> None:
-        typer.echo(f"job {j.id}: {j.status}" + (f" on {j.node}" if j.node else ""), err=True)
+        comparing = " (comparing…)" if j.comparison_status == "comparing" else ""
+        typer.echo(f"job {j.id}: {j.status}" + (f" on {j.node}" if j.node else "") + comparing, err=True)
 
     def relay_progress() -> None:  # complete new lines only: the runner may be mid-line
         nonlocal offset, partial
@@ -156,16 +168,17 @@ def wait_and_show(
                 typer.echo("  " + line.split("progress:", 1)[1].strip(), err=True)
 
     deadline = time.monotonic() + timeout_s
-    seen = None
+    seen: tuple[str, str] | None = None
     while True:
         job = client.get_job(job.id)
-        if job.status != seen:
-            seen = job.status
+        if (job.status, job.comparison_status) != seen:
+            seen = (job.status, job.comparison_status)
             on_change(job)
         relay_progress()
-        if job.status in TERMINAL_JOB_STATUS:
+        if job.status in TERMINAL_JOB_STATUS and job.comparison_status != "comparing":
             break
         if time.monotonic() > deadline:
-            raise fail(f"job {job.id} still {job.status} after {timeout_s:.0f} s", EXIT_NO_VERDICT)
+            state = "comparing" if job.comparison_status == "comparing" else job.status
+            raise fail(f"job {job.id} still {state} after {timeout_s:.0f} s", EXIT_NO_VERDICT)
         time.sleep(0.5)
     return show_job(client, job, fail_on)

@@ -29,8 +29,20 @@ def serve(
     database_url: Annotated[
         str | None, typer.Option("--database-url", envvar="KERNELAB_DATABASE_URL", help="SQLAlchemy URL")
     ] = None,
+    compare_workers: Annotated[
+        int,
+        typer.Option(
+            "--compare-workers",
+            min=0,
+            envvar="KERNELAB_COMPARE_WORKERS",
+            help="compare worker processes beside the API "
+            "(0: none here, e.g. when `kernelab compare-worker` runs on other hosts)",
+        ),
+    ] = 1,
 ) -> None:
-    """Upgrade the database to the current schema, then serve the API and dashboard."""
+    """Upgrade the database to the current schema, then serve the API and dashboard, with
+    ``--compare-workers`` compare worker processes beside it (the comparisons of stored results are
+    computed there, never in an API worker; a stop does not wait for one)."""
     import uvicorn
 
     from kernelab.service.core.config import Settings
@@ -46,11 +58,36 @@ def serve(
         # uvicorn's default 5 s worker health check would kill the worker mid-ingest.
         extra["timeout_worker_healthcheck"] = WORKER_HEALTHCHECK_S
     from kernelab.service import serve as server
+    from kernelab.service.compare_worker import WorkerProcesses
 
-    server.run(workers=workers, host=host, port=port, log_level=settings.log_level.lower(),
-               timeout_keep_alive=KEEP_ALIVE_S, max_connections=settings.max_connections,
-               header_timeout_s=settings.header_timeout_s, body_timeout_s=settings.body_timeout_s,
-               body_min_bytes=settings.body_min_bytes, **extra)  # fmt: skip
+    # uvicorn re-raises a SIGTERM it handled once it has shut down: as KeyboardInterrupt (suppressed by
+    # server.run), the compare workers below are stopped too instead of left running.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    comparers = WorkerProcesses(compare_workers)
+    comparers.start()
+    try:
+        server.run(workers=workers, host=host, port=port, log_level=settings.log_level.lower(),
+                   timeout_keep_alive=KEEP_ALIVE_S, max_connections=settings.max_connections,
+                   header_timeout_s=settings.header_timeout_s, body_timeout_s=settings.body_timeout_s,
+                   body_min_bytes=settings.body_min_bytes, **extra)  # fmt: skip
+    finally:
+        comparers.stop()
+
+
+def compare_worker(
+    database_url: Annotated[
+        str | None, typer.Option("--database-url", envvar="KERNELAB_DATABASE_URL", help="SQLAlchemy URL")
+    ] = None,
+    burst: Annotated[bool, typer.Option("--burst", help="compute what is queued, then exit")] = False,
+) -> None:
+    """Compute the comparisons of stored results (queued ``compare`` tasks) until SIGTERM/Ctrl-C:
+    `kernelab serve` runs one; a fleet runs more on any host that reaches the database. On start
+    it queues the comparisons that are missing or judged by older verdict rules."""
+    from kernelab.service import compare_worker as worker
+
+    if database_url:
+        os.environ["KERNELAB_DATABASE_URL"] = database_url
+    worker.main(burst=burst)
 
 
 def up(

@@ -47,6 +47,18 @@ class Settings(BaseSettings):
     )
     lease_s: float = Field(default=120.0, ge=5, le=3600, description="lease when a claim names none")
     max_attempts: int = Field(default=3, ge=1, le=100, description="claims of one job before it fails")
+    compare_lease_s: float = Field(
+        default=60.0,
+        ge=5,
+        le=3600,
+        description="a compare worker's lease of a comparison task (s); it heartbeats every third of it",
+    )
+    compare_max_attempts: int = Field(
+        default=3, ge=1, le=100, description="claims of one comparison task before it fails"
+    )
+    compare_poll_s: float = Field(
+        default=1.0, gt=0, le=60, description="an idle compare worker reads the task queue this often (s)"
+    )
     claim_wait_max_s: float = Field(default=30.0, ge=0, le=60, description="longest claim long-poll")
     claim_poll_s: float = Field(
         default=0.25, gt=0, le=10, description="while claims wait, a process reads the queue this often (s)"

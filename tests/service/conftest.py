@@ -100,13 +100,24 @@ class Api:
         assert r.status_code == 200, r.text
         return {"Authorization": f"Bearer {r.json()['token']}"}
 
-    def post_result(self, job_id: int, result, headers: dict[str, str]):  # type: ignore[no-untyped-def]
-        """POST a ``JobResult`` as its JSON (datetimes as ISO 8601, as a runner sends it)."""
-        return self.client.post(
+    def post_result(self, job_id: int, result, headers: dict[str, str], *, compare: bool = True):  # type: ignore[no-untyped-def]
+        """POST a ``JobResult`` as its JSON (datetimes as ISO 8601, as a runner sends it); then,
+        with ``compare``, compute the queued comparison as a compare worker does (``compare()``)."""
+        r = self.client.post(
             f"/api/v1/jobs/{job_id}/results",
             content=result.model_dump_json(),
             headers={**headers, "content-type": "application/json"},
         )
+        if compare and r.status_code in (200, 201):
+            self.compare()
+        return r
+
+    def compare(self):  # type: ignore[no-untyped-def]
+        """Run a compare worker in burst mode in this process (``compare_worker.drain``): every
+        queued comparison is computed and stored; returns the worker."""
+        from kernelab.service.compare_worker import drain
+
+        return drain(self.factory, self.client.app.state.settings)  # type: ignore[attr-defined]
 
     def submit(self, spec: dict | None = None) -> int:
         from factories import spec_dict

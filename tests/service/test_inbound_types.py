@@ -192,6 +192,7 @@ def test_nonfinite_correctness_metrics_read_the_same_on_both_databases(api) -> N
     r = api.client.post(f"/api/v1/jobs/{job_id}/results", content=text,
                         headers={**runner, "content-type": "application/json"})  # fmt: skip
     assert r.status_code == 201, r.text
+    api.compare()
     comparison = api.client.get(f"/api/v1/jobs/{job_id}/comparison", headers=api.admin)
     assert comparison.status_code == 200, comparison.text
     cell = comparison.json()["cells"][0]

@@ -20,7 +20,7 @@ from factories import job_result, samples, spec_dict
 from health_fixtures import h200x2_report
 from sqlalchemy import null, select, update
 
-from kernelab.service import crud, models
+from kernelab.service import compare_queue, crud, models, stats
 from kernelab.service.schemas import (
     CorrectnessResult,
     JobResult,
@@ -82,7 +82,8 @@ def _post_sweep(api, **kwargs) -> int:  # type: ignore[no-untyped-def]
                                                          models.Cell.cell_index == 1)).one()  # fmt: skip
         cell.params = {**cell.params, "N": XSS}
         session.execute(update(models.Result).where(models.Result.id == result_id).values(comparison=null()))
-    crud.store_comparison(factory=api.factory, job_id=job_id)
+        compare_queue.enqueue(session, result_id=result_id, job_id=job_id, max_attempts=3)
+    api.compare()
     return job_id
 
 
@@ -148,24 +149,32 @@ def test_timeline_of_the_chosen_cell_only(api, small_pages) -> None:  # type: ig
     assert 'id="timeline-next" href="?order=slowest&amp;cell=8#timeline"' in page
 
 
-def test_comparison_pending_then_computed_on_a_miss(api, small_pages) -> None:  # type: ignore[no-untyped-def]
+def test_comparison_pending_until_a_compare_worker_stores_it(api, small_pages, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A result whose comparison is queued reads "comparing…" (the page never computes it, however
+    old the result), then the table once a compare worker stored it."""
     job_id = _post_sweep(api)
-    with api.factory.begin() as session:  # as right after the ingest, before the background task
-        session.execute(update(models.Result).where(models.Result.job_id == job_id).values(comparison=null()))
-    pending = api.client.get(f"/jobs/{job_id}", headers=api.admin)
-    assert pending.status_code == 200
-    assert 'id="comparison-pending"' in pending.text and 'http-equiv="refresh"' in pending.text
-    assert 'id="comparison-table"' not in pending.text and "raw samples (CSV)" in pending.text
-
-    with api.factory.begin() as session:  # an old result without a stored comparison
-        old = datetime.now(UTC) - timedelta(seconds=routes.COMPARISON_PENDING_S + 1)
-        session.execute(update(models.Result).where(models.Result.job_id == job_id).values(received_at=old))
+    with api.factory.begin() as session:  # as right after the ingest: the task queued, nothing stored
+        result_id = session.scalar(select(models.Result.id).where(models.Result.job_id == job_id))
+        old = datetime.now(UTC) - timedelta(days=1)
+        session.execute(update(models.Result).where(models.Result.job_id == job_id)
+                        .values(comparison=null(), received_at=old))  # fmt: skip
+        compare_queue.enqueue(session, result_id=result_id, job_id=job_id, max_attempts=3)
+    calls = []
+    real = stats.compare
+    monkeypatch.setattr(stats, "compare", lambda *a, **k: calls.append(1) or real(*a, **k))
+    for _ in range(2):
+        pending = api.client.get(f"/jobs/{job_id}", headers=api.admin)
+        assert pending.status_code == 200
+        assert 'id="comparison-pending"' in pending.text and 'http-equiv="refresh"' in pending.text
+        assert "comparing…" in pending.text
+        assert 'id="comparison-table"' not in pending.text and "raw samples (CSV)" in pending.text
+    assert calls == []
+    assert api.compare().done == 1
+    assert calls == [1]  # the worker's
     page = api.client.get(f"/jobs/{job_id}", headers=api.admin)
     assert page.status_code == 200 and 'id="comparison-pending"' not in page.text
     assert len(_rows(page.text)) == 4
-    with api.factory() as session:
-        stored = session.scalar(select(models.Result.comparison).where(models.Result.job_id == job_id))
-    assert stored is not None and len(stored["cells"]) == CELLS  # computed once and stored
+    assert calls == [1]
 
 
 def test_cached_page_follows_an_explicit_rejudgement(api, small_pages) -> None:  # type: ignore[no-untyped-def]

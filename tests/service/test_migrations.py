@@ -33,7 +33,7 @@ with warnings.catch_warnings():
 
 TABLES = {
     "tokens", "runners", "jobs", "job_attempts", "results", "cells", "sample_blocks", "probe_reports",
-    "probe_readings", "health_judgements", "history_points",
+    "probe_readings", "health_judgements", "history_points", "compare_tasks",
 }  # fmt: skip
 
 
@@ -207,6 +207,58 @@ def test_stored_timestamps_become_aware_utc(db_url: str) -> None:
             page = client.get("/nodes/node-a", headers=headers)
             assert page.status_code == 200 and "2026-01-02 02:00:00 UTC" in page.text
         downgrade(db_url, "0011_verdict_rules")
-        assert _tables(db_url) == TABLES - {"health_judgements", "history_points"}
+        assert _tables(db_url) == TABLES - {"health_judgements", "history_points", "compare_tasks"}
+    finally:
+        engine.dispose()
+
+
+def test_stored_results_get_compare_tasks(db_url: str) -> None:
+    """0015 queues a compare task for every stored result without a comparison (readers no longer
+    compute one) and a done one for a result with it; the job reads "comparing" until a compare
+    worker stored it. Downgrade drops the table."""
+    from kernelab.service.compare_worker import drain
+
+    upgrade(db_url, "0013_runner_node")
+    engine = make_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            meta = MetaData()
+            jobs, results = (Table(n, meta, autoload_with=conn) for n in ("jobs", "results"))
+            now = datetime(2026, 1, 2, tzinfo=UTC)
+            ids = []
+            for i, comparison in enumerate((None, {"method_version": 1})):
+                job_id = conn.execute(insert(jobs).values(
+                    name="m", benchmark="softmax", spec=spec_dict(), device="cpu", status="succeeded",
+                    attempts=1, max_attempts=1, created_at=now).returning(jobs.c.id)
+                ).scalar_one()  # fmt: skip
+                conn.execute(insert(results).values(
+                    job_id=job_id, idempotency_key=f"migrate-0015-{i}", node_name="node-a",
+                    timer="perf_counter",
+                    node={"hostname": "node-a", "device_type": "cpu"}, spec=spec_dict(), started_at=now,
+                    finished_at=now, received_at=now, comparison=comparison))  # fmt: skip
+                ids.append(job_id)
+        upgrade(db_url)
+        with engine.connect() as conn:
+            tasks = conn.execute(
+                text("SELECT job_id, status, attempts FROM compare_tasks ORDER BY job_id")
+            ).all()
+        assert [tuple(t) for t in tasks] == [(ids[0], "queued", 0), (ids[1], "done", 0)]
+        settings = Settings(database_url=db_url, admin_token="migration-admin-token-0123456789")
+        headers = {"Authorization": "Bearer migration-admin-token-0123456789"}
+        with TestClient(create_app(settings)) as client:
+            assert (
+                client.get(f"/api/v1/jobs/{ids[0]}", headers=headers).json()["comparison_status"]
+                == "comparing"
+            )
+            r = client.get(f"/api/v1/jobs/{ids[0]}/comparison", headers=headers)
+            assert r.status_code == 409 and "comparing" in r.json()["detail"], r.text
+            assert r.headers["Retry-After"]
+            assert drain(client.app.state.session_factory, settings).done == 1  # type: ignore[attr-defined]
+            assert (
+                client.get(f"/api/v1/jobs/{ids[0]}", headers=headers).json()["comparison_status"] == "ready"
+            )
+            assert client.get(f"/api/v1/jobs/{ids[0]}/comparison", headers=headers).status_code == 200
+        downgrade(db_url, "0013_runner_node")
+        assert "compare_tasks" not in _tables(db_url)
     finally:
         engine.dispose()

@@ -25,6 +25,7 @@ import pytest
 
 # The dev extra installs playwright; a GPU node running only `-m gpu` tests may lack it.
 pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the dev extra)")
+import compare_wait  # noqa: E402
 from browser_signin import sign_in  # noqa: E402
 from playwright.sync_api import Browser, Page, sync_playwright  # noqa: E402
 
@@ -116,6 +117,7 @@ def _seed(base_url: str) -> Site:
         result = run_job(JobSpec.model_validate(claim.json()["spec"]), job_id=job_id, device="cpu")
         posted = api.post(f"/jobs/{job_id}/results", json=result.model_dump(mode="json"), headers=runner)
         assert posted.status_code == 201, posted.text
+        compare_wait.until_compared(api, [job_id], admin)
         waiting = {**spec.model_dump(mode="json"), "name": "still waiting"}
         queued = api.post("/jobs", json=waiting, headers=admin)
         assert queued.status_code == 201, queued.text
@@ -157,10 +159,12 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
             stdout=log,
             stderr=subprocess.STDOUT,
         )
+        worker = compare_wait.start(env, log)
         try:
             _wait_ready(base_url, proc, log_path)
             yield _seed(base_url)
         finally:
+            compare_wait.stop(worker)
             proc.terminate()
             try:
                 proc.wait(timeout=10)

@@ -27,6 +27,7 @@ import httpx
 import pytest
 
 pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the dev extra)")
+import compare_wait  # noqa: E402
 from browser_signin import sign_in  # noqa: E402
 from playwright.sync_api import Browser, Page, sync_playwright  # noqa: E402
 from sqlalchemy import create_engine, select, text  # noqa: E402
@@ -108,12 +109,14 @@ def site(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
                  "--host", "127.0.0.1", "--port", base_url.rsplit(":", 1)[1], "--log-level", "warning"],
                 env=env, stdout=log, stderr=subprocess.STDOUT,
             )  # fmt: skip
+            worker = compare_wait.start(env, log)
             try:
                 _wait_ready(base_url, proc, log_path)
                 site = Site(base_url, db_url)
                 _seed(site)
                 yield site
             finally:
+                compare_wait.stop(worker)
                 proc.terminate()
                 try:
                     proc.wait(timeout=10)
@@ -287,6 +290,7 @@ def _seed(site: Site) -> None:
             days=2,
             change=_every_cell(_samples(6, lambda i: 51_000.0 + i, lambda i: 41_000.0 + i)),
         )
+        compare_wait.until_compared(api, site.jobs.values(), ADMIN)
         for case, job_id in site.jobs.items():  # every read answers 200, on either database
             for path in ("comparison", "report.md", "health"):
                 r = api.get(f"/jobs/{job_id}/{path}", headers=ADMIN)

@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the dev extra)")
+import compare_wait  # noqa: E402
 from browser_signin import sign_in  # noqa: E402
 from playwright.sync_api import Page, sync_playwright  # noqa: E402
 from test_browser import ADMIN_TOKEN, CHROMIUM, CHROMIUM_ARGS, _free_port, _wait_ready  # noqa: E402
@@ -62,10 +63,12 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]
             stdout=log,
             stderr=subprocess.STDOUT,
         )
+        worker = compare_wait.start(env, log)
         try:
             _wait_ready(base_url, proc, log_path)
             yield base_url, _post_sweep(base_url)
         finally:
+            compare_wait.stop(worker)
             proc.terminate()
             try:
                 proc.wait(timeout=10)
@@ -108,7 +111,7 @@ def page(sweep: tuple[str, int]) -> Iterator[Page]:
 def test_large_sweep_page_in_the_browser(sweep: tuple[str, int], page: Page) -> None:
     base_url, job_id = sweep
     page.goto(f"{base_url}/jobs/{job_id}")
-    # "comparison being computed" reloads itself until the background task has stored it
+    # "comparing…" reloads itself until the compare worker has stored it
     page.wait_for_selector("#comparison-table", timeout=COMPARISON_WAIT_MS)
     comparison = httpx.get(f"{base_url}/api/v1/jobs/{job_id}/comparison",
                            headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=60).json()  # fmt: skip

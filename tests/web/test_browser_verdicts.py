@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the dev extra)")
+import compare_wait  # noqa: E402
 from browser_signin import sign_in  # noqa: E402
 from playwright.sync_api import Page, sync_playwright  # noqa: E402
 from test_browser import ADMIN_TOKEN, CHROMIUM, CHROMIUM_ARGS, REPO, _free_port, _wait_ready  # noqa: E402
@@ -72,6 +73,7 @@ def _seed(base_url: str) -> Jobs:
             )
             assert posted.status_code == 201, posted.text
             ids.append(created.json()["id"])
+        compare_wait.until_compared(api, ids, admin)
         comparison = Comparison.model_validate(api.get(f"/jobs/{ids[0]}/comparison", headers=admin).json())
     return Jobs(base_url, ids[0], ids[1], comparison)
 
@@ -112,10 +114,12 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Jobs]:
             stdout=log,
             stderr=subprocess.STDOUT,
         )
+        worker = compare_wait.start(env, log)
         try:
             _wait_ready(base_url, proc, log_path)
             yield _seed(base_url)
         finally:
+            compare_wait.stop(worker)
             proc.terminate()
             try:
                 proc.wait(timeout=10)

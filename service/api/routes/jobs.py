@@ -109,20 +109,34 @@ def cancel_job(job_id: JobId, _: SubmitToken, session: SessionDep) -> JobPublic:
     return crud.job_public(session=session, job=queue.cancel(session, job_id))
 
 
+COMPARING_RETRY_AFTER_S = 2  # Retry-After of a 409 while a compare worker computes the comparison
+
+
 def _comparison_or_409(session: Session, job_id: int, settings: Settings) -> Comparison:
-    """The job's comparison with node-health flags (stored, or computed and stored on a miss)."""
+    """The job's stored comparison with node-health flags; 409 while there is none: no result yet,
+    ``comparing`` (queued for or being computed by a compare worker, with ``Retry-After``), or
+    ``comparison failed``. Never computes it (``kernelab.service.compare_worker`` does)."""
     from kernelab.service.node_health import job_comparison
 
     job = queue.get_job(session, job_id)
-    comparison = job_comparison(session=session, job_id=job_id, settings=settings)
-    if comparison is None:
+    stored = job_comparison(session=session, job_id=job_id, settings=settings)
+    if stored.status == "comparing":
+        raise HTTPException(
+            status.HTTP_409_CONFLICT,
+            f"job {job_id}: comparing: its result is stored and its comparison is being computed",
+            headers={"Retry-After": str(COMPARING_RETRY_AFTER_S)},
+        )
+    if stored.status == "failed":
+        raise HTTPException(status.HTTP_409_CONFLICT, f"job {job_id}: comparison failed: {stored.error}")
+    if stored.comparison is None:
         raise HTTPException(status.HTTP_409_CONFLICT, f"job {job_id} has no result yet (status {job.status})")
-    return comparison
+    return stored.comparison
 
 
 @router.get("/{job_id}/comparison")
 def get_comparison(job_id: JobId, _: ReadToken, session: SessionDep, settings: SettingsDep) -> Comparison:
-    """Per-cell statistics and verdicts of the job's result (409 while there is none); flags
+    """Per-cell statistics and verdicts of the job's result (409 while there is none, or while it
+    is ``comparing``: ``JobPublic.comparison_status`` says which); flags
     ``degraded-node``/``contended`` and a note when the node's probes left its healthy band."""
     return _comparison_or_409(session, job_id, settings)
 
@@ -143,7 +157,7 @@ def _judgements_or_409(session: Session, job_id: int, settings: Settings) -> Hea
 def get_health(job_id: JobId, _: ReadToken, session: SessionDep, settings: SettingsDep) -> HealthJudgements:
     """The node-health judgements of the job's result, oldest first (409 while there is none):
     judged once against the node's and the fleet's bands as of the measurement (on the first read
-    if the ingest's background task has not yet), then only by an explicit ``POST``."""
+    if the compare worker has not yet), then only by an explicit ``POST``."""
     return _judgements_or_409(session, job_id, settings)
 
 

@@ -24,13 +24,13 @@ from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from typing import Annotated, Any
 
-from fastapi import APIRouter, BackgroundTasks, Request, Response, status
+from fastapi import APIRouter, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.routing import APIRoute
 from pydantic import ValidationError, ValidatorFunctionWrapHandler, WrapValidator
 
-from kernelab.service import crud, history
-from kernelab.service.api.deps import JobId, RunnerToken, SessionDep, SessionFactoryDep, SettingsDep
+from kernelab.service import crud
+from kernelab.service.api.deps import JobId, RunnerToken, SessionDep, SettingsDep
 from kernelab.service.api.errors import validate_json_body
 from kernelab.service.runner_identity import check_node
 from kernelab.service.schemas import JobResult, ResultAccepted
@@ -132,8 +132,6 @@ def post_result(
     principal: RunnerToken,
     session: SessionDep,
     response: Response,
-    background: BackgroundTasks,
-    factory: SessionFactoryDep,
     settings: SettingsDep,
 ) -> ResultAccepted:
     """Store the result whole (one transaction) and finish the job: 201, or 200 with
@@ -145,8 +143,9 @@ def post_result(
     (``kernelab.service.runner_identity``; nothing stored).
 
     The comparison (statistics of every cell), the job's verdict summary, the node-health
-    judgement (against the bands as of the measurement) and the history points are computed after
-    the response, in a background task (``history.settle``); readers compute what is missing.
+    judgement (against the bands as of the measurement) and the history points are computed by a
+    compare worker process (``kernelab.service.compare_worker``) from the task queued in the
+    ingest's transaction, never in this process; until then readers say "comparing".
     """
     check_node(session, principal, result.node.hostname, loc=("body", "node", "hostname"))
     n_samples = sum(len(c.samples) for c in result.cells)
@@ -160,6 +159,7 @@ def post_result(
         job_id=job_id,
         result=result,
         runner_id=principal.runner_id,  # type: ignore[arg-type]
+        compare_max_attempts=settings.compare_max_attempts,
     )
     session.commit()  # the commit is part of the ingest: log only once the result is durable
     log.info(
@@ -170,6 +170,4 @@ def post_result(
     )  # fmt: skip
     if duplicate:
         response.status_code = status.HTTP_200_OK
-    else:
-        background.add_task(history.settle, factory=factory, job_id=job_id, settings=settings)
     return ResultAccepted(job_id=job_id, result_id=result_id, duplicate=duplicate)
