@@ -35,7 +35,7 @@ from kernelab.service import compare_queue, crud, history
 from kernelab.service.compare_queue import TaskLease, TaskLeaseLostError
 from kernelab.service.core.config import Settings
 
-log = logging.getLogger("service.compare")  # under "service": configure_logging gives it a handler
+log = logging.getLogger(__name__)  # under "kernelab": configure_logging gives it a handler
 
 
 class StopRequested(BaseException):  # noqa: N818  (a signal, like KeyboardInterrupt)

@@ -42,6 +42,8 @@ JOB_DURATION_BUCKETS_S = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0
 
 _STANDARD_ATTRS = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
 
+_OURS = "kernelab"  # the logger above every kernelab module's (``logging.getLogger(__name__)``)
+
 
 class RedactQueryFilter(logging.Filter):
     """Replaces the query string of uvicorn's access-log records with ``<redacted>``.
@@ -82,7 +84,8 @@ class JsonFormatter(logging.Formatter):
 
 
 def configure_logging(log_format: str, level: str) -> None:
-    """Give the ``service`` and ``uvicorn`` loggers one stderr handler with the chosen format
+    """Give the ``kernelab`` logger (above every kernelab module's) and the ``uvicorn`` loggers
+    one stderr handler with the chosen format
     (``"json"`` or ``"text"``) at ``level``, and uvicorn's access log the ``RedactQueryFilter``;
     idempotent (an app built twice adds no handler and no second filter)."""
     formatter: logging.Formatter = (
@@ -93,10 +96,10 @@ def configure_logging(log_format: str, level: str) -> None:
     access = logging.getLogger("uvicorn.access")
     if _REDACT not in access.filters:
         access.addFilter(_REDACT)
-    for name in ("service", "uvicorn", "uvicorn.error", "uvicorn.access"):
+    for name in (_OURS, "uvicorn", "uvicorn.error", "uvicorn.access"):
         logger = logging.getLogger(name)
         logger.setLevel(level)
-        if log_format != "json" and name != "service":
+        if log_format != "json" and name != _OURS:
             continue  # uvicorn keeps its own text format
         ours = [h for h in logger.handlers if getattr(h, "_kernelab", False)]
         handler = ours[0] if ours else logging.StreamHandler()
@@ -104,7 +107,7 @@ def configure_logging(log_format: str, level: str) -> None:
         handler._kernelab = True  # type: ignore[attr-defined]
         if not ours:
             logger.addHandler(handler)
-        if name != "service":
+        if name != _OURS:
             for other in [h for h in logger.handlers if not getattr(h, "_kernelab", False)]:
                 logger.removeHandler(other)
             logger.propagate = False
@@ -112,7 +115,7 @@ def configure_logging(log_format: str, level: str) -> None:
 
 class RequestLogMiddleware:
     """Logs every HTTP request once it is answered: ``event=request``, ``method``, ``path``,
-    ``status``, ``duration_ms`` (logger ``service.http``, level INFO; DEBUG for ``/healthz``,
+    ``status``, ``duration_ms`` (logger ``kernelab.service.http``, level INFO; DEBUG for ``/healthz``,
     ``/readyz`` and ``/metrics`` so probes do not flood the log). The query string and headers
     are not logged (a ``/login?token=`` would leak)."""
 
@@ -120,7 +123,7 @@ class RequestLogMiddleware:
 
     def __init__(self, app: ASGIApp):
         self.app = app
-        self.log = logging.getLogger("service.http")
+        self.log = logging.getLogger("kernelab.service.http")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

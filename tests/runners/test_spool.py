@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kernelab.runners.client import KernelabClient
-from kernelab.runners.daemon import Runner
+from kernelab.runners.daemon import RunnerDaemon
 from kernelab.runners.spool import NewerResultFile, Spool, UnreadableResultFile
 from kernelab.service.schemas import RESULT_SCHEMA_VERSION, JobResult, JobSpec
 
@@ -106,7 +106,7 @@ def recorder() -> Iterator[str]:
 def test_flush_posts_the_files_bytes_and_keeps_a_newer_file_with_one_log_line(
     recorder: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    runner = Runner(KernelabClient(recorder, "t", retries=0), "spooler", work_dir=tmp_path / "runner")
+    runner = RunnerDaemon(KernelabClient(recorder, "t", retries=0), "spooler", work_dir=tmp_path / "runner")
     current = runner.spool.put(_result())
     body = current.read_bytes()
     doc = json.loads(body)

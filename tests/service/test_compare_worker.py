@@ -294,7 +294,7 @@ def test_cli_report_says_comparing_and_wait_waits_for_it(
     """``kernelab report`` of a job still comparing exits 3 ("comparing…", no verdict yet);
     ``wait_and_show`` (``kernelab submit --wait``) keeps waiting through "comparing" and prints
     the table once a compare worker stored it."""
-    from kernelab.runners.cli import wait_and_show
+    from kernelab.runners.cli.output import wait_and_show
     from kernelab.runners.client import KernelabClient
 
     engine = make_engine(server_db)

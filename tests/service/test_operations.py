@@ -121,11 +121,11 @@ def test_no_cors_headers(api) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_json_log_lines_carry_the_extra_fields() -> None:
-    record = logging.LogRecord("service.http", logging.INFO, __file__, 1, "GET %s", ("/x",), None)
+    record = logging.LogRecord("kernelab.service.http", logging.INFO, __file__, 1, "GET %s", ("/x",), None)
     record.event, record.status = "request", 200
     entry = json.loads(JsonFormatter().format(record))
     assert entry["message"] == "GET /x" and entry["level"] == "INFO"
-    assert (entry["event"], entry["status"], entry["logger"]) == ("request", 200, "service.http")
+    assert (entry["event"], entry["status"], entry["logger"]) == ("request", 200, "kernelab.service.http")
     assert entry["ts"].endswith("+00:00")
 
 
