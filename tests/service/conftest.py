@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
+import time
 import uuid
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass
@@ -199,6 +201,30 @@ class Api:
             content=result.model_dump_json(),
             headers={**headers, "content-type": "application/json"},
         )
+
+    def waiting_claims(self) -> int:
+        """How many long-polling claims wait in this app's ``QueueWatch`` now (0 before the first)."""
+        watch = getattr(self.client.app.state, "queue_watch", None)  # type: ignore[attr-defined]
+        return 0 if watch is None else int(watch.waiting)
+
+    def when_claims_wait(
+        self, n: int, action: Callable[[], object], timeout_s: float = 60.0
+    ) -> threading.Thread:
+        """Run ``action`` in a new (started) thread as soon as ``n`` claims wait in the app's
+        ``QueueWatch``: synchronised on the server's state, not on a sleep. The caller joins it;
+        it raises (in its thread, so the caller's assertion fails) if they never all wait."""
+
+        def run() -> None:
+            deadline = time.monotonic() + timeout_s
+            while self.waiting_claims() < n:
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"{n} claims never waited (waiting: {self.waiting_claims()})")
+                time.sleep(0.005)
+            action()
+
+        thread = threading.Thread(target=run, name="when-claims-wait")
+        thread.start()
+        return thread
 
     def submit(self, spec: dict | None = None) -> int:
         from factories import spec_dict
