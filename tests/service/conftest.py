@@ -17,6 +17,7 @@ from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
@@ -250,3 +251,54 @@ def admin_token() -> str:
 def api(settings: Settings) -> Iterator[Api]:
     with TestClient(create_app(settings)) as client:
         yield Api(client)
+
+
+FLEET_TOKEN = "fleet-admin-token-0123456789abcdef0123456789"
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """``kernelab serve --workers 2`` on a PostgreSQL database of its own: base URL, admin token,
+    the server's log (both workers write to it)."""
+
+    url: str
+    token: str
+    log_path: Path
+
+    @property
+    def admin(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+
+@pytest.fixture(scope="session")
+def _pg_fleet(_pg_databases: _PgDatabases, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    from kernelab.runners.local import ServerProcess, free_port
+
+    name = _pg_databases.create(migrated=False)
+    log_path = tmp_path_factory.mktemp("pg-fleet") / "server.log"
+    server = ServerProcess(
+        _pg_databases.url(name), port=free_port(), admin_token=FLEET_TOKEN, log_path=log_path, workers=2,
+        env={"KERNELAB_CLAIM_POLL_S": "0.1"},
+    )  # fmt: skip
+    try:
+        with server:
+            yield Fleet(server.url, FLEET_TOKEN, log_path)
+    finally:
+        _pg_databases.drop_later(name)
+
+
+@pytest.fixture
+def pg_fleet(_pg_fleet: Fleet) -> Fleet:
+    """The PostgreSQL multi-worker set-up, one per test process (its two workers start once),
+    with an empty queue: jobs an earlier test left queued or running are cancelled first, so a
+    test that drains the queue sees its own jobs only. Runners and tokens of earlier tests stay
+    (register yours under names of your own)."""
+    with httpx.Client(base_url=_pg_fleet.url, headers=_pg_fleet.admin, timeout=60) as http:
+        for status in ("queued", "running"):
+            for _ in range(100):  # pages of 100; a job that ended meanwhile answers 409 and is left
+                jobs = http.get("/api/v1/jobs", params={"status": status, "limit": 100}).json()["data"]
+                if not jobs:
+                    break
+                for job in jobs:
+                    http.post(f"/api/v1/jobs/{job['id']}/cancel")
+    return _pg_fleet
