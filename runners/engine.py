@@ -50,6 +50,9 @@ _NS_PER_MS = 1e6
 
 VARIANTS: tuple[Variant, Variant] = ("baseline", "candidate")
 ProgressFn = Callable[[str], None]
+Clock = Callable[[], int]
+"""A monotonic clock in integer ns (``time.perf_counter_ns``): what the warm-up and the budget are
+measured with. Tests pass a fake one that their fake timer advances by the time it reports."""
 
 
 class ClockSampler(Protocol):
@@ -224,7 +227,7 @@ def _align_timers(pair: PairTimer) -> bool:
     return moved and pair.timer_kind("baseline") == pair.timer_kind("candidate")
 
 
-def _warm_up(pair: PairTimer, warmup_ms: float) -> dict[Variant, int]:
+def _warm_up(pair: PairTimer, warmup_ms: float, clock: Clock) -> dict[Variant, int]:
     """Alternate the variants through ``pair`` until each has run ``warmup_ms``; launches per sample.
 
     Each variant's launches per call double from 1 up to what its fastest reading so far asks for
@@ -237,9 +240,9 @@ def _warm_up(pair: PairTimer, warmup_ms: float) -> dict[Variant, int]:
     passes = 0
     while passes < _MIN_WARMUP_PASSES or min(spent_ns.values()) < warmup_ms * 1e6:
         for variant in VARIANTS if passes % 2 == 0 else tuple(reversed(VARIANTS)):
-            t0 = time.perf_counter_ns()
+            t0 = clock()
             estimate_ns = pair.time_ns(variant, launches[variant])
-            spent_ns[variant] += time.perf_counter_ns() - t0
+            spent_ns[variant] += clock() - t0
             # Delays only add time: the fastest reading is the robust estimate (first-call
             # compilation, preemption and small-window overhead all inflate the others).
             best_ns[variant] = min(best_ns[variant], estimate_ns)
@@ -326,6 +329,7 @@ def measure_pair(
     sampler: ClockSampler | None = None,
     progress: ProgressFn | None = None,
     monitor: ContentionMonitor | None = None,
+    clock: Clock = time.perf_counter_ns,
 ) -> SampleColumns:
     """Measure two zero-argument callables interleaved; every raw sample, in the order taken
     (columnar: ``SampleColumns``, what ``CellResult.samples`` holds and the server stores).
@@ -340,13 +344,16 @@ def measure_pair(
     SM clock is below 75% of ``sampler.expected_sm_clock_mhz``.
 
     ``progress(message)`` is called at each CI check; ``monitor.check(rounds)`` before the first
-    round, at each CI check and after the last round. Whatever the callables or the timer raise
-    propagates (the caller records it against the cell).
+    round, at each CI check and after the last round. ``clock`` (ns, ``time.perf_counter_ns``)
+    measures the warm-up and the budget. Whatever the callables or the timer raise propagates (the
+    caller records it against the cell).
     """
     pair = LocalPairTimer(
         {"baseline": CallableSide(fn_baseline, timer), "candidate": CallableSide(fn_candidate, timer)}
     )
-    return measure_interleaved(pair, settings, sampler=sampler, progress=progress, monitor=monitor)
+    return measure_interleaved(
+        pair, settings, sampler=sampler, progress=progress, monitor=monitor, clock=clock
+    )
 
 
 def measure_interleaved(
@@ -357,6 +364,7 @@ def measure_interleaved(
     progress: ProgressFn | None = None,
     monitor: ContentionMonitor | None = None,
     checkpoint: Checkpoint | None = None,
+    clock: Clock = time.perf_counter_ns,
 ) -> SampleColumns:
     """``measure_pair`` over any ``PairTimer``: warm-up, interleaved rounds, stop rule, samples.
 
@@ -365,11 +373,12 @@ def measure_interleaved(
     When the warm-up leaves the two sides on different timing methods (a CUDA-graph capture that
     failed for one side), both move to the fallback and the warm-up runs again (``_align_timers``).
     ``checkpoint(rounds, launches)`` runs after the first and after the last round (its time is
-    not sampled). Whatever ``pair`` or ``checkpoint`` raises propagates.
+    not sampled). ``clock``: see ``measure_pair``. Whatever ``pair`` or ``checkpoint`` raises
+    propagates.
     """
-    launches = _warm_up(pair, settings.warmup_ms)
+    launches = _warm_up(pair, settings.warmup_ms, clock)
     if _align_timers(pair):
-        launches = _warm_up(pair, settings.warmup_ms)
+        launches = _warm_up(pair, settings.warmup_ms, clock)
     rng = np.random.default_rng(settings.seed)
     budget_ns = settings.budget_ms * 1e6
     target = settings.target_ci_pct / 100.0
@@ -381,7 +390,7 @@ def measure_interleaved(
     timed_ns = 0.0  # device time the samples cover: nvbench's accumulated "total cuda time"
     if monitor is not None:
         monitor.check(rounds)
-    t_start = time.perf_counter_ns()
+    t_start = clock()
     while rounds < settings.max_rounds:
         for position, variant in enumerate(round_order(rounds, settings, rng)):
             duration_ns = pair.time_ns(variant, launches[variant])
@@ -390,12 +399,12 @@ def measure_interleaved(
             buffer.add(variant, rounds, position, duration_ns, launches[variant], context, expected_clock)
         rounds += 1
         if rounds == 1 and checkpoint is not None:
-            t_check = time.perf_counter_ns()
+            t_check = clock()
             checkpoint(rounds, launches)
-            t_start += time.perf_counter_ns() - t_check  # the budget is for sampling, not checking
+            t_start += clock() - t_check  # the budget is for sampling, not checking
         if rounds < settings.min_rounds:
             continue
-        elapsed_ns = time.perf_counter_ns() - t_start
+        elapsed_ns = clock() - t_start
         if elapsed_ns + elapsed_ns / rounds > budget_ns:  # the next round would overrun the budget
             break
         if rounds >= next_check:

@@ -9,14 +9,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from kernelab.runners.client import KernelabClient
-from kernelab.runners.local import ServerProcess, admin_token, free_port
+from kernelab.runners.local import ServerProcess
 from tests.e2e.revision_repo import make_repo
 
 SPEC = """\
@@ -45,16 +45,9 @@ def _cli(*args: str, env: dict[str, str], cwd: Path | None = None) -> subprocess
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[tuple[ServerProcess, str]]:
-    token = admin_token(tmp_path)
-    proc = ServerProcess(
-        f"sqlite:///{tmp_path / 'kernelab.db'}",
-        port=free_port(),
-        admin_token=token,
-        log_path=tmp_path / "server.log",
-    )
-    with proc:
-        yield proc, token
+def server(server_for_module: Any) -> tuple[ServerProcess, str]:
+    """The shared real server (``tests/conftest.py``: ``live_server``), its queue empty."""
+    return server_for_module.process, server_for_module.token
 
 
 def _source(repo: Path, ref: str, **extra: object) -> dict[str, object]:

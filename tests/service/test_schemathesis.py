@@ -12,16 +12,19 @@ import warnings
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
-from hypothesis.errors import Unsatisfiable
 
+# schemathesis (and hypothesis, which it brings) is in the dev extra only: without it this module
+# is skipped at collection, so `pytest -m gpu` collects on a node with `.[server,runner]` + pytest.
+pytest.importorskip("hypothesis", reason="hypothesis is not installed (the dev extra)")
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
+    pytest.importorskip("schemathesis", reason="schemathesis is not installed (the dev extra)")
     import schemathesis
     from schemathesis import GenerationMode
     from schemathesis.checks import not_a_server_error
-
-from factories import job_result, spec_dict
+from factories import job_result, spec_dict  # noqa: E402
+from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
+from hypothesis.errors import Unsatisfiable  # noqa: E402
 
 from kernelab.service.app import create_app
 from kernelab.service.core.config import Settings
