@@ -78,14 +78,7 @@ class KernelabBench:
     def __init__(self, request: pytest.FixtureRequest):
         self._request = request
         config = request.config
-        from kernelab.runners.cli.output import parse_fail_on
-
-        try:
-            self.fail_on = parse_fail_on(config.getoption("kernelab_fail_on"))
-        except Exception:  # typer.Exit from the CLI's parser: its message is on stderr
-            raise pytest.UsageError(
-                f"--kernelab-fail-on: {config.getoption('kernelab_fail_on')!r} is not a comma list of verdicts"
-            ) from None
+        self.fail_on = _fail_on(config.getoption("kernelab_fail_on"))
         self.threshold_pct: float | None = config.getoption("kernelab_threshold_pct")
         self.json_dir = Path(config.rootpath) / config.getoption("kernelab_json")
         self.results: list[Any] = []
@@ -93,38 +86,57 @@ class KernelabBench:
     def __repr__(self) -> str:
         return f"<KernelabBench test={self._request.node.nodeid!r} runs={len(self.results)}>"
 
-    def compare(self, baseline: Callable[..., Any], candidate: Callable[..., Any], **kwargs: Any) -> Any:
-        """``kernelab.compare(baseline, candidate, **kwargs)``, then the gate (module docstring)."""
+    def compare(
+        self, baseline: Callable[..., Any], candidate: Callable[..., Any], *, fail_on: str | None = None, **kwargs: Any
+    ) -> Any:
+        """``kernelab.compare(baseline, candidate, **kwargs)``, then the gate (module docstring);
+        ``fail_on`` (a comma list) replaces ``--kernelab-fail-on`` for this call."""
         from kernelab.runners.api import compare
 
-        return self._gate(compare(baseline, candidate, **self._measurement(kwargs)))
+        return self._gate(compare(baseline, candidate, **self._measurement(kwargs)), fail_on)
 
-    def measure(self, bench: Any, baseline: Any, candidate: Any, **kwargs: Any) -> Any:
-        """``kernelab.measure(bench, baseline, candidate, **kwargs)``, then the gate."""
+    def measure(self, bench: Any, baseline: Any, candidate: Any, *, fail_on: str | None = None, **kwargs: Any) -> Any:
+        """``kernelab.measure(bench, baseline, candidate, **kwargs)``, then the gate; ``fail_on``
+        as in ``compare``."""
         from kernelab.runners.api import measure
 
-        return self._gate(measure(bench, baseline, candidate, **self._measurement(kwargs)))
+        return self._gate(measure(bench, baseline, candidate, **self._measurement(kwargs)), fail_on)
 
     def _measurement(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         if self.threshold_pct is not None:
             kwargs["measurement"] = {**(kwargs.get("measurement") or {}), "threshold_pct": self.threshold_pct}
         return kwargs
 
-    def _gate(self, result: Any) -> Any:
+    def _gate(self, result: Any, fail_on: str | None) -> Any:
+        gate = self.fail_on if fail_on is None else _fail_on(fail_on)
         self.results.append(result)
         name = re.sub(r"[^A-Za-z0-9_.-]+", "_", self._request.node.nodeid).strip("_")
         suffix = f"-{len(self.results)}" if len(self.results) > 1 else ""
         self.json_dir.mkdir(parents=True, exist_ok=True)
         path = self.json_dir / f"{name}{suffix}.json"
         path.write_text(result.model_dump_json(indent=2), encoding="utf-8")
-        failing = result.failing(self.fail_on)
+        failing = result.failing(gate)
         if failing:
-            names = ",".join(sorted(self.fail_on))
+            names = ",".join(sorted(gate))
             pytest.fail(
-                f"kernelab: {', '.join(failing)} (--kernelab-fail-on {names}); comparison in {path}\n{result}",
-                pytrace=False,
+                f"kernelab: {', '.join(failing)} (fail on {names}); comparison in {path}\n{result}", pytrace=False
             )
         return result
+
+
+def _fail_on(text: str) -> frozenset[str]:
+    """The verdicts of a fail-on comma list (``kernelab run --fail-on``'s rules); a
+    ``pytest.UsageError`` naming the bad name."""
+    from kernelab.runners.cli.common import GATE_VERDICTS
+
+    names = {n.strip().lower() for n in text.split(",")}
+    bad = sorted(n for n in names if n not in GATE_VERDICTS)
+    if bad or not names:
+        raise pytest.UsageError(
+            f"--kernelab-fail-on: {', '.join(bad) or repr(text)} is no failing verdict; "
+            f"choose from {', '.join(GATE_VERDICTS)}"
+        )
+    return frozenset(names)
 
 
 def _has_cuda() -> bool:
