@@ -74,8 +74,6 @@ def main(
     Server and token: --server/--token, KERNELAB_SERVER/KERNELAB_TOKEN, or the configuration file
     (KERNELAB_CONFIG, default ~/.config/kernelab/config.toml).
     """
-    import click
-
     from kernelab.runners.cli.config import ConfigError, default_map, load_config
 
     try:
@@ -83,7 +81,7 @@ def main(
     except ConfigError as exc:
         typer.echo(f"config: {exc}", err=True)
         raise typer.Exit(EXIT_BAD_INPUT) from None
-    if values and isinstance(ctx.command, click.Group):
+    if values and hasattr(ctx.command, "commands"):
         ctx.default_map = default_map(ctx.command, values)
 
 # in this order in --help

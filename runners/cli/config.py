@@ -23,8 +23,6 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-import click
-
 KEYS = ("server", "token")
 CLIENT_COMMANDS = ("submit", "report", "probe", "token")
 
@@ -68,13 +66,15 @@ def load_config(path: Path | None = None) -> dict[str, str]:
     return dict(data)
 
 
-def default_map(group: click.Group, values: dict[str, str]) -> dict[str, Any]:
+def default_map(group: Any, values: dict[str, str]) -> dict[str, Any]:
     """click's ``default_map`` giving ``values`` to the ``server``/``token`` parameters of the
-    client commands of ``group`` (``CLIENT_COMMANDS``, sub-groups walked)."""
+    client commands of ``group`` (a click group: typer's or click's, ``CLIENT_COMMANDS``,
+    sub-groups walked)."""
 
-    def walk(command: click.Command) -> dict[str, Any]:
-        if isinstance(command, click.Group):
-            return {name: walk(sub) for name, sub in command.commands.items()}
+    def walk(command: Any) -> dict[str, Any]:
+        commands = getattr(command, "commands", None)
+        if isinstance(commands, dict):
+            return {name: walk(sub) for name, sub in commands.items()}
         names = {p.name for p in command.params}
         return {k: v for k, v in values.items() if k in names}
 

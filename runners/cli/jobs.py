@@ -47,7 +47,8 @@ def submit(
     could be had (module docstring).
     """
     gate_on = parse_fail_on(fail_on)
-    spec = apply_refs(read_spec(spec_path), spec_path, repo, baseline_ref, candidate_ref)
+    refs = baseline_ref is not None or candidate_ref is not None  # the runner imports the revisions
+    spec = apply_refs(read_spec(spec_path, check_benchmark=not refs), spec_path, repo, baseline_ref, candidate_ref)
     with client_for(server, token) as client:
         try:
             job = client.submit(spec)
