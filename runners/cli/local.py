@@ -158,12 +158,26 @@ def probe(
     cuda_graph: Annotated[
         bool, typer.Option("--cuda-graph", help="full mode: also time the all-reduce as CUDA-graph replays")
     ] = False,
-    server: Annotated[str | None, typer.Option("--server", help="judge against this server's band")] = None,
+    server: Annotated[
+        str | None,
+        typer.Option("--server", envvar="KERNELAB_SERVER", help="judge against this server's band"),
+    ] = None,
     token: TokenOpt = "",
-    post: Annotated[bool, typer.Option("--post", help="with --server: store the report there")] = False,
+    post: Annotated[
+        bool, typer.Option("--post", help="with --server: store the report there (a runner token of this node)")
+    ] = False,
 ) -> None:
     """Probe this node's health (copy bandwidth, all-reduce, telemetry), print the readings and the
-    verdict: against the thresholds alone, or with --server against the node's band kept there."""
+    verdict: against the thresholds alone, or with --server against the node's band kept there.
+
+    --post stores the report on the server: it takes a runner token of this node (``kernelab token
+    create --scope runner``, or the runner daemon's own); a read token only reads the band. Without
+    a token the verdict is the thresholds' alone, unless --post asks for the server."""
+    if post and not server:
+        raise fail("--post needs --server (or KERNELAB_SERVER)", EXIT_BAD_INPUT)
+    if server and not token and not post:
+        typer.echo(f"note: no token for {server}: judging by the thresholds only", err=True)
+        server = None
     from kernelab.runners.probes import node_info, run_probes
     from kernelab.runners.probes.format import format_probe_report, format_verdict
     from kernelab.service import health
@@ -191,7 +205,16 @@ def probe(
             except KernelabUnavailable as exc:
                 raise fail(f"server unreachable: {exc}") from None
             if post:
-                client.post_probe(node.hostname, report)
+                try:
+                    client.post_probe(node.hostname, report)
+                except KernelabAPIError as exc:
+                    hint = (
+                        "; --post takes a runner token of this node (kernelab token create --scope runner)"
+                        if exc.status_code == 403
+                        else ""
+                    )
+                    raise fail(f"--post: {exc}{hint}") from None
+                typer.echo(f"stored on {server} for node {node.hostname}", err=True)
     reasons = health.evaluate(report, node_bands=bands)
     typer.echo(format_verdict(reasons, source))
 

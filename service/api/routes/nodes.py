@@ -1,4 +1,5 @@
-"""``/nodes``: probe reports in (runner), node list and node detail with recent probes (read).
+"""``/nodes``: probe reports in (runner), node list and node detail with recent probes (read; the
+detail also to the node's own runner token).
 
 A node is named by its hostname (``NodeInfo.hostname``), the name results carry.
 """
@@ -12,7 +13,15 @@ from fastapi import APIRouter, HTTPException, Path, Query, Request, Response, st
 from pydantic import BaseModel
 
 from kernelab.service import crud, node_health
-from kernelab.service.api.deps import Offset, ReadToken, RunnerToken, SessionDep, SettingsDep, page_headers
+from kernelab.service.api.deps import (
+    NodeReaderToken,
+    Offset,
+    ReadToken,
+    RunnerToken,
+    SessionDep,
+    SettingsDep,
+    page_headers,
+)
 from kernelab.service.runner_identity import check_node
 from kernelab.service.schemas import NodeHealth, ProbeReport, Text
 
@@ -87,13 +96,14 @@ def list_nodes(
 @router.get("/{name}")
 def get_node(
     name: NodeName,
-    _: ReadToken,
+    _: NodeReaderToken,
     session: SessionDep,
     settings: SettingsDep,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
 ) -> NodeDetail:
     """One node with its ``limit`` most recent probe reports, newest first, and its health
-    (``kernelab.service.health``; thresholds from ``KERNELAB_HEALTH_*``). 404 if unknown."""
+    (``kernelab.service.health``; thresholds from ``KERNELAB_HEALTH_*``). 404 if unknown. A read
+    token, or the node's own runner token (``deps.read_or_node_runner``)."""
     summary = crud.node_summary(session=session, name=name)
     if summary is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"node {name!r} has sent no probe report or result")
