@@ -5,9 +5,9 @@
 ``reference(params, inputs)``, ``work(params, variant)``); a function-form benchmark
 (``kernelab.kernels.define``) has all its decorated parts. ``check_work(bench, spec, device_type)``:
 ``work`` returns a ``kernelab.Work`` for every cell and side (it is otherwise called only after a
-cell's whole measurement; ``as_work`` takes a mapping of its fields too). ``check_inputs`` and ``check_prepared`` check what ``make_inputs`` and
-``prepare`` return. Each raises ``kernelab.kernels.BenchmarkError``; the message starts with
-``FILE:LINE: Class.method``.
+cell's whole measurement; ``as_work`` takes a mapping of its fields too). ``check_inputs`` and
+``check_prepared`` check what ``make_inputs`` and ``prepare`` return. Each raises
+``kernelab.kernels.BenchmarkError``; the message starts with ``FILE:LINE: Class.method``.
 """
 
 from __future__ import annotations

@@ -27,7 +27,13 @@ from kernelab.service.schemas import Comparison, JobResult, JobSpec, Verdict, Wo
 
 BASELINE = "baseline"
 CANDIDATE = "candidate"
-PROBES_OFF = {"copy_bandwidth": False, "all_reduce": False, "nvml": False, "matmul_peak": False, "canary": False}
+PROBES_OFF = {
+    "copy_bandwidth": False,
+    "all_reduce": False,
+    "nvml": False,
+    "matmul_peak": False,
+    "canary": False,
+}
 """``JobSpec.probes`` with every probe off (the API's default: a notebook wants the comparison)."""
 DEFAULT_FAIL_ON: frozenset[Verdict] = frozenset({"failed", "incorrect"})
 
@@ -118,7 +124,9 @@ def _as_work(work: Any) -> Callable[[Any, str], Work]:
         return lambda p, variant: Work()
     if callable(work):
         return lambda p, variant: work(variant)  # type: ignore[no-any-return]
-    value = work if isinstance(work, Work) else Work.model_validate({k: float(v) for k, v in dict(work).items()})
+    value = (
+        work if isinstance(work, Work) else Work.model_validate({k: float(v) for k, v in dict(work).items()})
+    )
     return lambda p, variant: value
 
 

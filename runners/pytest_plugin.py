@@ -87,7 +87,12 @@ class KernelabBench:
         return f"<KernelabBench test={self._request.node.nodeid!r} runs={len(self.results)}>"
 
     def compare(
-        self, baseline: Callable[..., Any], candidate: Callable[..., Any], *, fail_on: str | None = None, **kwargs: Any
+        self,
+        baseline: Callable[..., Any],
+        candidate: Callable[..., Any],
+        *,
+        fail_on: str | None = None,
+        **kwargs: Any,
     ) -> Any:
         """``kernelab.compare(baseline, candidate, **kwargs)``, then the gate (module docstring);
         ``fail_on`` (a comma list) replaces ``--kernelab-fail-on`` for this call."""
@@ -95,7 +100,9 @@ class KernelabBench:
 
         return self._gate(compare(baseline, candidate, **self._measurement(kwargs)), fail_on)
 
-    def measure(self, bench: Any, baseline: Any, candidate: Any, *, fail_on: str | None = None, **kwargs: Any) -> Any:
+    def measure(
+        self, bench: Any, baseline: Any, candidate: Any, *, fail_on: str | None = None, **kwargs: Any
+    ) -> Any:
         """``kernelab.measure(bench, baseline, candidate, **kwargs)``, then the gate; ``fail_on``
         as in ``compare``."""
         from kernelab.runners.api import measure
@@ -119,7 +126,8 @@ class KernelabBench:
         if failing:
             names = ",".join(sorted(gate))
             pytest.fail(
-                f"kernelab: {', '.join(failing)} (fail on {names}); comparison in {path}\n{result}", pytrace=False
+                f"kernelab: {', '.join(failing)} (fail on {names}); comparison in {path}\n{result}",
+                pytrace=False,
             )
         return result
 

@@ -84,6 +84,7 @@ def main(
     if values and hasattr(ctx.command, "commands"):
         ctx.default_map = default_map(ctx.command, values)
 
+
 # in this order in --help
 for command in (init, run, validate, probe, static, submit, report):
     app.command()(command)

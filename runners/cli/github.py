@@ -2,7 +2,7 @@
 
 ``summary(comparison, link)``: the pull-request Markdown of ``kernelab.service.report.to_markdown``
 with a first line that gates (pass/fail and the verdict counts) and a link back to the job's
-dashboard page. ``annotations(comparison, fail_on, link)``: one workflow command per cell whose
+dashboard page. ``annotation_lines(comparison, fail_on, link)``: one workflow command per cell whose
 verdict is ``failed``, ``incorrect``, ``nondeterministic``, ``implausible``, ``inconclusive`` or
 ``slower`` (``::error`` when the verdict is in ``--fail-on``, ``::warning`` otherwise), with the
 cell's deciding reason. Workflow-command escaping follows the GitHub Actions runner
@@ -23,7 +23,14 @@ import typer
 
 from kernelab.service.schemas import Comparison, Verdict
 
-ANNOTATED: tuple[Verdict, ...] = ("failed", "incorrect", "nondeterministic", "implausible", "inconclusive", "slower")
+ANNOTATED: tuple[Verdict, ...] = (
+    "failed",
+    "incorrect",
+    "nondeterministic",
+    "implausible",
+    "inconclusive",
+    "slower",
+)
 
 
 def escape_data(text: str) -> str:
@@ -54,7 +61,7 @@ def summary(comparison: Comparison, fail_on: frozenset[Verdict], link: str | Non
     return "\n".join(lines) + "\n\n" + to_markdown(comparison)
 
 
-def annotations(comparison: Comparison, fail_on: frozenset[Verdict], link: str | None) -> list[str]:
+def annotation_lines(comparison: Comparison, fail_on: frozenset[Verdict], link: str | None) -> list[str]:
     """One ``::error``/``::warning`` workflow command per cell with a verdict in ``ANNOTATED``."""
     from kernelab.service.report import EXPLAINED_VERDICTS, format_delta, void_timing, why
 
@@ -83,5 +90,5 @@ def write_github(comparison: Comparison, fail_on: frozenset[Verdict], link: str 
             fh.write(text + "\n")
     else:
         typer.echo(text)
-    for line in annotations(comparison, fail_on, link):
+    for line in annotation_lines(comparison, fail_on, link):
         typer.echo(line)

@@ -115,7 +115,8 @@ FAIL_ON = None if torch.cuda.is_available() else "failed,incorrect"
 
 def test_{name}_triton_not_slower(kernelab_bench):
     result = kernelab_bench.measure(
-        bench, "torch", "triton", sweep={{"M": [8], "N": [128]}}, measurement={{"budget_ms": 300}}, fail_on=FAIL_ON
+        bench, "torch", "triton", sweep={{"M": [8], "N": [128]}}, measurement={{"budget_ms": 300}},
+        fail_on=FAIL_ON,
     )
     assert result.cells[0].error is None
 '''
@@ -129,7 +130,9 @@ def init(
     """Scaffold a benchmark: NAME.py (function form), NAME_kernel.py (its Triton kernel),
     NAME.yaml (a spec) and test_NAME.py (a pytest test); all run on a CPU as they are."""
     if not name.isidentifier() or name.startswith("test"):
-        raise fail(f"init: {name!r} is not a usable module name (a Python identifier, not test*)", EXIT_BAD_INPUT)
+        raise fail(
+            f"init: {name!r} is not a usable module name (a Python identifier, not test*)", EXIT_BAD_INPUT
+        )
     files = {
         directory / f"{name}.py": MODULE,
         directory / f"{name}_kernel.py": KERNEL,
@@ -145,5 +148,5 @@ def init(
         typer.echo(f"wrote {path}")
     typer.echo(
         f"next: kernelab run {directory / name}.yaml   |   pytest {directory / f'test_{name}.py'}   |   "
-        f'python -c "import kernelab, {name}; print(kernelab.measure({name}.bench, \'torch\', \'triton\'))"'
+        f"python -c \"import kernelab, {name}; print(kernelab.measure({name}.bench, 'torch', 'triton'))\""
     )

@@ -63,7 +63,9 @@ def submit(
     """
     gate_on = parse_fail_on(fail_on)
     refs = baseline_ref is not None or candidate_ref is not None  # the runner imports the revisions
-    spec = apply_refs(read_spec(spec_path, check_benchmark=not refs), spec_path, repo, baseline_ref, candidate_ref)
+    spec = apply_refs(
+        read_spec(spec_path, check_benchmark=not refs), spec_path, repo, baseline_ref, candidate_ref
+    )
     with client_for(server, token) as client:
         try:
             job = client.submit(spec)
@@ -91,7 +93,8 @@ def report(
         ReportFormat,
         typer.Option(
             "--format",
-            help="table, markdown, or github (job summary to $GITHUB_STEP_SUMMARY, annotations, dashboard link)",
+            help="table, markdown, or github (job summary to $GITHUB_STEP_SUMMARY, annotations, "
+            "dashboard link)",
         ),
     ] = ReportFormat.table,
     json_path: Annotated[Path | None, typer.Option("--json", help="write the Comparison JSON here")] = None,

@@ -34,8 +34,12 @@ from kernelab.runners.client import KernelabAPIError, KernelabUnavailable
 from kernelab.service.schemas import Comparison, JobResult, JobSpec, ProbeSpec, Verdict
 
 SpecsArg = Annotated[list[Path], typer.Argument(help="job spec(s), YAML or JSON", show_default=False)]
-QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="no progress lines, only the table and the gate")]
-NoProbesOpt = Annotated[bool, typer.Option("--no-probes", help="skip the node-health probes before and after")]
+QuietOpt = Annotated[
+    bool, typer.Option("--quiet", "-q", help="no progress lines, only the table and the gate")
+]
+NoProbesOpt = Annotated[
+    bool, typer.Option("--no-probes", help="skip the node-health probes before and after")
+]
 
 
 def run(
@@ -78,7 +82,7 @@ def run(
         if no_probes:
             from kernelab.runners.api import PROBES_OFF
 
-            spec = spec.model_copy(update={"probes": ProbeSpec(**PROBES_OFF)})
+            spec = spec.model_copy(update={"probes": ProbeSpec.model_validate(PROBES_OFF)})
         specs.append((spec_path, spec))
     comparisons, results, status = [], [], EXIT_OK
     for spec_path, spec in specs:
@@ -164,7 +168,8 @@ def probe(
     ] = None,
     token: TokenOpt = "",
     post: Annotated[
-        bool, typer.Option("--post", help="with --server: store the report there (a runner token of this node)")
+        bool,
+        typer.Option("--post", help="with --server: store the report there (a runner token of this node)"),
     ] = False,
 ) -> None:
     """Probe this node's health (copy bandwidth, all-reduce, telemetry), print the readings and the

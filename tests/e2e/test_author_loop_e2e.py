@@ -18,7 +18,7 @@ from kernelab.service.schemas import Comparison
 
 pytestmark = [pytest.mark.slow]
 
-MODULE = '''
+MODULE = """
 import torch
 
 import kernelab
@@ -49,7 +49,7 @@ def reference(p, x):
 @scale.work
 def work(p, variant):
     return kernelab.Work(flops=p.n, bytes_read=4 * p.n, bytes_written=4 * p.n)
-'''
+"""
 
 SPEC = """\
 name: scale wrong
@@ -113,13 +113,15 @@ def test_submit_wait_json_and_report_format_github(tmp_path: Path) -> None:
         assert "| n=256 |" in text and "**incorrect**" in text
         errors = [line for line in report.stdout.splitlines() if line.startswith("::")]
         assert len(errors) == 2
-        assert errors[0].startswith("::error title=kernelab scalebench%3Ascale%3A incorrect::n=256: incorrect: candidate: FAIL")
+        assert errors[0].startswith(
+            "::error title=kernelab scalebench%3Ascale%3A incorrect::n=256: incorrect: candidate: FAIL"
+        )
         assert f"{server.url}/jobs/{job_id}" in errors[0]
         passing = subprocess.run(
             [sys.executable, "-m", "kernelab.runners.cli", "report", str(job_id), "--format", "github",
              "--fail-on", "failed"],
-            env={k: v for k, v in env.items() if k != "GITHUB_STEP_SUMMARY"}, cwd=tmp_path, capture_output=True,
-            text=True, timeout=120,
+            env={k: v for k, v in env.items() if k != "GITHUB_STEP_SUMMARY"}, cwd=tmp_path,
+            capture_output=True, text=True, timeout=120,
         )  # fmt: skip
         assert passing.returncode == 0, passing.stderr
         assert passing.stdout.startswith("**kernelab: gate passed**")  # no summary file: stdout

@@ -43,7 +43,9 @@ def _scale(calls: list[str] | None = None, work: Any = None) -> kernelab.Defined
 
     @bench.work
     def declared(p, variant):
-        return work if work is not None else kernelab.Work(flops=p.n, bytes_read=4 * p.n, bytes_written=4 * p.n)
+        return (
+            work if work is not None else kernelab.Work(flops=p.n, bytes_read=4 * p.n, bytes_written=4 * p.n)
+        )
 
     return bench
 
@@ -107,7 +109,9 @@ def test_params_from_a_dict_validate_naming_the_field() -> None:
 def test_a_missing_part_is_named_with_where_the_benchmark_was_defined() -> None:
     bench = kernelab.benchmark("half", params={"n": 4})
     line = bench.defined_at
-    with pytest.raises(kernelab.BenchmarkError, match=r"@half\.inputs, @half\.reference, @half\.work, @half\.variant") as exc:
+    with pytest.raises(
+        kernelab.BenchmarkError, match=r"@half\.inputs, @half\.reference, @half\.work, @half\.variant"
+    ) as exc:
         check_benchmark(bench)
     assert str(exc.value).startswith(line) and HERE in line
 
@@ -119,7 +123,9 @@ def test_a_wrong_signature_names_the_file_and_function() -> None:
     def inputs(p, device):  # no seed
         return {}
 
-    with pytest.raises(kernelab.BenchmarkError, match=rf"{HERE}:\d+: inputs\(p, device\) \(@scale.inputs\) cannot be called"):
+    with pytest.raises(
+        kernelab.BenchmarkError, match=rf"{HERE}:\d+: inputs\(p, device\) \(@scale.inputs\) cannot be called"
+    ):
         check_benchmark(bench)
 
 
@@ -128,7 +134,11 @@ def test_a_class_method_with_the_wrong_signature_is_named() -> None:
         def prepare(self, variant, params):  # type: ignore[override]
             return lambda: None
 
-    with pytest.raises(kernelab.BenchmarkError, match=rf"{HERE}:\d+: Bad.prepare\(variant, params\) cannot be called as prepare\(variant, params, inputs\)"):
+    with pytest.raises(
+        kernelab.BenchmarkError,
+        match=rf"{HERE}:\d+: Bad.prepare\(variant, params\) cannot be called as "
+        r"prepare\(variant, params, inputs\)",
+    ):
         check_benchmark(Bad())
 
 
@@ -144,7 +154,9 @@ def test_a_class_method_with_the_wrong_signature_is_named() -> None:
 def test_work_mistakes_are_found_before_measuring(returned: Any, message: str) -> None:
     calls: list[str] = []
     bench = _scale(calls, work=returned)
-    with pytest.raises(kernelab.BenchmarkError, match=rf"{HERE}:\d+: declared \(@scale.work\) returned.*{message}"):
+    with pytest.raises(
+        kernelab.BenchmarkError, match=rf"{HERE}:\d+: declared \(@scale.work\) returned.*{message}"
+    ):
         kernelab.measure(bench, "mul", "add", measurement=FAST)
     assert calls == []  # nothing was launched
 
@@ -152,7 +164,9 @@ def test_work_mistakes_are_found_before_measuring(returned: Any, message: str) -
 def test_work_as_a_mapping_of_its_fields_is_a_work() -> None:
     bench = _scale(work={"flops": 3, "bytes_read": 4})
     assert as_work(bench, {"flops": 3, "bytes_read": 4}) == kernelab.Work(flops=3.0, bytes_read=4.0)
-    spec = JobSpec.model_validate({"benchmark": "scale", "baseline": {"variant": "mul"}, "candidate": {"variant": "add"}})
+    spec = JobSpec.model_validate(
+        {"benchmark": "scale", "baseline": {"variant": "mul"}, "candidate": {"variant": "add"}}
+    )
     check_work(bench, spec, "cpu")
     result = kernelab.measure(bench, "mul", "add", measurement=FAST)
     assert result.result is not None and result.result.cells[0].work["baseline"].flops == 3.0

@@ -20,7 +20,7 @@ from kernelab.service.schemas import Comparison
 
 KERNELAB = str(Path(sys.executable).parent / "kernelab")  # the console script, as a user runs it
 
-TRITON_MODULE = '''
+TRITON_MODULE = """
 import torch
 import triton
 import triton.language as tl
@@ -47,7 +47,8 @@ bench = kernelab.benchmark("add", params={"n": 64})
 @bench.inputs
 def inputs(p, device, seed):
     g = torch.Generator(device).manual_seed(seed)
-    return {"x": torch.randn(p.n, generator=g, device=device), "y": torch.randn(p.n, generator=g, device=device)}
+    x = torch.randn(p.n, generator=g, device=device)
+    return {"x": x, "y": torch.randn(p.n, generator=g, device=device)}
 
 
 @bench.variant("torch")
@@ -69,9 +70,9 @@ def reference(p, x, y):
 @bench.work
 def work(p, variant):
     return {"flops": p.n, "bytes_read": 8 * p.n, "bytes_written": 4 * p.n}
-'''
+"""
 
-TORCH_MODULE = '''
+TORCH_MODULE = """
 import time
 
 import torch
@@ -105,7 +106,7 @@ def reference(p, x):
 @bench.work
 def work(p, variant):
     return kernelab.Work(bytes_read=4 * p.n, bytes_written=4 * p.n)
-'''
+"""
 
 
 def _spec(module: str, baseline: str, candidate: str, extra: str = "") -> str:
@@ -151,7 +152,9 @@ def test_a_benchmark_module_beside_its_spec_imports_from_another_folder(tmp_path
 def test_several_specs_quiet_no_probes_one_json_list(tmp_path: Path) -> None:
     (tmp_path / "negbench.py").write_text(TORCH_MODULE, encoding="utf-8")
     (tmp_path / "one.yaml").write_text(_spec("negbench:bench", "a", "b"), encoding="utf-8")
-    (tmp_path / "two.yaml").write_text(_spec("negbench:bench", "b", "a", "params: {n: 32}\n"), encoding="utf-8")
+    (tmp_path / "two.yaml").write_text(
+        _spec("negbench:bench", "b", "a", "params: {n: 32}\n"), encoding="utf-8"
+    )
     ran = _kernelab(tmp_path, "run", "one.yaml", "two.yaml", "--quiet", "--no-probes", "--json", "out.json")
     assert ran.returncode == 0, ran.stderr
     assert "[1/1]" not in ran.stderr and "running" not in ran.stderr  # --quiet: no progress lines
@@ -190,8 +193,8 @@ def test_a_revision_spec_needs_no_local_import_of_its_benchmark(tmp_path: Path) 
     (tmp_path / "s.yaml").write_text(_spec("onlyinrepo:bench", "a", "b"), encoding="utf-8")
     port = free_port()
     ran = _kernelab(
-        tmp_path, "submit", "s.yaml", "--repo", str(repo), "--baseline-ref", "main", "--candidate-ref", "HEAD",
-        "--server", f"http://127.0.0.1:{port}", "--token", "t" * 20,
+        tmp_path, "submit", "s.yaml", "--repo", str(repo), "--baseline-ref", "main",
+        "--candidate-ref", "HEAD", "--server", f"http://127.0.0.1:{port}", "--token", "t" * 20,
     )  # fmt: skip
     assert "cannot import" not in ran.stderr
     assert ran.returncode == 3 and "server unreachable" in ran.stderr  # it got as far as the server
@@ -215,11 +218,15 @@ def test_the_config_file_gives_server_and_token_below_options_and_environment(tm
     result = CliRunner().invoke(app, ["report", "1"], env={**env_clean, "KERNELAB_CONFIG": str(config)})
     assert result.exit_code == 3 and f"127.0.0.1:{port}" in result.output  # the file's server, its token
     result = CliRunner().invoke(
-        app, ["report", "1"], env={**env, "KERNELAB_SERVER": f"http://127.0.0.1:{other}", "KERNELAB_TOKEN": None}
+        app,
+        ["report", "1"],
+        env={**env, "KERNELAB_SERVER": f"http://127.0.0.1:{other}", "KERNELAB_TOKEN": None},
     )
     assert result.exit_code == 3 and f"127.0.0.1:{other}" in result.output  # the environment wins
     result = CliRunner().invoke(
-        app, ["report", "1", "--server", f"http://127.0.0.1:{other}"], env={**env_clean, "KERNELAB_CONFIG": str(config)}
+        app,
+        ["report", "1", "--server", f"http://127.0.0.1:{other}"],
+        env={**env_clean, "KERNELAB_CONFIG": str(config)},
     )
     assert f"127.0.0.1:{other}" in result.output  # the option wins
 
@@ -251,4 +258,6 @@ def test_init_scaffolds_a_benchmark_spec_and_test_that_run_on_the_cpu(tmp_path: 
         cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=240,
     )  # fmt: skip
     assert tested.returncode == 0, tested.stdout + tested.stderr
-    assert (tmp_path / ".kernelab" / "results" / "test_rowsoftmax.py_test_rowsoftmax_triton_not_slower.json").exists()
+    assert (
+        tmp_path / ".kernelab" / "results" / "test_rowsoftmax.py_test_rowsoftmax_triton_not_slower.json"
+    ).exists()

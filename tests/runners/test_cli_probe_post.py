@@ -41,7 +41,9 @@ def test_probe_post_with_a_runner_token_of_the_node(server: tuple[str, str]) -> 
     detail = httpx.get(f"{url}/api/v1/nodes/{host}", headers={"Authorization": f"Bearer {admin}"}).json()
     assert len(detail["probes"]) == 2
     # bound to this node now: another node's detail stays closed to it
-    other = httpx.get(f"{url}/api/v1/nodes/another-{host}", headers={"Authorization": f"Bearer {runner_token}"})
+    other = httpx.get(
+        f"{url}/api/v1/nodes/another-{host}", headers={"Authorization": f"Bearer {runner_token}"}
+    )
     assert other.status_code == 403 and "runner token of node" in other.json()["detail"]
 
 

@@ -15,7 +15,7 @@ from kernelab.service.schemas import Comparison
 
 pytest_plugins = ["pytester"]
 
-BENCH_TESTS = '''
+BENCH_TESTS = """
 import torch
 
 
@@ -34,7 +34,7 @@ def test_slower(kernelab_bench):
 
 def test_wrong(kernelab_bench):
     kernelab_bench.compare(lambda x: x * 2, lambda x: x * 3, inputs={"x": torch.randn(64)}, measurement=FAST)
-'''
+"""
 
 
 def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
@@ -45,7 +45,9 @@ def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
 def test_slower_and_incorrect_fail_the_test_with_the_table(pytester: pytest.Pytester) -> None:
     result = _run(pytester)
     result.assert_outcomes(failed=2)
-    result.stdout.fnmatch_lines(["*kernelab: * (fail on failed,incorrect,slower)*", "*slower*", "*incorrect*"])
+    result.stdout.fnmatch_lines(
+        ["*kernelab: * (fail on failed,incorrect,slower)*", "*slower*", "*incorrect*"]
+    )
     results = pytester.path / ".kernelab" / "results"
     names = sorted(p.name for p in results.iterdir())
     assert names == ["test_bench.py_test_slower.json", "test_bench.py_test_wrong.json"]
@@ -82,8 +84,12 @@ def test_unmarked(kernelab_bench):
     raise AssertionError("not skipped")
 """
     )
-    pytester.runpytest_subprocess("-p", "no:cacheprovider", "test_gpu.py").assert_outcomes(skipped=1, failed=1)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--kernelab-gpu-only", "test_gpu.py", "-rs")
+    pytester.runpytest_subprocess("-p", "no:cacheprovider", "test_gpu.py").assert_outcomes(
+        skipped=1, failed=1
+    )
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--kernelab-gpu-only", "test_gpu.py", "-rs"
+    )
     result.assert_outcomes(skipped=2)
     result.stdout.fnmatch_lines(["*kernelab: no CUDA GPU here*"])
 
