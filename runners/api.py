@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
+from pydantic import PrivateAttr
 
 from kernelab.kernels.base import Benchmark, BenchmarkError
 from kernelab.kernels.define import DefinedBenchmark, benchmark
@@ -43,6 +44,8 @@ class Result(Comparison):
 
     ``result``: the raw ``JobResult`` (every sample), not part of the JSON.
     """
+
+    _raw: JobResult | None = PrivateAttr(default=None)
 
     def __init__(self, comparison: Comparison, result: JobResult | None = None):
         super().__init__(**comparison.model_dump())
