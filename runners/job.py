@@ -524,8 +524,9 @@ def run_job(
     The probes before and after, and the cells, each run in a fresh child process (``python -m
     kernelab.runners.measure``; this process never touches the GPU); the measuring child is killed once
     ``spec.timeout_s`` has passed. With ``isolate`` False the cells are measured in this process
-    (tests of the engine, the Python API), and ``bench`` (a ``Benchmark`` object in place of
-    ``spec.benchmark``) is then what is measured.
+    (tests of the engine). ``bench``, a ``Benchmark`` object in place of ``spec.benchmark`` (the
+    Python API), is always measured in this process (an object cannot be handed to a child), so
+    ``timeout_s`` is then not enforced.
     ``device`` overrides ``spec.device`` (``"auto"``: the GPU when there is one). ``progress(cell
     index, cell count, message)`` is called as each cell advances. ``timer_kind`` overrides
     ``spec.measurement.timer`` (``kernelab.runners.timing.make_timer``). ``idempotency_key`` defaults to a
