@@ -3,6 +3,9 @@
 Everything kernelab installs lives under this one package, so a user's own ``kernels`` or
 ``service`` package never collides with it:
 
+* ``kernelab.compare`` / ``kernelab.measure`` (``kernelab.runners.api``): the engine of ``kernelab
+  run`` from Python; ``kernelab.benchmark`` (``kernelab.kernels.define``): a benchmark defined with
+  decorators instead of a ``Benchmark`` subclass.
 * ``kernelab.kernels``: the benchmark library (``Benchmark``, the built-in benchmarks).
 * ``kernelab.runners``: the measurement engine, probes, checks, the runner daemon and the CLI.
 * ``kernelab.service``: the FastAPI server, its database and statistics.
@@ -37,19 +40,31 @@ _EXPORTS = {
     "JobSpec": "kernelab.service.schemas",
     "Work": "kernelab.service.schemas",
     "KernelabClient": "kernelab.runners.client",
+    "benchmark": "kernelab.kernels.define",
+    "DefinedBenchmark": "kernelab.kernels.define",
+    "compare": "kernelab.runners.api",
+    "measure": "kernelab.runners.api",
+    "Result": "kernelab.runners.api",
+    "Comparison": "kernelab.service.schemas",
 }
 
 __all__ = [
     "Benchmark",
     "BenchmarkError",
+    "Comparison",
+    "DefinedBenchmark",
     "JobSpec",
     "KernelabClient",
     "Params",
     "PowerOfTwo",
+    "Result",
     "Work",
     "__version__",
     "available_benchmarks",
+    "benchmark",
+    "compare",
     "get_benchmark",
+    "measure",
 ]
 
 if TYPE_CHECKING:
@@ -61,8 +76,10 @@ if TYPE_CHECKING:
         available_benchmarks,
         get_benchmark,
     )
+    from kernelab.kernels.define import DefinedBenchmark, benchmark
+    from kernelab.runners.api import Result, compare, measure
     from kernelab.runners.client import KernelabClient
-    from kernelab.service.schemas import JobSpec, Work
+    from kernelab.service.schemas import Comparison, JobSpec, Work
 
 
 def __getattr__(name: str) -> Any:

@@ -37,6 +37,7 @@ import torch
 from kernelab.kernels import Benchmark, get_benchmark
 from kernelab.kernels._device import configure_triton_env
 from kernelab.kernels.check import check_output, poison_
+from kernelab.kernels.preflight import check_benchmark, check_inputs, check_prepared, check_work
 from kernelab.runners import integrity
 from kernelab.runners.checks import scale_inputs
 from kernelab.runners.pipeline import (
@@ -186,12 +187,14 @@ class LocalSides:
         specs: dict[Variant, Any] = {"baseline": spec.baseline, "candidate": spec.candidate}
         params = {v: bench.parse_params({**cell, **s.params}) for v, s in specs.items()}
         inputs: dict[Variant, dict[str, Any]] = {
-            "baseline": bench.make_inputs(params["baseline"], device, spec.measurement.seed)
+            "baseline": check_inputs(
+                bench, bench.make_inputs(params["baseline"], device, spec.measurement.seed)
+            )
         }
         inputs["candidate"] = (
             inputs["baseline"]
             if params["candidate"] == params["baseline"]
-            else bench.make_inputs(params["candidate"], device, spec.measurement.seed)
+            else check_inputs(bench, bench.make_inputs(params["candidate"], device, spec.measurement.seed))
         )
         scale = spec.correctness.input_scale
         if scale != 1.0:
@@ -207,7 +210,9 @@ class LocalSides:
                 variant=side_spec.variant,
                 params=params[v],
                 inputs=inputs[v],
-                fn=bench.prepare(side_spec.variant, params[v], inputs[v]),
+                fn=check_prepared(
+                    bench, side_spec.variant, bench.prepare(side_spec.variant, params[v], inputs[v])
+                ),
                 timer=self.timer,
                 device=device,
                 rtol=rtol,
@@ -313,19 +318,24 @@ def measure_cells(
     device: torch.device,
     progress: ProgressCallback | None = None,
     timer_kind: TimerKind | None = None,
+    bench: Benchmark[Any] | None = None,
 ) -> tuple[list[CellResult], NodeInfo, str]:
     """Measure every sweep cell of ``spec`` in this process: ``(cells, node fingerprint, timer
     label)`` (module docstring, steps 1-8). Imports the benchmark: run it in a process of its own
-    (``run_job`` does, through ``python -m kernelab.runners.measure``).
+    (``run_job`` does, through ``python -m kernelab.runners.measure``). ``bench`` is the benchmark
+    object itself instead of ``spec.benchmark`` (the Python API, ``kernelab.runners.api``).
     Raises ``kernelab.kernels.BenchmarkError``
-    for an unknown benchmark; failures inside a cell never raise."""
+    for an unknown benchmark or one whose methods do not fit (``kernelab.kernels.preflight``), before
+    any cell is measured; failures inside a cell never raise."""
     configure_triton_env(device)  # TRITON_INTERPRET for the CPU, before anything imports triton
     integrity.take_snapshot()  # before the benchmark module is imported
     report: ProgressCallback = progress if progress is not None else (lambda i, n, msg: None)
     guard = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
     with guard:
         canary = _canary_gbps(device) if spec.probes.canary else None  # before the benchmark's import
-        bench = get_benchmark(spec.benchmark)
+        bench = bench if bench is not None else get_benchmark(spec.benchmark)
+        check_benchmark(bench)
+        check_work(bench, spec, device.type)
         timer = make_timer(device, spec.measurement, kind=timer_kind)
         sampler = ContextSampler(device.index) if device.type == "cuda" else None
         monitor = GpuContentionMonitor(device.index) if device.type == "cuda" else None
@@ -351,13 +361,16 @@ def run_job(
     progress: ProgressCallback | None = None,
     timer_kind: TimerKind | None = None,
     isolate: bool = True,
+    bench: Benchmark[Any] | None = None,
 ) -> JobResult:
     """Run ``spec`` on this node and return every raw result (see the module docstring).
 
     The probes before and after, and the cells, each run in a fresh child process (``python -m
     kernelab.runners.measure``; this process never touches the GPU); the measuring child is killed once
     ``spec.timeout_s`` has passed. With ``isolate`` False the cells are measured in this process
-    (tests of the engine, the Python API).
+    (tests of the engine). ``bench``, a ``Benchmark`` object in place of ``spec.benchmark`` (the
+    Python API), is always measured in this process (an object cannot be handed to a child), so
+    ``timeout_s`` is then not enforced.
     ``device`` overrides ``spec.device`` (``"auto"``: the GPU when there is one). ``progress(cell
     index, cell count, message)`` is called as each cell advances. ``timer_kind`` overrides
     ``spec.measurement.timer`` (``kernelab.runners.timing.make_timer``). ``idempotency_key`` defaults to a
@@ -370,7 +383,7 @@ def run_job(
     dev = resolve_device(device, spec.device)
     configure_triton_env(dev)  # inherited by the child, before anything imports triton
     probes = _probes(spec, "before", dev)
-    if isolate:
+    if isolate and bench is None:
         from kernelab.runners.measure import measure_in_child
 
         results, node, timer_label = measure_in_child(
@@ -381,7 +394,9 @@ def run_job(
             timeout_s=spec.timeout_s,
         )
     else:
-        results, node, timer_label = measure_cells(spec, device=dev, progress=progress, timer_kind=timer_kind)
+        results, node, timer_label = measure_cells(
+            spec, device=dev, progress=progress, timer_kind=timer_kind, bench=bench
+        )
     probes += _probes(spec, "after", dev)
     return JobResult(
         idempotency_key=idempotency_key or uuid.uuid4().hex,

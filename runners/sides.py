@@ -51,6 +51,7 @@ from typing import Any
 import torch
 
 from kernelab.kernels.check import check_output, mismatch_mask, poison_
+from kernelab.kernels.preflight import as_work
 from kernelab.runners import integrity
 from kernelab.runners.checks import (
     bitwise_diff,
@@ -282,9 +283,13 @@ class LocalSide:
         return [] if found is None else [found]
 
     def work(self) -> Work:
-        """The work one launch does (``bench.work``; a revision's own ``Work`` class is read back
-        into kernelab's)."""
-        return Work.model_validate(self.bench.work(self.params, self.variant).model_dump())
+        """The work one launch does (``bench.work``: a ``Work``, a mapping of its fields, or a
+        revision's own ``Work`` class, read back into kernelab's; anything else raises
+        ``BenchmarkError`` naming the method, ``kernelab.kernels.preflight.as_work``)."""
+        value = self.bench.work(self.params, self.variant)
+        if not isinstance(value, Work | Mapping) and hasattr(value, "model_dump"):
+            value = value.model_dump()
+        return as_work(self.bench, value)
 
     def checked_sample(
         self, *, seed: int, rounds: int, launches: int, references: References | None = None

@@ -1,5 +1,7 @@
 """The ``kernelab`` command line: ``up``, ``serve``, ``runner``, ``submit``, ``run``, ``validate``, ``probe``,
-``report``, ``token create|list|rotate|revoke``.
+``report``, ``token create|list|rotate|revoke``, ``init`` (a new benchmark's scaffold); ``--version``;
+shell completion (``--install-completion``); a configuration file for server and token
+(``config``).
 
 Every command that reads a spec reports a bad file as ``FILE:LINE: field: message`` and exits 2;
 unreachable servers and refused requests are one-line messages, never tracebacks. Server URL and
@@ -27,10 +29,13 @@ This module joins them into the typer ``app`` (the ``kernelab`` entry point and
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from kernelab.runners.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_NO_VERDICT, EXIT_OK
 from kernelab.runners.cli.daemon import runner
+from kernelab.runners.cli.init import init
 from kernelab.runners.cli.jobs import report, submit
 from kernelab.runners.cli.local import probe, run, static, validate
 from kernelab.runners.cli.output import gate
@@ -43,11 +48,45 @@ app = typer.Typer(
     name="kernelab",
     help="Benchmark GPU kernels honestly: interleaved A/B measurement, node-health probes, verdicts.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from kernelab import __version__
+
+        typer.echo(f"kernelab {__version__}")
+        raise typer.Exit(EXIT_OK)
+
+
+@app.callback()
+def main(
+    ctx: typer.Context,
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="print kernelab's version and exit"),
+    ] = False,
+) -> None:
+    """Benchmark GPU kernels honestly: interleaved A/B measurement, node-health probes, verdicts.
+
+    Server and token: --server/--token, KERNELAB_SERVER/KERNELAB_TOKEN, or the configuration file
+    (KERNELAB_CONFIG, default ~/.config/kernelab/config.toml).
+    """
+    from kernelab.runners.cli.config import ConfigError, default_map, load_config
+
+    try:
+        values = load_config()
+    except ConfigError as exc:
+        typer.echo(f"config: {exc}", err=True)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    if values and hasattr(ctx.command, "commands"):
+        ctx.default_map = default_map(ctx.command, values)
+
+
 # in this order in --help
-for command in (run, validate, probe, static, submit, report):
+for command in (init, run, validate, probe, static, submit, report):
     app.command()(command)
 app.add_typer(token_app, name="token")
 app.command()(runner)

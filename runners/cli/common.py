@@ -8,6 +8,7 @@ Exit statuses of ``run``, ``submit --wait`` and ``report`` (the package docstrin
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -68,12 +69,60 @@ def fail(message: str, code: int = EXIT_FAILED) -> typer.Exit:
     return typer.Exit(code)
 
 
-def read_spec(path: Path) -> JobSpec:
-    """Load ``path`` or exit 2 with one ``FILE:LINE: field: message`` line per problem."""
+def read_spec(path: Path, *, check_benchmark: bool = True) -> JobSpec:
+    """Load ``path`` or exit 2 with one ``FILE:LINE: field: message`` line per problem.
+
+    With ``check_benchmark`` the benchmark is imported here to check variants and parameters
+    (``kernelab.runners.specfile.load_spec``): the current directory is then on ``sys.path`` (as
+    for ``python -m``), and on a machine that will run the spec on its CPU the Triton
+    interpreter mode is set before that import (``configure_for_spec``). Without it (a spec whose
+    code comes from revisions) nothing of the benchmark is imported.
+    """
     try:
+        spec = load_spec(path, check_benchmark=False)
+        if not check_benchmark:
+            return spec
+        configure_for_spec(spec, path)
         return load_spec(path)
     except SpecFileError as exc:
         raise fail(exc.render(), EXIT_BAD_INPUT) from None
+
+
+def configure_for_spec(spec: JobSpec, path: Path) -> None:
+    """Make this process import ``spec``'s benchmark as its measuring process will: the current
+    directory and the spec file's directory (a benchmark module beside its spec) on ``sys.path``,
+    and ``TRITON_INTERPRET`` set when the spec runs on this machine's CPU
+    (``kernelab.kernels._device.configure_triton_env``: triton fixes its mode at its first import).
+    Touches no GPU (``torch.cuda.is_available`` reads the driver only)."""
+    for folder in (os.getcwd(), str(Path(path).resolve().parent)):
+        if folder not in sys.path:
+            sys.path.append(folder)
+    if "triton" in sys.modules:
+        return
+    from kernelab.kernels._device import configure_triton_env
+
+    device = spec.device
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    configure_triton_env(device)
+
+
+def check_benchmark_code(spec: JobSpec, spec_path: Path) -> None:
+    """Exit 2 with one line naming the file and method when ``spec``'s benchmark has a mistake
+    that ``kernelab.kernels.preflight`` finds before measuring (a method kernelab cannot call as it
+    does, ``work`` returning no ``kernelab.Work``, ...)."""
+    from kernelab.kernels import BenchmarkError, get_benchmark
+    from kernelab.kernels.preflight import check_benchmark, check_work
+
+    try:
+        bench = get_benchmark(spec.benchmark)
+        check_benchmark(bench)
+        for device_type in ("cpu", "cuda"):
+            check_work(bench, spec, device_type)
+    except BenchmarkError as exc:
+        raise fail(f"{spec_path}: benchmark: {exc}", EXIT_BAD_INPUT) from None
 
 
 def apply_refs(

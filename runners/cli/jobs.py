@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
+from functools import partial
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -28,6 +31,15 @@ from kernelab.runners.cli.output import parse_fail_on, show_job, wait_and_show
 from kernelab.runners.client import KernelabAPIError, KernelabUnavailable
 
 
+class ReportFormat(StrEnum):
+    """What ``report`` prints: the terminal table, the pull-request Markdown, or GitHub Actions'
+    job summary and annotations (``kernelab.runners.cli.github``)."""
+
+    table = "table"
+    markdown = "markdown"
+    github = "github"
+
+
 def submit(
     spec_path: SpecArg,
     server: ServerOpt = DEFAULT_SERVER,
@@ -38,6 +50,9 @@ def submit(
     baseline_ref: BaselineRefOpt = None,
     candidate_ref: CandidateRefOpt = None,
     fail_on: FailOnOpt = DEFAULT_FAIL_ON,
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="with --wait: write the Comparison JSON here")
+    ] = None,
 ) -> None:
     """Queue a job; print its id (with --wait, also the comparison table).
 
@@ -47,13 +62,18 @@ def submit(
     could be had (module docstring).
     """
     gate_on = parse_fail_on(fail_on)
-    spec = apply_refs(read_spec(spec_path), spec_path, repo, baseline_ref, candidate_ref)
+    refs = baseline_ref is not None or candidate_ref is not None  # the runner imports the revisions
+    spec = apply_refs(
+        read_spec(spec_path, check_benchmark=not refs), spec_path, repo, baseline_ref, candidate_ref
+    )
     with client_for(server, token) as client:
         try:
             job = client.submit(spec)
             typer.echo(str(job.id))
             if wait:
-                raise typer.Exit(wait_and_show(client, job, timeout_s=timeout_s, fail_on=gate_on))
+                raise typer.Exit(
+                    wait_and_show(client, job, timeout_s=timeout_s, fail_on=gate_on, json_path=json_path)
+                )
         except KernelabAPIError as exc:
             raise fail(
                 f"{spec_path}: {exc.detail}" if exc.status_code == 422 else str(exc),
@@ -69,13 +89,38 @@ def report(
     token: TokenOpt = "",
     markdown: Annotated[bool, typer.Option("--markdown", help="Markdown for a pull request")] = False,
     fail_on: FailOnOpt = DEFAULT_FAIL_ON,
+    output_format: Annotated[
+        ReportFormat,
+        typer.Option(
+            "--format",
+            help="table, markdown, or github (job summary to $GITHUB_STEP_SUMMARY, annotations, "
+            "dashboard link)",
+        ),
+    ] = ReportFormat.table,
+    json_path: Annotated[Path | None, typer.Option("--json", help="write the Comparison JSON here")] = None,
 ) -> None:
-    """Print a job's comparison table (or its Markdown). Exits 1 when a cell's verdict is in
-    --fail-on or the job failed, 2 for an unknown job, 3 while it has no verdict (module docstring)."""
+    """Print a job's comparison table (or its Markdown, or a GitHub Actions summary). Exits 1 when
+    a cell's verdict is in --fail-on or the job failed, 2 for an unknown job, 3 while it has no
+    verdict (module docstring)."""
     gate_on = parse_fail_on(fail_on)
+    render = None
+    if output_format is ReportFormat.github:
+        from kernelab.runners.cli.github import write_github
+
+        render = partial(write_github, fail_on=gate_on, link=f"{server.rstrip('/')}/jobs/{job_id}")
     with client_for(server, token) as client:
         try:
-            raise typer.Exit(show_job(client, client.get_job(job_id), gate_on, markdown=markdown))
+            job = client.get_job(job_id)
+            raise typer.Exit(
+                show_job(
+                    client,
+                    job,
+                    gate_on,
+                    markdown=markdown or output_format is ReportFormat.markdown,
+                    render=render,
+                    json_path=json_path,
+                )
+            )
         except KernelabAPIError as exc:
             raise fail(str(exc), EXIT_BAD_INPUT if exc.status_code == 404 else EXIT_NO_VERDICT) from None
         except KernelabUnavailable as exc:

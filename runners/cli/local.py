@@ -3,16 +3,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import BaseModel
 
 from kernelab.runners.cli.common import (
     DEFAULT_FAIL_ON,
     DEFAULT_WORK_DIR,
     EXIT_BAD_INPUT,
     EXIT_FAILED,
+    EXIT_OK,
     BaselineRefOpt,
     CandidateRefOpt,
     FailOnOpt,
@@ -20,6 +23,7 @@ from kernelab.runners.cli.common import (
     SpecArg,
     TokenOpt,
     apply_refs,
+    check_benchmark_code,
     client_for,
     fail,
     print_cell_progress,
@@ -27,13 +31,26 @@ from kernelab.runners.cli.common import (
 )
 from kernelab.runners.cli.output import gate, parse_fail_on, print_comparison
 from kernelab.runners.client import KernelabAPIError, KernelabUnavailable
+from kernelab.service.schemas import Comparison, JobResult, JobSpec, ProbeSpec, Verdict
+
+SpecsArg = Annotated[list[Path], typer.Argument(help="job spec(s), YAML or JSON", show_default=False)]
+QuietOpt = Annotated[
+    bool, typer.Option("--quiet", "-q", help="no progress lines, only the table and the gate")
+]
+NoProbesOpt = Annotated[
+    bool, typer.Option("--no-probes", help="skip the node-health probes before and after")
+]
 
 
 def run(
-    spec_path: SpecArg,
-    json_path: Annotated[Path | None, typer.Option("--json", help="write the Comparison JSON here")] = None,
+    spec_paths: SpecsArg,
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="write the Comparison JSON here (a list for several specs)")
+    ] = None,
     markdown_path: Annotated[Path | None, typer.Option("--markdown", help="write Markdown here")] = None,
-    result_path: Annotated[Path | None, typer.Option("--result", help="write the raw JobResult JSON")] = None,
+    result_path: Annotated[
+        Path | None, typer.Option("--result", help="write the raw JobResult JSON (a list for several specs)")
+    ] = None,
     repo: RepoOpt = ".",
     baseline_ref: BaselineRefOpt = None,
     candidate_ref: CandidateRefOpt = None,
@@ -41,20 +58,61 @@ def run(
         Path, typer.Option("--cache-dir", help="clones and worktrees of source revisions")
     ] = DEFAULT_WORK_DIR / "revisions",
     fail_on: FailOnOpt = DEFAULT_FAIL_ON,
+    quiet: QuietOpt = False,
+    no_probes: NoProbesOpt = False,
 ) -> None:
-    """Run a job on this machine (no server) and print the comparison table.
+    """Run jobs on this machine (no server) and print each comparison table.
 
-    A spec whose sides name source revisions (or --baseline-ref/--candidate-ref) runs each side in
-    its own worker process; the repositories the spec names are trusted (it is your own file).
-    Exits 1 when a cell's verdict is in --fail-on or the job failed (module docstring).
+    Every spec is checked (and its benchmark's code, before anything is measured) before the first
+    one runs; each runs as the runner runs it: in a child process killed after the spec's
+    ``timeout_s``, Triton in interpreter mode on a CPU. A spec whose sides name source revisions
+    (or --baseline-ref/--candidate-ref) runs each side in its own worker process; the repositories
+    the spec names are trusted (it is your own file). Exits 1 when a cell's verdict is in --fail-on
+    or a job failed (module docstring).
     """
     gate_on = parse_fail_on(fail_on)
-    spec = apply_refs(read_spec(spec_path), spec_path, repo, baseline_ref, candidate_ref)
+    refs = baseline_ref is not None or candidate_ref is not None
+    specs = []
+    for spec_path in spec_paths:
+        spec = apply_refs(
+            read_spec(spec_path, check_benchmark=not refs), spec_path, repo, baseline_ref, candidate_ref
+        )
+        if spec.baseline.source is None and spec.candidate.source is None:
+            check_benchmark_code(spec, spec_path)
+        if no_probes:
+            from kernelab.runners.api import PROBES_OFF
+
+            spec = spec.model_copy(update={"probes": ProbeSpec.model_validate(PROBES_OFF)})
+        specs.append((spec_path, spec))
+    comparisons, results, status = [], [], EXIT_OK
+    for spec_path, spec in specs:
+        result, comparison, code = _run_one(spec_path, spec, cache_dir, gate_on, quiet)
+        results.append(result)
+        comparisons.append(comparison)
+        status = max(status, code)
+    several = len(specs) > 1
+    if result_path is not None:
+        _write_models(result_path, results, several)
+    if json_path is not None:
+        _write_models(json_path, comparisons, several)
+    if markdown_path is not None:
+        from kernelab.service.report import to_markdown
+
+        markdown_path.write_text("\n\n".join(to_markdown(c) for c in comparisons), encoding="utf-8")
+    raise typer.Exit(status)
+
+
+def _run_one(
+    spec_path: Path, spec: JobSpec, cache_dir: Path, gate_on: frozenset[Verdict], quiet: bool
+) -> tuple[JobResult, Comparison, int]:
+    """Run one spec and print its table; the result, the comparison and the exit status."""
     from kernelab.kernels import BenchmarkError
     from kernelab.runners.job import run_job
     from kernelab.service.stats import compare
 
-    typer.echo(f"running {spec.benchmark}: {spec.baseline.variant} vs {spec.candidate.variant}", err=True)
+    progress = None if quiet else print_cell_progress
+    if not quiet:
+        typer.echo(f"running {spec.benchmark}: {spec.baseline.variant} vs {spec.candidate.variant}", err=True)
     try:
         sources = [s.source for s in (spec.baseline, spec.candidate) if s.source is not None]
         if sources:
@@ -62,31 +120,36 @@ def run(
             from kernelab.runners.revisions import AllowList
 
             allow = AllowList([src.repo for src in sources])
-            result = run_revision_job(spec, allow=allow, cache_dir=cache_dir, progress=print_cell_progress)
+            result = run_revision_job(spec, allow=allow, cache_dir=cache_dir, progress=progress)
         else:
-            result = run_job(spec, progress=print_cell_progress)
+            result = run_job(spec, progress=progress)
     except (BenchmarkError, RuntimeError) as exc:  # e.g. cuda without CUDA; RevisionError too
         raise fail(f"{spec_path}: cannot run: {exc}") from None
     comparison = compare(result)
-    if result_path is not None:
-        result_path.write_text(result.model_dump_json(indent=2), encoding="utf-8")
-    if json_path is not None:
-        json_path.write_text(comparison.model_dump_json(indent=2), encoding="utf-8")
-    if markdown_path is not None:
-        from kernelab.service.report import to_markdown
-
-        markdown_path.write_text(to_markdown(comparison), encoding="utf-8")
     print_comparison(comparison)
     if result.error:  # fails the gate whatever --fail-on says
-        raise fail(f"job failed: {result.error}")
-    raise typer.Exit(gate(comparison, gate_on))
+        typer.echo(f"job failed: {result.error}", err=True)
+        return result, comparison, EXIT_FAILED
+    return result, comparison, gate(comparison, gate_on)
+
+
+def _write_models(path: Path, models: Sequence[BaseModel], several: bool) -> None:
+    if several:
+        path.write_text(
+            "[\n" + ",\n".join(m.model_dump_json(indent=2) for m in models) + "\n]\n", encoding="utf-8"
+        )
+    else:
+        path.write_text(models[0].model_dump_json(indent=2), encoding="utf-8")
 
 
 def validate(spec_path: SpecArg) -> None:
     """Check a spec as ``run`` and ``submit`` do (form, bounds, benchmark, variants, every cell's
-    parameters) without running it: prints ``FILE: ok: ...`` and the cell counts, or one
+    parameters, the benchmark's methods and its declared work: ``kernelab.kernels.preflight``)
+    without running it: prints ``FILE: ok: ...`` and the cell counts, or one
     ``FILE:LINE: field: message`` line per problem and exits 2."""
     spec = read_spec(spec_path)
+    if spec.baseline.source is None and spec.candidate.source is None:
+        check_benchmark_code(spec, spec_path)
     typer.echo(
         f"{spec_path}: ok: {spec.benchmark}, {spec.baseline.variant} vs {spec.candidate.variant}; "
         f"{spec.cell_count('cpu')} cell(s) on cpu, {spec.cell_count('cuda')} on cuda"
@@ -99,12 +162,27 @@ def probe(
     cuda_graph: Annotated[
         bool, typer.Option("--cuda-graph", help="full mode: also time the all-reduce as CUDA-graph replays")
     ] = False,
-    server: Annotated[str | None, typer.Option("--server", help="judge against this server's band")] = None,
+    server: Annotated[
+        str | None,
+        typer.Option("--server", envvar="KERNELAB_SERVER", help="judge against this server's band"),
+    ] = None,
     token: TokenOpt = "",
-    post: Annotated[bool, typer.Option("--post", help="with --server: store the report there")] = False,
+    post: Annotated[
+        bool,
+        typer.Option("--post", help="with --server: store the report there (a runner token of this node)"),
+    ] = False,
 ) -> None:
     """Probe this node's health (copy bandwidth, all-reduce, telemetry), print the readings and the
-    verdict: against the thresholds alone, or with --server against the node's band kept there."""
+    verdict: against the thresholds alone, or with --server against the node's band kept there.
+
+    --post stores the report on the server: it takes a runner token of this node (``kernelab token
+    create --scope runner``, or the runner daemon's own); a read token only reads the band. Without
+    a token the verdict is the thresholds' alone, unless --post asks for the server."""
+    if post and not server:
+        raise fail("--post needs --server (or KERNELAB_SERVER)", EXIT_BAD_INPUT)
+    if server and not token and not post:
+        typer.echo(f"note: no token for {server}: judging by the thresholds only", err=True)
+        server = None
     from kernelab.runners.probes import node_info, run_probes
     from kernelab.runners.probes.format import format_probe_report, format_verdict
     from kernelab.service import health
@@ -132,7 +210,16 @@ def probe(
             except KernelabUnavailable as exc:
                 raise fail(f"server unreachable: {exc}") from None
             if post:
-                client.post_probe(node.hostname, report)
+                try:
+                    client.post_probe(node.hostname, report)
+                except KernelabAPIError as exc:
+                    hint = (
+                        "; --post takes a runner token of this node (kernelab token create --scope runner)"
+                        if exc.status_code == 403
+                        else ""
+                    )
+                    raise fail(f"--post: {exc}{hint}") from None
+                typer.echo(f"stored on {server} for node {node.hostname}", err=True)
     reasons = health.evaluate(report, node_bands=bands)
     typer.echo(format_verdict(reasons, source))
 

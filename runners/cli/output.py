@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
@@ -97,11 +98,18 @@ def gate(comparison: Comparison, fail_on: frozenset[Verdict]) -> int:
 
 
 def show_job(
-    client: KernelabClient, job: JobPublic, fail_on: frozenset[Verdict], *, markdown: bool = False
+    client: KernelabClient,
+    job: JobPublic,
+    fail_on: frozenset[Verdict],
+    *,
+    markdown: bool = False,
+    render: Callable[[Comparison], None] | None = None,
+    json_path: Path | None = None,
 ) -> int:
-    """Print a finished ``job``'s comparison (its table, or with ``markdown`` the server's Markdown)
-    and return the exit status: ``EXIT_NO_VERDICT`` for a cancelled job, ``EXIT_FAILED`` for a
-    failed one (its error on stderr; its table too when it has a result), else ``gate``."""
+    """Print a finished ``job``'s comparison (its table, with ``markdown`` the server's Markdown,
+    or what ``render`` prints; ``json_path`` gets the ``Comparison`` JSON) and return the exit
+    status: ``EXIT_NO_VERDICT`` for a cancelled job, ``EXIT_FAILED`` for a failed one (its error on
+    stderr; its table too when it has a result), else ``gate``."""
     if job.status == "cancelled":
         typer.echo(f"job {job.id} cancelled: no verdict", err=True)
         return EXIT_NO_VERDICT
@@ -122,7 +130,11 @@ def show_job(
             raise
         comparison = None  # a failed job without a result: its error is all there is
     if comparison is not None:
-        if markdown:
+        if json_path is not None:
+            json_path.write_text(comparison.model_dump_json(indent=2), encoding="utf-8")
+        if render is not None:
+            render(comparison)
+        elif markdown:
             typer.echo(client.report_md(job.id))
         else:
             print_comparison(comparison)
@@ -142,6 +154,7 @@ def wait_and_show(
     timeout_s: float,
     progress_log: Path | None = None,
     fail_on: frozenset[Verdict] = frozenset({"failed", "incorrect"}),
+    json_path: Path | None = None,
 ) -> int:
     """Wait for ``job`` to finish and its comparison to be computed (``comparison_status`` no longer
     ``comparing``), echoing status changes (and new progress lines of ``progress_log``, a runner
@@ -181,4 +194,4 @@ def wait_and_show(
             state = "comparing" if job.comparison_status == "comparing" else job.status
             raise fail(f"job {job.id} still {state} after {timeout_s:.0f} s", EXIT_NO_VERDICT)
         time.sleep(0.5)
-    return show_job(client, job, fail_on)
+    return show_job(client, job, fail_on, json_path=json_path)

@@ -20,11 +20,13 @@ TOKEN_RETRIES = 1  # an operator at a terminal: say "unreachable" after one retr
 
 
 class TokenScope(StrEnum):
-    """Scopes a token can be created with (``runner`` tokens come from runner registration)."""
+    """Scopes a token can be created with; a ``runner`` token is a registered runner's
+    (``POST /runners/register``), bound to the node of its first probe report or result."""
 
     read = "read"
     submit = "submit"
     admin = "admin"
+    runner = "runner"
 
 
 @contextmanager
@@ -45,7 +47,21 @@ def token_create(
     server: ServerOpt = DEFAULT_SERVER,
     token: TokenOpt = "",
 ) -> None:
-    """Create a token; print it once on stdout (the server keeps only its hash)."""
+    """Create a token; print it once on stdout (the server keeps only its hash).
+
+    ``--scope runner`` registers runner NAME and prints its token, which speaks for one node (the
+    node of its first probe report: ``KERNELAB_TOKEN=... kernelab probe --post`` on that node);
+    registering the name of an existing runner again revokes that runner's tokens."""
+    if scope is TokenScope.runner:
+        with client_for(server, token, retries=TOKEN_RETRIES) as client, _one_line_errors("token create"):
+            registered = client.register(name)
+        typer.echo(registered.token)
+        typer.echo(
+            f"runner {registered.runner_id} {registered.name!r} (runner): token shown only now, store it; "
+            "it is bound to the node of its first probe report or result",
+            err=True,
+        )
+        return
     with client_for(server, token, retries=TOKEN_RETRIES) as client, _one_line_errors("token create"):
         issued = client.create_token(name, [scope.value])
     typer.echo(issued["token"])

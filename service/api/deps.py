@@ -148,7 +148,34 @@ def require(scope: Scope) -> Callable[..., Principal]:
     return dependency
 
 
+def read_or_node_runner(
+    request: Request,
+    name: Annotated[str, Path()],
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Principal:
+    """``require("read")``, or a runner token of node ``name`` (the path's node: bound to it, or
+    not bound yet), so a node's own runner token reads the band its probes are judged by
+    (``kernelab probe --server URL --post``). Raises HTTP 401 (no or bad token) and 403 (neither).
+    """
+    try:
+        return require("read")(request, credentials)
+    except HTTPException as exc:
+        if exc.status_code != status.HTTP_403_FORBIDDEN:
+            raise
+        refused = exc
+    try:
+        principal: Principal | None = _principal(request, credentials, "runner")
+    except HTTPException:
+        principal = None
+    if principal is None or principal.node_name not in (None, name):
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN, f"{refused.detail} (nor is it a runner token of node {name!r})"
+        )
+    return principal
+
+
 ReadToken = Annotated[Principal, Depends(require("read"))]
+NodeReaderToken = Annotated[Principal, Depends(read_or_node_runner)]
 SubmitToken = Annotated[Principal, Depends(require("submit"))]
 AdminToken = Annotated[Principal, Depends(require("admin"))]
 RunnerToken = Annotated[Principal, Depends(require("runner"))]

@@ -71,8 +71,10 @@ def test_refusals_are_one_line(server: tuple[str, str]) -> None:
     _refused(_token(url, reader, "create", "--name", "x", "--scope", "admin"), "HTTP 403", "admin")
     _refused(_token(url, admin, "revoke", "987654"), "HTTP 404", "token 987654 does not exist")
     _refused(_token(url, admin, "create", "--name", "", "--scope", "read"), "HTTP 422", "name")
-    bad_scope = _token(url, admin, "create", "--name", "x", "--scope", "runner")
-    assert bad_scope.exit_code == 2 and "runner" in bad_scope.stderr  # a usage error, before any request
+    bad_scope = _token(url, admin, "create", "--name", "x", "--scope", "root")
+    assert bad_scope.exit_code == 2 and "root" in bad_scope.stderr  # a usage error, before any request
+    # a runner token is a registered runner's (tests/runners/test_cli_probe_post.py uses one)
+    _refused(_token(url, reader, "create", "--name", "probe-x", "--scope", "runner"), "HTTP 403", "admin")
     no_token = CliRunner().invoke(app, ["token", "list", "--server", url], env={"KERNELAB_TOKEN": ""})
     assert no_token.exit_code == 2 and "no token" in no_token.stderr
 

@@ -1,4 +1,5 @@
-"""``/nodes``: probe reports in (runner), node list and node detail with recent probes (read).
+"""``/nodes``: probe reports in (runner), node list and node detail with recent probes (read; the
+detail also to the node's own runner token).
 
 A node is named by its hostname (``NodeInfo.hostname``), the name results carry.
 """
@@ -15,6 +16,7 @@ from kernelab.service import crud, node_health
 from kernelab.service.api.deps import (
     DEFAULT_LIMIT,
     Limit,
+    NodeReaderToken,
     Offset,
     ReadToken,
     RunnerToken,
@@ -95,13 +97,14 @@ def list_nodes(
 @router.get("/{name}")
 def get_node(
     name: NodeName,
-    _: ReadToken,
+    _: NodeReaderToken,
     session: SessionDep,
     settings: SettingsDep,
     limit: Limit = DEFAULT_LIMIT,
 ) -> NodeDetail:
     """One node with its ``limit`` most recent probe reports, newest first, and its health
-    (``kernelab.service.health``; thresholds from ``KERNELAB_HEALTH_*``). 404 if unknown."""
+    (``kernelab.service.health``; thresholds from ``KERNELAB_HEALTH_*``). 404 if unknown. A read
+    token, or the node's own runner token (``deps.read_or_node_runner``)."""
     summary = crud.node_summary(session=session, name=name)
     if summary is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"node {name!r} has sent no probe report or result")

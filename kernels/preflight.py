@@ -1,0 +1,162 @@
+"""Benchmark mistakes found before anything is measured, each one line naming the file and method.
+
+``check_benchmark(bench)``: every method kernelab calls can be called the way kernelab calls it
+(``make_inputs(params, device, seed)``, ``prepare(variant, params, inputs)``,
+``reference(params, inputs)``, ``work(params, variant)``); a function-form benchmark
+(``kernelab.kernels.define``) has all its decorated parts. ``check_work(bench, spec, device_type)``:
+``work`` returns a ``kernelab.Work`` for every cell and side (it is otherwise called only after a
+cell's whole measurement; ``as_work`` takes a mapping of its fields too). ``check_inputs`` and
+``check_prepared`` check what ``make_inputs`` and ``prepare`` return. Each raises
+``kernelab.kernels.BenchmarkError``; the message starts with ``FILE:LINE: Class.method``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from kernelab.kernels.base import Benchmark, BenchmarkError
+from kernelab.service.schemas import JobSpec, Work
+
+CALLS: dict[str, tuple[str, ...]] = {
+    "make_inputs": ("params", "device", "seed"),
+    "prepare": ("variant", "params", "inputs"),
+    "reference": ("params", "inputs"),
+    "work": ("params", "variant"),
+}
+"""How the engine calls each method of a ``Benchmark`` (positional arguments, by name)."""
+
+
+def where(fn: Any) -> str:
+    """``FILE:LINE`` where function ``fn`` (or a bound method's function) is defined, else ``?``."""
+    fn = inspect.unwrap(getattr(fn, "__func__", fn))
+    code = getattr(fn, "__code__", None)
+    return f"{code.co_filename}:{code.co_firstlineno}" if code is not None else "?"
+
+
+def _label(bench: Benchmark[Any], method: str) -> str:
+    fn = getattr(type(bench), method, None)
+    if method in ("reference", "work") and getattr(bench, "defined_at", None) is not None:
+        user = getattr(bench, f"_{method}", None)
+        if user is not None:
+            return f"{where(user)}: {getattr(user, '__name__', method)} (@{bench.name}.{method})"
+    return f"{where(fn)}: {type(bench).__name__}.{method}"
+
+
+def check_benchmark(bench: Benchmark[Any]) -> None:
+    """Raise ``BenchmarkError`` when a method kernelab calls cannot take the arguments it is given
+    (``CALLS``), or a function-form benchmark lacks a part (module docstring)."""
+    missing = getattr(bench, "missing", None)
+    if callable(missing) and missing():
+        parts = ", ".join(f"@{bench.name}.{m}" for m in missing())
+        raise BenchmarkError(f"{getattr(bench, 'defined_at', '?')}: benchmark {bench.name!r} lacks {parts}")
+    for part, args in getattr(bench, "parts", dict)().items():  # a function-form benchmark
+        fn, name = part
+        try:
+            inspect.signature(fn).bind(*args)
+        except TypeError as exc:
+            raise BenchmarkError(
+                f"{where(fn)}: {fn.__name__}{inspect.signature(fn)} (@{bench.name}.{name}) cannot be "
+                f"called as {fn.__name__}({', '.join(args)}): {exc}"
+            ) from None
+    for method, args in CALLS.items():
+        fn = getattr(bench, method, None)
+        if not callable(fn):
+            raise BenchmarkError(f"{_label(bench, method)} is not a method; kernelab calls {method}{args}")
+        try:
+            inspect.signature(fn).bind(*args)
+        except TypeError as exc:
+            raise BenchmarkError(
+                f"{_label(bench, method)}{inspect.signature(fn)} cannot be called as "
+                f"{method}({', '.join(args)}): {exc}"
+            ) from None
+        except ValueError:  # no signature (a builtin): nothing to check
+            continue
+
+
+def check_work(bench: Benchmark[Any], spec: JobSpec, device_type: str) -> None:
+    """Call ``bench.work(params, variant)`` for each side of every cell of ``spec`` on
+    ``device_type`` whose parameters validate (the others fail as their cell) and raise
+    ``BenchmarkError`` when it raises or returns anything but a ``kernelab.Work``."""
+    seen: set[tuple[str, str]] = set()
+    for cell in spec.cells(device_type):  # type: ignore[arg-type]
+        for side in (spec.baseline, spec.candidate):
+            try:
+                params = bench.parse_params({**cell, **side.params})
+            except ValidationError:
+                continue
+            key = (repr(params), side.variant)
+            if key in seen:
+                continue
+            seen.add(key)
+            try:
+                value = bench.work(params, side.variant)
+            except BenchmarkError:
+                raise
+            except Exception as exc:
+                raise BenchmarkError(
+                    f"{_label(bench, 'work')} raised {type(exc).__name__}: {exc} "
+                    f"(variant {side.variant!r}, params {dict(cell)})"
+                ) from None
+            as_work(bench, value)
+
+
+def as_work(bench: Benchmark[Any], value: Any) -> Work:
+    """``value`` (what ``bench.work`` returned) as a ``Work``: a ``Work``, or a mapping that
+    validates as one (``{"flops": 1e9, "bytes_read": 4e6}``). Raises ``BenchmarkError`` naming the
+    method and the field otherwise (an unknown key, a negative or non-numeric value, a tuple)."""
+    if isinstance(value, Work):
+        return value
+    if isinstance(value, Mapping):
+        unknown = [str(k) for k in value if k not in Work.model_fields]
+        if unknown:
+            raise BenchmarkError(
+                f"{_label(bench, 'work')} returned {_short(dict(value))}: unknown field(s) "
+                f"{', '.join(unknown)}; fields: {', '.join(Work.model_fields)} (numbers >= 0)"
+            )
+        try:
+            return Work.model_validate({k: _number(v) for k, v in value.items()})
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            field = ".".join(map(str, err["loc"])) or "work"
+            raise BenchmarkError(
+                f"{_label(bench, 'work')} returned {_short(dict(value))}: {field}: {err['msg']}; fields: "
+                "flops, bytes_read, bytes_written (numbers >= 0)"
+            ) from None
+    raise BenchmarkError(
+        f"{_label(bench, 'work')} returned {type(value).__name__} {_short(value)}; return "
+        "kernelab.Work(flops=..., bytes_read=..., bytes_written=...)"
+    )
+
+
+def check_inputs(bench: Benchmark[Any], value: Any) -> dict[str, Any]:
+    """``value`` (what ``make_inputs`` returned) if it is a dict with str keys; ``BenchmarkError``."""
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        raise BenchmarkError(
+            f"{_label(bench, 'make_inputs')} returned {type(value).__name__} {_short(value)}; "
+            "return a dict of input name -> tensor"
+        )
+    return value
+
+
+def check_prepared(bench: Benchmark[Any], variant: str, value: Any) -> Callable[[], Any]:
+    """``value`` (what ``prepare`` returned) if it is callable; ``BenchmarkError`` otherwise."""
+    if not callable(value):
+        raise BenchmarkError(
+            f"{_label(bench, 'prepare')} returned {type(value).__name__} for variant {variant!r}; "
+            "return a zero-argument callable that launches the kernel once"
+        )
+    return value  # type: ignore[no-any-return]
+
+
+def _number(value: Any) -> Any:
+    """An ``int`` as ``float`` (``Work``'s fields are strict floats); anything else as is."""
+    return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."

@@ -1,0 +1,164 @@
+"""kernelab's pytest plugin (entry point ``pytest11``: loaded by pytest wherever kernelab is
+installed): measure baseline against candidate inside a test.
+
+The fixture ``kernelab_bench`` has the Python API's two calls (``kernelab.runners.api``)::
+
+    def test_softmax_not_slower(kernelab_bench):
+        kernelab_bench.measure(bench, "torch", "triton", sweep={"M": [64], "N": [128]})
+
+    def test_scale(kernelab_bench):
+        x = torch.randn(4096)
+        kernelab_bench.compare(lambda x: x * 2, lambda x: x + x, inputs={"x": x})
+
+Each call runs the engine of ``kernelab run`` (interleaved rounds, correctness and timed checks),
+writes the comparison JSON to ``--kernelab-json DIR/<test id>.json`` (default
+``.kernelab/results`` under the root directory), and fails the test, with the table, when a
+cell's verdict is in ``--kernelab-fail-on`` (default ``failed,incorrect,slower``; ``slower``
+means beyond the spec's ``measurement.threshold_pct``, set with ``--kernelab-threshold-pct``) or
+the job failed; it returns the ``kernelab.Result`` otherwise.
+
+``@pytest.mark.kernelab(gpu=True)``, or ``--kernelab-gpu-only`` for every test using the fixture,
+skips the test on a machine without a CUDA GPU. On a machine without an NVIDIA device
+(``/dev/nvidiactl``) the plugin sets ``TRITON_INTERPRET=1`` when pytest starts, before any test
+module imports triton (``kernelab.kernels._device``), unless the variable is already set.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+DEFAULT_FAIL_ON = "failed,incorrect,slower"
+DEFAULT_JSON_DIR = ".kernelab/results"
+NVIDIA_CONTROL_DEVICE = "/dev/nvidiactl"  # present on a Linux machine with the NVIDIA driver loaded
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("kernelab", "kernelab: baseline vs candidate inside tests")
+    group.addoption(
+        "--kernelab-fail-on",
+        default=DEFAULT_FAIL_ON,
+        help=f"fail a test when a cell's verdict is in this comma list (default {DEFAULT_FAIL_ON})",
+    )
+    group.addoption(
+        "--kernelab-threshold-pct",
+        type=float,
+        default=None,
+        help="smallest change that counts as faster/slower, percent (the spec's default otherwise)",
+    )
+    group.addoption(
+        "--kernelab-json",
+        default=DEFAULT_JSON_DIR,
+        help=f"folder for each test's comparison JSON, relative to the root directory ({DEFAULT_JSON_DIR})",
+    )
+    group.addoption(
+        "--kernelab-gpu-only",
+        action="store_true",
+        default=False,
+        help="skip every test using kernelab_bench on a machine without a CUDA GPU",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "kernelab(gpu=False): kernelab_bench options; gpu=True skips the test without a CUDA GPU"
+    )
+    if "TRITON_INTERPRET" not in os.environ and not os.path.exists(NVIDIA_CONTROL_DEVICE):
+        os.environ["TRITON_INTERPRET"] = "1"
+
+
+class KernelabBench:
+    """What the ``kernelab_bench`` fixture gives a test (module docstring)."""
+
+    def __init__(self, request: pytest.FixtureRequest):
+        self._request = request
+        config = request.config
+        self.fail_on = _fail_on(config.getoption("kernelab_fail_on"))
+        self.threshold_pct: float | None = config.getoption("kernelab_threshold_pct")
+        self.json_dir = Path(config.rootpath) / config.getoption("kernelab_json")
+        self.results: list[Any] = []
+
+    def __repr__(self) -> str:
+        return f"<KernelabBench test={self._request.node.nodeid!r} runs={len(self.results)}>"
+
+    def compare(
+        self,
+        baseline: Callable[..., Any],
+        candidate: Callable[..., Any],
+        *,
+        fail_on: str | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """``kernelab.compare(baseline, candidate, **kwargs)``, then the gate (module docstring);
+        ``fail_on`` (a comma list) replaces ``--kernelab-fail-on`` for this call."""
+        from kernelab.runners.api import compare
+
+        return self._gate(compare(baseline, candidate, **self._measurement(kwargs)), fail_on)
+
+    def measure(
+        self, bench: Any, baseline: Any, candidate: Any, *, fail_on: str | None = None, **kwargs: Any
+    ) -> Any:
+        """``kernelab.measure(bench, baseline, candidate, **kwargs)``, then the gate; ``fail_on``
+        as in ``compare``."""
+        from kernelab.runners.api import measure
+
+        return self._gate(measure(bench, baseline, candidate, **self._measurement(kwargs)), fail_on)
+
+    def _measurement(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        if self.threshold_pct is not None:
+            kwargs["measurement"] = {**(kwargs.get("measurement") or {}), "threshold_pct": self.threshold_pct}
+        return kwargs
+
+    def _gate(self, result: Any, fail_on: str | None) -> Any:
+        gate = self.fail_on if fail_on is None else _fail_on(fail_on)
+        self.results.append(result)
+        name = re.sub(r"[^A-Za-z0-9_.-]+", "_", self._request.node.nodeid).strip("_")
+        suffix = f"-{len(self.results)}" if len(self.results) > 1 else ""
+        self.json_dir.mkdir(parents=True, exist_ok=True)
+        path = self.json_dir / f"{name}{suffix}.json"
+        path.write_text(result.model_dump_json(indent=2), encoding="utf-8")
+        failing = result.failing(gate)
+        if failing:
+            names = ",".join(sorted(gate))
+            pytest.fail(
+                f"kernelab: {', '.join(failing)} (fail on {names}); comparison in {path}\n{result}",
+                pytrace=False,
+            )
+        return result
+
+
+def _fail_on(text: str) -> frozenset[str]:
+    """The verdicts of a fail-on comma list (``kernelab run --fail-on``'s rules); a
+    ``pytest.UsageError`` naming the bad name."""
+    from kernelab.runners.cli.common import GATE_VERDICTS
+
+    names = {n.strip().lower() for n in text.split(",")}
+    bad = sorted(n for n in names if n not in GATE_VERDICTS)
+    if bad or not names:
+        raise pytest.UsageError(
+            f"--kernelab-fail-on: {', '.join(bad) or repr(text)} is no failing verdict; "
+            f"choose from {', '.join(GATE_VERDICTS)}"
+        )
+    return frozenset(names)
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+@pytest.fixture
+def kernelab_bench(request: pytest.FixtureRequest) -> KernelabBench:
+    """Measure baseline against candidate in a test and fail it on a verdict in
+    ``--kernelab-fail-on`` (module docstring)."""
+    marker = request.node.get_closest_marker("kernelab")
+    wants_gpu = bool(marker.kwargs.get("gpu", False)) if marker is not None else False
+    if (wants_gpu or request.config.getoption("kernelab_gpu_only")) and not _has_cuda():
+        pytest.skip("kernelab: no CUDA GPU here (gpu=True / --kernelab-gpu-only)")
+    return KernelabBench(request)

@@ -1,0 +1,184 @@
+"""The function form (``kernelab.benchmark``) and the mistakes ``kernels/preflight.py`` finds before
+anything is measured: each one line naming the file and the method."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import kernelab
+from kernelab.kernels.preflight import as_work, check_benchmark, check_work
+from kernelab.service.schemas import JobSpec
+
+HERE = Path(__file__).name
+FAST = {"budget_ms": 60, "min_time_ms": 0}
+
+
+def _scale(calls: list[str] | None = None, work: Any = None) -> kernelab.DefinedBenchmark:
+    bench = kernelab.benchmark("scale", params={"n": 256, "dtype": "float32"})
+
+    @bench.inputs
+    def inputs(p, device, seed):
+        g = torch.Generator(device).manual_seed(seed)
+        return {"x": torch.randn(p.n, generator=g, device=device, dtype=getattr(torch, p.dtype))}
+
+    @bench.variant("mul")
+    def mul(p, x):
+        if calls is not None:
+            calls.append("mul")
+        return x * 2
+
+    @bench.prepared("add")
+    def add(p, x):
+        out = torch.empty_like(x)
+        return lambda: torch.add(x, x, out=out)
+
+    @bench.reference
+    def reference(p, x):
+        return x.double() * 2
+
+    @bench.work
+    def declared(p, variant):
+        return (
+            work if work is not None else kernelab.Work(flops=p.n, bytes_read=4 * p.n, bytes_written=4 * p.n)
+        )
+
+    return bench
+
+
+class ScaleParams(kernelab.Params):
+    n: int = 256
+    dtype: str = "float32"
+
+
+class Scale(kernelab.Benchmark[ScaleParams]):
+    name = "scale"
+    Params = ScaleParams
+    variants = ("mul", "add")
+
+    def make_inputs(self, params, device, seed):
+        g = torch.Generator(device).manual_seed(seed)
+        return {"x": torch.randn(params.n, generator=g, device=device)}
+
+    def prepare(self, variant, params, inputs):
+        x = inputs["x"]
+        out = torch.empty_like(x)
+        return (lambda: x * 2) if variant == "mul" else (lambda: torch.add(x, x, out=out))
+
+    def reference(self, params, inputs):
+        return inputs["x"].double() * 2
+
+    def work(self, params, variant):
+        return kernelab.Work(flops=params.n, bytes_read=4 * params.n, bytes_written=4 * params.n)
+
+
+def _shape(value: Any) -> Any:
+    """The JSON's structure: keys, nested, without the measured numbers."""
+    if isinstance(value, dict):
+        return {k: _shape(v) for k, v in value.items() if k not in ("probes",)}
+    if isinstance(value, list):
+        return [_shape(v) for v in value[:1]]
+    return type(value).__name__ if not isinstance(value, float | int) else "number"
+
+
+def test_function_form_and_class_form_give_the_same_json() -> None:
+    sweep = {"n": [128, 256]}
+    by_function = kernelab.measure(_scale(), "mul", "add", sweep=sweep, measurement=FAST)
+    by_class = kernelab.measure(Scale(), "mul", "add", sweep=sweep, measurement=FAST)
+    a, b = json.loads(by_function.model_dump_json()), json.loads(by_class.model_dump_json())
+    assert [c["params"] for c in a["cells"]] == [c["params"] for c in b["cells"]] == [{"n": 128}, {"n": 256}]
+    assert by_function.result is not None and by_class.result is not None
+    assert [c.work for c in by_function.result.cells] == [c.work for c in by_class.result.cells]
+    assert all(c["error"] is None and c["verdict"] != "incorrect" for c in a["cells"])
+    assert _shape(a) == _shape(b)
+
+
+def test_params_from_a_dict_validate_naming_the_field() -> None:
+    bench = _scale()
+    assert bench.parse_params({"n": 8}).dtype == "float32"
+    with pytest.raises(Exception, match="n"):
+        bench.parse_params({"n": "many"})
+    with pytest.raises(Exception, match="extra"):
+        bench.parse_params({"m": 8})
+
+
+def test_a_missing_part_is_named_with_where_the_benchmark_was_defined() -> None:
+    bench = kernelab.benchmark("half", params={"n": 4})
+    line = bench.defined_at
+    with pytest.raises(
+        kernelab.BenchmarkError, match=r"@half\.inputs, @half\.reference, @half\.work, @half\.variant"
+    ) as exc:
+        check_benchmark(bench)
+    assert str(exc.value).startswith(line) and HERE in line
+
+
+def test_a_wrong_signature_names_the_file_and_function() -> None:
+    bench = _scale()
+
+    @bench.inputs
+    def inputs(p, device):  # no seed
+        return {}
+
+    with pytest.raises(
+        kernelab.BenchmarkError, match=rf"{HERE}:\d+: inputs\(p, device\) \(@scale.inputs\) cannot be called"
+    ):
+        check_benchmark(bench)
+
+
+def test_a_class_method_with_the_wrong_signature_is_named() -> None:
+    class Bad(Scale):
+        def prepare(self, variant, params):  # type: ignore[override]
+            return lambda: None
+
+    with pytest.raises(
+        kernelab.BenchmarkError,
+        match=rf"{HERE}:\d+: Bad.prepare\(variant, params\) cannot be called as "
+        r"prepare\(variant, params, inputs\)",
+    ):
+        check_benchmark(Bad())
+
+
+@pytest.mark.parametrize(
+    ("returned", "message"),
+    [
+        ({"flops": 1, "bytes": 8}, "unknown field.*bytes"),
+        ({"flops": -1.0}, "flops"),
+        ((1.0, 2.0, 3.0), "tuple"),
+        ({"flops": "1e9"}, "flops"),
+    ],
+)
+def test_work_mistakes_are_found_before_measuring(returned: Any, message: str) -> None:
+    calls: list[str] = []
+    bench = _scale(calls, work=returned)
+    with pytest.raises(
+        kernelab.BenchmarkError, match=rf"{HERE}:\d+: declared \(@scale.work\) returned.*{message}"
+    ):
+        kernelab.measure(bench, "mul", "add", measurement=FAST)
+    assert calls == []  # nothing was launched
+
+
+def test_work_as_a_mapping_of_its_fields_is_a_work() -> None:
+    bench = _scale(work={"flops": 3, "bytes_read": 4})
+    assert as_work(bench, {"flops": 3, "bytes_read": 4}) == kernelab.Work(flops=3.0, bytes_read=4.0)
+    spec = JobSpec.model_validate(
+        {"benchmark": "scale", "baseline": {"variant": "mul"}, "candidate": {"variant": "add"}}
+    )
+    check_work(bench, spec, "cpu")
+    result = kernelab.measure(bench, "mul", "add", measurement=FAST)
+    assert result.result is not None and result.result.cells[0].work["baseline"].flops == 3.0
+
+
+def test_inputs_that_are_no_dict_fail_the_cell_naming_the_method() -> None:
+    bench = _scale()
+
+    @bench.inputs
+    def inputs(p, device, seed):
+        return [torch.ones(4)]
+
+    result = kernelab.measure(bench, "mul", "add", measurement=FAST)
+    error = result.cells[0].error or ""
+    assert "make_inputs" in error and "return a dict" in error
