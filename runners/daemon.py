@@ -72,7 +72,7 @@ from kernelab.runners.jobenv import check_names, job_env
 from kernelab.runners.redact import redact, secret_values
 from kernelab.runners.spool import REFUSED_FOR_GOOD, Spool, atomic_write_text
 from kernelab.runners.worker import NODE_CHANGED_MARK, RESULT_MARK
-from kernelab.service.schemas import JobClaim, JobResult, JobSpec, NodeInfo
+from kernelab.service.schemas import JobClaim, JobResult, JobSpec, NodeInfo, RunnerAdverts
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +86,12 @@ MIN_FREE_BYTES = 64 * 2**20  # 64 MiB free in the work dir before a claim (spec,
 JOB_FAILED_MARK = "worker: job failed: "  # kernelab.runners.worker's last stderr line on a job failure
 RUNNER_NAME = re.compile(r"^[A-Za-z0-9._:-]{1,200}$")  # kernelab.service.schemas.RunnerRegister.name
 PROBE_POOL_MODES = ("auto", "on", "off")  # Runner(probe_pool=...), see Runner._pool_env
+ADVERT_TIMEOUT_S = 300.0  # importing every offered benchmark to describe it (Runner.advertise)
+
+
+class AdvertError(Exception):
+    """The runner cannot say which benchmarks it offers (a ``--benchmark`` ref that does not load,
+    the child that imports them failed): it does not start claiming."""
 
 
 class RunnerTokenMismatchError(Exception):
@@ -134,6 +140,7 @@ class Runner:
         job_env_names: Sequence[str] = (),
         job_isolation: str = "auto",
         job_hide: Sequence[Path] = (),
+        benchmarks: Sequence[str] = (),
     ):
         if not RUNNER_NAME.match(name):
             raise ValueError(f"runner name {name!r} must match {RUNNER_NAME.pattern}")
@@ -147,6 +154,9 @@ class Runner:
         self.job_env_names = check_names(job_env_names)
         self.job_isolation = job_isolation
         self.job_hide = [Path(p) for p in job_hide]
+        self.benchmark_refs = list(benchmarks)
+        self.adverts: RunnerAdverts | None = None  # made by advertise() at start-up
+        self._advert_sent = False  # the server holds self.adverts: later claims send its digest
         self._isolated: bool | None = None  # decided by check_isolation() at start-up
         self.min_free_bytes = int(min_free_bytes)
         self._pool: Any = None  # kernelab.runners.probes.all_reduce.AllReducePool, started by the first job
@@ -350,6 +360,7 @@ class Runner:
                 previous[sig] = signal.signal(sig, self._on_signal)
         try:
             self.check_isolation()
+            self.advertise()
             self.ensure_token()
             log.info("runner %s: serving %s (once=%s)", self.name, self.client.base_url, self.once)
             self._loop()
@@ -387,7 +398,7 @@ class Runner:
                 self._reprobe = None
             started = time.monotonic()
             try:
-                claim = self.client.claim(wait_s=0.0 if self.once else self.poll_s, lease_s=self.lease_s)
+                claim = self._claim()
             except (KernelabUnavailable, KernelabAPIError) as exc:
                 refused = isinstance(exc, KernelabAPIError) and exc.status_code in TOKEN_REFUSED_STATUS
                 if refused or self.once:
@@ -405,6 +416,58 @@ class Runner:
                 continue
             self.run_claim(claim)
         self.flush_spool()
+
+    def advertise(self) -> RunnerAdverts:
+        """Describe the benchmarks this runner offers (``kernelab.runners.adverts``): built-ins,
+        installed entry points and ``benchmarks`` (the ``--benchmark`` refs), imported in a child
+        process isolated as a job is (allow-listed environment, private namespace when jobs get
+        one), so no benchmark module's import-time code runs in the daemon, which holds the
+        token. Raises ``AdvertError`` naming the ref when one does not load or the child fails."""
+        if self.adverts is not None:
+            return self.adverts
+        scratch = self.work_dir / "adverts"
+        scratch.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-P", "-m", "kernelab.runners.adverts", "--print", *self.benchmark_refs]
+        try:
+            done = subprocess.run(self._job_command(cmd, scratch), capture_output=True, text=True, cwd=scratch,
+                                  timeout=ADVERT_TIMEOUT_S, env=job_env({}, names=self.job_env_names))  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise AdvertError(
+                f"runner {self.name}: the benchmarks it offers cannot be listed: {exc}"
+            ) from exc
+        if done.returncode != 0:
+            why = self._clean(
+                done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"
+            )
+            raise AdvertError(f"runner {self.name}: the benchmarks it offers cannot be listed: {why}")
+        try:
+            self.adverts = RunnerAdverts.model_validate_json(done.stdout)
+        except ValidationError as exc:
+            raise AdvertError(f"runner {self.name}: its advertisement is invalid: {exc}") from exc
+        names = sorted({a.names[0] for a in self.adverts.benchmarks})
+        log.info("runner %s: offers %d benchmarks: %s", self.name, len(names), ", ".join(names))
+        return self.adverts
+
+    def _claim(self) -> JobClaim | None:
+        """One claim, carrying the advertisement whole until the server holds it, then its digest;
+        a 409 ``advert_required`` (the server lost it: a new database, a re-registration) sends it
+        whole again at once."""
+        wait_s = 0.0 if self.once else self.poll_s
+        adverts = self.adverts
+        if adverts is None:
+            return self.client.claim(wait_s=wait_s, lease_s=self.lease_s)
+        if self._advert_sent:
+            try:
+                return self.client.claim(
+                    wait_s=wait_s, lease_s=self.lease_s, benchmarks_sha256=adverts.sha256
+                )
+            except KernelabAPIError as exc:
+                if exc.status_code != 409:
+                    raise
+                self._advert_sent = False
+        claim = self.client.claim(wait_s=wait_s, lease_s=self.lease_s, benchmarks=adverts)
+        self._advert_sent = True
+        return claim
 
     def _probe_again(self, spec: JobSpec) -> None:
         """After a job that changed the node (its worker said so): probe the node in a fresh

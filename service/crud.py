@@ -18,7 +18,7 @@ from sqlalchemy import func, insert, select, union, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from kernelab.service import bulk, models, queue, sample_blocks, verdicts
+from kernelab.service import bulk, models, offers, queue, sample_blocks, verdicts
 from kernelab.service.auth import create_token
 from kernelab.service.core.clock import db_now
 from kernelab.service.models import Cell, Job, JobAttempt, ProbeReading, Result, Runner, SampleBlock
@@ -179,8 +179,9 @@ def _runner_names(session: Session, job_ids: Sequence[int]) -> dict[int, str]:
     return {job_id: name for job_id, name in rows}
 
 
-def _public(job: Job, node: str | None) -> JobPublic:
+def _public(job: Job, node: str | None, waiting_for: str | None = None) -> JobPublic:
     return JobPublic(
+        waiting_for=waiting_for,
         id=job.id,
         name=job.name,
         benchmark=job.benchmark,
@@ -197,9 +198,12 @@ def _public(job: Job, node: str | None) -> JobPublic:
     )
 
 
-def job_public(*, session: Session, job: Job) -> JobPublic:
-    """The API view of one job row (``node`` is the runner of its latest attempt)."""
-    return _public(job, _runner_names(session, [job.id]).get(job.id))
+def job_public(*, session: Session, job: Job, alive_s: float | None = None) -> JobPublic:
+    """The API view of one job row (``node`` is the runner of its latest attempt). With
+    ``alive_s``, ``waiting_for`` says why a queued job waits when no runner seen within that many
+    seconds advertises its benchmark (``kernelab.service.offers.waiting_for``)."""
+    waiting = {} if alive_s is None else offers.waiting_for(session, [job], alive_s=alive_s)
+    return _public(job, _runner_names(session, [job.id]).get(job.id), waiting.get(job.id))
 
 
 def attempts_page(*, session: Session, job_id: int, offset: int = 0, limit: int = 500) -> AttemptsPage:
@@ -221,9 +225,10 @@ def attempts_page(*, session: Session, job_id: int, offset: int = 0, limit: int 
 
 def list_jobs(
     *, session: Session, offset: int = 0, limit: int = 50, status: str | None = None,
-    benchmark: str | None = None,
+    benchmark: str | None = None, alive_s: float | None = None,
 ) -> JobsPage:  # fmt: skip
-    """A page of jobs, newest first; ``count`` is the total matching the filters."""
+    """A page of jobs, newest first; ``count`` is the total matching the filters; ``alive_s`` as
+    in ``job_public``."""
     where = []
     if status is not None:
         where.append(Job.status == status)
@@ -234,7 +239,8 @@ def list_jobs(
         session.scalars(select(Job).where(*where).order_by(Job.id.desc()).offset(offset).limit(limit))
     )
     names = _runner_names(session, [j.id for j in jobs])
-    return JobsPage(data=[_public(j, names.get(j.id)) for j in jobs], count=count)
+    waiting = {} if alive_s is None else offers.waiting_for(session, jobs, alive_s=alive_s)
+    return JobsPage(data=[_public(j, names.get(j.id), waiting.get(j.id)) for j in jobs], count=count)
 
 
 # --------------------------------------------------------------------------------------------------
