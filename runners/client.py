@@ -46,9 +46,9 @@ from kernelab.service.schemas import (
     NodeInfo,
     ProbeReport,
     ResultAccepted,
+    RunnerAdverts,
     RunnerIdentity,
     RunnerRegister,
-    RunnerAdverts,
     RunnerRegistered,
 )
 
@@ -330,8 +330,10 @@ class KernelabClient:
         ``benchmarks``: the runner's advertisement, sent whole; ``benchmarks_sha256``: only its
         digest (a server that does not hold it answers 409 ``advert_required``:
         ``KernelabAPIError``). Neither: the server routes any job here."""
-        request = ClaimRequest(wait_s=wait_s, lease_s=lease_s, benchmarks=benchmarks,
-                               benchmarks_sha256=None if benchmarks is not None else benchmarks_sha256)  # fmt: skip
+        digest = None if benchmarks is not None else benchmarks_sha256
+        request = ClaimRequest(
+            wait_s=wait_s, lease_s=lease_s, benchmarks=benchmarks, benchmarks_sha256=digest
+        )
         body = request.model_dump(mode="json", exclude_none=True)
         return self.call("POST", "/runners/claim", _claim_answer, json=body, idempotent=False,
                          timeout_s=self.timeout_s + wait_s)  # fmt: skip

@@ -429,8 +429,9 @@ class Runner:
         scratch.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-P", "-m", "kernelab.runners.adverts", "--print", *self.benchmark_refs]
         try:
-            done = subprocess.run(self._job_command(cmd, scratch), capture_output=True, text=True, cwd=scratch,
-                                  timeout=ADVERT_TIMEOUT_S, env=job_env({}, names=self.job_env_names))  # fmt: skip
+            env = job_env({}, names=self.job_env_names)
+            done = subprocess.run(self._job_command(cmd, scratch), capture_output=True, text=True,
+                                  cwd=scratch, timeout=ADVERT_TIMEOUT_S, env=env)  # fmt: skip
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise AdvertError(
                 f"runner {self.name}: the benchmarks it offers cannot be listed: {exc}"

@@ -91,10 +91,11 @@ def spec_errors(spec: JobSpec, advert: BenchmarkAdvert) -> list[dict[str, Any]]:
     errors: list[dict[str, Any]] = []
     for side in ("baseline", "candidate"):
         variant = getattr(spec, side).variant
+        known = ", ".join(advert.variants)
         if variant not in advert.variants:
             errors.append({
                 "loc": (side, "variant"),
-                "msg": f"unknown variant {variant!r} of {advert.names[0]!r}; known: {', '.join(advert.variants)}",
+                "msg": f"unknown variant {variant!r} of {advert.names[0]!r}; known: {known}",
                 "type": "value_error",
             })  # fmt: skip
     validator = _validator(canonical_json(advert.params_schema))

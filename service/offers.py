@@ -7,9 +7,10 @@ routed by them. The server never imports benchmark code (``kernelab.service.adve
   runner only jobs whose ``needs_benchmark`` it advertises (``kernelab.service.queue.claim``).
 * **Submit** (``check_spec``): the spec is checked against the advertised schemas of its benchmark
   (every runner's that advertised it, most recently seen first; a built-in's shipped one first):
-  accepted when one fits, else a 422 naming the field with the first schema's errors. A benchmark
-  nobody advertised is accepted and waits (``JobPublic.waiting_for``), or is a 422 on
-  ``benchmark`` when the server runs with ``KERNELAB_REQUIRE_OFFERED_BENCHMARK=true``.
+  accepted when one fits, else a 422 naming the field with the first schema's errors. A
+  ``module:object`` nobody advertised is accepted and waits (``JobPublic.waiting_for``), or is a
+  422 on ``benchmark`` when the server runs with ``KERNELAB_REQUIRE_OFFERED_BENCHMARK=true``; a
+  registry name that is no built-in and that no runner advertised is a 422 on ``benchmark``.
 * **Waiting** (``waiting_for``): a queued job whose benchmark no live runner (seen within
   ``KERNELAB_RUNNER_ALIVE_S``) advertises says so; a live runner that never advertised (older
   than advertisements) can take any job, as before.
@@ -197,11 +198,12 @@ def check_spec(session: Session, spec: JobSpec, *, require_offered: bool) -> Acc
     adverts = known_adverts(session, spec.benchmark)
     if not adverts and ":" not in spec.benchmark:  # a registry name: built-ins and what runners advertised
         known = ", ".join(known_names(session))
-        msg = f"unknown benchmark {spec.benchmark!r}; known: {known} (built-ins and the names runners advertise)"
+        msg = f"unknown benchmark {spec.benchmark!r}; known: {known} (built-ins and names runners advertise)"
         return Accepted([{"loc": ("benchmark",), "msg": msg, "type": "value_error"}])
     if not adverts:
         if require_offered:
-            msg = f"no runner offers benchmark {spec.benchmark!r} (this server requires one: KERNELAB_REQUIRE_OFFERED_BENCHMARK)"
+            msg = (f"no runner offers benchmark {spec.benchmark!r} (this server requires one: "
+                   "KERNELAB_REQUIRE_OFFERED_BENCHMARK)")  # fmt: skip
             return Accepted([{"loc": ("benchmark",), "msg": msg, "type": "benchmark_not_offered"}])
         return Accepted([], needs_benchmark=spec.benchmark)
     first: list[dict[str, Any]] | None = None
@@ -245,8 +247,9 @@ def waiting_for(session: Session, jobs: Sequence[models.Job], *, alive_s: float)
             .where(live, _offers.c.benchmark.in_(sorted(wanted)))
         )
     )  # fmt: skip
+    why = "waiting for a runner that offers benchmark {!r}: no live runner advertises it"
     return {
-        j.id: f"waiting for a runner that offers benchmark {j.needs_benchmark!r}: no live runner advertises it"
+        j.id: why.format(j.needs_benchmark)
         for j in jobs
         if j.status == "queued" and j.needs_benchmark is not None and j.needs_benchmark not in offered
     }

@@ -289,7 +289,8 @@ BenchmarkRef = Annotated[
     Field(description="registry name (e.g. 'matmul') or 'module.path:ClassName'"),
 ]
 """A spec's ``benchmark``: a registry name or a ``module.path:ClassName`` reference, checked for
-form only (``kernelab.kernels.get_benchmark`` resolves it where the benchmark code may be imported)."""
+form only (``kernelab.kernels.get_benchmark`` resolves it where the benchmark code is imported: the
+CLI and the runner, never the server)."""
 
 
 _GIT_REF = r"^[A-Za-z0-9._/@{}^~+-]+$"  # a branch, tag or sha; no spaces, ':' or shell characters
@@ -538,8 +539,9 @@ class JobSpec(_Strict):
     lists, more than ``MAX_CELLS`` cells on a device type (counted as the product of the list
     lengths before any cell is built, so a 700-byte spec of 10**10 cells costs microseconds and
     names ``sweep`` or ``sweep_by_device``), a ``benchmark`` that is neither a name nor a
-    ``module:object`` reference of identifiers. Parameter values are validated per benchmark by
-    ``kernelab.kernels.validate_spec``.
+    ``module:object`` reference of identifiers. Parameter values are validated per benchmark:
+    against its advertised schema on the server (``kernelab.service.offers.check_spec``), by the
+    benchmark itself where it is imported (``kernelab.kernels.validate_spec``).
     """
 
     name: Text = Field(default="", max_length=200)

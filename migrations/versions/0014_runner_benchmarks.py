@@ -43,8 +43,8 @@ def upgrade() -> None:
         sa.Column("params_schema", _JSON, nullable=False),
         sa.Column("schema_sha256", sa.String(length=64), nullable=False),
         sa.Column("code_version", sa.String(length=200), nullable=True),
-        sa.ForeignKeyConstraint(["runner_id"], ["runners.id"], name=op.f("fk_runner_benchmarks_runner_id_runners"),
-                                ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(["runner_id"], ["runners.id"], ondelete="CASCADE",
+                                name=op.f("fk_runner_benchmarks_runner_id_runners")),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_runner_benchmarks")),
         sa.UniqueConstraint("runner_id", "benchmark", name="uq_runner_benchmarks_runner_id_benchmark"),
     )  # fmt: skip
@@ -59,7 +59,11 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_index("ix_jobs_status_needs_benchmark_id", table_name="jobs")
-    for table, column in (("jobs", "schema_sha256"), ("jobs", "needs_benchmark"), ("runners", "benchmarks_sha256")):
+    for table, column in (
+        ("jobs", "schema_sha256"),
+        ("jobs", "needs_benchmark"),
+        ("runners", "benchmarks_sha256"),
+    ):
         op.execute(f"ALTER TABLE {table} DROP COLUMN {column}")  # not a batch rebuild: see upgrade()
     op.drop_index("ix_runner_benchmarks_benchmark", table_name="runner_benchmarks")
     op.drop_table("runner_benchmarks")

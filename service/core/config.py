@@ -107,7 +107,7 @@ class Settings(BaseSettings):
     )
     require_offered_benchmark: bool = Field(
         default=False,
-        description="refuse (422 on benchmark) a job whose benchmark no runner advertised, instead of queueing it",
+        description="refuse (422 on benchmark) a job whose benchmark no runner advertised, not queue it",
     )
     # Node health (kernelab.service.health): where a probe figure leaves the node's / the fleet's band.
     health_copy_min_fraction: float = Field(

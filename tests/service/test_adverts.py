@@ -28,6 +28,7 @@ from kernelab.service.schemas import RunnerAdverts
 pytestmark = pytest.mark.timeout(180)
 
 REF = "kl_advertised:Bench"
+FIRST = ["body", "benchmarks", "benchmarks", 0]  # the first advertised benchmark in a claim body
 MODULE = textwrap.dedent("""\
     import os
     from pathlib import Path
@@ -108,12 +109,15 @@ def test_the_server_never_imports_a_benchmark_named_in_a_spec(api, mark: Path, a
 
 def test_a_real_server_process_never_imports_it(module_dir: Path, advert, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     port, token, mark = free_port(), "adverts-admin-token-0123456789", tmp_path / "server.mark"
-    env = {**os.environ, "KERNELAB_DATABASE_URL": f"sqlite:///{tmp_path / 'k.db'}", "KERNELAB_ADMIN_TOKEN": token,
-           "KL_MARK": str(mark), "PYTHONPATH": os.pathsep.join([str(module_dir), *sys.path])}  # fmt: skip
+    env = {**os.environ, "KERNELAB_DATABASE_URL": f"sqlite:///{tmp_path / 'k.db'}",
+           "KERNELAB_ADMIN_TOKEN": token, "KL_MARK": str(mark),
+           "PYTHONPATH": os.pathsep.join([str(module_dir), *sys.path])}  # fmt: skip
     log_path = tmp_path / "server.log"
     with log_path.open("wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "kernelab.runners.cli", "serve", "--port", str(port)],
-                                env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kernelab.runners.cli", "serve", "--port", str(port)],
+            env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
     try:
         url = f"http://127.0.0.1:{port}"
         wait_healthy(url, proc, timeout_s=60, log_path=log_path)
@@ -127,7 +131,9 @@ def test_a_real_server_process_never_imports_it(module_dir: Path, advert, tmp_pa
                             headers={"Authorization": f"Bearer {runner}"})  # fmt: skip
             assert got.status_code == 200, got.text
             wrong = http.post("/api/v1/jobs", json={**spec, "params": {"M": 1}}, headers=admin)
-            assert wrong.status_code == 422 and ["body", "params", "M"] in [e["loc"] for e in wrong.json()["detail"]]
+            assert wrong.status_code == 422 and ["body", "params", "M"] in [
+                e["loc"] for e in wrong.json()["detail"]
+            ]
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
@@ -170,7 +176,10 @@ def test_a_claim_only_fits_the_schema_its_runner_advertises(api, advert) -> None
         ({"params": {"N": 64, "M": 3}}, ["body", "params", "M"]),
         ({"params": {"N": "wide"}}, ["body", "params", "N"]),
         ({"baseline": {"variant": "medium"}}, ["body", "baseline", "variant"]),
-        ({"candidate": {"variant": "fast", "params": {"N": 0}}, "params": {"N": 4}}, ["body", "candidate", "params", "N"]),
+        (
+            {"candidate": {"variant": "fast", "params": {"N": 0}}, "params": {"N": 4}},
+            ["body", "candidate", "params", "N"],
+        ),
     ],
 )
 def test_a_spec_that_breaks_the_advertised_schema_is_a_422_naming_the_field(api, advert, change, loc) -> None:  # type: ignore[no-untyped-def]
@@ -187,7 +196,9 @@ def test_a_job_no_live_runner_can_take_says_so(api, advert) -> None:  # type: ig
 
     from kernelab.service.models import Runner, utcnow
 
-    spec = spec_dict(benchmark=REF, baseline={"variant": "slow"}, candidate={"variant": "fast"}, sweep={"N": [8]})
+    spec = spec_dict(
+        benchmark=REF, baseline={"variant": "slow"}, candidate={"variant": "fast"}, sweep={"N": [8]}
+    )
     a = api.runner("node-a")
     assert _claim(api, a, benchmarks=_builtins_only(advert)).status_code == 204  # offers built-ins only
     job = api.submit(spec)
@@ -196,7 +207,11 @@ def test_a_job_no_live_runner_can_take_says_so(api, advert) -> None:  # type: ig
     listed = api.client.get("/api/v1/jobs", headers=api.admin).json()["data"]
     assert [j["waiting_for"] is not None for j in listed] == [True]
     page = api.client.get(f"/jobs/{job}", headers=api.admin)
-    assert page.status_code == 200 and 'id="job-waiting"' in page.text and "no live runner advertises" in page.text
+    assert (
+        page.status_code == 200
+        and 'id="job-waiting"' in page.text
+        and "no live runner advertises" in page.text
+    )
     assert _claim(api, a, benchmarks=advert).status_code == 200  # now it offers it: taken
     assert api.client.get(f"/api/v1/jobs/{job}", headers=api.admin).json()["waiting_for"] is None
     # the one runner that offers it stops being seen: the next such job waits again
@@ -218,12 +233,12 @@ def test_an_unknown_name_is_still_a_422_and_a_server_may_require_an_offer(api, s
 @pytest.mark.parametrize(
     ("mutate", "loc"),
     [
-        (lambda b: b["benchmarks"][0].update(params_schema={"type": 3}), ["body", "benchmarks", "benchmarks", 0, "params_schema"]),
-        (lambda b: b["benchmarks"][0].update(variants=[]), ["body", "benchmarks", "benchmarks", 0, "variants"]),
-        (lambda b: b["benchmarks"][0].update(extra=1), ["body", "benchmarks", "benchmarks", 0, "extra"]),
+        (lambda b: b["benchmarks"][0].update(params_schema={"type": 3}), [*FIRST, "params_schema"]),
+        (lambda b: b["benchmarks"][0].update(variants=[]), [*FIRST, "variants"]),
+        (lambda b: b["benchmarks"][0].update(extra=1), [*FIRST, "extra"]),
         (lambda b: b["benchmarks"].append(b["benchmarks"][0]), ["body", "benchmarks"]),
         (lambda b: b["benchmarks"][0].update(params_schema={"description": "x" * 70_000}),
-         ["body", "benchmarks", "benchmarks", 0, "params_schema"]),
+         [*FIRST, "params_schema"]),
     ],
 )  # fmt: skip
 def test_a_bad_advertisement_is_a_422_naming_the_field_and_stores_nothing(api, advert, mutate, loc) -> None:  # type: ignore[no-untyped-def]

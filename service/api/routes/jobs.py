@@ -63,8 +63,10 @@ def submit_job(
     if errors or (accepted is not None and accepted.errors):
         raise SpecInvalidError(errors or (accepted.errors if accepted is not None else []))
     assert accepted is not None
-    job = queue.submit(session, spec, max_attempts=settings.max_attempts, submitted_by=principal.token_id,
-                       needs_benchmark=accepted.needs_benchmark, schema_sha256=accepted.schema_sha256)  # fmt: skip
+    job = queue.submit(
+        session, spec, max_attempts=settings.max_attempts, submitted_by=principal.token_id,
+        needs_benchmark=accepted.needs_benchmark, schema_sha256=accepted.schema_sha256,
+    )  # fmt: skip
     return crud.job_public(session=session, job=job, alive_s=settings.runner_alive_s)
 
 

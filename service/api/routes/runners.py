@@ -155,8 +155,8 @@ async def claim(body: ClaimRequest, call: RunnerCallDep, request: Request) -> Jo
                 session, runner_id=runner_id, stored_sha256=principal.benchmarks_sha256, body=body
             )
         except offers.AdvertRequiredError as exc:
-            raise HTTPException(status.HTTP_409_CONFLICT,
-                                [{"loc": ["body", "benchmarks"], "msg": str(exc), "type": "advert_required"}]) from None  # fmt: skip
+            detail = [{"loc": ["body", "benchmarks"], "msg": str(exc), "type": "advert_required"}]
+            raise HTTPException(status.HTTP_409_CONFLICT, detail) from None
         claimed = _try_claim(session, runner_id, principal.device_type, lease_s, routed)
         return (principal.device_type, None if routed is None else tuple(routed.pairs())), claimed
 
