@@ -260,3 +260,21 @@ def test_a_digest_the_server_does_not_hold_is_a_409_asking_for_the_advertisement
     assert r.status_code == 409 and r.json()["detail"][0]["type"] == "advert_required"
     assert _claim(api, a, benchmarks=advert).status_code == 204
     assert _claim(api, a, benchmarks_sha256=RunnerAdverts.model_validate(advert).sha256).status_code == 204
+
+
+def test_an_advertised_schema_never_makes_the_server_fetch_a_ref(api, advert) -> None:  # type: ignore[no-untyped-def]
+    import socket
+
+    with socket.socket() as listener:  # a $ref to here: the server must not connect
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        listener.settimeout(0.0)
+        body = json.loads(json.dumps(advert))
+        mine = next(b for b in body["benchmarks"] if REF in b["names"])
+        mine["params_schema"] = {"$ref": f"http://127.0.0.1:{listener.getsockname()[1]}/schema.json"}
+        assert _claim(api, api.runner("node-a"), benchmarks=body).status_code == 204
+        spec = spec_dict(benchmark=REF, baseline={"variant": "slow"}, candidate={"variant": "fast"}, sweep={})
+        r = api.client.post("/api/v1/jobs", json=spec, headers=api.admin)
+        assert r.status_code == 422 and r.json()["detail"][0]["type"] == "advert_unusable", r.text
+        with pytest.raises(BlockingIOError):
+            listener.accept()
