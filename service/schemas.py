@@ -1437,7 +1437,7 @@ class BenchmarkAdvert(_Strict):
     variants: list[Annotated[Text, Field(min_length=1, max_length=200)]] = Field(
         min_length=1, max_length=MAX_VARIANTS
     )
-    params_schema: dict[str, Any]
+    params_schema: JsonObject
     code_version: Text | None = Field(default=None, max_length=200)
     description: Text = Field(default="", max_length=2000)
 
