@@ -236,7 +236,7 @@ def test_an_unknown_name_is_still_a_422_and_a_server_may_require_an_offer(api, s
         (lambda b: b["benchmarks"][0].update(params_schema={"type": 3}), [*FIRST, "params_schema"]),
         (lambda b: b["benchmarks"][0].update(variants=[]), [*FIRST, "variants"]),
         (lambda b: b["benchmarks"][0].update(extra=1), [*FIRST, "extra"]),
-        (lambda b: b["benchmarks"][0]["params_schema"].update(description="a\x00b"), [*FIRST, "params_schema"]),
+        (lambda b: b["benchmarks"][0]["params_schema"].update(title="a\x00b"), [*FIRST, "params_schema"]),
         (lambda b: b["benchmarks"].append(b["benchmarks"][0]), ["body", "benchmarks"]),
         (lambda b: b["benchmarks"][0].update(params_schema={"description": "x" * 70_000}),
          [*FIRST, "params_schema"]),
