@@ -13,6 +13,12 @@ The statements run on every heartbeat and claim are built once, at import, as Co
 with bound parameters (``_HEARTBEAT``, ``_SEEN``, ...): building and ORM-compiling them per call
 cost more CPU than the database work itself.
 
+A runner that advertised benchmarks (``kernelab.service.offers``) is handed only jobs that need
+none (sourced jobs, jobs from before advertisements) or whose ``(needs_benchmark, schema_sha256)``
+it advertises, in the same one statement (a row-value ``IN``); jobs of an advertised benchmark
+accepted against another schema are checked against the runner's schema only when no such job
+is queued (``_OTHER_SCHEMA``).
+
 Expired leases are noticed at claim time (no background thread): the job goes back to ``queued``
 while ``attempts < max_attempts``, else it fails with the reason. Until then the job is nobody
 else's, so its runner's late heartbeat or result is still taken. Every claim is a row in
