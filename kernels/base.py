@@ -27,8 +27,11 @@ from functools import cache
 from importlib.metadata import entry_points
 from typing import Annotated, Any, ClassVar, Generic, TypeVar, cast
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+from pydantic_core import core_schema
 
+from kernelab.service.adverts import param_loc
 from kernelab.service.schemas import BENCHMARK_OBJECT_REF, JobSpec, ParamValue, Work, benchmark_ref_problem
 
 ENTRY_POINT_GROUP = "kernelab.benchmarks"
@@ -68,8 +71,31 @@ def _check_power_of_two(value: int) -> int:
     return value
 
 
-PowerOfTwo = Annotated[int, AfterValidator(_check_power_of_two)]
-"""A positive power-of-two ``int`` parameter (Triton block sizes, ``num_warps``)."""
+POWERS_OF_TWO = [1 << k for k in range(31)]  # every power of two within int32 (MAX_INT_PARAM)
+
+PowerOfTwo = Annotated[
+    int, AfterValidator(_check_power_of_two), Field(json_schema_extra={"enum": POWERS_OF_TWO})
+]
+"""A positive power-of-two ``int`` parameter (Triton block sizes, ``num_warps``); its JSON Schema
+lists the powers of two within int32, so a server holding only the schema refuses 3 too."""
+
+
+class ParamsJsonSchema(GenerateJsonSchema):
+    """pydantic's JSON Schema generator, with ``Params``' int32 bound (``MAX_INT_PARAM``) on every
+    integer that declares no tighter one: the schema a runner advertises
+    (``kernelab.service.adverts``) then refuses what ``Params._fits_int32`` refuses."""
+
+    def int_schema(self, schema: core_schema.IntSchema) -> JsonSchemaValue:
+        value = super().int_schema(schema)
+        value.setdefault("maximum", MAX_INT_PARAM)
+        value.setdefault("minimum", -MAX_INT_PARAM)
+        return value
+
+
+def params_json_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The JSON Schema (Draft 2020-12) of a benchmark's parameter model, for validation
+    (``mode="validation"``, ``ParamsJsonSchema``)."""
+    return model.model_json_schema(schema_generator=ParamsJsonSchema, mode="validation")
 
 
 # Inside ``Benchmark`` the name ``Params`` is each subclass's own model; annotations use this alias.
@@ -327,25 +353,12 @@ def validate_spec(spec: JobSpec) -> list[dict[str, Any]]:
                 except ValidationError as exc:
                     for err in exc.errors():
                         field = str(err["loc"][0]) if err["loc"] else ""
-                        loc = _param_loc(spec, field, device_type, side)
+                        loc = param_loc(spec, field, device_type, side)
                         key = (*map(str, loc), err["msg"])
                         if key not in seen:
                             seen.add(key)
                             errors.append({"loc": loc, "msg": err["msg"], "type": err["type"]})
     return errors
-
-
-def _param_loc(spec: JobSpec, field: str, device_type: str, side: str) -> tuple[str, ...]:
-    """Where in the spec a parameter value came from, for an error message."""
-    if field in getattr(spec, side).params:
-        return (side, "params", field)
-    if field in spec.sweep_by_device.get(device_type, {}):  # type: ignore[call-overload]
-        return ("sweep_by_device", device_type, field)
-    if field in spec.sweep:
-        return ("sweep", field)
-    if field in spec.params:
-        return ("params", field)
-    return ("params", field) if field else ("params",)
 
 
 def _validate_sourced(spec: JobSpec) -> list[dict[str, Any]]:

@@ -46,6 +46,7 @@ from kernelab.service.schemas import (
     NodeInfo,
     ProbeReport,
     ResultAccepted,
+    RunnerAdverts,
     RunnerIdentity,
     RunnerRegister,
     RunnerRegistered,
@@ -325,9 +326,20 @@ class KernelabClient:
         """The bearer token this client sends (never log it)."""
         return self._token
 
-    def claim(self, *, wait_s: float = 0.0, lease_s: float = 120.0) -> JobClaim | None:
-        """``POST /runners/claim``: long-poll up to ``wait_s`` s; ``None`` when nothing is queued (204)."""
-        body = _dump(ClaimRequest(wait_s=wait_s, lease_s=lease_s))
+    def claim(
+        self, *, wait_s: float = 0.0, lease_s: float = 120.0, benchmarks: RunnerAdverts | None = None,
+        benchmarks_sha256: str | None = None,
+    ) -> JobClaim | None:  # fmt: skip
+        """``POST /runners/claim``: long-poll up to ``wait_s`` s; ``None`` when nothing is queued (204).
+
+        ``benchmarks``: the runner's advertisement, sent whole; ``benchmarks_sha256``: only its
+        digest (a server that does not hold it answers 409 ``advert_required``:
+        ``KernelabAPIError``). Neither: the server routes any job here."""
+        digest = None if benchmarks is not None else benchmarks_sha256
+        request = ClaimRequest(
+            wait_s=wait_s, lease_s=lease_s, benchmarks=benchmarks, benchmarks_sha256=digest
+        )
+        body = request.model_dump(mode="json", exclude_none=True)
         return self.call("POST", "/runners/claim", _claim_answer, json=body, idempotent=False,
                          timeout_s=self.timeout_s + wait_s)  # fmt: skip
 

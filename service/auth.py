@@ -46,6 +46,7 @@ class Principal:
     runner_id: int | None = None
     device_type: str | None = None
     node_name: str | None = None
+    benchmarks_sha256: str | None = None  # the runner's stored advertisement (kernelab.service.offers)
 
     def has(self, scope: Scope) -> bool:
         """Whether this principal's scopes (after implication) include ``scope``."""
@@ -114,7 +115,7 @@ def ensure_token(session: Session, token: str, name: str, scopes: Iterable[Scope
 _tokens, _runners = models.Base.metadata.tables["tokens"], models.Base.metadata.tables["runners"]
 _BY_DIGEST = (
     select(_tokens.c.id, _tokens.c.name, _tokens.c.scopes, _tokens.c.runner_id,
-           _runners.c.node["device_type"].as_string(), _runners.c.node_name)
+           _runners.c.node["device_type"].as_string(), _runners.c.node_name, _runners.c.benchmarks_sha256)
     .select_from(_tokens.outerjoin(_runners, _runners.c.id == _tokens.c.runner_id))
     .where(_tokens.c.token_sha256 == bindparam("digest"), _tokens.c.revoked_at.is_(None))
 )  # fmt: skip
@@ -131,8 +132,8 @@ def authenticate(session: Session, token: str) -> Principal | None:
     row = session.execute(_BY_DIGEST, {"digest": hash_token(token)}).one_or_none()
     if row is None:
         return None
-    token_id, name, scopes, runner_id, device_type, node_name = row
-    return Principal(token_id, name, effective_scopes(scopes), runner_id, device_type, node_name)
+    token_id, name, scopes, runner_id, device_type, node_name, offers_sha = row
+    return Principal(token_id, name, effective_scopes(scopes), runner_id, device_type, node_name, offers_sha)
 
 
 def revoke_token(session: Session, token_id: int) -> bool:

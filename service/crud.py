@@ -17,7 +17,7 @@ from pydantic import TypeAdapter
 from sqlalchemy import func, insert, select, union, update
 from sqlalchemy.orm import Session
 
-from kernelab.service import bulk, compare_queue, models, queue, sample_blocks, verdicts
+from kernelab.service import bulk, compare_queue, models, offers, queue, sample_blocks, verdicts
 from kernelab.service.auth import create_token
 from kernelab.service.compare_queue import ComparisonStatus
 from kernelab.service.core.clock import db_now
@@ -182,8 +182,11 @@ def _runner_names(session: Session, job_ids: Sequence[int]) -> dict[int, str]:
 _NO_RESULT = compare_queue.TaskState("none")
 
 
-def _public(job: Job, node: str | None, state: compare_queue.TaskState = _NO_RESULT) -> JobPublic:
+def _public(
+    job: Job, node: str | None, state: compare_queue.TaskState = _NO_RESULT, waiting_for: str | None = None
+) -> JobPublic:
     return JobPublic(
+        waiting_for=waiting_for,
         id=job.id,
         name=job.name,
         benchmark=job.benchmark,
@@ -202,10 +205,13 @@ def _public(job: Job, node: str | None, state: compare_queue.TaskState = _NO_RES
     )
 
 
-def job_public(*, session: Session, job: Job) -> JobPublic:
-    """The API view of one job row (``node`` is the runner of its latest attempt)."""
+def job_public(*, session: Session, job: Job, alive_s: float | None = None) -> JobPublic:
+    """The API view of one job row (``node`` is the runner of its latest attempt). With
+    ``alive_s``, ``waiting_for`` says why a queued job waits when no runner seen within that many
+    seconds advertises its benchmark (``kernelab.service.offers.waiting_for``)."""
     state = compare_queue.states(session, [job.id]).get(job.id, _NO_RESULT)
-    return _public(job, _runner_names(session, [job.id]).get(job.id), state)
+    waiting = {} if alive_s is None else offers.waiting_for(session, [job], alive_s=alive_s)
+    return _public(job, _runner_names(session, [job.id]).get(job.id), state, waiting.get(job.id))
 
 
 def attempts_page(*, session: Session, job_id: int, offset: int = 0, limit: int = 500) -> AttemptsPage:
@@ -227,9 +233,10 @@ def attempts_page(*, session: Session, job_id: int, offset: int = 0, limit: int 
 
 def list_jobs(
     *, session: Session, offset: int = 0, limit: int = 50, status: str | None = None,
-    benchmark: str | None = None,
+    benchmark: str | None = None, alive_s: float | None = None,
 ) -> JobsPage:  # fmt: skip
-    """A page of jobs, newest first; ``count`` is the total matching the filters."""
+    """A page of jobs, newest first; ``count`` is the total matching the filters; ``alive_s`` as
+    in ``job_public``."""
     where = []
     if status is not None:
         where.append(Job.status == status)
@@ -241,8 +248,10 @@ def list_jobs(
     )
     names = _runner_names(session, [j.id for j in jobs])
     states = compare_queue.states(session, [j.id for j in jobs])
+    waiting = {} if alive_s is None else offers.waiting_for(session, jobs, alive_s=alive_s)
     return JobsPage(
-        data=[_public(j, names.get(j.id), states.get(j.id, _NO_RESULT)) for j in jobs], count=count
+        data=[_public(j, names.get(j.id), states.get(j.id, _NO_RESULT), waiting.get(j.id)) for j in jobs],
+        count=count,
     )
 
 

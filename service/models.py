@@ -116,6 +116,27 @@ class Runner(Base):
     node_name: Mapped[str | None] = mapped_column(String(255))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_seen_at: Mapped[datetime | None]
+    benchmarks_sha256: Mapped[str | None] = mapped_column(
+        String(64), doc="digest of the runner's advertisement (runner_benchmarks); NULL: never sent one"
+    )
+
+
+class RunnerBenchmark(Base):
+    """One ``benchmark`` string a runner advertised (``kernelab.service.adverts.BenchmarkAdvert``,
+    one row per name it answers to): the schema its claims are routed by (``service.offers``)."""
+
+    __tablename__ = "runner_benchmarks"
+    __table_args__ = (
+        UniqueConstraint("runner_id", "benchmark", name="uq_runner_benchmarks_runner_id_benchmark"),
+        Index("ix_runner_benchmarks_benchmark", "benchmark"),
+    )
+    id: Mapped[int] = mapped_column(primary_key=True)
+    runner_id: Mapped[int] = mapped_column(ForeignKey("runners.id", ondelete="CASCADE"))
+    benchmark: Mapped[str] = mapped_column(String(500))
+    variants: Mapped[list[Any]]
+    params_schema: Mapped[dict[str, Any]]
+    schema_sha256: Mapped[str] = mapped_column(String(64))
+    code_version: Mapped[str | None] = mapped_column(String(200))
 
 
 class Job(Base):
@@ -128,6 +149,7 @@ class Job(Base):
         CheckConstraint("max_attempts >= 1", name="max_attempts_positive"),
         CheckConstraint(_in("device", JOB_DEVICES), name="device"),
         Index("ix_jobs_status_id", "status", "id"),
+        Index("ix_jobs_status_needs_benchmark_id", "status", "needs_benchmark", "id"),
     )
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(200), default="")
@@ -145,6 +167,12 @@ class Job(Base):
     error: Mapped[str | None] = mapped_column(Text)
     summary: Mapped[dict[str, Any] | None]
     submitted_by: Mapped[int | None] = mapped_column(ForeignKey("tokens.id", ondelete="SET NULL"))
+    needs_benchmark: Mapped[str | None] = mapped_column(
+        String(500), doc="the benchmark a claiming runner must advertise; NULL: any runner (sourced jobs)"
+    )
+    schema_sha256: Mapped[str | None] = mapped_column(
+        String(64), doc="digest of the advertised Params schema the spec was accepted against"
+    )
 
 
 class JobAttempt(Base):

@@ -13,6 +13,12 @@ The statements run on every heartbeat and claim are built once, at import, as Co
 with bound parameters (``_HEARTBEAT``, ``_SEEN``, ...): building and ORM-compiling them per call
 cost more CPU than the database work itself.
 
+A runner that advertised benchmarks (``kernelab.service.offers``) is handed only jobs that need
+none (sourced jobs, jobs from before advertisements) or whose ``(needs_benchmark, schema_sha256)``
+it advertises, in the same one statement (a row-value ``IN``); jobs of an advertised benchmark
+accepted against another schema are checked against the runner's schema only when no such job
+is queued (``_OTHER_SCHEMA``).
+
 Expired leases are noticed at claim time (no background thread): the job goes back to ``queued``
 while ``attempts < max_attempts``, else it fails with the reason. Until then the job is nobody
 else's, so its runner's late heartbeat or result is still taken. Every claim is a row in
@@ -25,6 +31,7 @@ app hosts whose clocks disagree judge a lease the same.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -37,13 +44,16 @@ from sqlalchemy import (
     func,
     insert,
     literal,
+    or_,
     select,
     text,
+    tuple_,
     update,
 )
 from sqlalchemy.orm import Session
 
 from kernelab.service import models
+from kernelab.service import offers as offers_mod
 from kernelab.service.core.clock import db_now
 from kernelab.service.models import Job
 from kernelab.service.schemas import JobSpec
@@ -95,17 +105,40 @@ _TAKE = update(_jobs).values(
     status="running", attempts=_jobs.c.attempts + 1, lease_runner_id=bindparam("p_runner_id"),
     lease_expires_at=_UNTIL, started_at=func.coalesce(_jobs.c.started_at, db_now()),
 ).returning(*_LEASED)  # fmt: skip
+_FOR_DEVICE = _jobs.c.device.in_(("auto", bindparam("p_device")))
+# A runner that advertised benchmarks (kernelab.service.offers) takes jobs that need none (sourced)
+# and jobs whose (benchmark, schema digest) it advertises: one row-value IN on the index
+# (status, needs_benchmark, id). Jobs of an advertised benchmark accepted against another schema
+# are the fallback (_OTHER_SCHEMA), checked against this runner's schema in Python.
+_OFFERED = or_(
+    _jobs.c.needs_benchmark.is_(None),
+    tuple_(_jobs.c.needs_benchmark, _jobs.c.schema_sha256).in_(bindparam("p_offers", expanding=True)),
+)
 _QUEUED = select(_jobs.c.id).where(_jobs.c.status == "queued").order_by(_jobs.c.id)
-_QUEUED_FOR = _QUEUED.where(_jobs.c.device.in_(("auto", bindparam("p_device"))))
-_CANDIDATES = {False: _QUEUED.limit(_CLAIM_CANDIDATES), True: _QUEUED_FOR.limit(_CLAIM_CANDIDATES)}  # SQLite
+
+
+def _queued(for_device: bool, routed: bool) -> Any:
+    query = _QUEUED.where(_FOR_DEVICE) if for_device else _QUEUED
+    return query.where(_OFFERED) if routed else query
+
+
+_KEYS = [(d, r) for d in (False, True) for r in (False, True)]  # (for a device, routed by offers)
+_CANDIDATES = {key: _queued(*key).limit(_CLAIM_CANDIDATES) for key in _KEYS}  # SQLite
 _TAKE_BY_ID = _TAKE.where(_jobs.c.id == bindparam("p_job_id"), _jobs.c.status == "queued")
 _TAKE_OLDEST = {  # PostgreSQL: the oldest queued row nobody else has locked, taken in one statement
-    for_device: _TAKE.where(
-        _jobs.c.id == query.limit(1).with_for_update(skip_locked=True).scalar_subquery(),
+    key: _TAKE.where(
+        _jobs.c.id == _queued(*key).limit(1).with_for_update(skip_locked=True).scalar_subquery(),
         _jobs.c.status == "queued",
     )
-    for for_device, query in ((False, _QUEUED), (True, _QUEUED_FOR))
+    for key in _KEYS
 }
+_OTHER_SCHEMA = {
+    for_device: select(_jobs.c.id, _jobs.c.needs_benchmark, _jobs.c.spec)
+    .where(_jobs.c.status == "queued", _jobs.c.needs_benchmark.in_(bindparam("p_names", expanding=True)),
+           _FOR_DEVICE if for_device else literal(True))
+    .order_by(_jobs.c.id).limit(_CLAIM_CANDIDATES)
+    for for_device in (False, True)
+}  # fmt: skip
 
 
 class LeasedJob(NamedTuple):
@@ -159,9 +192,16 @@ def get_job(session: Session, job_id: int) -> Job:
     return job
 
 
-def submit(session: Session, spec: JobSpec, *, max_attempts: int, submitted_by: int | None = None) -> Job:
-    """Queue a validated spec as a new job (status ``queued``). Flushes, so ``job.id`` is set."""
+def submit(
+    session: Session, spec: JobSpec, *, max_attempts: int, submitted_by: int | None = None,
+    needs_benchmark: str | None = None, schema_sha256: str | None = None,
+) -> Job:  # fmt: skip
+    """Queue a validated spec as a new job (status ``queued``). ``needs_benchmark``: what a
+    claiming runner must advertise (None: any runner), ``schema_sha256``: the advertised schema
+    it was accepted against (``kernelab.service.offers.check_spec``). Flushes, so ``job.id`` is set."""
     job = Job(
+        needs_benchmark=needs_benchmark,
+        schema_sha256=schema_sha256,
         name=spec.name,
         benchmark=spec.benchmark,
         spec=spec.model_dump(mode="json"),
@@ -211,32 +251,56 @@ def requeue_expired(session: Session) -> int:
 
 
 def claim(
-    session: Session, *, runner_id: int, lease_s: float, device_type: str | None = None
+    session: Session,
+    *,
+    runner_id: int,
+    lease_s: float,
+    device_type: str | None = None,
+    offers: offers_mod.Offers | None = None,
 ) -> LeasedJob | None:
     """Take the oldest queued job for ``runner_id`` under a lease of ``lease_s`` seconds (from
     the database's now).
 
     ``device_type`` ("cpu"/"cuda", from the runner's ``NodeInfo``) skips jobs whose spec asks for
-    the other device; None takes any job. Expired leases are re-queued first. Returns the job
-    (now ``running``, ``attempts`` incremented) or None when nothing is queued.
+    the other device; None takes any job. ``offers`` (the runner's advertisement,
+    ``kernelab.service.offers``) restricts the claim to jobs that need no benchmark and jobs of an
+    advertised benchmark whose spec fits the advertised schema: first those accepted against the
+    same schema (one statement), then, when there are none, those accepted against another schema
+    or none, checked in Python (``offers.fits``; cached per job and schema). None: any job (a
+    runner that advertises nothing). Expired leases are re-queued first. Returns the job (now
+    ``running``, ``attempts`` incremented) or None when nothing is queued.
     """
     requeue_expired(session)
-    params = {"p_runner_id": runner_id, "p_lease_s": float(lease_s), "p_device": device_type}
+    params: dict[str, Any] = {"p_runner_id": runner_id, "p_lease_s": float(lease_s), "p_device": device_type}
+    key = (device_type is not None, offers is not None)
+    if offers is not None:
+        params["p_offers"] = offers.pairs()
     row = None
     if session.get_bind().dialect.name == "postgresql":
-        row = session.execute(_TAKE_OLDEST[device_type is not None], params).one_or_none()
+        row = session.execute(_TAKE_OLDEST[key], params).one_or_none()
     else:
-        candidates = session.scalars(_CANDIDATES[device_type is not None], params).all()
-        for job_id in candidates:
-            row = session.execute(_TAKE_BY_ID, {**params, "p_job_id": job_id}).one_or_none()
-            if row is not None:
-                break
+        row = _take_first(session, session.scalars(_CANDIDATES[key], params).all(), params)
+    if row is None and offers is not None and offers.adverts:
+        fallback = session.execute(_OTHER_SCHEMA[key[0]], {**params, "p_names": sorted(offers.adverts)}).all()
+        fitting = [
+            job_id for job_id, name, spec in fallback if offers_mod.fits_cached(offers, job_id, name, spec)
+        ]
+        row = _take_first(session, fitting, params)
     if row is None:
         return None
     job = LeasedJob(*row)
     session.execute(_START_ATTEMPT, {"p_job_id": job.id, "p_attempt": job.attempts, "p_runner_id": runner_id})
     _seen(session, runner_id)
     return job
+
+
+def _take_first(session: Session, job_ids: Sequence[int], params: dict[str, Any]) -> Any:
+    """Take the first of ``job_ids`` still queued (a conditional UPDATE each); its row or None."""
+    for job_id in job_ids:
+        row = session.execute(_TAKE_BY_ID, {**params, "p_job_id": job_id}).one_or_none()
+        if row is not None:
+            return row
+    return None
 
 
 def _returning(session: Session, statement: Update) -> Job | None:
@@ -251,9 +315,14 @@ def _seen(session: Session, runner_id: int) -> None:
     session.execute(_SEEN, {"p_runner_id": runner_id})
 
 
-def claimable(session: Session, *, device_type: str | None = None, limit: int) -> int:
+def claimable(
+    session: Session, *, device_type: str | None = None, offers: Sequence[tuple[str, str]] | None = None,
+    limit: int,
+) -> int:  # fmt: skip
     """How many jobs (at most ``limit``) a claim by a runner of ``device_type`` could take now:
     queued ones and running ones whose lease has expired (a claim re-queues those first).
+    ``offers``: the runner's ``(benchmark, schema digest)`` pairs (``Offers.pairs``): only jobs
+    that need none of them or one of them count (None: every job).
 
     One indexed read of at most ``limit`` rows, cheap enough to poll a few times a second
     (``kernelab.service.queue_watch``).
@@ -261,6 +330,10 @@ def claimable(session: Session, *, device_type: str | None = None, limit: int) -
     query = select(Job.id).where((Job.status == "queued") | _IS_EXPIRED)
     if device_type is not None:
         query = query.where(Job.device.in_(("auto", device_type)))
+    if offers is not None:
+        query = query.where(
+            Job.needs_benchmark.is_(None) | tuple_(Job.needs_benchmark, Job.schema_sha256).in_(list(offers))
+        )
     return session.scalar(select(func.count()).select_from(query.limit(limit).subquery())) or 0
 
 

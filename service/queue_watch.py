@@ -29,9 +29,14 @@ from kernelab.service import queue
 log = logging.getLogger(__name__)
 
 
+WatchKey = tuple[str | None, tuple[tuple[str, str], ...] | None]
+"""What a waiting claimer can take: its device type and its advertised ``(benchmark, schema
+digest)`` pairs (None: any benchmark; ``kernelab.service.offers``)."""
+
+
 @dataclass(eq=False)
 class _Waiter:
-    device_type: str | None
+    key: WatchKey
     woken: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -59,12 +64,13 @@ class QueueWatch:
         """How many claimers wait right now."""
         return len(self._waiters)
 
-    async def wait(self, device_type: str | None, timeout_s: float) -> bool:
-        """Wait until a job a runner of ``device_type`` can run is claimable (True), or at most
-        ``timeout_s`` seconds (False). True is a hint, not a promise: another claimer may win."""
+    async def wait(self, key: WatchKey | str | None, timeout_s: float) -> bool:
+        """Wait until a job a runner of ``key`` (device type and advertised benchmarks, or a
+        device type alone: any benchmark) can run is claimable (True), or at most ``timeout_s``
+        seconds (False). True is a hint, not a promise: another claimer may win."""
         if self._closing.is_set():
             return False
-        waiter = _Waiter(device_type)
+        waiter = _Waiter(key if isinstance(key, tuple) else (key, None))
         self._waiters.append(waiter)
         if self._task is None:
             self._task = asyncio.create_task(self._poll(), name="kernelab-queue-watch")
@@ -87,13 +93,14 @@ class QueueWatch:
         if self._task is not None:
             await self._task
 
-    def _read(self, wanted: dict[str | None, int]) -> dict[str | None, int]:
-        """How many claimable jobs there are for each waiting device type, up to the number of
-        its waiters (one indexed query per device type that has waiters: at most three)."""
+    def _read(self, wanted: dict[WatchKey, int]) -> dict[WatchKey, int]:
+        """How many claimable jobs there are for each waiting key, up to the number of its
+        waiters (one indexed query per distinct key: device types times the fleet's distinct
+        advertisements, a handful)."""
         with self.factory() as session:
             return {
-                device_type: queue.claimable(session, device_type=device_type, limit=n)
-                for device_type, n in wanted.items()
+                key: queue.claimable(session, device_type=key[0], offers=key[1], limit=n)
+                for key, n in wanted.items()
             }
 
     async def _poll(self) -> None:
@@ -103,7 +110,7 @@ class QueueWatch:
                     await asyncio.wait_for(self._closing.wait(), self.poll_s)
                 if not self._waiters or self._closing.is_set():
                     break
-                wanted = Counter(w.device_type for w in self._waiters)
+                wanted = Counter(w.key for w in self._waiters)
                 try:
                     found = await run_in_threadpool(self._read, dict(wanted))
                 except SQLAlchemyError as exc:  # the database is down: waiters time out; try next tick
@@ -114,10 +121,10 @@ class QueueWatch:
         finally:
             self._task = None
 
-    def _wake(self, found: dict[str | None, int]) -> None:
-        """Wake, per device type, as many of its longest-waiting claimers as jobs were found."""
-        for device_type, n in found.items():
-            chosen = [w for w in self._waiters if w.device_type == device_type][:n]
+    def _wake(self, found: dict[WatchKey, int]) -> None:
+        """Wake, per key, as many of its longest-waiting claimers as jobs were found."""
+        for key, n in found.items():
+            chosen = [w for w in self._waiters if w.key == key][:n]
             for waiter in chosen:
                 self._waiters.remove(waiter)
                 waiter.woken.set()

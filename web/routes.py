@@ -159,11 +159,12 @@ def plotly_js() -> FileResponse:
 def jobs_page(
     request: Request,
     session: SessionDep,
+    settings: SettingsDep,
     offset: Offset = 0,
     limit: Limit = DEFAULT_LIMIT,
 ) -> HTMLResponse:
     """Jobs, newest first, with status, node and verdict counts; paginated by offset/limit."""
-    page = crud.list_jobs(session=session, offset=offset, limit=limit)
+    page = crud.list_jobs(session=session, offset=offset, limit=limit, alive_s=settings.runner_alive_s)
     return templates.TemplateResponse(
         request, "jobs.html", {"jobs": page.data, "count": page.count, "offset": offset, "limit": limit}
     )
@@ -192,7 +193,7 @@ def job_page(
     job_row = session.get(models.Job, job_id)
     if job_row is None:
         return _not_found(request, f"There is no job #{job_id}.")
-    job = crud.job_public(session=session, job=job_row)
+    job = crud.job_public(session=session, job=job_row, alive_s=settings.runner_alive_s)
     row = job_view.result_row(session=session, job_id=job_id)
     context: dict[str, Any] = {
         "job": job, "has_result": row is not None, "result_error": row.error if row else None,

@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0015_compare_tasks"
-down_revision: str | None = "0013_runner_node"
+down_revision: str | None = "0014_runner_benchmarks"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -71,8 +71,21 @@ def runner(
             "(repeatable; e.g. a server's data dir on the same machine)",
         ),
     ] = None,
+    benchmark: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--benchmark",
+            metavar="MODULE:OBJECT",
+            help="a benchmark this runner offers besides the built-ins and the installed "
+            "kernelab.benchmarks entry points (repeatable); the server routes its jobs here",
+        ),
+    ] = None,
 ) -> None:
     """Run the runner daemon: claim jobs, run them in a child process, post results.
+
+    The daemon advertises the benchmarks it offers with its claims (built-ins, entry points,
+    ``--benchmark`` refs; described in an isolated child process), and the server routes it only
+    jobs of those benchmarks (``kernelab.service.offers``).
 
     A token given as ``--token`` is moved out of the command line (any process can read
     ``/proc/PID/cmdline``): the daemon starts again with it in ``KERNELAB_TOKEN`` only, which its
@@ -91,7 +104,7 @@ def runner(
             daemon_.stop()
 
     signal.signal(signal.SIGTERM, _stop_early)
-    from kernelab.runners.daemon import RunnerDaemon, RunnerTokenMismatchError
+    from kernelab.runners.daemon import AdvertError, RunnerDaemon, RunnerTokenMismatchError
     from kernelab.runners.jobns import IsolationError, set_non_dumpable
     from kernelab.runners.revisions import AllowList, RevisionError
 
@@ -121,6 +134,7 @@ def runner(
             job_env_names=job_env or [],
             job_isolation=job_isolation,
             job_hide=job_hide or [],
+            benchmarks=benchmark or [],
         )
     except ValueError as exc:
         client.close()
@@ -136,6 +150,8 @@ def runner(
         raise fail(f"runner {name}: server unreachable: {exc}") from None
     except (RunnerTokenMismatchError, IsolationError) as exc:
         raise fail(str(exc)) from None
+    except AdvertError as exc:
+        raise fail(str(exc), EXIT_BAD_INPUT) from None
     finally:
         daemon.close()
         client.close()

@@ -13,7 +13,7 @@ the spool, failures, signals). The daemon says at start-up which isolation job c
 warns when job code could still read the token file.
 """
 
-from kernelab.runners.daemon.loop import DEFAULT_WORK_DIR, MIN_FREE_BYTES, RunnerDaemon
+from kernelab.runners.daemon.loop import DEFAULT_WORK_DIR, MIN_FREE_BYTES, AdvertError, RunnerDaemon
 from kernelab.runners.daemon.tokens import RunnerTokenMismatchError
 
-__all__ = ["DEFAULT_WORK_DIR", "MIN_FREE_BYTES", "RunnerDaemon", "RunnerTokenMismatchError"]
+__all__ = ["DEFAULT_WORK_DIR", "MIN_FREE_BYTES", "AdvertError", "RunnerDaemon", "RunnerTokenMismatchError"]

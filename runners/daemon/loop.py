@@ -35,6 +35,8 @@ import os
 import re
 import shutil
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -47,6 +49,7 @@ from kernelab.runners.client import KernelabAPIError, KernelabClient, KernelabUn
 from kernelab.runners.daemon.probe_pool import ProbePoolManager
 from kernelab.runners.daemon.supervisor import JobNotStarted, JobSupervisor, WorkerRun, stderr_tail
 from kernelab.runners.daemon.tokens import TokenStore
+from kernelab.runners.jobenv import job_env
 from kernelab.runners.redact import redact, secret_values
 from kernelab.runners.spool import (
     REFUSED_FOR_GOOD,
@@ -55,7 +58,7 @@ from kernelab.runners.spool import (
     UnreadableResultFile,
     atomic_write_text,
 )
-from kernelab.service.schemas import JobClaim, JobResult, JobSpec, NodeInfo
+from kernelab.service.schemas import JobClaim, JobResult, JobSpec, NodeInfo, RunnerAdverts
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +67,14 @@ MIN_IDLE_S = 1.0  # least time between two empty claims, against a server that d
 TOKEN_REFUSED_STATUS = frozenset({401, 403})  # a claim answered so: the daemon's token is no good
 MIN_FREE_BYTES = 64 * 2**20  # 64 MiB free in the work dir before a claim (spec, stderr, result)
 RUNNER_NAME = re.compile(r"^[A-Za-z0-9._:-]{1,200}$")  # kernelab.service.schemas.RunnerRegister.name
+
+
+ADVERT_TIMEOUT_S = 300.0  # importing every offered benchmark to describe it (RunnerDaemon.advertise)
+
+
+class AdvertError(Exception):
+    """The runner cannot say which benchmarks it offers (a ``--benchmark`` ref that does not load,
+    the child that imports them failed): it does not start claiming."""
 
 
 class RunnerDaemon:
@@ -104,6 +115,7 @@ class RunnerDaemon:
         job_env_names: Sequence[str] = (),
         job_isolation: str = "auto",
         job_hide: Sequence[Path] = (),
+        benchmarks: Sequence[str] = (),
     ):
         if not RUNNER_NAME.match(name):
             raise ValueError(f"runner name {name!r} must match {RUNNER_NAME.pattern}")
@@ -124,6 +136,9 @@ class RunnerDaemon:
             job_hide=job_hide,
         )
         self.min_free_bytes = int(min_free_bytes)
+        self.benchmark_refs = list(benchmarks)
+        self.adverts: RunnerAdverts | None = None  # made by advertise() at start-up
+        self._advert_sent = False  # the server holds self.adverts: later claims send its digest
         self.client = client
         self._given_client = client  # its token (maybe the admin's) stays a secret to redact
         self.once = once
@@ -222,6 +237,7 @@ class RunnerDaemon:
                 previous[sig] = signal.signal(sig, self._on_signal)
         try:
             self.supervisor.check_isolation()
+            self.advertise()
             self.ensure_token()
             log.info("runner %s: serving %s (once=%s)", self.name, self.client.base_url, self.once)
             self._loop()
@@ -259,7 +275,7 @@ class RunnerDaemon:
                 self.supervisor.reprobe = None
             started = time.monotonic()
             try:
-                claim = self.client.claim(wait_s=0.0 if self.once else self.poll_s, lease_s=self.lease_s)
+                claim = self._claim()
             except (KernelabUnavailable, KernelabAPIError) as exc:
                 refused = isinstance(exc, KernelabAPIError) and exc.status_code in TOKEN_REFUSED_STATUS
                 if refused or self.once:
@@ -418,6 +434,59 @@ class RunnerDaemon:
         log.info("runner %s: job %d result stored as %d%s", self.name, accepted.job_id,
                  accepted.result_id, " (duplicate)" if accepted.duplicate else "")  # fmt: skip
         return "stored"
+
+    def advertise(self) -> RunnerAdverts:
+        """Describe the benchmarks this runner offers (``kernelab.runners.adverts``): built-ins,
+        installed entry points and ``benchmarks`` (the ``--benchmark`` refs), imported in a child
+        process isolated as a job is (allow-listed environment, private namespace when jobs get
+        one), so no benchmark module's import-time code runs in the daemon, which holds the
+        token. Raises ``AdvertError`` naming the ref when one does not load or the child fails."""
+        if self.adverts is not None:
+            return self.adverts
+        scratch = self.work_dir / "adverts"
+        scratch.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-P", "-m", "kernelab.runners.adverts", "--print", *self.benchmark_refs]
+        try:
+            env = job_env({}, names=self.supervisor.job_env_names)
+            done = subprocess.run(self.supervisor.job_command(cmd, scratch), capture_output=True, text=True,
+                                  cwd=scratch, timeout=ADVERT_TIMEOUT_S, env=env)  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise AdvertError(
+                f"runner {self.name}: the benchmarks it offers cannot be listed: {exc}"
+            ) from exc
+        if done.returncode != 0:
+            why = self._clean(
+                done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"
+            )
+            raise AdvertError(f"runner {self.name}: the benchmarks it offers cannot be listed: {why}")
+        try:
+            self.adverts = RunnerAdverts.model_validate_json(done.stdout)
+        except ValidationError as exc:
+            raise AdvertError(f"runner {self.name}: its advertisement is invalid: {exc}") from exc
+        names = sorted({a.names[0] for a in self.adverts.benchmarks})
+        log.info("runner %s: offers %d benchmarks: %s", self.name, len(names), ", ".join(names))
+        return self.adverts
+
+    def _claim(self) -> JobClaim | None:
+        """One claim, carrying the advertisement whole until the server holds it, then its digest;
+        a 409 ``advert_required`` (the server lost it: a new database, a re-registration) sends it
+        whole again at once."""
+        wait_s = 0.0 if self.once else self.poll_s
+        adverts = self.adverts
+        if adverts is None:
+            return self.client.claim(wait_s=wait_s, lease_s=self.lease_s)
+        if self._advert_sent:
+            try:
+                return self.client.claim(
+                    wait_s=wait_s, lease_s=self.lease_s, benchmarks_sha256=adverts.sha256
+                )
+            except KernelabAPIError as exc:
+                if exc.status_code != 409:
+                    raise
+                self._advert_sent = False
+        claim = self.client.claim(wait_s=wait_s, lease_s=self.lease_s, benchmarks=adverts)
+        self._advert_sent = True
+        return claim
 
     # ---------------------------------------------------------------------------------------------
     # one job

@@ -49,7 +49,8 @@ M = TypeVar("M", bound=BaseModel)
 
 
 class SpecInvalidError(Exception):
-    """A job spec that parsed but that its benchmark rejects (``kernelab.kernels.validate_spec`` errors)."""
+    """A job spec that parsed but that its benchmark rejects (``kernelab.service.offers.check_spec``
+    errors)."""
 
     def __init__(self, errors: Sequence[dict[str, Any]]):
         super().__init__("; ".join(str(e.get("msg", "")) for e in errors))

@@ -113,7 +113,13 @@ class Settings(BaseSettings):
     )
     public_metrics: bool = Field(default=False, description="serve /metrics without a token")
     runner_alive_s: float = Field(
-        default=300.0, gt=0, description="a runner seen within this many seconds counts as alive (/metrics)"
+        default=300.0,
+        gt=0,
+        description="a runner seen within this many seconds counts as alive (/metrics, a job's waiting_for)",
+    )
+    require_offered_benchmark: bool = Field(
+        default=False,
+        description="refuse (422 on benchmark) a job whose benchmark no runner advertised, not queue it",
     )
     # Node health (kernelab.service.health): where a probe figure leaves the node's / the fleet's band.
     health_copy_min_fraction: float = Field(

@@ -33,7 +33,7 @@ with warnings.catch_warnings():
 
 TABLES = {
     "tokens", "runners", "jobs", "job_attempts", "results", "cells", "sample_blocks", "probe_reports",
-    "probe_readings", "health_judgements", "history_points", "compare_tasks",
+    "probe_readings", "health_judgements", "history_points", "compare_tasks", "runner_benchmarks",
 }  # fmt: skip
 
 
@@ -207,7 +207,12 @@ def test_stored_timestamps_become_aware_utc(db_url: str) -> None:
             page = client.get("/nodes/node-a", headers=headers)
             assert page.status_code == 200 and "2026-01-02 02:00:00 UTC" in page.text
         downgrade(db_url, "0011_verdict_rules")
-        assert _tables(db_url) == TABLES - {"health_judgements", "history_points", "compare_tasks"}
+        assert _tables(db_url) == TABLES - {
+            "health_judgements",
+            "history_points",
+            "compare_tasks",
+            "runner_benchmarks",
+        }
     finally:
         engine.dispose()
 

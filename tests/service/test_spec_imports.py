@@ -1,10 +1,12 @@
-"""The attack: resolving a spec's ``benchmark`` imported any module the server or
-the CLI could reach and ran it: ``venv.__main__:X`` on ``POST /jobs`` ran venv's ``main()``, whose
-``SystemExit`` was a 500; ``kernelab validate`` with it created a virtualenv.
+"""Resolving a spec's ``benchmark`` imports the module it names: ``venv.__main__:X`` ran venv's
+``main()``, whose ``SystemExit`` was a 500; ``kernelab validate`` with it created a virtualenv.
 
-Now a ``__main__`` module or one of the standard library is refused by form (nothing imported), and
-any ``BaseException`` but ``KeyboardInterrupt`` of an import or a constructor is a 422 naming
-``benchmark`` / a ``FILE:LINE`` message with exit status 2.
+A ``__main__`` module or one of the standard library is refused by form (nothing imported: a 422
+naming ``benchmark`` on the server too). The server imports no benchmark at all: a reference no
+runner advertises is queued and waits (``kernelab.service.offers``), never imported. Where
+benchmarks are imported (``kernelab validate``, the runner), any ``BaseException`` but
+``KeyboardInterrupt`` of an import or a constructor is an error naming ``benchmark`` / a
+``FILE:LINE`` message with exit status 2.
 """
 
 from __future__ import annotations
@@ -70,8 +72,6 @@ def _benchmark_error(api: Any, ref: str) -> str:
 @pytest.mark.parametrize(
     ("ref", "fragment"),
     [
-        ("kl_exits:Bench", "cannot import module 'kl_exits': SystemExit: 3"),
-        ("kl_ctor_exits:Bench", "cannot be constructed: SystemExit: constructed"),
         ("kl_prog.__main__:X", "'__main__' module"),
         ("venv.__main__:X", "'__main__' module"),
         ("kl_prog.__main__.x:X", "'__main__' module"),
@@ -79,7 +79,7 @@ def _benchmark_error(api: Any, ref: str) -> str:
         ("antigravity:x", "standard library ('antigravity')"),
     ],
 )
-def test_a_benchmark_that_exits_or_is_a_program_is_a_422_on_benchmark(
+def test_a_benchmark_that_is_a_program_is_a_422_on_benchmark(
     api,
     programs: Path,
     ref: str,
@@ -88,6 +88,32 @@ def test_a_benchmark_that_exits_or_is_a_program_is_a_422_on_benchmark(
     assert fragment in _benchmark_error(api, ref)
     assert not programs.exists()  # the __main__ module never ran
     assert api.client.get("/healthz").status_code == 200  # the server is still there
+
+
+@pytest.mark.parametrize("ref", ["kl_exits:Bench", "kl_ctor_exits:Bench"])
+def test_the_server_queues_a_benchmark_that_exits_without_importing_it(api, programs: Path, ref: str) -> None:  # type: ignore[no-untyped-def]
+    r = api.client.post("/api/v1/jobs", json=spec_dict(benchmark=ref), headers=api.admin)
+    assert r.status_code == 201 and "no live runner advertises it" in r.json()["waiting_for"]
+    assert ref.partition(":")[0] not in sys.modules
+    assert api.client.get("/healthz").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("ref", "fragment"),
+    [
+        ("kl_exits:Bench", "cannot import module 'kl_exits': SystemExit: 3"),
+        ("kl_ctor_exits:Bench", "cannot be constructed: SystemExit: constructed"),
+    ],
+)
+def test_where_benchmarks_are_imported_one_that_exits_is_an_error_on_benchmark(
+    programs: Path, ref: str, fragment: str
+) -> None:
+    from kernelab.kernels import validate_spec
+    from kernelab.service.schemas import JobSpec
+
+    errors = validate_spec(JobSpec.model_validate(spec_dict(benchmark=ref, baseline={"variant": "a"},
+                                                            candidate={"variant": "b"})))  # fmt: skip
+    assert [e["loc"] for e in errors] == [("benchmark",)] and fragment in errors[0]["msg"]
 
 
 def test_load_object_refuses_programs_without_importing_them(programs: Path) -> None:

@@ -9,8 +9,7 @@ from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from fastapi.responses import PlainTextResponse, StreamingResponse
 from sqlalchemy.orm import Session
 
-from kernelab.kernels import validate_spec
-from kernelab.service import crud, queue, sample_export
+from kernelab.service import crud, offers, queue, sample_export
 from kernelab.service.api.deps import (
     DEFAULT_LIMIT,
     AdminToken,
@@ -47,14 +46,29 @@ MAX_SAMPLE_PAGE = 1_000_000  # largest ?limit= of /jobs/{id}/samples
 def submit_job(
     spec: JobSpecBody, principal: SubmitToken, session: SessionDep, settings: SettingsDep
 ) -> JobPublic:
-    """Validate ``spec`` against its benchmark and queue it (422 naming the field if invalid; a
-    side's ``source.repo`` in a refused form too: ``kernelab.service.repo_address``; 413 for a body over
-    ``KERNELAB_MAX_SPEC_BYTES``, decoded in a worker thread: ``kernelab.service.api.spec_body``)."""
-    errors = source_errors({"baseline": spec.baseline, "candidate": spec.candidate}) or validate_spec(spec)
-    if errors:
-        raise SpecInvalidError(errors)
-    job = queue.submit(session, spec, max_attempts=settings.max_attempts, submitted_by=principal.token_id)
-    return crud.job_public(session=session, job=job)
+    """Validate ``spec`` against its benchmark's advertised schema and queue it (422 naming the
+    field if invalid; a side's ``source.repo`` in a refused form too:
+    ``kernelab.service.repo_address``; 413 for a body over ``KERNELAB_MAX_SPEC_BYTES``, decoded in
+    a worker thread: ``kernelab.service.api.spec_body``).
+
+    Nothing is imported: the schema is the one runners advertise, or the one that ships with the
+    server for a built-in (``kernelab.service.offers.check_spec``). A benchmark no runner
+    advertised is queued and waits (``waiting_for`` says so), or is a 422 on ``benchmark`` with
+    ``KERNELAB_REQUIRE_OFFERED_BENCHMARK=true``."""
+    errors = source_errors({"baseline": spec.baseline, "candidate": spec.candidate})
+    accepted = (
+        None
+        if errors
+        else offers.check_spec(session, spec, require_offered=settings.require_offered_benchmark)
+    )
+    if errors or (accepted is not None and accepted.errors):
+        raise SpecInvalidError(errors or (accepted.errors if accepted is not None else []))
+    assert accepted is not None
+    job = queue.submit(
+        session, spec, max_attempts=settings.max_attempts, submitted_by=principal.token_id,
+        needs_benchmark=accepted.needs_benchmark, schema_sha256=accepted.schema_sha256,
+    )  # fmt: skip
+    return crud.job_public(session=session, job=job, alive_s=settings.runner_alive_s)
 
 
 router.add_api_route("", submit_job, methods=["POST"], status_code=status.HTTP_201_CREATED,
@@ -67,6 +81,7 @@ def list_jobs(
     response: Response,
     _: ReadToken,
     session: SessionDep,
+    settings: SettingsDep,
     offset: Offset = 0,
     limit: Limit = DEFAULT_LIMIT,
     status: JobStatus | None = None,
@@ -74,15 +89,18 @@ def list_jobs(
 ) -> JobsPage:
     """Jobs, newest first, optionally filtered by status and benchmark. Headers ``X-Total-Count``
     and, while jobs remain, ``Link: <...>; rel="next"``."""
-    page = crud.list_jobs(session=session, offset=offset, limit=limit, status=status, benchmark=benchmark)
+    page = crud.list_jobs(session=session, offset=offset, limit=limit, status=status, benchmark=benchmark,
+                          alive_s=settings.runner_alive_s)  # fmt: skip
     response.headers.update(page_headers(request, total=page.count, offset=offset, limit=limit))
     return page
 
 
 @router.get("/{job_id}")
-def get_job(job_id: JobId, _: ReadToken, session: SessionDep) -> JobPublic:
-    """One job (404 if unknown)."""
-    return crud.job_public(session=session, job=queue.get_job(session, job_id))
+def get_job(job_id: JobId, _: ReadToken, session: SessionDep, settings: SettingsDep) -> JobPublic:
+    """One job (404 if unknown); ``waiting_for`` says why a queued job no live runner can take waits."""
+    return crud.job_public(
+        session=session, job=queue.get_job(session, job_id), alive_s=settings.runner_alive_s
+    )
 
 
 @router.get("/{job_id}/attempts")

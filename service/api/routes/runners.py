@@ -13,17 +13,17 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import APIRouter, FastAPI, Request, Response, status
+from fastapi import APIRouter, FastAPI, HTTPException, Request, Response, status
 from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from kernelab.service import crud, queue
+from kernelab.service import crud, offers, queue
 from kernelab.service.api.deps import AdminToken, JobId, RunnerCallDep, SessionDep
 from kernelab.service.auth import Principal
 from kernelab.service.core.config import Settings
 from kernelab.service.models import Runner
-from kernelab.service.queue_watch import QueueWatch
+from kernelab.service.queue_watch import QueueWatch, WatchKey
 from kernelab.service.schemas import (
     STORED,
     ClaimRequest,
@@ -85,7 +85,9 @@ def _runner_id(principal: Principal) -> int:
 _MAX_REFUSED_PER_CLAIM = 16  # jobs failed for an outdated spec in one claim attempt, at most
 
 
-def _try_claim(session: Session, runner_id: int, device_type: str | None, lease_s: float) -> JobClaim | None:
+def _try_claim(
+    session: Session, runner_id: int, device_type: str | None, lease_s: float, routed: offers.Offers | None
+) -> JobClaim | None:
     """One claim attempt in ``session`` (expired leases are re-queued too); the caller commits.
 
     A job whose stored spec (from an older version) breaks a bound the door applies today
@@ -93,7 +95,9 @@ def _try_claim(session: Session, runner_id: int, device_type: str | None, lease_
     out: every cell would fail on the runner, or the runner could not read it. It is ``failed``
     at once with the reason, and the next job is tried."""
     for _ in range(_MAX_REFUSED_PER_CLAIM):
-        job = queue.claim(session, runner_id=runner_id, lease_s=lease_s, device_type=device_type)
+        job = queue.claim(
+            session, runner_id=runner_id, lease_s=lease_s, device_type=device_type, offers=routed
+        )
         if job is None:
             return None
         try:
@@ -128,6 +132,11 @@ async def claim(body: ClaimRequest, call: RunnerCallDep, request: Request) -> Jo
     """Claim the oldest queued job this runner's device can run, waiting up to ``wait_s``
     seconds (capped by ``KERNELAB_CLAIM_WAIT_MAX_S``) for one. 200 ``JobClaim`` or 204.
 
+    With ``benchmarks`` (or its digest) only jobs of advertised benchmarks whose spec fits the
+    advertised schema, and jobs whose code comes from revisions, are routed here
+    (``kernelab.service.offers``); a digest the server does not hold is a 409
+    ``advert_required`` naming ``benchmarks``; an invalid advertisement a 422 naming the field.
+
     The lease is ``lease_s`` seconds (``KERNELAB_LEASE_S`` when the body does not set it). The
     first attempt runs at once; then the claim waits in this process's ``QueueWatch``, which
     reads the queue every ``KERNELAB_CLAIM_POLL_S`` seconds for all waiting claims together and
@@ -139,19 +148,27 @@ async def claim(body: ClaimRequest, call: RunnerCallDep, request: Request) -> Jo
     lease_s = body.lease_s if "lease_s" in body.model_fields_set else settings.lease_s
     deadline = time.monotonic() + min(body.wait_s, settings.claim_wait_max_s)
 
-    def attempt(session: Session, principal: Principal) -> tuple[str | None, JobClaim | None]:
-        claimed = _try_claim(session, _runner_id(principal), principal.device_type, lease_s)
-        return principal.device_type, claimed
+    def attempt(session: Session, principal: Principal) -> tuple[WatchKey, JobClaim | None]:
+        runner_id = _runner_id(principal)
+        try:
+            routed = offers.record(
+                session, runner_id=runner_id, stored_sha256=principal.benchmarks_sha256, body=body
+            )
+        except offers.AdvertRequiredError as exc:
+            detail = [{"loc": ["body", "benchmarks"], "msg": str(exc), "type": "advert_required"}]
+            raise HTTPException(status.HTTP_409_CONFLICT, detail) from None
+        claimed = _try_claim(session, runner_id, principal.device_type, lease_s, routed)
+        return (principal.device_type, None if routed is None else tuple(routed.pairs())), claimed
 
-    device_type, claimed = await call.run(attempt)
+    key, claimed = await call.run(attempt)
     watch = queue_watch(request)
     while claimed is None:
         remaining = deadline - time.monotonic()
-        if remaining <= 0 or not await watch.wait(device_type, remaining):
+        if remaining <= 0 or not await watch.wait(key, remaining):
             return Response(status_code=status.HTTP_204_NO_CONTENT)
         if await request.is_disconnected():  # nobody would run the job: leave it queued
             return Response(status_code=status.HTTP_204_NO_CONTENT)
-        device_type, claimed = await call.run(attempt)  # the token again: revoked meanwhile -> 401
+        key, claimed = await call.run(attempt)  # the token again: revoked meanwhile -> 401
     return claimed
 
 
