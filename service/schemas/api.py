@@ -1,0 +1,91 @@
+"""REST payloads of ``/api/v1`` (jobs, attempts, runners, leases)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import (
+    BaseModel,
+    Field,
+)
+
+from kernelab.service.schemas.result_job import NodeInfo
+from kernelab.service.schemas.spec import JobSpec
+from kernelab.service.schemas.types import JobStatus, Text, UtcDatetime, _Strict
+
+# API payloads
+# --------------------------------------------------------------------------------------------------
+
+
+class JobPublic(BaseModel):
+    id: int
+    name: str
+    benchmark: str
+    status: JobStatus
+    spec: JobSpec
+    attempts: int
+    max_attempts: int
+    created_at: UtcDatetime
+    started_at: UtcDatetime | None = None
+    finished_at: UtcDatetime | None = None
+    node: str | None = None
+    error: str | None = None
+    summary: dict[str, int] = Field(default_factory=dict)
+    comparison_status: Literal["none", "comparing", "ready", "failed"] = Field(
+        default="none",
+        description="the comparison of the job's result: none (no result), comparing (queued for or "
+        "being computed by a compare worker), ready (GET /jobs/{id}/comparison answers it), failed",
+    )
+    comparison_error: str | None = Field(default=None, description="why the comparison failed")
+    waiting_for: str | None = Field(
+        default=None,
+        description="set while the job is queued and no live runner advertises its benchmark: why it waits",
+    )
+
+
+class JobsPage(BaseModel):
+    data: list[JobPublic]
+    count: int
+
+
+AttemptOutcome = Literal["running", "succeeded", "failed", "expired", "cancelled"]
+"""How one claim of a job ended (``models.ATTEMPT_OUTCOMES``); ``running`` while it holds the lease."""
+
+
+class AttemptPublic(BaseModel):
+    """One claim of a job by a runner (a row of ``job_attempts``)."""
+
+    attempt: int = Field(description="1 for the first claim, counting up")
+    runner: str | None = Field(default=None, description="runner name; null if the runner was deleted")
+    claimed_at: UtcDatetime
+    ended_at: UtcDatetime | None = None
+    outcome: AttemptOutcome
+    error: str | None = None
+
+
+class AttemptsPage(BaseModel):
+    data: list[AttemptPublic]
+    count: int
+
+
+class RunnerRegister(_Strict):
+    name: Annotated[Text, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:-]+$")]
+    node: NodeInfo | None = None
+
+
+class RunnerRegistered(BaseModel):
+    runner_id: int
+    name: Text
+    token: Text = Field(description="per-runner bearer token; shown once, stored hashed")
+
+
+class RunnerIdentity(BaseModel):
+    """``GET /runners/me``: the runner a runner token belongs to and the node it is bound to
+    (None: not bound yet; ``kernelab.service.runner_identity``)."""
+
+    runner_id: int
+    name: Text
+    node_name: Text | None = None
+
+
+# --------------------------------------------------------------------------------------------------

@@ -1,0 +1,99 @@
+"""Statistics of a result, computed by ``kernelab.service.stats`` (``Comparison``)."""
+
+from __future__ import annotations
+
+from pydantic import (
+    BaseModel,
+    Field,
+)
+
+from kernelab.service.samples import (
+    Variant,
+)
+from kernelab.service.schemas.probes import ProbeReport
+from kernelab.service.schemas.result import CorrectnessResult, Reason, StaticComparison, TimedCheck
+from kernelab.service.schemas.result_job import NodeInfo
+from kernelab.service.schemas.types import Flag, ParamValue, TimingVerdict, Verdict
+
+# Statistics (computed by kernelab.service.stats from a JobResult)
+# --------------------------------------------------------------------------------------------------
+
+
+class VariantStats(BaseModel):
+    """Robust summary of one variant's kept samples, nanoseconds per launch."""
+
+    n: int
+    dropped_throttled: int = 0
+    median_ns: float | None = None
+    min_ns: float | None = None
+    q1_ns: float | None = None
+    q3_ns: float | None = None
+    iqr_ns: float | None = None
+    mean_ns: float | None = None
+
+
+class CellComparison(BaseModel):
+    """Before/after for one cell: ratio = candidate median / baseline median (< 1 is faster)."""
+
+    index: int
+    params: dict[str, ParamValue]
+    label: str
+    baseline: VariantStats
+    candidate: VariantStats
+    ratio: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    delta_pct: float | None = Field(default=None, description="(ratio - 1) * 100")
+    hl_shift_ns: float | None = Field(default=None, description="Hodges-Lehmann candidate - baseline")
+    hl_ci_low_ns: float | None = None
+    hl_ci_high_ns: float | None = None
+    p_value: float | None = Field(default=None, description="Mann-Whitney U, two-sided")
+    p_adjusted: float | None = Field(default=None, description="Benjamini-Hochberg over the sweep")
+    mde_pct: float | None = Field(default=None, description="minimum detectable effect, percent")
+    verdict: Verdict
+    timing_verdict: TimingVerdict | None = Field(
+        default=None,
+        description="what the timing alone says; the verdict outranks it (kernelab.service.verdicts)",
+    )
+    reasons: list[Reason] = Field(
+        default_factory=list,
+        description=(
+            "why the verdict is what it is, deciding reason first (kernelab.service.verdicts.REASONS)"
+        ),
+    )
+    flags: list[Flag] = Field(default_factory=list)
+    correctness: dict[Variant, CorrectnessResult] = Field(default_factory=dict)
+    timed_checks: dict[Variant, list[TimedCheck]] = Field(default_factory=dict)
+    throughput: dict[str, float] = Field(default_factory=dict, description="e.g. candidate_tflops")
+    error: str | None = None
+    static: StaticComparison | None = None
+    timers: dict[Variant, str] = Field(default_factory=dict, description="timer kind per variant")
+
+
+class Comparison(BaseModel):
+    """A job's before/after comparison, as JSON (``GET /api/v1/jobs/{id}/comparison``)."""
+
+    job_id: int | None = None
+    name: str = ""
+    benchmark: str
+    baseline_label: str
+    candidate_label: str
+    threshold_pct: float
+    timer: str
+    node: NodeInfo
+    cells: list[CellComparison]
+    probes: list[ProbeReport] = Field(default_factory=list)
+    flags: list[Flag] = Field(default_factory=list, description="job-level flags")
+    summary: dict[str, int] = Field(default_factory=dict, description="verdict -> count")
+    notes: list[str] = Field(default_factory=list, description="e.g. why the result is excluded")
+    reasons: list[Reason] = Field(
+        default_factory=list, description="job-level findings (e.g. the node changed during the job)"
+    )
+    method_version: int = Field(
+        default=1,
+        description="version of the verdict rules that computed this comparison "
+        "(kernelab.service.verdicts.METHOD_VERSION); a stored comparison of an older version is recomputed",
+    )
+
+
+# --------------------------------------------------------------------------------------------------

@@ -1,0 +1,298 @@
+"""Results and their samples: what a runner posts (``JobResult``, ``CellResult``, checks)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar, Literal
+
+from pydantic import (
+    Field,
+    model_validator,
+)
+
+from kernelab.service.samples import (
+    SampleColumns,
+    Variant,
+    empty_samples,
+)
+from kernelab.service.schemas.types import JsonObject, ParamValue, Severity, Text, _Posted
+
+# Results (what a runner posts)
+# --------------------------------------------------------------------------------------------------
+
+
+class Work(_Posted):
+    """Work one launch does, declared by the benchmark: used for throughput and plausibility.
+    Finite JSON numbers >= 0 (``true``, ``"1e3"``, NaN: 422)."""
+
+    flops: float = Field(default=0.0, ge=0, strict=True)
+    bytes_read: float = Field(default=0.0, ge=0, strict=True)
+    bytes_written: float = Field(default=0.0, ge=0, strict=True)
+
+
+class _Metrics(_Posted):
+    """Base of the correctness checks' results: a metric posted as NaN or +-Infinity (a norm of an
+    output full of NaN, an overflowing difference) is stored as None, and its field name is listed
+    in ``nonfinite_metrics``; ``kernelab.service.verdicts`` tells it with the reason ``metric-not-finite``.
+    The number describes a broken output, which is the measurement: refusing it would lose the
+    result of the very kernel it condemns. Fields listed in ``_NULLABLE`` get this treatment; any
+    other non-finite float is refused (``_Posted``)."""
+
+    _NULLABLE: ClassVar[tuple[str, ...]] = ()
+
+    nonfinite_metrics: list[Text] = Field(
+        default_factory=list, description="metrics posted as NaN or Infinity, stored as null"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nonfinite_to_null(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        bad = [k for k in cls._NULLABLE if isinstance(v := data.get(k), float) and not math.isfinite(v)]
+        if not bad:
+            return data
+        listed = data.get("nonfinite_metrics") or []
+        return {**data, **dict.fromkeys(bad, None),
+                "nonfinite_metrics": list(dict.fromkeys([*listed, *bad]))}  # fmt: skip
+
+
+class CorrectnessResult(_Metrics):
+    """One variant's output compared with the reference (float64)."""
+
+    _NULLABLE = ("rel_error", "max_abs_error", "cosine_similarity", "rtol", "atol")
+
+    passed: bool
+    rel_error: float | None = Field(default=None, description="||out-ref|| / ||ref||")
+    max_abs_error: float | None = None
+    cosine_similarity: float | None = None
+    rtol: float | None = None
+    atol: float | None = None
+    nonfinite: int = Field(default=0, ge=0, description="NaN/Inf elements in the output")
+    dtype: Text | None = Field(default=None, description="the output's dtype, e.g. 'float32'")
+    message: Text = ""
+    # Results of kernelab.runners.checks; None where the check did not run.
+    where: Text = Field(default="", description="bad elements in the output's logical coordinates")
+    repeats: RepeatCheck | None = None
+    determinism: DeterminismCheck | None = None
+    batch_invariance: BatchInvarianceCheck | None = None
+    vs_baseline: BitwiseComparison | None = Field(
+        default=None, description="candidate only: bitwise comparison with the baseline's output"
+    )
+
+
+class RepeatCheck(_Metrics):
+    """``runs`` poisoned runs against the reference: how often and how the failure shows."""
+
+    _NULLABLE = ("worst_rel_error", "worst_max_abs_error", "bad_set_jaccard")
+
+    runs: int = Field(ge=0)
+    inputs: Literal["fixed", "fresh"] = "fixed"
+    failures: int = Field(default=0, ge=0)
+    worst_rel_error: float | None = None
+    worst_max_abs_error: float | None = None
+    failure_errors_identical: bool | None = Field(
+        default=None, description="True: every failure had the same rel. error and bad elements (a clobber)"
+    )
+    bad_set_jaccard: float | None = Field(
+        default=None, description="mean Jaccard of consecutive failures' bad-element sets (fixed inputs)"
+    )
+    where: Text = ""
+
+
+class DeterminismCheck(_Metrics):
+    """``runs`` runs on the same inputs compared bitwise with the first run."""
+
+    _NULLABLE = ("max_abs_difference", "bad_set_jaccard")
+
+    runs: int = Field(ge=0)
+    deterministic: bool
+    differing_runs: int = Field(default=0, ge=0, description="runs whose bytes differ from run 0")
+    max_differing_elements: int = Field(default=0, ge=0)
+    max_abs_difference: float | None = None
+    bad_set_jaccard: float | None = Field(
+        default=None, description="mean Jaccard of consecutive differing runs' element sets (1: fixed)"
+    )
+    where: Text = ""
+
+
+class BatchInvarianceCheck(_Metrics):
+    """Rows computed alone, in a small batch and in the full batch, compared bitwise."""
+
+    _NULLABLE = ("max_abs_difference",)
+
+    batch_rows: int = Field(ge=0, description="rows of the full batch")
+    rows_checked: int = Field(ge=0)
+    invariant: bool
+    mismatched_rows: dict[Text, int] = Field(
+        default_factory=dict, description="'alone' / 'small' -> rows not bitwise equal to the full batch"
+    )
+    mismatched_elements: int = Field(default=0, ge=0)
+    max_abs_difference: float | None = None
+    message: Text = ""
+
+
+class BitwiseComparison(_Metrics):
+    """Two outputs of one shape compared byte for byte."""
+
+    _NULLABLE = ("max_abs_difference",)
+
+    identical: bool
+    differing_elements: int = Field(default=0, ge=0)
+    max_abs_difference: float | None = None
+    where: Text = ""
+
+
+class ContentionReading(_Posted):
+    """Who else used the GPU, read at one moment of a cell's measurement (NVML).
+
+    ``processes``: one entry per process seen on the GPU (compute processes and processes with
+    SM-utilisation samples since the previous reading): ``{"pid", "own", "used_memory_bytes",
+    "sm_util_pct"}``, ``own`` True for the measuring process, values None where NVML refuses.
+    """
+
+    round: int = Field(ge=0, description="rounds completed when read")
+    processes: list[JsonObject] = Field(default_factory=list)
+
+
+class Reason(_Posted):
+    """Why a verdict or a number is what it is: a machine-readable ``code`` (the catalogue is
+    ``kernelab.service.verdicts.REASONS``), one sentence for a person, the side it concerns (None: the cell
+    or job) and a severity (``error``: decides the verdict; ``warning``/``info``: told, not
+    decisive). The shape of nvbench_compare's ``DecisionReason``."""
+
+    code: Text = Field(min_length=1, max_length=64, pattern=r"^[a-z0-9-]+$")
+    message: Text = Field(max_length=2_000)
+    side: Variant | None = None
+    severity: Severity = "error"
+
+
+class TimedCheck(_Posted):
+    """One checked sample of one side: the output of the timed method, verified.
+
+    The runner refills the inputs in place with fresh values (``seed``), poisons the output,
+    takes one sample exactly as the timing does (``timer``: a CUDA-graph replay, a CUDA-event
+    window, a ``perf_counter`` window), and checks what came out: the output at the window's end
+    against the reference, the output at rest against the output at the window's end (work that
+    ran on after the window), the inputs' fingerprint before and after (a call that modified its
+    inputs), threads the call left running, device work still queued after the window.
+    ``findings`` holds the failures as ``Reason`` codes (``kernelab.service.verdicts.REASONS``).
+    """
+
+    timer: Text = Field(max_length=64)
+    round: int = Field(ge=0, description="rounds completed when the check ran")
+    seed: int = Field(ge=0)
+    launches: int = Field(default=1, ge=1)
+    duration_ns: float | None = Field(default=None, ge=0, allow_inf_nan=False, description="ns per launch")
+    passed: bool
+    correctness: CorrectnessResult | None = None
+    findings: list[Reason] = Field(default_factory=list)
+
+
+StaticVerdict = Literal["identical", "different", "only-baseline", "only-candidate"]
+
+
+class KernelLoopStats(_Posted):
+    """An innermost loop of a kernel's machine code: byte offsets (SASS) or instruction indices."""
+
+    start_offset: int = Field(ge=0)
+    end_offset: int = Field(ge=0)
+    instructions: int = Field(ge=0)
+    by_class: dict[Text, int] = Field(default_factory=dict)
+
+
+class KernelStatic(_Posted):
+    """Static metrics of one compiled kernel (``kernelab.runners.static_metrics``).
+
+    ``isa``: ``sass`` (from the cubin with nvdisasm/cuobjdump) or ``ptx`` (fallback: no registers).
+    ``spill_stores``/``spill_loads`` count local-memory store/load instructions (``STL``/``LDL``);
+    ``stack_bytes`` is local memory per thread; ``shared_bytes`` static + dynamic per block;
+    occupancy is the CUDA Occupancy Calculator's, from registers, shared memory and warps.
+    ``code_sha256`` digests the machine code (encodings; no names, no absolute addresses).
+    """
+
+    name: Text
+    isa: Literal["sass", "ptx", "amdgcn"]
+    target: Text
+    num_warps: int | None = None
+    num_stages: int | None = None
+    registers: int | None = Field(default=None, ge=0, description="per thread")
+    spill_stores: int | None = Field(default=None, ge=0)
+    spill_loads: int | None = Field(default=None, ge=0)
+    stack_bytes: int | None = Field(default=None, ge=0, description="local memory per thread")
+    shared_bytes: int | None = Field(default=None, ge=0, description="per block")
+    occupancy_blocks_per_sm: int | None = Field(default=None, ge=0)
+    occupancy_pct: float | None = Field(default=None, ge=0, le=100)
+    instructions: int = Field(ge=0)
+    predicated: int = Field(default=0, ge=0, description="instructions under a guard predicate")
+    by_class: dict[Text, int] = Field(default_factory=dict)
+    by_opcode: dict[Text, int] = Field(default_factory=dict)
+    loops: list[KernelLoopStats] = Field(default_factory=list, description="innermost loops")
+    code_sha256: Text = ""
+
+
+class StaticChange(_Posted):
+    """Instructions added (``+``) or removed (``-``) by the candidate, per opcode and code region
+    (``prologue``, ``loop``, ``epilogue``, ``between`` loops, ``body`` when loop-free)."""
+
+    sign: Literal["+", "-"]
+    opcode: Text
+    count: int = Field(ge=1)
+    region: Text
+
+
+class KernelDiff(_Posted):
+    """Baseline vs candidate for one kernel: deltas are candidate - baseline."""
+
+    name: Text
+    verdict: StaticVerdict
+    baseline: KernelStatic | None = None
+    candidate: KernelStatic | None = None
+    class_delta: dict[Text, int] = Field(default_factory=dict)
+    opcode_delta: dict[Text, int] = Field(default_factory=dict)
+    resource_delta: dict[Text, float] = Field(default_factory=dict)
+    changes: list[StaticChange] = Field(default_factory=list)
+    summary: Text = ""
+
+
+class StaticComparison(_Posted):
+    """Static comparison of one cell's kernels; ``identical`` when every kernel's code is equal."""
+
+    target: Text = ""
+    verdict: Literal["identical", "different"] | None = None
+    kernels: list[KernelDiff] = Field(default_factory=list)
+    error: Text | None = None
+
+
+class CellResult(_Posted):
+    """All raw data measured for one sweep cell."""
+
+    index: int = Field(ge=0)
+    params: dict[Text, ParamValue]
+    baseline_params: dict[Text, ParamValue] = Field(default_factory=dict)
+    candidate_params: dict[Text, ParamValue] = Field(default_factory=dict)
+    work: dict[Variant, Work] = Field(default_factory=dict)
+    samples: SampleColumns = Field(
+        default_factory=empty_samples,
+        description="raw samples: base64 columns (the JSON-list columns and the row form are accepted)",
+    )
+    correctness: dict[Variant, CorrectnessResult] = Field(default_factory=dict)
+    error: Text | None = Field(default=None, description="set when the cell could not be measured")
+    timers: dict[Variant, Text] = Field(
+        default_factory=dict, description="timer that measured each variant (a graph fallback shows)"
+    )
+    contention: list[ContentionReading] = Field(default_factory=list)
+    static: StaticComparison | None = None
+    timed_checks: dict[Variant, list[TimedCheck]] = Field(
+        default_factory=dict, description="checked samples through the timer, per side"
+    )
+    findings: list[Reason] = Field(
+        default_factory=list,
+        description="what the runner found about the cell's measurement (timer fallback, empty graph, "
+        "patched timer, node changed during the job, ...); codes in kernelab.service.verdicts.REASONS",
+    )
+    phase_s: dict[str, float] = Field(
+        default_factory=dict,
+        description="wall time of the cell's phases on the runner, s: prepare, correctness, measure "
+        "(the rounds), checks (the checked samples), device_work, canary",
+    )

@@ -1,0 +1,438 @@
+"""The job specification: what a user submits (``JobSpec`` and its parts)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    Field,
+    StringConstraints,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from kernelab.service.schemas.types import (
+    MAX_ATOL,
+    MAX_INPUT_SCALE,
+    MAX_RTOL,
+    MAX_SEED,
+    MIN_INPUT_SCALE,
+    DeviceType,
+    ParamValue,
+    Text,
+    _refuse_nul,
+    _Strict,
+    at_door,
+)
+
+# Job specification (what a user submits)
+# --------------------------------------------------------------------------------------------------
+
+
+_IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+_DOTTED = rf"{_IDENT}(?:\.{_IDENT})*"
+BENCHMARK_OBJECT_REF = re.compile(rf"^{_DOTTED}:{_DOTTED}$")
+"""``module.path:Object``: dotted Python identifiers on both sides (no relative import, no empty
+segment), as in an entry point's object reference (PyPA entry points specification)."""
+BENCHMARK_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
+"""A registry name (built-in or entry point): letters, digits, ``_ . + -`` (the characters the PyPA
+entry points specification recommends for names)."""
+
+
+def benchmark_ref_problem(ref: str) -> str | None:
+    """Why ``ref`` is not a well-formed benchmark reference (a registry name or a ``module:object``
+    of dotted identifiers), or None when it is. Form only: nothing is imported.
+
+    A ``module:object`` reference is also refused when its module path has a ``__main__`` part
+    (a program's entry, run by its import: ``venv.__main__`` created a virtualenv and raised
+    ``SystemExit``) or starts with a module of Python's standard
+    library (``sys.stdlib_module_names``: no benchmark lives there, and some run programs on import,
+    such as ``antigravity`` or ``this``)."""
+    if ":" in ref:
+        if not BENCHMARK_OBJECT_REF.match(ref):
+            return (
+                f"{ref[:100]!r} is not of the form 'module:object' (dotted Python identifiers on both "
+                "sides: no relative import, no empty segment, no spaces)"
+            )
+        parts = ref.partition(":")[0].split(".")
+        if "__main__" in parts:
+            return f"{ref[:100]!r} names a '__main__' module (a program, not a benchmark): it is not imported"
+        if parts[0] in sys.stdlib_module_names:
+            return (
+                f"{ref[:100]!r} names a module of Python's standard library ({parts[0]!r}), where no "
+                "benchmark lives: it is not imported"
+            )
+    elif not BENCHMARK_NAME.match(ref):
+        return (
+            f"{ref[:100]!r} is neither a benchmark name (letters, digits, '_.+-') nor a "
+            "'module:object' reference"
+        )
+    return None
+
+
+def _benchmark_ref(value: str, info: ValidationInfo) -> str:
+    problem = benchmark_ref_problem(value) if at_door(info) else None
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+BenchmarkRef = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=500),
+    AfterValidator(_refuse_nul),
+    AfterValidator(_benchmark_ref),
+    Field(description="registry name (e.g. 'matmul') or 'module.path:ClassName'"),
+]
+"""A spec's ``benchmark``: a registry name or a ``module.path:ClassName`` reference, checked for
+form only (``kernelab.kernels.get_benchmark`` resolves it where the benchmark code is imported: the
+CLI and the runner, never the server)."""
+
+
+_GIT_REF = r"^[A-Za-z0-9._/@{}^~+-]+$"  # a branch, tag or sha; no spaces, ':' or shell characters
+
+
+class SourceSpec(_Strict):
+    """Where one side's code comes from: a git repository at one revision (``VariantSpec.source``).
+
+    ``repo`` is a local path or a URL that the runner's allow-list must name (runner option
+    ``--allow-repo`` / ``KERNELAB_ALLOWED_REPOS``); ``ref`` a branch, tag or commit sha (``kernelab
+    submit --baseline-ref`` puts the sha there and the branch name in ``branch``); ``subdir`` the
+    folder, relative to the repository root, that goes first on ``sys.path``; ``install`` commands
+    run once per revision in that folder (no shell; ``{python}`` is the runner's interpreter,
+    ``{site}`` a per-revision folder also put on ``sys.path``, e.g. ``"{python} -m pip install
+    --no-deps --target {site} ."``). Raises (422): a ref starting with ``-``, an absolute or ``..``
+    subdir.
+    """
+
+    repo: Text = Field(min_length=1, max_length=1000)
+    ref: Text = Field(min_length=1, max_length=250, pattern=_GIT_REF)
+    branch: Text = Field(default="", max_length=250, description="label for the history per branch")
+    subdir: Text = Field(default="", max_length=500)
+    install: list[Text] = Field(default_factory=list, max_length=20)
+
+    @field_validator("ref")
+    @classmethod
+    def _not_an_option(cls, v: str) -> str:
+        if v.startswith("-"):
+            raise ValueError("a git ref cannot start with '-'")
+        return v
+
+    @field_validator("subdir")
+    @classmethod
+    def _relative_subdir(cls, v: str) -> str:
+        parts = v.replace("\\", "/").split("/")
+        if v.startswith("/") or ".." in parts:
+            raise ValueError("subdir must be a relative path inside the repository (no '..')")
+        return v.strip("/")
+
+
+class VariantSpec(_Strict):
+    """One side of the comparison: a named variant of the benchmark and parameter overrides.
+
+    ``params`` override the cell's parameters for this side only, so "two parameter sets of one
+    benchmark" (e.g. two tile sizes of the Triton matmul) is a baseline and a candidate that name the
+    same variant with different ``params``. ``source`` (optional) takes this side's code from a git
+    revision instead of the installed packages (see ``SourceSpec``).
+    """
+
+    variant: Text = Field(min_length=1, max_length=200)
+    params: ParamMap = Field(default_factory=dict)
+    source: SourceSpec | None = None
+
+
+class MeasurementSpec(_Strict):
+    """How to measure. Durations are milliseconds, as in ``triton.testing.do_bench``."""
+
+    warmup_ms: float = Field(default=25.0, ge=0, le=60_000)
+    budget_ms: float = Field(default=2_000.0, gt=0, le=600_000, description="time budget per cell")
+    min_rounds: int = Field(
+        default=5,
+        ge=2,
+        le=100_000,
+        description="rounds before the adaptive stop may end; a verdict needs at least 5 rounds holding both "
+        "sides and 5 kept samples per side (kernelab.service.verdicts.MIN_ROUNDS, MIN_SAMPLES)",
+    )
+    max_rounds: int = Field(default=10_000, ge=2, le=1_000_000)
+    samples_per_round: int = Field(
+        default=1, ge=1, le=1_000, description="samples of each variant per round (ABBA uses 2 rounds of A,B)"
+    )
+    order: Literal["abba", "random"] = "abba"
+    seed: Annotated[int, AfterValidator(lambda v, info: _at_most(v, MAX_SEED, info))] = Field(
+        default=0,
+        ge=0,
+        description="seeds the inputs (torch.Generator.manual_seed), the round order and the bootstrap; at "
+        "most 2**62, so the seeds the runner derives from it (seed + i, seed + 7919 (k + 1)) stay in int64",
+    )
+    l2_flush: bool = Field(default=True, description="flush L2 before each sample (cold mode)")
+    target_ci_pct: float = Field(
+        default=1.0, gt=0, le=100, description="stop once the ratio's CI half-width is below this"
+    )
+    threshold_pct: float = Field(
+        default=1.0, gt=0, le=100, description="smallest change that counts as faster/slower"
+    )
+    exclude_throttled: bool = True
+    min_time_ms: float = Field(
+        default=500.0,
+        ge=0,
+        le=600_000,
+        description="timed device time (both variants) before the CI may stop sampling (nvbench "
+        "--min-time); budget_ms still caps",
+    )
+    timer: Literal["auto", "cuda-event", "cuda-graph", "perf_counter"] = Field(
+        default="auto",
+        description="'auto': CUDA-graph replay on a GPU (cuda-event for a callable that cannot be "
+        "captured), perf_counter on a CPU",
+    )
+
+    @model_validator(mode="after")
+    def _rounds_ordered(self) -> MeasurementSpec:
+        if self.max_rounds < self.min_rounds:
+            raise ValueError("max_rounds must be >= min_rounds")
+        return self
+
+
+class ProbeSpec(_Strict):
+    """Which node-health probes run before and after the job."""
+
+    copy_bandwidth: bool = True
+    all_reduce: bool = True
+    nvml: bool = True
+    mode: Literal["quick", "full"] = Field(
+        default="quick",
+        description="quick: all-reduce at 8 B, 1 MiB, 64 MiB over all GPUs (before/after each job); "
+        "full: 8 B ... 256 MiB, sub-groups, peer copy for every GPU pair",
+    )
+    cuda_graph: bool = Field(
+        default=False, description="also time the all-reduce as one CUDA-graph replay (full mode)"
+    )
+    matmul_peak: bool = Field(
+        default=True, description="bf16 matmul TFLOP/s once per process (CUDA only), for plausibility"
+    )
+    canary: bool = Field(
+        default=True,
+        description="CUDA: a device copy timed in the measuring process before the benchmark is imported "
+        "and after every cell; a cell after which it moved by more than 15% is node-changed",
+    )
+
+
+class CorrectnessSpec(_Strict):
+    """Correctness checks against the benchmark's higher-precision reference."""
+
+    enabled: bool = True
+    rtol: Annotated[float, AfterValidator(lambda v, info: _float_within(v, 0.0, MAX_RTOL, info))] | None = (
+        Field(default=None, gt=0, description="None: dtype-aware default; at most 1 (MAX_RTOL)")
+    )
+    atol: Annotated[float, AfterValidator(lambda v, info: _float_within(v, 0.0, MAX_ATOL, info))] | None = (
+        Field(default=None, ge=0, description="None: dtype-aware default; at most 1e6 (MAX_ATOL)")
+    )
+    # Checks of kernelab.runners.checks; each is off or minimal by default.
+    repeats: int = Field(default=1, ge=1, le=100_000, description="poisoned runs compared with the reference")
+    inputs: Literal["fixed", "fresh"] = Field(
+        default="fixed", description="repeats reuse the cell's inputs or draw fresh ones (seed + i)"
+    )
+    determinism_runs: int = Field(
+        default=0, ge=0, le=100_000, description="runs on the same inputs compared bitwise (0: off)"
+    )
+    batch_invariance: bool = Field(
+        default=False, description="rows computed alone, in a small and the full batch: bitwise equal"
+    )
+    bitwise_vs_baseline: bool = Field(
+        default=False, description="the candidate's output must equal the baseline's bitwise"
+    )
+    input_scale: Annotated[
+        float, AfterValidator(lambda v, info: _float_within(v, MIN_INPUT_SCALE, MAX_INPUT_SCALE, info))
+    ] = Field(
+        default=1.0,
+        gt=0,
+        description="multiply floating inputs (1: unscaled; 0.5 can hide races); 2**-10 .. 2**10",
+    )
+    timed_checks: bool = Field(
+        default=True,
+        description="check the output of the timed method too: after the first and the last round, one "
+        "sample per side through the timer on fresh inputs, its output verified "
+        "(kernelab.runners.sides); off "
+        "only leaves the eager check, which a kernel wrong under CUDA-graph replay passes",
+    )
+
+
+class StaticMetricsSpec(_Strict):
+    """Static metrics of the compiled Triton kernels of both sides (``kernelab.runners.static_metrics``).
+
+    ``target`` names the GPU the kernels are compiled for ahead of time: ``sm_80``, ``sm_90a``
+    (``sm_90`` is compiled as ``sm_90a``, as Triton does), ``sm_100a``...; None means the runner's own
+    GPU (a CPU runner then records an error instead of metrics).
+    """
+
+    enabled: bool = False
+    target: Text | None = Field(default=None, pattern=r"^sm_\d{2,3}a?$", description="e.g. sm_90a")
+
+
+def _float_within(value: float, low: float, high: float, info: ValidationInfo) -> float:
+    """``value`` within ``low .. high`` at the door (pydantic's own errors for ``ge``/``le``)."""
+    if at_door(info) and value < low:
+        raise PydanticCustomError(
+            "greater_than_equal", "Input should be greater than or equal to {ge}", {"ge": low}
+        )
+    if at_door(info) and value > high:
+        raise PydanticCustomError(
+            "less_than_equal", "Input should be less than or equal to {le}", {"le": high}
+        )
+    return value
+
+
+def _at_most(value: Any, bound: int, info: ValidationInfo) -> Any:
+    """``value`` (an int, or a mapping: its number of keys) at most ``bound`` at the door."""
+    if isinstance(value, int):
+        if at_door(info) and value > bound:  # pydantic's own error for ``le``
+            raise PydanticCustomError(
+                "less_than_equal", "Input should be less than or equal to {le}", {"le": bound}
+            )
+    elif at_door(info) and len(value) > bound:
+        raise ValueError(f"{len(value)} keys; at most {bound}")
+    return value
+
+
+def _at_least_one(value: list[Any], info: ValidationInfo) -> list[Any]:
+    if at_door(info) and not value:
+        raise ValueError("a sweep lists at least one value for each parameter")
+    return value
+
+
+MAX_CELLS = 4096
+"""Most cells a sweep may have on one device type: each is measured (seconds of budget) and stored
+with its raw samples, and the runner's and the server's per-cell work grows with the count."""
+MAX_PARAM_KEYS = 64
+"""Most keys of one ``params`` mapping or one sweep grid: every cell holds them all, so this bounds
+a spec's expansion to ``MAX_CELLS`` cells of a few ``MAX_PARAM_KEYS`` keys (a benchmark's
+parameter model has about ten fields; ``kernelab.kernels.matmul`` has nine)."""
+
+ParamName = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(_refuse_nul)]
+"""A parameter's name (a field of a benchmark's ``Params``)."""
+_MaxKeys = AfterValidator(lambda v, info: _at_most(v, MAX_PARAM_KEYS, info))
+ParamMap = Annotated[dict[ParamName, ParamValue], _MaxKeys]
+SweepGrid = Annotated[
+    dict[ParamName, Annotated[list[ParamValue], Field(max_length=MAX_CELLS), AfterValidator(_at_least_one)]],
+    _MaxKeys,
+]
+"""A sweep grid: parameter name -> the values it takes (at least one; the cells are the product)."""
+
+
+def cell_count(grid: Mapping[str, Sequence[Any]]) -> int:
+    """Number of cells of ``grid`` (name -> list of values): the product of the list lengths,
+    computed without building a cell (1 for an empty grid: the cell of ``params`` alone)."""
+    return math.prod(len(values) for values in grid.values())
+
+
+class JobSpec(_Strict):
+    """A benchmark job: one benchmark, a baseline and a candidate, a sweep of cells.
+
+    ``sweep`` is a grid: the cells are the cartesian product of its lists, each merged over
+    ``params``. ``sweep_by_device`` replaces keys of the grid on one device type, so one spec can
+    run large shapes on a GPU and small ones on a CPU (the Triton interpreter is slow).
+
+    Raises (pydantic ``ValidationError``, HTTP 422 on the server): unknown fields, empty sweep
+    lists, more than ``MAX_CELLS`` cells on a device type (counted as the product of the list
+    lengths before any cell is built, so a 700-byte spec of 10**10 cells costs microseconds and
+    names ``sweep`` or ``sweep_by_device``), a ``benchmark`` that is neither a name nor a
+    ``module:object`` reference of identifiers. Parameter values are validated per benchmark:
+    against its advertised schema on the server (``kernelab.service.offers.check_spec``), by the
+    benchmark itself where it is imported (``kernelab.kernels.validate_spec``).
+    """
+
+    name: Text = Field(default="", max_length=200)
+    benchmark: BenchmarkRef
+    baseline: VariantSpec
+    candidate: VariantSpec
+    params: ParamMap = Field(default_factory=dict)
+    sweep: SweepGrid = Field(default_factory=dict)
+    sweep_by_device: dict[DeviceType, SweepGrid] = Field(default_factory=dict)
+    measurement: MeasurementSpec = Field(default_factory=MeasurementSpec)
+    probes: ProbeSpec = Field(default_factory=ProbeSpec)
+    correctness: CorrectnessSpec = Field(default_factory=CorrectnessSpec)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    timeout_s: float = Field(default=1800.0, gt=0, le=86_400)
+    static_metrics: StaticMetricsSpec = Field(default_factory=StaticMetricsSpec)
+
+    # mode="before": counted on the input, before its up to 64 x 4,096 values are validated (0.4 s
+    # on the event loop for a 4.5 MB spec of three such grids); list lengths do not change after.
+    @field_validator("sweep", mode="before")
+    @classmethod
+    def _sweep_cells(cls, v: Any) -> Any:
+        _refuse_over_max_cells(v, "")
+        return v
+
+    @field_validator("sweep_by_device", mode="before")
+    @classmethod
+    def _device_cells(cls, v: Any, info: ValidationInfo) -> Any:
+        # without a valid sweep, the overrides alone (their count is a lower bound of the merged one)
+        sweep = info.data.get("sweep", {})
+        if not isinstance(v, Mapping):  # a type error, reported by validation
+            return v
+        for dev, overrides in v.items():
+            if isinstance(overrides, Mapping):
+                _refuse_over_max_cells({**sweep, **overrides}, f" on {str(dev)[:10]}")
+        return v
+
+    def cells(self, device_type: DeviceType) -> list[dict[str, ParamValue]]:
+        """The sweep's cells for ``device_type``, in a stable order: list of parameter dicts."""
+        grid = dict(self.sweep)
+        grid.update(self.sweep_by_device.get(device_type, {}))
+        keys = list(grid)
+        out = []
+        for combo in itertools.product(*(grid[k] for k in keys)):
+            cell = dict(self.params)
+            cell.update(zip(keys, combo, strict=True))
+            out.append(cell)
+        return out or [dict(self.params)]
+
+    def cell_count(self, device_type: DeviceType) -> int:
+        """``len(self.cells(device_type))``, computed without building the cells."""
+        return cell_count({**self.sweep, **self.sweep_by_device.get(device_type, {})})
+
+    def cell(self, device_type: DeviceType, index: int) -> dict[str, ParamValue]:
+        """``self.cells(device_type)[index]`` (0 <= index < ``cell_count``), built alone: the
+        index read in mixed radix over the grid's list lengths, the last key fastest, as
+        ``itertools.product`` orders them. Raises ``IndexError`` outside that range."""
+        grid = {**self.sweep, **self.sweep_by_device.get(device_type, {})}
+        if not 0 <= index < cell_count(grid):
+            raise IndexError(f"cell {index} of {cell_count(grid)} on {device_type}")
+        picked: dict[str, ParamValue] = {}
+        for key in reversed(list(grid)):
+            index, digit = divmod(index, len(grid[key]))
+            picked[key] = grid[key][digit]
+        return {**self.params, **{k: picked[k] for k in grid}}
+
+
+_COUNT_CAP = 10**18  # a cell count past this is reported as "more than 10**18"
+
+
+def _refuse_over_max_cells(grid: Any, where: str) -> None:
+    """Raise ``ValueError`` when ``grid`` (a sweep grid as input: name -> list) has more than
+    ``MAX_CELLS`` cells, counted as the product of its list lengths (stopping past
+    ``_COUNT_CAP``). Input of another shape is left to type validation."""
+    if not isinstance(grid, Mapping):
+        return
+    n = 1
+    for values in grid.values():
+        if not isinstance(values, list | tuple):
+            return
+        n *= len(values)
+        if n > _COUNT_CAP:
+            break
+    if n > MAX_CELLS:
+        count = str(n) if n <= _COUNT_CAP else "more than 10**18"
+        parts = [f"{str(k)[:40]} {len(v)}" for k, v in list(grid.items())[:8] if isinstance(v, list | tuple)]
+        product = " x ".join(parts) + (" x ..." if len(grid) > 8 else "")
+        raise ValueError(f"the sweep has {count} cells{where} ({product}); at most {MAX_CELLS}")
+
+
+# --------------------------------------------------------------------------------------------------
