@@ -41,7 +41,7 @@ from kernelab.service.schemas import (
     MeasurementSpec,
     NodeInfo,
     SampleColumns,
-    Variant,
+    Side,
 )
 
 
@@ -67,17 +67,17 @@ class _InstantPair:
     def __init__(self) -> None:
         self.calls: list[int] = []
 
-    def time_ns(self, variant: Variant, launches: int) -> float:
+    def time_ns(self, variant: Side, launches: int) -> float:
         self.calls.append(time.perf_counter_ns())
         return 1000.0
 
-    def launches_for(self, variant: Variant, per_launch_ns: float) -> int:
+    def launches_for(self, variant: Side, per_launch_ns: float) -> int:
         return 1
 
-    def timer_kind(self, variant: Variant) -> str:
+    def timer_kind(self, variant: Side) -> str:
         return "perf_counter"
 
-    def use_fallback(self, variant: Variant) -> bool:
+    def use_fallback(self, variant: Side) -> bool:
         return False
 
 
@@ -114,7 +114,7 @@ def sweep_result(cells: int, rounds: int, *, context: bool = True) -> JobResult:
     (``context``) or without (a CPU runner's samples: 1 launch, no clocks)."""
     rng = np.random.default_rng(0)
     n = 2 * rounds
-    variant: list[Variant] = [("baseline", "candidate")[(i + i // 2) % 2] for i in range(n)]  # ABBA
+    variant: list[Side] = [("baseline", "candidate")[(i + i // 2) % 2] for i in range(n)]  # ABBA
     round_ = [i // 2 for i in range(n)]
     position = [i % 2 for i in range(n)]
     out = []

@@ -54,7 +54,7 @@ from kernelab.service.schemas import (
     JobSpec,
     NodeInfo,
     SampleColumns,
-    Variant,
+    Side,
     Work,
 )
 
@@ -349,9 +349,9 @@ def sweep_result(
         passed=True, rel_error=1e-7, max_abs_error=1e-8, cosine_similarity=1.0, rtol=1e-5, atol=1e-6
     )
     per_cell = rounds * per_round * 2
-    variant: list[Variant] = ["baseline", "candidate"] * (rounds * per_round)  # each round: B, C, B, C, ...
+    variant: list[Side] = ["baseline", "candidate"] * (rounds * per_round)  # each round: B, C, B, C, ...
     if abba:  # odd rounds C first
-        pair: tuple[list[Variant], list[Variant]] = (["baseline", "candidate"], ["candidate", "baseline"])
+        pair: tuple[list[Side], list[Side]] = (["baseline", "candidate"], ["candidate", "baseline"])
         variant = [v for r in range(rounds) for _ in range(per_round) for v in pair[r % 2]]
     round_ = np.repeat(np.arange(rounds), 2 * per_round).tolist()
     position = np.tile(np.arange(2 * per_round), rounds).tolist()

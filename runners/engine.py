@@ -38,7 +38,7 @@ import numpy as np
 from kernelab.runners.timing import Timer
 from kernelab.service.estimators import kept_samples, ratio_ci
 from kernelab.service.samples import NULL_REASONS, SAMPLE_FIELDS, memory_dtype
-from kernelab.service.schemas import MeasurementSpec, SampleColumns, Variant
+from kernelab.service.schemas import MeasurementSpec, SampleColumns, Side
 
 THROTTLE_CLOCK_FRACTION = 0.75  # nvbench: below 75% of the expected SM clock is throttled
 _MIN_WARMUP_PASSES = 2  # the first pass pays one-time costs (compilation, allocation)
@@ -48,7 +48,7 @@ _STOP_CHECK_RESAMPLES = 500  # bootstrap resamples for the stop check (the repor
 _STOP_CHECK_CONFIDENCE = 0.95
 _NS_PER_MS = 1e6
 
-VARIANTS: tuple[Variant, Variant] = ("baseline", "candidate")
+SIDES: tuple[Side, Side] = ("baseline", "candidate")
 ProgressFn = Callable[[str], None]
 Clock = Callable[[], int]
 """A monotonic clock in integer ns (``time.perf_counter_ns``): what the warm-up and the budget are
@@ -78,14 +78,14 @@ class ContentionMonitor(Protocol):
     def check(self, rounds: int) -> None: ...
 
 
-def round_order(round_index: int, settings: MeasurementSpec, rng: np.random.Generator) -> list[Variant]:
+def round_order(round_index: int, settings: MeasurementSpec, rng: np.random.Generator) -> list[Side]:
     """Variants in the order round ``round_index`` times them (``2 * samples_per_round`` entries).
 
     ``abba``: ``[baseline, candidate]`` for an even round, reversed for an odd one, repeated
     ``samples_per_round`` times. ``random``: a permutation of that multiset drawn from ``rng``
     (call once per round, in round order, for a reproducible sequence).
     """
-    pair: list[Variant] = list(VARIANTS) if round_index % 2 == 0 else list(reversed(VARIANTS))
+    pair: list[Side] = list(SIDES) if round_index % 2 == 0 else list(reversed(SIDES))
     order = pair * settings.samples_per_round
     if settings.order == "random":
         order = [order[i] for i in rng.permutation(len(order))]
@@ -125,29 +125,29 @@ class PairTimer(Protocol):
     """The step of the engine that may run elsewhere: time one sample of one variant.
 
     ``kernelab.runners.engine`` decides the order and the launch counts; a ``PairTimer`` only executes.
-    ``LocalPairTimer`` calls two ``Side`` objects: prepared in this process
+    ``LocalPairTimer`` calls two ``TimedSide`` objects: prepared in this process
     (``kernelab.runners.sides.LocalSide``), or forwarding each call to the worker process of that
     variant's source revision (``kernelab.runners.revision_job.WorkerSide``).
     """
 
-    def time_ns(self, variant: Variant, launches: int) -> float:
+    def time_ns(self, variant: Side, launches: int) -> float:
         """One sample of ``variant``: ``launches`` back-to-back launches; ns per launch."""
         ...
 
-    def launches_for(self, variant: Variant, per_launch_ns: float) -> int:
+    def launches_for(self, variant: Side, per_launch_ns: float) -> int:
         """Launches per sample for ``variant`` whose launch is estimated at ``per_launch_ns``."""
         ...
 
-    def timer_kind(self, variant: Variant) -> str:
+    def timer_kind(self, variant: Side) -> str:
         """The timer kind that times ``variant`` now (a CUDA-graph capture may have fallen back)."""
         ...
 
-    def use_fallback(self, variant: Variant) -> bool:
+    def use_fallback(self, variant: Side) -> bool:
         """Time ``variant`` with its timer's fallback from now on; False when there is none."""
         ...
 
 
-class Side(Protocol):
+class TimedSide(Protocol):
     """One side as ``LocalPairTimer`` drives it (``CallableSide``; the cell pipeline's sides,
     ``kernelab.runners.pipeline.CellSide``, extend it)."""
 
@@ -162,7 +162,7 @@ class Side(Protocol):
 
 
 class CallableSide:
-    """A ``Side`` of one zero-argument callable timed by a ``kernelab.runners.timing.Timer``."""
+    """A ``TimedSide`` of one zero-argument callable timed by a ``kernelab.runners.timing.Timer``."""
 
     def __init__(self, fn: Callable[[], Any], timer: Timer):
         self.fn, self.timer = fn, timer
@@ -189,25 +189,25 @@ class CallableSide:
 
 
 class LocalPairTimer:
-    """``PairTimer`` over two ``Side`` objects in this process."""
+    """``PairTimer`` over two ``TimedSide`` objects in this process."""
 
-    def __init__(self, sides: Mapping[Variant, Side]):
+    def __init__(self, sides: Mapping[Side, TimedSide]):
         self.sides = dict(sides)
 
-    def time_ns(self, variant: Variant, launches: int) -> float:
+    def time_ns(self, variant: Side, launches: int) -> float:
         return self.sides[variant].time_ns(launches)
 
-    def launches_for(self, variant: Variant, per_launch_ns: float) -> int:
+    def launches_for(self, variant: Side, per_launch_ns: float) -> int:
         return self.sides[variant].launches_for(per_launch_ns)
 
-    def timer_kind(self, variant: Variant) -> str:
+    def timer_kind(self, variant: Side) -> str:
         return self.sides[variant].timer_kind
 
-    def use_fallback(self, variant: Variant) -> bool:
+    def use_fallback(self, variant: Side) -> bool:
         return self.sides[variant].use_fallback()
 
 
-Checkpoint = Callable[[int, Mapping[Variant, int]], None]
+Checkpoint = Callable[[int, Mapping[Side, int]], None]
 """Called by ``measure_interleaved`` after the first round and after the last one with the rounds
 completed and each side's launches per sample (``kernelab.runners.pipeline`` takes its checked
 samples there)."""
@@ -217,29 +217,29 @@ def _align_timers(pair: PairTimer) -> bool:
     """When the two sides are timed by different methods (one fell back from a CUDA-graph
     capture), move the other one to its fallback too, so both are timed alike; True when a side
     moved. Sides whose methods still differ are recorded by the caller (``timer-mismatch``)."""
-    kinds = {v: pair.timer_kind(v) for v in VARIANTS}
+    kinds = {v: pair.timer_kind(v) for v in SIDES}
     if kinds["baseline"] == kinds["candidate"]:
         return False
     moved = False
-    for variant in VARIANTS:
+    for variant in SIDES:
         if pair.use_fallback(variant):
             moved = True
     return moved and pair.timer_kind("baseline") == pair.timer_kind("candidate")
 
 
-def _warm_up(pair: PairTimer, warmup_ms: float, clock: Clock) -> dict[Variant, int]:
+def _warm_up(pair: PairTimer, warmup_ms: float, clock: Clock) -> dict[Side, int]:
     """Alternate the variants through ``pair`` until each has run ``warmup_ms``; launches per sample.
 
     Each variant's launches per call double from 1 up to what its fastest reading so far asks for
     (``pair.launches_for``), so later readings come from full-size windows. At least
     ``_MIN_WARMUP_PASSES`` passes run. Returns each variant's launches per sample.
     """
-    spent_ns: dict[Variant, float] = dict.fromkeys(VARIANTS, 0.0)
-    best_ns: dict[Variant, float] = dict.fromkeys(VARIANTS, math.inf)
-    launches: dict[Variant, int] = dict.fromkeys(VARIANTS, 1)
+    spent_ns: dict[Side, float] = dict.fromkeys(SIDES, 0.0)
+    best_ns: dict[Side, float] = dict.fromkeys(SIDES, math.inf)
+    launches: dict[Side, int] = dict.fromkeys(SIDES, 1)
     passes = 0
     while passes < _MIN_WARMUP_PASSES or min(spent_ns.values()) < warmup_ms * 1e6:
-        for variant in VARIANTS if passes % 2 == 0 else tuple(reversed(VARIANTS)):
+        for variant in SIDES if passes % 2 == 0 else tuple(reversed(SIDES)):
             t0 = clock()
             estimate_ns = pair.time_ns(variant, launches[variant])
             spent_ns[variant] += clock() - t0
@@ -248,7 +248,7 @@ def _warm_up(pair: PairTimer, warmup_ms: float, clock: Clock) -> dict[Variant, i
             best_ns[variant] = min(best_ns[variant], estimate_ns)
             launches[variant] = min(2 * launches[variant], pair.launches_for(variant, best_ns[variant]))
         passes += 1
-    return {v: pair.launches_for(v, best_ns[v]) for v in VARIANTS}
+    return {v: pair.launches_for(v, best_ns[v]) for v in SIDES}
 
 
 class _SampleBuffer:
@@ -274,7 +274,7 @@ class _SampleBuffer:
 
     def add(
         self,
-        variant: Variant,
+        variant: Side,
         round_index: int,
         position: int,
         duration_ns: float,

@@ -42,7 +42,7 @@ from kernelab.runners import integrity
 from kernelab.runners.checks import scale_inputs
 from kernelab.runners.pipeline import (
     CHECK_SEED_STRIDE,
-    VARIANTS,
+    SIDES,
     Compiled,
     check_seed,
     phase,
@@ -64,7 +64,7 @@ from kernelab.service.schemas import (
     NodeInfo,
     ParamValue,
     ProbeReport,
-    Variant,
+    Side,
 )
 from kernelab.service.verdicts import all_cells_failed, reason
 
@@ -180,13 +180,13 @@ class LocalSides:
     def __repr__(self) -> str:
         return f"<LocalSides {self.spec.benchmark!r} device={self.device} timer={self.timer.label}>"
 
-    def prepare(self, index: int, cell: Mapping[str, ParamValue]) -> dict[Variant, LocalSide]:
+    def prepare(self, index: int, cell: Mapping[str, ParamValue]) -> dict[Side, LocalSide]:
         """Each side's parameters, inputs (shared when the parameters are equal, scaled by
         ``correctness.input_scale``) and prepared ``LocalSide`` with the cell's tolerances."""
         bench, spec, device = self.bench, self.spec, self.device
-        specs: dict[Variant, Any] = {"baseline": spec.baseline, "candidate": spec.candidate}
+        specs: dict[Side, Any] = {"baseline": spec.baseline, "candidate": spec.candidate}
         params = {v: bench.parse_params({**cell, **s.params}) for v, s in specs.items()}
-        inputs: dict[Variant, dict[str, Any]] = {
+        inputs: dict[Side, dict[str, Any]] = {
             "baseline": check_inputs(
                 bench, bench.make_inputs(params["baseline"], device, spec.measurement.seed)
             )
@@ -201,7 +201,7 @@ class LocalSides:
             shared = inputs["candidate"] is inputs["baseline"]
             inputs["baseline"] = scale_inputs(inputs["baseline"], scale)
             inputs["candidate"] = inputs["baseline"] if shared else scale_inputs(inputs["candidate"], scale)
-        sides: dict[Variant, LocalSide] = {}
+        sides: dict[Side, LocalSide] = {}
         for v, side_spec in specs.items():
             rtol, atol = cell_tolerances(bench, spec, params[v])
             sides[v] = LocalSide(
@@ -225,14 +225,14 @@ class LocalSides:
         """Free the cell's timer state and device memory (the sides go with the cell)."""
         _free_device_memory(self.device, self.timer)
 
-    def static_kernels(self, indices: Sequence[int], target: str) -> dict[Variant, list[Compiled]]:
+    def static_kernels(self, indices: Sequence[int], target: str) -> dict[Side, list[Compiled]]:
         """Both sides' kernels of cells ``indices``, compiled in one child process
         (``kernelab.runners.static_metrics.compile_kernels``)."""
         cells = [self.spec.cell(self.device.type, i) for i in indices]  # type: ignore[arg-type]
-        merged = {v: [{**c, **getattr(self.spec, v).params} for c in cells] for v in VARIANTS}
-        items = [item for v in VARIANTS for item in side_items(self.spec, v, merged[v])]
+        merged = {v: [{**c, **getattr(self.spec, v).params} for c in cells] for v in SIDES}
+        items = [item for v in SIDES for item in side_items(self.spec, v, merged[v])]
         compiled = compile_kernels(items, target)
-        return {v: [compiled[f"{i}/{v}"] for i in range(len(cells))] for v in VARIANTS}
+        return {v: [compiled[f"{i}/{v}"] for i in range(len(cells))] for v in SIDES}
 
 
 def cell_tolerances(bench: Any, spec: JobSpec, params: Any) -> tuple[float, float]:

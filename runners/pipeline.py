@@ -57,15 +57,15 @@ from kernelab.service.schemas import (
     JobSpec,
     ParamValue,
     Reason,
+    Side,
     StaticComparison,
     TimedCheck,
-    Variant,
     Work,
 )
 
 logger = logging.getLogger(__name__)
 
-VARIANTS: tuple[Variant, Variant] = ("baseline", "candidate")
+SIDES: tuple[Side, Side] = ("baseline", "candidate")
 OutputRef = torch.Tensor | Path
 """A side's kept output handed to the other side: the tensor itself (a side in this process) or
 a file written with ``torch.save`` (a worker process; read with ``weights_only=True``)."""
@@ -99,10 +99,10 @@ def check_seed(seed: int, k: int) -> int:
 class CellSide(Protocol):
     """One prepared side of one cell: what the pipeline asks of it (``kernelab.runners.sides.LocalSide``
     in this process, ``kernelab.runners.revision_job.WorkerSide`` in a revision's worker). The first
-    four methods are the engine's ``kernelab.runners.engine.Side``. Whatever the benchmark raises
+    four methods are the engine's ``kernelab.runners.engine.TimedSide``. Whatever the benchmark raises
     propagates (a ``SideError`` for a worker's error answer)."""
 
-    side: Variant
+    side: Side
 
     @property
     def timer_kind(self) -> str:
@@ -167,7 +167,7 @@ class SidePair(Protocol):
     static_target: str | None
     """The ahead-of-time target of the measuring device (``sm_90a`` on an H200), None off CUDA."""
 
-    def prepare(self, index: int, cell: Mapping[str, ParamValue]) -> Mapping[Variant, CellSide]:
+    def prepare(self, index: int, cell: Mapping[str, ParamValue]) -> Mapping[Side, CellSide]:
         """Both sides of sweep cell ``index`` (``cell``: its parameters before each side's own)."""
         ...
 
@@ -175,7 +175,7 @@ class SidePair(Protocol):
         """Drop the cell's inputs, callables and timer state; free device memory."""
         ...
 
-    def static_kernels(self, indices: Sequence[int], target: str) -> Mapping[Variant, list[Compiled]]:
+    def static_kernels(self, indices: Sequence[int], target: str) -> Mapping[Side, list[Compiled]]:
         """Each side's kernels of the cells ``indices`` compiled ahead of time for ``target``, one
         entry per cell in order. Raises ``StaticMetricsError`` or ``SideError`` when a side's
         compiler failed as a whole."""
@@ -205,12 +205,12 @@ def _add(result: CellResult, found: Sequence[Reason]) -> None:
     result.findings += [f for f in found if f not in result.findings]
 
 
-def _integrity(result: CellResult, sides: Mapping[Variant, CellSide]) -> None:
+def _integrity(result: CellResult, sides: Mapping[Side, CellSide]) -> None:
     for side in sides.values():
         _add(result, side.tamper_findings())
 
 
-def _eager_checks(spec: JobSpec, result: CellResult, sides: Mapping[Variant, CellSide]) -> None:
+def _eager_checks(spec: JobSpec, result: CellResult, sides: Mapping[Side, CellSide]) -> None:
     """Step 3 of the module docstring, into ``result.correctness`` and ``result.findings``."""
     for side in sides.values():
         side.take_reference()  # before any side runs: the two may share their inputs
@@ -226,13 +226,13 @@ def _eager_checks(spec: JobSpec, result: CellResult, sides: Mapping[Variant, Cel
 
 
 def _checkpoint(
-    spec: JobSpec, result: CellResult, sides: Mapping[Variant, CellSide]
-) -> Callable[[int, Mapping[Variant, int]], None]:
+    spec: JobSpec, result: CellResult, sides: Mapping[Side, CellSide]
+) -> Callable[[int, Mapping[Side, int]], None]:
     """The engine's checkpoint: one checked sample per side into ``result.timed_checks``, and the
     integrity of each side's timing functions."""
     taken = [0]
 
-    def checkpoint(rounds: int, launches: Mapping[Variant, int]) -> None:
+    def checkpoint(rounds: int, launches: Mapping[Side, int]) -> None:
         seed = check_seed(spec.measurement.seed, taken[0])
         taken[0] += 1
         references: dict[Any, Any] = {}  # sides that read the same inputs share the reference

@@ -70,15 +70,15 @@ from kernelab.service.schemas import (
     Reason,
     RevisionInfo,
     RevisionsInfo,
+    Side,
     TimedCheck,
-    Variant,
     Work,
 )
 from kernelab.service.verdicts import all_cells_failed
 
 log = logging.getLogger(__name__)
 
-SIDES: tuple[Variant, Variant] = ("baseline", "candidate")
+SIDES: tuple[Side, Side] = ("baseline", "candidate")
 # the folder holding the installed kernelab package (a checkout, or site-packages)
 _KERNELAB_ROOT = str(Path(kernelab.__file__).resolve().parent.parent)
 _EXIT_WAIT_S = 10.0  # how long a worker gets to exit after the "exit" request
@@ -165,7 +165,7 @@ class WorkerSide:
     ``WorkerChannel.request``). ``scratch``: the job's working folder, where outputs handed from
     one side to the other are written."""
 
-    def __init__(self, side: Variant, channel: WorkerChannel, scratch: Path) -> None:
+    def __init__(self, side: Side, channel: WorkerChannel, scratch: Path) -> None:
         self.side, self.channel, self.scratch = side, channel, scratch
 
     def __repr__(self) -> str:
@@ -242,8 +242,8 @@ class WorkerSides:
 
     def __init__(
         self,
-        channels: dict[Variant, WorkerChannel],
-        setup: dict[Variant, dict[str, Any]],
+        channels: dict[Side, WorkerChannel],
+        setup: dict[Side, dict[str, Any]],
         device: torch.device,
         scratch: Path,
     ) -> None:
@@ -253,7 +253,7 @@ class WorkerSides:
     def __repr__(self) -> str:
         return f"<WorkerSides {', '.join(c.label for c in self.channels.values())}>"
 
-    def prepare(self, index: int, cell: Mapping[str, Any]) -> dict[Variant, WorkerSide]:
+    def prepare(self, index: int, cell: Mapping[str, Any]) -> dict[Side, WorkerSide]:
         """Both workers prepare cell ``index``; raises ``SideError`` naming every side that could not."""
         answers = {side: self.channels[side].request({"op": "cell", "index": index}) for side in SIDES}
         failed = [f"{side}: {a.get('error')}" for side, a in answers.items() if not a.get("ok")]
@@ -267,9 +267,9 @@ class WorkerSides:
                 with contextlib.suppress(RevisionError):
                     channel.request({"op": "release"})
 
-    def static_kernels(self, indices: Sequence[int], target: str) -> dict[Variant, list[Compiled]]:
+    def static_kernels(self, indices: Sequence[int], target: str) -> dict[Side, list[Compiled]]:
         """Each worker compiles its own revision's kernels (the ``static`` request)."""
-        out: dict[Variant, list[Compiled]] = {}
+        out: dict[Side, list[Compiled]] = {}
         for side in SIDES:
             answer = self.channels[side].request({"op": "static", "target": target, "cells": list(indices)})
             if not answer.get("ok"):
@@ -285,7 +285,7 @@ class WorkerSides:
         return str(answer.get("label") or self.setup["baseline"]["timer"])
 
 
-def _label(spec: JobSpec, side: Variant, checkout: Checkout | None) -> str:
+def _label(spec: JobSpec, side: Side, checkout: Checkout | None) -> str:
     source = getattr(spec, side).source
     if source is None or checkout is None:
         return f"{side} (installed code)"
@@ -314,14 +314,14 @@ def _worker_env(triton_cache: Path) -> dict[str, str]:
 
 @contextlib.contextmanager
 def _workers(
-    spec: JobSpec, checkouts: dict[Variant, Checkout | None], cache: RevisionCache, deadline: float
-) -> Iterator[tuple[dict[Variant, WorkerChannel], Path]]:
+    spec: JobSpec, checkouts: dict[Side, Checkout | None], cache: RevisionCache, deadline: float
+) -> Iterator[tuple[dict[Side, WorkerChannel], Path]]:
     """The two sides' workers and the job's working folder; the workers count as this runner's own
     GPU processes while they run (``kernelab.runners.probes.telemetry.register_own_pids``)."""
     (cache.root / "scratch").mkdir(parents=True, exist_ok=True)
     # The job's own working folder (``python -m`` puts it first on sys.path: never one shared by jobs)
     scratch = Path(tempfile.mkdtemp(prefix="job-", dir=cache.root / "scratch"))
-    channels: dict[Variant, WorkerChannel] = {}
+    channels: dict[Side, WorkerChannel] = {}
     try:
         for side in SIDES:
             triton = _triton_cache(checkouts[side], scratch)
@@ -344,7 +344,7 @@ def _workers(
 
 
 def _revision_info(
-    spec: JobSpec, side: Variant, checkout: Checkout | None, versions: dict[str, Any]
+    spec: JobSpec, side: Side, checkout: Checkout | None, versions: dict[str, Any]
 ) -> RevisionInfo:
     source = getattr(spec, side).source
     if source is None or checkout is None:
@@ -387,7 +387,7 @@ def run_revision_job(
     configure_triton_env(dev)  # inherited by the workers, before they import triton
     report: ProgressCallback = progress if progress is not None else (lambda i, n, msg: None)
     cache = RevisionCache(cache_dir)
-    checkouts: dict[Variant, Checkout | None] = {}
+    checkouts: dict[Side, Checkout | None] = {}
     for side in SIDES:
         source = getattr(spec, side).source
         if source is not None:
@@ -400,7 +400,7 @@ def run_revision_job(
         monitor = GpuContentionMonitor(dev.index)
     probes = _probes(spec, "before", dev)
     with _workers(spec, checkouts, cache, deadline) as (channels, scratch):
-        setup: dict[Variant, dict[str, Any]] = {}
+        setup: dict[Side, dict[str, Any]] = {}
         for side in SIDES:
             co = checkouts[side]
             answer = channels[side].request(

@@ -69,7 +69,7 @@ from kernelab.runners.probes import node_info
 from kernelab.runners.sides import LocalSide
 from kernelab.runners.static_metrics import compile_kernels, default_target, kernel_code_json, side_items
 from kernelab.runners.timing import make_timer
-from kernelab.service.schemas import CorrectnessSpec, JobSpec, Reason, Variant
+from kernelab.service.schemas import CorrectnessSpec, JobSpec, Reason, Side
 
 _BENCHMARK_METHODS = ("variants", "make_inputs", "prepare", "reference", "work", "parse_params", "tolerances")
 
@@ -153,7 +153,7 @@ class RevisionWorker:
 
     def __init__(self) -> None:
         self.spec: JobSpec | None = None
-        self.side: Variant = "baseline"
+        self.side: Side = "baseline"
         self.bench: Any = None
         self.device: Any = None
         self.timer: Any = None

@@ -45,7 +45,7 @@ from pathlib import Path
 from kernelab.runners import jobns
 from kernelab.runners.jobenv import job_env
 from kernelab.service.repo_address import RepoAddressError, address_kind, canonical_repo, matches, transport
-from kernelab.service.schemas import JobSpec, SourceSpec, VariantSpec
+from kernelab.service.schemas import JobSpec, SideSpec, SourceSpec
 
 ALLOWED_REPOS_ENV = "KERNELAB_ALLOWED_REPOS"  # entries separated by whitespace or commas
 GIT_TIMEOUT_S = 300.0  # one clone/fetch/worktree command
@@ -516,11 +516,11 @@ def with_revisions(spec: JobSpec, repo: str, baseline_ref: str | None, candidate
     branch label. A URL keeps the refs as given. A side's existing ``subdir`` and ``install``
     are kept. Raises ``RevisionError`` for a ref that does not resolve.
     """
-    updates: dict[str, VariantSpec] = {}
+    updates: dict[str, SideSpec] = {}
     for side, ref in (("baseline", baseline_ref), ("candidate", candidate_ref)):
         if ref is None:
             continue
-        current: VariantSpec = getattr(spec, side)
+        current: SideSpec = getattr(spec, side)
         if is_url(repo):
             repo_value, sha, label = repo, ref, ref
         else:

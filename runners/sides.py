@@ -68,8 +68,8 @@ from kernelab.service.schemas import (
     CorrectnessResult,
     CorrectnessSpec,
     Reason,
+    Side,
     TimedCheck,
-    Variant,
     Work,
 )
 from kernelab.service.verdicts import reason
@@ -165,7 +165,7 @@ class LocalSide:
     def __init__(
         self,
         *,
-        side: Variant,
+        side: Side,
         bench: Any,
         variant: str,
         params: Any,

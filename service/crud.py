@@ -37,16 +37,16 @@ from kernelab.service.schemas import (
     NodeInfo,
     ProbeReport,
     SampleColumns,
+    Side,
     StaticComparison,
-    Variant,
     Work,
 )
 
 log = logging.getLogger(__name__)
 
-# A cell's stored per-variant JSON, validated back (keys included: each must be a ``Variant``).
-_WORK_BY_VARIANT = TypeAdapter(dict[Variant, Work])
-_CORRECTNESS_BY_VARIANT = TypeAdapter(dict[Variant, CorrectnessResult])
+# A cell's stored per-variant JSON, validated back (keys included: each must be a ``Side``).
+_WORK_BY_VARIANT = TypeAdapter(dict[Side, Work])
+_CORRECTNESS_BY_VARIANT = TypeAdapter(dict[Side, CorrectnessResult])
 
 SAMPLE_COLUMNS = (
     "cell_index", "params", "variant", "round", "position", "duration_ns", "launches",

@@ -25,11 +25,11 @@ from typing import NamedTuple
 import numpy as np
 
 from kernelab.service import clock_events
-from kernelab.service.schemas import CellResult, SampleColumns, Variant, VariantStats, Work
+from kernelab.service.schemas import CellResult, SampleColumns, Side, SideStats, Work
 
 _MDE_Z_SUM = 2.8  # z(1 - 0.05/2) + z(0.80) = 1.96 + 0.84: two-sided alpha 0.05, 80% power
 _IQR_TO_SIGMA = 1.349  # IQR of a normal distribution in standard deviations (2 * 0.6745)
-_VARIANTS: tuple[Variant, Variant] = ("baseline", "candidate")
+_SIDES: tuple[Side, Side] = ("baseline", "candidate")
 
 
 def throttled_mask(samples: SampleColumns) -> np.ndarray:
@@ -311,7 +311,7 @@ def hodges_lehmann(
     return shift, kths[c_alpha], kths[total + 1 - c_alpha]
 
 
-def min_detectable_effect_pct(base: VariantStats, cand: VariantStats) -> float | None:
+def min_detectable_effect_pct(base: SideStats, cand: SideStats) -> float | None:
     """Minimum detectable effect in percent: 2.8 * CV * sqrt(2/n) * 100.
 
     2.8 = z(0.975) + z(0.80): two-sided alpha = 0.05 and 80% power in the normal-approximation
@@ -330,17 +330,17 @@ def min_detectable_effect_pct(base: VariantStats, cand: VariantStats) -> float |
     return _MDE_Z_SUM * cv * math.sqrt(2 / min(base.n, cand.n)) * 100
 
 
-def variant_stats(durations_ns: np.ndarray, *, dropped_throttled: int = 0) -> VariantStats:
+def variant_stats(durations_ns: np.ndarray, *, dropped_throttled: int = 0) -> SideStats:
     """Median, min, quartiles (numpy's linear interpolation), IQR and mean of (n,) ns durations."""
     x = np.asarray(durations_ns, dtype=np.float64)
     if x.size == 0:
-        return VariantStats(n=0, dropped_throttled=dropped_throttled)
+        return SideStats(n=0, dropped_throttled=dropped_throttled)
     q1, median, q3 = (float(v) for v in np.percentile(x, [25, 50, 75]))  # a + (b - a) * t: no overflow
     with np.errstate(over="ignore"):
         mean = float(x.mean())
     if not math.isfinite(mean) and np.isfinite(x).all():
         mean = float(np.sum(x / x.size))  # the sum overflowed (values near 1.8e308); these terms cannot
-    return VariantStats(
+    return SideStats(
         n=int(x.size),
         dropped_throttled=dropped_throttled,
         median_ns=median,
@@ -352,14 +352,14 @@ def variant_stats(durations_ns: np.ndarray, *, dropped_throttled: int = 0) -> Va
     )
 
 
-def throughput(work: Mapping[Variant, Work], stats: Mapping[Variant, VariantStats]) -> dict[str, float]:
+def throughput(work: Mapping[Side, Work], stats: Mapping[Side, SideStats]) -> dict[str, float]:
     """Achieved rates at the median time: ``{variant}_gbps`` and ``{variant}_tflops``.
 
     GB/s = (bytes_read + bytes_written) / median_ns (bytes per ns = 1e9 B/s); TFLOP/s = flops /
     median_ns / 1e3. Only variants with declared, non-zero work and a positive median appear.
     """
     out: dict[str, float] = {}
-    for variant in _VARIANTS:
+    for variant in _SIDES:
         w, s = work.get(variant), stats.get(variant)
         if w is None or s is None or not s.median_ns:
             continue
@@ -377,8 +377,8 @@ class KeptSamples(NamedTuple):
     candidate: np.ndarray  # (n,) bool, ``is_candidate``
     rounds: np.ndarray  # (n,) int64
     durations: np.ndarray  # (n,) float64 ns
-    times: dict[Variant, np.ndarray]  # per variant, (n_v,) float64 ns in sample order
-    taken: dict[Variant, int]  # samples taken per variant, throttled ones included
+    times: dict[Side, np.ndarray]  # per variant, (n_v,) float64 ns in sample order
+    taken: dict[Side, int]  # samples taken per variant, throttled ones included
     throttled: bool  # any sample throttled, dropped or not
 
 

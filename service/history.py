@@ -54,8 +54,8 @@ from kernelab.service.schemas import (
     JobSpec,
     NodeInfo,
     Series,
-    Variant,
-    VariantSpec,
+    Side,
+    SideSpec,
 )
 
 log = logging.getLogger(__name__)
@@ -79,7 +79,7 @@ CHANGE_MEANING: dict[str, str] = {
 # --------------------------------------------------------------------------------------------------
 
 
-def code_of(side: VariantSpec) -> str:
+def code_of(side: SideSpec) -> str:
     """``"torch"`` or ``"triton (BLOCK_M=64, num_warps=4)"``: a side's variant and all its
     parameters, sorted (stable across jobs, unlike a label that shows only what differs)."""
     if not side.params:
@@ -92,7 +92,7 @@ def gpu_model(node: NodeInfo) -> str:
     return node.device_name or node.device_type
 
 
-def _excluded(cell: CellComparison, side: Variant, flagged: bool) -> Excluded | None:
+def _excluded(cell: CellComparison, side: Side, flagged: bool) -> Excluded | None:
     if flagged:
         return "node-flagged"
     for r in cell.reasons:

@@ -44,7 +44,7 @@ JOB_STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
 ATTEMPT_OUTCOMES = ("running", "succeeded", "failed", "expired", "cancelled")
 PROBE_PHASES = ("before", "after", "adhoc")
 READING_KINDS = ("copy_bandwidth", "all_reduce")
-VARIANTS = ("baseline", "candidate")
+SIDES = ("baseline", "candidate")
 JOB_DEVICES = ("auto", "cpu", "cuda")
 JUDGEMENT_TRIGGERS = ("ingest", "rejudge")
 TIMING_STATES = ("cold", "warm")
@@ -367,7 +367,7 @@ class HistoryPoint(Base):
     __tablename__ = "history_points"
     __table_args__ = (
         UniqueConstraint("result_id", "cell_index", "side", name="uq_history_points_result_id_cell_side"),
-        CheckConstraint(_in("side", VARIANTS), name="side"),
+        CheckConstraint(_in("side", SIDES), name="side"),
         CheckConstraint(_in("state", TIMING_STATES), name="state"),
         CheckConstraint("n >= 0", name="n_nonnegative"),
         CheckConstraint("cell_index >= 0", name="cell_index_nonnegative"),

@@ -316,7 +316,7 @@ def _local(text: str, *, pattern: bool, resolve: bool, absolute: bool = False) -
 def source_errors(sides: dict[str, object]) -> list[dict[str, object]]:
     """Pydantic-style errors (``{"loc", "msg", "type"}``) for each side whose ``source.repo`` is in
     a refused form, checked without touching the file system (``resolve=False``): the server's
-    check at submit time (422 naming ``<side>.source.repo``). ``sides``: side name -> ``VariantSpec``.
+    check at submit time (422 naming ``<side>.source.repo``). ``sides``: side name -> ``SideSpec``.
     """
     errors: list[dict[str, object]] = []
     for side, variant in sides.items():

@@ -36,12 +36,12 @@ from kernelab.service.samples import (
     SAMPLE_DTYPES,
     SAMPLE_FIELDS,
     SampleColumns,
-    Variant,
+    Side,
     memory_dtype,
 )
 
 VARIANT_CODES: dict[str, int] = {"baseline": 0, "candidate": 1}
-_VARIANT_NAMES: tuple[Variant, Variant] = ("baseline", "candidate")
+_VARIANT_NAMES: tuple[Side, Side] = ("baseline", "candidate")
 DTYPES: dict[str, str] = SAMPLE_DTYPES
 """numpy dtype of each stored column (``SAMPLE_FIELDS`` order): the dtypes of the wire's base64
 columns and of ``SampleColumns`` in memory (``kernelab.service.samples``)."""

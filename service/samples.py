@@ -60,8 +60,8 @@ from pydantic import (
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, InitErrorDetails, PydanticCustomError
 
-Variant = Literal["baseline", "candidate"]
-VARIANT_NAMES: tuple[Variant, Variant] = ("baseline", "candidate")
+Side = Literal["baseline", "candidate"]
+VARIANT_NAMES: tuple[Side, Side] = ("baseline", "candidate")
 """``variant`` code -> name: 0 is the baseline, 1 the candidate."""
 
 _INT32_MAX = 2**31 - 1  # round, position and launches are int32
@@ -94,7 +94,7 @@ class Sample(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    variant: Variant
+    variant: Side
     round: _Int32 = Field(description="interleaving round number")
     position: _Int32 = Field(description="position of this sample inside its round")
     duration_ns: _Duration
@@ -135,7 +135,7 @@ class SampleListColumns(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    variant: list[Variant] = Field(default_factory=list, description="one per sample: defines n")
+    variant: list[Side] = Field(default_factory=list, description="one per sample: defines n")
     round: list[_Int32] = Field(default_factory=list)
     position: list[_Int32] = Field(default_factory=list)
     duration_ns: list[_Duration] = Field(default_factory=list, description="ns per launch")

@@ -38,11 +38,11 @@ from kernelab.service.schemas import (
     JobResult,
     ParamValue,
     Reason,
-    Variant,
-    VariantStats,
+    Side,
+    SideStats,
 )
 
-_VARIANTS: tuple[Variant, Variant] = ("baseline", "candidate")
+_SIDES: tuple[Side, Side] = ("baseline", "candidate")
 
 
 def _fmt_value(v: ParamValue) -> str:
@@ -91,8 +91,8 @@ def _failed_cell(result: JobResult, cell: CellResult) -> CellComparison:
         index=cell.index,
         params=cell.params,
         label=cell_label(result, cell),
-        baseline=VariantStats(n=0),
-        candidate=VariantStats(n=0),
+        baseline=SideStats(n=0),
+        candidate=SideStats(n=0),
         verdict=decision.verdict,
         reasons=decision.reasons,
         flags=verdicts.sorted_flags(decision.flags),
@@ -138,8 +138,8 @@ def compare_cell(
 
 
 def _finite_numbers(
-    stats: dict[Variant, VariantStats], numbers: dict[str, float | None], rates: dict[str, float]
-) -> tuple[dict[Variant, VariantStats], dict[str, float | None], dict[str, float], list[str]]:
+    stats: dict[Side, SideStats], numbers: dict[str, float | None], rates: dict[str, float]
+) -> tuple[dict[Side, SideStats], dict[str, float | None], dict[str, float], list[str]]:
     """``stats``, ``numbers`` and ``rates`` with every non-finite value made None (rates: left
     out), and the names of the values that were (``baseline.mean_ns``, ``ratio``, ...). Samples
     near float64's limit (stored before ``schemas.MAX_DURATION_NS`` bounded them, or built in
@@ -161,13 +161,13 @@ def _finite_numbers(
 
 def _cell_numbers(
     kept: KeptSamples, p: float | None, *, n_resamples: int, seed: int
-) -> tuple[dict[Variant, VariantStats], dict[str, float | None]]:
+) -> tuple[dict[Side, SideStats], dict[str, float | None]]:
     """Per-side summaries and the cell's numbers (ratio and CI, Hodges-Lehmann shift and CI,
     p-value, MDE), computed with float overflow silenced: ``_finite_numbers`` nulls what overflowed."""
     times = kept.times
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         stats = {v: variant_stats(times[v], dropped_throttled=kept.taken[v] - times[v].size)
-                 for v in _VARIANTS}  # fmt: skip
+                 for v in _SIDES}  # fmt: skip
         rc = ratio_ci_arrays(
             kept.candidate, kept.rounds, kept.durations, confidence=0.95, n_resamples=n_resamples, seed=seed
         )
@@ -217,7 +217,7 @@ def _compare_kept(
     if verdicts.contention_seen(cell.contention):
         flags.append("contended")
     found = [*extra, *verdicts.correctness_reasons(result, cell), *verdicts.timer_reasons(cell)]
-    found += verdicts.resolution_reasons(result.node.device_type, {v: stats[v].median_ns for v in _VARIANTS})
+    found += verdicts.resolution_reasons(result.node.device_type, {v: stats[v].median_ns for v in _SIDES})
     # The copy-bandwidth bound holds only where every launch was timed cold: one launch per sample
     # after an L2 flush. A sample of n > 1 launches (a CUDA graph replay, a batch of short kernels)
     # flushes before the first only; the others may run from L2, faster than DRAM allows.
@@ -226,8 +226,8 @@ def _compare_kept(
     bound_bytes = m.l2_flush and result.node.device_type == "cuda" and one_launch
     too_fast = verdicts.implausible(raw_rates, peaks, bound_bytes=bound_bytes)
     found += verdicts.implausible_reasons(raw_rates, peaks, too_fast)
-    found += verdicts.sample_size_reasons(_rounds_with_both(kept), {v: stats[v].n for v in _VARIANTS})
-    found += verdicts.duration_reasons({v: float(kept.times[v].max(initial=0.0)) for v in _VARIANTS})
+    found += verdicts.sample_size_reasons(_rounds_with_both(kept), {v: stats[v].n for v in _SIDES})
+    found += verdicts.duration_reasons({v: float(kept.times[v].max(initial=0.0)) for v in _SIDES})
     if nonfinite:
         found.append(verdicts.nonfinite_reason(nonfinite, float(kept.durations.max(initial=0.0))))
     ratio, ci_low, ci_high = numbers["ratio"], numbers["ci_low"], numbers["ci_high"]

@@ -42,9 +42,9 @@ from kernelab.service.schemas import (
     ProbeReport,
     Reason,
     Severity,
+    Side,
+    SideStats,
     TimingVerdict,
-    Variant,
-    VariantStats,
     Verdict,
 )
 
@@ -185,7 +185,7 @@ _RANK: dict[Verdict, int] = {v: i for i, v in enumerate(VERDICT_ORDER)}
 # Defined before REASONS (whose meanings quote them): see ``sample_size_reasons``.
 
 
-def reason(code: str, message: str, *, side: Variant | None = None) -> Reason:
+def reason(code: str, message: str, *, side: Side | None = None) -> Reason:
     """A ``Reason`` for ``code``; its severity is ``error`` when the code decides a verdict, else
     ``warning``. Raises ``KeyError`` for a code not in ``REASONS`` (a caller's bug)."""
     severity: Severity = "error" if REASONS[code].verdict is not None else "warning"
@@ -261,7 +261,7 @@ def timing_verdict(
     )
 
 
-def sample_size_reasons(rounds_with_both: int, kept: dict[Variant, int]) -> list[Reason]:
+def sample_size_reasons(rounds_with_both: int, kept: dict[Side, int]) -> list[Reason]:
     """``too-few-rounds`` when fewer than ``MIN_ROUNDS`` rounds hold kept samples of both sides or a
     side kept fewer than ``MIN_SAMPLES`` samples (``kept``: samples per side after dropping the
     throttled ones). Below that no timing verdict is given, whatever the ratio and p say."""
@@ -448,7 +448,7 @@ def _accuracy_reasons(cell: CellResult) -> list[Reason]:
     ]
 
 
-def resolution_reasons(device_type: str, medians_ns: dict[Variant, float | None]) -> list[Reason]:
+def resolution_reasons(device_type: str, medians_ns: dict[Side, float | None]) -> list[Reason]:
     """``below-resolution`` for each side whose median time per launch is below
     ``MIN_LAUNCH_NS[device_type]`` (a zero time included)."""
     floor = MIN_LAUNCH_NS.get(device_type)
@@ -466,7 +466,7 @@ def resolution_reasons(device_type: str, medians_ns: dict[Variant, float | None]
     ]
 
 
-def duration_reasons(longest_ns: dict[Variant, float]) -> list[Reason]:
+def duration_reasons(longest_ns: dict[Side, float]) -> list[Reason]:
     """``beyond-job-time`` for each side whose longest kept sample exceeds
     ``schemas.MAX_DURATION_NS`` (one day, the longest a job may run): such a time is a timing or
     transport error (the door refuses it; results stored before that may hold one)."""
@@ -502,10 +502,10 @@ def timer_reasons(cell: CellResult) -> list[Reason]:
 # --------------------------------------------------------------------------------------------------
 
 _FLAG_ORDER: tuple[str, ...] = get_args(Flag)
-_VARIANTS: tuple[Variant, Variant] = ("baseline", "candidate")
+_SIDES: tuple[Side, Side] = ("baseline", "candidate")
 
 
-def noisy(stats: Iterable[VariantStats]) -> bool:
+def noisy(stats: Iterable[SideStats]) -> bool:
     """The ``noisy`` flag: True when a side's kept samples (``estimators.kept_samples``) have an
     IQR/median above ``NOISY_IQR_FRACTION`` (torch.utils.benchmark's warning threshold)."""
     return any(
@@ -567,7 +567,7 @@ def implausible_reasons(
                 "rate-above-peak",
                 f"{side}: {rates[key]:,.1f} {label} from the declared work exceeds 1.1x the node's measured "
                 f"peak of {peaks[peak_key]:,.1f} {label}: a timing error, not a speed",
-                side=side if side in _VARIANTS else None,  # type: ignore[arg-type]
+                side=side if side in _SIDES else None,  # type: ignore[arg-type]
             )
         )
     return out

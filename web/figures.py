@@ -32,12 +32,12 @@ from kernelab.service.schemas import (
     ProbeReport,
     SampleColumns,
     Series,
-    Variant,
+    Side,
 )
 from kernelab.service.units import format_bytes
 
 # Colours of the two sides everywhere on the dashboard (the CSS badges use the same pair).
-VARIANT_COLOURS: dict[Variant, str] = {"baseline": "#5b6b7f", "candidate": "#d9622b"}
+VARIANT_COLOURS: dict[Side, str] = {"baseline": "#5b6b7f", "candidate": "#d9622b"}
 _THROTTLED_COLOUR = "#b00020"
 _CLOCK_COLOUR = "rgba(60, 120, 60, 0.55)"
 _BAND_COLOUR = "rgba(60, 120, 60, 0.15)"  # a healthy band
@@ -80,7 +80,7 @@ def time_unit(values_ns: Iterable[float]) -> tuple[str, float]:
     return chosen
 
 
-def _side_labels(result: JobResult) -> dict[Variant, str]:
+def _side_labels(result: JobResult) -> dict[Side, str]:
     baseline, candidate = stats.variant_labels(result)
     return {"baseline": baseline, "candidate": candidate}
 
@@ -91,7 +91,7 @@ def _execution_order(samples: SampleColumns) -> np.ndarray:
     return np.lexsort(keys)
 
 
-def _kept(result: JobResult, cell: CellResult, variant: Variant) -> np.ndarray:
+def _kept(result: JobResult, cell: CellResult, variant: Side) -> np.ndarray:
     """Durations (ns, float64) of the samples of ``variant`` that the statistics keep
     (``estimators.kept_mask``), in execution order."""
     samples = cell.samples
@@ -256,7 +256,7 @@ def timeline_title(cell_index: int, label: str) -> str:
 
 
 def timeline_figure_dict(
-    samples: SampleColumns, *, labels: Mapping[Variant, str], title: str, log_y: bool | None = None
+    samples: SampleColumns, *, labels: Mapping[Side, str], title: str, log_y: bool | None = None
 ) -> dict[str, Any]:
     """Round-by-round durations of one cell's ``samples``, as a plotly figure dict: interleaving,
     drift and clocks at a glance.

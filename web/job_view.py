@@ -33,8 +33,8 @@ from kernelab.service.schemas import (
     Comparison,
     CorrectnessResult,
     JobResult,
+    Side,
     TimedCheck,
-    Variant,
 )
 from kernelab.web import figures
 
@@ -220,7 +220,7 @@ def timeline_json(
     label = next((c.label for c in comparison.cells if c.index == cell), None)
     if samples is None or label is None:
         raise LookupError(f"job {job_id} has no result cell {cell}")
-    labels: dict[Variant, str] = {"baseline": comparison.baseline_label,
+    labels: dict[Side, str] = {"baseline": comparison.baseline_label,
                                   "candidate": comparison.candidate_label}  # fmt: skip
     figure = figures.timeline_figure_dict(samples, labels=labels, title=figures.timeline_title(cell, label))
     text = figures.figure_json(figure)

@@ -31,7 +31,7 @@ from typing import Any
 from kernelab.runners.jobenv import job_env
 from kernelab.runners.static_metrics.diff import KernelCode, compare
 from kernelab.runners.static_metrics.isa import Loop
-from kernelab.service.schemas import CellResult, JobSpec, KernelStatic, ParamValue, StaticComparison, Variant
+from kernelab.service.schemas import CellResult, JobSpec, KernelStatic, ParamValue, Side, StaticComparison
 
 __all__ = [
     "KernelCode",
@@ -134,7 +134,7 @@ def compile_kernels(
 
 
 def side_items(
-    spec: JobSpec, variant: Variant, cells: Sequence[Mapping[str, ParamValue]]
+    spec: JobSpec, variant: Side, cells: Sequence[Mapping[str, ParamValue]]
 ) -> list[dict[str, Any]]:
     """``compile_kernels`` items of one side: cell ``i`` (its merged parameters) is key
     ``"i/variant"``."""

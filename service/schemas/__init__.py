@@ -23,7 +23,7 @@ The shape of a job, end to end::
     server: stores raw samples; a compare worker turns a JobResult into a stored Comparison.
 """
 
-from kernelab.service.samples import MAX_DURATION_NS, SAMPLE_FIELDS, Sample, SampleColumns, Variant
+from kernelab.service.samples import MAX_DURATION_NS, SAMPLE_FIELDS, Sample, SampleColumns, Side
 from kernelab.service.schemas.adverts import (
     MAX_ADVERTS,
     MAX_ADVERTS_BYTES,
@@ -54,7 +54,7 @@ from kernelab.service.schemas.api import (
 from kernelab.service.schemas.comparison import (
     CellComparison,
     Comparison,
-    VariantStats,
+    SideStats,
 )
 from kernelab.service.schemas.health import (
     ChangeReason,
@@ -115,10 +115,10 @@ from kernelab.service.schemas.spec import (
     ParamMap,
     ParamName,
     ProbeSpec,
+    SideSpec,
     SourceSpec,
     StaticMetricsSpec,
     SweepGrid,
-    VariantSpec,
     benchmark_ref_problem,
     cell_count,
 )
@@ -153,7 +153,7 @@ __all__ = [
     "SAMPLE_FIELDS",
     "Sample",
     "SampleColumns",
-    "Variant",
+    "Side",
     "AdvertName",
     "AllReduceReading",
     "AttemptOutcome",
@@ -250,8 +250,8 @@ __all__ = [
     "TimedCheck",
     "TimingVerdict",
     "UtcDatetime",
-    "VariantSpec",
-    "VariantStats",
+    "SideSpec",
+    "SideStats",
     "Verdict",
     "Work",
     "as_utc",

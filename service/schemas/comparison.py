@@ -8,7 +8,7 @@ from pydantic import (
 )
 
 from kernelab.service.samples import (
-    Variant,
+    Side,
 )
 from kernelab.service.schemas.probes import ProbeReport
 from kernelab.service.schemas.result import CorrectnessResult, Reason, StaticComparison, TimedCheck
@@ -19,7 +19,7 @@ from kernelab.service.schemas.types import Flag, ParamValue, TimingVerdict, Verd
 # --------------------------------------------------------------------------------------------------
 
 
-class VariantStats(BaseModel):
+class SideStats(BaseModel):
     """Robust summary of one variant's kept samples, nanoseconds per launch."""
 
     n: int
@@ -38,8 +38,8 @@ class CellComparison(BaseModel):
     index: int
     params: dict[str, ParamValue]
     label: str
-    baseline: VariantStats
-    candidate: VariantStats
+    baseline: SideStats
+    candidate: SideStats
     ratio: float | None = None
     ci_low: float | None = None
     ci_high: float | None = None
@@ -62,12 +62,12 @@ class CellComparison(BaseModel):
         ),
     )
     flags: list[Flag] = Field(default_factory=list)
-    correctness: dict[Variant, CorrectnessResult] = Field(default_factory=dict)
-    timed_checks: dict[Variant, list[TimedCheck]] = Field(default_factory=dict)
+    correctness: dict[Side, CorrectnessResult] = Field(default_factory=dict)
+    timed_checks: dict[Side, list[TimedCheck]] = Field(default_factory=dict)
     throughput: dict[str, float] = Field(default_factory=dict, description="e.g. candidate_tflops")
     error: str | None = None
     static: StaticComparison | None = None
-    timers: dict[Variant, str] = Field(default_factory=dict, description="timer kind per variant")
+    timers: dict[Side, str] = Field(default_factory=dict, description="timer kind per variant")
 
 
 class Comparison(BaseModel):

@@ -10,7 +10,7 @@ from pydantic import (
 )
 
 from kernelab.service.samples import (
-    Variant,
+    Side,
 )
 from kernelab.service.schemas.types import Flag, UtcDatetime
 
@@ -100,7 +100,7 @@ class HistoryPoint(BaseModel):
 
     job_id: int | None
     measured_at: UtcDatetime
-    side: Variant
+    side: Side
     code: str = Field(description="branch of a revision side, else variant (params)")
     sha: str = ""
     cell: str

@@ -12,7 +12,7 @@ from pydantic import (
 
 from kernelab.service.samples import (
     SampleColumns,
-    Variant,
+    Side,
     empty_samples,
 )
 from kernelab.service.schemas.types import JsonObject, ParamValue, Severity, Text, _Posted
@@ -163,7 +163,7 @@ class Reason(_Posted):
 
     code: Text = Field(min_length=1, max_length=64, pattern=r"^[a-z0-9-]+$")
     message: Text = Field(max_length=2_000)
-    side: Variant | None = None
+    side: Side | None = None
     severity: Severity = "error"
 
 
@@ -271,19 +271,19 @@ class CellResult(_Posted):
     params: dict[Text, ParamValue]
     baseline_params: dict[Text, ParamValue] = Field(default_factory=dict)
     candidate_params: dict[Text, ParamValue] = Field(default_factory=dict)
-    work: dict[Variant, Work] = Field(default_factory=dict)
+    work: dict[Side, Work] = Field(default_factory=dict)
     samples: SampleColumns = Field(
         default_factory=empty_samples,
         description="raw samples: base64 columns (the JSON-list columns and the row form are accepted)",
     )
-    correctness: dict[Variant, CorrectnessResult] = Field(default_factory=dict)
+    correctness: dict[Side, CorrectnessResult] = Field(default_factory=dict)
     error: Text | None = Field(default=None, description="set when the cell could not be measured")
-    timers: dict[Variant, Text] = Field(
+    timers: dict[Side, Text] = Field(
         default_factory=dict, description="timer that measured each variant (a graph fallback shows)"
     )
     contention: list[ContentionReading] = Field(default_factory=list)
     static: StaticComparison | None = None
-    timed_checks: dict[Variant, list[TimedCheck]] = Field(
+    timed_checks: dict[Side, list[TimedCheck]] = Field(
         default_factory=dict, description="checked samples through the timer, per side"
     )
     findings: list[Reason] = Field(

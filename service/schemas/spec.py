@@ -101,7 +101,7 @@ _GIT_REF = r"^[A-Za-z0-9._/@{}^~+-]+$"  # a branch, tag or sha; no spaces, ':' o
 
 
 class SourceSpec(_Strict):
-    """Where one side's code comes from: a git repository at one revision (``VariantSpec.source``).
+    """Where one side's code comes from: a git repository at one revision (``SideSpec.source``).
 
     ``repo`` is a local path or a URL that the runner's allow-list must name (runner option
     ``--allow-repo`` / ``KERNELAB_ALLOWED_REPOS``); ``ref`` a branch, tag or commit sha (``kernelab
@@ -135,7 +135,7 @@ class SourceSpec(_Strict):
         return v.strip("/")
 
 
-class VariantSpec(_Strict):
+class SideSpec(_Strict):
     """One side of the comparison: a named variant of the benchmark and parameter overrides.
 
     ``params`` override the cell's parameters for this side only, so "two parameter sets of one
@@ -350,8 +350,8 @@ class JobSpec(_Strict):
 
     name: Text = Field(default="", max_length=200)
     benchmark: BenchmarkRef
-    baseline: VariantSpec
-    candidate: VariantSpec
+    baseline: SideSpec
+    candidate: SideSpec
     params: ParamMap = Field(default_factory=dict)
     sweep: SweepGrid = Field(default_factory=dict)
     sweep_by_device: dict[DeviceType, SweepGrid] = Field(default_factory=dict)

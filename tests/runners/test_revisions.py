@@ -19,7 +19,7 @@ from kernelab.runners.revisions import (
     resolve_ref,
     with_revisions,
 )
-from kernelab.service.schemas import JobSpec, MeasurementSpec, SourceSpec, Variant
+from kernelab.service.schemas import JobSpec, MeasurementSpec, Side, SourceSpec
 from tests.e2e.revision_repo import _git, make_repo
 
 
@@ -125,19 +125,19 @@ class _Scripted:
     """A PairTimer whose candidate takes twice the baseline's time; records the calls."""
 
     def __init__(self) -> None:
-        self.calls: list[tuple[Variant, int]] = []
+        self.calls: list[tuple[Side, int]] = []
 
-    def time_ns(self, variant: Variant, launches: int) -> float:
+    def time_ns(self, variant: Side, launches: int) -> float:
         self.calls.append((variant, launches))
         return 1000.0 if variant == "baseline" else 2000.0
 
-    def launches_for(self, variant: Variant, per_launch_ns: float) -> int:
+    def launches_for(self, variant: Side, per_launch_ns: float) -> int:
         return 3 if variant == "baseline" else 5
 
-    def timer_kind(self, variant: Variant) -> str:
+    def timer_kind(self, variant: Side) -> str:
         return "scripted"
 
-    def use_fallback(self, variant: Variant) -> bool:
+    def use_fallback(self, variant: Side) -> bool:
         return False
 
 

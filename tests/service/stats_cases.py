@@ -18,7 +18,7 @@ from kernelab.service.schemas import (
     JobSpec,
     NodeInfo,
     SampleColumns,
-    Variant,
+    Side,
     Work,
 )
 
@@ -32,7 +32,7 @@ FOREIGN: list[dict[str, Any]] = [{"pid": 1, "own": True}, {"pid": 4242, "own": F
 PEAKS = {"copy_gbps": 4000.0, "matmul_tflops": 900.0}
 
 
-def columns(rows: list[tuple[Variant, int, float, bool]]) -> SampleColumns:
+def columns(rows: list[tuple[Side, int, float, bool]]) -> SampleColumns:
     """Samples from ``(variant, round, duration_ns, throttled)`` rows, positions numbered per round."""
     position: dict[int, int] = {}
     pos = []
@@ -58,16 +58,14 @@ def round_rows(
     grain: float = 0.0,
     throttled: float = 0.0,
     uneven: bool = False,
-) -> list[tuple[Variant, int, float, bool]]:
+) -> list[tuple[Side, int, float, bool]]:
     """ABBA rounds of ``per_round`` (baseline, candidate) samples; ``uneven`` draws 0..2x per round,
     ``grain`` rounds durations (ties), ``throttled`` marks that fraction of samples throttled."""
     base = float(rng.uniform(1e3, 1e6))
-    rows: list[tuple[Variant, int, float, bool]] = []
+    rows: list[tuple[Side, int, float, bool]] = []
     for r in range(rounds):
         drift = 1 + 0.01 * rng.standard_normal()
-        order: tuple[Variant, Variant] = (
-            ("baseline", "candidate") if r % 2 == 0 else ("candidate", "baseline")
-        )
+        order: tuple[Side, Side] = ("baseline", "candidate") if r % 2 == 0 else ("candidate", "baseline")
         for v in order:
             k = per_round[v == "candidate"]
             if uneven:

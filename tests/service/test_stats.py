@@ -22,7 +22,7 @@ from kernelab.service.schemas import (
     ProbeReport,
     Sample,
     SampleColumns,
-    VariantStats,
+    SideStats,
     Work,
 )
 
@@ -255,9 +255,9 @@ def test_hodges_lehmann_ci_absent_for_tiny_samples():
 def test_mde_matches_reference_figure():
     # reference: CV 1% and n = 30 give ~0.7%
     iqr = 0.01 * 1.349 * 1000.0
-    s = VariantStats(n=30, median_ns=1000.0, iqr_ns=iqr)
+    s = SideStats(n=30, median_ns=1000.0, iqr_ns=iqr)
     assert estimators.min_detectable_effect_pct(s, s) == pytest.approx(2.8 * 0.01 * np.sqrt(2 / 30) * 100)
-    assert estimators.min_detectable_effect_pct(s, VariantStats(n=1, median_ns=1.0, iqr_ns=0.0)) is None
+    assert estimators.min_detectable_effect_pct(s, SideStats(n=1, median_ns=1.0, iqr_ns=0.0)) is None
 
 
 def test_variant_stats_values():

@@ -22,7 +22,7 @@ from kernelab.service.schemas import (
     NodeInfo,
     ProbeReport,
     Sample,
-    VariantStats,
+    SideStats,
 )
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -142,10 +142,10 @@ def make_comparison(n_cells: int = 3) -> Comparison:
     """A comparison with ``n_cells`` cells, the last one without candidate statistics."""
     cells = []
     for i in range(n_cells):
-        base = VariantStats(n=10, median_ns=1000.0 * (i + 1), q1_ns=950.0 * (i + 1), q3_ns=1050.0 * (i + 1))
-        cand = VariantStats(n=10, median_ns=800.0 * (i + 1), q1_ns=780.0 * (i + 1), q3_ns=820.0 * (i + 1))
+        base = SideStats(n=10, median_ns=1000.0 * (i + 1), q1_ns=950.0 * (i + 1), q3_ns=1050.0 * (i + 1))
+        cand = SideStats(n=10, median_ns=800.0 * (i + 1), q1_ns=780.0 * (i + 1), q3_ns=820.0 * (i + 1))
         if i == n_cells - 1:
-            cand = VariantStats(n=0)
+            cand = SideStats(n=0)
         cells.append(
             CellComparison(
                 index=i,
