@@ -31,8 +31,14 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
-from kernelab.service.adverts import param_loc
-from kernelab.service.schemas import BENCHMARK_OBJECT_REF, JobSpec, ParamValue, Work, benchmark_ref_problem
+from kernelab.service.schemas import (
+    BENCHMARK_OBJECT_REF,
+    JobSpec,
+    ParamValue,
+    Work,
+    benchmark_ref_problem,
+    param_loc,
+)
 
 ENTRY_POINT_GROUP = "kernelab.benchmarks"
 

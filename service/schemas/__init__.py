@@ -121,6 +121,7 @@ from kernelab.service.schemas.spec import (
     SweepGrid,
     benchmark_ref_problem,
     cell_count,
+    param_loc,
 )
 from kernelab.service.schemas.types import (
     MAX_ATOL,
@@ -149,6 +150,7 @@ from kernelab.service.schemas.types import (
 )
 
 __all__ = [
+    "param_loc",
     "MAX_DURATION_NS",
     "SAMPLE_FIELDS",
     "Sample",

@@ -436,3 +436,18 @@ def _refuse_over_max_cells(grid: Any, where: str) -> None:
 
 
 # --------------------------------------------------------------------------------------------------
+
+
+def param_loc(spec: JobSpec, field: str, device_type: str, side: str) -> tuple[str, ...]:
+    """Where in ``spec`` the value of parameter ``field`` of one cell of ``side`` on
+    ``device_type`` came from (``("baseline", "params", "N")``, ``("sweep_by_device", "cpu",
+    "N")``, ``("sweep", "N")``, ``("params", "N")``), for an error's ``loc``."""
+    if field in getattr(spec, side).params:
+        return (side, "params", field)
+    if field in spec.sweep_by_device.get(device_type, {}):  # type: ignore[call-overload]
+        return ("sweep_by_device", device_type, field)
+    if field in spec.sweep:
+        return ("sweep", field)
+    if field in spec.params:
+        return ("params", field)
+    return ("params", field) if field else ("params",)
