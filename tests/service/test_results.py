@@ -103,13 +103,13 @@ def test_failure_inside_the_transaction_rolls_everything_back(api, monkeypatch) 
     a unique key broken while storing the probes): 409 and nothing stored, the job still running."""
     from sqlalchemy.exc import IntegrityError
 
-    from kernelab.service import crud
+    from kernelab.service.crud import ingest
 
     def broken(**_: object) -> None:
         raise IntegrityError("INSERT INTO probe_reports ...", {}, Exception("duplicate key value"))
 
     job_id, runner = _claimed(api)
-    monkeypatch.setattr(crud, "store_probe_report", broken)
+    monkeypatch.setattr(ingest, "store_probe_report", broken)  # what store_result calls
     r = api.post_result(job_id, job_result(job_id), runner)
     assert r.status_code == 409 and "conflicts with stored data" in r.json()["detail"]
     assert _counts(api) == (0, 0, 0, 0, 0)

@@ -1,0 +1,106 @@
+"""Jobs and their attempts as API views (``JobPublic``, ``JobsPage``, ``AttemptsPage``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from kernelab.service import compare_queue, offers
+from kernelab.service.models import Job, JobAttempt, Runner
+from kernelab.service.schemas import (
+    STORED,
+    AttemptPublic,
+    AttemptsPage,
+    JobPublic,
+    JobsPage,
+    JobSpec,
+)
+
+
+def _runner_names(session: Session, job_ids: Sequence[int]) -> dict[int, str]:
+    """Name of the runner of each job's latest attempt."""
+    rows = session.execute(
+        select(JobAttempt.job_id, Runner.name)
+        .join(Runner, Runner.id == JobAttempt.runner_id)
+        .where(JobAttempt.job_id.in_(job_ids))
+        .order_by(JobAttempt.job_id, JobAttempt.attempt)
+    )
+    return {job_id: name for job_id, name in rows}
+
+
+_NO_RESULT = compare_queue.TaskState("none")
+
+
+def _public(
+    job: Job, node: str | None, state: compare_queue.TaskState = _NO_RESULT, waiting_for: str | None = None
+) -> JobPublic:
+    return JobPublic(
+        waiting_for=waiting_for,
+        id=job.id,
+        name=job.name,
+        benchmark=job.benchmark,
+        status=job.status,  # type: ignore[arg-type]
+        spec=JobSpec.model_validate(job.spec, context=STORED),
+        attempts=job.attempts,
+        max_attempts=job.max_attempts,
+        created_at=job.created_at,
+        started_at=job.started_at,
+        finished_at=job.finished_at,
+        node=node,
+        error=job.error,
+        summary=job.summary or {},
+        comparison_status=state.status,
+        comparison_error=state.error,
+    )
+
+
+def job_public(*, session: Session, job: Job, alive_s: float | None = None) -> JobPublic:
+    """The API view of one job row (``node`` is the runner of its latest attempt). With
+    ``alive_s``, ``waiting_for`` says why a queued job waits when no runner seen within that many
+    seconds advertises its benchmark (``kernelab.service.offers.waiting_for``)."""
+    state = compare_queue.states(session, [job.id]).get(job.id, _NO_RESULT)
+    waiting = {} if alive_s is None else offers.waiting_for(session, [job], alive_s=alive_s)
+    return _public(job, _runner_names(session, [job.id]).get(job.id), state, waiting.get(job.id))
+
+
+def attempts_page(*, session: Session, job_id: int, offset: int = 0, limit: int = 500) -> AttemptsPage:
+    """A page of ``job_id``'s attempts in claim order, each with its runner's name (None once the
+    runner row is gone); ``count`` is the job's number of attempts. The job is not checked here."""
+    of_job = JobAttempt.job_id == job_id
+    count = session.scalar(select(func.count()).select_from(JobAttempt).where(of_job)) or 0
+    rows = session.execute(
+        select(JobAttempt.attempt, Runner.name.label("runner"), JobAttempt.claimed_at, JobAttempt.ended_at,
+               JobAttempt.outcome, JobAttempt.error)
+        .outerjoin(Runner, Runner.id == JobAttempt.runner_id)
+        .where(of_job)
+        .order_by(JobAttempt.attempt, JobAttempt.id)
+        .offset(offset)
+        .limit(limit)
+    )  # fmt: skip
+    return AttemptsPage(data=[AttemptPublic.model_validate(dict(row._mapping)) for row in rows], count=count)
+
+
+def list_jobs(
+    *, session: Session, offset: int = 0, limit: int = 50, status: str | None = None,
+    benchmark: str | None = None, alive_s: float | None = None,
+) -> JobsPage:  # fmt: skip
+    """A page of jobs, newest first; ``count`` is the total matching the filters; ``alive_s`` as
+    in ``job_public``."""
+    where = []
+    if status is not None:
+        where.append(Job.status == status)
+    if benchmark is not None:
+        where.append(Job.benchmark == benchmark)
+    count = session.scalar(select(func.count()).select_from(Job).where(*where)) or 0
+    jobs = list(
+        session.scalars(select(Job).where(*where).order_by(Job.id.desc()).offset(offset).limit(limit))
+    )
+    names = _runner_names(session, [j.id for j in jobs])
+    states = compare_queue.states(session, [j.id for j in jobs])
+    waiting = {} if alive_s is None else offers.waiting_for(session, jobs, alive_s=alive_s)
+    return JobsPage(
+        data=[_public(j, names.get(j.id), states.get(j.id, _NO_RESULT), waiting.get(j.id)) for j in jobs],
+        count=count,
+    )
