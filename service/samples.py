@@ -230,11 +230,12 @@ class SampleBase64Columns(BaseModel):
         naming ``<column>.dtype`` / ``<column>.data`` for a wrong dtype, base64 or length."""
         errors: list[InitErrorDetails] = []
         out: dict[str, np.ndarray] = {}
+        absent = []
         for name in SAMPLE_FIELDS:
             column: Base64Column | None = getattr(self, name)
             dtype = np.dtype(SAMPLE_DTYPES[name])
             if column is None:
-                out[name] = np.full(self.n, _FILL[name], dtype=_MEMORY_DTYPES[name])
+                absent.append(name)  # filled once n is vouched for by the columns sent
                 continue
             if column.dtype != SAMPLE_DTYPES[name]:
                 msg = f"the dtype of {name} is {SAMPLE_DTYPES[name]!r}"
@@ -252,6 +253,10 @@ class SampleBase64Columns(BaseModel):
             out[name] = np.frombuffer(raw, dtype=dtype)
         if errors:
             raise ValidationError.from_exception_data("SampleColumns", errors)
+        # ``n`` is now the length of the required columns' decoded data (bounded by the body): a
+        # declared n with short columns never allocates n values.
+        for name in absent:
+            out[name] = np.full(self.n, _FILL[name], dtype=_MEMORY_DTYPES[name])
         out["throttled"] = _as_bool(out["throttled"])
         return out
 

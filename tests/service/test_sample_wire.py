@@ -105,6 +105,33 @@ def test_a_base64_column_of_another_dtype_length_or_alphabet_names_the_column() 
     assert {e["loc"] for e in _bad({**form, "n": 1}, round=None)} == {("samples", "round")}
 
 
+def test_a_declared_n_the_columns_do_not_hold_allocates_nothing() -> None:
+    """``n`` near 2**31 with one-value columns and the optional columns left out: a 422 naming the
+    short column, found before any column of n values is made (the body bounds what is decoded)."""
+    import tracemalloc
+
+    form = json.loads(
+        SampleColumns(variant=["baseline"], round=[0], position=[0], duration_ns=[1.0]).model_dump_json()
+    )
+    for optional in (
+        "launches",
+        "sm_clock_mhz",
+        "clock_event_reasons",
+        "temperature_c",
+        "power_w",
+        "throttled",
+    ):
+        form.pop(optional, None)
+    tracemalloc.start()
+    try:
+        errors = _bad({**form, "n": 2**31 - 1})
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert {e["loc"][1] for e in errors} == {"variant", "round", "position", "duration_ns"}
+    assert peak < 16 * 2**20  # a column of 2**31 float64 values is 16 GiB
+
+
 @pytest.mark.parametrize(
     ("column", "values", "dtype"),
     [
