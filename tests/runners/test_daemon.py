@@ -336,7 +336,8 @@ def test_probe_pool_serves_the_probes_of_every_job(stack: Stack, tmp_path: Path)
     assert pool is not None and pool.alive()
     # Before and after each job: four requests, all served by the same two rank processes.
     assert int(pool._run._store.add(_SEQ_KEY, 0)) == 4
-    for job in jobs:
+    for job in jobs:  # the server's compare worker stores the comparison after the ingest
+        _wait_for(lambda j=job: admin.get_job(j.id).comparison_status == "ready", 120, "the comparison")
         probes = admin.comparison(job.id).probes
         assert [p.phase for p in probes] == ["before", "after"]
         for report in probes:
