@@ -12,7 +12,7 @@ import pytest
 
 from kernelab.runners.adverts import _shipped_path, main, shipped_text
 from kernelab.runners.client import KernelabClient
-from kernelab.runners.daemon import AdvertError, Runner
+from kernelab.runners.daemon import AdvertError, RunnerDaemon
 from kernelab.runners.local import ServerProcess, admin_token, free_port
 from kernelab.service.adverts import builtin_adverts
 from kernelab.service.schemas import JobSpec
@@ -61,14 +61,16 @@ def offered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 
 def test_the_daemon_describes_its_benchmarks_in_a_child_process(offered: Path, tmp_path: Path) -> None:
     client = KernelabClient("http://127.0.0.1:9", "unused-token")
-    with Runner(client, "adv", work_dir=tmp_path / "w", job_isolation="none", benchmarks=[REF]) as runner:
+    with RunnerDaemon(
+        client, "adv", work_dir=tmp_path / "w", job_isolation="none", benchmarks=[REF]
+    ) as runner:
         adverts = runner.advertise()
     mine = adverts.by_name()[REF]
     assert mine.variants == ["a", "b"] and mine.params_schema["properties"]["N"]["exclusiveMinimum"] == 0
     assert mine.code_version is not None and "+" in mine.code_version
     assert "softmax" in adverts.by_name()
     assert "kl_offered" not in sys.modules  # imported by the child only
-    with Runner(
+    with RunnerDaemon(
         client, "bad", work_dir=tmp_path / "b", job_isolation="none", benchmarks=["kl_nothere:X"]
     ) as bad:
         with pytest.raises(AdvertError, match="kl_nothere"):
@@ -89,10 +91,12 @@ def test_a_daemon_that_does_not_offer_a_benchmark_never_claims_its_job(offered: 
             }))  # fmt: skip
             assert job.waiting_for is not None
             kwargs = {"once": True, "job_isolation": "none", "poll_s": 0.5}
-            with Runner(admin, "plain", work_dir=tmp_path / "plain", **kwargs) as plain:  # type: ignore[arg-type]
+            with RunnerDaemon(admin, "plain", work_dir=tmp_path / "plain", **kwargs) as plain:  # type: ignore[arg-type]
                 plain.run()
             assert (plain.done, plain.failed) == (0, 0) and admin.get_job(job.id).status == "queued"
-            with Runner(admin, "offers", work_dir=tmp_path / "offers", benchmarks=[REF], **kwargs) as offers:  # type: ignore[arg-type]
+            with RunnerDaemon(
+                admin, "offers", work_dir=tmp_path / "offers", benchmarks=[REF], **kwargs
+            ) as offers:  # type: ignore[arg-type]
                 offers.run()
             after = admin.get_job(job.id)
             assert after.attempts == 1 and after.node == "offers", after
