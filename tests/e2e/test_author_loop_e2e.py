@@ -90,7 +90,7 @@ def test_submit_wait_json_and_report_format_github(tmp_path: Path) -> None:
         job_id = int(waiting.stdout.readline())
         runner = subprocess.run(
             [sys.executable, "-m", "kernelab.runners.cli", "runner", "--once", "--name", "loop-node",
-             "--work-dir", str(tmp_path / "runner")],
+             "--work-dir", str(tmp_path / "runner"), "--benchmark", "scalebench:scale"],
             env=env, cwd=tmp_path, capture_output=True, text=True, timeout=400,
         )  # fmt: skip
         assert runner.returncode == 0, runner.stderr[-3000:]

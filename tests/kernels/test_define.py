@@ -77,9 +77,10 @@ class Scale(kernelab.Benchmark[ScaleParams]):
 
 
 def _shape(value: Any) -> Any:
-    """The JSON's structure: keys, nested, without the measured numbers."""
+    """The JSON's structure: keys, nested, without what the measurement decides (numbers, and the
+    flags and reasons a noisy machine adds to a cell: ``noisy`` on a loaded CI box)."""
     if isinstance(value, dict):
-        return {k: _shape(v) for k, v in value.items() if k not in ("probes",)}
+        return {k: _shape(v) for k, v in value.items() if k not in ("probes", "flags", "reasons")}
     if isinstance(value, list):
         return [_shape(v) for v in value[:1]]
     return type(value).__name__ if not isinstance(value, float | int) else "number"
