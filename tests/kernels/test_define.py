@@ -78,9 +78,10 @@ class Scale(kernelab.Benchmark[ScaleParams]):
 
 def _shape(value: Any) -> Any:
     """The JSON's structure: keys, nested (a list of objects by its first), without what the
-    measurement decides: the values, and the flags and reasons a loaded machine adds to a cell."""
+    measurement decides: the values, the flags and reasons a loaded machine adds to a cell, and the
+    summary (keyed by the verdicts the cells reached)."""
     if isinstance(value, dict):
-        return {k: _shape(v) for k, v in value.items() if k not in ("probes", "flags", "reasons")}
+        return {k: _shape(v) for k, v in value.items() if k not in ("probes", "flags", "reasons", "summary")}
     if isinstance(value, list):
         return [_shape(value[0])] if value and isinstance(value[0], dict) else "list"
     return "value"
