@@ -279,3 +279,59 @@ def test_an_advertised_schema_never_makes_the_server_fetch_a_ref(api, advert) ->
         assert r.status_code == 422 and r.json()["detail"][0]["type"] == "advert_unusable", r.text
         with pytest.raises(BlockingIOError):
             listener.accept()
+
+
+def _ref_chain(depth: int) -> dict[str, Any]:
+    """A schema of a few hundred bytes whose check costs 2**depth keywords: each level is an
+    ``anyOf`` of two references to the next, and the last level fails everything."""
+    defs: dict[str, Any] = {f"d{i}": {"anyOf": [{"$ref": f"#/$defs/d{i + 1}"}] * 2} for i in range(depth)}
+    defs[f"d{depth}"] = {"not": {}}
+    return {"$defs": defs, "$ref": "#/$defs/d0"}
+
+
+_BACKTRACKS = "^" + "(.*)*" * 14 + "$X"  # Python's re takes hours on 'float32'; a linear engine none
+
+
+@pytest.mark.timeout(60)  # before the bound, each of these claims never answered (SQLite locked for all)
+@pytest.mark.parametrize(
+    "schema",
+    [
+        pytest.param(_ref_chain(40), id="anyOf-ref-chain"),
+        pytest.param({"properties": {"dtype": {"type": "string", "pattern": _BACKTRACKS}}}, id="pattern"),
+        pytest.param({"propertyNames": {"pattern": _BACKTRACKS}}, id="propertyNames"),
+        pytest.param({"patternProperties": {_BACKTRACKS: {}}, "additionalProperties": False},
+                     id="patternProperties"),
+    ],
+)  # fmt: skip
+def test_a_costly_advertised_schema_is_bounded_not_a_hung_server(api, schema) -> None:  # type: ignore[no-untyped-def]
+    # a runner advertises the built-in name with a schema whose check would never end; a queued
+    # softmax job (accepted against the shipped schema) is checked against it at the claim
+    job = api.submit(spec_dict(sweep={"M": [4], "N": [64], "dtype": ["float32"]}))
+    evil = {"benchmarks": [{"names": ["softmax"], "variants": ["torch", "triton"], "params_schema": schema}]}
+    assert _claim(api, api.runner("node-evil"), benchmarks=evil).status_code == 204  # it fits not: not taken
+    # a spec the shipped schema refuses is tried against the runner's too: still a 422, at once
+    refused = spec_dict(sweep={"M": [4], "N": [64], "dtype": ["float32"]}, params={"Q": 1})
+    r = api.client.post("/api/v1/jobs", json=refused, headers=api.admin)
+    assert r.status_code == 422 and ["body", "params", "Q"] in [e["loc"] for e in r.json()["detail"]], r.text
+    honest = _claim(api, api.runner("node-a"))  # a runner without advertisement takes the job
+    assert honest.status_code == 200 and honest.json()["job_id"] == job
+
+
+def test_a_schema_costlier_than_the_bound_is_unusable_and_a_pattern_still_applies() -> None:
+    from kernelab.service.adverts import MAX_STEPS_PER_CELL, spec_errors
+    from kernelab.service.schemas import BenchmarkAdvert, JobSpec
+
+    spec = JobSpec.model_validate(spec_dict(sweep={"M": [4], "N": [64], "dtype": ["float32", "bf16"]}))
+
+    def errors(schema: dict[str, Any]) -> list[dict[str, Any]]:
+        advert = BenchmarkAdvert(names=["softmax"], variants=["torch", "triton"], params_schema=schema)
+        return spec_errors(spec, advert)
+
+    # 2**11 anyOf/$ref keywords: past the bound, whatever the machine's speed
+    assert 2**11 > MAX_STEPS_PER_CELL
+    assert [e["type"] for e in errors(_ref_chain(11))] == ["advert_unusable"]
+    assert errors(_ref_chain(2))[0]["type"] == "anyOf"  # a cheap one is applied
+    found = errors({"properties": {"dtype": {"pattern": "^(float|bfloat)[0-9]+$"}}})
+    assert [(e["loc"], e["type"]) for e in found] == [(("sweep", "dtype"), "pattern")]
+    lookahead = errors({"properties": {"dtype": {"pattern": "^(?=f)"}}})
+    assert [e["type"] for e in lookahead] == ["advert_unusable"] and "backtracking" in lookahead[0]["msg"]
