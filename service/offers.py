@@ -259,6 +259,15 @@ _fit_cache: OrderedDict[tuple[int, str], bool] = OrderedDict()
 _CACHED_FITS = 65_536  # (job, schema) answers kept per process: job specs never change
 
 
+def cached_fit(offers: Offers, job_id: int, benchmark: str) -> bool | None:
+    """``fits_cached``'s answer for job ``job_id`` when it is cached (False when ``offers`` does not
+    advertise ``benchmark``), else None: the caller reads the job's spec only then."""
+    advert = offers.adverts.get(benchmark)
+    if advert is None:
+        return False
+    return _fit_cache.get((job_id, advert.schema_sha256))
+
+
 def fits_cached(offers: Offers, job_id: int, benchmark: str, spec: dict[str, Any]) -> bool:
     """Whether job ``job_id``'s stored spec (JSON) fits the schema ``offers`` advertises for
     ``benchmark``: a claim's check of a job accepted against another schema (or none). The answer

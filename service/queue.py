@@ -133,12 +133,14 @@ _TAKE_OLDEST = {  # PostgreSQL: the oldest queued row nobody else has locked, ta
     for key in _KEYS
 }
 _OTHER_SCHEMA = {
-    for_device: select(_jobs.c.id, _jobs.c.needs_benchmark, _jobs.c.spec)
+    for_device: select(_jobs.c.id, _jobs.c.needs_benchmark)
     .where(_jobs.c.status == "queued", _jobs.c.needs_benchmark.in_(bindparam("p_names", expanding=True)),
-           _FOR_DEVICE if for_device else literal(True))
+           _jobs.c.id > bindparam("p_after"), _FOR_DEVICE if for_device else literal(True))
     .order_by(_jobs.c.id).limit(_CLAIM_CANDIDATES)
     for for_device in (False, True)
 }  # fmt: skip
+_SPEC_OF = select(_jobs.c.spec).where(_jobs.c.id == bindparam("p_job_id"))
+_FALLBACK_SCAN = 1024  # queued jobs of an advertised benchmark a claim's fallback looks at, at most
 
 
 class LeasedJob(NamedTuple):
@@ -281,17 +283,39 @@ def claim(
     else:
         row = _take_first(session, session.scalars(_CANDIDATES[key], params).all(), params)
     if row is None and offers is not None and offers.adverts:
-        fallback = session.execute(_OTHER_SCHEMA[key[0]], {**params, "p_names": sorted(offers.adverts)}).all()
-        fitting = [
-            job_id for job_id, name, spec in fallback if offers_mod.fits_cached(offers, job_id, name, spec)
-        ]
-        row = _take_first(session, fitting, params)
+        row = _take_fitting(session, offers, params, for_device=key[0])
     if row is None:
         return None
     job = LeasedJob(*row)
     session.execute(_START_ATTEMPT, {"p_job_id": job.id, "p_attempt": job.attempts, "p_runner_id": runner_id})
     _seen(session, runner_id)
     return job
+
+
+def _take_fitting(
+    session: Session, offers: offers_mod.Offers, params: dict[str, Any], *, for_device: bool
+) -> Any:
+    """Take the oldest queued job of an advertised benchmark, accepted against another schema or
+    none, whose spec fits ``offers`` (``offers.fits_cached``); its row or None. Pages through the
+    queue in id order (``_CLAIM_CANDIDATES`` a page, at most ``_FALLBACK_SCAN`` jobs): jobs that
+    fit no schema of this runner (a spec queued before anyone advertised its benchmark) never
+    hide the jobs behind them. A job's spec is read only when its answer is not cached."""
+    query, after = _OTHER_SCHEMA[for_device], 0
+    for _ in range(_FALLBACK_SCAN // _CLAIM_CANDIDATES):
+        page = session.execute(query, {**params, "p_names": sorted(offers.adverts), "p_after": after}).all()
+        fitting = []
+        for job_id, name in page:
+            fits = offers_mod.cached_fit(offers, job_id, name)
+            if fits is None:
+                spec = session.scalar(_SPEC_OF, {"p_job_id": job_id})
+                fits = spec is not None and offers_mod.fits_cached(offers, job_id, name, spec)
+            if fits:
+                fitting.append(job_id)
+        row = _take_first(session, fitting, params)
+        if row is not None or len(page) < _CLAIM_CANDIDATES:
+            return row
+        after = page[-1].id
+    return None
 
 
 def _take_first(session: Session, job_ids: Sequence[int], params: dict[str, Any]) -> Any:

@@ -335,3 +335,16 @@ def test_a_schema_costlier_than_the_bound_is_unusable_and_a_pattern_still_applie
     assert [(e["loc"], e["type"]) for e in found] == [(("sweep", "dtype"), "pattern")]
     lookahead = errors({"properties": {"dtype": {"pattern": "^(?=f)"}}})
     assert [e["type"] for e in lookahead] == ["advert_unusable"] and "backtracking" in lookahead[0]["msg"]
+
+
+def test_jobs_that_fit_no_runner_never_hide_a_later_job_that_fits(api, advert) -> None:  # type: ignore[no-untyped-def]
+    # queued while nobody advertised the benchmark: accepted unchecked, and N=8192 fits no runner
+    # that comes later; they must not hide the job behind them that fits
+    spec = spec_dict(benchmark=REF, baseline={"variant": "slow"}, candidate={"variant": "fast"},
+                     sweep={"N": [8192]})  # fmt: skip
+    unfit = [api.submit(spec) for _ in range(20)]
+    fits = api.submit({**spec, "sweep": {"N": [64]}})
+    claim = _claim(api, api.runner("node-a"), benchmarks=advert)
+    assert claim.status_code == 200 and claim.json()["job_id"] == fits, (claim.status_code, claim.text[:200])
+    statuses = {api.client.get(f"/api/v1/jobs/{j}", headers=api.admin).json()["status"] for j in unfit}
+    assert statuses == {"queued"}
