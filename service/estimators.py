@@ -201,8 +201,9 @@ def ratio_ci_arrays(
     Davison & Hinkley 1997, section 3.7): in a 2x2 crossover, where each side runs input set 0 in
     one stratum and set 1 in the other, a multiplicative effect of the set cancels from the
     geometric mean (Senn 2002, "Cross-over Trials in Clinical Research", ch. 3), and the CI holds
-    the set-by-side interaction as noise. A single stratum is the plain estimator. None when a
-    stratum cannot form a ratio (a side with < 2 samples or rounds in it).
+    the set-by-side interaction as noise. A single stratum, or a stratum that cannot form a ratio
+    (a side with < 2 samples or rounds in it: fewer than 4 rounds in all, too few for a verdict,
+    ``kernelab.service.verdicts.MIN_ROUNDS``), gives the plain estimator over all samples.
     """
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
@@ -219,7 +220,11 @@ def ratio_ci_arrays(
             else _boot_ratios(candidate[g], sample_rounds[g], durations[g], n_resamples, seed + i)
         )
         if part is None:
-            return None
+            if g is None:
+                return None
+            return ratio_ci_arrays(
+                candidate, sample_rounds, durations, confidence=confidence, n_resamples=n_resamples, seed=seed
+            )
         ratios.append(part[0])
         boots.append(part[1])
     if len(groups) == 1:
