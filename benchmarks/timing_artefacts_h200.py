@@ -92,7 +92,7 @@ def _do_bench_copy_us(n: int) -> float:
     x = torch.rand(n, device="cuda")
     y = torch.empty_like(x)
     ms = triton.testing.do_bench(lambda: y.copy_(x), warmup=100, rep=1000, return_mode="median")
-    del x, y
+    x = y = torch.empty(0)
     torch.cuda.empty_cache()
     return float(ms) * 1e3
 
@@ -119,13 +119,17 @@ def _summary(rows: list[dict[str, Any]]) -> str:
 
 
 def cmd_copy(args: argparse.Namespace, log: Any) -> str:
-    truth = {"1 GiB": _do_bench_copy_us(GIB_ELEMENTS), "1.03 GiB": _do_bench_copy_us(round(1.03 * GIB_ELEMENTS))}
+    truth = {
+        "1 GiB": _do_bench_copy_us(GIB_ELEMENTS),
+        "1.03 GiB": _do_bench_copy_us(round(1.03 * GIB_ELEMENTS)),
+    }
     log.write(json.dumps({"part": "copy", "do_bench_median_us": truth}) + "\n")
     rows = []
     for kernel in ("copy", "copy3"):
         for i in range(args.runs):
             row = _job(kernel, i, budget_ms=3000.0)
             log.write(json.dumps({"part": "copy", **row}) + "\n")
+            log.flush()
             rows.append(row)
     base = statistics.median(r["baseline_ns"] for r in rows) / 1e3
     return (
@@ -142,6 +146,7 @@ def cmd_aa(args: argparse.Namespace, log: Any) -> str:
             for i in range(args.runs):
                 row = _job(kernel, args.seed + i, placement)
                 log.write(json.dumps({"part": "aa", **row}) + "\n")
+                log.flush()
                 rows.append(row)
     return _summary(rows)
 
@@ -152,6 +157,7 @@ def cmd_sens(args: argparse.Namespace, log: Any) -> str:
         for i in range(args.runs):
             row = _job(kernel, i, budget_ms=10_000.0, threshold_pct=0.25, target_ci_pct=0.1)
             log.write(json.dumps({"part": "sens", **row}) + "\n")
+            log.flush()
             rows.append(row)
     return _summary(rows)
 

@@ -324,7 +324,9 @@ def cross_check(pair: PairTimer, samples: SampleColumns, settings: MeasurementSp
                 _place(pair, placement, r, variant)
                 out[variant].append(pair.cross_time_ns(variant, launches[variant]))  # type: ignore[attr-defined]
     except TimerUnsupported as exc:
-        return TimerCrossCheck(methods=methods, launches=launches, error=f"{', '.join(set(methods.values()))}: {exc}")
+        return TimerCrossCheck(
+            methods=methods, launches=launches, error=f"{', '.join(set(methods.values()))}: {exc}"
+        )
     finally:
         _reset_inputs(pair, placement)
     return TimerCrossCheck(

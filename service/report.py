@@ -356,7 +356,11 @@ def cross_check_line(cell: CellComparison) -> str | None:
     sides = "; ".join(
         f"{v} {cc.primary.get(v, '?')} {format_duration_ns(cc.primary_median_ns.get(v))} vs "
         f"{cc.cross.get(v, '?')} {format_duration_ns(cc.cross_median_ns.get(v))}"
-        + (f" ({cc.difference_pct[v]:+.1f}%, allowance ±{cc.noise_pct[v]:.1f}%)" if v in cc.difference_pct else "")
+        + (
+            f" ({cc.difference_pct[v]:+.1f}%, allowance ±{cc.noise_pct[v]:.1f}%)"
+            if v in cc.difference_pct
+            else ""
+        )
         for v in ("baseline", "candidate")
     )
     ratio = _MISSING if cell.ratio is None else f"{cell.ratio:.4f}"

@@ -201,6 +201,27 @@ def _cell_numbers(
     return stats, numbers
 
 
+def _cross_ci(cell: CellResult, seed: int) -> tuple[float, float] | None:
+    """The 95% round-bootstrap interval of the cross-check's ratio (``estimators.ratio_ci_arrays``
+    over its rounds: cross sample i of each side is round i), None without one."""
+    cc = cell.cross_check
+    if cc is None or cc.error is not None:
+        return None
+    b, c = cc.samples_ns.get("baseline", []), cc.samples_ns.get("candidate", [])
+    if len(b) < 2 or len(c) < 2:
+        return None
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        rc = ratio_ci_arrays(
+            np.r_[np.zeros(len(b), dtype=bool), np.ones(len(c), dtype=bool)],
+            np.r_[np.arange(len(b)), np.arange(len(c))].astype(np.int64),
+            np.asarray([*b, *c], dtype=np.float64),
+            confidence=0.95,
+            n_resamples=1000,
+            seed=seed,
+        )
+    return None if rc is None or not all(map(math.isfinite, rc)) else (rc[1], rc[2])
+
+
 def _rounds_with_both(kept: KeptSamples) -> int:
     """Rounds in which both sides have kept samples."""
     return int(np.intersect1d(kept.rounds[~kept.candidate], kept.rounds[kept.candidate]).size)
@@ -235,7 +256,7 @@ def _compare_kept(
         flags.append("contended")
     found = [*extra, *verdicts.correctness_reasons(result, cell), *verdicts.timer_reasons(cell)]
     cross = verdicts.cross_check_summary(
-        cell, stats, raw_numbers["ratio"], m.cross_check_pct, m.threshold_pct
+        cell, stats, raw_numbers["ratio"], m.cross_check_pct, m.threshold_pct, _cross_ci(cell, seed)
     )
     found += verdicts.resolution_reasons(result.node.device_type, {v: stats[v].median_ns for v in _SIDES})
     # The copy-bandwidth bound holds only where every launch was timed cold: one launch per sample

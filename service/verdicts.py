@@ -530,6 +530,7 @@ def cross_check_summary(
     ratio: float | None,
     tolerance_pct: float,
     threshold_pct: float = 1.0,
+    cross_ci: tuple[float, float] | None = None,
 ) -> CrossCheckSummary | None:
     """The cell's timer cross-check (``CellResult.cross_check``) against its primary statistics.
 
@@ -537,7 +538,8 @@ def cross_check_summary(
     ``difference_pct`` = (cross / primary - 1) x 100; the allowance ``noise_pct`` = ``tolerance_pct``
     (the spec's ``cross_check_pct``, 5 by default) + 100 x (primary IQR/median + cross IQR/median):
     the tolerance beyond both methods' own spread. ``disagrees`` when a side's |difference| exceeds
-    its allowance. ``cross_ratio`` = candidate / baseline cross medians; ``ratio_agrees``
+    its allowance. ``cross_ratio`` = candidate / baseline cross medians, ``cross_ci`` its 95%
+    bootstrap interval over the cross rounds (``kernelab.service.stats``); ``ratio_agrees``
     (``ratios_agree``) when ``ratio`` (the primary ratio) is known. None when the cell carries no
     cross-check; a summary holding only ``error`` when the cross measurement could not be taken.
     """
@@ -565,9 +567,11 @@ def cross_check_summary(
             out.disagrees = True
     if out.cross_median_ns["baseline"] > 0:
         out.cross_ratio = out.cross_median_ns["candidate"] / out.cross_median_ns["baseline"]
+    if cross_ci is not None:
+        out.cross_ci_low, out.cross_ci_high = cross_ci
     if ratio is not None and out.cross_ratio is not None:
         out.ratio_agrees = ratios_agree(
-            ratio, out.cross_ratio, tolerance_pct=tolerance_pct, threshold_pct=threshold_pct
+            ratio, out.cross_ratio, tolerance_pct=tolerance_pct, threshold_pct=threshold_pct, cross_ci=cross_ci
         )
     return out
 
@@ -578,11 +582,30 @@ def ratio_direction(ratio: float, threshold_pct: float) -> str:
     return "faster" if ratio < 1 - t else "slower" if ratio > 1 + t else "within"
 
 
-def ratios_agree(primary: float, cross: float, *, tolerance_pct: float, threshold_pct: float = 1.0) -> bool:
-    """Whether two candidate/baseline ratios agree in direction (the same ``ratio_direction``
-    against ``threshold_pct``) and size (|cross / primary - 1| <= ``tolerance_pct`` / 100)."""
-    same_way = ratio_direction(primary, threshold_pct) == ratio_direction(cross, threshold_pct)
-    return same_way and abs(cross / primary - 1.0) <= tolerance_pct / 100
+def ratios_agree(
+    primary: float,
+    cross: float,
+    *,
+    tolerance_pct: float,
+    threshold_pct: float = 1.0,
+    cross_ci: tuple[float, float] | None = None,
+) -> bool:
+    """Whether two candidate/baseline ratios agree in direction and size.
+
+    Size: |cross / primary - 1| <= ``tolerance_pct`` / 100. Direction: the primary ratio's
+    ``ratio_direction`` region (below 1 - t, within ±t, above 1 + t; t = ``threshold_pct`` / 100)
+    holds the cross ratio, or, given ``cross_ci`` (the cross ratio's 95% interval: a short
+    measurement is noisier than the cell's own), overlaps that interval: the other method does not
+    show the opposite."""
+    if abs(cross / primary - 1.0) > tolerance_pct / 100:
+        return False
+    t = threshold_pct / 100
+    low, high = {"faster": (0.0, 1 - t), "slower": (1 + t, math.inf), "within": (1 - t, 1 + t)}[
+        ratio_direction(primary, threshold_pct)
+    ]
+    if cross_ci is None:
+        return low <= cross <= high
+    return cross_ci[0] <= high and cross_ci[1] >= low
 
 
 def cross_check_reasons(
@@ -602,12 +625,19 @@ def cross_check_reasons(
         if v in summary.difference_pct
     )
     cross = summary.cross_ratio
+    cross_ci = (
+        None
+        if summary.cross_ci_low is None or summary.cross_ci_high is None
+        else (summary.cross_ci_low, summary.cross_ci_high)
+    )
     agree = (
         ratio is not None
         and cross is not None
-        and ratios_agree(ratio, cross, tolerance_pct=tolerance_pct, threshold_pct=threshold_pct)
+        and ratios_agree(ratio, cross, tolerance_pct=tolerance_pct, threshold_pct=threshold_pct, cross_ci=cross_ci)
     )
     ratios = f"ratio {ratio:.4g} vs {cross:.4g}" if ratio is not None and cross is not None else "no ratio"
+    if cross_ci is not None and cross is not None:
+        ratios += f" [{cross_ci[0]:.4g}, {cross_ci[1]:.4g}]"
     if agree:
         return [
             reason(

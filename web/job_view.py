@@ -246,7 +246,9 @@ class CellPage:
     checked: Sequence[tuple[CellComparison, str, CorrectnessResult]]  # rows of the correctness table
     static: list[CellComparison]  # cells of this page with an ISA comparison
     timed: Sequence[tuple[CellComparison, str, TimedCheck]] = ()  # checked samples through the timer
-    cross: Sequence[tuple[CellComparison, str]] = ()  # (cell, report.cross_check_line) of the timer cross-check
+    cross: Sequence[
+        tuple[CellComparison, str]
+    ] = ()  # (cell, report.cross_check_line) of the timer cross-check
 
     @property
     def previous(self) -> int | None:
@@ -279,5 +281,14 @@ def cell_page(view: JobView, order: CellOrder, offset: int, limit: int | None = 
     ]
     cross = [(cell, line) for cell in cells if (line := cross_check_line(cell)) is not None]
     return CellPage(
-        cells, order, offset, limit, total, view.flagged, checked, [c for c in cells if c.static], timed, cross
+        cells,
+        order,
+        offset,
+        limit,
+        total,
+        view.flagged,
+        checked,
+        [c for c in cells if c.static],
+        timed,
+        cross,
     )

@@ -87,6 +87,7 @@ from kernelab.service.schemas.result import (
     KernelDiff,
     KernelLoopStats,
     KernelStatic,
+    Placement,
     Reason,
     RepeatCheck,
     StaticChange,
@@ -94,7 +95,6 @@ from kernelab.service.schemas.result import (
     StaticVerdict,
     TimedCheck,
     TimerCrossCheck,
-    Placement,
     Work,
 )
 from kernelab.service.schemas.result_job import (

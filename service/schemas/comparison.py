@@ -81,7 +81,8 @@ class CrossCheckSummary(BaseModel):
     median ns per launch under each method; ``difference_pct``: per side, (cross / primary - 1) x 100;
     ``noise_pct``: per side, the allowance the difference is held against (the spec's
     ``cross_check_pct`` plus both methods' IQR/median, percent); ``cross_ratio``: candidate /
-    baseline under the other method; ``disagrees``: a side's difference exceeds its allowance;
+    baseline under the other method, ``cross_ci_low``/``cross_ci_high`` its 95% bootstrap interval
+    over the cross rounds; ``disagrees``: a side's difference exceeds its allowance;
     ``ratio_agrees``: the two ratios agree in direction (the same side of the threshold) and size
     (within ``cross_check_pct`` of each other), None when no ratio could be formed; ``error``: why no
     cross measurement exists.
@@ -94,6 +95,8 @@ class CrossCheckSummary(BaseModel):
     difference_pct: dict[Side, float] = Field(default_factory=dict)
     noise_pct: dict[Side, float] = Field(default_factory=dict)
     cross_ratio: float | None = None
+    cross_ci_low: float | None = None
+    cross_ci_high: float | None = None
     disagrees: bool = False
     ratio_agrees: bool | None = None
     error: str | None = None

@@ -161,7 +161,9 @@ class FakeSide:
     def launches_for(self, per_launch_ns: float) -> int:
         from kernelab.runners.timing import choose_launches
 
-        return choose_launches(per_launch_ns, min_window_ns=self.min_window_ns, max_launches=self.max_launches)
+        return choose_launches(
+            per_launch_ns, min_window_ns=self.min_window_ns, max_launches=self.max_launches
+        )
 
     def use_fallback(self) -> bool:
         return False

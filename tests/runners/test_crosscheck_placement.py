@@ -125,7 +125,10 @@ def test_rotation_keeps_a_real_change() -> None:
     base = {"b0": 1000.0, "b1": 1015.0}
     cand = {"c0": 1030.0 * 1.015, "c1": 1030.0}
     shared = scripts({**base, **cand}, seed=5)
-    sides = {"baseline": FakeSide(clock, ["b0", "b1"], shared), "candidate": FakeSide(clock, ["c0", "c1"], shared)}
+    sides = {
+        "baseline": FakeSide(clock, ["b0", "b1"], shared),
+        "candidate": FakeSide(clock, ["c0", "c1"], shared),
+    }
     spec = settings(cross_check=False)
     cell, _ = measure(sides, spec, clock)
     c = compare_cell(job(spec, cell), cell, {})
@@ -154,7 +157,10 @@ def judged(primary: tuple[float, float], cross: tuple[float, float] | None, **kw
 
 def test_cross_check_agreeing_methods_leave_the_verdict() -> None:
     cell, c = judged((1000.0, 1050.0), (1010.0, 1061.0))
-    assert cell.cross_check is not None and cell.cross_check.methods == {"baseline": "cuda-event", "candidate": "cuda-event"}
+    assert cell.cross_check is not None and cell.cross_check.methods == {
+        "baseline": "cuda-event",
+        "candidate": "cuda-event",
+    }
     assert len(cell.cross_check.samples_ns["baseline"]) == cell.cross_check.rounds == 10
     assert c.cross_check is not None and not c.cross_check.disagrees
     assert c.cross_check.cross_ratio == pytest.approx(1.05, abs=0.003)
@@ -192,7 +198,9 @@ def test_cross_check_direction_counts() -> None:
 
 
 def test_cross_check_unavailable_is_told_not_flagged() -> None:
-    cell, c = judged((1000.0, 1050.0), None, cross_error=TimerUnsupported("the captured graph holds 1 memcpy node"))
+    cell, c = judged(
+        (1000.0, 1050.0), None, cross_error=TimerUnsupported("the captured graph holds 1 memcpy node")
+    )
     assert cell.cross_check is not None and "memcpy" in (cell.cross_check.error or "")
     assert c.cross_check is not None and c.cross_check.error is not None
     assert c.verdict == "slower" and "timer-disagreement" not in c.flags
@@ -231,3 +239,17 @@ def test_cross_check_rotates_with_the_rounds() -> None:
     crossed = {v: {b for m, b in s.log if m == "fake-other"} for v, s in sides.items()}
     assert crossed == {"baseline": {"b0", "b1"}, "candidate": {"c0", "c1"}}
     assert all(s.current == 0 for s in sides.values())  # left on set 0 for the checks
+
+
+def test_ratios_agree_reads_the_cross_ratio_with_its_interval() -> None:
+    """A short cross measurement is noisy: its ratio agrees in direction when its interval reaches
+    the primary verdict's region (one-element kernel on the H200: graph 1.0014, events 1.0225 over
+    10 rounds), not when the whole interval lies beyond it; size always counts."""
+    from kernelab.service.verdicts import ratios_agree
+
+    assert ratios_agree(1.0014, 1.0225, tolerance_pct=5.0, cross_ci=(0.99, 1.05))
+    assert not ratios_agree(1.0014, 1.0225, tolerance_pct=5.0, cross_ci=(1.015, 1.03))
+    assert not ratios_agree(1.0014, 1.0225, tolerance_pct=5.0)  # no interval: the point decides
+    assert not ratios_agree(1.05, 1.60, tolerance_pct=5.0, cross_ci=(1.0, 2.0))  # size
+    assert ratios_agree(0.90, 0.93, tolerance_pct=5.0, cross_ci=(0.92, 0.94))
+    assert not ratios_agree(0.98, 1.02, tolerance_pct=5.0, cross_ci=(1.015, 1.025), threshold_pct=1.0)
