@@ -284,8 +284,8 @@ def cross_check(pair: PairTimer, samples: SampleColumns, settings: MeasurementSp
     ``samples`` (``cross_launches_for``); one untimed sample per side warms the method up (a graph
     is captured there); then ``settings.cross_check_rounds`` ABBA rounds of one sample per side,
     on the same rotating placement as the rounds (``input_set``). Returns None when the spec turns
-    the cross-check off; a ``TimerCrossCheck`` with ``error`` when a side has no other method here
-    (a CPU, a revision worker) or the other method cannot time the call faithfully
+    the cross-check off or neither side has another method here (a CPU); a ``TimerCrossCheck`` with
+    ``error`` when one side has none (a revision worker) or the other method cannot time the call faithfully
     (``kernelab.runners.timing.TimerUnsupported``: a CUDA graph that would replay memcpy nodes,
     a call that cannot be captured). Whatever else the sides raise propagates.
     """
@@ -299,6 +299,8 @@ def cross_check(pair: PairTimer, samples: SampleColumns, settings: MeasurementSp
         kinds[v] = get(v) if callable(get) else None
     methods = {v: k for v, k in kinds.items() if k is not None}
     missing = [v for v in SIDES if kinds[v] is None]
+    if not methods:  # one method on this device (a CPU): nothing to cross-check against
+        return None
     if missing:
         return TimerCrossCheck(
             methods=methods,

@@ -204,9 +204,8 @@ def test_cross_check_unavailable_is_told_not_flagged() -> None:
     assert cell.cross_check is not None and "memcpy" in (cell.cross_check.error or "")
     assert c.cross_check is not None and c.cross_check.error is not None
     assert c.verdict == "slower" and "timer-disagreement" not in c.flags
-    cell, c = judged((1000.0, 1050.0), None)
-    assert cell.cross_check is not None and "no other timing method" in (cell.cross_check.error or "")
-    assert c.verdict == "slower"
+    cell, c = judged((1000.0, 1050.0), None)  # one method on this device: nothing to cross-check
+    assert cell.cross_check is None and c.cross_check is None and c.verdict == "slower"
 
 
 def test_cross_check_off() -> None:

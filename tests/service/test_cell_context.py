@@ -64,3 +64,6 @@ def test_cross_check_and_placement_round_trip(api) -> None:  # type: ignore[no-u
     assert first["cross_check"]["primary_median_ns"]["baseline"] == pytest.approx(1000.0, rel=0.01)
     assert second["cross_check"]["error"] == "cuda-graph: 1 memcpy node"
     assert second["verdict"] == "faster"
+    page = api.client.get(f"/jobs/{job_id}", headers=api.admin).text  # the dashboard shows both figures
+    assert 'id="cross-check"' in page
+    assert "cuda-event 1.500 µs" in page and "no cross-check (cuda-graph: 1 memcpy node)" in page
