@@ -44,10 +44,12 @@ def _spec(kernel: str, seed: int, placement: str = "rotate", **measurement: Any)
         body = {"benchmark": "softmax", "baseline": {"variant": "torch"}, "candidate": {"variant": "torch"},
                 "params": {"M": 1, "N": 1, "dtype": "float32"}}  # fmt: skip
     elif kernel == "copy":
-        body = {"benchmark": "copybench:DeviceCopy", "baseline": {"variant": "copy", "params": {"n": GIB_ELEMENTS}},
+        body = {"benchmark": "copybench:DeviceCopy",
+                "baseline": {"variant": "copy", "params": {"n": GIB_ELEMENTS}},
                 "candidate": {"variant": "copy", "params": {"n": GIB_ELEMENTS}}}  # fmt: skip
     elif kernel == "copy3":
-        body = {"benchmark": "copybench:DeviceCopy", "baseline": {"variant": "copy", "params": {"n": GIB_ELEMENTS}},
+        body = {"benchmark": "copybench:DeviceCopy",
+                "baseline": {"variant": "copy", "params": {"n": GIB_ELEMENTS}},
                 "candidate": {"variant": "copy", "params": {"n": round(1.03 * GIB_ELEMENTS)}}}  # fmt: skip
     elif kernel == "mm":
         body = {"benchmark": "matmul", "baseline": {"variant": "torch"}, "candidate": {"variant": "torch"},
@@ -78,7 +80,8 @@ def _job(kernel: str, seed: int, placement: str = "rotate", **measurement: Any) 
         "ratio": c.ratio, "ci": [c.ci_low, c.ci_high], "flags": c.flags,
         "baseline_ns": c.baseline.median_ns, "candidate_ns": c.candidate.median_ns,
         "diff_ns": None if c.baseline.median_ns is None else c.candidate.median_ns - c.baseline.median_ns,
-        "timers": cell.timers, "cross": cross_check_line(c), "cross_disagrees": bool(c.cross_check and c.cross_check.disagrees),
+        "timers": cell.timers, "cross": cross_check_line(c),
+        "cross_disagrees": bool(c.cross_check and c.cross_check.disagrees),
         "rounds": int(cell.samples.round.max()) + 1 if len(cell.samples) else 0,
         "sm_clock_median": float(statistics.median(clock.tolist())) if len(clock) else None,
         "wall_s": round(time.time() - t0, 2), "phase_s": cell.phase_s, "error": cell.error,
@@ -98,7 +101,8 @@ def _do_bench_copy_us(n: int) -> float:
 
 
 def _summary(rows: list[dict[str, Any]]) -> str:
-    lines = ["| kernel | placement | runs | verdicts | ratio range | diff ns median | cross disagree | wall s median |",
+    lines = ["| kernel | placement | runs | verdicts | ratio range | diff ns median | cross disagree "
+             "| wall s median |",
              "| --- | ---: | ---: | --- | --- | ---: | ---: | ---: |"]  # fmt: skip
     groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for r in rows:
@@ -204,7 +208,8 @@ def cmd_state(args: argparse.Namespace, log: Any) -> str:
         power.append(nv.nvmlDeviceGetPowerUsage(h) / 1e3)
     last = sustained[len(sustained) // 2 :]
     row = {
-        "part": "state", "cold_us_median": statistics.median(cold), "cold_sm_mhz": [min(cold_clock), max(cold_clock)],
+        "part": "state", "cold_us_median": statistics.median(cold),
+        "cold_sm_mhz": [min(cold_clock), max(cold_clock)],
         "sustained_us_first": sustained[0], "sustained_us_last_half_median": statistics.median(last),
         "sustained_sm_mhz_last_half": [min(clocks[len(clocks) // 2 :]), max(clocks[len(clocks) // 2 :])],
         "power_w_last_half_median": statistics.median(power[len(power) // 2 :]),

@@ -571,7 +571,11 @@ def cross_check_summary(
         out.cross_ci_low, out.cross_ci_high = cross_ci
     if ratio is not None and out.cross_ratio is not None:
         out.ratio_agrees = ratios_agree(
-            ratio, out.cross_ratio, tolerance_pct=tolerance_pct, threshold_pct=threshold_pct, cross_ci=cross_ci
+            ratio,
+            out.cross_ratio,
+            tolerance_pct=tolerance_pct,
+            threshold_pct=threshold_pct,
+            cross_ci=cross_ci,
         )
     return out
 
@@ -633,7 +637,9 @@ def cross_check_reasons(
     agree = (
         ratio is not None
         and cross is not None
-        and ratios_agree(ratio, cross, tolerance_pct=tolerance_pct, threshold_pct=threshold_pct, cross_ci=cross_ci)
+        and ratios_agree(
+            ratio, cross, tolerance_pct=tolerance_pct, threshold_pct=threshold_pct, cross_ci=cross_ci
+        )
     )
     ratios = f"ratio {ratio:.4g} vs {cross:.4g}" if ratio is not None and cross is not None else "no ratio"
     if cross_ci is not None and cross is not None:

@@ -20,6 +20,7 @@ from kernelab.service.schemas import (
     JobResult,
     JobSpec,
     NodeInfo,
+    Placement,
     ProbeReport,
     SampleColumns,
     Side,
@@ -277,7 +278,7 @@ def load_result(
                 findings=(c.context or {}).get("findings", []),
                 phase_s=(c.context or {}).get("phase_s", {}),
                 cross_check=(c.context or {}).get("cross_check"),
-                placement=(c.context or {}).get("placement") or {},
+                placement=Placement.model_validate((c.context or {}).get("placement") or {}),
                 static=None if c.static is None else StaticComparison.model_validate(c.static),
             )
             for c in cells

@@ -190,7 +190,7 @@ class TimedCheck(_Posted):
 
 
 class TimerCrossCheck(_Posted):
-    """A cell's short second measurement with the other timing method (``kernelab.runners.engine.cross_check``).
+    """A cell's short second measurement with the other timing method (``engine.cross_check``).
 
     ``methods``: the method that took each side's cross samples (``cuda-event`` when the cell was
     timed by CUDA-graph replay, ``cuda-graph`` when it was timed by events); ``samples_ns``: ns per
