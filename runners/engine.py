@@ -20,6 +20,13 @@ the minimum time), or ``max_rounds`` is reached. The CI is checked on a geometri
 (at ``min_rounds``, then each time the round count has grown by 20%, at least 4 rounds), so its
 cost stays a small fraction of the budget.
 
+Placement (``measurement.placement: rotate``): when both sides were prepared on two input sets
+(``kernelab.runners.sides.LocalSide.add_input_set``), round r runs the baseline on set
+``(r // 2) % 2`` and the candidate on the other (``input_set``): a 2x2 crossover, so a buffer
+placement effect falls on both sides alike; the stop check's ratio is stratified by assignment
+(``kernelab.service.estimators.ratio_ci_arrays``). After the rounds, ``cross_check`` times both
+sides briefly with the other timing method (``measurement.cross_check``).
+
 Sources: ABBA interleaving (each round runs A B B A, so a linear drift falls equally on both
 sides) and the round-level bootstrap of ``kernelab.service.estimators.ratio_ci`` (Davison &
 Hinkley 1997, section 3.8); the 75% clock rule from nvbench (a sample whose SM clock is below
