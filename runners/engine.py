@@ -20,6 +20,13 @@ the minimum time), or ``max_rounds`` is reached. The CI is checked on a geometri
 (at ``min_rounds``, then each time the round count has grown by 20%, at least 4 rounds), so its
 cost stays a small fraction of the budget.
 
+Placement (``measurement.placement: rotate``): when both sides were prepared on two input sets
+(``kernelab.runners.sides.LocalSide.add_input_set``), round r runs the baseline on set
+``(r // 2) % 2`` and the candidate on the other (``input_set``): a 2x2 crossover, so a buffer
+placement effect falls on both sides alike; the stop check's ratio is stratified by assignment
+(``kernelab.service.estimators.ratio_ci_arrays``). After the rounds, ``cross_check`` times both
+sides briefly with the other timing method (``measurement.cross_check``).
+
 Sources: ABBA interleaving (each round runs A B B A, so a linear drift falls equally on both
 sides) and the round-level bootstrap of ``kernelab.service.estimators.ratio_ci`` (Davison &
 Hinkley 1997, section 3.8); the 75% clock rule from nvbench (a sample whose SM clock is below
@@ -38,7 +45,7 @@ import numpy as np
 from kernelab.runners.timing import Timer
 from kernelab.service.estimators import kept_samples, ratio_ci
 from kernelab.service.samples import NULL_REASONS, SAMPLE_FIELDS, memory_dtype
-from kernelab.service.schemas import MeasurementSpec, SampleColumns, Side
+from kernelab.service.schemas import MeasurementSpec, Placement, SampleColumns, Side, TimerCrossCheck
 
 THROTTLE_CLOCK_FRACTION = 0.75  # nvbench: below 75% of the expected SM clock is throttled
 _MIN_WARMUP_PASSES = 2  # the first pass pays one-time costs (compilation, allocation)
@@ -102,16 +109,25 @@ def is_throttled(sm_clock_mhz: float | None, expected_sm_clock_mhz: float | None
     return sm_clock_mhz < THROTTLE_CLOCK_FRACTION * expected_sm_clock_mhz
 
 
-def ci_half_width(samples: SampleColumns, settings: MeasurementSpec) -> tuple[float, float] | None:
+def ci_half_width(
+    samples: SampleColumns, settings: MeasurementSpec, placement: Placement | None = None
+) -> tuple[float, float] | None:
     """``(ratio, relative CI half-width)`` of candidate/baseline over ``samples``, or None.
 
     Uses ``kernelab.service.estimators.ratio_ci`` (bootstrap resampling whole rounds, 95%, seeded with
-    ``settings.seed``); throttled samples are left out when ``settings.exclude_throttled``. None
-    when ``ratio_ci`` cannot form an interval or the ratio is not positive.
+    ``settings.seed``; stratified by input-set assignment under a rotating ``placement``);
+    throttled samples are left out when ``settings.exclude_throttled``. None when ``ratio_ci``
+    cannot form an interval or the ratio is not positive.
     """
     kept = kept_samples(samples, exclude_throttled=settings.exclude_throttled)
+    placement = placement or Placement()
     ci = ratio_ci(
-        kept, confidence=_STOP_CHECK_CONFIDENCE, n_resamples=_STOP_CHECK_RESAMPLES, seed=settings.seed
+        kept,
+        confidence=_STOP_CHECK_CONFIDENCE,
+        n_resamples=_STOP_CHECK_RESAMPLES,
+        seed=settings.seed,
+        input_sets=placement.input_sets,
+        swap_every_rounds=placement.swap_every_rounds,
     )
     if ci is None:
         return None
@@ -189,7 +205,13 @@ class CallableSide:
 
 
 class LocalPairTimer:
-    """``PairTimer`` over two ``TimedSide`` objects in this process."""
+    """``PairTimer`` over two ``TimedSide`` objects in this process.
+
+    Besides the protocol it offers what a side may add (``kernelab.runners.sides.LocalSide`` does;
+    a side without them answers "not offered"): ``input_sets``/``use_inputs`` (the side was
+    prepared on two input sets, ``Placement``) and ``cross_kind``/``cross_launches_for``/
+    ``cross_time_ns`` (a sample with the other timing method, ``cross_check``).
+    """
 
     def __init__(self, sides: Mapping[Side, TimedSide]):
         self.sides = dict(sides)
@@ -205,6 +227,120 @@ class LocalPairTimer:
 
     def use_fallback(self, variant: Side) -> bool:
         return self.sides[variant].use_fallback()
+
+    def input_sets(self) -> int:
+        """Input sets both sides were prepared on (the fewer of the two; 1 when a side offers none)."""
+        return min(int(getattr(side, "input_sets", 1)) for side in self.sides.values())
+
+    def use_inputs(self, variant: Side, index: int) -> None:
+        """Time ``variant`` on its input set ``index`` from now on."""
+        self.sides[variant].use_inputs(index)  # type: ignore[attr-defined]
+
+    def cross_kind(self, variant: Side) -> str | None:
+        """The other timing method for ``variant`` now, None when its side offers none."""
+        kind = getattr(self.sides[variant], "cross_kind", None)
+        return kind if isinstance(kind, str) else None
+
+    def cross_launches_for(self, variant: Side, per_launch_ns: float) -> int:
+        return int(self.sides[variant].cross_launches_for(per_launch_ns))  # type: ignore[attr-defined]
+
+    def cross_time_ns(self, variant: Side, launches: int) -> float:
+        return float(self.sides[variant].cross_time_ns(launches))  # type: ignore[attr-defined]
+
+
+SWAP_EVERY_ROUNDS = 2
+"""Rounds between two swaps of the input sets: an ABBA pair of rounds (A,B then B,A) runs on one
+assignment, so the linear-drift cancellation of ABBA holds inside each assignment."""
+
+
+def input_set(round_index: int, variant: Side, swap_every_rounds: int = SWAP_EVERY_ROUNDS) -> int:
+    """The input set ``variant`` runs in round ``round_index`` under a rotating placement: with
+    assignment a = ``(round_index // swap_every_rounds) % 2`` the baseline runs set a and the
+    candidate set 1 - a (a 2x2 crossover: each side meets each set equally often)."""
+    a = (round_index // swap_every_rounds) % 2
+    return a if variant == "baseline" else 1 - a
+
+
+def placement_of(pair: PairTimer, settings: MeasurementSpec) -> Placement:
+    """How ``measure_interleaved`` places the input sets of ``pair`` under ``settings``: two sets
+    swapped every ``SWAP_EVERY_ROUNDS`` rounds when ``settings.placement`` is ``rotate`` and both
+    sides offer two sets (``LocalPairTimer.input_sets``), else one."""
+    sets = getattr(pair, "input_sets", None)
+    rotate = settings.placement == "rotate" and callable(sets) and sets() >= 2
+    return Placement(input_sets=2 if rotate else 1, swap_every_rounds=SWAP_EVERY_ROUNDS)
+
+
+def _place(pair: PairTimer, placement: Placement, round_index: int, variant: Side) -> None:
+    if placement.input_sets == 2:
+        pair.use_inputs(variant, input_set(round_index, variant, placement.swap_every_rounds))  # type: ignore[attr-defined]
+
+
+def _reset_inputs(pair: PairTimer, placement: Placement) -> None:
+    """Both sides back on input set 0 (what the checks and the eager call use)."""
+    if placement.input_sets == 2:
+        for variant in SIDES:
+            pair.use_inputs(variant, 0)  # type: ignore[attr-defined]
+
+
+def cross_check(pair: PairTimer, samples: SampleColumns, settings: MeasurementSpec) -> TimerCrossCheck | None:
+    """A short measurement of both sides with the other timing method (``settings.cross_check``).
+
+    The other method is each side's ``cross_kind`` (``kernelab.runners.sides.LocalSide``: CUDA events
+    behind a spin kernel for a side timed by CUDA-graph replay, graph replay for a side timed by
+    events). Each side's launches per cross sample come from its median ns per launch in
+    ``samples`` (``cross_launches_for``); one untimed sample per side warms the method up (a graph
+    is captured there); then ``settings.cross_check_rounds`` ABBA rounds of one sample per side,
+    on the same rotating placement as the rounds (``input_set``). Returns None when the spec turns
+    the cross-check off or neither side has another method here (a CPU); a ``TimerCrossCheck`` with
+    ``error`` when one side has none (a revision worker) or the other method cannot time the call faithfully
+    (``kernelab.runners.timing.TimerUnsupported``: a CUDA graph that would replay memcpy nodes,
+    a call that cannot be captured). Whatever else the sides raise propagates.
+    """
+    from kernelab.runners.timing import TimerUnsupported  # noqa: PLC0415 (torch is imported there)
+
+    if not settings.cross_check:
+        return None
+    kinds: dict[Side, str | None] = {}
+    for v in SIDES:
+        get = getattr(pair, "cross_kind", None)
+        kinds[v] = get(v) if callable(get) else None
+    methods = {v: k for v, k in kinds.items() if k is not None}
+    missing = [v for v in SIDES if kinds[v] is None]
+    if not methods:  # one method on this device (a CPU): nothing to cross-check against
+        return None
+    if missing:
+        return TimerCrossCheck(
+            methods=methods,
+            error=f"no other timing method for the {' and '.join(missing)} here "
+            f"(timed by {pair.timer_kind(missing[0])})",
+        )
+    placement = placement_of(pair, settings)
+    is_cand = np.asarray(samples.variant) == 1
+    durations = np.asarray(samples.duration_ns, dtype=np.float64)
+    launches = {}
+    for v, own in (("baseline", ~is_cand), ("candidate", is_cand)):
+        median = float(np.median(durations[own])) if own.any() else math.nan
+        launches[v] = pair.cross_launches_for(v, median)  # type: ignore[attr-defined]
+    out: dict[Side, list[float]] = {v: [] for v in SIDES}
+    try:
+        for variant in SIDES:
+            for index in range(placement.input_sets):
+                if placement.input_sets == 2:
+                    pair.use_inputs(variant, index)  # type: ignore[attr-defined]
+                pair.cross_time_ns(variant, launches[variant])  # type: ignore[attr-defined]
+        for r in range(settings.cross_check_rounds):
+            for variant in SIDES if r % 2 == 0 else tuple(reversed(SIDES)):
+                _place(pair, placement, r, variant)
+                out[variant].append(pair.cross_time_ns(variant, launches[variant]))  # type: ignore[attr-defined]
+    except TimerUnsupported as exc:
+        return TimerCrossCheck(
+            methods=methods, launches=launches, error=f"{', '.join(set(methods.values()))}: {exc}"
+        )
+    finally:
+        _reset_inputs(pair, placement)
+    return TimerCrossCheck(
+        methods=methods, rounds=settings.cross_check_rounds, launches=launches, samples_ns=out
+    )
 
 
 Checkpoint = Callable[[int, Mapping[Side, int]], None]
@@ -227,19 +363,26 @@ def _align_timers(pair: PairTimer) -> bool:
     return moved and pair.timer_kind("baseline") == pair.timer_kind("candidate")
 
 
-def _warm_up(pair: PairTimer, warmup_ms: float, clock: Clock) -> dict[Side, int]:
+def _warm_up(
+    pair: PairTimer, warmup_ms: float, clock: Clock, placement: Placement | None = None
+) -> dict[Side, int]:
     """Alternate the variants through ``pair`` until each has run ``warmup_ms``; launches per sample.
 
     Each variant's launches per call double from 1 up to what its fastest reading so far asks for
     (``pair.launches_for``), so later readings come from full-size windows. At least
-    ``_MIN_WARMUP_PASSES`` passes run. Returns each variant's launches per sample.
+    ``_MIN_WARMUP_PASSES`` passes run. Under a rotating ``placement`` the passes alternate the
+    input sets (``input_set`` of the pass number), so both sets are warm. Returns each variant's
+    launches per sample.
     """
+    placement = placement or Placement()
     spent_ns: dict[Side, float] = dict.fromkeys(SIDES, 0.0)
     best_ns: dict[Side, float] = dict.fromkeys(SIDES, math.inf)
     launches: dict[Side, int] = dict.fromkeys(SIDES, 1)
     passes = 0
     while passes < _MIN_WARMUP_PASSES or min(spent_ns.values()) < warmup_ms * 1e6:
         for variant in SIDES if passes % 2 == 0 else tuple(reversed(SIDES)):
+            if placement.input_sets == 2:  # swap every pass: both sides warm both sets
+                pair.use_inputs(variant, input_set(passes, variant, 1))  # type: ignore[attr-defined]
             t0 = clock()
             estimate_ns = pair.time_ns(variant, launches[variant])
             spent_ns[variant] += clock() - t0
@@ -248,6 +391,7 @@ def _warm_up(pair: PairTimer, warmup_ms: float, clock: Clock) -> dict[Side, int]
             best_ns[variant] = min(best_ns[variant], estimate_ns)
             launches[variant] = min(2 * launches[variant], pair.launches_for(variant, best_ns[variant]))
         passes += 1
+    _reset_inputs(pair, placement)
     return {v: pair.launches_for(v, best_ns[v]) for v in SIDES}
 
 
@@ -376,9 +520,10 @@ def measure_interleaved(
     not sampled). ``clock``: see ``measure_pair``. Whatever ``pair`` or ``checkpoint`` raises
     propagates.
     """
-    launches = _warm_up(pair, settings.warmup_ms, clock)
+    placement = placement_of(pair, settings)
+    launches = _warm_up(pair, settings.warmup_ms, clock, placement)
     if _align_timers(pair):
-        launches = _warm_up(pair, settings.warmup_ms, clock)
+        launches = _warm_up(pair, settings.warmup_ms, clock, placement)
     rng = np.random.default_rng(settings.seed)
     budget_ns = settings.budget_ms * 1e6
     target = settings.target_ci_pct / 100.0
@@ -393,6 +538,7 @@ def measure_interleaved(
     t_start = clock()
     while rounds < settings.max_rounds:
         for position, variant in enumerate(round_order(rounds, settings, rng)):
+            _place(pair, placement, rounds, variant)
             duration_ns = pair.time_ns(variant, launches[variant])
             timed_ns += duration_ns * launches[variant]
             context = sampler.read() if sampler is not None else None
@@ -400,6 +546,7 @@ def measure_interleaved(
         rounds += 1
         if rounds == 1 and checkpoint is not None:
             t_check = clock()
+            _reset_inputs(pair, placement)
             checkpoint(rounds, launches)
             t_start += clock() - t_check  # the budget is for sampling, not checking
         if rounds < settings.min_rounds:
@@ -410,7 +557,7 @@ def measure_interleaved(
         if rounds >= next_check:
             if monitor is not None:
                 monitor.check(rounds)
-            ci = ci_half_width(buffer.columns(), settings)
+            ci = ci_half_width(buffer.columns(), settings, placement)
             if progress is not None:
                 text = "no CI yet" if ci is None else f"ratio {ci[0]:.4f} ±{100 * ci[1]:.2f}%"
                 per_sample = f"{launches['baseline']}/{launches['candidate']} launches per sample"
@@ -421,6 +568,7 @@ def measure_interleaved(
             next_check = rounds + max(_MIN_CHECK_INTERVAL_ROUNDS, math.ceil(_CHECK_GROWTH * rounds))
     if monitor is not None:
         monitor.check(rounds)
+    _reset_inputs(pair, placement)
     if checkpoint is not None:
         checkpoint(rounds, launches)
     return buffer.result()

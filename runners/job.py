@@ -55,7 +55,7 @@ from kernelab.runners.probes.copy_bandwidth import measure_cuda_copy
 from kernelab.runners.probes.telemetry import ContextSampler
 from kernelab.runners.sides import LocalSide
 from kernelab.runners.static_metrics import compile_kernels, default_target, side_items
-from kernelab.runners.timing import Timer, TimerKind, make_timer
+from kernelab.runners.timing import Timer, TimerKind, make_cross_timers, make_timer
 from kernelab.service.schemas import (
     CellResult,
     CorrectnessResult,
@@ -176,13 +176,35 @@ class LocalSides:
     def __init__(self, bench: Benchmark[Any], spec: JobSpec, device: torch.device, timer: Timer) -> None:
         self.bench, self.spec, self.device, self.timer = bench, spec, device, timer
         self.static_target = default_target(device)
+        self.cross_timers = make_cross_timers(device, spec.measurement)
 
     def __repr__(self) -> str:
         return f"<LocalSides {self.spec.benchmark!r} device={self.device} timer={self.timer.label}>"
 
     def prepare(self, index: int, cell: Mapping[str, ParamValue]) -> dict[Side, LocalSide]:
         """Each side's parameters, inputs (shared when the parameters are equal, scaled by
-        ``correctness.input_scale``) and prepared ``LocalSide`` with the cell's tolerances."""
+        ``correctness.input_scale``) and prepared ``LocalSide`` with the cell's tolerances.
+
+        With ``measurement.placement: rotate`` each side is prepared twice, on input sets 0 and 1
+        drawn from the same seed (equal values) and allocated alike: set 0 as inputs, then the
+        baseline's and the candidate's ``prepare``; set 1 as inputs, then the candidate's and the
+        baseline's ``prepare`` (the order reversed, so in each assignment of the engine's rotation
+        both sides' buffers hold the same place in the allocation order). A set 1 that does not fit
+        in device memory leaves the cell on one set (``CellResult.placement`` says so)."""
+        sides = self._prepare_set(cell, list(SIDES))
+        if self.spec.measurement.placement != "rotate":
+            return sides
+        try:
+            alternates = self._prepare_set(cell, list(reversed(SIDES)))
+        except torch.OutOfMemoryError:
+            logger.warning("cell %d: a second input set does not fit in device memory; one set", index)
+            return sides
+        for v, side in sides.items():
+            side.add_input_set(alternates[v].inputs, alternates[v].fn)
+        return sides
+
+    def _prepare_set(self, cell: Mapping[str, ParamValue], order: list[Side]) -> dict[Side, LocalSide]:
+        """One input set and both sides prepared on it, ``prepare`` called in ``order``."""
         bench, spec, device = self.bench, self.spec, self.device
         specs: dict[Side, Any] = {"baseline": spec.baseline, "candidate": spec.candidate}
         params = {v: bench.parse_params({**cell, **s.params}) for v, s in specs.items()}
@@ -202,7 +224,8 @@ class LocalSides:
             inputs["baseline"] = scale_inputs(inputs["baseline"], scale)
             inputs["candidate"] = inputs["baseline"] if shared else scale_inputs(inputs["candidate"], scale)
         sides: dict[Side, LocalSide] = {}
-        for v, side_spec in specs.items():
+        for v in order:
+            side_spec = specs[v]
             rtol, atol = cell_tolerances(bench, spec, params[v])
             sides[v] = LocalSide(
                 side=v,
@@ -218,11 +241,14 @@ class LocalSides:
                 rtol=rtol,
                 atol=atol,
                 input_scale=scale,
+                cross_timers=self.cross_timers,
             )
-        return sides
+        return {v: sides[v] for v in SIDES}
 
     def release(self) -> None:
         """Free the cell's timer state and device memory (the sides go with the cell)."""
+        for timer in self.cross_timers.values():
+            timer.reset()
         _free_device_memory(self.device, self.timer)
 
     def static_kernels(self, indices: Sequence[int], target: str) -> dict[Side, list[Compiled]]:

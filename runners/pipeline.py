@@ -18,8 +18,11 @@ every option of the spec means the same for both kinds. Per cell, in this order:
    ``LocalPairTimer(sides)``) with the per-sample clock sampler and the contention monitor, and
    the **checked samples** after the first and the last round (``correctness.timed_checks``:
    ``CellSide.checked_sample`` with the seeds of ``check_seed``);
-5. the timer kind of each side, the contention readings, the device-work findings, the declared
-   work (``Benchmark.work``) and the integrity again.
+5. the timer kind of each side, the contention readings, the **timer cross-check**
+   (``measurement.cross_check``: ``kernelab.runners.engine.cross_check``, a few rounds with the
+   other timing method, into ``CellResult.cross_check``), the device-work findings, the declared
+   work (``Benchmark.work``) and the integrity again. ``CellResult.placement`` records whether the
+   rounds rotated two input sets between the sides (``kernelab.runners.engine.placement_of``).
 
 After the cells, ``attach_static`` puts the static metrics (``static_metrics``) on every cell:
 each side compiles its own kernels ahead of time (``SidePair.static_kernels``) and the two are
@@ -42,7 +45,14 @@ from typing import Any, Protocol
 
 import torch
 
-from kernelab.runners.engine import ClockSampler, ContentionMonitor, LocalPairTimer, measure_interleaved
+from kernelab.runners.engine import (
+    ClockSampler,
+    ContentionMonitor,
+    LocalPairTimer,
+    cross_check,
+    measure_interleaved,
+    placement_of,
+)
 from kernelab.runners.static_metrics import (
     KernelCode,
     StaticMetricsError,
@@ -279,10 +289,12 @@ def run_cell(
         if monitor is not None:
             monitor.start()
         checks = spec.correctness.enabled and spec.correctness.timed_checks
+        timed = LocalPairTimer(sides)
+        result.placement = placement_of(timed, spec.measurement)
         t_measure = time.perf_counter()
         try:
             result.samples = measure_interleaved(
-                LocalPairTimer(sides),
+                timed,
                 spec.measurement,
                 sampler=sampler,
                 progress=progress,
@@ -296,6 +308,10 @@ def run_cell(
             result.contention = monitor.take() if monitor is not None else []
             with contextlib.suppress(Exception):  # a side that cannot say keeps the cell's first error
                 result.timers = {v: side.timer_kind for v, side in sides.items()}
+        if spec.measurement.cross_check:
+            progress("cross-check with the other timing method")
+            with phase(result, "cross_check"):
+                result.cross_check = cross_check(timed, result.samples, spec.measurement)
         with phase(result, "device_work"):
             for side in sides.values():
                 _add(result, side.device_work_findings())

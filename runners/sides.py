@@ -176,10 +176,17 @@ class LocalSide:
         rtol: float,
         atol: float,
         input_scale: float = 1.0,
+        cross_timers: Mapping[str, Timer] | None = None,
     ) -> None:
         self.side, self.bench, self.variant, self.params = side, bench, variant, params
         self.inputs, self.fn, self.timer, self.device = inputs, fn, timer, device
         self.rtol, self.atol, self.input_scale = rtol, atol, input_scale
+        # Input set 0 is (inputs, fn); ``add_input_set`` adds set 1 (``input_sets``, ``use_inputs``).
+        self._fns: list[Callable[[], Any]] = [fn]
+        self._alternate_inputs: list[dict[str, Any]] = []
+        self._current = 0
+        # The other timing method, by the kind that times this side: {"cuda-graph": an event timer, ...}
+        self.cross_timers = dict(cross_timers or {})
         self._at_stop: torch.Tensor | None = None  # the output copied at a checked window's end
         self._reference: Any = None  # the float64 reference of the cell's inputs (take_reference)
         self._first_out: torch.Tensor | None = None  # the eager check's output (bitwise_vs_baseline)
@@ -192,22 +199,76 @@ class LocalSide:
         """The timer kind that times this side (a CUDA-graph capture may have fallen back)."""
         return self.timer.kind_for(self.fn)
 
+    def add_input_set(self, inputs: dict[str, Any], fn: Callable[[], Any]) -> None:
+        """Add input set 1: the same variant prepared on a second copy of the inputs, allocated
+        alike (``kernelab.runners.job.LocalSides.prepare``), timed in the rounds the engine's
+        rotating placement gives it (``kernelab.runners.engine.input_set``). The checks (eager and
+        checked samples) run on set 0. Raises ``ValueError`` when a second set exists."""
+        if len(self._fns) > 1:
+            raise ValueError(f"{self.side} already has two input sets")
+        self._alternate_inputs.append(inputs)
+        self._fns.append(fn)
+
+    @property
+    def input_sets(self) -> int:
+        """Input sets this side was prepared on (1, or 2 with an ``alternate``)."""
+        return len(self._fns)
+
+    def use_inputs(self, index: int) -> None:
+        """Time input set ``index`` (0 or 1) from now on. Raises ``IndexError`` for a set it lacks."""
+        if not 0 <= index < len(self._fns):
+            raise IndexError(f"{self.side} has {len(self._fns)} input set(s), not {index + 1}")
+        self._current = index
+
+    @property
+    def _timed_fn(self) -> Callable[[], Any]:
+        return self._fns[self._current]
+
     def time_ns(self, launches: int) -> float:
-        """One sample of ``launches`` launches; ns per launch (``Timer.time_ns``)."""
-        return self.timer.time_ns(self.fn, launches)
+        """One sample of ``launches`` launches of the current input set; ns per launch
+        (``Timer.time_ns``). When the timer fell back for one input set only, every set moves to
+        the fallback (``use_fallback``): a side is timed by one method."""
+        ns = self.timer.time_ns(self._timed_fn, launches)
+        if len(self._fns) > 1 and len({self.timer.kind_for(f) for f in self._fns}) > 1:
+            self.use_fallback()
+        return ns
 
     def launches_for(self, per_launch_ns: float) -> int:
         """Launches per sample for a launch estimated at ``per_launch_ns`` (``Timer.launches_for``)."""
-        return self.timer.launches_for(per_launch_ns, self.fn)
+        return self.timer.launches_for(per_launch_ns, self._timed_fn)
 
     def use_fallback(self) -> bool:
-        """Move this side to its timer's fallback method (``FallbackTimer.use_fallback``); False
-        when the timer has none."""
+        """Move this side (every input set) to its timer's fallback method
+        (``FallbackTimer.use_fallback``); False when the timer has none."""
         use = getattr(self.timer, "use_fallback", None)
         if use is None:
             return False
-        use(self.fn)
+        for fn in self._fns:
+            use(fn)
         return True
+
+    @property
+    def cross_kind(self) -> str | None:
+        """The other timing method's kind for this side now (``cross_timers`` of ``timer_kind``),
+        None when there is none (a CPU)."""
+        timer = self.cross_timers.get(self.timer_kind)
+        return None if timer is None else timer.name
+
+    def _cross_timer(self) -> Timer:
+        timer = self.cross_timers.get(self.timer_kind)
+        if timer is None:
+            raise RuntimeError(f"no other timing method for {self.timer_kind} on {self.device}")
+        return timer
+
+    def cross_launches_for(self, per_launch_ns: float) -> int:
+        """Launches per cross sample for a launch estimated at ``per_launch_ns`` (the other
+        method's ``Timer.launches_for``). Raises ``RuntimeError`` without another method."""
+        return self._cross_timer().launches_for(per_launch_ns, self._timed_fn)
+
+    def cross_time_ns(self, launches: int) -> float:
+        """One sample of the current input set by the other timing method; ns per launch. Raises
+        ``RuntimeError`` without another method, ``TimerUnsupported`` when it cannot time the call."""
+        return self._cross_timer().time_ns(self._timed_fn, launches)
 
     def take_reference(self) -> None:
         """Compute and keep the float64 reference of the cell's inputs (``bench.reference``) for

@@ -658,3 +658,21 @@ def make_timer(device: torch.device, settings: MeasurementSpec, *, kind: TimerKi
     if kind == "cuda-graph":
         return CudaGraphTimer(device, l2_flush=settings.l2_flush)
     raise ValueError(f"timer {kind!r} does not run on a CUDA device")
+
+
+def make_cross_timers(device: torch.device, settings: MeasurementSpec) -> dict[str, Timer]:
+    """The other timing method for each GPU method, for the cell's cross-check
+    (``kernelab.runners.engine.cross_check``): ``{"cuda-graph": CudaEventTimer, "cuda-event":
+    CudaGraphTimer}``, keyed by the kind that times a side. The event timer runs hot (one event
+    pair around the window, behind the spin kernel, no per-launch flush: the graph timer flushes
+    once per replay, so the two differ only by one cold launch per sample); the graph timer keeps
+    ``eager_nodes_only`` (a graph that would replay memcpy/memset nodes unlike the eager call is no
+    second opinion: ``TimerUnsupported``) and the spec's ``l2_flush``. Empty on a CPU (one method)
+    or when the spec turns the cross-check off. Raises ``RuntimeError`` for a CUDA device when
+    CUDA is not available."""
+    if device.type != "cuda" or not settings.cross_check:
+        return {}
+    return {
+        "cuda-graph": CudaEventTimer(device, l2_flush=False),
+        "cuda-event": CudaGraphTimer(device, l2_flush=settings.l2_flush, eager_nodes_only=True),
+    }

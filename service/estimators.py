@@ -142,7 +142,13 @@ def _round_multisets(seed: int, n_rounds: int, n_resamples: int) -> tuple[np.nda
 
 
 def ratio_ci(
-    samples: SampleColumns, *, confidence: float = 0.95, n_resamples: int = 2000, seed: int = 0
+    samples: SampleColumns,
+    *,
+    confidence: float = 0.95,
+    n_resamples: int = 2000,
+    seed: int = 0,
+    input_sets: int = 1,
+    swap_every_rounds: int = 2,
 ) -> tuple[float, float, float] | None:
     """Ratio of medians candidate/baseline and its bootstrap CI over whole rounds.
 
@@ -161,15 +167,19 @@ def ratio_ci(
     200 rounds and 2000 resamples on a 2-core CI machine (``benchmarks/stats_speed.py``); with few
     rounds (3: 10 distinct resamples) the draws are cached per ``(seed, rounds, n_resamples)`` and a
     cell of 600 samples costs well under 1 ms (``benchmarks/compare_speed.py``).
+    With ``input_sets`` 2 (the cell's ``Placement``) the estimator is stratified by input-set
+    assignment (``ratio_ci_arrays``'s ``strata``, from ``placement_strata``).
     Raises ValueError for ``confidence`` outside (0, 1) or ``n_resamples`` < 1.
     """
+    rounds = np.asarray(samples.round, dtype=np.int64)
     return ratio_ci_arrays(
         is_candidate(samples),
-        np.asarray(samples.round, dtype=np.int64),
+        rounds,
         np.asarray(samples.duration_ns, dtype=np.float64),
         confidence=confidence,
         n_resamples=n_resamples,
         seed=seed,
+        strata=placement_strata(rounds, input_sets, swap_every_rounds),
     )
 
 
@@ -181,12 +191,62 @@ def ratio_ci_arrays(
     confidence: float,
     n_resamples: int,
     seed: int,
+    strata: np.ndarray | None = None,
 ) -> tuple[float, float, float] | None:
-    """``ratio_ci`` on arrays: (n,) bool ``is_candidate``, (n,) int64 rounds, (n,) float64 ns."""
+    """``ratio_ci`` on arrays: (n,) bool ``is_candidate``, (n,) int64 rounds, (n,) float64 ns.
+
+    ``strata``: (n,) int per sample, the input-set assignment of its round (``placement_strata``),
+    or None. With strata the ratio is the geometric mean over the strata of each stratum's ratio
+    of medians, and the bootstrap resamples rounds within each stratum (a stratified bootstrap,
+    Davison & Hinkley 1997, section 3.7): in a 2x2 crossover, where each side runs input set 0 in
+    one stratum and set 1 in the other, a multiplicative effect of the set cancels from the
+    geometric mean (Senn 2002, "Cross-over Trials in Clinical Research", ch. 3), and the CI holds
+    the set-by-side interaction as noise. A single stratum, or a stratum that cannot form a ratio
+    (a side with < 2 samples or rounds in it: fewer than 4 rounds in all, too few for a verdict,
+    ``kernelab.service.verdicts.MIN_ROUNDS``), gives the plain estimator over all samples.
+    """
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
     if n_resamples < 1:
         raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
+    groups = [None] if strata is None else [strata == s for s in np.unique(strata)]
+    if len(groups) == 1:
+        groups = [None]
+    ratios, boots = [], []
+    for i, g in enumerate(groups):
+        part = (
+            _boot_ratios(candidate, sample_rounds, durations, n_resamples, seed)
+            if g is None
+            else _boot_ratios(candidate[g], sample_rounds[g], durations[g], n_resamples, seed + i)
+        )
+        if part is None:
+            if g is None:
+                return None
+            return ratio_ci_arrays(
+                candidate, sample_rounds, durations, confidence=confidence, n_resamples=n_resamples, seed=seed
+            )
+        ratios.append(part[0])
+        boots.append(part[1])
+    if len(groups) == 1:
+        ratio, boot = ratios[0], boots[0]
+    else:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = float(np.exp(np.mean(np.log(ratios))))
+            boot = np.exp(np.mean(np.log(np.vstack(boots)), axis=0))
+    boot = boot[np.isfinite(boot)]
+    if boot.size == 0:
+        return None
+    alpha = 1.0 - confidence
+    low, high = np.quantile(boot, [alpha / 2, 1 - alpha / 2])
+    return ratio, float(low), float(high)
+
+
+def _boot_ratios(
+    candidate: np.ndarray, sample_rounds: np.ndarray, durations: np.ndarray, n_resamples: int, seed: int
+) -> tuple[float, np.ndarray] | None:
+    """The ratio of medians and its ``n_resamples`` round-bootstrap replicates ((B,) float64,
+    NaN or inf where a resample lacks a side), or None (a side with < 2 samples or rounds, or a
+    baseline median <= 0)."""
     sides = []
     for own in (~candidate, candidate):
         own_rounds = sample_rounds[own]
@@ -214,12 +274,15 @@ def ratio_ci_arrays(
         cand_med, base_med = _resampled_medians(cand, idx), _resampled_medians(base, idx)
     with np.errstate(divide="ignore", invalid="ignore"):
         boot = cand_med / base_med
-    boot = boot[np.isfinite(boot)]
-    if boot.size == 0:
+    return ratio, boot
+
+
+def placement_strata(sample_rounds: np.ndarray, input_sets: int, swap_every_rounds: int) -> np.ndarray | None:
+    """(n,) int64 input-set assignment of each sample's round (``kernelab.runners.engine.input_set``):
+    ``(round // swap_every_rounds) % 2`` with two input sets, None with one (no strata)."""
+    if input_sets < 2:
         return None
-    alpha = 1.0 - confidence
-    low, high = np.quantile(boot, [alpha / 2, 1 - alpha / 2])
-    return ratio, float(low), float(high)
+    return (np.asarray(sample_rounds, dtype=np.int64) // swap_every_rounds) % 2
 
 
 _HL_PAIRWISE_MAX = 1 << 21  # hodges_lehmann forms the m*n differences up to this many (16 MiB of float64)

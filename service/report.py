@@ -344,6 +344,38 @@ def _rows(c: Comparison) -> list[list[str]]:
     return rows
 
 
+def cross_check_line(cell: CellComparison) -> str | None:
+    """One line of the cell's timer cross-check (``CellComparison.cross_check``), None without one:
+    each side's median under the spec's method and the other one with their difference, both
+    ratios, and whether they disagree; or why no cross measurement exists."""
+    cc = cell.cross_check
+    if cc is None:
+        return None
+    if cc.error is not None:
+        return f"{cell.label}: no cross-check ({cc.error})"
+    sides = "; ".join(
+        f"{v} {cc.primary.get(v, '?')} {format_duration_ns(cc.primary_median_ns.get(v))} vs "
+        f"{cc.cross.get(v, '?')} {format_duration_ns(cc.cross_median_ns.get(v))}"
+        + (
+            f" ({cc.difference_pct[v]:+.1f}%, allowance ±{cc.noise_pct[v]:.1f}%)"
+            if v in cc.difference_pct
+            else ""
+        )
+        for v in ("baseline", "candidate")
+    )
+    ratio = _MISSING if cell.ratio is None else f"{cell.ratio:.4f}"
+    cross = _MISSING if cc.cross_ratio is None else f"{cc.cross_ratio:.4f}"
+    state = "disagree" if cc.disagrees else "agree"
+    if cc.disagrees and cc.ratio_agrees:
+        state += ", ratios agree"
+    return f"{cell.label}: {sides}; ratio {ratio} vs {cross} ({state})"
+
+
+def cross_check_lines(c: Comparison) -> list[str]:
+    """``cross_check_line`` of every cell that has one."""
+    return [line for cell in c.cells if (line := cross_check_line(cell)) is not None]
+
+
 def _has_void_timing(c: Comparison) -> bool:
     return any(void_timing(cell) and cell.baseline.median_ns is not None for cell in c.cells)
 
@@ -411,6 +443,7 @@ def format_table(c: Comparison, paint: Paint | None = None) -> str:
         out.append(VOID_TIMING_NOTE)
     out += [f"note: {n}" for n in _notes(c)]
     out += [f"check: {line}" for line in correctness_lines(c)]
+    out += [f"cross-check: {line}" for line in cross_check_lines(c)]
     return "\n".join(out) + "\n"
 
 
@@ -529,6 +562,10 @@ def to_markdown(c: Comparison) -> str:
     checks = correctness_lines(c)
     if checks:
         lines += ["", "**Correctness checks**", "", *(f"- {_md(line)}" for line in checks)]
+    crosses = cross_check_lines(c)
+    if crosses:
+        lines += ["", "**Timer cross-check** (the spec's method vs the other one)", ""]
+        lines += [f"- {_md(line)}" for line in crosses]
     lines += static_markdown(c)
     return "\n".join(lines) + "\n"
 

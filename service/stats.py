@@ -25,6 +25,7 @@ from kernelab.service.estimators import (
     kept_arrays,
     mann_whitney_p,
     min_detectable_effect_pct,
+    placement_strata,
     ratio_ci_arrays,
     throughput,
     variant_stats,
@@ -37,6 +38,7 @@ from kernelab.service.schemas import (
     Flag,
     JobResult,
     ParamValue,
+    Placement,
     Reason,
     Side,
     SideStats,
@@ -160,17 +162,30 @@ def _finite_numbers(
 
 
 def _cell_numbers(
-    kept: KeptSamples, p: float | None, *, n_resamples: int, seed: int
+    kept: KeptSamples,
+    p: float | None,
+    *,
+    n_resamples: int,
+    seed: int,
+    placement: Placement | None = None,
 ) -> tuple[dict[Side, SideStats], dict[str, float | None]]:
     """Per-side summaries and the cell's numbers (ratio and CI, Hodges-Lehmann shift and CI,
-    p-value, MDE), computed with float overflow silenced: ``_finite_numbers`` nulls what overflowed."""
+    p-value, MDE), computed with float overflow silenced: ``_finite_numbers`` nulls what overflowed.
+    ``placement``: the cell's input-set rotation (its ratio is stratified by assignment,
+    ``estimators.ratio_ci_arrays``)."""
     times = kept.times
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         stats = {v: variant_stats(times[v], dropped_throttled=kept.taken[v] - times[v].size)
                  for v in _SIDES}  # fmt: skip
-        rc = ratio_ci_arrays(
-            kept.candidate, kept.rounds, kept.durations, confidence=0.95, n_resamples=n_resamples, seed=seed
+        strata = (
+            None
+            if placement is None
+            else placement_strata(kept.rounds, placement.input_sets, placement.swap_every_rounds)
         )
+        rc = ratio_ci_arrays(
+            kept.candidate, kept.rounds, kept.durations, confidence=0.95, n_resamples=n_resamples,
+            seed=seed, strata=strata,
+        )  # fmt: skip
         hl = None
         if times["baseline"].size >= 1 and times["candidate"].size >= 1:
             hl = hodges_lehmann(times["baseline"], times["candidate"])
@@ -184,6 +199,27 @@ def _cell_numbers(
             "p_value": p, "mde_pct": min_detectable_effect_pct(stats["baseline"], stats["candidate"]),
         }  # fmt: skip
     return stats, numbers
+
+
+def _cross_ci(cell: CellResult, seed: int) -> tuple[float, float] | None:
+    """The 95% round-bootstrap interval of the cross-check's ratio (``estimators.ratio_ci_arrays``
+    over its rounds: cross sample i of each side is round i), None without one."""
+    cc = cell.cross_check
+    if cc is None or cc.error is not None:
+        return None
+    b, c = cc.samples_ns.get("baseline", []), cc.samples_ns.get("candidate", [])
+    if len(b) < 2 or len(c) < 2:
+        return None
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        rc = ratio_ci_arrays(
+            np.r_[np.zeros(len(b), dtype=bool), np.ones(len(c), dtype=bool)],
+            np.r_[np.arange(len(b)), np.arange(len(c))].astype(np.int64),
+            np.asarray([*b, *c], dtype=np.float64),
+            confidence=0.95,
+            n_resamples=1000,
+            seed=seed,
+        )
+    return None if rc is None or not all(map(math.isfinite, rc)) else (rc[1], rc[2])
 
 
 def _rounds_with_both(kept: KeptSamples) -> int:
@@ -205,7 +241,9 @@ def _compare_kept(
     """``compare_cell`` of a cell without error, its kept samples and Mann-Whitney p given;
     ``extra``: reasons that hold for every cell of the job (the node changed during it)."""
     m = result.spec.measurement
-    raw_stats, raw_numbers = _cell_numbers(kept, p, n_resamples=n_resamples, seed=seed)
+    raw_stats, raw_numbers = _cell_numbers(
+        kept, p, n_resamples=n_resamples, seed=seed, placement=cell.placement
+    )
     with np.errstate(over="ignore"):
         raw_rates = throughput(cell.work, raw_stats)
     stats, numbers, rates, nonfinite = _finite_numbers(raw_stats, raw_numbers, raw_rates)
@@ -217,6 +255,9 @@ def _compare_kept(
     if verdicts.contention_seen(cell.contention):
         flags.append("contended")
     found = [*extra, *verdicts.correctness_reasons(result, cell), *verdicts.timer_reasons(cell)]
+    cross = verdicts.cross_check_summary(
+        cell, stats, raw_numbers["ratio"], m.cross_check_pct, m.threshold_pct, _cross_ci(cell, seed)
+    )
     found += verdicts.resolution_reasons(result.node.device_type, {v: stats[v].median_ns for v in _SIDES})
     # The copy-bandwidth bound holds only where every launch was timed cold: one launch per sample
     # after an L2 flush. A sample of n > 1 launches (a CUDA graph replay, a batch of short kernels)
@@ -236,6 +277,8 @@ def _compare_kept(
         if stats["baseline"].median_ns == 0.0:
             why = verdicts.reason("zero-baseline", "the baseline's median time is 0 ns: no ratio")
         found.append(why)
+    if cross is not None:
+        found += verdicts.cross_check_reasons(cross, ratio, m.threshold_pct, m.cross_check_pct)
     decision = verdicts.decide(timing, found)
     return CellComparison(
         index=cell.index,
@@ -261,6 +304,7 @@ def _compare_kept(
         throughput=rates,
         timers=cell.timers,
         static=cell.static,
+        cross_check=cross,
     )
 
 

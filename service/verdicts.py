@@ -29,6 +29,8 @@ Pure functions over ``kernelab.service.schemas``; no database, no numpy.
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple, get_args
 
@@ -37,6 +39,7 @@ from kernelab.service.schemas import (
     CellResult,
     ContentionReading,
     CorrectnessResult,
+    CrossCheckSummary,
     Flag,
     JobResult,
     ProbeReport,
@@ -48,11 +51,11 @@ from kernelab.service.schemas import (
     Verdict,
 )
 
-METHOD_VERSION = 3
+METHOD_VERSION = 4
 """Version of these rules. A stored ``Comparison`` with a lower ``method_version`` was judged by
 older rules (version 1: a wrong kernel could read ``faster``; version 2: two samples per side could
-read ``faster``, a sample throttled by its clock-event reasons counted as clean) and is recomputed
-from its raw result."""
+read ``faster``, a sample throttled by its clock-event reasons counted as clean; version 3: no timer
+cross-check, no input-set placement strata) and is recomputed from its raw result."""
 
 VERDICT_ORDER: tuple[Verdict, ...] = get_args(Verdict)
 """Every verdict, highest precedence first (the order of ``schemas.Verdict``)."""
@@ -145,12 +148,24 @@ REASONS: dict[str, ReasonKind] = {
     "node-changed": ReasonKind(
         "inconclusive", "node-changed", "the node's probes changed during the job beyond their noise"
     ),
+    "timer-disagreement": ReasonKind(
+        "inconclusive",
+        "timer-disagreement",
+        "the other timing method read a side beyond the allowance and the two ratios disagree in "
+        "direction or size",
+    ),
     "less-accurate": ReasonKind(
         "inconclusive",
         "less-accurate",
         "the candidate's error is far above the baseline's at the same dtype (a precision downgrade?)",
     ),
     # told, never decisive
+    "timer-disagreement-ratio-agrees": ReasonKind(
+        None,
+        "timer-disagreement",
+        "the other timing method read a side beyond the allowance, but the two ratios agree in "
+        "direction and size: the verdict stands",
+    ),
     "correctness-off": ReasonKind(None, None, "the spec turned the correctness check off"),
     "metric-not-finite": ReasonKind(
         None, None, "a correctness metric was posted as NaN or Infinity: it is stored and shown as null"
@@ -176,6 +191,9 @@ FLAG_NOTES: dict[Flag, str] = {
     "less-accurate": "the candidate's error is far above the baseline's at the same dtype.",
     "nondeterministic": "outputs differed bitwise between identical runs.",
     "timer-mismatch": "the two sides were timed by different methods: their ratio is no verdict.",
+    "timer-disagreement": "the cross-check with the other timing method (CUDA events vs CUDA-graph "
+    "replay) read a side differently beyond its allowance; the verdict stands only where both methods' "
+    "ratios agree in direction and size.",
     "tampered": "kernelab's timing or checking functions were replaced while the job ran.",
     "failed": "the cell (or job) could not be measured; see the error.",
 }
@@ -495,6 +513,151 @@ def timer_reasons(cell: CellResult) -> list[Reason]:
             )
         ]
     return []
+
+
+def _relative_iqr(values: Sequence[float]) -> float:
+    """IQR / median of ``values`` (``statistics.quantiles``, inclusive method: numpy's default
+    linear interpolation); 0 for fewer than 2 values or a zero median."""
+    if len(values) < 2:
+        return 0.0
+    q1, median, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return (q3 - q1) / median if median > 0 else 0.0
+
+
+def cross_check_summary(
+    cell: CellResult,
+    stats: Mapping[Side, SideStats],
+    ratio: float | None,
+    tolerance_pct: float,
+    threshold_pct: float = 1.0,
+    cross_ci: tuple[float, float] | None = None,
+) -> CrossCheckSummary | None:
+    """The cell's timer cross-check (``CellResult.cross_check``) against its primary statistics.
+
+    Per side: the cross method's median ns per launch against the primary median (``stats``);
+    ``difference_pct`` = (cross / primary - 1) x 100; the allowance ``noise_pct`` = ``tolerance_pct``
+    (the spec's ``cross_check_pct``, 5 by default) + 100 x (primary IQR/median + cross IQR/median):
+    the tolerance beyond both methods' own spread. ``disagrees`` when a side's |difference| exceeds
+    its allowance. ``cross_ratio`` = candidate / baseline cross medians, ``cross_ci`` its 95%
+    bootstrap interval over the cross rounds (``kernelab.service.stats``); ``ratio_agrees``
+    (``ratios_agree``) when ``ratio`` (the primary ratio) is known. None when the cell carries no
+    cross-check; a summary holding only ``error`` when the cross measurement could not be taken.
+    """
+    cc = cell.cross_check
+    if cc is None:
+        return None
+    primary = dict(cell.timers)
+    if cc.error is not None or not all(cc.samples_ns.get(v) for v in _SIDES):
+        return CrossCheckSummary(
+            primary=primary, cross=dict(cc.methods), error=cc.error or "no cross samples on a side"
+        )
+    out = CrossCheckSummary(primary=primary, cross=dict(cc.methods))
+    for v in _SIDES:
+        xs = cc.samples_ns[v]
+        med_x = statistics.median(xs)
+        med_p, iqr_p = stats[v].median_ns, stats[v].iqr_ns
+        out.cross_median_ns[v] = med_x
+        if med_p is None or med_p <= 0 or not math.isfinite(med_p):
+            continue
+        out.primary_median_ns[v] = med_p
+        spread = (iqr_p or 0.0) / med_p + _relative_iqr(xs)
+        out.difference_pct[v] = (med_x / med_p - 1.0) * 100.0
+        out.noise_pct[v] = tolerance_pct + 100.0 * spread
+        if abs(out.difference_pct[v]) > out.noise_pct[v]:
+            out.disagrees = True
+    if out.cross_median_ns["baseline"] > 0:
+        out.cross_ratio = out.cross_median_ns["candidate"] / out.cross_median_ns["baseline"]
+    if cross_ci is not None:
+        out.cross_ci_low, out.cross_ci_high = cross_ci
+    if ratio is not None and out.cross_ratio is not None:
+        out.ratio_agrees = ratios_agree(
+            ratio,
+            out.cross_ratio,
+            tolerance_pct=tolerance_pct,
+            threshold_pct=threshold_pct,
+            cross_ci=cross_ci,
+        )
+    return out
+
+
+def ratio_direction(ratio: float, threshold_pct: float) -> str:
+    """``faster`` below 1 - t, ``slower`` above 1 + t, else ``within`` (t = threshold_pct / 100)."""
+    t = threshold_pct / 100
+    return "faster" if ratio < 1 - t else "slower" if ratio > 1 + t else "within"
+
+
+def ratios_agree(
+    primary: float,
+    cross: float,
+    *,
+    tolerance_pct: float,
+    threshold_pct: float = 1.0,
+    cross_ci: tuple[float, float] | None = None,
+) -> bool:
+    """Whether two candidate/baseline ratios agree in direction and size.
+
+    Size: |cross / primary - 1| <= ``tolerance_pct`` / 100. Direction: the primary ratio's
+    ``ratio_direction`` region (below 1 - t, within ±t, above 1 + t; t = ``threshold_pct`` / 100)
+    holds the cross ratio, or, given ``cross_ci`` (the cross ratio's 95% interval: a short
+    measurement is noisier than the cell's own), overlaps that interval: the other method does not
+    show the opposite."""
+    if abs(cross / primary - 1.0) > tolerance_pct / 100:
+        return False
+    t = threshold_pct / 100
+    low, high = {"faster": (0.0, 1 - t), "slower": (1 + t, math.inf), "within": (1 - t, 1 + t)}[
+        ratio_direction(primary, threshold_pct)
+    ]
+    if cross_ci is None:
+        return low <= cross <= high
+    return cross_ci[0] <= high and cross_ci[1] >= low
+
+
+def cross_check_reasons(
+    summary: CrossCheckSummary, ratio: float | None, threshold_pct: float, tolerance_pct: float
+) -> list[Reason]:
+    """``timer-disagreement`` (inconclusive) when the cross-check disagrees on a side and the two
+    ratios do not agree (``ratios_agree`` at ``threshold_pct``), or no primary ratio exists;
+    ``timer-disagreement-ratio-agrees`` (told: the verdict stands) when they do; nothing when the
+    methods agree or no cross measurement exists."""
+    if not summary.disagrees:
+        return []
+    sides = ", ".join(
+        f"{v} {summary.primary.get(v, '?')} {summary.primary_median_ns[v]:.4g} ns vs "
+        f"{summary.cross.get(v, '?')} {summary.cross_median_ns[v]:.4g} ns "
+        f"({summary.difference_pct[v]:+.1f}%, allowance ±{summary.noise_pct[v]:.1f}%)"
+        for v in _SIDES
+        if v in summary.difference_pct
+    )
+    cross = summary.cross_ratio
+    cross_ci = (
+        None
+        if summary.cross_ci_low is None or summary.cross_ci_high is None
+        else (summary.cross_ci_low, summary.cross_ci_high)
+    )
+    agree = (
+        ratio is not None
+        and cross is not None
+        and ratios_agree(
+            ratio, cross, tolerance_pct=tolerance_pct, threshold_pct=threshold_pct, cross_ci=cross_ci
+        )
+    )
+    ratios = f"ratio {ratio:.4g} vs {cross:.4g}" if ratio is not None and cross is not None else "no ratio"
+    if cross_ci is not None and cross is not None:
+        ratios += f" [{cross_ci[0]:.4g}, {cross_ci[1]:.4g}]"
+    if agree:
+        return [
+            reason(
+                "timer-disagreement-ratio-agrees",
+                f"the two timing methods differ ({sides}); the ratios agree ({ratios}): the verdict stands",
+            )
+        ]
+    return [
+        reason(
+            "timer-disagreement",
+            f"the two timing methods differ ({sides}) and their ratios do not agree in direction and "
+            f"size within {tolerance_pct:g}% ({ratios}): the method decides the verdict, so none is given",
+        )
+    ]
 
 
 # --------------------------------------------------------------------------------------------------

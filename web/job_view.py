@@ -28,6 +28,7 @@ from sqlalchemy.orm import Session
 
 from kernelab.service import crud, models, node_health
 from kernelab.service.core.config import Settings
+from kernelab.service.report import cross_check_line
 from kernelab.service.schemas import (
     CellComparison,
     Comparison,
@@ -245,6 +246,9 @@ class CellPage:
     checked: Sequence[tuple[CellComparison, str, CorrectnessResult]]  # rows of the correctness table
     static: list[CellComparison]  # cells of this page with an ISA comparison
     timed: Sequence[tuple[CellComparison, str, TimedCheck]] = ()  # checked samples through the timer
+    cross: Sequence[
+        tuple[CellComparison, str]
+    ] = ()  # (cell, report.cross_check_line) of the timer cross-check
 
     @property
     def previous(self) -> int | None:
@@ -275,6 +279,16 @@ def cell_page(view: JobView, order: CellOrder, offset: int, limit: int | None = 
         for side, checks in cell.timed_checks.items()
         for check in checks
     ]
+    cross = [(cell, line) for cell in cells if (line := cross_check_line(cell)) is not None]
     return CellPage(
-        cells, order, offset, limit, total, view.flagged, checked, [c for c in cells if c.static], timed
+        cells,
+        order,
+        offset,
+        limit,
+        total,
+        view.flagged,
+        checked,
+        [c for c in cells if c.static],
+        timed,
+        cross,
     )

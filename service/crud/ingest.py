@@ -20,6 +20,7 @@ from kernelab.service.schemas import (
     JobResult,
     JobSpec,
     NodeInfo,
+    Placement,
     ProbeReport,
     SampleColumns,
     Side,
@@ -196,8 +197,11 @@ def store_result(
 
 def _cell_context(cell: CellResult) -> dict[str, Any]:
     """``cells.context``: how the cell was measured: the timer kind per variant, the contention
-    readings, the checked samples through the timer and the runner's findings (JSON)."""
+    readings, the checked samples through the timer, the runner's findings, the timer cross-check
+    and the input-set placement (JSON; a key a result stored before it lacks reads as its default)."""
     return {
+        "cross_check": None if cell.cross_check is None else cell.cross_check.model_dump(mode="json"),
+        "placement": cell.placement.model_dump(mode="json"),
         "timers": dict(cell.timers),
         "contention": [r.model_dump(mode="json") for r in cell.contention],
         "timed_checks": {v: [t.model_dump(mode="json") for t in ts] for v, ts in cell.timed_checks.items()},
@@ -273,6 +277,8 @@ def load_result(
                 timed_checks=(c.context or {}).get("timed_checks", {}),
                 findings=(c.context or {}).get("findings", []),
                 phase_s=(c.context or {}).get("phase_s", {}),
+                cross_check=(c.context or {}).get("cross_check"),
+                placement=Placement.model_validate((c.context or {}).get("placement") or {}),
                 static=None if c.static is None else StaticComparison.model_validate(c.static),
             )
             for c in cells

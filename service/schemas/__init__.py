@@ -54,6 +54,7 @@ from kernelab.service.schemas.api import (
 from kernelab.service.schemas.comparison import (
     CellComparison,
     Comparison,
+    CrossCheckSummary,
     SideStats,
 )
 from kernelab.service.schemas.health import (
@@ -86,12 +87,14 @@ from kernelab.service.schemas.result import (
     KernelDiff,
     KernelLoopStats,
     KernelStatic,
+    Placement,
     Reason,
     RepeatCheck,
     StaticChange,
     StaticComparison,
     StaticVerdict,
     TimedCheck,
+    TimerCrossCheck,
     Work,
 )
 from kernelab.service.schemas.result_job import (
@@ -250,6 +253,9 @@ __all__ = [
     "TEXT_MAX_CHARS",
     "Text",
     "TimedCheck",
+    "TimerCrossCheck",
+    "Placement",
+    "CrossCheckSummary",
     "TimingVerdict",
     "UtcDatetime",
     "SideSpec",

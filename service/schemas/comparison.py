@@ -68,6 +68,38 @@ class CellComparison(BaseModel):
     error: str | None = None
     static: StaticComparison | None = None
     timers: dict[Side, str] = Field(default_factory=dict, description="timer kind per variant")
+    cross_check: CrossCheckSummary | None = Field(
+        default=None, description="the same cell under the other timing method (None: not taken)"
+    )
+
+
+class CrossCheckSummary(BaseModel):
+    """The cell's timer cross-check as judged (``kernelab.service.verdicts.cross_check_summary``).
+
+    ``methods``: the spec's method and the other one per side (``{"baseline": "cuda-graph", ...}``
+    for ``primary``, likewise ``cross``); ``primary_median_ns``/``cross_median_ns``: each side's
+    median ns per launch under each method; ``difference_pct``: per side, (cross / primary - 1) x 100;
+    ``noise_pct``: per side, the allowance the difference is held against (the spec's
+    ``cross_check_pct`` plus both methods' IQR/median, percent); ``cross_ratio``: candidate /
+    baseline under the other method, ``cross_ci_low``/``cross_ci_high`` its 95% bootstrap interval
+    over the cross rounds; ``disagrees``: a side's difference exceeds its allowance;
+    ``ratio_agrees``: the two ratios agree in direction (the same side of the threshold) and size
+    (within ``cross_check_pct`` of each other), None when no ratio could be formed; ``error``: why no
+    cross measurement exists.
+    """
+
+    primary: dict[Side, str] = Field(default_factory=dict)
+    cross: dict[Side, str] = Field(default_factory=dict)
+    primary_median_ns: dict[Side, float] = Field(default_factory=dict)
+    cross_median_ns: dict[Side, float] = Field(default_factory=dict)
+    difference_pct: dict[Side, float] = Field(default_factory=dict)
+    noise_pct: dict[Side, float] = Field(default_factory=dict)
+    cross_ratio: float | None = None
+    cross_ci_low: float | None = None
+    cross_ci_high: float | None = None
+    disagrees: bool = False
+    ratio_agrees: bool | None = None
+    error: str | None = None
 
 
 class Comparison(BaseModel):

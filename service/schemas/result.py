@@ -189,6 +189,45 @@ class TimedCheck(_Posted):
     findings: list[Reason] = Field(default_factory=list)
 
 
+class TimerCrossCheck(_Posted):
+    """A cell's short second measurement with the other timing method (``engine.cross_check``).
+
+    ``methods``: the method that took each side's cross samples (``cuda-event`` when the cell was
+    timed by CUDA-graph replay, ``cuda-graph`` when it was timed by events); ``samples_ns``: ns per
+    launch of each cross sample, per side, in the order taken (interleaved ABBA rounds, one sample
+    per side per round); ``launches``: launches per cross sample, per side. ``error``: why no cross
+    measurement exists (no other method on this device, the other method cannot time the call
+    faithfully, it raised); then ``samples_ns`` is empty.
+    """
+
+    methods: dict[Side, Text] = Field(default_factory=dict)
+    rounds: int = Field(default=0, ge=0)
+    launches: dict[Side, int] = Field(default_factory=dict)
+    samples_ns: dict[Side, list[float]] = Field(default_factory=dict)
+    error: Text | None = Field(default=None, max_length=2_000)
+
+    @model_validator(mode="after")
+    def _finite_nonnegative(self) -> TimerCrossCheck:
+        for side, values in self.samples_ns.items():
+            for i, v in enumerate(values):
+                if not (math.isfinite(v) and v >= 0):
+                    raise ValueError(f"samples_ns.{side}[{i}] must be a finite number >= 0, got {v}")
+        return self
+
+
+class Placement(_Posted):
+    """How the cell's input sets were placed (``kernelab.runners.engine.input_set``).
+
+    ``input_sets``: 1 (each side times its own buffers throughout) or 2 (each side was prepared on
+    two input sets allocated alike, and the sets swap between the sides every
+    ``swap_every_rounds`` rounds: round r uses assignment ``(r // swap_every_rounds) % 2``; in
+    assignment 0 the baseline runs set 0 and the candidate set 1, in assignment 1 the reverse).
+    """
+
+    input_sets: int = Field(default=1, ge=1, le=2)
+    swap_every_rounds: int = Field(default=2, ge=1, le=1_000_000)
+
+
 StaticVerdict = Literal["identical", "different", "only-baseline", "only-candidate"]
 
 
@@ -291,6 +330,10 @@ class CellResult(_Posted):
         description="what the runner found about the cell's measurement (timer fallback, empty graph, "
         "patched timer, node changed during the job, ...); codes in kernelab.service.verdicts.REASONS",
     )
+    cross_check: TimerCrossCheck | None = Field(
+        default=None, description="the short measurement with the other timing method (None: not asked)"
+    )
+    placement: Placement = Field(default_factory=Placement, description="how the input sets were placed")
     phase_s: dict[str, float] = Field(
         default_factory=dict,
         description="wall time of the cell's phases on the runner, s: prepare, correctness, measure "

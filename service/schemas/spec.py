@@ -193,6 +193,29 @@ class MeasurementSpec(_Strict):
         "captured), perf_counter on a CPU",
     )
 
+    cross_check: bool = Field(
+        default=True,
+        description="also time every cell briefly with the other GPU method (CUDA events behind a spin "
+        "kernel vs CUDA-graph replay); a disagreement beyond cross_check_pct is flagged "
+        "timer-disagreement (kernelab.service.verdicts.cross_check_summary)",
+    )
+    cross_check_pct: float = Field(
+        default=5.0,
+        gt=0,
+        le=100,
+        description="how far (percent, beyond both methods' IQR/median) the two methods may differ on a "
+        "side, and the two ratios from each other",
+    )
+    cross_check_rounds: int = Field(
+        default=10, ge=5, le=10_000, description="ABBA rounds of the cross-check (one sample per side each)"
+    )
+    placement: Literal["rotate", "fixed"] = Field(
+        default="rotate",
+        description="'rotate': each side is prepared on two input sets allocated alike, and the sets swap "
+        "between the sides every two rounds, so a buffer-placement effect falls on both sides alike; "
+        "'fixed': each side times one set (half the memory)",
+    )
+
     @model_validator(mode="after")
     def _rounds_ordered(self) -> MeasurementSpec:
         if self.max_rounds < self.min_rounds:

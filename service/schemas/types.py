@@ -44,6 +44,7 @@ Flag = Literal[
     "less-accurate",
     "nondeterministic",
     "timer-mismatch",
+    "timer-disagreement",
     "tampered",
     "failed",
 ]

@@ -100,3 +100,83 @@ def noop() -> Callable[[], None]:
         return None
 
     return fn
+
+
+class FakeSide:
+    """A side of the engine's pair (``kernelab.runners.engine.TimedSide`` plus the optional input
+    sets and cross method ``LocalPairTimer`` passes on), on a ``FakeClock``.
+
+    ``buffers``: the buffer set each input set of this side runs on (input set i runs
+    ``buffers[i]``); ``buffer_ns``: buffer set -> ``Script``, shared by both sides, so a reading
+    depends on which buffers run, not on which side runs them. ``cross_ns``: buffer set -> the
+    script of the other timing method (None: the side offers no cross method); ``cross_error``:
+    raised by every cross sample instead. Every sample is logged as ``(method, buffer)`` in ``log``.
+    """
+
+    def __init__(
+        self,
+        clock: FakeClock,
+        buffers: list[str],
+        buffer_ns: dict[str, Script],
+        *,
+        kind: str = "fake",
+        cross_ns: dict[str, Script] | None = None,
+        cross_kind: str = "fake-other",
+        cross_error: Exception | None = None,
+        min_window_ns: float = 1e6,
+        max_launches: int = 10_000,
+    ) -> None:
+        self.clock, self.buffers, self.buffer_ns = clock, list(buffers), buffer_ns
+        self.kind, self.cross_ns, self._cross_kind = kind, cross_ns, cross_kind
+        self.cross_error = cross_error
+        self.min_window_ns, self.max_launches = min_window_ns, max_launches
+        self.current = 0
+        self.log: list[tuple[str, str]] = []
+
+    @property
+    def timer_kind(self) -> str:
+        return self.kind
+
+    @property
+    def input_sets(self) -> int:
+        return len(self.buffers)
+
+    def use_inputs(self, index: int) -> None:
+        if not 0 <= index < len(self.buffers):
+            raise IndexError(index)
+        self.current = index
+
+    def _sample(self, scripts: dict[str, Script], method: str, launches: int) -> float:
+        if launches < 1:
+            raise ValueError(f"launches must be >= 1, got {launches}")
+        buffer = self.buffers[self.current]
+        ns = scripts[buffer]()
+        self.clock.advance(ns * launches)
+        self.log.append((method, buffer))
+        return ns
+
+    def time_ns(self, launches: int) -> float:
+        return self._sample(self.buffer_ns, self.kind, launches)
+
+    def launches_for(self, per_launch_ns: float) -> int:
+        from kernelab.runners.timing import choose_launches
+
+        return choose_launches(
+            per_launch_ns, min_window_ns=self.min_window_ns, max_launches=self.max_launches
+        )
+
+    def use_fallback(self) -> bool:
+        return False
+
+    @property
+    def cross_kind(self) -> str | None:
+        return None if self.cross_ns is None and self.cross_error is None else self._cross_kind
+
+    def cross_launches_for(self, per_launch_ns: float) -> int:
+        return self.launches_for(per_launch_ns)
+
+    def cross_time_ns(self, launches: int) -> float:
+        if self.cross_error is not None:
+            raise self.cross_error
+        assert self.cross_ns is not None
+        return self._sample(self.cross_ns, self._cross_kind, launches)

@@ -343,3 +343,27 @@ def test_why_names_the_deciding_reason_and_counts_the_others():
     assert cell.verdict == "incorrect"
     assert report.why(cell) == "baseline: baseline rows 0-3 wrong (+1 more reason)"
     assert "  incorrect  N=1: baseline: baseline rows 0-3 wrong (+1 more reason)" in report.format_table(c)
+
+
+def test_cross_check_is_shown_in_the_table_and_the_markdown() -> None:
+    """Both methods' medians per side and both ratios, under the table and in the Markdown; a cell
+    without a cross measurement says why."""
+    from kernelab.service.schemas import TimerCrossCheck
+    from tests.service.factories import job_result
+
+    result = job_result(None)
+    for cell in result.cells:
+        cell.timers = {"baseline": "cuda-graph", "candidate": "cuda-graph"}
+    result.cells[0].cross_check = TimerCrossCheck(
+        methods={"baseline": "cuda-event", "candidate": "cuda-event"}, rounds=5,
+        samples_ns={"baseline": [1300.0] * 5, "candidate": [1040.0] * 5},
+    )  # fmt: skip
+    result.cells[1].cross_check = TimerCrossCheck(error="cuda-graph: 1 memcpy node")
+    c = stats.compare(result)
+    table, markdown = report.format_table(c), report.to_markdown(c)
+    line = f"ratio {c.cells[0].ratio:.4f} vs 0.8000 (disagree, ratios agree)"
+    for text in (table, markdown):
+        assert "cuda-event 1.300 µs" in text and line in text
+        assert "no cross-check (cuda-graph: 1 memcpy node)" in text
+    assert "cross-check: " in table and "**Timer cross-check**" in markdown
+    assert c.cells[0].verdict == "faster" and "timer-disagreement" in c.cells[0].flags
