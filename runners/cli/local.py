@@ -31,7 +31,7 @@ from kernelab.runners.cli.common import (
 )
 from kernelab.runners.cli.output import gate, parse_fail_on, print_comparison
 from kernelab.runners.client import KernelabAPIError, KernelabUnavailable
-from kernelab.service.schemas import Comparison, JobResult, JobSpec, ProbeSpec, Verdict
+from kernelab.service.schemas import Comparison, JobResult, JobSpec, ProbeSpec, Verdict, WorkloadSpec
 
 SpecsArg = Annotated[list[Path], typer.Argument(help="job spec(s), YAML or JSON", show_default=False)]
 QuietOpt = Annotated[
@@ -71,6 +71,14 @@ def run(
     or a job failed (module docstring).
     """
     gate_on = parse_fail_on(fail_on)
+    workload = _workload_spec(spec_paths)
+    if workload is not None:
+        from kernelab.runners.cli.workload import run_workload_spec
+
+        raise typer.Exit(run_workload_spec(
+            spec_paths[0], workload, gate_on=gate_on, json_path=json_path, markdown_path=markdown_path,
+            result_path=result_path, quiet=quiet,
+        ))  # fmt: skip
     refs = baseline_ref is not None or candidate_ref is not None
     specs = []
     for spec_path in spec_paths:
@@ -100,6 +108,26 @@ def run(
 
         markdown_path.write_text("\n\n".join(to_markdown(c) for c in comparisons), encoding="utf-8")
     raise typer.Exit(status)
+
+
+def _workload_spec(spec_paths: Sequence[Path]) -> WorkloadSpec | None:
+    """The workload spec when ``spec_paths`` is one file of ``kind: workload``; exits 2 naming the
+    file for a workload among several specs or a workload spec's problems (``FILE:LINE``)."""
+    from kernelab.runners.specfile import SpecFileError, load_any_spec
+
+    found = []
+    for path in spec_paths:
+        try:
+            spec = load_any_spec(path, check_benchmark=False)
+        except SpecFileError as exc:
+            raise fail(exc.render(), EXIT_BAD_INPUT) from None
+        if isinstance(spec, WorkloadSpec):
+            found.append((path, spec))
+    if not found:
+        return None
+    if len(spec_paths) > 1:
+        raise fail(f"{found[0][0]}: a workload spec runs alone: give it to kernelab run by itself", EXIT_BAD_INPUT)
+    return found[0][1]
 
 
 def _run_one(
