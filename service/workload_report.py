@@ -79,7 +79,7 @@ def _md_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     def cell(x: str) -> str:
         return str(x).replace("|", "\\|").replace("\n", " ")
 
-    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + [
+    return ["| " + " | ".join(cell(h) for h in head) + " |", "|" + "---|" * len(head)] + [
         "| " + " | ".join(cell(x) for x in r) + " |" for r in rows
     ]
 
