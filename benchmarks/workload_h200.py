@@ -61,7 +61,9 @@ class Hog:
             env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0"}
             self.procs = [subprocess.Popen([sys.executable, "-c", _CUDA_HOG], env=env)]
         else:
-            self.procs = [subprocess.Popen([sys.executable, "-c", _CPU_HOG]) for _ in range(os.cpu_count() or 1)]
+            self.procs = [
+                subprocess.Popen([sys.executable, "-c", _CPU_HOG]) for _ in range(os.cpu_count() or 1)
+            ]
 
     def stop(self) -> None:
         for p in self.procs:
@@ -72,20 +74,33 @@ class Hog:
 
 def workload_spec(device: str, runs: int, steps: int, small: bool) -> WorkloadSpec:
     """The example's two arms with one rank each; GPU-sized unless ``small``."""
-    size = ["--width", "64", "--layers", "2", "--batch", "4", "--prompt", "8", "--new-tokens", "8"] if small else [
-        "--width", "1024", "--layers", "8", "--batch", "16", "--prompt", "256", "--new-tokens", "64"]  # fmt: skip
+    size = (
+        ["--width", "64", "--layers", "2", "--batch", "4", "--prompt", "8", "--new-tokens", "8"]
+        if small
+        else ["--width", "1024", "--layers", "8", "--batch", "16", "--prompt", "256", "--new-tokens", "64"]
+    )
     script = str(ROOT / "examples" / "workload" / "train_step.py")
 
     def side(attention: str) -> dict[str, object]:
         return {"command": [script], "args": ["--attention", attention, "--steps", str(steps), *size]}
 
-    return WorkloadSpec.model_validate({
-        "kind": "workload", "name": f"example training step, sdpa vs strict math ({device}, 1 rank)",
-        "baseline": side("sdpa"), "candidate": side("math"), "launch": {"nproc_per_node": 1},
-        "runs": runs, "order": "abba", "seed": 0, "run_timeout_s": 900, "budget_s": 7200, "threshold_pct": 2,
-        "device": device,
-        "probes": {"between_runs": True, "all_reduce": False},
-    })  # fmt: skip
+    return WorkloadSpec.model_validate(
+        {
+            "kind": "workload",
+            "name": f"example training step, sdpa vs strict math ({device}, 1 rank)",
+            "baseline": side("sdpa"),
+            "candidate": side("math"),
+            "launch": {"nproc_per_node": 1},
+            "runs": runs,
+            "order": "abba",
+            "seed": 0,
+            "run_timeout_s": 900,
+            "budget_s": 7200,
+            "threshold_pct": 2,
+            "device": device,
+            "probes": {"between_runs": True, "all_reduce": False},
+        }
+    )
 
 
 def run_part(spec: WorkloadSpec, hog: Hog | None, drill_pair: int) -> WorkloadComparison:
@@ -137,8 +152,10 @@ def main(argv: list[str] | None = None) -> int:
             hit = [f for f in ("sick-node", "probe-changed") if f in comparison.flags]
             lines = [line.index for line in comparison.timeline if line.flags]
             flagged = bool(hit)
-            print(f"\nDRILL: hog during runs {2 * args.drill_pair} and {2 * args.drill_pair + 1}: "
-                  + (f"flagged ({', '.join(hit)}; runs {lines})" if hit else "NOT flagged"))  # fmt: skip
+            print(
+                f"\nDRILL: hog during runs {2 * args.drill_pair} and {2 * args.drill_pair + 1}: "
+                + (f"flagged ({', '.join(hit)}; runs {lines})" if hit else "NOT flagged")
+            )
     print(f"\nwritten: {args.out}")
     return 0 if flagged else 1
 

@@ -113,7 +113,9 @@ def metric(name: str, value: float, *, unit: str = "", better: Literal["higher",
         raise ValueError(f"metric {name!r}: {value} is not finite")
     if better not in ("higher", "lower"):
         raise ValueError(f"metric {name!r}: better must be 'higher' or 'lower', not {better!r}")
-    _emit({"type": "metric", "name": str(name), "rank": _rank(), "value": value, "unit": unit, "better": better})
+    _emit(
+        {"type": "metric", "name": str(name), "rank": _rank(), "value": value, "unit": unit, "better": better}
+    )
 
 
 def digest(name: str, tensor: Any) -> str:
@@ -127,7 +129,14 @@ def digest(name: str, tensor: Any) -> str:
     cap = int(os.environ.get(ENV_DIGEST_MAX_BYTES, DEFAULT_DIGEST_MAX_BYTES))
     raw, dtype, shape, values = _tensor_bytes(tensor, cap)
     sha = hashlib.sha256(raw).hexdigest()
-    rec = {"type": "digest", "name": str(name), "rank": _rank(), "dtype": dtype, "shape": shape, "sha256": sha}
+    rec = {
+        "type": "digest",
+        "name": str(name),
+        "rank": _rank(),
+        "dtype": dtype,
+        "shape": shape,
+        "sha256": sha,
+    }
     rec["values_b64"] = base64.b64encode(values).decode("ascii") if values is not None else None
     _emit(rec)
     return sha

@@ -31,8 +31,16 @@ def _rows(c: WorkloadComparison) -> tuple[list[str], list[list[str]]]:
     rows = []
     for q in c.quantities:
         label = q.name if q.kind == "phase" else f"{q.name} ({q.better} is better)"
-        rows.append([label, _num(q.baseline.median, q.unit), _num(q.candidate.median, q.unit), _delta(q), q.verdict,
-                     f"{q.baseline.runs}/{q.candidate.runs}"])  # fmt: skip
+        rows.append(
+            [
+                label,
+                _num(q.baseline.median, q.unit),
+                _num(q.candidate.median, q.unit),
+                _delta(q),
+                q.verdict,
+                f"{q.baseline.runs}/{q.candidate.runs}",
+            ]
+        )
     return head, rows
 
 
@@ -52,20 +60,47 @@ def _consistency_rows(c: WorkloadComparison) -> tuple[list[str], list[list[str]]
     for r in c.consistency:
         between = "baseline vs candidate" if r.against == "arms" else f"runs of the {r.side}"
         count = "-" if r.mismatches is None else f"{r.mismatches} / {r.elements}"
-        rows.append([r.name, between, count, _num(r.max_abs_diff), "-" if r.bitwise_equal is None
-                     else str(r.bitwise_equal).lower(), r.note])  # fmt: skip
+        rows.append(
+            [
+                r.name,
+                between,
+                count,
+                _num(r.max_abs_diff),
+                "-" if r.bitwise_equal is None else str(r.bitwise_equal).lower(),
+                r.note,
+            ]
+        )
     return head, rows
 
 
 def _timeline_rows(c: WorkloadComparison) -> tuple[list[str], list[list[str]]]:
     phases = list(dict.fromkeys(p for line in c.timeline for p in line.phases_s))
-    head = ["run", "arm", "outcome", "wall s", *[f"{p} s" for p in phases], "copy GB/s after", "all-reduce µs after",
-            "other procs", "flags"]  # fmt: skip
+    head = [
+        "run",
+        "arm",
+        "outcome",
+        "wall s",
+        *[f"{p} s" for p in phases],
+        "copy GB/s after",
+        "all-reduce µs after",
+        "other procs",
+        "flags",
+    ]
     rows = []
     for line in c.timeline:
-        rows.append([str(line.index), line.side, line.outcome, f"{line.wall_s:.2f}",
-                     *[_num(line.phases_s.get(p)) for p in phases], _num(line.copy_gbps), _num(line.all_reduce_us),
-                     "-" if line.other_processes is None else str(line.other_processes), ", ".join(line.flags)])  # fmt: skip
+        rows.append(
+            [
+                str(line.index),
+                line.side,
+                line.outcome,
+                f"{line.wall_s:.2f}",
+                *[_num(line.phases_s.get(p)) for p in phases],
+                _num(line.copy_gbps),
+                _num(line.all_reduce_us),
+                "-" if line.other_processes is None else str(line.other_processes),
+                ", ".join(line.flags),
+            ]
+        )
     return head, rows
 
 

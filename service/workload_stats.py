@@ -31,6 +31,7 @@ from __future__ import annotations
 import base64
 from collections import defaultdict
 from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 
@@ -45,6 +46,7 @@ from kernelab.service.schemas import (
     QuantityVerdict,
     RankTime,
     RunLine,
+    Side,
     SideSummary,
     WorkloadComparison,
     WorkloadReason,
@@ -66,11 +68,14 @@ PAIRING = (
     "paired: runs 2k and 2k+1 (one of each arm) form one round of a cluster bootstrap of the ratio of "
     "medians (kernelab.service.estimators.ratio_ci_arrays, 2000 resamples, 95%)"
 )
-_SIDES = ("baseline", "candidate")
+Kind = Literal["phase", "metric"]
+Better = Literal["higher", "lower"]
+Severity = Literal["error", "warning", "info"]
+_SIDES: tuple[Side, Side] = ("baseline", "candidate")
 
 
-def _why(code: str, message: str, severity: str = "warning") -> WorkloadReason:
-    return WorkloadReason(code=code, message=message[:2000], severity=severity)  # type: ignore[arg-type]
+def _why(code: str, message: str, severity: Severity = "warning") -> WorkloadReason:
+    return WorkloadReason(code=code, message=message[:2000], severity=severity)
 
 
 def _phase_values(run: WorkloadRun) -> dict[str, dict[int, float]]:
@@ -82,7 +87,7 @@ def _phase_values(run: WorkloadRun) -> dict[str, dict[int, float]]:
     return {k: dict(v) for k, v in out.items()}
 
 
-def _metric_values(run: WorkloadRun) -> dict[str, tuple[float, str, str]]:
+def _metric_values(run: WorkloadRun) -> dict[str, tuple[float, str, Better]]:
     """metric -> (mean over records, unit, better) of one run."""
     acc: dict[str, list[MetricRecord]] = defaultdict(list)
     for r in run.records:
@@ -95,8 +100,11 @@ def _sick_runs(runs: Sequence[WorkloadRun]) -> dict[int, str]:
     """run index -> why it carries the sick-node signature (module docstring)."""
     out: dict[int, str] = {}
     for side in _SIDES:
-        mine = [(r.index, {p: max(v.values()) for p, v in _phase_values(r).items()}) for r in runs
-                if r.side == side and r.outcome == "ok"]  # fmt: skip
+        mine = [
+            (r.index, {p: max(v.values()) for p, v in _phase_values(r).items()})
+            for r in runs
+            if r.side == side and r.outcome == "ok"
+        ]
         if len(mine) < 3:
             continue
         for index, phases in mine:
@@ -134,8 +142,13 @@ def _probe_changes(result: WorkloadResult) -> dict[int, list[str]]:
     for run in result.runs:
         if run.probe_after is None:
             continue
-        found = [r.message for r in node_change_reasons(
-            [base, run.probe_after.model_copy(update={"phase": "after"})], device_type=result.node.device_type)]  # fmt: skip
+        found = [
+            r.message
+            for r in node_change_reasons(
+                [base, run.probe_after.model_copy(update={"phase": "after"})],
+                device_type=result.node.device_type,
+            )
+        ]
         others = _others(run.probe_after)
         if others is not None and others > others_before:
             found.append(
@@ -147,8 +160,9 @@ def _probe_changes(result: WorkloadResult) -> dict[int, list[str]]:
     return out
 
 
-def _verdict_of(kind: str, better: str, ratio: float | None, lo: float | None, hi: float | None,
-                threshold_pct: float) -> tuple[WorkloadVerdict, WorkloadReason | None]:  # fmt: skip
+def _verdict_of(
+    kind: Kind, better: Better, ratio: float | None, lo: float | None, hi: float | None, threshold_pct: float
+) -> tuple[WorkloadVerdict, WorkloadReason | None]:
     timing, why = timing_verdict(ratio, lo, hi, threshold_pct)
     reason = None if why is None else _why(why.code, why.message)
     if timing in ("same", "inconclusive") or kind == "phase" and better == "lower":
@@ -159,20 +173,31 @@ def _verdict_of(kind: str, better: str, ratio: float | None, lo: float | None, h
 
 
 def _quantity(
-    kind: str, name: str, unit: str, better: str, values: dict[int, float], runs: Sequence[WorkloadRun],
-    threshold_pct: float, seed: int, node_reasons: list[WorkloadReason],
-) -> QuantityVerdict:  # fmt: skip
+    kind: Kind,
+    name: str,
+    unit: str,
+    better: Better,
+    values: dict[int, float],
+    runs: Sequence[WorkloadRun],
+    threshold_pct: float,
+    seed: int,
+    node_reasons: list[WorkloadReason],
+) -> QuantityVerdict:
     side_of = {r.index: r.side for r in runs}
     per_side = {s: [values[i] for i in sorted(values) if side_of[i] == s] for s in _SIDES}
-    summaries = {s: SideSummary(runs=len(v), median=float(np.median(v)) if v else None, values=v)
-                 for s, v in per_side.items()}  # fmt: skip
+    summaries = {
+        s: SideSummary(runs=len(v), median=float(np.median(v)) if v else None, values=v)
+        for s, v in per_side.items()
+    }
     reasons: list[WorkloadReason] = []
     ratio = lo = hi = None
     verdict: WorkloadVerdict
     missing = [s for s in _SIDES if not per_side[s]]
     if missing:
         verdict = "failed"
-        reasons.append(_why("absent", f"no finished run of the {' and '.join(missing)} holds {kind} {name!r}", "error"))
+        reasons.append(
+            _why("absent", f"no finished run of the {' and '.join(missing)} holds {kind} {name!r}", "error")
+        )
     else:
         idx = np.array(sorted(values), dtype=np.int64)
         cand = np.array([side_of[i] == "candidate" for i in idx])
@@ -187,16 +212,32 @@ def _quantity(
             reasons.append(why)
         if both < MIN_PAIRS:
             verdict = "inconclusive"
-            reasons.insert(0, _why("too-few-runs", f"{both} pair(s) of runs hold both arms' {name!r}: a verdict needs "
-                                   f"at least {MIN_PAIRS} (MIN_PAIRS)", "error"))  # fmt: skip
+            reasons.insert(
+                0,
+                _why(
+                    "too-few-runs",
+                    f"{both} pair(s) of runs hold both arms' {name!r}: a verdict needs "
+                    f"at least {MIN_PAIRS} (MIN_PAIRS)",
+                    "error",
+                ),
+            )
         if node_reasons and verdict not in ("failed", "inconclusive"):
             verdict = "inconclusive"
         reasons.extend(node_reasons)
     return QuantityVerdict(
-        kind=kind, name=name, unit=unit, better=better, baseline=summaries["baseline"],  # type: ignore[arg-type]
-        candidate=summaries["candidate"], ratio=ratio, ci_low=lo, ci_high=hi,
-        delta_pct=None if ratio is None else 100 * (ratio - 1), verdict=verdict, reasons=reasons,
-    )  # fmt: skip
+        kind=kind,
+        name=name,
+        unit=unit,
+        better=better,
+        baseline=summaries["baseline"],
+        candidate=summaries["candidate"],
+        ratio=ratio,
+        ci_low=lo,
+        ci_high=hi,
+        delta_pct=None if ratio is None else 100 * (ratio - 1),
+        verdict=verdict,
+        reasons=reasons,
+    )
 
 
 def _rank_times(name: str, runs: Sequence[WorkloadRun]) -> list[RankTime]:
@@ -209,7 +250,9 @@ def _rank_times(name: str, runs: Sequence[WorkloadRun]) -> list[RankTime]:
                     per_rank[rank].append(s)
         if per_rank:
             medians = {rank: float(np.median(v)) for rank, v in sorted(per_rank.items())}
-            out.append(RankTime(side=side, medians_s=medians, slowest_rank=max(medians, key=medians.__getitem__)))  # type: ignore[arg-type]
+            out.append(
+                RankTime(side=side, medians_s=medians, slowest_rank=max(medians, key=medians.__getitem__))
+            )
     return out
 
 
@@ -227,7 +270,9 @@ def _values(d: DigestRecord) -> np.ndarray | None:
     return np.frombuffer(base64.b64decode(d.values_b64), dtype="<f8")
 
 
-def _compare_digests(name: str, a: dict[int, DigestRecord], b: dict[int, DigestRecord]) -> tuple[int | None, int | None, float | None, bool, str]:  # fmt: skip
+def _compare_digests(
+    name: str, a: dict[int, DigestRecord], b: dict[int, DigestRecord]
+) -> tuple[int | None, int | None, float | None, bool, str]:
     """(elements, mismatches, max |diff|, bitwise equal, note) of two runs' digests, rank by rank."""
     elements = mismatches = 0
     max_diff = 0.0
@@ -243,7 +288,9 @@ def _compare_digests(name: str, a: dict[int, DigestRecord], b: dict[int, DigestR
         va, vb = _values(da), _values(db)
         if va is None or vb is None or va.shape != vb.shape:
             counted = False
-            notes.append(f"rank {rank}: values not kept (past digest_max_bytes) or shapes differ: bitwise only")
+            notes.append(
+                f"rank {rank}: values not kept (past digest_max_bytes) or shapes differ: bitwise only"
+            )
             continue
         with np.errstate(invalid="ignore"):
             diff = np.abs(va - vb)
@@ -269,8 +316,17 @@ def _consistency(runs: Sequence[WorkloadRun]) -> list[ConsistencyRow]:
         firsts = {s: next((_digests(r)[name] for r in ok[s] if name in _digests(r)), None) for s in _SIDES}
         if firsts["baseline"] is not None and firsts["candidate"] is not None:
             n, m, d, eq, note = _compare_digests(name, firsts["baseline"], firsts["candidate"])
-            rows.append(ConsistencyRow(name=name, against="arms", elements=n, mismatches=m, max_abs_diff=d,
-                                       bitwise_equal=eq, note=note))  # fmt: skip
+            rows.append(
+                ConsistencyRow(
+                    name=name,
+                    against="arms",
+                    elements=n,
+                    mismatches=m,
+                    max_abs_diff=d,
+                    bitwise_equal=eq,
+                    note=note,
+                )
+            )
         else:
             rows.append(ConsistencyRow(name=name, against="arms", note="no finished run of one arm holds it"))
         for side in _SIDES:
@@ -280,11 +336,25 @@ def _consistency(runs: Sequence[WorkloadRun]) -> list[ConsistencyRow]:
             worst: tuple[int | None, int | None, float | None, bool, str] = (0, 0, 0.0, True, "")
             for other in held[1:]:
                 n, m, d, eq, note = _compare_digests(name, held[0], other)
-                worst = (n, None if m is None or worst[1] is None else max(m, worst[1]),
-                         None if d is None or worst[2] is None else max(d, worst[2]), eq and worst[3], note or worst[4])  # fmt: skip
-            rows.append(ConsistencyRow(name=name, against="runs", side=side, elements=worst[0], mismatches=worst[1],  # type: ignore[arg-type]
-                                       max_abs_diff=worst[2], bitwise_equal=worst[3],
-                                       note=f"{len(held)} runs against the first" + (f"; {worst[4]}" if worst[4] else "")))  # fmt: skip
+                worst = (
+                    n,
+                    None if m is None or worst[1] is None else max(m, worst[1]),
+                    None if d is None or worst[2] is None else max(d, worst[2]),
+                    eq and worst[3],
+                    note or worst[4],
+                )
+            rows.append(
+                ConsistencyRow(
+                    name=name,
+                    against="runs",
+                    side=side,
+                    elements=worst[0],
+                    mismatches=worst[1],
+                    max_abs_diff=worst[2],
+                    bitwise_equal=worst[3],
+                    note=f"{len(held)} runs against the first" + (f"; {worst[4]}" if worst[4] else ""),
+                )
+            )
     return rows
 
 
@@ -294,14 +364,24 @@ def _timeline(result: WorkloadResult, sick: dict[int, str], changed: dict[int, l
         p = run.probe_after
         copy = [c.bandwidth_gbps for c in p.copy_bandwidth] if p is not None else []
         ar = [a for a in (p.all_reduce if p is not None else []) if a.size_bytes == 1 << 20] or (
-            p.all_reduce[:1] if p is not None else [])  # fmt: skip
-        flags = (["sick-node"] if run.index in sick else []) + (["probe-changed"] if run.index in changed else [])
-        out.append(RunLine(
-            index=run.index, side=run.side, outcome=run.outcome, wall_s=run.wall_s,
-            phases_s={k: max(v.values()) for k, v in _phase_values(run).items()},
-            copy_gbps=float(np.mean(copy)) if copy else None, all_reduce_us=ar[0].time_us if ar else None,
-            other_processes=_others(p), flags=flags,
-        ))  # fmt: skip
+            p.all_reduce[:1] if p is not None else []
+        )
+        flags = (["sick-node"] if run.index in sick else []) + (
+            ["probe-changed"] if run.index in changed else []
+        )
+        out.append(
+            RunLine(
+                index=run.index,
+                side=run.side,
+                outcome=run.outcome,
+                wall_s=run.wall_s,
+                phases_s={k: max(v.values()) for k, v in _phase_values(run).items()},
+                copy_gbps=float(np.mean(copy)) if copy else None,
+                all_reduce_us=ar[0].time_us if ar else None,
+                other_processes=_others(p),
+                flags=flags,
+            )
+        )
     return out
 
 
@@ -319,14 +399,26 @@ def compare_workload(result: WorkloadResult) -> WorkloadComparison:
     node_reasons = list(notes)
     failed = [r for r in runs if r.outcome != "ok"]
     if failed:
-        notes.append(_why("runs-failed", f"{len(failed)} of {len(runs)} runs did not finish: "
-                          + "; ".join(f"run {r.index} ({r.side}) {r.outcome}: {r.error}" for r in failed[:5]), "info"))  # fmt: skip
+        notes.append(
+            _why(
+                "runs-failed",
+                f"{len(failed)} of {len(runs)} runs did not finish: "
+                + "; ".join(f"run {r.index} ({r.side}) {r.outcome}: {r.error}" for r in failed[:5]),
+                "info",
+            )
+        )
     if result.stopped == "budget":
-        notes.append(_why("budget", f"the wall-time budget ({spec.budget_s:g} s) ended the job after {len(runs)} of "
-                          f"{2 * spec.runs} runs", "info"))  # fmt: skip
+        notes.append(
+            _why(
+                "budget",
+                f"the wall-time budget ({spec.budget_s:g} s) ended the job after {len(runs)} of "
+                f"{2 * spec.runs} runs",
+                "info",
+            )
+        )
     phases: dict[str, dict[int, float]] = defaultdict(dict)
     metrics: dict[str, dict[int, float]] = defaultdict(dict)
-    meta: dict[str, tuple[str, str]] = {}
+    meta: dict[str, tuple[str, Better]] = {}
     for r in ok:
         for p, per_rank in _phase_values(r).items():
             phases[p][r.index] = max(per_rank.values())
@@ -339,7 +431,11 @@ def compare_workload(result: WorkloadResult) -> WorkloadComparison:
         quantities.append(q.model_copy(update={"ranks": _rank_times(p, runs)}))
     for m in _ordered(runs, MetricRecord, metrics):
         unit, better = meta[m]
-        quantities.append(_quantity("metric", m, unit, better, metrics[m], runs, spec.threshold_pct, spec.seed, node_reasons))
+        quantities.append(
+            _quantity(
+                "metric", m, unit, better, metrics[m], runs, spec.threshold_pct, spec.seed, node_reasons
+            )
+        )
     if not ok:
         notes.insert(0, _why("all-runs-failed", "no run finished: nothing to compare", "error"))
     summary: dict[str, int] = defaultdict(int)
@@ -347,10 +443,16 @@ def compare_workload(result: WorkloadResult) -> WorkloadComparison:
         summary[q.verdict] += 1
     flags = sorted({"sick-node"} if sick else set()) + (["probe-changed"] if changed else [])
     return WorkloadComparison(
-        job_id=result.job_id, name=spec.name, pairing=PAIRING, quantities=quantities,
-        consistency=_consistency(runs), timeline=_timeline(result, sick, changed), flags=flags, notes=notes,
+        job_id=result.job_id,
+        name=spec.name,
+        pairing=PAIRING,
+        quantities=quantities,
+        consistency=_consistency(runs),
+        timeline=_timeline(result, sick, changed),
+        flags=flags,
+        notes=notes,
         summary=dict(summary),
-    )  # fmt: skip
+    )
 
 
 def _ordered(runs: Sequence[WorkloadRun], kind: type, names: dict[str, dict[int, float]]) -> list[str]:

@@ -38,7 +38,9 @@ class Block(torch.nn.Module):
         self.heads, self.attention = heads, attention
         self.qkv = torch.nn.Linear(width, 3 * width)
         self.out = torch.nn.Linear(width, width)
-        self.mlp = torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.GELU(), torch.nn.Linear(4 * width, width))
+        self.mlp = torch.nn.Sequential(
+            torch.nn.Linear(width, 4 * width), torch.nn.GELU(), torch.nn.Linear(4 * width, width)
+        )
         self.n1, self.n2 = torch.nn.LayerNorm(width), torch.nn.LayerNorm(width)
 
     def attend(self, x: torch.Tensor) -> torch.Tensor:
@@ -113,7 +115,9 @@ def main(argv: list[str] | None = None) -> int:
                 os.kill(os.getpid(), signal.SIGKILL)
             with phase("log_probs"), torch.no_grad():
                 logits = model(tokens[:, :-1]).float()
-                logprobs = logits.log_softmax(-1).gather(-1, tokens[:, 1:, None]).squeeze(-1)[:, args.prompt - 1 :]
+                logprobs = (
+                    logits.log_softmax(-1).gather(-1, tokens[:, 1:, None]).squeeze(-1)[:, args.prompt - 1 :]
+                )
             with phase("actor_train"):
                 logits = model(tokens[:, :-1])
                 loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))

@@ -75,10 +75,17 @@ def run(
     if workload is not None:
         from kernelab.runners.cli.workload import run_workload_spec
 
-        raise typer.Exit(run_workload_spec(
-            spec_paths[0], workload, gate_on=gate_on, json_path=json_path, markdown_path=markdown_path,
-            result_path=result_path, quiet=quiet,
-        ))  # fmt: skip
+        raise typer.Exit(
+            run_workload_spec(
+                spec_paths[0],
+                workload,
+                gate_on=gate_on,
+                json_path=json_path,
+                markdown_path=markdown_path,
+                result_path=result_path,
+                quiet=quiet,
+            )
+        )
     refs = baseline_ref is not None or candidate_ref is not None
     specs = []
     for spec_path in spec_paths:
@@ -126,7 +133,9 @@ def _workload_spec(spec_paths: Sequence[Path]) -> WorkloadSpec | None:
     if not found:
         return None
     if len(spec_paths) > 1:
-        raise fail(f"{found[0][0]}: a workload spec runs alone: give it to kernelab run by itself", EXIT_BAD_INPUT)
+        raise fail(
+            f"{found[0][0]}: a workload spec runs alone: give it to kernelab run by itself", EXIT_BAD_INPUT
+        )
     return found[0][1]
 
 

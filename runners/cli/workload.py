@@ -32,15 +32,20 @@ def run_workload_spec(
     from kernelab.service.workload_stats import compare_workload
 
     if spec.launch.nnodes > 1:
-        raise fail(f"{spec_path}: launch.nnodes = {spec.launch.nnodes}: a multi-node workload runs through a "
-                   "server and that many runners (kernelab submit)")  # fmt: skip
+        raise fail(
+            f"{spec_path}: launch.nnodes = {spec.launch.nnodes}: a multi-node workload runs through a "
+            "server and that many runners (kernelab submit)"
+        )
 
     def progress(index: int, total: int, message: str) -> None:
         typer.echo(f"run [{index + 1}/{total}] {message}", err=True)
 
     if not quiet:
-        typer.echo(f"running workload {spec.name or spec_path}: {2 * spec.runs} runs, "
-                   f"{spec.launch.nproc_per_node} rank(s) each", err=True)  # fmt: skip
+        typer.echo(
+            f"running workload {spec.name or spec_path}: {2 * spec.runs} runs, "
+            f"{spec.launch.nproc_per_node} rank(s) each",
+            err=True,
+        )
     try:
         result = run_workload(spec, progress=None if quiet else progress)
     except ValueError as exc:

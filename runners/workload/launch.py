@@ -34,16 +34,36 @@ def torchrun_command(side: WorkloadSide, launch: LaunchSpec, rdzv: Rendezvous | 
     ends in ``.py`` runs under this Python; another command runs as a program (``--no-python``); a
     ``function`` runs through ``kernelab.runners.workload.call``. Raises ValueError for
     ``nnodes > 1`` without ``rdzv``."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(launch.nproc_per_node),
-           "--max-restarts", "0", "--monitor-interval", str(MONITOR_INTERVAL_S)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        str(launch.nproc_per_node),
+        "--max-restarts",
+        "0",
+        "--monitor-interval",
+        str(MONITOR_INTERVAL_S),
+    ]
     if launch.nnodes == 1:
         cmd.append("--standalone")
     else:
         if rdzv is None:
             raise ValueError(f"nnodes = {launch.nnodes} needs a rendezvous endpoint")
-        cmd += ["--nnodes", str(launch.nnodes), "--node-rank", str(rdzv.node_rank), "--rdzv-backend", "c10d",
-                "--rdzv-endpoint", rdzv.endpoint, "--rdzv-id", rdzv.run_id,
-                "--rdzv-conf", f"join_timeout={launch.rdzv_timeout_s:g}"]  # fmt: skip
+        cmd += [
+            "--nnodes",
+            str(launch.nnodes),
+            "--node-rank",
+            str(rdzv.node_rank),
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            rdzv.endpoint,
+            "--rdzv-id",
+            rdzv.run_id,
+            "--rdzv-conf",
+            f"join_timeout={launch.rdzv_timeout_s:g}",
+        ]
     if side.function is not None:
         return [*cmd, "-m", "kernelab.runners.workload.call", side.function, *side.args]
     assert side.command is not None
@@ -53,7 +73,9 @@ def torchrun_command(side: WorkloadSide, launch: LaunchSpec, rdzv: Rendezvous | 
     return [*cmd, "--no-python", first, *rest]
 
 
-def run_env(spec: WorkloadSpec, side: WorkloadSide, *, arm: str, records: Path, gpus: list[int] | None) -> dict[str, str]:
+def run_env(
+    spec: WorkloadSpec, side: WorkloadSide, *, arm: str, records: Path, gpus: list[int] | None
+) -> dict[str, str]:
     """A run's environment: the job environment (``kernelab.runners.jobenv.job_env``: allow-listed,
     no credentials, this process's ``sys.path`` as ``PYTHONPATH``), the side's ``env``, the record
     folder, the digest cap, the arm's name, and ``CUDA_VISIBLE_DEVICES`` = the GPUs handed over
@@ -82,15 +104,30 @@ class Launched:
     error: str
 
 
-def launch(cmd: list[str], env: dict[str, str], *, timeout_s: float, log_path: Path, cwd: Path | None = None,
-           stop: threading.Event | None = None) -> Launched:  # fmt: skip
+def launch(
+    cmd: list[str],
+    env: dict[str, str],
+    *,
+    timeout_s: float,
+    log_path: Path,
+    cwd: Path | None = None,
+    stop: threading.Event | None = None,
+) -> Launched:
     """Run ``cmd`` in its own process group, its output (stdout and stderr together) in ``log_path``;
     the whole group is killed (SIGTERM, then SIGKILL after 5 s) at ``timeout_s`` or when ``stop`` is
     set. Never raises for the run's own failure: that is the outcome."""
     t0 = time.perf_counter()
     with log_path.open("w", encoding="utf-8") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                cwd=cwd, start_new_session=True, text=True)  # fmt: skip
+        proc = subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+            text=True,
+        )
         outcome: RunOutcome = "ok"
         error = ""
         deadline = t0 + timeout_s
@@ -101,7 +138,10 @@ def launch(cmd: list[str], env: dict[str, str], *, timeout_s: float, log_path: P
                 break
             except subprocess.TimeoutExpired:
                 if time.perf_counter() > deadline:
-                    outcome, error = "timeout", f"the run outlasted run_timeout_s = {timeout_s:g} s and was killed"
+                    outcome, error = (
+                        "timeout",
+                        f"the run outlasted run_timeout_s = {timeout_s:g} s and was killed",
+                    )
                 elif stop is not None and stop.is_set():
                     outcome, error = "crashed", "the run was stopped: the job's attempt ended (lease lost)"
                 else:
@@ -116,7 +156,9 @@ def launch(cmd: list[str], env: dict[str, str], *, timeout_s: float, log_path: P
     output = log_path.read_text(encoding="utf-8", errors="replace")
     if outcome == "ok" and code != 0:
         outcome = "crashed"
-        error = f"torchrun exited with status {code}" + (f" (signal {-code})" if code is not None and code < 0 else "")
+        error = f"torchrun exited with status {code}" + (
+            f" (signal {-code})" if code is not None and code < 0 else ""
+        )
     return Launched(outcome, code, wall, output, error)
 
 
@@ -130,4 +172,3 @@ def kill_group(proc: subprocess.Popen[str]) -> None:
             return
         except subprocess.TimeoutExpired:
             continue
-

@@ -28,16 +28,36 @@ def probe_between(probes: WorkloadProbes, device_type: str) -> ProbeReport:
 
         return run_probes(_probe_spec(probes), "adhoc", device_type="cpu")
 
-    flags = [f for on, f in ((probes.copy_bandwidth, "--no-copy"), (probes.all_reduce, "--no-all-reduce"),
-                             (probes.nvml, "--no-nvml")) if not on]  # fmt: skip
+    flags = [
+        f
+        for on, f in (
+            (probes.copy_bandwidth, "--no-copy"),
+            (probes.all_reduce, "--no-all-reduce"),
+            (probes.nvml, "--no-nvml"),
+        )
+        if not on
+    ]
     with tempfile.TemporaryDirectory(prefix="kernelab-wprobe-") as tmp:
         out = Path(tmp, "probe.json")
-        cmd = [sys.executable, "-P", "-m", "kernelab.runners.workload.probe", str(out), "--device-type", device_type]
+        cmd = [
+            sys.executable,
+            "-P",
+            "-m",
+            "kernelab.runners.workload.probe",
+            str(out),
+            "--device-type",
+            device_type,
+        ]
         try:
             proc = subprocess.run(
-                cmd + flags, capture_output=True, text=True, timeout=probes.timeout_s, env=_child_env(),
-                stdin=subprocess.DEVNULL, check=False,
-            )  # fmt: skip
+                cmd + flags,
+                capture_output=True,
+                text=True,
+                timeout=probes.timeout_s,
+                env=_child_env(),
+                stdin=subprocess.DEVNULL,
+                check=False,
+            )
             if proc.returncode == 0 and out.exists():
                 return ProbeReport.model_validate_json(out.read_text(encoding="utf-8"))
             why = (proc.stderr or "").strip().splitlines()[-1:] or [f"exit status {proc.returncode}"]
@@ -49,9 +69,13 @@ def probe_between(probes: WorkloadProbes, device_type: str) -> ProbeReport:
 
 def _probe_spec(probes: WorkloadProbes) -> ProbeSpec:
     return ProbeSpec(
-        copy_bandwidth=probes.copy_bandwidth, all_reduce=probes.all_reduce, nvml=probes.nvml, mode="quick",
-        matmul_peak=False, canary=False,
-    )  # fmt: skip
+        copy_bandwidth=probes.copy_bandwidth,
+        all_reduce=probes.all_reduce,
+        nvml=probes.nvml,
+        mode="quick",
+        matmul_peak=False,
+        canary=False,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,7 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     from kernelab.runners.probes import run_probes
 
-    wanted = WorkloadProbes(copy_bandwidth=not args.no_copy, all_reduce=not args.no_all_reduce, nvml=not args.no_nvml)
+    wanted = WorkloadProbes(
+        copy_bandwidth=not args.no_copy, all_reduce=not args.no_all_reduce, nvml=not args.no_nvml
+    )
     report = run_probes(_probe_spec(wanted), "adhoc", device_type=args.device_type)
     args.out_json.write_text(report.model_dump_json(), encoding="utf-8")
     return 0

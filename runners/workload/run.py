@@ -76,7 +76,9 @@ def run_workload(
 
         gpus = list(range(torch.cuda.device_count())) if gpus is None else gpus
         if len(gpus) < spec.launch.nproc_per_node:
-            raise ValueError(f"nproc_per_node = {spec.launch.nproc_per_node} but this node hands over {len(gpus)} GPUs")
+            raise ValueError(
+                f"nproc_per_node = {spec.launch.nproc_per_node} but this node hands over {len(gpus)} GPUs"
+            )
     else:
         gpus = []
     order = run_order(spec)
@@ -97,14 +99,19 @@ def run_workload(
             records = Path(tmp, f"run-{index}")
             records.mkdir()
             started = datetime.now(UTC)
-            rdzv_run = None if rdzv is None else Rendezvous(rdzv.endpoint, f"{rdzv.run_id}-{index}", rdzv.node_rank)
+            rdzv_run = (
+                None if rdzv is None else Rendezvous(rdzv.endpoint, f"{rdzv.run_id}-{index}", rdzv.node_rank)
+            )
             done = launch(
                 torchrun_command(side, spec.launch, rdzv_run),
                 run_env(spec, side, arm=side_name, records=records, gpus=gpus),
-                timeout_s=min(spec.run_timeout_s, max(1.0, spec.budget_s + spec.run_timeout_s - (time.perf_counter() - t0))),
+                timeout_s=min(
+                    spec.run_timeout_s,
+                    max(1.0, spec.budget_s + spec.run_timeout_s - (time.perf_counter() - t0)),
+                ),
                 log_path=Path(tmp, f"run-{index}.log"),
                 stop=stop,
-            )  # fmt: skip
+            )
             recs, bad = read_records(records, done.output)
             error = done.error
             if bad:
@@ -112,17 +119,28 @@ def run_workload(
             probe_after: ProbeReport | None = probe_between(spec.probes, device_type) if probing else None
             runs.append(
                 WorkloadRun(
-                    index=index, side=side_name, started_at=started, wall_s=done.wall_s, outcome=done.outcome,
-                    exit_code=done.exit_code, error=error[:2000], log=bounded_log(done.output, spec.log_max_bytes),
-                    records=recs, probe_after=probe_after,
-                )  # fmt: skip
+                    index=index,
+                    side=side_name,
+                    started_at=started,
+                    wall_s=done.wall_s,
+                    outcome=done.outcome,
+                    exit_code=done.exit_code,
+                    error=error[:2000],
+                    log=bounded_log(done.output, spec.log_max_bytes),
+                    records=recs,
+                    probe_after=probe_after,
+                )
             )
             if progress is not None:
                 progress(index, len(order), f"{side_name}: {done.outcome} in {done.wall_s:.1f} s")
     return WorkloadResult(
-        job_id=job_id, spec=spec, node=_node(device_type), probe_before=probe_before, runs=runs,
+        job_id=job_id,
+        spec=spec,
+        node=_node(device_type),
+        probe_before=probe_before,
+        runs=runs,
         stopped=stopped,  # type: ignore[arg-type]
-    )  # fmt: skip
+    )
 
 
 def free_endpoint(host: str = "127.0.0.1") -> str:

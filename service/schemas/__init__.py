@@ -148,7 +148,6 @@ from kernelab.service.schemas.types import (
     as_utc,
     at_door,
 )
-
 from kernelab.service.schemas.workload import (
     WORKLOAD_SCHEMA_VERSION,
     ConsistencyRow,

@@ -35,7 +35,9 @@ def _env_name(value: str) -> str:
     if not _ENV_NAME.match(value):
         raise ValueError(f"{value[:60]!r} is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
     if _RESERVED_ENV.match(value):
-        raise ValueError(f"{value!r} is set by the runner for every run (the GPUs, torchrun's ranks, the records)")
+        raise ValueError(
+            f"{value!r} is set by the runner for every run (the GPUs, torchrun's ranks, the records)"
+        )
     return value
 
 

@@ -20,7 +20,14 @@ from kernelab.runners.specfile import SpecFileError, load_any_spec
 from kernelab.runners.workload import torchrun_command
 from kernelab.runners.workload.launch import Rendezvous, launch
 from kernelab.runners.workload.records import bounded_log, read_records
-from kernelab.service.schemas import DigestRecord, LaunchSpec, MetricRecord, PhaseRecord, WorkloadSide, WorkloadSpec
+from kernelab.service.schemas import (
+    DigestRecord,
+    LaunchSpec,
+    MetricRecord,
+    PhaseRecord,
+    WorkloadSide,
+    WorkloadSpec,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "workload"
@@ -43,7 +50,11 @@ def test_records_reach_the_rank_file_and_read_back(records_dir: Path) -> None:
     assert bad == 0 and (records_dir / "rank-3.jsonl").exists()
     phase, metric, digest = recs
     assert isinstance(phase, PhaseRecord) and phase.rank == 3 and phase.seconds >= 0
-    assert isinstance(metric, MetricRecord) and (metric.value, metric.unit, metric.better) == (12.5, "tok/s", "higher")
+    assert isinstance(metric, MetricRecord) and (metric.value, metric.unit, metric.better) == (
+        12.5,
+        "tok/s",
+        "higher",
+    )
     assert isinstance(digest, DigestRecord) and digest.sha256 == sha and digest.shape == [2, 2]
     assert digest.dtype == "bfloat16"
     assert digest.values_b64 is not None
@@ -53,7 +64,9 @@ def test_records_reach_the_rank_file_and_read_back(records_dir: Path) -> None:
     assert back.tolist() == [1.0, -2.5, 3.25, 0.0]  # bf16 values exactly
 
 
-def test_digest_past_the_cap_keeps_the_fingerprint_only(records_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_digest_past_the_cap_keeps_the_fingerprint_only(
+    records_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv(kw.ENV_DIGEST_MAX_BYTES, "16")
     a, b = torch.arange(8, dtype=torch.float32), torch.arange(8, dtype=torch.float32)
     b[5] = float(np.nextafter(np.float32(5), np.float32(6)))
@@ -73,7 +86,9 @@ def test_a_torn_last_line_is_counted_and_the_others_kept(records_dir: Path) -> N
 def test_stdout_lines_for_a_workload_without_kernelab(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != kw.ENV_RECORDS}
     code = "from kernelab.workload import metric; metric('loss', 0.5, better='lower')"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    ).stdout
     hand_written = '[rank1]: {"kernelab": 1, "type": "phase", "name": "train", "rank": 1, "seconds": 2.0}'
     recs, bad = read_records(None, out + "noise\n" + hand_written + "\n")
     assert bad == 0
@@ -88,7 +103,11 @@ def test_metric_refuses_non_finite() -> None:
 def test_torchrun_command_forms() -> None:
     one = LaunchSpec(nproc_per_node=2)
     py = torchrun_command(WorkloadSide(command=["train.py", "--x"], args=["1"]), one)
-    assert py[1:3] == ["-m", "torch.distributed.run"] and "--standalone" in py and py[-3:] == ["train.py", "--x", "1"]
+    assert (
+        py[1:3] == ["-m", "torch.distributed.run"]
+        and "--standalone" in py
+        and py[-3:] == ["train.py", "--x", "1"]
+    )
     prog = torchrun_command(WorkloadSide(command=["bash", "run.sh"]), one)
     assert prog[-3:] == ["--no-python", "bash", "run.sh"]
     fn = torchrun_command(WorkloadSide(function="pkg.mod:main", args=["a"]), one)
@@ -114,7 +133,9 @@ def test_torchrun_command_forms() -> None:
 )
 def test_spec_refuses_bad_sides(side: dict[str, object], match: str) -> None:
     with pytest.raises(ValidationError, match=match):
-        WorkloadSpec.model_validate({"kind": "workload", "baseline": side, "candidate": {"command": ["b.py"]}})
+        WorkloadSpec.model_validate(
+            {"kind": "workload", "baseline": side, "candidate": {"command": ["b.py"]}}
+        )
 
 
 def test_spec_file_problem_names_file_and_line(tmp_path: Path) -> None:
@@ -127,8 +148,12 @@ def test_spec_file_problem_names_file_and_line(tmp_path: Path) -> None:
 
 
 def test_a_run_past_its_timeout_is_killed_with_its_group(tmp_path: Path) -> None:
-    done = launch(["sh", "-c", "echo started; sleep 30 & wait"], dict(os.environ), timeout_s=0.5,
-                  log_path=tmp_path / "log")  # fmt: skip
+    done = launch(
+        ["sh", "-c", "echo started; sleep 30 & wait"],
+        dict(os.environ),
+        timeout_s=0.5,
+        log_path=tmp_path / "log",
+    )
     assert (done.outcome, done.exit_code) == ("timeout", None)
     assert "started" in done.output and done.wall_s < 20
     assert "left out" in bounded_log("x" * 5000, 1024) and len(bounded_log("x" * 5000, 1024)) < 1100
@@ -143,19 +168,37 @@ def test_kernelab_run_example_two_gloo_ranks_with_a_rank_killed(tmp_path: Path) 
     marker = tmp_path / "died"
     spec = tmp_path / "w.yaml"
     spec.write_text(
-        (EXAMPLE / "workload.yaml").read_text()
+        (EXAMPLE / "workload.yaml")
+        .read_text()
         .replace("runs: 5", "runs: 2")
-        .replace('args: [--attention, math, --steps, "2"]',
-                 f'args: [--attention, math, --steps, "2"]\n  env: {{EXAMPLE_DIE_ONCE: "{marker}"}}')
+        .replace(
+            'args: [--attention, math, --steps, "2"]',
+            f'args: [--attention, math, --steps, "2"]\n  env: {{EXAMPLE_DIE_ONCE: "{marker}"}}',
+        )
         .replace("run_timeout_s: 120", "run_timeout_s: 400")
-    )  # fmt: skip
+    )
     out = tmp_path / "c.json"
     res = tmp_path / "r.json"
     md = tmp_path / "c.md"
     proc = subprocess.run(
-        [sys.executable, "-m", "kernelab", "run", str(spec), "--json", str(out), "--result", str(res),
-         "--markdown", str(md)], cwd=ROOT, capture_output=True, text=True, timeout=1100,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "kernelab",
+            "run",
+            str(spec),
+            "--json",
+            str(out),
+            "--result",
+            str(res),
+            "--markdown",
+            str(md),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1100,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result, comparison = json.loads(res.read_text()), json.loads(out.read_text())
     outcomes = [r["outcome"] for r in result["runs"]]

@@ -17,10 +17,27 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.timeout(1500)
 def test_drill_runs_on_cpu(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "workload_h200.py"), "--device", "cpu", "--runs", "3",
-         "--steps", "1", "--small", "--skip-healthy", "--drill-pair", "1", "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=1400, cwd=ROOT,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "workload_h200.py"),
+            "--device",
+            "cpu",
+            "--runs",
+            "3",
+            "--steps",
+            "1",
+            "--small",
+            "--skip-healthy",
+            "--drill-pair",
+            "1",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1400,
+        cwd=ROOT,
+    )
     assert proc.returncode in (0, 1), proc.stderr[-3000:]
     out = proc.stdout
     assert "== drill ==" in out and "Phases and metrics" in out and "DRILL: hog during runs 2 and 3:" in out

@@ -27,21 +27,41 @@ NOW = datetime(2026, 12, 1, tzinfo=UTC)
 
 
 def _spec(runs: int, **kw: object) -> WorkloadSpec:
-    return WorkloadSpec.model_validate({
-        "kind": "workload", "baseline": {"command": ["a.py"]}, "candidate": {"command": ["b.py"]},
-        "runs": runs, "threshold_pct": 5, **kw,
-    })  # fmt: skip
+    return WorkloadSpec.model_validate(
+        {
+            "kind": "workload",
+            "baseline": {"command": ["a.py"]},
+            "candidate": {"command": ["b.py"]},
+            "runs": runs,
+            "threshold_pct": 5,
+            **kw,
+        }
+    )
 
 
 def _digest(name: str, values: np.ndarray, rank: int = 0) -> dict[str, object]:
     a = np.ascontiguousarray(values, dtype=np.float32)
-    return {"type": "digest", "name": name, "rank": rank, "dtype": "float32", "shape": list(a.shape),
-            "sha256": hashlib.sha256(a.tobytes()).hexdigest(),
-            "values_b64": base64.b64encode(a.astype("<f8").tobytes()).decode()}  # fmt: skip
+    return {
+        "type": "digest",
+        "name": name,
+        "rank": rank,
+        "dtype": "float32",
+        "shape": list(a.shape),
+        "sha256": hashlib.sha256(a.tobytes()).hexdigest(),
+        "values_b64": base64.b64encode(a.astype("<f8").tobytes()).decode(),
+    }
 
 
-def _run(index: int, side: str, phases: dict[str, list[float]], *, metric: float | None = None,
-         digest: np.ndarray | None = None, outcome: str = "ok", probe: ProbeReport | None = None) -> WorkloadRun:  # fmt: skip
+def _run(
+    index: int,
+    side: str,
+    phases: dict[str, list[float]],
+    *,
+    metric: float | None = None,
+    digest: np.ndarray | None = None,
+    outcome: str = "ok",
+    probe: ProbeReport | None = None,
+) -> WorkloadRun:
     records: list[dict[str, object]] = []
     for name, per_rank in phases.items():
         records += [{"type": "phase", "name": name, "rank": r, "seconds": s} for r, s in enumerate(per_rank)]
@@ -49,18 +69,37 @@ def _run(index: int, side: str, phases: dict[str, list[float]], *, metric: float
         records.append({"type": "metric", "name": "tokens_per_s", "value": metric, "unit": "tok/s"})
     if digest is not None:
         records.append(_digest("logprobs", digest))
-    return WorkloadRun.model_validate({"index": index, "side": side, "started_at": NOW, "wall_s": 1.0,
-                                       "outcome": outcome, "records": records, "probe_after": probe})  # fmt: skip
+    return WorkloadRun.model_validate(
+        {
+            "index": index,
+            "side": side,
+            "started_at": NOW,
+            "wall_s": 1.0,
+            "outcome": outcome,
+            "records": records,
+            "probe_after": probe,
+        }
+    )
 
 
-def _result(spec: WorkloadSpec, runs: list[WorkloadRun], *, before: ProbeReport | None = None,
-            device_type: str = "cpu") -> WorkloadResult:  # fmt: skip
-    return WorkloadResult(spec=spec, node=NodeInfo(hostname="n", device_type=device_type), runs=runs,  # type: ignore[arg-type]
-                          probe_before=before)  # fmt: skip
+def _result(
+    spec: WorkloadSpec,
+    runs: list[WorkloadRun],
+    *,
+    before: ProbeReport | None = None,
+    device_type: str = "cpu",
+) -> WorkloadResult:
+    return WorkloadResult(
+        spec=spec,
+        node=NodeInfo(hostname="n", device_type=device_type),
+        runs=runs,  # type: ignore[arg-type]
+        probe_before=before,
+    )
 
 
-def _paired(spec: WorkloadSpec, base: float, cand: float, *, noise: float = 0.01, seed: int = 1,
-            **run_kw: object) -> list[WorkloadRun]:  # fmt: skip
+def _paired(
+    spec: WorkloadSpec, base: float, cand: float, *, noise: float = 0.01, seed: int = 1, **run_kw: object
+) -> list[WorkloadRun]:
     rng = np.random.default_rng(seed)
     out = []
     for i, side in enumerate(run_order(spec)):
@@ -105,16 +144,22 @@ def test_few_pairs_are_inconclusive_however_large_the_change() -> None:
 
 def test_higher_metric_is_better() -> None:
     spec = _spec(MIN_PAIRS + 1)
-    runs = [_run(i, s, {"rollout": [1.0]}, metric=100.0 * (1.3 if s == "candidate" else 1.0) + i * 0.01)
-            for i, s in enumerate(run_order(spec))]  # fmt: skip
+    runs = [
+        _run(i, s, {"rollout": [1.0]}, metric=100.0 * (1.3 if s == "candidate" else 1.0) + i * 0.01)
+        for i, s in enumerate(run_order(spec))
+    ]
     metric = next(q for q in compare_workload(_result(spec, runs)).quantities if q.kind == "metric")
     assert metric.verdict == "better" and metric.delta_pct == pytest.approx(30, abs=1)
 
 
 def test_a_crashed_run_is_recorded_and_an_arm_without_finished_runs_fails() -> None:
     spec = _spec(2)
-    runs = [_run(0, "baseline", {"rollout": [1.0]}), _run(1, "candidate", {"rollout": [0.5]}, outcome="crashed"),
-            _run(2, "candidate", {}, outcome="timeout"), _run(3, "baseline", {"rollout": [1.0]})]  # fmt: skip
+    runs = [
+        _run(0, "baseline", {"rollout": [1.0]}),
+        _run(1, "candidate", {"rollout": [0.5]}, outcome="crashed"),
+        _run(2, "candidate", {}, outcome="timeout"),
+        _run(3, "baseline", {"rollout": [1.0]}),
+    ]
     c = compare_workload(_result(spec, runs))
     assert c.quantities[0].verdict == "failed" and c.quantities[0].reasons[0].code == "absent"
     assert any(n.code == "runs-failed" and "run 1 (candidate) crashed" in n.message for n in c.notes)
@@ -126,7 +171,9 @@ def test_consistency_between_arms_and_across_runs() -> None:
     x = np.linspace(-1, 1, 50, dtype=np.float32)
     y = x.copy()
     y[[3, 7]] += np.float32(0.25)
-    runs = [_run(i, s, {"p": [1.0]}, digest=x if s == "baseline" else y) for i, s in enumerate(run_order(spec))]
+    runs = [
+        _run(i, s, {"p": [1.0]}, digest=x if s == "baseline" else y) for i, s in enumerate(run_order(spec))
+    ]
     rows = {(r.against, r.side): r for r in compare_workload(_result(spec, runs)).consistency}
     arms = rows[("arms", None)]
     assert (arms.mismatches, arms.elements, arms.bitwise_equal) == (2, 50, False)
@@ -155,11 +202,17 @@ def test_one_slow_phase_is_no_sick_node() -> None:
 
 
 def _probe(gbps: float, others: int) -> ProbeReport:
-    return ProbeReport.model_validate({
-        "taken_at": NOW, "copy_bandwidth": [{"device_index": 0, "size_bytes": 1 << 30, "time_us": 1.0,
-                                             "bandwidth_gbps": gbps}],
-        "telemetry": [GpuTelemetry(device_index=0, other_processes=[{"pid": 100 + i} for i in range(others)])],
-    })  # fmt: skip
+    return ProbeReport.model_validate(
+        {
+            "taken_at": NOW,
+            "copy_bandwidth": [
+                {"device_index": 0, "size_bytes": 1 << 30, "time_us": 1.0, "bandwidth_gbps": gbps}
+            ],
+            "telemetry": [
+                GpuTelemetry(device_index=0, other_processes=[{"pid": 100 + i} for i in range(others)])
+            ],
+        }
+    )
 
 
 def test_probe_between_runs_that_changes_is_flagged() -> None:
@@ -181,6 +234,12 @@ def test_report_tables_hold_every_section() -> None:
     runs = [_run(i, s, {"rollout": [1.0 + i * 0.01]}, digest=x) for i, s in enumerate(run_order(spec))]
     c = compare_workload(_result(spec, runs))
     text, md = format_workload(c), workload_markdown(c)
-    for part in ("Phases and metrics", "Per-rank times", "Consistency", "Runs (probe after each run)", "rollout"):
+    for part in (
+        "Phases and metrics",
+        "Per-rank times",
+        "Consistency",
+        "Runs (probe after each run)",
+        "rollout",
+    ):
         assert part in text and part in md
     assert "| metric | baseline | candidate | Δ% [95% CI] | verdict | runs |" in md
