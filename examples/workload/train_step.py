@@ -84,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--layers", type=int, default=2)
     args = p.parse_args(argv)
 
+    # cuBLAS is deterministic only with a fixed workspace (PyTorch's reproducibility notes); set
+    # before the first CUDA call, or use_deterministic_algorithms(True) makes every matmul raise.
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     cuda = torch.cuda.is_available()
     rank_local = int(os.environ.get("LOCAL_RANK", "0"))
     device = torch.device("cuda", rank_local) if cuda else torch.device("cpu")

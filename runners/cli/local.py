@@ -183,7 +183,17 @@ def validate(spec_path: SpecArg) -> None:
     """Check a spec as ``run`` and ``submit`` do (form, bounds, benchmark, variants, every cell's
     parameters, the benchmark's methods and its declared work: ``kernelab.kernels.preflight``)
     without running it: prints ``FILE: ok: ...`` and the cell counts, or one
-    ``FILE:LINE: field: message`` line per problem and exits 2."""
+    ``FILE:LINE: field: message`` line per problem and exits 2. A workload spec (``kind:
+    workload``) is checked for form only (nothing of the workload is imported)."""
+    workload = _workload_spec([spec_path])
+    if workload is not None:
+        sides = [workload.baseline.function or " ".join(workload.baseline.command or []),
+                 workload.candidate.function or " ".join(workload.candidate.command or [])]  # fmt: skip
+        typer.echo(
+            f"{spec_path}: ok: workload {sides[0]!r} vs {sides[1]!r}; {2 * workload.runs} runs of "
+            f"{workload.launch.nproc_per_node} rank(s) x {workload.launch.nnodes} node(s)"
+        )
+        return
     spec = read_spec(spec_path)
     if spec.baseline.source is None and spec.candidate.source is None:
         check_benchmark_code(spec, spec_path)

@@ -219,3 +219,18 @@ def test_kernelab_run_example_two_gloo_ranks_with_a_rank_killed(tmp_path: Path) 
     text = proc.stdout
     assert "Phases and metrics" in text and "Consistency" in text and "crashed" in text
     assert "| metric | baseline | candidate |" in md.read_text()
+
+
+def test_validate_a_workload_spec_and_name_the_line_of_a_problem(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from kernelab.runners.cli import app
+
+    ok = CliRunner().invoke(app, ["validate", str(EXAMPLE / "workload.yaml")])
+    assert ok.exit_code == 0 and "ok: workload" in ok.output and "10 runs of 2 rank(s)" in ok.output
+    bad = tmp_path / "w.yaml"
+    bad.write_text(
+        "kind: workload\nbaseline:\n  command: [a.py]\n  env: {RANK: '1'}\ncandidate:\n  function: m:f\n"
+    )
+    out = CliRunner().invoke(app, ["validate", str(bad)])
+    assert out.exit_code == 2 and f"{bad}:4: baseline.env.RANK" in out.output
