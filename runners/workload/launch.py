@@ -162,13 +162,59 @@ def launch(
     return Launched(outcome, code, wall, output, error)
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (children, theirs, ...), read from Linux's ``/proc`` (empty
+    elsewhere). torchrun starts each rank in a session of its own (``start_new_session`` in
+    ``torch.distributed.elastic``), so the launcher's process group does not hold the ranks."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", encoding="ascii", errors="replace") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])  # after "(comm)": state, ppid
+        children.setdefault(ppid, []).append(int(name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
 def kill_group(proc: subprocess.Popen[str]) -> None:
-    """SIGTERM the process group of ``proc``, SIGKILL it after 5 s, and reap ``proc``."""
+    """End ``proc``'s process group and every process below it (the ranks, in sessions of their
+    own, and their process groups): SIGTERM, so torchrun stops its ranks itself, then SIGKILL
+    after 5 s; reap ``proc``."""
+    below = descendants(proc.pid)
+    groups = [proc.pid]
+    for pid in below:
+        with contextlib.suppress(OSError):
+            groups.append(os.getpgid(pid))
     for sig, wait_s in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, sig)
+        for group in dict.fromkeys(groups):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(group, sig)
         try:
             proc.wait(timeout=wait_s)
-            return
+            if sig == signal.SIGKILL or not any(_alive(pid) for pid in below):
+                return
         except subprocess.TimeoutExpired:
             continue
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -234,3 +235,29 @@ def test_validate_a_workload_spec_and_name_the_line_of_a_problem(tmp_path: Path)
     )
     out = CliRunner().invoke(app, ["validate", str(bad)])
     assert out.exit_code == 2 and f"{bad}:4: baseline.env.RANK" in out.output
+
+
+def test_a_timeout_also_ends_processes_in_sessions_of_their_own(tmp_path: Path) -> None:
+    """torchrun starts ranks with ``start_new_session``: killing its group alone would leave them."""
+    pid_file = tmp_path / "pid"
+    code = (
+        "import subprocess, time; "
+        "p = subprocess.Popen(['sleep', '300'], start_new_session=True); "
+        f"open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(300)"
+    )
+    done = launch([sys.executable, "-c", code], dict(os.environ), timeout_s=8.0, log_path=tmp_path / "log")
+    assert done.outcome == "timeout"
+    rank = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while _running(rank):
+        assert time.monotonic() < deadline, f"process {rank} in its own session outlived the run's timeout"
+        time.sleep(0.1)
+
+
+def _running(pid: int) -> bool:
+    """``pid`` exists and is no zombie (a killed child whose parent died waits for init to reap it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
