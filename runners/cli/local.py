@@ -75,6 +75,11 @@ def run(
     if workload is not None:
         from kernelab.runners.cli.workload import run_workload_spec
 
+        if no_probes:  # no probe before the first run nor between runs
+            workload = workload.model_copy(
+                update={"probes": workload.probes.model_copy(update={"between_runs": False})}
+            )
+
         raise typer.Exit(
             run_workload_spec(
                 spec_paths[0],
