@@ -261,3 +261,14 @@ def _running(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def test_submit_of_a_workload_spec_says_where_it_runs() -> None:
+    from typer.testing import CliRunner
+
+    from kernelab.runners.cli import app
+
+    out = CliRunner().invoke(
+        app, ["submit", str(EXAMPLE / "workload.yaml"), "--server", "http://127.0.0.1:9"]
+    )
+    assert out.exit_code == 2 and "kind: a workload spec" in out.output and "kernelab run" in out.output
