@@ -6,6 +6,8 @@ Everything kernelab installs lives under this one package, so a user's own ``ker
 * ``kernelab.compare`` / ``kernelab.measure`` (``kernelab.runners.api``): the engine of ``kernelab
   run`` from Python; ``kernelab.benchmark`` (``kernelab.kernels.define``): a benchmark defined with
   decorators instead of a ``Benchmark`` subclass.
+* ``kernelab.workload``: the reporting API of a workload run whole under ``torchrun`` (``phase``,
+  ``metric``, ``digest``; ``docs/workloads.md``).
 * ``kernelab.kernels``: the benchmark library (``Benchmark``, the built-in benchmarks).
 * ``kernelab.runners``: the measurement engine, probes, checks, the runner daemon and the CLI.
 * ``kernelab.service``: the FastAPI server, its database and statistics.

@@ -25,7 +25,7 @@ import yaml
 from pydantic import ValidationError
 
 from kernelab.runners import spec_yaml
-from kernelab.service.schemas import JobSpec
+from kernelab.service.schemas import JobSpec, WorkloadSpec, is_workload
 
 
 @dataclass(frozen=True)
@@ -71,6 +71,41 @@ def load_spec(path: Path, *, check_benchmark: bool = True) -> JobSpec:
 
 def parse_spec(text: str, path: Path, *, check_benchmark: bool = True) -> JobSpec:
     """Validate spec ``text``; ``path`` is only used in messages. See ``load_spec``."""
+    root, data = _document(text, path)
+    try:
+        spec = JobSpec.model_validate(data)
+    except ValidationError as exc:
+        problems = [_problem(root, err["loc"], err["msg"], err["type"]) for err in exc.errors()]
+        raise SpecFileError(path, problems) from None
+    if check_benchmark:
+        from kernelab.kernels import validate_spec
+
+        errors = validate_spec(spec)
+        if errors:
+            raise SpecFileError(path, [_problem(root, e["loc"], e["msg"], e["type"]) for e in errors])
+    return spec
+
+
+def load_any_spec(path: Path, *, check_benchmark: bool = True) -> JobSpec | WorkloadSpec:
+    """``load_spec``, or the ``WorkloadSpec`` when the file says ``kind: workload`` (its problems
+    reported the same way, ``FILE:LINE: field: message``; nothing of the workload is imported)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecFileError(path, [SpecProblem(None, "", f"cannot read: {exc}")]) from exc
+    root, data = _document(text, path)
+    if not is_workload(data):
+        return parse_spec(text, path, check_benchmark=check_benchmark)
+    try:
+        return WorkloadSpec.model_validate(data)
+    except ValidationError as exc:
+        problems = [_problem(root, err["loc"], err["msg"], err["type"]) for err in exc.errors()]
+        raise SpecFileError(path, problems) from None
+
+
+def _document(text: str, path: Path) -> tuple[yaml.MappingNode, Any]:
+    """The spec's YAML node tree and its decoded data; ``SpecFileError`` for any problem of form."""
     try:
         root, loader = spec_yaml.compose(text)
     except spec_yaml.YAMLLimitError as exc:
@@ -88,18 +123,7 @@ def parse_spec(text: str, path: Path, *, check_benchmark: bool = True) -> JobSpe
         data = loader.construct_document(root)
     except (yaml.YAMLError, ValueError, TypeError) as exc:  # e.g. !!int "x", an unhashable key
         raise SpecFileError(path, [_yaml_problem(exc, "cannot read a value")]) from None
-    try:
-        spec = JobSpec.model_validate(data)
-    except ValidationError as exc:
-        problems = [_problem(root, err["loc"], err["msg"], err["type"]) for err in exc.errors()]
-        raise SpecFileError(path, problems) from None
-    if check_benchmark:
-        from kernelab.kernels import validate_spec
-
-        errors = validate_spec(spec)
-        if errors:
-            raise SpecFileError(path, [_problem(root, e["loc"], e["msg"], e["type"]) for e in errors])
-    return spec
+    return root, data
 
 
 def _yaml_problem(exc: Exception, what: str) -> SpecProblem:

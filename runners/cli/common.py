@@ -16,8 +16,8 @@ from typing import Annotated, Any
 import typer
 
 from kernelab.runners.client import KernelabClient
-from kernelab.runners.specfile import SpecFileError, load_spec
-from kernelab.service.schemas import JobSpec, Verdict
+from kernelab.runners.specfile import SpecFileError, load_any_spec, load_spec
+from kernelab.service.schemas import JobSpec, Verdict, WorkloadSpec
 from kernelab.service.verdicts import VERDICT_ORDER
 
 EXIT_OK = 0
@@ -79,6 +79,12 @@ def read_spec(path: Path, *, check_benchmark: bool = True) -> JobSpec:
     code comes from revisions) nothing of the benchmark is imported.
     """
     try:
+        if isinstance(load_any_spec(path, check_benchmark=False), WorkloadSpec):
+            raise fail(
+                f"{path}: kind: a workload spec (kind: workload) runs with `kernelab run` on one machine; "
+                "the server and runner path of workloads is not built yet (docs/workloads.md)",
+                EXIT_BAD_INPUT,
+            )
         spec = load_spec(path, check_benchmark=False)
         if not check_benchmark:
             return spec

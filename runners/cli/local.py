@@ -31,7 +31,7 @@ from kernelab.runners.cli.common import (
 )
 from kernelab.runners.cli.output import gate, parse_fail_on, print_comparison
 from kernelab.runners.client import KernelabAPIError, KernelabUnavailable
-from kernelab.service.schemas import Comparison, JobResult, JobSpec, ProbeSpec, Verdict
+from kernelab.service.schemas import Comparison, JobResult, JobSpec, ProbeSpec, Verdict, WorkloadSpec
 
 SpecsArg = Annotated[list[Path], typer.Argument(help="job spec(s), YAML or JSON", show_default=False)]
 QuietOpt = Annotated[
@@ -71,6 +71,26 @@ def run(
     or a job failed (module docstring).
     """
     gate_on = parse_fail_on(fail_on)
+    workload = _workload_spec(spec_paths)
+    if workload is not None:
+        from kernelab.runners.cli.workload import run_workload_spec
+
+        if no_probes:  # no probe before the first run nor between runs
+            workload = workload.model_copy(
+                update={"probes": workload.probes.model_copy(update={"between_runs": False})}
+            )
+
+        raise typer.Exit(
+            run_workload_spec(
+                spec_paths[0],
+                workload,
+                gate_on=gate_on,
+                json_path=json_path,
+                markdown_path=markdown_path,
+                result_path=result_path,
+                quiet=quiet,
+            )
+        )
     refs = baseline_ref is not None or candidate_ref is not None
     specs = []
     for spec_path in spec_paths:
@@ -100,6 +120,28 @@ def run(
 
         markdown_path.write_text("\n\n".join(to_markdown(c) for c in comparisons), encoding="utf-8")
     raise typer.Exit(status)
+
+
+def _workload_spec(spec_paths: Sequence[Path]) -> WorkloadSpec | None:
+    """The workload spec when ``spec_paths`` is one file of ``kind: workload``; exits 2 naming the
+    file for a workload among several specs or a workload spec's problems (``FILE:LINE``)."""
+    from kernelab.runners.specfile import SpecFileError, load_any_spec
+
+    found = []
+    for path in spec_paths:
+        try:
+            spec = load_any_spec(path, check_benchmark=False)
+        except SpecFileError as exc:
+            raise fail(exc.render(), EXIT_BAD_INPUT) from None
+        if isinstance(spec, WorkloadSpec):
+            found.append((path, spec))
+    if not found:
+        return None
+    if len(spec_paths) > 1:
+        raise fail(
+            f"{found[0][0]}: a workload spec runs alone: give it to kernelab run by itself", EXIT_BAD_INPUT
+        )
+    return found[0][1]
 
 
 def _run_one(
@@ -146,7 +188,17 @@ def validate(spec_path: SpecArg) -> None:
     """Check a spec as ``run`` and ``submit`` do (form, bounds, benchmark, variants, every cell's
     parameters, the benchmark's methods and its declared work: ``kernelab.kernels.preflight``)
     without running it: prints ``FILE: ok: ...`` and the cell counts, or one
-    ``FILE:LINE: field: message`` line per problem and exits 2."""
+    ``FILE:LINE: field: message`` line per problem and exits 2. A workload spec (``kind:
+    workload``) is checked for form only (nothing of the workload is imported)."""
+    workload = _workload_spec([spec_path])
+    if workload is not None:
+        sides = [workload.baseline.function or " ".join(workload.baseline.command or []),
+                 workload.candidate.function or " ".join(workload.candidate.command or [])]  # fmt: skip
+        typer.echo(
+            f"{spec_path}: ok: workload {sides[0]!r} vs {sides[1]!r}; {2 * workload.runs} runs of "
+            f"{workload.launch.nproc_per_node} rank(s) x {workload.launch.nnodes} node(s)"
+        )
+        return
     spec = read_spec(spec_path)
     if spec.baseline.source is None and spec.candidate.source is None:
         check_benchmark_code(spec, spec_path)

@@ -77,3 +77,16 @@ def test_a_key_bomb_within_the_limit_is_a_short_422(api) -> None:  # type: ignor
     assert detail[-1]["type"] == "too_many_errors"
     more = n_keys + 3 - (len(detail) - 1)  # one per key, + 3 missing fields, less those shown
     assert detail[-1]["msg"] == f"{more} more errors not shown"
+
+
+def test_a_workload_spec_is_one_422_on_kind(api) -> None:  # type: ignore[no-untyped-def]
+    """A workload spec is not served yet: one error on ``kind`` saying where it runs, not the
+    benchmark spec's missing fields."""
+    body = {"kind": "workload", "baseline": {"command": ["a.py"]}, "candidate": {"command": ["b.py"]}}
+    r = api.client.post("/api/v1/jobs", json=body, headers=api.admin)
+    assert r.status_code == 422, r.text[:300]
+    detail = r.json()["detail"]
+    assert [e["loc"] for e in detail] == [["body", "kind"]]
+    assert "kernelab run" in detail[0]["msg"]
+    other = api.client.post("/api/v1/jobs", json={**body, "kind": "other"}, headers=api.admin)
+    assert ["body", "benchmark"] in [e["loc"] for e in other.json()["detail"]]
