@@ -25,7 +25,7 @@ from kernelab.service.estimators import (
     kept_arrays,
     mann_whitney_p,
     min_detectable_effect_pct,
-    ratio_ci_arrays,
+    cluster_cis,
     throughput,
     variant_stats,
 )
@@ -168,9 +168,14 @@ def _cell_numbers(
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         stats = {v: variant_stats(times[v], dropped_throttled=kept.taken[v] - times[v].size)
                  for v in _SIDES}  # fmt: skip
-        rc = ratio_ci_arrays(
+        cis = cluster_cis(
             kept.candidate, kept.rounds, kept.durations, confidence=0.95, n_resamples=n_resamples, seed=seed
         )
+        rc = None if cis is None else cis.ratio
+        for v in _SIDES:
+            bounds = None if cis is None else cis.medians[v]
+            if bounds is not None:
+                stats[v] = stats[v].model_copy(update={"median_ci_low_ns": bounds[0], "median_ci_high_ns": bounds[1]})
         hl = None
         if times["baseline"].size >= 1 and times["candidate"].size >= 1:
             hl = hodges_lehmann(times["baseline"], times["candidate"])

@@ -58,6 +58,9 @@ from kernelab.service.schemas.comparison import (
 )
 from kernelab.service.schemas.health import (
     ChangeReason,
+    ChangePoint,
+    Regression,
+    RegressionsPage,
     Excluded,
     HealthBand,
     HealthJudgementPublic,
@@ -170,6 +173,9 @@ __all__ = [
     "CellComparison",
     "CellResult",
     "ChangeReason",
+    "ChangePoint",
+    "Regression",
+    "RegressionsPage",
     "ClaimRequest",
     "Comparison",
     "ContentionReading",
