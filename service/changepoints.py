@@ -22,7 +22,8 @@ of PELT: one odd point is an outlier, not a change), (ii) the segment medians di
 ``min_change_pct`` (the measurement's threshold, default 1%), and (iii) the two segments' points do
 not overlap in their CIs' consensus: the median of the later segment lies outside the range of the
 earlier segment's CIs and vice versa where the points have CIs (a shift within the points' own
-uncertainty is no change). Change points are looked for within runs of one driver only (the
+uncertainty is no change). A cut of PELT that fails (ii) or (iii) is dropped, the weakest first, and
+its neighbours are judged again over the merged segments. Change points are looked for within runs of one driver only (the
 history's rule: a change of the platform is no change of the code).
 
 Pure functions over numpy and ruptures (imported inside ``detect``); no database.
@@ -83,6 +84,33 @@ def _outside_cis(before: Sequence[HistoryPoint], after: Sequence[HistoryPoint], 
     return True
 
 
+def _segments(cuts: Sequence[int], i: int, n: int) -> tuple[int, int, int]:
+    return (cuts[i - 1] if i > 0 else 0), cuts[i], (cuts[i + 1] if i + 1 < len(cuts) else n)
+
+
+def _shift_pct(medians: np.ndarray, cuts: Sequence[int], i: int) -> float:
+    start, cut, stop = _segments(cuts, i, medians.size)
+    return (float(np.median(medians[cut:stop])) / float(np.median(medians[start:cut])) - 1) * 100
+
+
+def _judge(
+    points: Sequence[HistoryPoint], medians: np.ndarray, cuts: Sequence[int], i: int, min_change_pct: float
+) -> ChangePoint | None:
+    """The ``i``-th cut as a ``ChangePoint`` between its neighbouring cuts, or None when its shift
+    is below ``min_change_pct`` or within the points' CIs."""
+    start, cut, stop = _segments(cuts, i, medians.size)
+    before, after = points[start:cut], points[cut:stop]
+    b, a = float(np.median(medians[start:cut])), float(np.median(medians[cut:stop]))
+    pct = (a / b - 1) * 100
+    if abs(pct) < min_change_pct or not _outside_cis(before, after, b, a):
+        return None
+    return ChangePoint(
+        at=points[cut].measured_at, index=cut, before_ns=b, after_ns=a, change_pct=pct,
+        direction="slower" if a > b else "faster", job_before=points[cut - 1].job_id,
+        job_after=points[cut].job_id, points_before=len(before), points_after=len(after),
+    )  # fmt: skip
+
+
 def detect(points: Sequence[HistoryPoint], *, min_change_pct: float = DEFAULT_MIN_CHANGE_PCT) -> list[ChangePoint]:
     """Change points of one line's ``points`` (oldest first, all of one driver; positive
     ``median_ns``), by the method of the module docstring. Returns them oldest first; empty for
@@ -99,22 +127,15 @@ def detect(points: Sequence[HistoryPoint], *, min_change_pct: float = DEFAULT_MI
     sigma = noise_sigma(y, _half_widths(points))
     penalty = 2 * sigma**2 * math.log(y.size)
     ends = ruptures.Pelt(model="l2", min_size=MIN_SEGMENT, jump=1).fit(y.reshape(-1, 1)).predict(pen=penalty)
-    bounds = [0, *ends]  # ruptures returns segment ends, the last one len(y)
-    out = []
-    for i in range(1, len(bounds) - 1):
-        start, cut, stop = bounds[i - 1], bounds[i], bounds[i + 1]
-        before, after = points[start:cut], points[cut:stop]
-        b, a = float(np.median(medians[start:cut])), float(np.median(medians[cut:stop]))
-        pct = (a / b - 1) * 100
-        if abs(pct) < min_change_pct or not _outside_cis(before, after, b, a):
-            continue
-        out.append(
-            ChangePoint(
-                at=points[cut].measured_at, index=cut, before_ns=b, after_ns=a, change_pct=pct,
-                direction="slower" if a > b else "faster", job_before=points[cut - 1].job_id,
-                job_after=points[cut].job_id, points_before=len(before), points_after=len(after),
-            )
-        )  # fmt: skip
+    cuts = list(ends[:-1])  # ruptures returns segment ends, the last one len(y)
+    while True:  # drop the weakest failing cut and judge the merged segments again
+        judged = [_judge(points, medians, cuts, i, min_change_pct) for i in range(len(cuts))]
+        failing = [i for i, cp in enumerate(judged) if cp is None]
+        if not failing:
+            break
+        weakest = min(failing, key=lambda i: abs(_shift_pct(medians, cuts, i)))
+        del cuts[weakest]
+    out = [cp for cp in judged if cp is not None]
     return out
 
 
