@@ -71,6 +71,7 @@ from kernelab.service.schemas.health import (
     NodeHealth,
     Series,
 )
+from kernelab.service.schemas.job_vs_job import JobSide, JobVsJob, JobVsJobCell
 from kernelab.service.schemas.probes import (
     AllReduceReading,
     CopyBandwidthReading,
@@ -174,6 +175,9 @@ __all__ = [
     "CellResult",
     "ChangeReason",
     "ChangePoint",
+    "JobSide",
+    "JobVsJob",
+    "JobVsJobCell",
     "Regression",
     "RegressionsPage",
     "ClaimRequest",
