@@ -22,9 +22,9 @@ of PELT: one odd point is an outlier, not a change), (ii) the segment medians di
 ``min_change_pct`` (the measurement's threshold, default 1%), and (iii) the two segments' points do
 not overlap in their CIs' consensus: the median of the later segment lies outside the range of the
 earlier segment's CIs and vice versa where the points have CIs (a shift within the points' own
-uncertainty is no change). A cut of PELT that fails (ii) or (iii) is dropped, the weakest first, and
-its neighbours are judged again over the merged segments. Change points are looked for within runs of one driver only (the
-history's rule: a change of the platform is no change of the code).
+uncertainty is no change). A cut of PELT that fails (ii) or (iii) is dropped, the weakest first,
+and its neighbours are judged again over the merged segments. Change points are looked for within
+runs of one driver only (the history's rule: a change of the platform is no change of the code).
 
 Pure functions over numpy and ruptures (imported inside ``detect``); no database.
 """
@@ -111,14 +111,16 @@ def _judge(
     )  # fmt: skip
 
 
-def detect(points: Sequence[HistoryPoint], *, min_change_pct: float = DEFAULT_MIN_CHANGE_PCT) -> list[ChangePoint]:
+def detect(
+    points: Sequence[HistoryPoint], *, min_change_pct: float = DEFAULT_MIN_CHANGE_PCT
+) -> list[ChangePoint]:
     """Change points of one line's ``points`` (oldest first, all of one driver; positive
     ``median_ns``), by the method of the module docstring. Returns them oldest first; empty for
     fewer than ``MIN_POINTS`` points. ``ChangePoint.index`` is the position in ``points`` of the
     first point after the change. Raises ValueError for a median <= 0."""
     if len(points) < MIN_POINTS:
         return []
-    import ruptures
+    import ruptures  # type: ignore[import-untyped]
 
     medians = np.asarray([p.median_ns for p in points], dtype=np.float64)
     if not (medians > 0).all() or not np.isfinite(medians).all():

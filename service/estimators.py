@@ -183,7 +183,9 @@ def ratio_ci_arrays(
     seed: int,
 ) -> tuple[float, float, float] | None:
     """``ratio_ci`` on arrays: (n,) bool ``is_candidate``, (n,) int64 rounds, (n,) float64 ns."""
-    cis = cluster_cis(candidate, sample_rounds, durations, confidence=confidence, n_resamples=n_resamples, seed=seed)
+    cis = cluster_cis(
+        candidate, sample_rounds, durations, confidence=confidence, n_resamples=n_resamples, seed=seed
+    )
     return None if cis is None else cis.ratio
 
 
@@ -247,7 +249,8 @@ def cluster_cis(
     alpha = 1.0 - confidence
     low, high = np.quantile(boot, [alpha / 2, 1 - alpha / 2])
     medians: dict[Side, tuple[float, float] | None] = {}
-    for side, med in (("baseline", base_med), ("candidate", cand_med)):
+    by_side: tuple[tuple[Side, np.ndarray], ...] = (("baseline", base_med), ("candidate", cand_med))
+    for side, med in by_side:
         finite = med[np.isfinite(med)]
         bounds = np.quantile(finite, [alpha / 2, 1 - alpha / 2]) if finite.size else None
         medians[side] = None if bounds is None else (float(bounds[0]), float(bounds[1]))

@@ -29,7 +29,7 @@ most of it; ``tests/service/test_job_vs_job.py`` checks the bound, ``docs/histor
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from sqlalchemy.orm import Session
@@ -37,6 +37,7 @@ from sqlalchemy.orm import Session
 from kernelab.service import crud, node_health, verdicts
 from kernelab.service.core.config import Settings
 from kernelab.service.estimators import (
+    KeptSamples,
     _median,
     _resampled_medians,
     _round_matrix,
@@ -114,7 +115,7 @@ def unpaired_ratio_ci(
     return ratio, float(low), float(high)
 
 
-def _key(params: dict[str, object]) -> str:
+def _key(params: Mapping[str, object]) -> str:
     return json.dumps(params, sort_keys=True, default=str)
 
 
@@ -158,15 +159,17 @@ def _timer(cell: CellResult, side: Side, result: JobResult) -> str:
     return cell.timers.get(side) or result.timer
 
 
-def compare_jobs(*, session: Session, a: int, b: int, settings: Settings, side: Side = "candidate") -> JobVsJob:
+def compare_jobs(
+    *, session: Session, a: int, b: int, settings: Settings, side: Side = "candidate"
+) -> JobVsJob:
     """Job ``b`` against job ``a``, cell by cell (module docstring). Raises ``JobVsJobError`` (404,
     409, 422) and ``TooLarge`` (413) naming the query field ``a`` or ``b``; the caller commits (a
     first read stores the jobs' health judgements)."""
     job_a, comp_a = _load(session, a, "a", settings)
     job_b, comp_b = _load(session, b, "b", settings)
     if job_a.benchmark != job_b.benchmark:
-        raise JobVsJobError(422, "b", f"b: job #{b} measured {job_b.benchmark!r}, job #{a} {job_a.benchmark!r}: "
-                                      "only jobs of one benchmark compare")  # fmt: skip
+        message = f"b: job #{b} measured {job_b.benchmark!r}, job #{a} {job_a.benchmark!r}"
+        raise JobVsJobError(422, "b", f"{message}: only jobs of one benchmark compare")
     total = crud.count_samples(session=session, job_id=a) + crud.count_samples(session=session, job_id=b)
     if total > MAX_SAMPLES:
         raise TooLarge(413, "b", f"jobs #{a} and #{b} hold {total} samples together, more than the "
@@ -204,8 +207,9 @@ def compare_jobs(*, session: Session, a: int, b: int, settings: Settings, side: 
             c.p_adjusted = float(p_adj)
     notes = []
     if side_a.node.device_name != side_b.node.device_name:
-        notes.append(f"the jobs ran on different GPU models ({side_a.node.device_name or side_a.node.device_type} "
-                     f"vs {side_b.node.device_name or side_b.node.device_type}): a difference may be the hardware's")  # fmt: skip
+        models = [s.node.device_name or s.node.device_type for s in (side_a, side_b)]
+        notes.append(f"the jobs ran on different GPU models ({models[0]} vs {models[1]}): "
+                     "a difference may be the hardware's")  # fmt: skip
     if side_a.node.driver_version != side_b.node.driver_version:
         notes.append(f"the drivers differ ({side_a.node.driver_version} vs {side_b.node.driver_version})")
     return JobVsJob(
@@ -219,7 +223,8 @@ def compare_jobs(*, session: Session, a: int, b: int, settings: Settings, side: 
 
 
 def _cell(
-    ca: CellResult, cb: CellResult, ka: object, kb: object, p: float | None, side: Side, threshold: float,
+    ca: CellResult, cb: CellResult, ka: KeptSamples | None, kb: KeptSamples | None, p: float | None,
+    side: Side, threshold: float,
     stored_a: CellComparison | None, stored_b: CellComparison | None, res_a: JobResult, res_b: JobResult,
     side_a: JobSide, side_b: JobSide, node_flags: Sequence[Flag],
 ) -> JobVsJobCell:  # fmt: skip
@@ -230,11 +235,14 @@ def _cell(
     found += _problems(stored_a, side, "A") + _problems(stored_b, side, "B")
     ta, tb = _timer(ca, side, res_a), _timer(cb, side, res_b)
     if (ta, side_a.state) != (tb, side_b.state):
-        found.append(verdicts.reason("timer-mismatch", f"job A timed it {ta}/{side_a.state}, job B {tb}/{side_b.state}"))
+        found.append(
+            verdicts.reason(
+                "timer-mismatch", f"job A timed it {ta}/{side_a.state}, job B {tb}/{side_b.state}"
+            )
+        )
     stats_a = stats_b = variant_stats(np.empty(0))
     numbers: dict[str, float | None] = {}
     if ka is not None and kb is not None:
-        assert hasattr(ka, "times") and hasattr(kb, "times")
         xa, xb = ka.times[side], kb.times[side]
         ra = ka.rounds[ka.candidate == (side == "candidate")]
         rb = kb.rounds[kb.candidate == (side == "candidate")]
@@ -258,4 +266,3 @@ def _cell(
         verdict_a=stored_a.verdict if stored_a else None, verdict_b=stored_b.verdict if stored_b else None,
         **numbers,  # type: ignore[arg-type]
     )  # fmt: skip
-

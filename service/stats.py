@@ -21,11 +21,11 @@ import numpy as np
 from kernelab.service import verdicts
 from kernelab.service.estimators import (
     KeptSamples,
+    cluster_cis,
     hodges_lehmann,
     kept_arrays,
     mann_whitney_p,
     min_detectable_effect_pct,
-    cluster_cis,
     throughput,
     variant_stats,
 )
@@ -175,7 +175,9 @@ def _cell_numbers(
         for v in _SIDES:
             bounds = None if cis is None else cis.medians[v]
             if bounds is not None:
-                stats[v] = stats[v].model_copy(update={"median_ci_low_ns": bounds[0], "median_ci_high_ns": bounds[1]})
+                stats[v] = stats[v].model_copy(
+                    update={"median_ci_low_ns": bounds[0], "median_ci_high_ns": bounds[1]}
+                )
         hl = None
         if times["baseline"].size >= 1 and times["candidate"].size >= 1:
             hl = hodges_lehmann(times["baseline"], times["candidate"])

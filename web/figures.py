@@ -480,10 +480,10 @@ def history_figure(series: Sequence[Series]) -> go.Figure:
     for line in series:
         pts = line.points
         has_ci = any(p.ci_low_ns is not None and p.ci_high_ns is not None for p in pts)
-        error_y = {"type": "data", "symmetric": False, "thickness": 1,
-                   "array": [None if p.ci_high_ns is None else (p.ci_high_ns - p.median_ns) / scale for p in pts],
-                   "arrayminus": [None if p.ci_low_ns is None else (p.median_ns - p.ci_low_ns) / scale for p in pts],
-                   } if has_ci else None  # fmt: skip
+        up = [None if p.ci_high_ns is None else (p.ci_high_ns - p.median_ns) / scale for p in pts]
+        down = [None if p.ci_low_ns is None else (p.median_ns - p.ci_low_ns) / scale for p in pts]
+        bars = {"type": "data", "symmetric": False, "thickness": 1, "array": up, "arrayminus": down}
+        error_y = bars if has_ci else None
         fig.add_trace(go.Scatter(
             x=[p.measured_at for p in pts], y=[p.median_ns / scale for p in pts], error_y=error_y,
             mode="lines+markers", name=line.name,

@@ -36,7 +36,9 @@ def regressions_page(
 
 
 @router.get("/nodes", response_class=HTMLResponse)
-def nodes_page(request: Request, session: SessionDep, offset: Offset = 0, limit: Limit = DEFAULT_LIMIT) -> HTMLResponse:
+def nodes_page(
+    request: Request, session: SessionDep, offset: Offset = 0, limit: Limit = DEFAULT_LIMIT
+) -> HTMLResponse:
     """Every node that sent probe readings or results, by name, linking to its page."""
     nodes, count = crud.list_nodes(session=session, offset=offset, limit=limit)
     return _templates().TemplateResponse(request, "nodes.html", {"nodes": nodes, "count": count})

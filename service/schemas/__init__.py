@@ -57,10 +57,8 @@ from kernelab.service.schemas.comparison import (
     SideStats,
 )
 from kernelab.service.schemas.health import (
-    ChangeReason,
     ChangePoint,
-    Regression,
-    RegressionsPage,
+    ChangeReason,
     Excluded,
     HealthBand,
     HealthJudgementPublic,
@@ -69,6 +67,8 @@ from kernelab.service.schemas.health import (
     HistoryPage,
     HistoryPoint,
     NodeHealth,
+    Regression,
+    RegressionsPage,
     Series,
 )
 from kernelab.service.schemas.job_vs_job import JobSide, JobVsJob, JobVsJobCell

@@ -13,10 +13,13 @@ from kernelab.service import changepoints
 from kernelab.service.schemas import HistoryPoint
 
 
-def _points(medians: list[float], *, rel_ci: float = 0.005, drivers: list[str] | None = None) -> list[HistoryPoint]:
+def _points(
+    medians: list[float], *, rel_ci: float = 0.005, drivers: list[str] | None = None
+) -> list[HistoryPoint]:
+    n = len(medians)
     return [
         HistoryPoint(job_id=i + 1, measured_at=T0 + timedelta(hours=i), side="candidate", code="triton",
-                     cell="M=4", cell_index=0, gpu_model="H200", driver=(drivers or ["570"] * len(medians))[i],
+                     cell="M=4", cell_index=0, gpu_model="H200", driver=(drivers or ["570"] * n)[i],
                      timer="cuda-event", state="cold", median_ns=m, ci_low_ns=m * (1 - rel_ci),
                      ci_high_ns=m * (1 + rel_ci), n=100, verdict="faster", node="h200-a")
         for i, m in enumerate(medians)

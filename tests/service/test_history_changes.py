@@ -14,7 +14,9 @@ A100 = "NVIDIA A100-SXM4-80GB"
 def _plant(api, *, before: int = 4, after: int = 4, step: float = 1.3, model: str = H200) -> list[int]:  # type: ignore[no-untyped-def]
     """``before`` ordinary jobs at 1000 ns (baseline of cell 0), then ``after`` at ``step`` x that."""
     return [
-        _post_job(api, hostname="h200-a", model=model, base_ns=1000.0 * (step if i >= before else 1.0), days=i)
+        _post_job(
+            api, hostname="h200-a", model=model, base_ns=1000.0 * (step if i >= before else 1.0), days=i
+        )
         for i in range(before + after)
     ]
 
@@ -38,7 +40,9 @@ def test_a_planted_slowdown_is_a_change_point_and_a_regression(api) -> None:  # 
     assert body["benchmarks"] == 1 and "PELT" in body["method"]
     listed = {(r["code"], r["cell"]) for r in body["data"]}
     assert ("torch", CELL) in listed and len(listed) == len(page["series"])
-    assert {(r["change"]["job_before"], r["change"]["job_after"]) for r in body["data"]} == {(jobs[3], jobs[4])}
+    assert {(r["change"]["job_before"], r["change"]["job_after"]) for r in body["data"]} == {
+        (jobs[3], jobs[4])
+    }
 
 
 def test_a_line_that_recovered_is_no_regression(api) -> None:  # type: ignore[no-untyped-def]
@@ -66,5 +70,8 @@ def test_filters_by_cell_and_gpu_model(api) -> None:  # type: ignore[no-untyped-
     assert _lines(api, cell="M=12345") == []
     bad = api.client.get("/api/v1/history", params={"benchmark": "softmax", "cell": "M"}, headers=api.admin)
     assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["query", "cell"]
-    assert api.client.get("/api/v1/history/regressions", params={"limit": 0}, headers=api.admin).status_code == 422
+    assert (
+        api.client.get("/api/v1/history/regressions", params={"limit": 0}, headers=api.admin).status_code
+        == 422
+    )
     assert api.client.get("/api/v1/history/regressions").status_code == 401

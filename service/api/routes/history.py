@@ -41,7 +41,9 @@ def parse_cell_filter(items: list[str] | None) -> dict[str, str]:
     return out
 
 
-def filter_page(page: history.HistoryPage, cell: dict[str, str], gpu_model: str | None) -> history.HistoryPage:
+def filter_page(
+    page: history.HistoryPage, cell: dict[str, str], gpu_model: str | None
+) -> history.HistoryPage:
     """``page`` with only the lines whose cell has every parameter of ``cell`` (compared as text)
     and, with ``gpu_model``, whose GPU model is it."""
     series = [
@@ -70,8 +72,10 @@ def get_history(
     incorrect, nondeterministic, implausible), are left out and counted in ``excluded`` unless
     ``include_excluded=true``. ``cell=k=v`` (repeatable) and ``gpu_model`` keep matching lines."""
     wanted = parse_cell_filter(cell)
-    page = history.history(session=session, benchmark=benchmark, settings=settings,
-                           include_excluded=include_excluded, limit=limit, min_change_pct=min_change_pct)  # fmt: skip
+    page = history.history(
+        session=session, benchmark=benchmark, settings=settings, include_excluded=include_excluded,
+        limit=limit, min_change_pct=min_change_pct,
+    )  # fmt: skip
     return filter_page(page, wanted, gpu_model)
 
 
