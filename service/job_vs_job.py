@@ -20,10 +20,14 @@ cold vs warm L2) are no measurement of a change: every cell is ``inconclusive`` 
 ``timer-mismatch``. The two nodes' health judgements are shown beside it, as they are: a flagged
 node flags every cell (``degraded-node``/``contended``).
 
-Bounded, not queued: this runs in the request, so a pair of jobs holding more than
-``MAX_SAMPLES`` raw samples together is refused (``TooLarge``, HTTP 413) rather than computed
-there. At the bound a comparison takes about a second on a 2-core machine (loading the samples is
-most of it; ``tests/service/test_job_vs_job.py`` checks the bound, ``docs/history.md`` the cost).
+Bounded, not queued: this runs in the request (the compare queue's ``compare_tasks`` hold one
+result each; a task of two jobs would need a schema of its own, not built yet), so a pair of jobs
+holding more than ``MAX_SAMPLES`` raw samples together is refused (``TooLarge``, HTTP 413) rather
+than computed there. ``N_RESAMPLES`` = 1,000 (Efron & Tibshirani 1993, section 19.3: about 1,000
+for a percentile interval). Measured at the bound on the shared 2-core machine under load average
+~16 (``docs/results/2026-12-01-job-vs-job-cost.md``): 1.2-1.8 s of statistics for 20,000 samples
+(50 cells of 100 samples per job and side, or one cell of 5,000), 4.4 s for 100,000: seconds, not
+minutes, and never a large sweep in a request.
 """
 
 from __future__ import annotations
@@ -60,8 +64,8 @@ from kernelab.service.schemas import (
     Side,
 )
 
-MAX_SAMPLES = 400_000  # raw samples of both jobs together that a request may compare
-N_RESAMPLES = 2000
+MAX_SAMPLES = 20_000  # raw samples of both jobs together that a request may compare
+N_RESAMPLES = 1000  # bootstrap resamples of the unpaired ratio CI (module docstring)
 SEED = 0
 METHOD = (
     "per matched cell, the same side of both jobs: ratio of medians B/A with a 95% percentile "
