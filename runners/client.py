@@ -37,14 +37,17 @@ from kernelab.service.schemas import (
     ClaimRequest,
     Comparison,
     Heartbeat,
+    HistoryPage,
     JobClaim,
     JobFailure,
     JobPublic,
     JobResult,
     JobsPage,
     JobSpec,
+    JobVsJob,
     NodeInfo,
     ProbeReport,
+    RegressionsPage,
     ResultAccepted,
     RunnerAdverts,
     RunnerIdentity,
@@ -307,6 +310,34 @@ class KernelabClient:
     def report_md(self, job_id: int) -> str:
         """``GET /jobs/{id}/report.md``: the comparison as Markdown."""
         return self.request("GET", f"/jobs/{job_id}/report.md", idempotent=True).text
+
+    def history(
+        self, benchmark: str, *, cell: list[str] | None = None, gpu_model: str | None = None,
+        include_excluded: bool = False, limit: int = 50,
+    ) -> HistoryPage:  # fmt: skip
+        """``GET /history``: ``benchmark``'s lines with CIs and change points; ``cell`` (``k=v``
+        items) and ``gpu_model`` keep matching lines. Raises ``KernelabAPIError`` (422 names the field)."""
+        params: dict[str, Any] = {
+            "benchmark": benchmark,
+            "include_excluded": include_excluded,
+            "limit": limit,
+        }
+        if cell:
+            params["cell"] = cell
+        if gpu_model is not None:
+            params["gpu_model"] = gpu_model
+        return self.call("GET", "/history", _model(HistoryPage), params=params, idempotent=True)
+
+    def regressions(self, *, limit: int = 100) -> RegressionsPage:
+        """``GET /history/regressions``: the fleet's lines whose latest change made them slower."""
+        return self.call("GET", "/history/regressions", _model(RegressionsPage), params={"limit": limit},
+                         idempotent=True)  # fmt: skip
+
+    def compare_jobs(self, a: int, b: int, *, side: str = "candidate") -> JobVsJob:
+        """``GET /compare?a=&b=``: job ``b`` against job ``a`` cell by cell. Raises
+        ``KernelabAPIError`` (404 unknown job, 409 no comparison yet, 413 too large, 422)."""
+        return self.call("GET", "/compare", _model(JobVsJob), params={"a": a, "b": b, "side": side},
+                         idempotent=True)  # fmt: skip
 
     # ---------------------------------------------------------------------------------------------
     # runners (admin to register, per-runner token afterwards)

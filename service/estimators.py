@@ -193,17 +193,54 @@ def ratio_ci_arrays(
     seed: int,
     strata: np.ndarray | None = None,
 ) -> tuple[float, float, float] | None:
-    """``ratio_ci`` on arrays: (n,) bool ``is_candidate``, (n,) int64 rounds, (n,) float64 ns.
+    """``ratio_ci`` on arrays: (n,) bool ``is_candidate``, (n,) int64 rounds, (n,) float64 ns;
+    ``strata`` as in ``cluster_cis``."""
+    cis = cluster_cis(
+        candidate, sample_rounds, durations, confidence=confidence, n_resamples=n_resamples, seed=seed,
+        strata=strata,
+    )  # fmt: skip
+    return None if cis is None else cis.ratio
 
+
+class ClusterCIs(NamedTuple):
+    """``cluster_cis``' answer: ``ratio``: (ratio, low, high) or None; ``medians``: per side, the
+    percentile CI (low_ns, high_ns) of that side's median over the same resamples of rounds, or
+    None where the side has no finite resampled median."""
+
+    ratio: tuple[float, float, float] | None
+    medians: dict[Side, tuple[float, float] | None]
+
+
+def cluster_cis(
+    candidate: np.ndarray,
+    sample_rounds: np.ndarray,
+    durations: np.ndarray,
+    *,
+    confidence: float,
+    n_resamples: int,
+    seed: int,
+    strata: np.ndarray | None = None,
+) -> ClusterCIs | None:
+    """The ratio of medians candidate/baseline with its round-bootstrap CI and, from the very same
+    resamples of whole rounds, each side's median CI in ns (percentile intervals; Efron &
+    Tibshirani 1993, ch. 13; the cluster bootstrap of Davison & Hinkley 1997, section 3.8). The
+    medians' CIs cost no extra resampling: they are the distributions the ratio is formed from.
+
+    Arrays: (n,) bool ``candidate``, (n,) int64 ``sample_rounds``, (n,) float64 ``durations`` (ns).
     ``strata``: (n,) int per sample, the input-set assignment of its round (``placement_strata``),
     or None. With strata the ratio is the geometric mean over the strata of each stratum's ratio
-    of medians, and the bootstrap resamples rounds within each stratum (a stratified bootstrap,
-    Davison & Hinkley 1997, section 3.7): in a 2x2 crossover, where each side runs input set 0 in
-    one stratum and set 1 in the other, a multiplicative effect of the set cancels from the
-    geometric mean (Senn 2002, "Cross-over Trials in Clinical Research", ch. 3), and the CI holds
-    the set-by-side interaction as noise. A single stratum, or a stratum that cannot form a ratio
-    (a side with < 2 samples or rounds in it: fewer than 4 rounds in all, too few for a verdict,
+    of medians (and a side's median the geometric mean of its per-stratum medians), and the
+    bootstrap resamples rounds within each stratum (a stratified bootstrap, Davison & Hinkley
+    1997, section 3.7): in a 2x2 crossover, where each side runs input set 0 in one stratum and
+    set 1 in the other, a multiplicative effect of the set cancels from the geometric mean (Senn
+    2002, "Cross-over Trials in Clinical Research", ch. 3), and the CI holds the set-by-side
+    interaction as noise. A single stratum, or a stratum that cannot form a ratio (a side with < 2
+    samples or rounds in it: fewer than 4 rounds in all, too few for a verdict,
     ``kernelab.service.verdicts.MIN_ROUNDS``), gives the plain estimator over all samples.
+
+    Returns None where no ratio can be formed (a side with < 2 samples or rounds, a baseline
+    median <= 0, no finite resample). Raises ValueError for a confidence outside (0, 1) or
+    ``n_resamples`` < 1.
     """
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
@@ -212,7 +249,7 @@ def ratio_ci_arrays(
     groups = [None] if strata is None else [strata == s for s in np.unique(strata)]
     if len(groups) == 1:
         groups = [None]
-    ratios, boots = [], []
+    parts = []
     for i, g in enumerate(groups):
         part = (
             _boot_ratios(candidate, sample_rounds, durations, n_resamples, seed)
@@ -222,31 +259,38 @@ def ratio_ci_arrays(
         if part is None:
             if g is None:
                 return None
-            return ratio_ci_arrays(
+            return cluster_cis(
                 candidate, sample_rounds, durations, confidence=confidence, n_resamples=n_resamples, seed=seed
             )
-        ratios.append(part[0])
-        boots.append(part[1])
-    if len(groups) == 1:
-        ratio, boot = ratios[0], boots[0]
+        parts.append(part)
+    if len(parts) == 1:
+        ratio, boot, base_med, cand_med = parts[0]
     else:
         with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = float(np.exp(np.mean(np.log(ratios))))
-            boot = np.exp(np.mean(np.log(np.vstack(boots)), axis=0))
+            ratio = float(np.exp(np.mean(np.log([p[0] for p in parts]))))
+            boot, base_med, cand_med = (
+                np.exp(np.mean(np.log(np.vstack([p[k] for p in parts])), axis=0)) for k in (1, 2, 3)
+            )
     boot = boot[np.isfinite(boot)]
     if boot.size == 0:
         return None
     alpha = 1.0 - confidence
     low, high = np.quantile(boot, [alpha / 2, 1 - alpha / 2])
-    return ratio, float(low), float(high)
+    medians: dict[Side, tuple[float, float] | None] = {}
+    by_side: tuple[tuple[Side, np.ndarray], ...] = (("baseline", base_med), ("candidate", cand_med))
+    for side, med in by_side:
+        finite = med[np.isfinite(med)]
+        bounds = np.quantile(finite, [alpha / 2, 1 - alpha / 2]) if finite.size else None
+        medians[side] = None if bounds is None else (float(bounds[0]), float(bounds[1]))
+    return ClusterCIs(ratio=(ratio, float(low), float(high)), medians=medians)
 
 
 def _boot_ratios(
     candidate: np.ndarray, sample_rounds: np.ndarray, durations: np.ndarray, n_resamples: int, seed: int
-) -> tuple[float, np.ndarray] | None:
-    """The ratio of medians and its ``n_resamples`` round-bootstrap replicates ((B,) float64,
-    NaN or inf where a resample lacks a side), or None (a side with < 2 samples or rounds, or a
-    baseline median <= 0)."""
+) -> tuple[float, np.ndarray, np.ndarray, np.ndarray] | None:
+    """The ratio of medians and its ``n_resamples`` round-bootstrap replicates, with the resampled
+    baseline and candidate medians they are formed from (each (B,) float64, NaN or inf where a
+    resample lacks a side), or None (a side with < 2 samples or rounds, or a baseline median <= 0)."""
     sides = []
     for own in (~candidate, candidate):
         own_rounds = sample_rounds[own]
@@ -274,7 +318,7 @@ def _boot_ratios(
         cand_med, base_med = _resampled_medians(cand, idx), _resampled_medians(base, idx)
     with np.errstate(divide="ignore", invalid="ignore"):
         boot = cand_med / base_med
-    return ratio, boot
+    return ratio, boot, base_med, cand_med
 
 
 def placement_strata(sample_rounds: np.ndarray, input_sets: int, swap_every_rounds: int) -> np.ndarray | None:

@@ -17,11 +17,16 @@ A point is excluded by default when its node's stored health judgement has flags
 deciding reasons make that side's time no time of the kernel (``problem-verdict``: failed,
 incorrect, nondeterministic or implausible).
 
+Each point carries the 95% CI of its median (the round bootstrap of the comparison,
+``SideStats.median_ci_low_ns``; None for comparisons stored before it existed).
+
 Lines (``Series``) are per (code, cell, GPU model, timer, state): an H200 at 100 us and an A100 at
 51 us are two lines, never one line read as a 2x improvement. Each shown point's ``change_pct`` is
 against the previous shown point of its line measured with the same fingerprint; a point after a
 driver change, or the first of its line, has no change and says why (``change_reason``). So a
-change of hardware or driver is never a regression or an improvement.
+change of hardware or driver is never a regression or an improvement. Each line also carries
+the change points detected in it (``kernelab.service.changepoints``: PELT, its source there),
+and ``regressions`` lists, across the fleet, the lines whose latest change point made them slower.
 
 Points are built from the stored comparison and judgement (``build_points``), never from a
 comparison computed here: by the compare worker once it stored the comparison
@@ -32,15 +37,16 @@ being computed has no points yet.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from kernelab.service import crud, node_health, verdicts
+from kernelab.service import changepoints, crud, node_health, verdicts
 from kernelab.service.core.config import Settings
 from kernelab.service.models import HistoryPoint as PointRow
 from kernelab.service.models import Job, Result
@@ -53,6 +59,8 @@ from kernelab.service.schemas import (
     HistoryPoint,
     JobSpec,
     NodeInfo,
+    Regression,
+    RegressionsPage,
     Series,
     Side,
     SideSpec,
@@ -61,6 +69,8 @@ from kernelab.service.schemas import (
 log = logging.getLogger(__name__)
 
 DEFAULT_JOBS = 50  # most recent results read per history
+DEFAULT_REGRESSIONS = 100  # regressions listed, newest first
+REGRESSION_BENCHMARKS = 50  # benchmarks (with the latest results) the regression list reads
 EXCLUDED_MEANING: dict[str, str] = {
     "node-flagged": "measured on a node whose health probes were degraded or contended",
     "problem-verdict": "the cell's verdict makes this side's time no time of the kernel "
@@ -121,6 +131,7 @@ def _rows(row: Result, spec: JobSpec, comparison: Comparison, flagged: bool) -> 
                 "code": code, "sha": rev.sha if from_revision and rev is not None else "",
                 "gpu_model": gpu_model(node), "fingerprint": {"driver": node.driver_version},
                 "timer": cell.timers.get(side) or row.timer, "state": state, "median_ns": stats.median_ns,
+                "ci_low_ns": stats.median_ci_low_ns, "ci_high_ns": stats.median_ci_high_ns,
                 "n": stats.n, "verdict": cell.verdict, "measured_at": row.finished_at,
                 "node_name": row.node_name, "excluded": _excluded(cell, side, flagged),  # type: ignore[arg-type]
             })  # fmt: skip
@@ -172,21 +183,30 @@ def _latest_results(session: Session, benchmark: str, limit: int) -> list[tuple[
 def _point(row: PointRow) -> HistoryPoint:
     return HistoryPoint(
         job_id=row.job_id, measured_at=row.measured_at, side=row.side, code=row.code, sha=row.sha,  # type: ignore[arg-type]
-        cell=row.cell, cell_index=row.cell_index, gpu_model=row.gpu_model,
+        cell=row.cell, cell_index=row.cell_index, params=dict(row.params or {}), gpu_model=row.gpu_model,
         driver=(row.fingerprint or {}).get("driver"), timer=row.timer, state=row.state,  # type: ignore[arg-type]
-        median_ns=row.median_ns, n=row.n, verdict=row.verdict, node=row.node_name,
-        excluded=row.excluded,  # type: ignore[arg-type]
+        median_ns=row.median_ns, ci_low_ns=row.ci_low_ns, ci_high_ns=row.ci_high_ns, n=row.n,
+        verdict=row.verdict, node=row.node_name, excluded=row.excluded,  # type: ignore[arg-type]
     )  # fmt: skip
 
 
-def lines(points: Iterable[HistoryPoint]) -> list[Series]:
+def lines(
+    points: Iterable[HistoryPoint],
+    *,
+    min_change_pct: float = changepoints.DEFAULT_MIN_CHANGE_PCT,
+) -> list[Series]:
     """``points`` (oldest first) grouped into lines per (code, cell, GPU model, timer, state), with
-    each point's change against the previous shown point of its line with the same driver."""
+    each point's change against the previous shown point of its line with the same driver, and
+    the line's change points (``kernelab.service.changepoints.detect_by_driver`` over its shown
+    points; excluded points never take part). A cell is its full parameters, not its label (two
+    jobs that sweep M alike but fix N apart label a cell "M=4" alike: two lines)."""
     by_key: dict[tuple[str, str, str, str, str], list[HistoryPoint]] = {}
     for p in points:
-        by_key.setdefault((p.code, p.cell, p.gpu_model, p.timer, p.state), []).append(p)
+        cell_key = json.dumps(p.params, sort_keys=True, default=str) if p.params else p.cell
+        by_key.setdefault((p.code, cell_key, p.gpu_model, p.timer, p.state), []).append(p)
     out = []
-    for (code, cell, model, timer, state), pts in sorted(by_key.items()):
+    for (code, _, model, timer, state), pts in sorted(by_key.items()):
+        cell = pts[-1].cell
         previous: HistoryPoint | None = None
         for p in pts:
             if p.excluded is not None:
@@ -200,7 +220,10 @@ def lines(points: Iterable[HistoryPoint]) -> list[Series]:
                 p.change_pct = (p.median_ns / previous.median_ns - 1) * 100 if previous.median_ns else None
                 p.change_reason = None if p.change_pct is not None else "first-point"
             previous = p
-        out.append(Series(code=code, cell=cell, gpu_model=model, timer=timer, state=state, points=pts))  # type: ignore[arg-type]
+        shown = [p for p in pts if p.excluded is None]
+        found = changepoints.detect_by_driver(shown, min_change_pct=min_change_pct)
+        out.append(Series(code=code, cell=cell, gpu_model=model, timer=timer, state=state, points=pts,  # type: ignore[arg-type]
+                          params=pts[-1].params, change_points=found))  # fmt: skip
     return out
 
 
@@ -211,11 +234,12 @@ def history(
     settings: Settings,
     include_excluded: bool = False,
     limit: int = DEFAULT_JOBS,
+    min_change_pct: float = changepoints.DEFAULT_MIN_CHANGE_PCT,
 ) -> HistoryPage:
     """The history of ``benchmark`` over its ``limit`` latest results (revision and ordinary jobs
-    alike): points built where missing or stale (the caller commits), grouped into ``lines``.
-    Points with an ``excluded`` reason are left out (counted per reason) unless
-    ``include_excluded``."""
+    alike): points built where missing or stale (the caller commits), grouped into ``lines`` with
+    their change points (a shift of at least ``min_change_pct``). Points with an ``excluded``
+    reason are left out (counted per reason) unless ``include_excluded``."""
     results = _latest_results(session, benchmark, limit)
     for _, job_id, version in results:
         if job_id is not None and (version is None or version < verdicts.METHOD_VERSION):
@@ -231,7 +255,37 @@ def history(
             excluded[p.excluded] = excluded.get(p.excluded, 0) + 1
     shown = points if include_excluded else [p for p in points if p.excluded is None]
     return HistoryPage(benchmark=benchmark, include_excluded=include_excluded, results=len(results),
-                       excluded=excluded, series=lines(shown))  # fmt: skip
+                       excluded=excluded, series=lines(shown, min_change_pct=min_change_pct),
+                       method=changepoints.METHOD)  # fmt: skip
+
+
+def regressions(
+    *,
+    session: Session,
+    settings: Settings,
+    limit: int = DEFAULT_REGRESSIONS,
+    benchmarks: int = REGRESSION_BENCHMARKS,
+    min_change_pct: float = changepoints.DEFAULT_MIN_CHANGE_PCT,
+) -> RegressionsPage:
+    """The fleet's regressions, newest first: every line (of the ``benchmarks`` benchmarks with the
+    latest results, each over its ``DEFAULT_JOBS`` latest results) whose **latest** change point
+    made it slower; a line that got slower and then recovered has a later ``faster`` change and is
+    not listed. At most ``limit``. Builds missing points as ``history`` does (the caller commits)."""
+    latest = func.max(Result.finished_at)
+    names = session.scalars(
+        select(Job.benchmark).join(Result, Result.job_id == Job.id).group_by(Job.benchmark)
+        .order_by(latest.desc()).limit(benchmarks)
+    ).all()  # fmt: skip
+    found: list[Regression] = []
+    for name in names:
+        page = history(session=session, benchmark=name, settings=settings, min_change_pct=min_change_pct)
+        for line in page.series:
+            if line.change_points and line.change_points[-1].direction == "slower":
+                found.append(Regression(benchmark=name, code=line.code, cell=line.cell, params=line.params,
+                                        gpu_model=line.gpu_model, timer=line.timer, state=line.state,
+                                        change=line.change_points[-1]))  # fmt: skip
+    found.sort(key=lambda r: r.change.at, reverse=True)
+    return RegressionsPage(method=changepoints.METHOD, benchmarks=len(names), data=found[:limit])
 
 
 def all_points(page: HistoryPage) -> Sequence[HistoryPoint]:

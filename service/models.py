@@ -388,6 +388,8 @@ class HistoryPoint(Base):
     timer: Mapped[str] = mapped_column(String(64))
     state: Mapped[str] = mapped_column(String(16))
     median_ns: Mapped[float] = mapped_column(Float)
+    ci_low_ns: Mapped[float | None] = mapped_column(Float, doc="95% CI of the median, bootstrap over rounds")
+    ci_high_ns: Mapped[float | None] = mapped_column(Float)
     n: Mapped[int] = mapped_column(Integer)
     verdict: Mapped[str] = mapped_column(String(32))
     measured_at: Mapped[datetime]

@@ -21,6 +21,7 @@ import numpy as np
 from kernelab.service import verdicts
 from kernelab.service.estimators import (
     KeptSamples,
+    cluster_cis,
     hodges_lehmann,
     kept_arrays,
     mann_whitney_p,
@@ -182,10 +183,17 @@ def _cell_numbers(
             if placement is None
             else placement_strata(kept.rounds, placement.input_sets, placement.swap_every_rounds)
         )
-        rc = ratio_ci_arrays(
+        cis = cluster_cis(
             kept.candidate, kept.rounds, kept.durations, confidence=0.95, n_resamples=n_resamples,
             seed=seed, strata=strata,
         )  # fmt: skip
+        rc = None if cis is None else cis.ratio
+        for v in _SIDES:
+            bounds = None if cis is None else cis.medians[v]
+            if bounds is not None:
+                stats[v] = stats[v].model_copy(
+                    update={"median_ci_low_ns": bounds[0], "median_ci_high_ns": bounds[1]}
+                )
         hl = None
         if times["baseline"].size >= 1 and times["candidate"].size >= 1:
             hl = hodges_lehmann(times["baseline"], times["candidate"])

@@ -472,14 +472,20 @@ def figure_json(fig: go.Figure | Mapping[str, Any]) -> Markup:
 def history_figure(series: Sequence[Series]) -> go.Figure:
     """Median time per launch over time, one line per ``kernelab.service.history.Series`` (code, cell, GPU
     model, timer, state: results on different hardware never share a line); hover shows commit,
-    side, job, node, driver and the change against the line's previous point. Empty series give
-    an empty figure with a note."""
+    side, job, node, driver and the change against the line's previous point; error bars are the
+    points' 95% CIs, an ``x`` marks the first point after each change point (red: slower, green:
+    faster). Empty series give an empty figure with a note."""
     fig = go.Figure()
     unit, scale = time_unit([p.median_ns for s in series for p in s.points] or [1.0])
     for line in series:
         pts = line.points
+        has_ci = any(p.ci_low_ns is not None and p.ci_high_ns is not None for p in pts)
+        up = [None if p.ci_high_ns is None else (p.ci_high_ns - p.median_ns) / scale for p in pts]
+        down = [None if p.ci_low_ns is None else (p.median_ns - p.ci_low_ns) / scale for p in pts]
+        bars = {"type": "data", "symmetric": False, "thickness": 1, "array": up, "arrayminus": down}
+        error_y = bars if has_ci else None
         fig.add_trace(go.Scatter(
-            x=[p.measured_at for p in pts], y=[p.median_ns / scale for p in pts],
+            x=[p.measured_at for p in pts], y=[p.median_ns / scale for p in pts], error_y=error_y,
             mode="lines+markers", name=line.name,
             customdata=[[p.sha[:12] or "-", p.side, p.job_id, p.node, p.driver or "-",
                          "-" if p.change_pct is None else f"{p.change_pct:+.1f}%"] for p in pts],
@@ -487,9 +493,17 @@ def history_figure(series: Sequence[Series]) -> go.Figure:
                            "<br>job %{customdata[2]} on %{customdata[3]}, driver %{customdata[4]}"
                            "<br>change %{customdata[5]}<extra>%{fullData.name}</extra>"),
         ))  # fmt: skip
+        for cp in line.change_points:  # the first point after each change, marked on its line
+            fig.add_trace(go.Scatter(
+                x=[cp.at], y=[cp.after_ns / scale], mode="markers", showlegend=False, name=line.name,
+                marker={"symbol": "x-thin-open", "size": 16, "line": {"width": 3},
+                        "color": "#c0392b" if cp.direction == "slower" else "#1e8449"},
+                hovertemplate=(f"change point: {cp.change_pct:+.1f}% ({cp.direction})<br>job {cp.job_before}"
+                               f" → {cp.job_after}<extra>%{{fullData.name}}</extra>"),
+            ))  # fmt: skip
     fig.update_layout(
         xaxis_title="measured",
-        yaxis_title=f"median per launch ({unit})",
+        yaxis_title=f"median per launch ({unit}), 95% CI",
         legend_title="code · cell · GPU · timer/state",
         margin={"l": 60, "r": 20, "t": 30, "b": 50},
         height=420,

@@ -364,3 +364,8 @@ def history_page(
             "history_json": figures.figure_json(figures.history_figure(page.series)),
         },
     )
+
+
+from kernelab.web import history_pages  # noqa: E402  (its pages use this module's templates)
+
+router.include_router(history_pages.router, dependencies=DashboardAccess)

@@ -58,6 +58,7 @@ from kernelab.service.schemas.comparison import (
     SideStats,
 )
 from kernelab.service.schemas.health import (
+    ChangePoint,
     ChangeReason,
     Excluded,
     HealthBand,
@@ -67,8 +68,11 @@ from kernelab.service.schemas.health import (
     HistoryPage,
     HistoryPoint,
     NodeHealth,
+    Regression,
+    RegressionsPage,
     Series,
 )
+from kernelab.service.schemas.job_vs_job import JobSide, JobVsJob, JobVsJobCell
 from kernelab.service.schemas.probes import (
     AllReduceReading,
     CopyBandwidthReading,
@@ -217,6 +221,12 @@ __all__ = [
     "CellComparison",
     "CellResult",
     "ChangeReason",
+    "ChangePoint",
+    "JobSide",
+    "JobVsJob",
+    "JobVsJobCell",
+    "Regression",
+    "RegressionsPage",
     "ClaimRequest",
     "Comparison",
     "ContentionReading",

@@ -30,6 +30,10 @@ class SideStats(BaseModel):
     q3_ns: float | None = None
     iqr_ns: float | None = None
     mean_ns: float | None = None
+    median_ci_low_ns: float | None = Field(
+        default=None, description="95% CI of the median: bootstrap over whole rounds (estimators.cluster_cis)"
+    )
+    median_ci_high_ns: float | None = None
 
 
 class CellComparison(BaseModel):

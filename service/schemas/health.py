@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -105,11 +105,14 @@ class HistoryPoint(BaseModel):
     sha: str = ""
     cell: str
     cell_index: int
+    params: dict[str, Any] = Field(default_factory=dict, description="the cell's parameters")
     gpu_model: str
     driver: str | None = None
     timer: str
     state: Literal["cold", "warm"]
     median_ns: float
+    ci_low_ns: float | None = Field(default=None, description="95% CI of the median (bootstrap over rounds)")
+    ci_high_ns: float | None = None
     n: int
     verdict: str
     node: str
@@ -118,8 +121,27 @@ class HistoryPoint(BaseModel):
     change_reason: ChangeReason | None = None
 
 
+class ChangePoint(BaseModel):
+    """A change point of one line (``kernelab.service.changepoints``): from ``at`` on, the line's
+    median time per launch moved from ``before_ns`` to ``after_ns`` (medians of the segments'
+    points); ``change_pct`` = (after / before - 1) x 100; ``direction`` ``slower`` when it grew.
+    ``job_before``/``job_after``: the last job of the earlier segment and the first of the later."""
+
+    at: UtcDatetime
+    index: int = Field(description="position of the first point after the change in the line's points")
+    before_ns: float
+    after_ns: float
+    change_pct: float
+    direction: Literal["slower", "faster"]
+    job_before: int | None
+    job_after: int | None
+    points_before: int
+    points_after: int
+
+
 class Series(BaseModel):
-    """One line of the history: points of one code and cell on one GPU model, timer and state."""
+    """One line of the history: points of one code and cell on one GPU model, timer and state,
+    and the change points detected in it (``kernelab.service.changepoints``)."""
 
     code: str
     cell: str
@@ -127,6 +149,8 @@ class Series(BaseModel):
     timer: str
     state: Literal["cold", "warm"]
     points: list[HistoryPoint]
+    params: dict[str, Any] = Field(default_factory=dict, description="the cell's parameters")
+    change_points: list[ChangePoint] = Field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -141,3 +165,25 @@ class HistoryPage(BaseModel):
     results: int = Field(description="results read (the latest, up to limit)")
     excluded: dict[str, int] = Field(default_factory=dict, description="points left out, per reason")
     series: list[Series]
+    method: str = Field(default="", description="how change points were detected, with its source")
+
+
+class Regression(BaseModel):
+    """A line whose latest change point made it slower (``GET /api/v1/history/regressions``)."""
+
+    benchmark: str
+    code: str
+    cell: str
+    params: dict[str, Any] = Field(default_factory=dict)
+    gpu_model: str
+    timer: str
+    state: Literal["cold", "warm"]
+    change: ChangePoint
+
+
+class RegressionsPage(BaseModel):
+    """The fleet's regressions, newest first, and the method that found them."""
+
+    method: str
+    benchmarks: int = Field(description="benchmarks read (those with the latest results, up to a bound)")
+    data: list[Regression]

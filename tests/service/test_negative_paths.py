@@ -60,6 +60,8 @@ ENDPOINTS = [
     Endpoint("POST", "/api/v1/tokens/{id}/rotate", "admin"),
     Endpoint("POST", "/api/v1/tokens/{id}/revoke", "admin"),
     Endpoint("GET", "/api/v1/history", "read", has_id=False),
+    Endpoint("GET", "/api/v1/history/regressions", "read", has_id=False),
+    Endpoint("GET", "/api/v1/compare", "read", has_id=False),  # unknown ids: tests/service/test_job_vs_job.py
 ]
 
 

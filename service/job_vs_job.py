@@ -1,0 +1,272 @@
+"""Job vs job: two stored jobs of one benchmark (yesterday's main and today's branch, or one spec on
+two nodes) compared cell by cell on their stored samples.
+
+Cells are matched by their full parameters (a cell present in one job only is listed, never
+compared). For each matched cell, the same side of both jobs (``side``, default the candidate) is
+compared, B against A, with the house's statistics (``kernelab.service.estimators``) in their
+**unpaired** form: the two jobs' rounds were not interleaved with each other, so the ratio of
+medians B/A gets a percentile bootstrap CI that resamples whole rounds of A and whole rounds of B
+*independently* (a two-sample cluster bootstrap, Davison & Hinkley 1997, sections 3.8 and 3.2),
+not the paired resampling of one job's rounds (``estimators.ratio_ci``); the Hodges-Lehmann shift
+with its distribution-free CI and the Mann-Whitney U p-value are two-sample statistics already
+(Hollander & Wolfe 1999, section 4.3), the p-values Benjamini-Hochberg adjusted over the matched
+cells. Kept samples follow each job's own ``exclude_throttled`` (``estimators.kept_arrays``).
+
+The verdict has the usual precedence (``kernelab.service.verdicts.decide``): a cell that failed in
+either job is ``failed``, a side that was incorrect (or nondeterministic, implausible) in either
+job's stored comparison makes it so, outranking any speed; then ``timing_verdict`` against the
+larger of the two jobs' thresholds. Two jobs whose side was timed differently (timer kind, or
+cold vs warm L2) are no measurement of a change: every cell is ``inconclusive`` with
+``timer-mismatch``. The two nodes' health judgements are shown beside it, as they are: a flagged
+node flags every cell (``degraded-node``/``contended``).
+
+Bounded, not queued: this runs in the request (the compare queue's ``compare_tasks`` hold one
+result each; a task of two jobs would need a schema of its own, not built yet), so a pair of jobs
+holding more than ``MAX_SAMPLES`` raw samples together is refused (``TooLarge``, HTTP 413) rather
+than computed there. ``N_RESAMPLES`` = 1,000 (Efron & Tibshirani 1993, section 19.3: about 1,000
+for a percentile interval). Measured at the bound on the shared 2-core machine under load average
+~16 (``docs/results/2026-12-01-job-vs-job-cost.md``): 1.2-1.8 s of statistics for 20,000 samples
+(50 cells of 100 samples per job and side, or one cell of 5,000), 4.4 s for 100,000: seconds, not
+minutes, and never a large sweep in a request.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from sqlalchemy.orm import Session
+
+from kernelab.service import crud, node_health, verdicts
+from kernelab.service.core.config import Settings
+from kernelab.service.estimators import (
+    KeptSamples,
+    _median,
+    _resampled_medians,
+    _round_matrix,
+    hodges_lehmann,
+    kept_arrays,
+    mann_whitney_p,
+    variant_stats,
+)
+from kernelab.service.models import Job
+from kernelab.service.schemas import (
+    CellComparison,
+    CellResult,
+    Comparison,
+    Flag,
+    JobResult,
+    JobSide,
+    JobVsJob,
+    JobVsJobCell,
+    Reason,
+    Side,
+)
+
+MAX_SAMPLES = 20_000  # raw samples of both jobs together that a request may compare
+N_RESAMPLES = 1000  # bootstrap resamples of the unpaired ratio CI (module docstring)
+SEED = 0
+METHOD = (
+    "per matched cell, the same side of both jobs: ratio of medians B/A with a 95% percentile "
+    "bootstrap CI resampling whole rounds of each job independently (unpaired: the jobs' rounds "
+    "were not interleaved), Hodges-Lehmann shift and Mann-Whitney U (Benjamini-Hochberg over the "
+    "cells); a failed or incorrect side in either job outranks any speed"
+)
+
+
+class JobVsJobError(Exception):
+    """Two jobs that cannot be compared: ``status`` (404 unknown job, 409 no stored result or
+    comparison yet, 422 different benchmarks) and a message naming the job and the field."""
+
+    def __init__(self, status: int, field: str, message: str):
+        super().__init__(message)
+        self.status, self.field, self.message = status, field, message
+
+
+class TooLarge(JobVsJobError):
+    """More than ``MAX_SAMPLES`` raw samples in the two jobs together (HTTP 413)."""
+
+
+def unpaired_ratio_ci(
+    a_rounds: np.ndarray, a_ns: np.ndarray, b_rounds: np.ndarray, b_ns: np.ndarray, *,
+    confidence: float = 0.95, n_resamples: int = N_RESAMPLES, seed: int = SEED,
+) -> tuple[float, float, float] | None:  # fmt: skip
+    """Ratio of medians B/A ((n,) int64 rounds and (n,) float64 ns per job) and its percentile
+    bootstrap CI, resampling each job's rounds independently (module docstring). None when a job
+    has fewer than 2 samples or 2 rounds, or A's median is 0."""
+    for rounds, ns in ((a_rounds, a_ns), (b_rounds, b_ns)):
+        if ns.size < 2 or rounds.min() == rounds.max():
+            return None
+    base = _median(a_ns)
+    if base <= 0.0:
+        return None
+    ratio = _median(b_ns) / base
+    rng = np.random.default_rng(seed)
+    medians = []
+    for rounds, ns in ((a_rounds, a_ns), (b_rounds, b_ns)):
+        distinct = np.unique(rounds)
+        matrix = _round_matrix(rounds, ns, distinct)
+        idx = rng.integers(0, distinct.size, size=(n_resamples, distinct.size))
+        medians.append(_resampled_medians(matrix, idx))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        boot = medians[1] / medians[0]
+    boot = boot[np.isfinite(boot)]
+    if boot.size == 0:
+        return None
+    alpha = 1.0 - confidence
+    low, high = np.quantile(boot, [alpha / 2, 1 - alpha / 2])
+    return ratio, float(low), float(high)
+
+
+def _key(params: Mapping[str, object]) -> str:
+    return json.dumps(params, sort_keys=True, default=str)
+
+
+def _load(session: Session, job_id: int, field: str, settings: Settings) -> tuple[Job, Comparison]:
+    job = session.get(Job, job_id)
+    if job is None:
+        raise JobVsJobError(404, field, f"{field}: there is no job #{job_id}")
+    comparison = crud.base_comparison(session=session, job_id=job_id)
+    if comparison is None:
+        raise JobVsJobError(409, field, f"{field}: job #{job_id} has no stored comparison yet (no result, "
+                                        "or still being compared)")  # fmt: skip
+    return job, comparison
+
+
+def _side(job_id: int, result: JobResult, comparison: Comparison, side: Side, health: object) -> JobSide:
+    spec = result.spec
+    copies: dict[str, list[float]] = {}
+    for report in comparison.probes:
+        copies.setdefault(report.phase, []).extend(c.bandwidth_gbps for c in report.copy_bandwidth)
+    return JobSide(
+        job_id=job_id, name=spec.name, node_name=result.node.hostname, node=result.node, timer=result.timer,
+        label=comparison.baseline_label if side == "baseline" else comparison.candidate_label,
+        state="cold" if spec.measurement.l2_flush else "warm", threshold_pct=spec.measurement.threshold_pct,
+        copy_gbps={k: sum(v) / len(v) for k, v in copies.items() if v}, health=health,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+def _problems(cell: CellComparison | None, side: Side, job: str) -> list[Reason]:
+    """The deciding problem reasons of ``side`` in one job's stored cell, told as that job's."""
+    if cell is None:
+        return []
+    out = []
+    for r in cell.reasons:
+        kind = verdicts.REASONS.get(r.code)
+        if kind is not None and kind.verdict in verdicts.PROBLEM_VERDICTS and r.side in (None, side):
+            out.append(r.model_copy(update={"message": f"job {job}: {r.message}"}))
+    return out
+
+
+def _timer(cell: CellResult, side: Side, result: JobResult) -> str:
+    return cell.timers.get(side) or result.timer
+
+
+def compare_jobs(
+    *, session: Session, a: int, b: int, settings: Settings, side: Side = "candidate"
+) -> JobVsJob:
+    """Job ``b`` against job ``a``, cell by cell (module docstring). Raises ``JobVsJobError`` (404,
+    409, 422) and ``TooLarge`` (413) naming the query field ``a`` or ``b``; the caller commits (a
+    first read stores the jobs' health judgements)."""
+    job_a, comp_a = _load(session, a, "a", settings)
+    job_b, comp_b = _load(session, b, "b", settings)
+    if job_a.benchmark != job_b.benchmark:
+        message = f"b: job #{b} measured {job_b.benchmark!r}, job #{a} {job_a.benchmark!r}"
+        raise JobVsJobError(422, "b", f"{message}: only jobs of one benchmark compare")
+    total = crud.count_samples(session=session, job_id=a) + crud.count_samples(session=session, job_id=b)
+    if total > MAX_SAMPLES:
+        raise TooLarge(413, "b", f"jobs #{a} and #{b} hold {total} samples together, more than the "
+                                 f"{MAX_SAMPLES} a request compares; compare sub-sweeps")  # fmt: skip
+    res_a = crud.load_result(session=session, job_id=a)
+    res_b = crud.load_result(session=session, job_id=b)
+    assert res_a is not None and res_b is not None  # a stored comparison has a result
+    health = [node_health.job_judgement(session=session, job_id=j, settings=settings) for j in (a, b)]
+    cells_b = {_key(c.params): c for c in res_b.cells}
+    stored_a = {c.index: c for c in comp_a.cells}
+    stored_b = {c.index: c for c in comp_b.cells}
+    pairs = [(ca, cells_b[_key(ca.params)]) for ca in res_a.cells if _key(ca.params) in cells_b]
+    matched = {_key(ca.params) for ca, _ in pairs}
+    threshold = max(res_a.spec.measurement.threshold_pct, res_b.spec.measurement.threshold_pct)
+    side_a, side_b = _side(a, res_a, comp_a, side, health[0]), _side(b, res_b, comp_b, side, health[1])
+    node_flags: list[Flag] = sorted({f for h in health if h is not None for f in h.flags})  # type: ignore[misc]
+    kept = []
+    for ca, cb in pairs:
+        ka = None if ca.error else kept_arrays(ca, exclude_throttled=res_a.spec.measurement.exclude_throttled)
+        kb = None if cb.error else kept_arrays(cb, exclude_throttled=res_b.spec.measurement.exclude_throttled)
+        kept.append((ka, kb))
+    p_values = mann_whitney_p([None if ka is None or kb is None else (ka.times[side], kb.times[side])
+                               for ka, kb in kept])  # fmt: skip
+    cells = [
+        _cell(ca, cb, ka, kb, p, side, threshold, stored_a.get(ca.index), stored_b.get(cb.index),
+              res_a, res_b, side_a, side_b, node_flags)
+        for (ca, cb), (ka, kb), p in zip(pairs, kept, p_values, strict=True)
+    ]  # fmt: skip
+    tested = [c for c in cells if c.p_value is not None]
+    if tested:
+        from scipy.stats import false_discovery_control
+
+        adjusted = np.atleast_1d(false_discovery_control([c.p_value for c in tested], method="bh")).tolist()
+        for c, p_adj in zip(tested, adjusted, strict=True):
+            c.p_adjusted = float(p_adj)
+    notes = []
+    if side_a.node.device_name != side_b.node.device_name:
+        models = [s.node.device_name or s.node.device_type for s in (side_a, side_b)]
+        notes.append(f"the jobs ran on different GPU models ({models[0]} vs {models[1]}): "
+                     "a difference may be the hardware's")  # fmt: skip
+    if side_a.node.driver_version != side_b.node.driver_version:
+        notes.append(f"the drivers differ ({side_a.node.driver_version} vs {side_b.node.driver_version})")
+    return JobVsJob(
+        benchmark=job_a.benchmark, side=side, method=METHOD, a=side_a, b=side_b, threshold_pct=threshold,
+        cells=cells, only_in_a=[comp_a.cells[i].label for i, c in enumerate(res_a.cells)
+                                if _key(c.params) not in matched and i < len(comp_a.cells)],
+        only_in_b=[comp_b.cells[i].label for i, c in enumerate(res_b.cells)
+                   if _key(c.params) not in matched and i < len(comp_b.cells)],
+        summary=verdicts.summary([c.verdict for c in cells]), notes=notes,
+    )  # fmt: skip
+
+
+def _cell(
+    ca: CellResult, cb: CellResult, ka: KeptSamples | None, kb: KeptSamples | None, p: float | None,
+    side: Side, threshold: float,
+    stored_a: CellComparison | None, stored_b: CellComparison | None, res_a: JobResult, res_b: JobResult,
+    side_a: JobSide, side_b: JobSide, node_flags: Sequence[Flag],
+) -> JobVsJobCell:  # fmt: skip
+    found: list[Reason] = []
+    for cell, job in ((ca, "A"), (cb, "B")):
+        if cell.error:
+            found.append(verdicts.reason("side-failed", f"job {job}: {cell.error}"))
+    found += _problems(stored_a, side, "A") + _problems(stored_b, side, "B")
+    ta, tb = _timer(ca, side, res_a), _timer(cb, side, res_b)
+    if (ta, side_a.state) != (tb, side_b.state):
+        found.append(
+            verdicts.reason(
+                "timer-mismatch", f"job A timed it {ta}/{side_a.state}, job B {tb}/{side_b.state}"
+            )
+        )
+    stats_a = stats_b = variant_stats(np.empty(0))
+    numbers: dict[str, float | None] = {}
+    if ka is not None and kb is not None:
+        xa, xb = ka.times[side], kb.times[side]
+        ra = ka.rounds[ka.candidate == (side == "candidate")]
+        rb = kb.rounds[kb.candidate == (side == "candidate")]
+        stats_a, stats_b = variant_stats(xa), variant_stats(xb)
+        rc = unpaired_ratio_ci(ra, xa, rb, xb)
+        if rc is not None:
+            numbers.update(ratio=rc[0], ci_low=rc[1], ci_high=rc[2], delta_pct=(rc[0] - 1) * 100)
+        if xa.size and xb.size:
+            hl = hodges_lehmann(xa, xb)
+            numbers.update(hl_shift_ns=hl[0], hl_ci_low_ns=hl[1], hl_ci_high_ns=hl[2])
+    timing, why = verdicts.timing_verdict(numbers.get("ratio"), numbers.get("ci_low"), numbers.get("ci_high"),
+                                          threshold)  # fmt: skip
+    if why is not None:
+        found.append(why)
+    decision = verdicts.decide(timing, found)
+    label = stored_b.label if stored_b is not None else ", ".join(f"{k}={v}" for k, v in cb.params.items())
+    return JobVsJobCell(
+        params=ca.params, label=label, index_a=ca.index, index_b=cb.index, a=stats_a, b=stats_b,
+        p_value=p, verdict=decision.verdict, timing_verdict=timing, reasons=decision.reasons,
+        flags=verdicts.sorted_flags([*decision.flags, *node_flags]),
+        verdict_a=stored_a.verdict if stored_a else None, verdict_b=stored_b.verdict if stored_b else None,
+        **numbers,  # type: ignore[arg-type]
+    )  # fmt: skip

@@ -1,0 +1,73 @@
+"""Job vs job (``kernelab.service.job_vs_job``): two stored jobs of one benchmark, cell by cell."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from kernelab.service.samples import Side
+from kernelab.service.schemas.comparison import SideStats
+from kernelab.service.schemas.health import HealthJudgementPublic
+from kernelab.service.schemas.result import Reason
+from kernelab.service.schemas.result_job import NodeInfo
+from kernelab.service.schemas.types import Flag, ParamValue, TimingVerdict, Verdict
+
+
+class JobSide(BaseModel):
+    """One of the two jobs: what it measured, where, and the node's health judgement."""
+
+    job_id: int
+    name: str
+    label: str = Field(description="the compared side's label in that job, e.g. 'triton @ main 1a2b3c4d'")
+    node_name: str
+    node: NodeInfo
+    timer: str
+    state: Literal["cold", "warm"]
+    threshold_pct: float
+    copy_gbps: dict[str, float] = Field(default_factory=dict, description="probe phase -> mean copy GB/s")
+    health: HealthJudgementPublic | None = None
+
+
+class JobVsJobCell(BaseModel):
+    """One cell present in both jobs (matched by its full parameters): ``ratio`` = B's median / A's
+    (< 1: B faster) with a 95% CI, Hodges-Lehmann shift B - A (ns) with its CI, Mann-Whitney p
+    (Benjamini-Hochberg adjusted over the matched cells), and the verdict."""
+
+    params: dict[str, ParamValue]
+    label: str
+    index_a: int
+    index_b: int
+    a: SideStats
+    b: SideStats
+    ratio: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    delta_pct: float | None = None
+    hl_shift_ns: float | None = None
+    hl_ci_low_ns: float | None = None
+    hl_ci_high_ns: float | None = None
+    p_value: float | None = None
+    p_adjusted: float | None = None
+    verdict: Verdict
+    timing_verdict: TimingVerdict | None = None
+    reasons: list[Reason] = Field(default_factory=list)
+    flags: list[Flag] = Field(default_factory=list)
+    verdict_a: Verdict | None = Field(default=None, description="the cell's verdict within job A")
+    verdict_b: Verdict | None = None
+
+
+class JobVsJob(BaseModel):
+    """``GET /api/v1/compare?a=&b=``: job B against job A, ``side`` of each (default the candidate)."""
+
+    benchmark: str
+    side: Side
+    method: str
+    a: JobSide
+    b: JobSide
+    threshold_pct: float
+    cells: list[JobVsJobCell]
+    only_in_a: list[str] = Field(default_factory=list, description="labels of cells job B lacks")
+    only_in_b: list[str] = Field(default_factory=list)
+    summary: dict[str, int] = Field(default_factory=dict)
+    notes: list[str] = Field(default_factory=list)

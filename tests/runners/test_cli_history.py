@@ -1,0 +1,56 @@
+"""``kernelab history`` and ``kernelab compare-jobs`` against a real server over real HTTP: a planted
+slowdown is printed as a change point with the jobs on both sides, the JSON file holds what the
+REST endpoint answers, filters narrow the lines, job vs job prints the verdict and gates on it,
+and bad input is one line with exit 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import history_seed
+from typer.testing import CliRunner
+
+from kernelab.runners.cli import app
+
+GPU = "CLI-HISTORY-GPU"  # a model no other test's node has: the lines are this module's
+
+
+def _cli(server: tuple[str, str], *args: str):  # type: ignore[no-untyped-def]
+    url, token = server
+    return CliRunner().invoke(app, [*args, "--server", url, "--token", token])
+
+
+def test_history_prints_the_planted_change_point_and_writes_json(
+    server: tuple[str, str], tmp_path: Path
+) -> None:
+    url, token = server
+    jobs = history_seed.seed(url, token, [1000.0] * 4 + [1500.0] * 4, node="cli-history-node", gpu_model=GPU)
+    history_seed.wait_compared(url, token, jobs)
+    out = tmp_path / "history.json"
+    r = _cli(server, "history", "softmax", "--gpu", GPU, "--cell", "M=4", "--json", str(out))
+    assert r.exit_code == 0, r.output
+    assert "change point +" in r.output and f"jobs #{jobs[3]} -> #{jobs[4]}" in r.output
+    assert "PELT" in r.output
+    page = json.loads(out.read_text())
+    assert {s["gpu_model"] for s in page["series"]} == {GPU}
+    assert all(s["change_points"][0]["job_after"] == jobs[4] for s in page["series"])
+    none = _cli(server, "history", "softmax", "--gpu", GPU, "--cell", "M=99999")
+    assert none.exit_code == 0 and "no line to show" in none.output
+
+    vs = tmp_path / "vs.json"
+    r = _cli(server, "compare-jobs", str(jobs[0]), str(jobs[-1]), "--json", str(vs))
+    assert r.exit_code == 0, r.output
+    assert "slower" in r.output and "cli-history-node" in r.output
+    assert json.loads(vs.read_text())["cells"][0]["verdict"] == "slower"
+    gated = _cli(server, "compare-jobs", str(jobs[0]), str(jobs[-1]), "--fail-on", "slower")
+    assert gated.exit_code == 1 and "M=4, N=64: slower" in gated.output
+
+
+def test_bad_input_is_one_line_and_exit_2(server: tuple[str, str]) -> None:
+    r = _cli(server, "history", "softmax", "--cell", "M")
+    assert r.exit_code == 2 and "--cell: expected k=v" in r.output
+    r = _cli(server, "compare-jobs", "1", "999999999")
+    assert r.exit_code == 2 and "no job #999999999" in r.output and "Traceback" not in r.output
+    r = _cli(server, "compare-jobs", "1", "2", "--side", "both")
+    assert r.exit_code == 2 and "--side" in r.output

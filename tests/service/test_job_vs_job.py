@@ -1,0 +1,81 @@
+"""Job vs job through the real app (SQLite and PostgreSQL): cells matched by parameters, the
+unpaired statistics on stored samples, a wrong side outranking speed, both nodes' health, and the
+4xx answers (unknown job, no comparison yet, other benchmark, too many samples, bad field)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from test_history import H200, _post_job
+
+from kernelab.service import job_vs_job
+from kernelab.service.schemas import JobResult
+
+
+def _compare(api, a: int, b: int, **params: Any) -> Any:  # type: ignore[no-untyped-def]
+    return api.client.get("/api/v1/compare", params={"a": a, "b": b, **params}, headers=api.admin)
+
+
+def test_a_slower_job_is_slower_cell_by_cell_with_both_nodes(api) -> None:  # type: ignore[no-untyped-def]
+    a = _post_job(api, hostname="h200-a", model=H200, base_ns=1000.0, days=0)
+    b = _post_job(api, hostname="h200-b", model=H200, base_ns=1300.0, days=1)
+    r = _compare(api, a, b)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["side"] == "candidate" and "unpaired" in body["method"]
+    assert (body["a"]["node_name"], body["b"]["node_name"]) == ("h200-a", "h200-b")
+    assert body["a"]["health"] is not None and body["b"]["health"] is not None
+    assert len(body["cells"]) == 2 and body["only_in_a"] == body["only_in_b"] == []
+    for cell in body["cells"]:
+        assert cell["verdict"] == "slower", cell
+        assert 25 < cell["delta_pct"] < 35 and cell["ci_low"] > 1.0
+        assert cell["hl_shift_ns"] > 0 and cell["p_adjusted"] is not None
+    same = _compare(api, a, a).json()
+    assert {c["verdict"] for c in same["cells"]} == {"same"}
+    page = api.client.get("/compare", params={"a": a, "b": b}, headers=api.admin)
+    assert page.status_code == 200 and "h200-b" in page.text and 'id="compare-table"' in page.text
+
+
+def test_a_wrong_side_in_either_job_outranks_its_speed(api) -> None:  # type: ignore[no-untyped-def]
+    def wrong_candidate(result: JobResult) -> JobResult:
+        cells = []
+        for c in result.cells:
+            bad = c.correctness["candidate"].model_copy(update={"passed": False, "message": "FAIL: rows 0-3"})
+            cells.append(c.model_copy(update={"correctness": {**c.correctness, "candidate": bad}}))
+        return result.model_copy(update={"cells": cells})
+
+    a = _post_job(api, hostname="h200-a", model=H200, base_ns=1000.0, days=0)
+    b = _post_job(api, hostname="h200-a", model=H200, base_ns=500.0, days=1, mutate=wrong_candidate)
+    cells = _compare(api, a, b).json()["cells"]
+    assert {c["verdict"] for c in cells} == {"incorrect"}
+    assert all(c["timing_verdict"] == "faster" and "job B" in c["reasons"][0]["message"] for c in cells)
+    baselines = _compare(api, a, b, side="baseline").json()["cells"]  # the baseline side was right
+    assert {c["verdict"] for c in baselines} == {"faster"}
+
+
+def test_cells_match_by_parameters(api) -> None:  # type: ignore[no-untyped-def]
+    from factories import spec_dict
+
+    a = _post_job(api, hostname="h200-a", model=H200, base_ns=1000.0, days=0)
+    b = _post_job(api, hostname="h200-a", model=H200, base_ns=1000.0, days=1,
+                  spec=spec_dict(sweep={"M": [4], "N": [128, 256]}))  # fmt: skip
+    body = _compare(api, a, b).json()
+    assert [c["params"]["N"] for c in body["cells"]] == [128]
+    assert body["only_in_a"] == ["M=4, N=64"] and body["only_in_b"] == ["M=4, N=256"]
+
+
+def test_refusals_name_the_field(api, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    a = _post_job(api, hostname="h200-a", model=H200, base_ns=1000.0, days=0)
+    queued = api.submit()
+    r = _compare(api, a, 999_999)
+    assert r.status_code == 404 and r.json()["detail"][0]["loc"] == ["query", "b"]
+    r = _compare(api, queued, a)
+    assert r.status_code == 409 and r.json()["detail"][0]["loc"] == ["query", "a"]
+    assert _compare(api, a, 0).status_code == 422
+    assert _compare(api, a, a, side="both").status_code == 422
+    assert api.client.get("/api/v1/compare", params={"a": a, "b": a}).status_code == 401
+    monkeypatch.setattr(job_vs_job, "MAX_SAMPLES", 10)
+    r = _compare(api, a, a)
+    assert r.status_code == 413 and "more than the 10" in r.json()["detail"][0]["msg"]
+    assert api.client.get("/compare", params={"a": a, "b": a}, headers=api.admin).status_code == 413

@@ -1,0 +1,60 @@
+"""Dashboard pages of the fleet's view over time: ``/history/regressions`` (lines whose latest
+change point made them slower), ``/nodes`` (every node, linking to its page) and ``/compare``
+(job vs job). ``router`` is included by ``kernelab.web.routes``; templates, filters and the
+dashboard-access dependency are that module's. Pages only reshape what
+``kernelab.service.history`` and ``kernelab.service.job_vs_job`` return."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import HTMLResponse
+
+from kernelab.service import changepoints, crud, history, job_vs_job
+from kernelab.service.api.deps import DEFAULT_LIMIT, Limit, Offset, SessionDep, SettingsDep
+from kernelab.service.api.routes.history import MinChangePct
+from kernelab.service.schemas import Side
+
+router = APIRouter(include_in_schema=False)
+
+
+def _templates():  # type: ignore[no-untyped-def]
+    from kernelab.web.routes import templates  # routes includes this router: imported late
+
+    return templates
+
+
+@router.get("/history/regressions", response_class=HTMLResponse)
+def regressions_page(
+    request: Request, session: SessionDep, settings: SettingsDep,
+    min_change_pct: MinChangePct = changepoints.DEFAULT_MIN_CHANGE_PCT,
+) -> HTMLResponse:  # fmt: skip
+    """The fleet's regressions, newest first, with the jobs on both sides of each change."""
+    page = history.regressions(session=session, settings=settings, min_change_pct=min_change_pct)
+    return _templates().TemplateResponse(request, "regressions.html", {"page": page})
+
+
+@router.get("/nodes", response_class=HTMLResponse)
+def nodes_page(
+    request: Request, session: SessionDep, offset: Offset = 0, limit: Limit = DEFAULT_LIMIT
+) -> HTMLResponse:
+    """Every node that sent probe readings or results, by name, linking to its page."""
+    nodes, count = crud.list_nodes(session=session, offset=offset, limit=limit)
+    return _templates().TemplateResponse(request, "nodes.html", {"nodes": nodes, "count": count})
+
+
+@router.get("/compare", response_class=HTMLResponse)
+def compare_page(
+    request: Request, session: SessionDep, settings: SettingsDep,
+    a: Annotated[int, Query(ge=1, le=2**62)], b: Annotated[int, Query(ge=1, le=2**62)],
+    side: Annotated[Side, Query()] = "candidate",
+) -> HTMLResponse:  # fmt: skip
+    """Job ``b`` against job ``a`` cell by cell, both nodes' health side by side; a pair that cannot
+    be compared answers its status with the reason on the page."""
+    try:
+        result = job_vs_job.compare_jobs(session=session, a=a, b=b, settings=settings, side=side)
+    except job_vs_job.JobVsJobError as exc:
+        return _templates().TemplateResponse(request, "not_found.html", {"message": exc.message},
+                                             status_code=exc.status)  # fmt: skip
+    return _templates().TemplateResponse(request, "compare.html", {"cmp": result})
