@@ -14,6 +14,7 @@ import pytest
 from kernelab.runners.local import ServerProcess, admin_token, free_port
 
 PG_URL = os.environ.get("KERNELAB_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+LIVE_SERVER_START_S = 300.0
 CHROMIUM = os.environ.get("KERNELAB_CHROMIUM", shutil.which("chromium") or "/usr/bin/chromium")
 
 
@@ -83,9 +84,16 @@ def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer
     migrations: seconds on a 2-core CI box). Use it through ``server_for_module``."""
     tmp = tmp_path_factory.mktemp("live-server")
     token = admin_token(tmp)
-    with ServerProcess(f"sqlite:///{tmp / 'kernelab.db'}", port=free_port(), admin_token=token,
-                       log_path=tmp / "server.log") as proc:  # fmt: skip
+    proc = ServerProcess(f"sqlite:///{tmp / 'kernelab.db'}", port=free_port(), admin_token=token,
+                         log_path=tmp / "server.log")  # fmt: skip
+    # Every test of this process that needs a server waits on this one start, and a start is only
+    # slow, not wrong, on a loaded machine (146 s measured at load average 28 on 2 cores): the
+    # start may take up to LIVE_SERVER_START_S; a server that exits says so at once.
+    proc.start(timeout_s=LIVE_SERVER_START_S)
+    try:
         yield LiveServer(proc.url, token, proc)
+    finally:
+        proc.stop()
 
 
 def empty_queue(server: LiveServer) -> None:

@@ -25,6 +25,8 @@ from kernelab.service import crud, stats
 from kernelab.service.core.db import make_engine, make_session_factory
 from kernelab.service.schemas import SAMPLE_FIELDS, JobPublic, JobResult, JobSpec, ProbeSpec
 
+pytestmark = pytest.mark.slow  # runner daemons and their worker processes
+
 
 def _spec(*, budget_ms: float, timeout_s: float = 120.0, cells: int = 1) -> JobSpec:
     return JobSpec.model_validate(

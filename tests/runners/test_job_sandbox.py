@@ -151,6 +151,7 @@ def test_non_dumpable_process_hides_its_environ(tmp_path: Path) -> None:
     assert out.stdout.split() == ["True", "0"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("isolation", ["auto", "none"])
 def test_install_step_cannot_leak_the_runner_tokens(
@@ -231,6 +232,7 @@ def _runner_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Com
     )
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_runner_cli_refuses_credentials_and_says_its_isolation(
     server: tuple[str, str], tmp_path: Path
@@ -276,6 +278,7 @@ def test_namespace_makes_a_folder_read_only_but_the_writable_paths(tmp_path: Pat
     assert not (cache / "worktrees" / "r" / "other" / "f").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_job_code_cannot_change_the_revision_cache_or_read_a_hidden_folder(
     server: tuple[str, str], tmp_path: Path
@@ -336,6 +339,7 @@ def test_job_code_cannot_change_the_revision_cache_or_read_a_hidden_folder(
         assert not (clone / "hooks" / "post-checkout").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_a_token_given_on_the_command_line_leaves_it(server: tuple[str, str], tmp_path: Path) -> None:
     """``/proc/PID/cmdline`` is readable by every process: the daemon starts again with the token
@@ -390,6 +394,7 @@ def test_a_writable_path_through_a_planted_link_is_refused(tmp_path: Path) -> No
     assert proc.returncode == jobns.EXIT_NO_NAMESPACE and "symbolic link" in proc.stderr, proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_an_install_step_cannot_shadow_kernelab_nor_plant_links_for_it(
     server: tuple[str, str], tmp_path: Path
