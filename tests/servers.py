@@ -13,6 +13,8 @@ from pathlib import Path
 
 from kernelab.runners.local import free_port, wait_healthy
 
+START_TIMEOUT_S = 300.0  # a start is only slow, not wrong, on a loaded machine (tests/conftest.py)
+
 
 @contextmanager
 def serve_process(
@@ -39,7 +41,7 @@ def serve_process(
             preexec_fn=preexec_fn,
         )
         try:
-            wait_healthy(url, proc, timeout_s=60, log_path=log_path)
+            wait_healthy(url, proc, timeout_s=START_TIMEOUT_S, log_path=log_path)
             yield proc, url, log_path
         finally:
             proc.terminate()
