@@ -12,6 +12,10 @@ Set ``KERNELAB_UPDATE_SCREENSHOTS=1`` to write ``docs/screenshots/job-page.png``
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,23 +27,28 @@ import pytest
 pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the dev extra)")
 import compare_wait  # noqa: E402
 from browser_signin import sign_in  # noqa: E402
-from dashboard_server import ADMIN_TOKEN, dashboard  # noqa: E402
-
-# the browser modules import these from here too
-from dashboard_server import CHROMIUM as CHROMIUM  # noqa: E402
-from dashboard_server import CHROMIUM_ARGS as CHROMIUM_ARGS  # noqa: E402
-from dashboard_server import SERVER_START_S as SERVER_START_S  # noqa: E402
-from dashboard_server import _free_port as _free_port  # noqa: E402
-from dashboard_server import _wait_ready as _wait_ready  # noqa: E402
-from playwright.sync_api import Browser, Page  # noqa: E402
+from playwright.sync_api import Browser, Page, sync_playwright  # noqa: E402
 
 from kernelab.service.core.db import upgrade
 from kernelab.service.schemas import Comparison, JobResult, JobSpec
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
+CHROMIUM = os.environ.get("KERNELAB_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 XSS_NAME = "<script>alert(1)</script> softmax"
+ADMIN_TOKEN = "browser-test-admin-token-0123456789"
 REPO = Path(__file__).resolve().parents[2]
+SERVER_START_S = 60.0
 
 
 @dataclass
@@ -49,6 +58,26 @@ class Site:
     queued_job_id: int
     result: JobResult
     comparison: Comparison
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_ready(base_url: str, proc: subprocess.Popen[bytes], log_path: Path) -> None:
+    deadline = time.monotonic() + SERVER_START_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the server exited with {proc.returncode}: {log_path.read_text()}")
+        try:
+            if httpx.get(f"{base_url}/readyz", timeout=1.0).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"the server did not become ready within {SERVER_START_S} s")
 
 
 def _tiny_spec() -> JobSpec:
@@ -101,9 +130,55 @@ def _seed(base_url: str) -> Site:
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     folder = tmp_path_factory.mktemp("server")
     db_url = f"sqlite:///{folder / 'kernelab.db'}"
+    log_path = folder / "server.log"
     upgrade(db_url)
-    with dashboard(db_url, folder / "server.log") as base_url:
-        yield _seed(base_url)
+    port = _free_port()
+    base_url = f"http://127.0.0.1:{port}"
+    env = {
+        **os.environ,
+        "KERNELAB_DATABASE_URL": db_url,
+        "KERNELAB_ADMIN_TOKEN": ADMIN_TOKEN,
+        "KERNELAB_PUBLIC_DASHBOARD": "false",
+    }
+    with log_path.open("wb") as log:  # the server's output; a failing test's log points here
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "--factory",
+                "kernelab.service.app:create_app",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--log-level",
+                "warning",
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        worker = compare_wait.start(env, log)
+        try:
+            _wait_ready(base_url, proc, log_path)
+            yield _seed(base_url)
+        finally:
+            compare_wait.stop(worker)
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
 
 
 @pytest.fixture

@@ -13,6 +13,8 @@ show what the API says.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -27,11 +29,11 @@ import pytest
 pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the dev extra)")
 import compare_wait  # noqa: E402
 from browser_signin import sign_in  # noqa: E402
-from dashboard_server import ADMIN_TOKEN, dashboard  # noqa: E402
-from playwright.sync_api import Browser, Page  # noqa: E402
+from playwright.sync_api import Browser, Page, sync_playwright  # noqa: E402
 from sqlalchemy import create_engine, select, text  # noqa: E402
 from sqlalchemy.engine import make_url  # noqa: E402
 from sqlalchemy.exc import OperationalError  # noqa: E402
+from test_browser import ADMIN_TOKEN, CHROMIUM, CHROMIUM_ARGS, _free_port, _wait_ready  # noqa: E402
 from web_factory import T0, make_probe, make_result, make_spec  # noqa: E402
 
 from kernelab.service import crud  # noqa: E402
@@ -97,10 +99,30 @@ def site(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     folder = tmp_path_factory.mktemp(f"cases-{request.param}")
     with _database(request.param, folder) as db_url:
         upgrade(db_url)
-        with dashboard(db_url, folder / "server.log") as base_url:
-            site = Site(base_url, db_url)
-            _seed(site)
-            yield site
+        base_url = f"http://127.0.0.1:{_free_port()}"
+        env = {**os.environ, "KERNELAB_DATABASE_URL": db_url, "KERNELAB_ADMIN_TOKEN": ADMIN_TOKEN,
+               "KERNELAB_PUBLIC_DASHBOARD": "false"}  # fmt: skip
+        log_path = folder / "server.log"
+        with log_path.open("wb") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "uvicorn", "--factory", "kernelab.service.app:create_app",
+                 "--host", "127.0.0.1", "--port", base_url.rsplit(":", 1)[1], "--log-level", "warning"],
+                env=env, stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+            worker = compare_wait.start(env, log)
+            try:
+                _wait_ready(base_url, proc, log_path)
+                site = Site(base_url, db_url)
+                _seed(site)
+                yield site
+            finally:
+                compare_wait.stop(worker)
+                proc.terminate()
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -278,6 +300,14 @@ def _seed(site: Site) -> None:
 # --------------------------------------------------------------------------------------------------
 # The pages
 # --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
 
 
 @pytest.fixture

@@ -10,6 +10,8 @@ measured by ``kernelab.runners.job.run_job`` on this CPU and posted with a runne
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -19,9 +21,8 @@ import pytest
 pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the dev extra)")
 import compare_wait  # noqa: E402
 from browser_signin import sign_in  # noqa: E402
-from dashboard_server import ADMIN_TOKEN, dashboard  # noqa: E402
-from playwright.sync_api import Browser, Page  # noqa: E402
-from test_browser import REPO  # noqa: E402
+from playwright.sync_api import Page, sync_playwright  # noqa: E402
+from test_browser import ADMIN_TOKEN, CHROMIUM, CHROMIUM_ARGS, REPO, _free_port, _wait_ready  # noqa: E402
 
 from kernelab.service.core.db import upgrade  # noqa: E402
 from kernelab.service.schemas import Comparison, JobSpec  # noqa: E402
@@ -82,21 +83,61 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Jobs]:
     folder = tmp_path_factory.mktemp("verdict-server")
     db_url = f"sqlite:///{folder / 'kernelab.db'}"
     upgrade(db_url)
+    port = _free_port()
+    base_url = f"http://127.0.0.1:{port}"
     path = os.pathsep.join([str(WRONG_DIR), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    with pytest.MonkeyPatch.context() as mp:
+    env = {
+        **os.environ,
+        "KERNELAB_DATABASE_URL": db_url,
+        "KERNELAB_ADMIN_TOKEN": ADMIN_TOKEN,
+        "KERNELAB_PUBLIC_DASHBOARD": "false",
+        "PYTHONPATH": path,
+    }  # the server imports wrongbench
+    log_path = folder / "server.log"
+    with log_path.open("wb") as log, pytest.MonkeyPatch.context() as mp:
         mp.syspath_prepend(str(WRONG_DIR))  # run_job here imports it too
-        # wrongbench on the path of the server, its compare worker and run_job here
-        with dashboard(db_url, folder / "server.log", {"PYTHONPATH": path}) as base_url:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "--factory",
+                "kernelab.service.app:create_app",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--log-level",
+                "warning",
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        worker = compare_wait.start(env, log)
+        try:
+            _wait_ready(base_url, proc, log_path)
             yield _seed(base_url)
+        finally:
+            compare_wait.stop(worker)
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 @pytest.fixture
-def page(jobs: Jobs, browser: Browser) -> Iterator[Page]:
-    context = browser.new_context(viewport={"width": 1400, "height": 900})
-    page = context.new_page()
-    sign_in(page, jobs.base_url, ADMIN_TOKEN)
-    yield page
-    context.close()
+def page(jobs: Jobs) -> Iterator[Page]:
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        context = browser.new_context(viewport={"width": 1400, "height": 900})
+        page = context.new_page()
+        sign_in(page, jobs.base_url, ADMIN_TOKEN)
+        yield page
+        context.close()
+        browser.close()
 
 
 def _style(locator, prop: str) -> str:  # type: ignore[no-untyped-def]
