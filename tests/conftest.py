@@ -1,5 +1,6 @@
 """Shared test configuration: markers skip cleanly when their resource is absent; the one shared
-real server process (``live_server``, ``server_for_module``)."""
+real server process (``live_server``, ``server_for_module``, ``server_for_test``). A drill that
+needs a server configured or limited its own way starts one with ``tests/servers.py``."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from kernelab.runners.local import ServerProcess, admin_token, free_port
 
 PG_URL = os.environ.get("KERNELAB_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+LIVE_SERVER_START_S = 300.0
 CHROMIUM = os.environ.get("KERNELAB_CHROMIUM", shutil.which("chromium") or "/usr/bin/chromium")
 
 
@@ -32,12 +34,38 @@ if not _has_cuda():
     configure_triton_env("cpu")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # pytest-xdist's --dist loadfile hands out files largest test count first (its
+    # --loadscope-reorder default), which leaves the files of few long tests (end-to-end, drills)
+    # for last, run alone by one process while the others idle. The order of the collection
+    # (``_costliest_files_first``) is the schedule instead.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+def _costliest_files_first(items: list[pytest.Item]) -> None:
+    """Reorder ``items`` in place, file by file: the files with tests marked ``slow`` (subprocesses,
+    servers, drills: seconds to minutes each) first, most slow tests first, then the other files,
+    most tests first; each file's tests keep their order. With ``--dist loadfile`` the long files
+    start while there is other work to run beside them (longest-processing-time-first), and the last
+    files handed out are short, so the processes finish together."""
+    counts: dict[object, list[int]] = {}
+    for item in items:
+        slow_and_all = counts.setdefault(item.path, [0, 0])
+        slow_and_all[0] += "slow" in item.keywords
+        slow_and_all[1] += 1
+    first = {path: i for i, path in reversed(list(enumerate(item.path for item in items)))}
+    rank = {path: (-slow, -total, first[path]) for path, (slow, total) in counts.items()}
+    items.sort(key=lambda item: rank[item.path])  # stable: a file's tests keep their order
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     skip_gpu = pytest.mark.skip(reason="no CUDA GPU on this machine")
     has_cuda = _has_cuda()
     for item in items:
         if "gpu" in item.keywords and not has_cuda:
             item.add_marker(skip_gpu)
+    _costliest_files_first(items)
 
 
 @dataclass(frozen=True)
@@ -56,9 +84,33 @@ def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer
     migrations: seconds on a 2-core CI box). Use it through ``server_for_module``."""
     tmp = tmp_path_factory.mktemp("live-server")
     token = admin_token(tmp)
-    with ServerProcess(f"sqlite:///{tmp / 'kernelab.db'}", port=free_port(), admin_token=token,
-                       log_path=tmp / "server.log") as proc:  # fmt: skip
+    proc = ServerProcess(f"sqlite:///{tmp / 'kernelab.db'}", port=free_port(), admin_token=token,
+                         log_path=tmp / "server.log")  # fmt: skip
+    # Every test of this process that needs a server waits on this one start, and a start is only
+    # slow, not wrong, on a loaded machine (146 s measured at load average 28 on 2 cores): the
+    # start may take up to LIVE_SERVER_START_S; a server that exits says so at once.
+    proc.start(timeout_s=LIVE_SERVER_START_S)
+    try:
         yield LiveServer(proc.url, token, proc)
+    finally:
+        proc.stop()
+
+
+def empty_queue(server: LiveServer) -> None:
+    """Cancel the jobs ``server`` holds queued or running (pages of 100; a job that ended meanwhile
+    answers 409 and is left), so the next ``runner --once`` claims only what its test submits.
+    Tokens, runners and finished jobs stay (tests look theirs up by name or id)."""
+    import httpx
+
+    admin = {"Authorization": f"Bearer {server.token}"}
+    with httpx.Client(base_url=server.url, headers=admin, timeout=60) as http:
+        for status in ("queued", "running"):
+            for _ in range(100):
+                jobs = http.get("/api/v1/jobs", params={"status": status, "limit": 100}).json()["data"]
+                if not jobs:
+                    break
+                for job in jobs:
+                    http.post(f"/api/v1/jobs/{job['id']}/cancel")
 
 
 @pytest.fixture(scope="module")
@@ -66,15 +118,14 @@ def server_for_module(live_server: LiveServer) -> LiveServer:
     """``live_server`` with an empty queue: the jobs an earlier module left queued or running are
     cancelled, so a ``runner --once`` of this module claims this module's job. Tokens, runners and
     finished jobs of earlier modules stay (tests look theirs up by name or id)."""
-    import httpx
+    empty_queue(live_server)
+    return live_server
 
-    admin = {"Authorization": f"Bearer {live_server.token}"}
-    with httpx.Client(base_url=live_server.url, headers=admin, timeout=60) as http:
-        for status in ("queued", "running"):
-            for _ in range(100):  # pages of 100; a job that ended meanwhile answers 409 and is left
-                jobs = http.get("/api/v1/jobs", params={"status": status, "limit": 100}).json()["data"]
-                if not jobs:
-                    break
-                for job in jobs:
-                    http.post(f"/api/v1/jobs/{job['id']}/cancel")
+
+@pytest.fixture
+def server_for_test(live_server: LiveServer) -> LiveServer:
+    """``live_server`` with an empty queue before this test (``empty_queue``): for modules whose
+    tests each run a ``runner --once`` or leave a job queued, on the one server process instead of a
+    server start per test. A test that stops, restarts or reconfigures its server keeps its own."""
+    empty_queue(live_server)
     return live_server

@@ -19,6 +19,8 @@ import pytest
 
 import kernelab
 
+pytestmark = pytest.mark.slow  # a fresh venv and pip install
+
 ROOT = Path(__file__).resolve().parents[1]
 ROOMS = ("kernels", "service", "runners", "web", "migrations")
 

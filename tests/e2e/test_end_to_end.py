@@ -18,6 +18,8 @@ from kernelab.runners.client import KernelabClient
 from kernelab.runners.local import ServerProcess, free_port
 from kernelab.runners.specfile import load_spec
 
+pytestmark = pytest.mark.slow  # server, runner, `kernelab up`: Python processes
+
 VERDICTS = {"faster", "slower", "same", "inconclusive"}
 
 TINY_SPEC = """\

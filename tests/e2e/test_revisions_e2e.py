@@ -19,6 +19,8 @@ from kernelab.runners.client import KernelabClient
 from kernelab.runners.local import ServerProcess
 from tests.e2e.revision_repo import make_repo
 
+pytestmark = pytest.mark.slow  # server, runner, revision workers: Python processes
+
 SPEC = """\
 name: revision a/b
 benchmark: "revpkg.bench:AxpyBenchmark"

@@ -1,5 +1,7 @@
 """The runner daemon against a real server process: spool and re-send, idempotent re-post,
-timeouts, lost leases, token reuse. Each test starts its own server on a temp SQLite file."""
+timeouts, lost leases, token reuse. The tests share the one server process of the test process
+(``server_for_test``: its queue emptied before each); the test that stops and restarts its server
+starts its own on a temp SQLite file (``own_stack``)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,6 +24,8 @@ from kernelab.runners.spool import Spool
 from kernelab.service import crud, stats
 from kernelab.service.core.db import make_engine, make_session_factory
 from kernelab.service.schemas import SAMPLE_FIELDS, JobPublic, JobResult, JobSpec, ProbeSpec
+
+pytestmark = pytest.mark.slow  # runner daemons and their worker processes
 
 
 def _spec(*, budget_ms: float, timeout_s: float = 120.0, cells: int = 1) -> JobSpec:
@@ -39,13 +44,14 @@ def _spec(*, budget_ms: float, timeout_s: float = 120.0, cells: int = 1) -> JobS
 
 
 class Stack:
-    """A server process on a temp SQLite file that can be stopped and started again."""
+    """A server process on a temp SQLite file that can be stopped and started again, or (with
+    ``shared``) the shared server, which this stack never stops."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, shared: Any = None):
         self.root = root
-        self.token = admin_token(root)
-        self.database_url = f"sqlite:///{root / 'kernelab.db'}"
-        self.port = free_port()
+        self.token = shared.token if shared else admin_token(root)
+        self.database_url = shared.process.database_url if shared else f"sqlite:///{root / 'kernelab.db'}"
+        self.port = shared.process.port if shared else free_port()
         self.server: ServerProcess | None = None
         self.starts = 0
         self.opened: list[KernelabClient | RunnerDaemon] = []
@@ -94,7 +100,16 @@ def _stored_result(database_url: str, job_id: int) -> JobResult:
 
 
 @pytest.fixture
-def stack(tmp_path: Path) -> Iterator[Stack]:
+def stack(server_for_test: Any, tmp_path: Path) -> Iterator[Stack]:
+    """The shared server (``tests/conftest.py``), its queue empty; clients closed after the test."""
+    s = Stack(tmp_path, shared=server_for_test)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def own_stack(tmp_path: Path) -> Iterator[Stack]:
+    """A server of this test's own, which the test may stop and start again."""
     s = Stack(tmp_path)
     s.start()
     yield s
@@ -127,7 +142,8 @@ def _run_in_thread(runner: RunnerDaemon) -> tuple[threading.Thread, list[BaseExc
     return thread, errors
 
 
-def test_result_spooled_while_server_down_is_resent_after_restart(stack: Stack, tmp_path: Path) -> None:
+def test_result_spooled_while_server_down_is_resent_after_restart(own_stack: Stack, tmp_path: Path) -> None:
+    stack = own_stack
     admin = stack.client()
     job = admin.submit(_spec(budget_ms=500, cells=2))
     work_dir = tmp_path / "runner"

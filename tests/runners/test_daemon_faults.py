@@ -205,32 +205,32 @@ def _spec(budget_ms: float) -> JobSpec:
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_result_is_posted_while_a_heartbeat_stalls_past_the_lease(tmp_path: Path) -> None:
-    token = admin_token(tmp_path)
-    with ServerProcess(f"sqlite:///{tmp_path / 'k.db'}", port=free_port(), admin_token=token,
-                       log_path=tmp_path / "server.log") as server:  # fmt: skip
-        admin = KernelabClient(server.url, token, retries=1, backoff_s=0.05)
-        job = admin.submit(_spec(budget_ms=3000))
-        transport = StallingTransport()
-        client = KernelabClient(server.url, token, retries=1, backoff_s=0.05, transport=transport)
-        runner = RunnerDaemon(client, "stall-node", once=True, lease_s=5, work_dir=tmp_path / "runner")
-        thread = threading.Thread(target=runner.run, daemon=True)
-        thread.start()
-        try:
-            deadline = time.monotonic() + 90
-            while admin.get_job(job.id).status != "succeeded":  # posted with the heartbeat still stalled
-                assert time.monotonic() < deadline, f"no result while the heartbeat stalls: {runner!r}"
-                time.sleep(0.2)
-            assert transport.stalled >= 1 and not transport.release.is_set()
-        finally:
-            transport.release.set()
-            thread.join(timeout=60)
-        assert not thread.is_alive() and (runner.done, runner.lost, runner.posted) == (1, 0, 1)
-        attempts = admin.call("GET", f"/jobs/{job.id}/attempts", lambda r: r.json(), idempotent=True)
-        assert [a["outcome"] for a in attempts["data"]] == ["succeeded"]  # the late result was taken
-        runner.close()
-        client.close()
-        admin.close()
+def test_result_is_posted_while_a_heartbeat_stalls_past_the_lease(
+    server_for_test: Any, tmp_path: Path
+) -> None:
+    server, token = server_for_test, server_for_test.token
+    admin = KernelabClient(server.url, token, retries=1, backoff_s=0.05)
+    job = admin.submit(_spec(budget_ms=3000))
+    transport = StallingTransport()
+    client = KernelabClient(server.url, token, retries=1, backoff_s=0.05, transport=transport)
+    runner = RunnerDaemon(client, "stall-node", once=True, lease_s=5, work_dir=tmp_path / "runner")
+    thread = threading.Thread(target=runner.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 90
+        while admin.get_job(job.id).status != "succeeded":  # posted with the heartbeat still stalled
+            assert time.monotonic() < deadline, f"no result while the heartbeat stalls: {runner!r}"
+            time.sleep(0.2)
+        assert transport.stalled >= 1 and not transport.release.is_set()
+    finally:
+        transport.release.set()
+        thread.join(timeout=60)
+    assert not thread.is_alive() and (runner.done, runner.lost, runner.posted) == (1, 0, 1)
+    attempts = admin.call("GET", f"/jobs/{job.id}/attempts", lambda r: r.json(), idempotent=True)
+    assert [a["outcome"] for a in attempts["data"]] == ["succeeded"]  # the late result was taken
+    runner.close()
+    client.close()
+    admin.close()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -272,12 +272,26 @@ def _fill(disk: Path) -> Path:
 
 
 class _Stack:
+    """A server of the test's own on a temp SQLite file (``root``), which it may stop and start, or
+    (``_Stack.shared``) the shared server of ``tests/conftest.py``, which it leaves running."""
+
     def __init__(self, root: Path):
         self.token = admin_token(root)
         self.port = free_port()
         self.server = ServerProcess(f"sqlite:///{root / 'k.db'}", port=self.port, admin_token=self.token,
                                     log_path=root / "server.log")  # fmt: skip
         self.url = self.server.url
+
+    @classmethod
+    def shared(cls, live: Any) -> _Stack:
+        stack = cls.__new__(cls)
+        stack.token, stack.port, stack.server, stack.url = (
+            live.token,
+            live.process.port,
+            live.process,
+            live.url,
+        )
+        return stack
 
     def client(self, token: str | None = None) -> KernelabClient:
         return KernelabClient(self.url, token or self.token, retries=1, backoff_s=0.05)
@@ -291,55 +305,59 @@ def _job_status(admin: KernelabClient, job_id: int) -> tuple[str, int]:
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_a_full_work_dir_claims_nothing_says_why_and_runs_the_job_once_it_has_room(
-    small_disk: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    small_disk: Path, server_for_test: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    stack = _Stack(tmp_path)
-    with stack.server:
-        admin = stack.client()
-        given = stack.client()
-        runner = RunnerDaemon(given, "full-node", poll_s=1.0, work_dir=small_disk, min_free_bytes=1 << 20)
-        runner.ensure_token()  # the token file is written while there is room
-        filler = _fill(small_disk)
-        job = admin.submit(_spec(budget_ms=300))
-        thread = threading.Thread(target=runner.run, daemon=True)
-        with caplog.at_level("WARNING", logger="kernelab.runners.daemon"):
-            thread.start()
-            time.sleep(4.0)  # several claim rounds
-            assert thread.is_alive() and _job_status(admin, job.id) == ("queued", 0)
-            assert "not claiming: work dir" in caplog.text and "full" in caplog.text
-            filler.unlink()  # room again: the daemon claims and runs the job
-            deadline = time.monotonic() + 120
-            while _job_status(admin, job.id)[0] != "succeeded":
-                assert time.monotonic() < deadline and thread.is_alive(), repr(runner)
-                time.sleep(0.2)
-        runner.stop()
-        thread.join(timeout=60)
-        assert not thread.is_alive() and (runner.done, runner.released) == (1, 0)
-        runner.close()
-        given.close()
-        admin.close()
+    stack = _Stack.shared(server_for_test)
+    admin = stack.client()
+    given = stack.client()
+    runner = RunnerDaemon(given, "full-node", poll_s=1.0, work_dir=small_disk, min_free_bytes=1 << 20)
+    runner.ensure_token()  # the token file is written while there is room
+    filler = _fill(small_disk)
+    job = admin.submit(_spec(budget_ms=300))
+    thread = threading.Thread(target=runner.run, daemon=True)
+    with caplog.at_level("WARNING", logger="kernelab.runners.daemon"):
+        thread.start()
+        deadline = time.monotonic() + 60
+        while caplog.text.count("not claiming: work dir") < 3:  # three claim rounds refused
+            assert time.monotonic() < deadline and thread.is_alive(), caplog.text
+            time.sleep(0.1)
+        assert thread.is_alive() and _job_status(admin, job.id) == ("queued", 0)
+        assert "not claiming: work dir" in caplog.text and "full" in caplog.text
+        filler.unlink()  # room again: the daemon claims and runs the job
+        deadline = time.monotonic() + 120
+        while _job_status(admin, job.id)[0] != "succeeded":
+            assert time.monotonic() < deadline and thread.is_alive(), repr(runner)
+            time.sleep(0.2)
+    runner.stop()
+    thread.join(timeout=60)
+    assert not thread.is_alive() and (runner.done, runner.released) == (1, 0)
+    runner.close()
+    given.close()
+    admin.close()
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_a_job_claimed_onto_a_full_disk_is_released_not_crashed_on(small_disk: Path, tmp_path: Path) -> None:
-    stack = _Stack(tmp_path)
-    with stack.server:
-        admin = stack.client()
-        given = stack.client()
-        runner = RunnerDaemon(given, "full-node", work_dir=small_disk, min_free_bytes=0)
-        runner.ensure_token()
-        job = admin.submit(_spec(budget_ms=300))
-        claim = runner.client.claim(wait_s=0, lease_s=120)  # taken before the disk filled up
-        assert claim is not None and claim.job_id == job.id
-        _fill(small_disk)
-        assert runner.run_claim(claim) == "released"
-        assert _job_status(admin, job.id) == ("queued", 1)  # back in the queue at once, not leased
-        attempts = admin.call("GET", f"/jobs/{job.id}/attempts", lambda r: r.json(), idempotent=True)["data"]
-        assert attempts[0]["outcome"] == "failed" and "No space left on device" in attempts[0]["error"]
-        runner.close()
-        given.close()
-        admin.close()
+def test_a_job_claimed_onto_a_full_disk_is_released_not_crashed_on(
+    small_disk: Path, server_for_test: Any
+) -> None:
+    stack = _Stack.shared(server_for_test)
+    admin = stack.client()
+    given = stack.client()
+    runner = RunnerDaemon(given, "full-claim-node", work_dir=small_disk, min_free_bytes=0)
+    runner.ensure_token()
+    job = admin.submit(_spec(budget_ms=300))
+    claim = runner.client.claim(wait_s=0, lease_s=120)  # taken before the disk filled up
+    assert claim is not None and claim.job_id == job.id
+    _fill(small_disk)
+    assert runner.run_claim(claim) == "released"
+    assert _job_status(admin, job.id) == ("queued", 1)  # back in the queue at once, not leased
+    attempts = admin.call("GET", f"/jobs/{job.id}/attempts", lambda r: r.json(), idempotent=True)["data"]
+    assert attempts[0]["outcome"] == "failed" and "No space left on device" in attempts[0]["error"]
+    admin.cancel(job.id)  # queued again on the shared server: no later test's runner takes it
+    runner.close()
+    given.close()
+    admin.close()
 
 
 @pytest.mark.slow

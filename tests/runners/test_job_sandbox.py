@@ -27,6 +27,22 @@ from tests.e2e.revision_repo import make_repo
 NO_PROBES = {"copy_bandwidth": False, "all_reduce": False, "nvml": False}
 
 
+def _revision_job(name: str, repo: Path, *, install: list[str]) -> dict[str, object]:
+    """A revision A/B job of ``make_repo``'s AxpyBenchmark (``main~2`` against ``slow``, tiny
+    measurement) whose candidate runs the install steps ``install`` (the attack)."""
+    return {
+        "name": name,
+        "benchmark": "revpkg.bench:AxpyBenchmark",
+        "params": {"N": 1000},
+        "device": "cpu",
+        "probes": NO_PROBES,
+        "timeout_s": 120,
+        "measurement": {"warmup_ms": 1, "budget_ms": 20, "min_rounds": 2},
+        "baseline": {"variant": "torch", "source": {"repo": str(repo), "ref": "main~2"}},
+        "candidate": {"variant": "torch", "source": {"repo": str(repo), "ref": "slow", "install": install}},
+    }
+
+
 def test_job_env_keeps_the_allow_list_and_never_a_credential() -> None:
     daemon = {
         "PATH": "/usr/bin",
@@ -151,6 +167,7 @@ def test_non_dumpable_process_hides_its_environ(tmp_path: Path) -> None:
     assert out.stdout.split() == ["True", "0"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("isolation", ["auto", "none"])
 def test_install_step_cannot_leak_the_runner_tokens(
@@ -174,17 +191,7 @@ def test_install_step_cannot_leak_the_runner_tokens(
         f'sh -c \'env > {{site}}/env.txt; env; echo "T=$KERNELAB_TOKEN"; '
         f"cat ~/.kernelab/runner-*.json {work_dir}/runner-*.json; exit 3'"
     )
-    spec = {
-        "name": "steal",
-        "benchmark": "revpkg.bench:AxpyBenchmark",
-        "params": {"N": 1000},
-        "device": "cpu",
-        "probes": NO_PROBES,
-        "timeout_s": 120,
-        "measurement": {"warmup_ms": 1, "budget_ms": 20, "min_rounds": 2},
-        "baseline": {"variant": "torch", "source": {"repo": str(repo), "ref": "main~2"}},
-        "candidate": {"variant": "torch", "source": {"repo": str(repo), "ref": "slow", "install": [steal]}},
-    }
+    spec = _revision_job("steal", repo, install=[steal])
     name = f"sandbox-{isolation}"
     with KernelabClient(url, admin) as client:
         job_id = client.submit(spec).id
@@ -231,6 +238,7 @@ def _runner_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Com
     )
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_runner_cli_refuses_credentials_and_says_its_isolation(
     server: tuple[str, str], tmp_path: Path
@@ -276,6 +284,7 @@ def test_namespace_makes_a_folder_read_only_but_the_writable_paths(tmp_path: Pat
     assert not (cache / "worktrees" / "r" / "other" / "f").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_job_code_cannot_change_the_revision_cache_or_read_a_hidden_folder(
     server: tuple[str, str], tmp_path: Path
@@ -304,17 +313,7 @@ def test_job_code_cannot_change_the_revision_cache_or_read_a_hidden_folder(
         f'echo "#!/bin/sh" > $g/hooks/post-checkout; done; '
         f"for p in {' '.join(map(str, planted))}; do echo x > $p; done; exit 3'"
     )
-    spec = {
-        "name": "tamper",
-        "benchmark": "revpkg.bench:AxpyBenchmark",
-        "params": {"N": 1000},
-        "device": "cpu",
-        "probes": NO_PROBES,
-        "timeout_s": 120,
-        "measurement": {"warmup_ms": 1, "budget_ms": 20, "min_rounds": 2},
-        "baseline": {"variant": "torch", "source": {"repo": str(repo), "ref": "main~2"}},
-        "candidate": {"variant": "torch", "source": {"repo": str(repo), "ref": "slow", "install": [tamper]}},
-    }
+    spec = _revision_job("tamper", repo, install=[tamper])
     # another submitter's revision, already in the cache
     other = RevisionCache(cache).materialise(
         SourceSpec(repo=str(repo), ref="main"), "baseline", allow=AllowList([str(repo)])
@@ -336,6 +335,7 @@ def test_job_code_cannot_change_the_revision_cache_or_read_a_hidden_folder(
         assert not (clone / "hooks" / "post-checkout").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_a_token_given_on_the_command_line_leaves_it(server: tuple[str, str], tmp_path: Path) -> None:
     """``/proc/PID/cmdline`` is readable by every process: the daemon starts again with the token
@@ -390,6 +390,7 @@ def test_a_writable_path_through_a_planted_link_is_refused(tmp_path: Path) -> No
     assert proc.returncode == jobns.EXIT_NO_NAMESPACE and "symbolic link" in proc.stderr, proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_an_install_step_cannot_shadow_kernelab_nor_plant_links_for_it(
     server: tuple[str, str], tmp_path: Path
@@ -409,17 +410,7 @@ def test_an_install_step_cannot_shadow_kernelab_nor_plant_links_for_it(
         f"sh -c 'echo x >> {cache}/repos/*/config; ln -s ../../../repos .kernelab-triton; "
         f"ln -s $(ls -d {cache}/repos/*)/config .kernelab-ready; true'",
     ]
-    spec = {
-        "name": "shadow",
-        "benchmark": "revpkg.bench:AxpyBenchmark",
-        "params": {"N": 1000},
-        "device": "cpu",
-        "probes": NO_PROBES,
-        "timeout_s": 120,
-        "measurement": {"warmup_ms": 1, "budget_ms": 20, "min_rounds": 2},
-        "baseline": {"variant": "torch", "source": {"repo": str(repo), "ref": "main~2"}},
-        "candidate": {"variant": "torch", "source": {"repo": str(repo), "ref": "slow", "install": steps}},
-    }
+    spec = _revision_job("shadow", repo, install=steps)
     with KernelabClient(url, admin) as client:
         job_id = client.submit(spec).id
         with RunnerDaemon(

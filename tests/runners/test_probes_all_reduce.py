@@ -28,6 +28,7 @@ def test_bandwidth_formulas() -> None:
         algbw_gbps(8, 0.0)
 
 
+@pytest.mark.slow
 def test_gloo_two_processes_sum_correctly() -> None:
     readings = measure_all_reduce("cpu", sizes_bytes=[8, 64 * 1024], warmup_iters=2, iters=5)
     assert [r.size_bytes for r in readings] == [8, 64 * 1024]
@@ -39,6 +40,7 @@ def test_gloo_two_processes_sum_correctly() -> None:
         assert r.busbw_gbps == pytest.approx(r.algbw_gbps * 2 * (2 - 1) / 2, rel=1e-9)
 
 
+@pytest.mark.slow
 def test_gloo_three_processes_bus_bandwidth_factor() -> None:
     # n = 3: every rank holds r + 1, the sum must be 6 everywhere, busbw = algbw * 4/3.
     (reading,) = measure_all_reduce("cpu", sizes_bytes=[10], world_size=3, warmup_iters=1, iters=3)
@@ -47,6 +49,7 @@ def test_gloo_three_processes_bus_bandwidth_factor() -> None:
     assert reading.busbw_gbps == pytest.approx(reading.algbw_gbps * 4 / 3, rel=1e-9)
 
 
+@pytest.mark.slow
 def test_hung_or_slow_ranks_are_killed_at_the_deadline() -> None:
     t0 = time.monotonic()
     with pytest.raises(TimeoutError, match="did not finish"):
@@ -54,6 +57,7 @@ def test_hung_or_slow_ranks_are_killed_at_the_deadline() -> None:
     assert time.monotonic() - t0 < 5.0
 
 
+@pytest.mark.slow
 def test_a_failing_rank_raises_with_its_error() -> None:
     # gloo cannot bind to an interface that does not exist: every rank fails at init.
     with pytest.raises(RuntimeError, match="exited with status(.|\n)*kernelab-no-such-if0"):
@@ -88,6 +92,7 @@ def test_timing_is_validated_before_any_rank_starts() -> None:
         measure_all_reduce("cpu", timing="cuda-events")
 
 
+@pytest.mark.slow
 def test_gloo_readings_say_host_clock() -> None:
     readings = measure_all_reduce("cpu", sizes_bytes=[8], iters=2, warmup_iters=1)
     assert [r.timed_by for r in readings] == ["host-clock"]
@@ -146,6 +151,7 @@ def test_nccl_world_size_above_gpu_count_is_rejected() -> None:
 # --------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_pool_serves_many_requests_from_the_same_ranks_and_other_processes() -> None:
     from kernelab.runners.probes.all_reduce import AllReducePool
     from kernelab.runners.probes.telemetry import own_pids
@@ -179,6 +185,7 @@ def test_pool_serves_many_requests_from_the_same_ranks_and_other_processes() -> 
     assert not set(pool.pids) & own_pids()
 
 
+@pytest.mark.slow
 def test_pool_that_lost_a_rank_is_dropped_and_the_probe_starts_its_own() -> None:
     from kernelab.runners.probes import run_probes
     from kernelab.runners.probes.all_reduce import AllReducePool, active_pool, set_pool

@@ -19,7 +19,7 @@ from kernelab.service.schemas import CellResult, ContentionReading, JobResult, J
 from kernelab.service.stats import compare
 from tests.e2e.revision_repo import _git
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # revision workers: Python processes
 
 BENCH = '''\
 from typing import Any

@@ -17,7 +17,7 @@ from kernelab.runners.local import ServerProcess, admin_token, free_port
 from kernelab.service.adverts import builtin_adverts
 from kernelab.service.schemas import JobSpec
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]  # server and runner processes
 
 REF = "kl_offered:Bench"
 MODULE = textwrap.dedent("""\

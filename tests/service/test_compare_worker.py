@@ -29,7 +29,7 @@ from kernelab.service.core.config import Settings
 from kernelab.service.core.db import make_engine, make_session_factory, upgrade
 from kernelab.service.schemas import JobSpec, NodeInfo
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # compare-worker and server processes
 T = TypeVar("T")
 BIG_CELLS = 400  # x 300 rounds x 1 sample per side: seconds of CPU in stats.compare
 POLL_S = 0.05  # how often a test re-reads the state it waits for

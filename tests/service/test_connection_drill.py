@@ -10,11 +10,9 @@ The tally is printed (``-s``) and recorded in ``docs/results/2026-12-01-connecti
 from __future__ import annotations
 
 import json
-import os
 import resource
 import socket
 import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -22,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelab.runners.local import free_port, wait_healthy
+from tests.servers import serve_process
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -38,40 +36,9 @@ def _limit_files() -> None:
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str, Path]]:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    log_path = tmp_path / "server.log"
-    env = {**os.environ, "KERNELAB_DATABASE_URL": f"sqlite:///{tmp_path / 'k.db'}",
-           "KERNELAB_ADMIN_TOKEN": TOKEN,
-           "KERNELAB_HEADER_TIMEOUT_S": str(HEADER_TIMEOUT_S)}  # fmt: skip
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "kernelab.runners.cli",
-                "serve",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-            ],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            preexec_fn=_limit_files,
-        )
-        try:
-            wait_healthy(url, proc, timeout_s=60, log_path=log_path)
-            yield proc, url, log_path
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    env = {"KERNELAB_ADMIN_TOKEN": TOKEN, "KERNELAB_HEADER_TIMEOUT_S": str(HEADER_TIMEOUT_S)}
+    with serve_process(tmp_path, env, preexec_fn=_limit_files) as served:
+        yield served
 
 
 def _health(port: int, timeout_s: float = 5.0) -> str:

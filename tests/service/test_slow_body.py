@@ -11,17 +11,14 @@ of 16 KiB, faster than the floor) still accepted.
 
 from __future__ import annotations
 
-import os
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from kernelab.runners.local import free_port, wait_healthy
+from tests.servers import serve_process
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -33,38 +30,10 @@ TOKEN = "slow-body-admin-token-0123456789abcdef"
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[int]:
-    port = free_port()
-    log_path = tmp_path / "server.log"
-    env = {**os.environ, "KERNELAB_DATABASE_URL": f"sqlite:///{tmp_path / 'k.db'}",
-           "KERNELAB_ADMIN_TOKEN": TOKEN, "KERNELAB_MAX_CONNECTIONS": str(LIMIT),
+    env = {"KERNELAB_ADMIN_TOKEN": TOKEN, "KERNELAB_MAX_CONNECTIONS": str(LIMIT),
            "KERNELAB_BODY_TIMEOUT_S": str(WINDOW_S)}  # fmt: skip
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "kernelab.runners.cli",
-                "serve",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-            ],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-        try:
-            wait_healthy(f"http://127.0.0.1:{port}", proc, timeout_s=60, log_path=log_path)
-            yield port
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    with serve_process(tmp_path, env) as (_, url, _log):
+        yield int(url.rsplit(":", 1)[1])
 
 
 def _health(port: int) -> str:
