@@ -114,10 +114,10 @@ def configure_logging(log_format: str, level: str) -> None:
 
 
 class RequestLogMiddleware:
-    """Logs every HTTP request once it is answered: ``event=request``, ``method``, ``path``,
-    ``status``, ``duration_ms`` (logger ``kernelab.service.http``, level INFO; DEBUG for ``/healthz``,
-    ``/readyz`` and ``/metrics`` so probes do not flood the log). The query string and headers
-    are not logged (a ``/login?token=`` would leak)."""
+    """Logs every HTTP request once it is answered: ``event=request``, ``client`` (address:port),
+    ``method``, ``path``, ``status``, ``duration_ms`` (logger ``kernelab.service.http``, level
+    INFO; DEBUG for ``/healthz``, ``/readyz`` and ``/metrics`` so probes do not flood the log).
+    The query string and headers are not logged (a ``/login?token=`` would leak)."""
 
     _QUIET = frozenset({"/healthz", "/readyz", "/metrics"})
 
@@ -148,10 +148,13 @@ class RequestLogMiddleware:
 
     def _log(self, level: int, scope: Scope, path: str, status: int, started: float) -> None:
         method = scope.get("method", "")
+        client = scope.get("client")
+        address = f"{client[0]}:{client[1]}" if client else "-"
+        duration_ms = round((time.perf_counter() - started) * 1e3, 3)
         self.log.log(
-            level, "%s %s %d", method, path, status,
-            extra={"event": "request", "method": method, "path": path, "status": status,
-                   "duration_ms": round((time.perf_counter() - started) * 1e3, 3)},
+            level, "%s %s %s %d %.1f ms", address, method, path, status, duration_ms,
+            extra={"event": "request", "client": address, "method": method, "path": path, "status": status,
+                   "duration_ms": duration_ms},
         )  # fmt: skip
 
 

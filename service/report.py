@@ -83,6 +83,22 @@ def format_delta(c: CellComparison) -> str:
     return f"{(c.ratio - 1) * 100:+.2f}% [{(c.ci_low - 1) * 100:+.2f}, {(c.ci_high - 1) * 100:+.2f}]"
 
 
+def format_speedup(ratio: float | None) -> str:
+    """The ratio candidate/baseline in words: ``0.8`` -> ``"1.25x faster"``, ``4618.4`` ->
+    ``"4,618x slower"``, ``1.0`` -> ``"1.00x (same)"``; ``"n/a"`` for None, zero or non-finite.
+
+    Three significant digits below 100x, whole numbers with thousands separators above: a
+    ``+461743%`` reads as ``"4,618x slower"``. (The sign is U+00D7, the multiplication sign.)
+    """
+    if ratio is None or not math.isfinite(ratio) or ratio <= 0:
+        return _MISSING
+    factor = 1.0 / ratio if ratio < 1.0 else ratio
+    text = f"{factor:,.0f}" if factor >= 100 else f"{factor:.3g}" if factor >= 10 else f"{factor:.2f}"
+    if text in ("1.00",):
+        return "1.00\u00d7 (same)"
+    return f"{text}\u00d7 {'faster' if ratio < 1.0 else 'slower'}"
+
+
 def format_p(c: CellComparison) -> str:
     """``"0.0012 [0.0036]"``: Mann-Whitney p, raw, then Benjamini-Hochberg adjusted over the sweep
     (2 significant digits); ``"n/a"`` without a raw p, ``[n/a]`` without an adjusted one."""
@@ -328,7 +344,7 @@ def _marked(text: str) -> str:
 
 
 def _rows(c: Comparison) -> list[list[str]]:
-    """Table rows: label, medians, Δ%, p, verdict, flags; the timing of a ``void_timing`` cell in
+    """Table rows: label, medians, Δ%, speedup, p, verdict, flags; the timing of a ``void_timing`` cell in
     parentheses."""
     rows = []
     for cell in c.cells:
@@ -336,6 +352,7 @@ def _rows(c: Comparison) -> list[list[str]]:
             format_duration_ns(cell.baseline.median_ns),
             format_duration_ns(cell.candidate.median_ns),
             format_delta(cell),
+            format_speedup(cell.ratio),
             format_p(cell),
         ]
         if void_timing(cell):
@@ -357,7 +374,8 @@ def _title(c: Comparison) -> str:
 def format_table(c: Comparison, paint: Paint | None = None) -> str:
     """Plain-text report for a terminal: title, aligned table, probe lines, summary, reasons, notes.
 
-    Columns: cell | baseline median | candidate median | Δ% [95% CI] | p [BH] (Mann-Whitney, raw
+    Columns: cell | baseline median | candidate median | Δ% [95% CI] | speedup (``format_speedup``:
+    ``"1.25× faster"``) | p [BH] (Mann-Whitney, raw
     and Benjamini-Hochberg adjusted) | verdict | flags (``throttled`` with the samples dropped per
     side); times in ns/µs/ms/s, in parentheses for a cell whose verdict is a problem
     (``void_timing``). Under the table: job-level reasons (``job failed: ...``), then ``why:``, one
@@ -370,6 +388,7 @@ def format_table(c: Comparison, paint: Paint | None = None) -> str:
         f"baseline ({c.baseline_label})",
         f"candidate ({c.candidate_label})",
         "Δ% [95% CI]",
+        "speedup",
         "p [BH]",
         "verdict",
         "flags",
@@ -489,6 +508,7 @@ def to_markdown(c: Comparison) -> str:
         f"baseline ({_md(c.baseline_label)})",
         f"candidate ({_md(c.candidate_label)})",
         "Δ% [95% CI]",
+        "speedup",
         "p [BH]",
         "verdict",
         "flags",
@@ -503,10 +523,11 @@ def to_markdown(c: Comparison) -> str:
     ]
     for r in c.reasons:
         lines += [f"**Job {deciding_class(r) or 'note'}:** {_md(r.message)}", ""]
-    lines += ["| " + " | ".join(header) + " |", "| --- | ---: | ---: | ---: | ---: | --- | --- |"]
+    lines += ["| " + " | ".join(header) + " |", "| --- | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
+    verdict_col = header.index("verdict")
     for row, cell in zip(_rows(c), c.cells, strict=True):
         row[0] = _md(row[0])
-        row[5] = md_verdict(cell.verdict)
+        row[verdict_col] = md_verdict(cell.verdict)
         lines.append("| " + " | ".join(row) + " |")
     groups = why_groups(c)
     if groups:
