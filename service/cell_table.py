@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kernelab.service.report import deciding_reason, format_speedup
+from kernelab.service.report import cell_speedup, deciding_reason
 from kernelab.service.samples import Side
 from kernelab.service.schemas import CellComparison, Comparison, ParamValue
 from kernelab.service.verdicts import probe_peaks
@@ -126,8 +126,9 @@ EXPORT_COLUMNS: tuple[str, ...] = (
 """Columns of the per-cell export after the ``param.NAME`` columns (one per parameter of any cell):
 ``ratio`` = candidate median / baseline median (< 1: faster), ``ci_low``/``ci_high`` its 95 %
 bootstrap CI, ``delta_*`` the same as percentages, ``speedup`` the ratio in words
-(``"1.23x faster"``), ``*_gbps``/``*_tflops`` the achieved rates and ``*_pct_*_peak`` their share of
-the node's probed peaks (``SideRates``)."""
+(``"1.23× faster"``; the bare ratio ``"0.9×"`` for a cell whose timing is void: failed,
+incorrect, nondeterministic, implausible), ``*_gbps``/``*_tflops`` the achieved rates and
+``*_pct_*_peak`` their share of the node's probed peaks (``SideRates``)."""
 
 
 def _pct(x: float | None) -> float | None:
@@ -150,7 +151,7 @@ def export_rows(comparison: Comparison) -> list[dict[str, Any]]:
             "ratio": cell.ratio, "ci_low": cell.ci_low, "ci_high": cell.ci_high,
             "delta_pct": cell.delta_pct, "delta_ci_low_pct": _pct(cell.ci_low),
             "delta_ci_high_pct": _pct(cell.ci_high),
-            "speedup": format_speedup(cell.ratio) if cell.ratio is not None else None,
+            "speedup": cell_speedup(cell) if cell.ratio is not None else None,
             "p_value": cell.p_value, "p_adjusted": cell.p_adjusted, "mde_pct": cell.mde_pct,
         }  # fmt: skip
         for side in SIDES:

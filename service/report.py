@@ -85,7 +85,7 @@ def format_delta(c: CellComparison) -> str:
 
 def format_speedup(ratio: float | None) -> str:
     """The ratio candidate/baseline in words: ``0.8`` -> ``"1.25x faster"``, ``4618.4`` ->
-    ``"4,618x slower"``, ``1.0`` -> ``"1.00x (same)"``; ``"n/a"`` for None, zero or non-finite.
+    ``"4,618x slower"``, ``1.003`` -> ``"1.00x"``; ``"n/a"`` for None, zero or non-finite.
 
     Three significant digits below 100x, whole numbers with thousands separators above: a
     ``+461743%`` reads as ``"4,618x slower"``. (The sign is U+00D7, the multiplication sign.)
@@ -94,9 +94,23 @@ def format_speedup(ratio: float | None) -> str:
         return _MISSING
     factor = 1.0 / ratio if ratio < 1.0 else ratio
     text = f"{factor:,.0f}" if factor >= 100 else f"{factor:.3g}" if factor >= 10 else f"{factor:.2f}"
-    if text in ("1.00",):
-        return "1.00\u00d7 (same)"
+    if text == "1.00":  # within 0.5 %: no direction to tell
+        return "1.00\u00d7"
     return f"{text}\u00d7 {'faster' if ratio < 1.0 else 'slower'}"
+
+
+def format_ratio(ratio: float | None) -> str:
+    """The bare ratio candidate/baseline, no direction word: ``0.901`` -> ``"0.901\u00d7"``
+    (3 significant digits; thousands separators from 1,000); ``"n/a"`` for None or non-finite. For
+    a cell whose timing is no result (``void_timing``), where "faster" would be a claim."""
+    if ratio is None or not math.isfinite(ratio):
+        return _MISSING
+    return (f"{ratio:,.0f}" if ratio >= 1000 else f"{ratio:.3g}") + "\u00d7"
+
+
+def cell_speedup(cell: CellComparison) -> str:
+    """``format_speedup`` of the cell's ratio, or ``format_ratio`` when its timing is void."""
+    return format_ratio(cell.ratio) if void_timing(cell) else format_speedup(cell.ratio)
 
 
 def format_p(c: CellComparison) -> str:
@@ -352,7 +366,7 @@ def _rows(c: Comparison) -> list[list[str]]:
             format_duration_ns(cell.baseline.median_ns),
             format_duration_ns(cell.candidate.median_ns),
             format_delta(cell),
-            format_speedup(cell.ratio),
+            cell_speedup(cell),
             format_p(cell),
         ]
         if void_timing(cell):

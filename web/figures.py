@@ -114,16 +114,31 @@ def _median_span(groups: Iterable[_Group]) -> float:
 def _spread(groups: Sequence[_Group]) -> float:
     """How far what is drawn spreads, as a factor: the larger of the medians' span
     (``_median_span``) and max(95th percentile) / min(5th percentile) over the groups' positive
-    values (one group with a 100x tail counts as much as two groups 100x apart); 1.0 without data."""
-    lows, highs = [], []
+    values (one group with a 100x tail counts as much as two groups 100x apart); 1.0 without data.
+    One ``np.percentile`` call per group of two or more values (a one-value group is its value)."""
+    lows, mids, highs = [], [], []
     for g in groups:
+        if len(g) == 1:
+            v = float(g[0])
+            if v > 0:
+                lows.append(v)
+                mids.append(v)
+                highs.append(v)
+            continue
         a = np.asarray(g, dtype=np.float64)
+        if not a.size:
+            continue
+        mid = float(np.percentile(a, 50))
+        if mid > 0:
+            mids.append(mid)
         a = a[a > 0]
         if a.size:
-            lows.append(float(np.percentile(a, 5)))
-            highs.append(float(np.percentile(a, 95)))
-    tails = max(highs) / min(lows) if lows and min(lows) > 0 else 1.0
-    return max(_median_span(groups), tails)
+            lo, hi = np.percentile(a, [5, 95])
+            lows.append(float(lo))
+            highs.append(float(hi))
+    medians = max(mids) / min(mids) if len(mids) >= 2 else 1.0
+    tails = max(highs) / min(lows) if lows else 1.0
+    return max(medians, tails)
 
 
 def _decade_ticks(spread: float) -> int | str:

@@ -31,7 +31,7 @@ from sqlalchemy import func, select
 from kernelab.service import crud, health, history, models, node_health
 from kernelab.service.api.deps import DEFAULT_LIMIT, Limit, Offset, SessionDep, SettingsDep, dashboard_access
 from kernelab.service.api.routes.nodes import NodeName
-from kernelab.service.report import EXPLAINED_VERDICTS, format_speedup, void_timing, why
+from kernelab.service.report import EXPLAINED_VERDICTS, cell_speedup, void_timing, why
 from kernelab.service.schemas import JobResult, NodeInfo, ProbeReport, Text, as_utc
 from kernelab.service.units import format_bytes
 from kernelab.service.verdicts import FLAG_NOTES, VERDICT_ORDER
@@ -44,6 +44,7 @@ PLOTLY_JS_URL = "/assets/plotly.min.js"
 PLOTLY_JS_PATH = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 NODE_READINGS = 100  # probe reports shown on a node page, newest first
 RAW_FIGURE_SAMPLES = 20_000  # above this many samples a job page draws per-cell summaries, not samples
+RAW_FIGURE_CELLS = 100  # above this many cells too: 2,000 boxes are neither readable nor light to draw
 PENDING_REFRESH_S = 3  # the "comparison being computed" page reloads itself this often
 TIMELINE_LINKS = 50  # up to this many cells the timeline lists a link per cell; above, previous/next
 VERDICTS = VERDICT_ORDER
@@ -95,7 +96,7 @@ def _environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters.update(duration=_duration, pct=_pct, sci=_sci, num=_num, dt=_dt, bytes=format_bytes, why=why,
-                       speedup=format_speedup, rate=_rate)  # fmt: skip
+                       speedup=cell_speedup, rate=_rate)  # fmt: skip
     env.tests.update(void_timing=void_timing, explained=lambda cell: cell.verdict in EXPLAINED_VERDICTS)
     env.globals.update(
         static_url=STATIC_URL,
@@ -270,7 +271,6 @@ def job_page(
     entry = job_view.JobPageCache.of(request.app).entry(row)
     if entry.n_samples is None:
         entry.n_samples = crud.count_samples(session=session, job_id=job_id)
-    raw = entry.n_samples <= RAW_FIGURE_SAMPLES
     base = entry.base
     if base is None:
         stored = crud.stored_comparison(session=session, job_id=job_id)
@@ -288,6 +288,7 @@ def job_page(
 
     view = job_view.job_view(session=session, job_id=job_id, entry=entry, settings=settings, base=base)
     comparison = view.comparison
+    raw = entry.n_samples <= RAW_FIGURE_SAMPLES and len(comparison.cells) <= RAW_FIGURE_CELLS
     if entry.samples_json is None and view.drawable:  # no samples: no empty chart
         if raw:
             result = load()

@@ -29,7 +29,7 @@ from kernelab.service.cell_table import (
     short_label,
     side_rates,
 )
-from kernelab.service.report import format_speedup, void_timing
+from kernelab.service.report import cell_speedup, format_speedup, void_timing
 from kernelab.service.schemas import CellComparison, Comparison, ParamValue, Side
 from kernelab.service.verdicts import VERDICT_ORDER
 from kernelab.web.figures import _LAYOUT, VARIANT_COLOURS, _template
@@ -90,7 +90,7 @@ def _hover(cell: CellComparison, label: str) -> str:
         ci = ""
         if cell.ci_low is not None and cell.ci_high is not None:
             ci = f" [{(cell.ci_low - 1) * 100:+.1f}, {(cell.ci_high - 1) * 100:+.1f}]"
-        delta = f"Δ {cell.delta_pct:+.1f} %{ci} · {format_speedup(cell.ratio)}"
+        delta = f"Δ {cell.delta_pct:+.1f} %{ci} · {cell_speedup(cell)}"
     return f"{label}<br>{delta}<br>{cell.verdict}"
 
 
@@ -251,36 +251,37 @@ def roofline_figure_dict(comparison: Comparison, peaks: Mapping[str, float]) -> 
     a trace of their own); the roofs from ``peaks`` (``copy_gbps``: the slanted memory roof
     ``copy_gbps × intensity / 1e3`` TFLOP/s; ``matmul_tflops``: the flat compute roof) as lines,
     each drawn only when probed. None when no cell has both rates (no plot: nothing to place)."""
-    points: dict[str, tuple[list[float], list[float], list[str]]] = {}
+    points: dict[str, tuple[list[float], list[float], list[str], list[list[float | None]]]] = {}
     for cell in comparison.cells:
         for side in SIDES:
             r = side_rates(cell, side, peaks)
             if r.intensity is None or r.tflops is None or r.intensity <= 0 or r.tflops <= 0:
                 continue
             name = f"{side}, timing void" if void_timing(cell) else side
-            xs, ys, text = points.setdefault(name, ([], [], []))
+            xs, ys, text, data = points.setdefault(name, ([], [], [], []))
             xs.append(r.intensity)
             ys.append(r.tflops)
-            pct = [f"{r.pct_copy:.1f} % of copy peak" if r.pct_copy is not None else "",
-                   f"{r.pct_matmul:.2f} % of matmul peak" if r.pct_matmul is not None else ""]  # fmt: skip
-            text.append(f"{cell.index}: {cell.label} ({side})<br>{r.gbps:.4g} GB/s · {r.tflops:.4g} TFLOP/s"
-                        f"<br>{' · '.join(p for p in pct if p)}<br>{cell.verdict}")  # fmt: skip
+            text.append(f"{cell.index}: {cell.label}")
+            data.append([r.gbps, r.pct_copy, r.pct_matmul])
     if not points:
         return None
     labels = {"baseline": comparison.baseline_label, "candidate": comparison.candidate_label}
     traces: list[dict[str, Any]] = []
-    for name, (xs, ys, text) in points.items():
+    for name, (xs, ys, text, data) in points.items():
         who: Side = "candidate" if name.startswith("candidate") else "baseline"
         void = name.endswith("void")
         traces.append({
             "type": "scatter", "mode": "markers", "name": f"{name}: {labels[who]}", "x": xs, "y": ys,
-            "text": text, "hovertemplate": "%{text}<extra></extra>",
+            "text": text, "customdata": data,
+            "hovertemplate": ("%{text}<br>%{customdata[0]:.4g} GB/s (%{customdata[1]:.3g} % of copy peak)"
+                              "<br>%{y:.4g} TFLOP/s (%{customdata[2]:.3g} % of matmul peak)"
+                              f"<extra>{name}</extra>"),
             "marker": {"color": VARIANT_COLOURS[who], "size": 9 if void else 7,
                        "symbol": "x-thin-open" if void else "circle", "opacity": 0.85,
                        "line": {"width": 2 if void else 0, "color": VARIANT_COLOURS[who]}},
         })  # fmt: skip
-    every_x = [x for xs, _, _ in points.values() for x in xs]
-    every_y = [y for _, ys, _ in points.values() for y in ys]
+    every_x = [x for xs, _, _, _ in points.values() for x in xs]
+    every_y = [y for _, ys, _, _ in points.values() for y in ys]
     copy, matmul = peaks.get("copy_gbps"), peaks.get("matmul_tflops")
     lo_x, hi_x = min(every_x) / 4, max(every_x) * 4
     if copy and matmul:
