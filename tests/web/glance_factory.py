@@ -94,8 +94,8 @@ def probe(phase: str, taken_at: datetime) -> ProbeReport:
 
 
 def _ok() -> CorrectnessResult:
-    return CorrectnessResult(passed=True, rel_error=1e-7, max_abs_error=1e-8, cosine_similarity=1.0, rtol=1e-5,
-                             atol=1e-6)  # fmt: skip
+    return CorrectnessResult(passed=True, rel_error=1e-7, max_abs_error=1e-8, cosine_similarity=1.0,
+                             rtol=1e-5, atol=1e-6)  # fmt: skip
 
 
 def sweep_result(job_id: int, spec: JobSpec, *, work: bool = True) -> JobResult:
