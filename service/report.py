@@ -93,7 +93,7 @@ def format_speedup(ratio: float | None) -> str:
     if ratio is None or not math.isfinite(ratio) or ratio <= 0:
         return _MISSING
     factor = 1.0 / ratio if ratio < 1.0 else ratio
-    text = f"{factor:,.0f}" if factor >= 100 else f"{factor:.3g}" if factor >= 10 else f"{factor:.2f}"
+    text = f"{factor:,.0f}" if factor >= 100 else f"{factor:.1f}" if factor >= 10 else f"{factor:.2f}"
     if text == "1.00":  # within 0.5 %: no direction to tell
         return "1.00\u00d7"
     return f"{text}\u00d7 {'faster' if ratio < 1.0 else 'slower'}"
