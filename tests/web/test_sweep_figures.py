@@ -54,9 +54,9 @@ def _probe(copy_gbps: float | None, matmul_tflops: float | None) -> ProbeReport:
 
 
 def _comparison(cells: list[CellComparison], probes: list[ProbeReport] | None = None) -> Comparison:
-    return Comparison(benchmark="softmax", baseline_label="torch", candidate_label="triton", threshold_pct=2.0,
-                      timer="cuda-event", node=NodeInfo(hostname="n", device_type="cuda"), cells=cells,
-                      probes=probes or [])  # fmt: skip
+    return Comparison(benchmark="softmax", baseline_label="torch", candidate_label="triton",
+                      threshold_pct=2.0, timer="cuda-event", node=NodeInfo(hostname="n", device_type="cuda"),
+                      cells=cells, probes=probes or [])  # fmt: skip
 
 
 def _grid() -> Comparison:
@@ -124,8 +124,8 @@ def test_export_csv_and_json_carry_every_cell() -> None:
     assert float(rows[1]["delta_ci_low_pct"]) == pytest.approx((0.8 * 0.98 - 1) * 100)
     doc = json.loads(cell_table.export_json(c))
     assert doc["fixed"] == {"dtype": "float32"} and doc["axes"] == ["M", "N"]
-    assert doc["cells"][3]["speedup"] == "0.5×" and doc["cells"][3]["candidate_pct_copy_peak"] == pytest.approx(
-        100 * 1000 / 4200)  # fmt: skip
+    assert doc["cells"][3]["speedup"] == "0.5×"
+    assert doc["cells"][3]["candidate_pct_copy_peak"] == pytest.approx(100 * 1000 / 4200)
 
 
 def test_forest_rows_per_cell_band_and_void_crosses() -> None:
@@ -190,7 +190,8 @@ def test_samples_axis_goes_log_on_a_wide_spread_with_decade_labels() -> None:
 def test_one_point_history_gets_a_sane_axis() -> None:
     line = {"code": "torch", "cell": "M=1", "gpu_model": "cpu", "timer": "perf_counter", "state": "warm"}
     point = HistoryPoint.model_validate({**line, "measured_at": T0, "median_ns": 1234.0, "side": "baseline",
-                                         "job_id": 1, "node": "n", "cell_index": 0, "n": 10, "verdict": "same"})  # fmt: skip
+                                         "job_id": 1, "node": "n", "cell_index": 0, "n": 10,
+                                         "verdict": "same"})  # fmt: skip
     fig = figures.history_figure([Series.model_validate({**line, "points": [point]})])
     lo, hi = (datetime.fromisoformat(str(x)) for x in fig.layout.xaxis.range)
     assert hi - lo == figures.ONE_POINT_SPAN
