@@ -228,10 +228,14 @@ def heatmap_figure_dict(
         trace.update(colorscale=scale, zmin=-0.5, zmax=n - 0.5, colorbar=bar)
     else:
         finite = [abs(v) for r in z for v in r if v is not None]
-        span = max(max(finite, default=0.0), math.log10(1 + comparison.threshold_pct / 100.0) * 2)
+        # the colour span: the 95th percentile of |log10 ratio| (one 4,618x cell would grey out all
+        # others), at least twice the threshold; tiles beyond it take the end colours
+        typical = sorted(finite)[int(0.95 * (len(finite) - 1))] if finite else 0.0
+        span = max(typical, math.log10(1 + comparison.threshold_pct / 100.0) * 2)
         ticks = [t for t in (1e-3, 0.01, 0.1, 0.5, 0.8, 0.95, 1.0, 1.05, 1.25, 2.0, 10.0, 100.0, 1e3)
                  if abs(math.log10(t)) <= span]  # fmt: skip
-        trace.update(colorscale="RdBu", reversescale=True, zmid=0.0, zmin=-span, zmax=span, colorbar={
+        # plotly's "RdBu" runs from blue (low: faster) to red (high: slower)
+        trace.update(colorscale="RdBu", zmid=0.0, zmin=-span, zmax=span, colorbar={
             "tickvals": [math.log10(t) for t in ticks], "ticktext": [_ratio_tick(t) for t in ticks],
             "title": {"text": "Δ %"}})  # fmt: skip
     what = "verdict" if value == "verdict" else "Δ % of the median (blue: faster, red: slower)"
