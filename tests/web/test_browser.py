@@ -30,7 +30,7 @@ from browser_signin import sign_in  # noqa: E402
 from playwright.sync_api import Browser, Page, sync_playwright  # noqa: E402
 
 from kernelab.service.core.db import upgrade
-from kernelab.service.report import format_speedup
+from kernelab.service.report import cell_speedup
 from kernelab.service.schemas import Comparison, JobResult, JobSpec
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -279,7 +279,7 @@ def test_job_page_shows_table_figures_and_probes(site: Site, page: Page) -> None
     for i, cell in enumerate(site.comparison.cells):
         cells = rows.nth(i).locator("td")
         assert cells.nth(0).inner_text() == f"M={cell.params['M']}"  # N=64 is in every cell: said once
-        assert cells.nth(5).inner_text() == format_speedup(cell.ratio)
+        assert cells.nth(5).inner_text() == (cell_speedup(cell) if cell.ratio is not None else "—")
         assert cells.nth(6).inner_text() == (
             f"{cell.p_value:.2g} [{cell.p_adjusted:.2g}]" if cell.p_value is not None else "n/a"
         )  # raw and Benjamini-Hochberg adjusted
