@@ -154,6 +154,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health.router)
     app.include_router(login.router)
     app.include_router(kernelab.web.routes.router)
+    kernelab.web.routes.install(app)
     app.mount("/static", StaticFiles(directory=str(files("kernelab.web") / "static")), name="static")
     app.add_middleware(AuthBeforeBodyMiddleware, fastapi_app=app)  # inside the 413 check: no body read yet
     app.add_middleware(MaxBodySizeMiddleware, max_bytes=settings.max_request_bytes)

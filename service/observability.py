@@ -4,8 +4,10 @@ Logs: ``KERNELAB_LOG_FORMAT=json`` makes every record of the ``service`` and ``u
 one JSON object per line: ``ts`` (UTC ISO 8601), ``level``, ``logger``, ``message`` and any
 ``extra={...}`` fields (``event``, ``job_id``, ``method``, ``path``, ``status``, ``duration_ms``).
 Tokens never reach a log record (only token row ids and names do): our request log leaves out
-query strings and headers, and uvicorn's access log line loses its query string
-(``RedactQueryFilter``: ``GET /login?token=...`` is logged as ``GET /login?<redacted>``).
+query strings and headers. Each request is logged once, by ``RequestLogMiddleware`` (client,
+method, path, status, duration): uvicorn's access log is silenced, as it would say the same again
+(should a deployment turn it back on, its line loses its query string, ``RedactQueryFilter``:
+``GET /login?token=...`` is logged as ``GET /login?<redacted>``).
 
 Metrics (``GET /metrics``, Prometheus text format 0.0.4, rendered by ``prometheus_client``) are
 read from the database at scrape time, so every uvicorn worker behind one PostgreSQL answers the
@@ -86,8 +88,11 @@ class JsonFormatter(logging.Formatter):
 def configure_logging(log_format: str, level: str) -> None:
     """Give the ``kernelab`` logger (above every kernelab module's) and the ``uvicorn`` loggers
     one stderr handler with the chosen format
-    (``"json"`` or ``"text"``) at ``level``, and uvicorn's access log the ``RedactQueryFilter``;
-    idempotent (an app built twice adds no handler and no second filter)."""
+    (``"json"`` or ``"text"``) at ``level``; silence uvicorn's access log (no handler, no
+    propagation: uvicorn's HTTP protocol logs access lines only while ``uvicorn.access`` has a
+    handler, and ``RequestLogMiddleware`` logs every request already) and give it the
+    ``RedactQueryFilter`` should it be turned on again; idempotent (an app built twice adds no
+    handler and no second filter)."""
     formatter: logging.Formatter = (
         JsonFormatter()
         if log_format == "json"
@@ -96,7 +101,10 @@ def configure_logging(log_format: str, level: str) -> None:
     access = logging.getLogger("uvicorn.access")
     if _REDACT not in access.filters:
         access.addFilter(_REDACT)
-    for name in (_OURS, "uvicorn", "uvicorn.error", "uvicorn.access"):
+    for handler in list(access.handlers):
+        access.removeHandler(handler)
+    access.propagate = False
+    for name in (_OURS, "uvicorn", "uvicorn.error"):
         logger = logging.getLogger(name)
         logger.setLevel(level)
         if log_format != "json" and name != _OURS:
@@ -114,10 +122,10 @@ def configure_logging(log_format: str, level: str) -> None:
 
 
 class RequestLogMiddleware:
-    """Logs every HTTP request once it is answered: ``event=request``, ``method``, ``path``,
-    ``status``, ``duration_ms`` (logger ``kernelab.service.http``, level INFO; DEBUG for ``/healthz``,
-    ``/readyz`` and ``/metrics`` so probes do not flood the log). The query string and headers
-    are not logged (a ``/login?token=`` would leak)."""
+    """Logs every HTTP request once it is answered: ``event=request``, ``client`` (address:port),
+    ``method``, ``path``, ``status``, ``duration_ms`` (logger ``kernelab.service.http``, level
+    INFO; DEBUG for ``/healthz``, ``/readyz`` and ``/metrics`` so probes do not flood the log).
+    The query string and headers are not logged (a ``/login?token=`` would leak)."""
 
     _QUIET = frozenset({"/healthz", "/readyz", "/metrics"})
 
@@ -148,10 +156,13 @@ class RequestLogMiddleware:
 
     def _log(self, level: int, scope: Scope, path: str, status: int, started: float) -> None:
         method = scope.get("method", "")
+        client = scope.get("client")
+        address = f"{client[0]}:{client[1]}" if client else "-"
+        duration_ms = round((time.perf_counter() - started) * 1e3, 3)
         self.log.log(
-            level, "%s %s %d", method, path, status,
-            extra={"event": "request", "method": method, "path": path, "status": status,
-                   "duration_ms": round((time.perf_counter() - started) * 1e3, 3)},
+            level, "%s %s %s %d %.1f ms", address, method, path, status, duration_ms,
+            extra={"event": "request", "client": address, "method": method, "path": path, "status": status,
+                   "duration_ms": duration_ms},
         )  # fmt: skip
 
 

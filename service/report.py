@@ -83,6 +83,36 @@ def format_delta(c: CellComparison) -> str:
     return f"{(c.ratio - 1) * 100:+.2f}% [{(c.ci_low - 1) * 100:+.2f}, {(c.ci_high - 1) * 100:+.2f}]"
 
 
+def format_speedup(ratio: float | None) -> str:
+    """The ratio candidate/baseline in words: ``0.8`` -> ``"1.25x faster"``, ``4618.4`` ->
+    ``"4,618x slower"``, ``1.003`` -> ``"1.00x"``; ``"n/a"`` for None, zero or non-finite.
+
+    Three significant digits below 100x, whole numbers with thousands separators above: a
+    ``+461743%`` reads as ``"4,618x slower"``. (The sign is U+00D7, the multiplication sign.)
+    """
+    if ratio is None or not math.isfinite(ratio) or ratio <= 0:
+        return _MISSING
+    factor = 1.0 / ratio if ratio < 1.0 else ratio
+    text = f"{factor:,.0f}" if factor >= 100 else f"{factor:.1f}" if factor >= 10 else f"{factor:.2f}"
+    if text == "1.00":  # within 0.5 %: no direction to tell
+        return "1.00\u00d7"
+    return f"{text}\u00d7 {'faster' if ratio < 1.0 else 'slower'}"
+
+
+def format_ratio(ratio: float | None) -> str:
+    """The bare ratio candidate/baseline, no direction word: ``0.901`` -> ``"0.901\u00d7"``
+    (3 significant digits; thousands separators from 1,000); ``"n/a"`` for None or non-finite. For
+    a cell whose timing is no result (``void_timing``), where "faster" would be a claim."""
+    if ratio is None or not math.isfinite(ratio):
+        return _MISSING
+    return (f"{ratio:,.0f}" if ratio >= 1000 else f"{ratio:.3g}") + "\u00d7"
+
+
+def cell_speedup(cell: CellComparison) -> str:
+    """``format_speedup`` of the cell's ratio, or ``format_ratio`` when its timing is void."""
+    return format_ratio(cell.ratio) if void_timing(cell) else format_speedup(cell.ratio)
+
+
 def format_p(c: CellComparison) -> str:
     """``"0.0012 [0.0036]"``: Mann-Whitney p, raw, then Benjamini-Hochberg adjusted over the sweep
     (2 significant digits); ``"n/a"`` without a raw p, ``[n/a]`` without an adjusted one."""
@@ -328,7 +358,7 @@ def _marked(text: str) -> str:
 
 
 def _rows(c: Comparison) -> list[list[str]]:
-    """Table rows: label, medians, Δ%, p, verdict, flags; the timing of a ``void_timing`` cell in
+    """Table rows: label, medians, Δ%, speedup, p, verdict, flags; the timing of a ``void_timing`` cell in
     parentheses."""
     rows = []
     for cell in c.cells:
@@ -336,6 +366,7 @@ def _rows(c: Comparison) -> list[list[str]]:
             format_duration_ns(cell.baseline.median_ns),
             format_duration_ns(cell.candidate.median_ns),
             format_delta(cell),
+            cell_speedup(cell),
             format_p(cell),
         ]
         if void_timing(cell):
@@ -389,7 +420,8 @@ def _title(c: Comparison) -> str:
 def format_table(c: Comparison, paint: Paint | None = None) -> str:
     """Plain-text report for a terminal: title, aligned table, probe lines, summary, reasons, notes.
 
-    Columns: cell | baseline median | candidate median | Δ% [95% CI] | p [BH] (Mann-Whitney, raw
+    Columns: cell | baseline median | candidate median | Δ% [95% CI] | speedup (``format_speedup``:
+    ``"1.25× faster"``) | p [BH] (Mann-Whitney, raw
     and Benjamini-Hochberg adjusted) | verdict | flags (``throttled`` with the samples dropped per
     side); times in ns/µs/ms/s, in parentheses for a cell whose verdict is a problem
     (``void_timing``). Under the table: job-level reasons (``job failed: ...``), then ``why:``, one
@@ -402,6 +434,7 @@ def format_table(c: Comparison, paint: Paint | None = None) -> str:
         f"baseline ({c.baseline_label})",
         f"candidate ({c.candidate_label})",
         "Δ% [95% CI]",
+        "speedup",
         "p [BH]",
         "verdict",
         "flags",
@@ -522,6 +555,7 @@ def to_markdown(c: Comparison) -> str:
         f"baseline ({_md(c.baseline_label)})",
         f"candidate ({_md(c.candidate_label)})",
         "Δ% [95% CI]",
+        "speedup",
         "p [BH]",
         "verdict",
         "flags",
@@ -536,10 +570,11 @@ def to_markdown(c: Comparison) -> str:
     ]
     for r in c.reasons:
         lines += [f"**Job {deciding_class(r) or 'note'}:** {_md(r.message)}", ""]
-    lines += ["| " + " | ".join(header) + " |", "| --- | ---: | ---: | ---: | ---: | --- | --- |"]
+    lines += ["| " + " | ".join(header) + " |", "| --- | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
+    verdict_col = header.index("verdict")
     for row, cell in zip(_rows(c), c.cells, strict=True):
         row[0] = _md(row[0])
-        row[5] = md_verdict(cell.verdict)
+        row[verdict_col] = md_verdict(cell.verdict)
         lines.append("| " + " | ".join(row) + " |")
     groups = why_groups(c)
     if groups:

@@ -126,7 +126,11 @@ def run(*, workers: int, max_connections: int = 1000, header_timeout_s: float = 
     (asyncio binds that socket itself, with ``IPPROTO_TCP``); several: uvicorn's
     ``Multiprocess`` supervisor on a ``NoDelayConfig`` socket. Returns when the server stops
     (Ctrl-C / SIGTERM); exits with status 3 when the app did not start (as ``uvicorn.run``).
+    uvicorn's access log is off unless ``access_log=True`` is passed: the app logs every request.
     """
+    # One log line per request: the app's request log (``kernelab.service.observability``: method,
+    # path without query, status, duration) says what uvicorn's access line says, and more.
+    options.setdefault("access_log", False)
     budget = connection_budget(max_connections)
     guard: dict[str, Any] = {"max_connections": budget.max_connections, "header_timeout_s": header_timeout_s,
                              "body_timeout_s": body_timeout_s, "body_min_bytes": body_min_bytes,

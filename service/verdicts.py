@@ -679,19 +679,26 @@ def noisy(stats: Iterable[SideStats]) -> bool:
 def node_peaks(result: JobResult, peaks: Mapping[str, float] | None = None) -> dict[str, float]:
     """Physical peaks for the plausibility guard: ``copy_gbps`` and ``matmul_tflops``.
 
-    ``copy_gbps`` defaults to the highest device-local copy reading of the result's probes
-    (read + written, GB/s), ``matmul_tflops`` to the highest bf16 matmul reading of the probes
-    (``kernelab.runners.probes.peak``, TFLOP/s); values in ``peaks`` override them. Missing keys mean "no
-    bound".
+    ``probe_peaks`` of the result's probes; values in ``peaks`` override them. Missing keys mean
+    "no bound".
     """
+    out = probe_peaks(result.probes)
+    out.update({k: float(v) for k, v in (peaks or {}).items() if k in ("copy_gbps", "matmul_tflops")})
+    return out
+
+
+def probe_peaks(probes: Iterable[ProbeReport]) -> dict[str, float]:
+    """The node's probed peaks: ``copy_gbps``, the highest device-local copy reading of ``probes``
+    (read + written, GB/s), and ``matmul_tflops``, the highest matmul reading
+    (``kernelab.runners.probes.peak``, TFLOP/s); a key is missing when no positive reading exists."""
     out: dict[str, float] = {}
-    readings = [r.bandwidth_gbps for p in result.probes for r in p.copy_bandwidth if r.bandwidth_gbps > 0]
+    probes = list(probes)
+    readings = [r.bandwidth_gbps for p in probes for r in p.copy_bandwidth if r.bandwidth_gbps > 0]
     if readings:
         out["copy_gbps"] = max(readings)
-    matmul = [r.tflops for p in result.probes for r in p.matmul_peak if r.tflops > 0]
+    matmul = [r.tflops for p in probes for r in p.matmul_peak if r.tflops > 0]
     if matmul:
         out["matmul_tflops"] = max(matmul)
-    out.update({k: float(v) for k, v in (peaks or {}).items() if k in ("copy_gbps", "matmul_tflops")})
     return out
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
 from functools import cache
 from statistics import median
 from typing import Any
@@ -110,16 +111,59 @@ def _median_span(groups: Iterable[_Group]) -> float:
     return max(positive) / min(positive) if len(positive) >= 2 else 1.0
 
 
+def _spread(groups: Sequence[_Group]) -> float:
+    """How far what is drawn spreads, as a factor: the larger of the medians' span
+    (``_median_span``) and max(95th percentile) / min(5th percentile) over the groups' positive
+    values (one group with a 100x tail counts as much as two groups 100x apart); 1.0 without data.
+    One ``np.percentile`` call per group of two or more values (a one-value group is its value)."""
+    lows, mids, highs = [], [], []
+    for g in groups:
+        if len(g) == 1:
+            v = float(g[0])
+            if v > 0:
+                lows.append(v)
+                mids.append(v)
+                highs.append(v)
+            continue
+        a = np.asarray(g, dtype=np.float64)
+        if not a.size:
+            continue
+        mid = float(np.percentile(a, 50))
+        if mid > 0:
+            mids.append(mid)
+        a = a[a > 0]
+        if a.size:
+            lo, hi = np.percentile(a, [5, 95])
+            lows.append(float(lo))
+            highs.append(float(hi))
+    medians = max(mids) / min(mids) if len(mids) >= 2 else 1.0
+    tails = max(highs) / min(lows) if lows else 1.0
+    return max(medians, tails)
+
+
+def _decade_ticks(spread: float) -> int | str:
+    """The log axis's ``dtick``: 1 (a label at every power of ten) when the data spans 1.5
+    decades or more, else ``"D2"`` (labels at 1, 2 and 5 of each decade: a narrow range still has
+    ticks)."""
+    return 1 if spread >= 10**1.5 else "D2"
+
+
 def _log_layout(log_y: bool | None, groups: Iterable[_Group]) -> dict[str, Any]:
-    """Layout keys for a log y axis when asked, or (``log_y=None``) when the groups' medians span
-    more than ``_AUTO_LOG_SPAN``; with the linear/log toggle."""
+    """Layout keys for a log y axis when asked, or (``log_y=None``) when what is drawn spreads
+    over more than ``_AUTO_LOG_SPAN`` (``_spread``: the medians' span or the samples' 5-95 %
+    range); a log axis labels decades (``_decade_ticks``). With the linear/log toggle."""
+    groups = list(groups)
+    spread = _spread(groups)
     if log_y is None:
-        log_y = _median_span(groups) > _AUTO_LOG_SPAN
-    return {"updatemenus": _log_toggle(active=int(log_y)), "yaxis_type": "log" if log_y else "linear"}
+        log_y = spread > _AUTO_LOG_SPAN
+    dtick = _decade_ticks(spread)
+    return {"updatemenus": _log_toggle(active=int(log_y), dtick=dtick),
+            "yaxis_type": "log" if log_y else "linear", "yaxis_dtick": dtick if log_y else None}  # fmt: skip
 
 
-def _log_toggle(active: int) -> list[dict]:
-    """A linear/log switch of the y axis, drawn above the legend at the top right."""
+def _log_toggle(active: int, dtick: int | str = "D2") -> list[dict]:
+    """A linear/log switch of the y axis, drawn above the legend at the top right; the log
+    button sets ``dtick`` (decade labels), the linear one clears it (plotly's automatic ticks)."""
     return [
         dict(
             type="buttons",
@@ -131,8 +175,8 @@ def _log_toggle(active: int) -> list[dict]:
             yanchor="bottom",
             showactive=True,
             buttons=[
-                dict(label="linear", method="relayout", args=[{"yaxis.type": "linear"}]),
-                dict(label="log", method="relayout", args=[{"yaxis.type": "log"}]),
+                dict(label="linear", method="relayout", args=[{"yaxis.type": "linear", "yaxis.dtick": None}]),
+                dict(label="log", method="relayout", args=[{"yaxis.type": "log", "yaxis.dtick": dtick}]),
             ],
         )
     ]
@@ -142,7 +186,8 @@ def _layout(title: str, log: dict[str, Any], yaxis: dict[str, Any], **extra: Any
     """The common layout with ``title`` (top left), the log switch of ``_log_layout`` and ``yaxis``."""
     return {
         **_LAYOUT, "template": _template(), "title": {"text": title, "x": 0.0, "xanchor": "left", "y": 0.98},
-        "updatemenus": log["updatemenus"], "yaxis": {**yaxis, "type": log["yaxis_type"]}, **extra,
+        "updatemenus": log["updatemenus"], "yaxis": {**yaxis, "type": log["yaxis_type"],
+        **({"dtick": log["yaxis_dtick"]} if log["yaxis_dtick"] is not None else {})}, **extra,
     }  # fmt: skip
 
 
@@ -321,6 +366,8 @@ def probe_history_figure(
     readings: Sequence[ProbeReport],
     bands: Sequence[HealthBand] = (),
     unhealthy: Sequence[tuple[ProbeReport, str]] = (),
+    *,
+    device: str = "GPU",
 ) -> go.Figure:
     """A node's probe history: copy bandwidth (top) and all-reduce latency (bottom) over time.
 
@@ -329,8 +376,9 @@ def probe_history_figure(
     limit line (bottom panel). ``unhealthy``: ``(report, status)`` pairs marked with a red cross on
     the top panel at the report's mean copy bandwidth, the reasons in the hover text.
 
-    ``readings`` may come in any order; they are drawn by ``taken_at``. Top panel: one trace per GPU
-    (device-local copy, GB/s, bytes read + written). Bottom panel (log y): one trace per all-reduce
+    ``readings`` may come in any order; they are drawn by ``taken_at``. Top panel: one trace per
+    device, named ``"copy {device} {index}"`` (``device``: ``"GPU"``, or ``"CPU"`` on a CPU node;
+    device-local copy, GB/s, bytes read + written). Bottom panel (log y): one trace per all-reduce
     group size and message size (µs per op); the smallest and largest message sizes are shown, the
     others start hidden in the legend. Readings without a probe contribute nothing to it; with no
     readings at all the figure carries a "no probe readings" note and no traces.
@@ -353,7 +401,7 @@ def probe_history_figure(
         xs, ys = copy[device_index]
         fig.add_trace(
             go.Scatter(
-                name=f"copy GPU {device_index}",
+                name=f"copy {device} {device_index}",
                 x=xs,
                 y=ys,
                 mode="lines+markers",
@@ -474,7 +522,8 @@ def history_figure(series: Sequence[Series]) -> go.Figure:
     model, timer, state: results on different hardware never share a line); hover shows commit,
     side, job, node, driver and the change against the line's previous point; error bars are the
     points' 95% CIs, an ``x`` marks the first point after each change point (red: slower, green:
-    faster). Empty series give an empty figure with a note."""
+    faster). Empty series give an empty figure with a note; one moment (or one value) only gets a
+    sane axis around it (``_one_point_axes``) instead of plotly's sub-millisecond date ticks."""
     fig = go.Figure()
     unit, scale = time_unit([p.median_ns for s in series for p in s.points] or [1.0])
     for line in series:
@@ -508,6 +557,11 @@ def history_figure(series: Sequence[Series]) -> go.Figure:
         margin={"l": 60, "r": 20, "t": 30, "b": 50},
         height=420,
     )
+    _one_point_axes(
+        fig,
+        [p.measured_at for s in series for p in s.points],
+        [p.median_ns / scale for s in series for p in s.points],
+    )
     if not series:
         fig.add_annotation(
             text="no results with samples for this benchmark yet",
@@ -518,3 +572,18 @@ def history_figure(series: Sequence[Series]) -> go.Figure:
             y=0.5,
         )
     return fig
+
+
+ONE_POINT_SPAN = timedelta(days=1)  # the x range drawn around a history of one moment
+
+
+def _one_point_axes(fig: go.Figure, xs: Sequence[datetime], ys: Sequence[float]) -> None:
+    """Ranges for a history whose points share one moment (``ONE_POINT_SPAN`` around it, whole
+    hours labelled) or one value (±50 % around it, from 0 for a value of 0); plotly's autorange
+    would otherwise draw a date axis a few milliseconds wide or a y axis of one tick."""
+    if xs and len(set(xs)) == 1:
+        t = xs[0]
+        fig.update_xaxes(range=[t - ONE_POINT_SPAN / 2, t + ONE_POINT_SPAN / 2], dtick=3 * 3600 * 1000)
+    if ys and len(set(ys)) == 1:
+        y = ys[0]
+        fig.update_yaxes(range=[0.5 * y, 1.5 * y] if y > 0 else [0, 1], rangemode="tozero")

@@ -86,6 +86,7 @@ class JobView:
     drawable: list[int]  # indices of the cells with at least one sample, sweep order
     flagged: int  # cells with a flag, an error or a failed correctness check
     _orders: dict[str, list[CellComparison]] = field(default_factory=dict)
+    sweep: dict[Any, Any] = field(default_factory=dict)  # kernelab.web.sweep_view's figures of it
 
     def ordered(self, order: CellOrder) -> list[CellComparison]:
         """The cells in ``order`` (``CELL_ORDERS``), computed once per order."""

@@ -22,18 +22,20 @@ from typing import Annotated, Any
 
 import jinja2
 import plotly
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.templating import Jinja2Templates
+from sqlalchemy import func, select
 
 from kernelab.service import crud, health, history, models, node_health
 from kernelab.service.api.deps import DEFAULT_LIMIT, Limit, Offset, SessionDep, SettingsDep, dashboard_access
 from kernelab.service.api.routes.nodes import NodeName
-from kernelab.service.report import EXPLAINED_VERDICTS, void_timing, why
+from kernelab.service.report import EXPLAINED_VERDICTS, cell_speedup, void_timing, why
 from kernelab.service.schemas import JobResult, NodeInfo, ProbeReport, Text, as_utc
 from kernelab.service.units import format_bytes
 from kernelab.service.verdicts import FLAG_NOTES, VERDICT_ORDER
-from kernelab.web import figures, job_view
+from kernelab.web import figures, job_view, sweep_view
 from kernelab.web.job_view import CellOrder
 
 API_PREFIX = "/api/v1"
@@ -42,6 +44,7 @@ PLOTLY_JS_URL = "/assets/plotly.min.js"
 PLOTLY_JS_PATH = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 NODE_READINGS = 100  # probe reports shown on a node page, newest first
 RAW_FIGURE_SAMPLES = 20_000  # above this many samples a job page draws per-cell summaries, not samples
+RAW_FIGURE_CELLS = 100  # above this many cells too: 2,000 boxes are neither readable nor light to draw
 PENDING_REFRESH_S = 3  # the "comparison being computed" page reloads itself this often
 TIMELINE_LINKS = 50  # up to this many cells the timeline lists a link per cell; above, previous/next
 VERDICTS = VERDICT_ORDER
@@ -71,6 +74,14 @@ def _num(value: float | None, digits: int = 0) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
 
 
+def _rate(value: float | None) -> str:
+    """A rate with 3 significant digits and thousands separators: ``812.4`` -> ``"812"``,
+    ``0.01234`` -> ``"0.0123"``, ``12345.6`` -> ``"12,346"``; ``"—"`` for None."""
+    if value is None:
+        return "—"
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+
+
 def _dt(value: datetime | None) -> str:
     """An aware datetime as ``"2026-12-01 02:00:00 UTC"`` (converted to UTC first); ``"—"`` for None."""
     return "—" if value is None else as_utc(value).strftime("%Y-%m-%d %H:%M:%S UTC")
@@ -84,7 +95,8 @@ def _environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(duration=_duration, pct=_pct, sci=_sci, num=_num, dt=_dt, bytes=format_bytes, why=why)
+    env.filters.update(duration=_duration, pct=_pct, sci=_sci, num=_num, dt=_dt, bytes=format_bytes, why=why,
+                       speedup=cell_speedup, rate=_rate)  # fmt: skip
     env.tests.update(void_timing=void_timing, explained=lambda cell: cell.verdict in EXPLAINED_VERDICTS)
     env.globals.update(
         static_url=STATIC_URL,
@@ -103,13 +115,61 @@ templates = Jinja2Templates(env=_environment())
 for _name in templates.env.list_templates(filter_func=lambda name: name.endswith(".html")):
     templates.env.get_template(_name)
 router = APIRouter(include_in_schema=False)
-DashboardAccess = [Depends(dashboard_access)]
 
 
-def probe_tables(reports: Iterable[ProbeReport]) -> dict[str, Any]:
-    """Probe readings pivoted for the templates: one row per GPU / all-reduce size, one column per phase.
+class SignInRequired(Exception):
+    """A dashboard page asked without a token that may read it: answered with the sign-in form
+    (``sign_in_page``), with the status and message the API would give (401, 403)."""
 
-    Returns ``{"phases": [...], "reports": [...], "copy_rows": [...], "reduce_rows": [...]}``: phases
+    def __init__(self, status_code: int, message: str):
+        super().__init__(message)
+        self.status_code = status_code
+        self.message = message
+
+
+def page_access(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(HTTPBearer(auto_error=False))],
+) -> None:
+    """``dashboard_access`` for pages: its 401/403 become ``SignInRequired`` (the form, not JSON)."""
+    try:
+        dashboard_access(request, credentials)
+    except HTTPException as exc:
+        if exc.status_code not in (401, 403):
+            raise
+        raise SignInRequired(exc.status_code, str(exc.detail)) from None
+
+
+async def sign_in_page(request: Request, exc: Exception) -> HTMLResponse:
+    """The sign-in form for ``SignInRequired``, returning to the page asked for after signing in."""
+    from kernelab.service.api.routes.login import sign_in_form
+
+    assert isinstance(exc, SignInRequired)
+    asked = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    fresh = exc.status_code == 401 and not request.cookies.get("kernelab_token")
+    message = "Sign in to see this page." if fresh else f"Your token cannot open this page ({exc.message})."
+    return sign_in_form(request, message=message, status_code=exc.status_code, next_url=asked)
+
+
+def install(app: Any) -> None:
+    """Register the dashboard's exception handler on ``app`` (``create_app`` calls it)."""
+    app.add_exception_handler(SignInRequired, sign_in_page)
+
+
+DashboardAccess = [Depends(page_access)]
+
+
+def device_word(device_type: str | None) -> str:
+    """What a node's probed devices are called on the pages: ``"CPU"`` on a CPU node, ``"GPU"``
+    on a CUDA or ROCm one, ``"device"`` when the node is not known."""
+    return {"cpu": "CPU", "cuda": "GPU", "rocm": "GPU", "hip": "GPU"}.get(device_type or "", "device")
+
+
+def probe_tables(reports: Iterable[ProbeReport], device_type: str | None = None) -> dict[str, Any]:
+    """Probe readings pivoted for the templates: one row per device / all-reduce size, one column per phase.
+
+    Returns ``{"phases": [...], "reports": [...], "copy_rows": [...], "reduce_rows": [...],
+    "device": device_word(device_type)}``: phases
     in before/after/adhoc order (reports too); ``copy_rows`` ``{device_index, size_bytes, by_phase}``,
     ``reduce_rows`` ``{backend, world_size, size_bytes, by_phase}`` where ``by_phase`` maps a
     phase to its reading. When a phase was probed twice the later report wins.
@@ -140,6 +200,7 @@ def probe_tables(reports: Iterable[ProbeReport]) -> dict[str, Any]:
         "reports": ordered,
         "copy_rows": [copy[k] for k in sorted(copy)],
         "reduce_rows": [reduce[k] for k in sorted(reduce)],
+        "device": device_word(device_type),
     }
 
 
@@ -198,7 +259,7 @@ def job_page(
     context: dict[str, Any] = {
         "job": job, "has_result": row is not None, "result_error": row.error if row else None,
         "comparison": None, "pending": False, "comparison_error": None, "probes": probe_tables([]),
-        "node_name": job.node,
+        "node_name": job.node_name,
         "attempts": crud.attempts_page(session=session, job_id=job_id).data,
         "threshold_pct": job.spec.measurement.threshold_pct,
         "labels": dict(zip(("baseline", "candidate"), (job.spec.baseline.variant, job.spec.candidate.variant),
@@ -210,7 +271,6 @@ def job_page(
     entry = job_view.JobPageCache.of(request.app).entry(row)
     if entry.n_samples is None:
         entry.n_samples = crud.count_samples(session=session, job_id=job_id)
-    raw = entry.n_samples <= RAW_FIGURE_SAMPLES
     base = entry.base
     if base is None:
         stored = crud.stored_comparison(session=session, job_id=job_id)
@@ -228,7 +288,8 @@ def job_page(
 
     view = job_view.job_view(session=session, job_id=job_id, entry=entry, settings=settings, base=base)
     comparison = view.comparison
-    if entry.samples_json is None:
+    raw = entry.n_samples <= RAW_FIGURE_SAMPLES and len(comparison.cells) <= RAW_FIGURE_CELLS
+    if entry.samples_json is None and view.drawable:  # no samples: no empty chart
         if raw:
             result = load()
             assert result is not None
@@ -241,13 +302,15 @@ def job_page(
         timeline = job_view.timeline_json(session=session, job_id=job_id, entry=entry, comparison=comparison,
                                           cell=timeline_cell, load=load if raw else None)  # fmt: skip
     page = job_view.cell_page(view, order, offset)
+    context.update(sweep_view.context(view, page.cells, request.query_params))
     context.update({
         "comparison": comparison, "has_figures": True, "page": page, "orders": job_view.CELL_ORDERS,
         # the table's order and page, kept by the links that pick a timeline cell or page on
         "query": {k: v for k, v in (("order", page.order), ("offset", page.offset)) if v not in ("index", 0)},
-        "probes": probe_tables(comparison.probes),
+        "probes": probe_tables(comparison.probes, comparison.node.device_type),
         "labels": {"baseline": comparison.baseline_label, "candidate": comparison.candidate_label},
-        "samples_json": entry.samples_json, "timeline_cell": timeline_cell, "timeline_json": timeline,
+        "samples_json": entry.samples_json if view.drawable else None,
+        "timeline_cell": timeline_cell, "timeline_json": timeline,
         "timeline_nav": _timeline_nav(view.drawable, timeline_cell),
         "timeline_label": next((c.label for c in comparison.cells if c.index == timeline_cell), None),
         "cell_labels": {c.index: c.label for c in comparison.cells} if len(comparison.cells) <= TIMELINE_LINKS
@@ -308,7 +371,12 @@ def node_page(request: Request, name: NodeName, session: SessionDep, settings: S
             "health": state,
             "small_label": format_bytes(small) if small is not None else "smallest",
             "large_label": format_bytes(large) if large is not None else "largest",
-            "history_json": figures.figure_json(figures.probe_history_figure(readings, drawn, unhealthy)),
+            "device": device_word(node.device_type if node else None),
+            "history_json": figures.figure_json(
+                figures.probe_history_figure(
+                    readings, drawn, unhealthy, device=device_word(node.device_type if node else None)
+                )
+            ),
         },
     )
 
@@ -341,13 +409,16 @@ def history_page(
     request: Request,
     session: SessionDep,
     settings: SettingsDep,
-    benchmark: Annotated[Text, Query(min_length=1, max_length=500)],
+    benchmark: Annotated[Text | None, Query(min_length=1, max_length=500)] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = history.DEFAULT_JOBS,
     include_excluded: bool = False,
 ) -> HTMLResponse:
     """History of one benchmark, revision and ordinary jobs alike: median per launch of each side
     over time, one line per code, cell, GPU model, timer and state (``kernelab.service.history``), a figure
-    and a table, newest first. Flagged and problem points are left out unless ``include_excluded``."""
+    and a table, newest first. Flagged and problem points are left out unless ``include_excluded``.
+    Without ``benchmark``: the list of benchmarks that have history (``history_index``)."""
+    if benchmark is None:
+        return history_index(request, session)
     page = history.history(session=session, benchmark=benchmark, settings=settings,
                            include_excluded=include_excluded, limit=limit)  # fmt: skip
     return templates.TemplateResponse(
@@ -364,6 +435,19 @@ def history_page(
             "history_json": figures.figure_json(figures.history_figure(page.series)),
         },
     )
+
+
+def history_index(request: Request, session: SessionDep) -> HTMLResponse:
+    """``/history`` without a benchmark: every benchmark with history points, with its number of
+    results and when it was last measured, newest first (one grouped query of ``history_points``)."""
+    rows = session.execute(
+        select(models.HistoryPoint.benchmark, func.count(func.distinct(models.HistoryPoint.result_id)),
+               func.max(models.HistoryPoint.measured_at))
+        .group_by(models.HistoryPoint.benchmark)
+        .order_by(func.max(models.HistoryPoint.measured_at).desc())
+    ).all()  # fmt: skip
+    benchmarks = [{"name": name, "results": n, "last": last} for name, n, last in rows]
+    return templates.TemplateResponse(request, "history_index.html", {"benchmarks": benchmarks})
 
 
 from kernelab.web import history_pages  # noqa: E402  (its pages use this module's templates)

@@ -8,7 +8,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from kernelab.service import compare_queue, offers
-from kernelab.service.models import Job, JobAttempt, Runner
+from kernelab.service.models import Job, JobAttempt, Result, Runner
 from kernelab.service.schemas import (
     STORED,
     AttemptPublic,
@@ -19,24 +19,31 @@ from kernelab.service.schemas import (
 )
 
 
-def _runner_names(session: Session, job_ids: Sequence[int]) -> dict[int, str]:
-    """Name of the runner of each job's latest attempt."""
+def _runner_names(session: Session, job_ids: Sequence[int]) -> dict[int, tuple[str, str | None]]:
+    """``(runner name, node name)`` of each job's latest attempt: the node is the hostname its
+    result is filed under, else the node the runner is bound to (None before its first probe)."""
     rows = session.execute(
-        select(JobAttempt.job_id, Runner.name)
+        select(JobAttempt.job_id, Runner.name, func.coalesce(Result.node_name, Runner.node_name))
         .join(Runner, Runner.id == JobAttempt.runner_id)
+        .outerjoin(Result, Result.job_id == JobAttempt.job_id)
         .where(JobAttempt.job_id.in_(job_ids))
         .order_by(JobAttempt.job_id, JobAttempt.attempt)
     )
-    return {job_id: name for job_id, name in rows}
+    return {job_id: (name, node) for job_id, name, node in rows}
 
 
 _NO_RESULT = compare_queue.TaskState("none")
 
 
 def _public(
-    job: Job, node: str | None, state: compare_queue.TaskState = _NO_RESULT, waiting_for: str | None = None
+    job: Job,
+    runner: tuple[str, str | None] | None,
+    state: compare_queue.TaskState = _NO_RESULT,
+    waiting_for: str | None = None,
 ) -> JobPublic:
+    node, node_name = runner if runner is not None else (None, None)
     return JobPublic(
+        node_name=node_name,
         waiting_for=waiting_for,
         id=job.id,
         name=job.name,

@@ -28,7 +28,12 @@ class JobPublic(BaseModel):
     created_at: UtcDatetime
     started_at: UtcDatetime | None = None
     finished_at: UtcDatetime | None = None
-    node: str | None = None
+    node: str | None = Field(default=None, description="the runner of the latest attempt (its name)")
+    node_name: str | None = Field(
+        default=None,
+        description="the node (hostname) of the latest attempt: its result's, else the runner's bound node; "
+        "the key of /api/v1/nodes/{name}",
+    )
     error: str | None = None
     summary: dict[str, int] = Field(default_factory=dict)
     comparison_status: Literal["none", "comparing", "ready", "failed"] = Field(

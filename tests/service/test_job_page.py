@@ -88,9 +88,10 @@ def _post_sweep(api, **kwargs) -> int:  # type: ignore[no-untyped-def]
 
 
 def _rows(page: str) -> list[str]:
-    """The cell labels of the before/after table, unescaped, in page order."""
+    """The cell labels of the before/after table (each link's title: the stored label; its text
+    names only the parameters that vary), unescaped, in page order."""
     table = page.split('id="comparison-table"', 1)[1].split("</table>", 1)[0]
-    return [html.unescape(m) for m in re.findall(r'title="timeline of this cell">([^<]*)</a>', table)]
+    return [html.unescape(m) for m in re.findall(r'title="timeline of cell \d+: ([^"]*)">[^<]*</a>', table)]
 
 
 def _figure(page: str, fig_id: str) -> dict:

@@ -185,15 +185,19 @@ def test_markdown_table_has_numbers_node_and_notes():
     md = report.to_markdown(c)
     rows = [line for line in md.splitlines() if line.startswith("|")]
     assert len(rows) == 2 + len(c.cells)
-    header = ["cell", "baseline (torch)", "candidate (triton)", "Δ% [95% CI]", "p [BH]", "verdict", "flags"]
+    header = ["cell", "baseline (torch)", "candidate (triton)", "Δ% [95% CI]", "speedup", "p [BH]", "verdict",
+              "flags"]  # fmt: skip
     assert _split_row(rows[0]) == header
     wrong = _split_row(rows[3])  # fast but wrong: incorrect, its timing in parentheses
     assert wrong[0] == "N=2000"
     assert wrong[2] == f"({report.format_duration_ns(c.cells[1].candidate.median_ns)})"
     assert wrong[3] == f"({report.format_delta(c.cells[1])})"
-    assert wrong[4] == f"({report.format_p(c.cells[1])})"
-    assert wrong[5] == "❌ **incorrect**" and wrong[6] == "incorrect"
-    assert _split_row(rows[2])[5] == "**slower**" and _split_row(rows[4])[5] == "❌ **failed**"
+    assert wrong[4] == f"({report.format_ratio(c.cells[1].ratio)})"  # a bare ratio: no "faster"
+    assert wrong[5] == f"({report.format_p(c.cells[1])})"
+    assert wrong[6] == "❌ **incorrect**" and wrong[7] == "incorrect"
+    slow = _split_row(rows[2])
+    assert slow[4] == report.format_speedup(c.cells[0].ratio) and slow[4].endswith("\u00d7 slower")
+    assert slow[6] == "**slower**" and _split_row(rows[4])[6] == "❌ **failed**"
     assert "**faster**" not in md
     assert "driver 580.65" in md and "torch 2.11.0" in md and "triton 3.6.0" in md
     assert "**timer** cuda-event" in md and "**threshold** ±1%" in md
@@ -211,7 +215,7 @@ def test_markdown_escapes_pipes_in_user_text():
     c = _comparison(name="fix | race", mode="pipes")
     md = report.to_markdown(c)
     rows = [line for line in md.splitlines() if line.startswith("|")]
-    assert all(len(_split_row(r)) == 7 for r in rows)  # no user pipe opened a column
+    assert all(len(_split_row(r)) == 8 for r in rows)  # no user pipe opened a column
     assert _split_row(rows[2])[0] == "N=a\\|b"
     assert "triton (mode=x\\|y)" in rows[0]
     assert "fix \\| race" in md and "h200\\|a" in md

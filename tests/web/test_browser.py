@@ -30,6 +30,7 @@ from browser_signin import sign_in  # noqa: E402
 from playwright.sync_api import Browser, Page, sync_playwright  # noqa: E402
 
 from kernelab.service.core.db import upgrade
+from kernelab.service.report import cell_speedup
 from kernelab.service.schemas import Comparison, JobResult, JobSpec
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -257,7 +258,9 @@ def test_jobs_list_shows_both_jobs_with_escaped_name(site: Site, page: Page) -> 
     done = rows.filter(has=page.locator(f'a[href="/jobs/{site.job_id}"]'))
     assert done.locator("td").nth(1).inner_text() == XSS_NAME
     assert done.locator("td").nth(3).inner_text() == "succeeded"
-    assert done.locator("td").nth(5).inner_text() == "browser-runner"
+    node = done.locator("td").nth(5)  # the node (a link to its page), then the runner that ran it
+    assert node.locator("a").get_attribute("href") == f"/nodes/{site.comparison.node.hostname}"
+    assert node.inner_text() == f"{site.comparison.node.hostname} (browser-runner)"
     badges = done.locator("td").nth(6).inner_text()
     for verdict, count in site.comparison.summary.items():
         assert f"{count} {verdict}" in badges
@@ -275,18 +278,19 @@ def test_job_page_shows_table_figures_and_probes(site: Site, page: Page) -> None
     assert rows.count() == len(site.comparison.cells) == 2
     for i, cell in enumerate(site.comparison.cells):
         cells = rows.nth(i).locator("td")
-        assert cells.nth(0).inner_text() == cell.label
-        assert cells.nth(5).inner_text() == (
+        assert cells.nth(0).inner_text() == f"M={cell.params['M']}"  # N=64 is in every cell: said once
+        assert cells.nth(5).inner_text() == (cell_speedup(cell) if cell.ratio is not None else "—")
+        assert cells.nth(6).inner_text() == (
             f"{cell.p_value:.2g} [{cell.p_adjusted:.2g}]" if cell.p_value is not None else "n/a"
         )  # raw and Benjamini-Hochberg adjusted
-        assert cells.nth(6).inner_text() == cell.verdict
-        flags = cells.nth(7).inner_text()
+        assert cells.nth(7).inner_text() == cell.verdict
+        flags = cells.nth(8).inner_text()
         assert [w for w in flags.split() if w.isalpha() or "-" in w][: len(cell.flags)] == cell.flags
         if "throttled" in cell.flags:
             dropped = f"{cell.baseline.dropped_throttled}+{cell.candidate.dropped_throttled} dropped"
             assert dropped in flags
-        assert cells.nth(9).inner_text() == ("pass" if cell.correctness["baseline"].passed else "fail")
-        assert cells.nth(11).inner_text() == ("pass" if cell.correctness["candidate"].passed else "fail")
+        assert cells.nth(-3).inner_text() == ("pass" if cell.correctness["baseline"].passed else "fail")
+        assert cells.nth(-1).inner_text() == ("pass" if cell.correctness["candidate"].passed else "fail")
 
     page.wait_for_selector("#fig-samples.js-plotly-plot svg.main-svg")
     assert page.locator("#fig-samples g.trace.boxes").count() == 2

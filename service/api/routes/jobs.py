@@ -204,6 +204,32 @@ def get_report(job_id: JobId, _: ReadToken, session: SessionDep, settings: Setti
     return PlainTextResponse(markdown, media_type="text/markdown; charset=utf-8")
 
 
+@router.get(
+    "/{job_id}/cells",
+    responses={200: {"content": {"text/csv": {}, "application/json": {}}},
+               409: {"description": "no stored comparison yet (no result, comparing, or it failed)"}},
+)  # fmt: skip
+def get_cells(
+    job_id: JobId, _: ReadToken, session: SessionDep, settings: SettingsDep,
+    format: Literal["json", "csv"] = "json",
+) -> Response:  # fmt: skip
+    """The per-cell comparison as a table (``kernelab.service.cell_table``): per cell its parameters,
+    verdict and deciding reason, flags, medians, ratio with its CI, Δ % with its CI, the speedup in
+    words, p-values, and each side's achieved GB/s and TFLOP/s with their share of the node's
+    probed peaks. ``format=json``: an object with the job's peaks, fixed parameters, varying axes
+    and ``cells``; ``format=csv``: one row per cell, ``param.NAME`` columns first
+    (``cell_table.EXPORT_COLUMNS``). Read from the stored comparison with node-health flags; 409
+    while there is none, as ``/comparison``."""
+    from kernelab.service import cell_table
+
+    comparison = _comparison_or_409(session, job_id, settings)
+    attachment = {"Content-Disposition": f'attachment; filename="job-{job_id}-cells.{format}"'}
+    if format == "csv":
+        return Response(cell_table.export_csv(comparison), media_type="text/csv; charset=utf-8",
+                        headers=attachment)  # fmt: skip
+    return Response(cell_table.export_json(comparison), media_type="application/json", headers=attachment)
+
+
 DOWNLOAD_RETRY_AFTER_S = 5  # Retry-After of a 429 for a client already running its downloads
 
 

@@ -46,17 +46,37 @@ def same_origin(request: Request) -> bool:
     return origin.lower() in own
 
 
-def _form(request: Request, *, message: str = "", status_code: int = status.HTTP_200_OK) -> HTMLResponse:
+def safe_next(value: str | None) -> str:
+    """Where to go after signing in: ``value`` when it is a path of this site (``/jobs/3?cell=1``),
+    else ``/`` (an absolute or scheme-relative URL, ``//evil.example``, a backslash trick: an open
+    redirect otherwise)."""
+    if not value or not value.startswith("/") or value.startswith("//") or "\\" in value:
+        return "/"
+    if any(ord(ch) < 0x20 for ch in value) or len(value) > 2000:
+        return "/"
+    return value
+
+
+def sign_in_form(
+    request: Request, *, message: str = "", status_code: int = status.HTTP_200_OK, next_url: str = "/"
+) -> HTMLResponse:
+    """The sign-in page (``login.html``) with ``message`` (empty: none) and the page to return to."""
     from kernelab.web.routes import templates  # the dashboard's template environment (web imports service)
 
-    return templates.TemplateResponse(request, "login.html", {"message": message}, status_code=status_code)
+    context = {"message": message, "next_url": safe_next(next_url)}
+    return templates.TemplateResponse(request, "login.html", context, status_code=status_code)
+
+
+_form = sign_in_form
 
 
 @router.get("/login", response_class=HTMLResponse)
-def login_form(request: Request) -> HTMLResponse:
-    """The sign-in form. A ``?token=`` in the URL is ignored (it signs nobody in)."""
+def login_form(request: Request, next: str = "/") -> HTMLResponse:
+    """The sign-in form; ``next``: the page of this site to open after signing in. A ``?token=`` in
+    the URL is ignored (it signs nobody in)."""
     ignored = "token" in request.query_params
-    return _form(request, message="Sign-in links are no longer accepted: paste the token." if ignored else "")
+    message = "Sign-in links are no longer accepted: paste the token." if ignored else ""
+    return _form(request, message=message, next_url=next)
 
 
 @router.post(
@@ -67,25 +87,32 @@ def login_form(request: Request) -> HTMLResponse:
 )
 def login(
     request: Request,
-    token: Annotated[str, Form(min_length=1, max_length=MAX_TOKEN_CHARS)],
     session: SessionDep,
+    token: Annotated[str, Form()] = "",
+    next: Annotated[str, Form()] = "/",
 ) -> Response:
     """Check ``token`` (needs the read scope), set it as an HttpOnly, SameSite=Lax cookie (a link
-    from a pull request still opens signed in) and redirect (303) to ``/``. The form again with
-    401 for an unknown or revoked token, 403 without the read scope or from another site's page
+    from a pull request still opens signed in) and redirect (303) to ``next`` (a path of this site,
+    ``safe_next``; default ``/``). The form again, with a message, for every refusal: 422 for an
+    empty or missing token, 401 for an unknown, revoked or over-long one (longer than
+    ``MAX_TOKEN_CHARS``: no token is), 403 without the read scope or from another site's page
     (``same_origin``)."""
     if not same_origin(request):
         return _form(request, message="Refused: this sign-in came from another site.", status_code=403)
-    principal = authenticate(session, token.strip())
+    token = token.strip()
+    if not token:
+        return _form(request, message="Paste a token: the field was empty.", next_url=next,
+                     status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)  # fmt: skip
+    principal = authenticate(session, token) if len(token) <= MAX_TOKEN_CHARS else None
     if principal is None:
-        return _form(request, message="Invalid or revoked token.", status_code=status.HTTP_401_UNAUTHORIZED)
+        return _form(request, message="Invalid or revoked token.", next_url=next,
+                     status_code=status.HTTP_401_UNAUTHORIZED)  # fmt: skip
     if not principal.has("read"):
-        return _form(
-            request, message="This token lacks the 'read' scope.", status_code=status.HTTP_403_FORBIDDEN
-        )
-    response = RedirectResponse("/", status_code=status.HTTP_303_SEE_OTHER)
+        return _form(request, message="This token lacks the 'read' scope.", next_url=next,
+                     status_code=status.HTTP_403_FORBIDDEN)  # fmt: skip
+    response = RedirectResponse(safe_next(next), status_code=status.HTTP_303_SEE_OTHER)
     response.set_cookie(
-        TOKEN_COOKIE, token.strip(), max_age=COOKIE_MAX_AGE_S, httponly=True, samesite="lax",
+        TOKEN_COOKIE, token, max_age=COOKIE_MAX_AGE_S, httponly=True, samesite="lax",
         secure=request.url.scheme == "https",
     )  # fmt: skip
     return response
