@@ -42,7 +42,13 @@ from typing import Any, Protocol
 
 import torch
 
-from kernelab.runners.engine import ClockSampler, ContentionMonitor, LocalPairTimer, measure_interleaved
+from kernelab.runners.engine import (
+    Checkpoint,
+    ClockSampler,
+    ContentionMonitor,
+    LocalPairTimer,
+    measure_interleaved,
+)
 from kernelab.runners.static_metrics import (
     KernelCode,
     StaticMetricsError,
@@ -247,6 +253,17 @@ def _checkpoint(
     return checkpoint
 
 
+def _announced(progress: Callable[[str], None], checkpoint: Checkpoint) -> Checkpoint:
+    """``checkpoint`` that reports ``"checks"`` before it runs (and ``"measuring"`` after)."""
+
+    def run(rounds: int, launches: Mapping[Side, int]) -> None:
+        progress("checks")
+        checkpoint(rounds, launches)
+        progress("measuring")
+
+    return run
+
+
 def run_cell(
     pair: SidePair,
     spec: JobSpec,
@@ -275,7 +292,6 @@ def run_cell(
             progress("correctness")
             with phase(result, "correctness"):
                 _eager_checks(spec, result, sides)
-        progress("measuring")
         if monitor is not None:
             monitor.start()
         checks = spec.correctness.enabled and spec.correctness.timed_checks
@@ -287,7 +303,7 @@ def run_cell(
                 sampler=sampler,
                 progress=progress,
                 monitor=monitor,
-                checkpoint=_checkpoint(spec, result, sides) if checks else None,
+                checkpoint=_announced(progress, _checkpoint(spec, result, sides)) if checks else None,
             )
         finally:
             result.phase_s["measure"] = round(

@@ -1,5 +1,5 @@
 """The ``kernelab`` command line: ``up``, ``serve``, ``runner``, ``submit``, ``run``, ``validate``, ``probe``,
-``report``, ``token create|list|rotate|revoke``, ``init`` (a new benchmark's scaffold); ``--version``;
+``report``, ``jobs``, ``cancel``, ``rerun``, ``bisect``, ``token create|list|rotate|revoke``, ``init`` (a new benchmark's scaffold); ``--version``;
 shell completion (``--install-completion``); a configuration file for server and token
 (``config``).
 
@@ -21,7 +21,8 @@ The other commands exit 1 on an unreachable server or a refused request.
 
 One module per role: ``common`` (exit statuses, options, the client, a spec file), ``output``
 (the table and the ``--fail-on`` gate), ``local`` (``run``, ``validate``, ``probe``, ``static``:
-no server), ``jobs`` (``submit``, ``report``: a server's client), ``tokens`` (``token ...``: an
+no server), ``jobs`` (``submit``, ``report``: a server's client), ``manage`` (``jobs``, ``cancel``,
+``rerun``), ``bisect`` (``bisect``: revision jobs over a commit range), ``tokens`` (``token ...``: an
 administrator's), ``daemon`` (``runner``: the runner daemon), ``server`` (``serve``, ``up``).
 This module joins them into the typer ``app`` (the ``kernelab`` entry point and
 ``python -m kernelab.runners.cli``).
@@ -36,7 +37,9 @@ import typer
 from kernelab.runners.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_NO_VERDICT, EXIT_OK
 from kernelab.runners.cli.daemon import runner
 from kernelab.runners.cli.init import init
+from kernelab.runners.cli.bisect import bisect
 from kernelab.runners.cli.jobs import report, submit
+from kernelab.runners.cli.manage import cancel, jobs, rerun
 from kernelab.runners.cli.local import probe, run, static, validate
 from kernelab.runners.cli.output import gate
 from kernelab.runners.cli.server import compare_worker, serve, up
@@ -86,7 +89,7 @@ def main(
 
 
 # in this order in --help
-for command in (init, run, validate, probe, static, submit, report):
+for command in (init, run, validate, probe, static, submit, report, jobs, cancel, rerun, bisect):
     app.command()(command)
 app.add_typer(token_app, name="token")
 app.command()(runner)

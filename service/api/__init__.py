@@ -3,7 +3,7 @@
 
 from fastapi import APIRouter
 
-from kernelab.service.api.routes import history, jobs, nodes, results, runners, tokens
+from kernelab.service.api.routes import bisects, history, jobs, nodes, results, runners, tokens
 
 api_router = APIRouter()
 api_router.include_router(jobs.router)
@@ -12,5 +12,6 @@ api_router.include_router(runners.router)
 api_router.include_router(nodes.router)
 api_router.include_router(tokens.router)
 api_router.include_router(history.router)
+api_router.include_router(bisects.router)
 
 __all__ = ["api_router"]

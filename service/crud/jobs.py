@@ -53,6 +53,9 @@ def _public(
         summary=job.summary or {},
         comparison_status=state.status,
         comparison_error=state.error,
+        progress=job.progress if job.status == "running" else None,  # a finished job's is history
+        progress_at=job.progress_at if job.status == "running" else None,
+        rerun_of=job.rerun_of,
     )
 
 
@@ -104,3 +107,9 @@ def list_jobs(
         data=[_public(j, names.get(j.id), states.get(j.id, _NO_RESULT), waiting.get(j.id)) for j in jobs],
         count=count,
     )
+
+
+def job_benchmarks(*, session: Session, limit: int = 200) -> list[str]:
+    """The distinct benchmarks of the stored jobs, sorted (at most ``limit``): the jobs list's filter."""
+    rows = session.scalars(select(Job.benchmark).distinct().order_by(Job.benchmark).limit(limit))
+    return list(rows)
