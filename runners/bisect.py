@@ -59,7 +59,9 @@ def commit_range(repo: str, good: str, bad: str) -> tuple[str, str, list[BisectC
     good_sha = _git(repo, "rev-parse", "--verify", f"{good}^{{commit}}").strip()
     bad_sha = _git(repo, "rev-parse", "--verify", f"{bad}^{{commit}}").strip()
     if subprocess.run(["git", "-C", repo, "merge-base", "--is-ancestor", good_sha, bad_sha]).returncode != 0:
-        raise BisectError(f"--good {good} ({good_sha[:12]}) is not an ancestor of --bad {bad} ({bad_sha[:12]})")
+        raise BisectError(
+            f"--good {good} ({good_sha[:12]}) is not an ancestor of --bad {bad} ({bad_sha[:12]})"
+        )
     out = _git(repo, "rev-list", "--reverse", "--ancestry-path", "--format=%H %s", f"{good_sha}..{bad_sha}")
     commits = []
     for line in out.splitlines():
@@ -100,7 +102,11 @@ def _evidence(cell: CellComparison) -> dict[str, object]:
 def _ratio_text(cell: CellComparison) -> str:
     if cell.ratio is None:
         return "no ratio"
-    ci = f" [{cell.ci_low:.3f}, {cell.ci_high:.3f}]" if cell.ci_low is not None and cell.ci_high is not None else ""
+    ci = (
+        f" [{cell.ci_low:.3f}, {cell.ci_high:.3f}]"
+        if cell.ci_low is not None and cell.ci_high is not None
+        else ""
+    )
     return f"ratio {cell.ratio:.3f}{ci}"
 
 
@@ -132,7 +138,9 @@ def judge(job: JobPublic, comparison: Comparison | None) -> Judgement:
                      summary=summary, **_evidence(c))  # type: ignore[arg-type]  # fmt: skip
 
 
-def step_record(job_id: int, commit: str, role: Literal["ends", "midpoint"], attempt: int, j: Judgement) -> BisectStep:
+def step_record(
+    job_id: int, commit: str, role: Literal["ends", "midpoint"], attempt: int, j: Judgement
+) -> BisectStep:
     """The ``BisectStep`` the server stores for a judged step."""
     return BisectStep(
         job_id=job_id, commit=commit, role=role, attempt=attempt, outcome=j.outcome, reason=j.reason[:2000],
@@ -181,7 +189,8 @@ class Bisection:
             low = "the good end" if self.lo < 0 else self.commits[self.lo].sha[:12]
             high = self.commits[-1 if self.hi is None else self.hi].sha[:12]
             self.stopped = (
-                f"could not decide {commit.sha[:12]} ({commit.subject}) in {MAX_ATTEMPTS} attempts: {reason}; "
+                f"could not decide {commit.sha[:12]} ({commit.subject}) in {MAX_ATTEMPTS} attempts: "
+                f"{reason}; "
                 + ("the ends themselves are undecided" if self.hi is None
                    else f"the first bad commit is after {low}, at or before {high}")
             )  # fmt: skip

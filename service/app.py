@@ -20,8 +20,8 @@ from fastapi.staticfiles import StaticFiles
 from sqlalchemy.exc import IntegrityError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-import kernelab.web.routes
 import kernelab.web.manage
+import kernelab.web.routes
 from kernelab.service.api import api_router
 from kernelab.service.api.auth_first import AuthBeforeBodyMiddleware
 from kernelab.service.api.errors import install_error_handlers

@@ -53,7 +53,9 @@ def get(session: Session, bisect_id: int) -> Bisect:
 def _running(session: Session, bisect_id: int) -> Bisect:
     row = get(session, bisect_id)
     if row.status != "running":
-        raise InvalidTransitionError(f"bisect {bisect_id} is {row.status}; only a running one changes", bisect_id)
+        raise InvalidTransitionError(
+            f"bisect {bisect_id} is {row.status}; only a running one changes", bisect_id
+        )
     return row
 
 
@@ -76,7 +78,9 @@ def finish(session: Session, bisect_id: int, body: BisectFinish) -> Bisect:
     ``add_step`` does."""
     row = _running(session, bisect_id)
     if body.status == "found" and body.first_bad not in {c["sha"] for c in row.commits}:
-        raise InvalidTransitionError(f"first_bad {body.first_bad} is not in bisect {bisect_id}'s range", bisect_id)
+        raise InvalidTransitionError(
+            f"first_bad {body.first_bad} is not in bisect {bisect_id}'s range", bisect_id
+        )
     row.status, row.first_bad, row.message = body.status, body.first_bad, body.message or None
     row.finished_at = session.scalar(select(db_now()))
     session.flush()

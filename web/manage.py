@@ -39,7 +39,9 @@ def _message(request: Request, title: str, message: str, status_code: int) -> HT
     )
 
 
-def _submitter(request: Request, session: Session, credentials: HTTPAuthorizationCredentials | None) -> Principal | HTMLResponse:
+def _submitter(
+    request: Request, session: Session, credentials: HTTPAuthorizationCredentials | None
+) -> Principal | HTMLResponse:
     """The principal allowed to change a job from the dashboard, or the page that says why not."""
     if not same_origin(request):
         return _message(request, "Refused", "Refused: this request came from another site.", 403)
@@ -52,7 +54,9 @@ def _submitter(request: Request, session: Session, credentials: HTTPAuthorizatio
         if exc.status_code == status.HTTP_401_UNAUTHORIZED:
             text = "Sign in (at /login) with a token that has the 'submit' scope to cancel or re-run jobs."
         else:
-            text = "Your token can read but not change jobs: cancelling and re-running need the 'submit' scope."
+            text = (
+                "Your token can read but not change jobs: cancelling and re-running need the 'submit' scope."
+            )
         return _message(request, "Not allowed", text, exc.status_code)
 
 
@@ -88,13 +92,19 @@ def rerun_button(
     except queue.JobNotFoundError:
         return _message(request, "Not found", f"There is no job #{job_id}.", 404)
     except SpecInvalidError as exc:
-        errors = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', []))}: {e.get('msg')}" for e in exc.errors)
-        return _message(request, "Cannot re-run", f"The job's spec no longer fits its benchmark: {errors}", 422)
+        errors = "; ".join(
+            f"{'.'.join(str(p) for p in e.get('loc', []))}: {e.get('msg')}" for e in exc.errors
+        )
+        return _message(
+            request, "Cannot re-run", f"The job's spec no longer fits its benchmark: {errors}", 422
+        )
     return RedirectResponse(f"/jobs/{job.id}", status_code=status.HTTP_303_SEE_OTHER)
 
 
 @router.get("/bisects", response_class=HTMLResponse, dependencies=DashboardAccess)
-def bisects_page(request: Request, session: SessionDep, offset: Offset = 0, limit: Limit = 50) -> HTMLResponse:
+def bisects_page(
+    request: Request, session: SessionDep, offset: Offset = 0, limit: Limit = 50
+) -> HTMLResponse:
     """Bisects, newest first."""
     page = bisects.page(session, offset=offset, limit=limit)
     return templates.TemplateResponse(request, "bisects.html", {"bisects": page.data, "count": page.count})
@@ -108,7 +118,9 @@ def bisect_page(request: Request, bisect_id: JobId, session: SessionDep) -> HTML
         return _message(request, "Not found", f"There is no bisect #{bisect_id}.", 404)
     b = bisects.public(row)
     ids = [s.job_id for s in b.steps]
-    jobs = session.scalars(select(models.Job).where(models.Job.id.in_(ids))) if ids else []
+    jobs: list[models.Job] = (
+        list(session.scalars(select(models.Job).where(models.Job.id.in_(ids)))) if ids else []
+    )
     marks = _marks(b)
     return templates.TemplateResponse(
         request, "bisect.html", {"b": b, "marks": marks, "job_status": {j.id: j.status for j in jobs}}

@@ -29,8 +29,8 @@ from fastapi.templating import Jinja2Templates
 from kernelab.service import crud, health, history, models, node_health
 from kernelab.service.api.deps import DEFAULT_LIMIT, Limit, Offset, SessionDep, SettingsDep, dashboard_access
 from kernelab.service.api.routes.nodes import NodeName
-from kernelab.service.report import EXPLAINED_VERDICTS, void_timing, why
 from kernelab.service.models import JOB_STATUSES
+from kernelab.service.report import EXPLAINED_VERDICTS, void_timing, why
 from kernelab.service.schemas import JobResult, JobStatus, NodeInfo, ProbeReport, Text, as_utc
 from kernelab.service.units import format_bytes, format_seconds
 from kernelab.service.verdicts import FLAG_NOTES, VERDICT_ORDER
@@ -85,8 +85,16 @@ def _environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(duration=_duration, pct=_pct, sci=_sci, num=_num, dt=_dt, bytes=format_bytes, why=why,
-                       seconds=format_seconds)
+    env.filters.update(
+        duration=_duration,
+        pct=_pct,
+        sci=_sci,
+        num=_num,
+        dt=_dt,
+        bytes=format_bytes,
+        why=why,
+        seconds=format_seconds,
+    )
     env.tests.update(void_timing=void_timing, explained=lambda cell: cell.verdict in EXPLAINED_VERDICTS)
     env.globals.update(
         static_url=STATIC_URL,

@@ -1,5 +1,6 @@
-"""The ``kernelab`` command line: ``up``, ``serve``, ``runner``, ``submit``, ``run``, ``validate``, ``probe``,
-``report``, ``jobs``, ``cancel``, ``rerun``, ``bisect``, ``token create|list|rotate|revoke``, ``init`` (a new benchmark's scaffold); ``--version``;
+"""The ``kernelab`` command line: ``up``, ``serve``, ``runner``, ``submit``, ``run``, ``validate``,
+``probe``, ``report``, ``jobs``, ``cancel``, ``rerun``, ``bisect``, ``token
+create|list|rotate|revoke``, ``init`` (a new benchmark's scaffold); ``--version``;
 shell completion (``--install-completion``); a configuration file for server and token
 (``config``).
 
@@ -34,13 +35,13 @@ from typing import Annotated
 
 import typer
 
+from kernelab.runners.cli.bisect import bisect
 from kernelab.runners.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_NO_VERDICT, EXIT_OK
 from kernelab.runners.cli.daemon import runner
 from kernelab.runners.cli.init import init
-from kernelab.runners.cli.bisect import bisect
 from kernelab.runners.cli.jobs import report, submit
-from kernelab.runners.cli.manage import cancel, jobs, rerun
 from kernelab.runners.cli.local import probe, run, static, validate
+from kernelab.runners.cli.manage import cancel, jobs, rerun
 from kernelab.runners.cli.output import gate
 from kernelab.runners.cli.server import compare_worker, serve, up
 from kernelab.runners.cli.tokens import token_app

@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from kernelab.runners.bisect import Bisection, BisectError, commit_range, judge, step_record, steps_needed
+from kernelab.runners.bisect import BisectError, Bisection, commit_range, judge, step_record, steps_needed
 from kernelab.runners.cli.common import (
     DEFAULT_SERVER,
     EXIT_BAD_INPUT,
@@ -55,12 +55,16 @@ def _wait(client: KernelabClient, job: JobPublic, timeout_s: float) -> JobPublic
 
 def bisect(
     spec_path: SpecArg,
-    good: Annotated[str, typer.Option("--good", help="a revision of --repo that is fast (the baseline of every step)")],
+    good: Annotated[
+        str, typer.Option("--good", help="a revision of --repo that is fast (the baseline of every step)")
+    ],
     bad: Annotated[str, typer.Option("--bad", help="a later revision of --repo that is slower")],
     repo: RepoOpt = ".",
     server: ServerOpt = DEFAULT_SERVER,
     token: TokenOpt = "",
-    timeout_s: Annotated[float, typer.Option("--timeout-s", help="how long one step's job may take, seconds")] = 3600.0,
+    timeout_s: Annotated[
+        float, typer.Option("--timeout-s", help="how long one step's job may take, seconds")
+    ] = 3600.0,
 ) -> None:
     """Find the first commit between --good and --bad that made SPEC slower: revision A/B jobs of
     midpoints against the good end (log2 n steps), an undecided step run once more, then stopped
@@ -75,11 +79,11 @@ def bisect(
     with client_for(server, token) as client:
         try:
             record = client.create_bisect(BisectCreate(
-                name=spec.name, repo=normalize_repo(repo), good=good_sha, bad=bad_sha, good_ref=good, bad_ref=bad,
-                commits=commits, spec=spec,
+                name=spec.name, repo=normalize_repo(repo), good=good_sha, bad=bad_sha, good_ref=good,
+                bad_ref=bad, commits=commits, spec=spec,
             ))  # fmt: skip
-            typer.echo(f"bisect {record.id}: {len(commits)} commits after {good} ({good_sha[:12]}) up to {bad} "
-                       f"({bad_sha[:12]}): about {steps_needed(len(commits))} steps; "
+            typer.echo(f"bisect {record.id}: {len(commits)} commits after {good} ({good_sha[:12]}) up to "
+                       f"{bad} ({bad_sha[:12]}): about {steps_needed(len(commits))} steps; "
                        f"{server.rstrip('/')}/bisects/{record.id}", err=True)  # fmt: skip
             search = Bisection(commits)
             step = 0
@@ -87,7 +91,9 @@ def bisect(
                 step += 1
                 role, attempt = search.role, search.attempt
                 step_spec = with_revisions(spec, repo, good_sha, commit.sha)
-                step_spec = step_spec.model_copy(update={"name": f"bisect {record.id} step {step}: {commit.sha[:12]}"[:200]})
+                step_spec = step_spec.model_copy(
+                    update={"name": f"bisect {record.id} step {step}: {commit.sha[:12]}"[:200]}
+                )
                 job = client.submit(step_spec)
                 again = " (again)" if attempt > 1 else ""
                 typer.echo(f"step {step}{again}: {commit.sha[:12]} {commit.subject} against the good end: "
@@ -105,8 +111,10 @@ def bisect(
                 search.record(j.outcome, j.reason)
             first = search.first_bad
             if first is not None:
-                client.finish_bisect(record.id, BisectFinish(status="found", first_bad=first.sha,
-                                                             message=f"first bad commit: {first.sha[:12]} {first.subject}"))  # fmt: skip
+                found = f"first bad commit: {first.sha[:12]} {first.subject}"
+                client.finish_bisect(
+                    record.id, BisectFinish(status="found", first_bad=first.sha, message=found)
+                )
                 typer.echo(f"first bad commit: {first.sha} {first.subject}")
                 raise typer.Exit(EXIT_OK)
             why = search.stopped or "stopped"
@@ -115,6 +123,8 @@ def bisect(
         except RevisionError as exc:
             raise fail(f"{spec_path}: {exc}", EXIT_BAD_INPUT) from None
         except KernelabAPIError as exc:
-            raise fail(f"{spec_path}: {exc.detail}" if exc.status_code == 422 else str(exc), EXIT_NO_VERDICT) from None
+            raise fail(
+                f"{spec_path}: {exc.detail}" if exc.status_code == 422 else str(exc), EXIT_NO_VERDICT
+            ) from None
         except KernelabUnavailable as exc:
             raise fail(f"server unreachable: {exc}", EXIT_NO_VERDICT) from None

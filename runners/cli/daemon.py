@@ -38,7 +38,8 @@ def runner(
     heartbeat_s: Annotated[
         float,
         typer.Option(
-            "--heartbeat-s", min=0.5,
+            "--heartbeat-s",
+            min=0.5,
             help="heartbeat period, seconds (at most lease/3): how soon a job's progress shows and a "
             "cancelled job stops",
         ),

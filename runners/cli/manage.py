@@ -39,22 +39,33 @@ def job_line(job: JobPublic) -> str:
     elif job.summary:
         state = ", ".join(f"{n} {v}" for v, n in job.summary.items())
     else:
-        state = (job.error or job.waiting_for or "").splitlines()[0][:80] if (job.error or job.waiting_for) else ""
+        state = (
+            (job.error or job.waiting_for or "").splitlines()[0][:80]
+            if (job.error or job.waiting_for)
+            else ""
+        )
     rerun = f" (re-run of #{job.rerun_of})" if job.rerun_of else ""
-    return f"{job.id:>6}  {job.status:<9}  {job.benchmark:<24}  {job.name or '-'}{rerun}  {job.node or '-'}  {state}".rstrip()
+    head = f"{job.id:>6}  {job.status:<9}  {job.benchmark:<24}"
+    return f"{head}  {job.name or '-'}{rerun}  {job.node or '-'}  {state}".rstrip()
 
 
 def jobs(
     server: ServerOpt = DEFAULT_SERVER,
     token: TokenOpt = "",
-    status: Annotated[str | None, typer.Option("--status", help=f"only jobs in this status: {', '.join(STATUSES)}")] = None,
+    status: Annotated[
+        str | None, typer.Option("--status", help=f"only jobs in this status: {', '.join(STATUSES)}")
+    ] = None,
     benchmark: Annotated[str | None, typer.Option("--benchmark", help="only jobs of this benchmark")] = None,
-    limit: Annotated[int, typer.Option("--limit", min=1, max=500, help="at most this many, newest first")] = 20,
+    limit: Annotated[
+        int, typer.Option("--limit", min=1, max=500, help="at most this many, newest first")
+    ] = 20,
 ) -> None:
     """List jobs, newest first: id, status, benchmark, name, node, and the verdict counts (a
     running job: its progress)."""
     if status is not None and status not in STATUSES:
-        raise fail(f"--status: {status!r} is no job status; choose from {', '.join(STATUSES)}", EXIT_BAD_INPUT)
+        raise fail(
+            f"--status: {status!r} is no job status; choose from {', '.join(STATUSES)}", EXIT_BAD_INPUT
+        )
     with client_for(server, token) as client:
         try:
             page = client.list_jobs(limit=limit, status=status, benchmark=benchmark)

@@ -35,20 +35,12 @@ from kernelab.service.schemas.adverts import (
     ClaimRequest,
     Heartbeat,
     JobClaim,
-    JobProgress,
     JobFailure,
+    JobProgress,
     LeasePublic,
     ResultAccepted,
     RunnerAdverts,
     canonical_json,
-)
-from kernelab.service.schemas.bisect import (
-    BisectCommit,
-    BisectCreate,
-    BisectFinish,
-    BisectPublic,
-    BisectsPage,
-    BisectStep,
 )
 from kernelab.service.schemas.api import (
     AttemptOutcome,
@@ -59,6 +51,14 @@ from kernelab.service.schemas.api import (
     RunnerIdentity,
     RunnerRegister,
     RunnerRegistered,
+)
+from kernelab.service.schemas.bisect import (
+    BisectCommit,
+    BisectCreate,
+    BisectFinish,
+    BisectPublic,
+    BisectsPage,
+    BisectStep,
 )
 from kernelab.service.schemas.comparison import (
     CellComparison,
