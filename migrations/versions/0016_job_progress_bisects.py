@@ -6,7 +6,8 @@ Create Date: 2026-12-01
 
 * ``jobs.progress`` (JSON, ``schemas.JobProgress``) and ``jobs.progress_at``: a running job's
   progress from its runner's heartbeats, reset by each claim; ``jobs.rerun_of``: the job a
-  re-run copies (``POST /jobs/{id}/rerun``; SET NULL when that job is deleted).
+  re-run copies (``POST /jobs/{id}/rerun``; a plain integer: no foreign key, which SQLite could
+  only add by rebuilding ``jobs``).
 * ``bisects``: one row per ``kernelab bisect`` (``kernelab.service.bisects``).
 
 Downgrade drops them. Existing jobs get NULLs (no progress, no re-run).
@@ -30,13 +31,11 @@ JSON = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("jobs", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("progress", JSON, nullable=True))
-        batch_op.add_column(sa.Column("progress_at", TIME, nullable=True))
-        batch_op.add_column(sa.Column("rerun_of", sa.Integer(), nullable=True))
-        batch_op.create_foreign_key(
-            batch_op.f("fk_jobs_rerun_of_jobs"), "jobs", ["rerun_of"], ["id"], ondelete="SET NULL"
-        )
+    # plain ADD/DROP COLUMN on both databases (as 0014): a batch rebuild of ``jobs`` drops the
+    # table, and with foreign keys on, its ON DELETE CASCADE would take every result with it
+    op.add_column("jobs", sa.Column("progress", JSON, nullable=True))
+    op.add_column("jobs", sa.Column("progress_at", TIME, nullable=True))
+    op.add_column("jobs", sa.Column("rerun_of", sa.Integer(), nullable=True))
     op.create_table(
         "bisects",
         sa.Column("id", sa.Integer(), nullable=False),
@@ -65,8 +64,5 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("bisects")
-    with op.batch_alter_table("jobs", schema=None) as batch_op:
-        batch_op.drop_constraint(batch_op.f("fk_jobs_rerun_of_jobs"), type_="foreignkey")
-        batch_op.drop_column("rerun_of")
-        batch_op.drop_column("progress_at")
-        batch_op.drop_column("progress")
+    for column in ("rerun_of", "progress_at", "progress"):
+        op.execute(f"ALTER TABLE jobs DROP COLUMN {column}")  # not a batch rebuild: see upgrade()
