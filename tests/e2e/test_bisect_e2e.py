@@ -1,5 +1,6 @@
 """``kernelab bisect`` end to end on the CPU: a git repository made here with seven commits of a
-small PyTorch kernel, one of which (the planted one) computes its output 4 times, the shared real
+small PyTorch kernel, one of which (the planted one) computes its output 16 times (a slowdown
+large enough to stand out of a loaded 2-core machine's timing noise), the shared real
 server (``kernelab serve`` on a temp SQLite file), a real ``kernelab runner`` daemon process that
 runs every step's revision job, and the ``kernelab bisect`` command as a user runs it. The
 bisect must name the planted commit, record every step on the server, and its page must show it."""
@@ -28,16 +29,16 @@ baseline: {variant: torch}
 candidate: {variant: torch}
 params: {N: 100000}
 device: cpu
-measurement: {warmup_ms: 5, budget_ms: 250, min_rounds: 6, threshold_pct: 25.0}
+measurement: {warmup_ms: 5, budget_ms: 400, min_rounds: 8, threshold_pct: 25.0}
 probes: {copy_bandwidth: false, all_reduce: false, nvml: false}
 timeout_s: 240
 """
-PLANTED = 4  # the 5th of the 7 commits after the good end makes it 4x slower (and every later one)
+PLANTED = 4  # the 5th of the 7 commits after the good end makes it 16x slower (and every later one)
 
 
 def _repo(path: Path) -> tuple[str, list[str]]:
     """The good end (``v1``) and seven commits after it, each touching a comment; the one at
-    ``PLANTED`` sets ``REPEATS = 4`` (4x the work), which the later ones keep."""
+    ``PLANTED`` sets ``REPEATS = 16`` (16x the work), which the later ones keep."""
     (path / "revpkg").mkdir(parents=True)
     _git(path, "init", "-q", "-b", "main")
     (path / "revpkg" / "__init__.py").write_text("")
@@ -50,9 +51,9 @@ def _repo(path: Path) -> tuple[str, list[str]]:
     shas, text = [], BENCH
     for i in range(7):
         if i == PLANTED:
-            text = text.replace("REPEATS = 1", "REPEATS = 4")
+            text = text.replace("REPEATS = 1", "REPEATS = 16")
         bench.write_text(text + f"\n# change {i}\n")
-        _git(path, "commit", "-q", "-am", "slow down: compute it 4 times" if i == PLANTED else f"tidy {i}")
+        _git(path, "commit", "-q", "-am", "slow down: compute it 16 times" if i == PLANTED else f"tidy {i}")
         shas.append(_git(path, "rev-parse", "HEAD"))
     return good, shas
 
@@ -82,7 +83,7 @@ def test_bisect_finds_the_planted_slow_commit(server_for_module: Any, tmp_path: 
         runner.wait(timeout=120)
         runner_log.close()
     assert done.returncode == 0, done.stderr[-6000:] + (tmp_path / "runner.log").read_text()[-4000:]
-    assert done.stdout.strip() == f"first bad commit: {shas[PLANTED]} slow down: compute it 4 times"
+    assert done.stdout.strip() == f"first bad commit: {shas[PLANTED]} slow down: compute it 16 times"
     assert "about 4 steps" in done.stderr  # 1 (the ends) + ceil(log2 7)
 
     bisect_id = int(done.stderr.split("bisect ", 1)[1].split(":", 1)[0])
@@ -90,14 +91,18 @@ def test_bisect_finds_the_planted_slow_commit(server_for_module: Any, tmp_path: 
         b = client.get_bisect(bisect_id)
         assert b.status == "found" and b.first_bad == shas[PLANTED] and b.good == good
         assert [c.sha for c in b.commits] == shas
-        assert len(b.steps) == steps_needed(len(shas)) == 4  # no step was undecided on this machine
-        assert b.steps[0].role == "ends" and b.steps[0].commit == shas[-1] and b.steps[0].outcome == "bad"
+        # 4 steps, plus a retry for any step a loaded machine's noise left undecided
+        assert steps_needed(len(shas)) == 4 <= len(b.steps) <= 8
+        assert b.steps[0].role == "ends" and b.steps[0].commit == shas[-1]
         for step in b.steps:  # every step's evidence: its job, verdict, ratio and CI
             job = client.get_job(step.job_id)
             [source] = {job.spec.baseline.source.ref if job.spec.baseline.source else None}
             assert source == good
             assert job.spec.candidate.source is not None and job.spec.candidate.source.ref == step.commit
             assert step.ratio is not None and step.ci_low is not None and step.ci_high is not None
+            if step.outcome == "undecided":  # honest noise: it was run again
+                assert step.verdict == "inconclusive" and step.attempt == 1
+                continue
             bad = shas.index(step.commit) >= PLANTED
             assert step.outcome == ("bad" if bad else "good"), step
             assert (step.verdict == "slower") == bad and (step.ratio > 2.0) == bad
