@@ -178,7 +178,9 @@ class Job(Base):
         doc="schemas.JobProgress of the runner's last heartbeat with one; NULL until then (reset per claim)"
     )
     progress_at: Mapped[datetime | None] = mapped_column(doc="when that heartbeat arrived (database clock)")
-    rerun_of: Mapped[int | None] = mapped_column(Integer, doc="the id of the job this one re-runs (no FK: 0016)")
+    rerun_of: Mapped[int | None] = mapped_column(
+        Integer, doc="the id of the job this one re-runs (no FK: 0016)"
+    )
 
 
 class JobAttempt(Base):

@@ -68,16 +68,47 @@ def test_bisect_finds_the_planted_slow_commit(server_for_module: Any, tmp_path: 
     env = {**os.environ, "KERNELAB_SERVER": url, "KERNELAB_TOKEN": token}
     runner_log = (tmp_path / "runner.log").open("w")
     runner = subprocess.Popen(
-        [sys.executable, "-m", "kernelab.runners.cli", "runner", "--name", "bisect-node", "--work-dir",
-         str(tmp_path / "runner"), "--allow-repo", str(repo), "--poll-s", "2", "--heartbeat-s", "1"],
-        env=env, stdout=runner_log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "kernelab.runners.cli",
+            "runner",
+            "--name",
+            "bisect-node",
+            "--work-dir",
+            str(tmp_path / "runner"),
+            "--allow-repo",
+            str(repo),
+            "--poll-s",
+            "2",
+            "--heartbeat-s",
+            "1",
+        ],
+        env=env,
+        stdout=runner_log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "kernelab.runners.cli", "bisect", "--repo", ".", "--good", "v1", "--bad", "main",
-             str(spec)],
-            env=env, cwd=repo, capture_output=True, text=True, timeout=840,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "kernelab.runners.cli",
+                "bisect",
+                "--repo",
+                ".",
+                "--good",
+                "v1",
+                "--bad",
+                "main",
+                str(spec),
+            ],
+            env=env,
+            cwd=repo,
+            capture_output=True,
+            text=True,
+            timeout=840,
+        )
     finally:
         runner.terminate()
         runner.wait(timeout=120)

@@ -10,20 +10,32 @@ from sqlalchemy import select
 
 from kernelab.service.models import Job, JobAttempt, utcnow
 
-PROGRESS = {"cell": 1, "cells": 4, "cells_done": 1, "phase": "measuring", "message": "round 8: ratio 1.01",
-            "elapsed_s": 12.5, "eta_s": 30.0}  # fmt: skip
+PROGRESS = {
+    "cell": 1,
+    "cells": 4,
+    "cells_done": 1,
+    "phase": "measuring",
+    "message": "round 8: ratio 1.01",
+    "elapsed_s": 12.5,
+    "eta_s": 30.0,
+}
 
 
 def test_heartbeat_progress_is_stored_shown_while_running_and_reset_by_a_new_claim(api) -> None:  # type: ignore[no-untyped-def]
     job_id = api.submit()
     runner = api.runner()
     assert api.client.post("/api/v1/runners/claim", json={"lease_s": 30}, headers=runner).status_code == 200
-    beat = api.client.post(f"/api/v1/runners/jobs/{job_id}/heartbeat", json={"progress": PROGRESS}, headers=runner)
+    beat = api.client.post(
+        f"/api/v1/runners/jobs/{job_id}/heartbeat", json={"progress": PROGRESS}, headers=runner
+    )
     assert beat.status_code == 200, beat.text
     job = api.client.get(f"/api/v1/jobs/{job_id}", headers=api.admin).json()
     assert job["progress"] == PROGRESS and job["progress_at"] is not None
     # a heartbeat without progress keeps the last one
-    assert api.client.post(f"/api/v1/runners/jobs/{job_id}/heartbeat", json={}, headers=runner).status_code == 200
+    assert (
+        api.client.post(f"/api/v1/runners/jobs/{job_id}/heartbeat", json={}, headers=runner).status_code
+        == 200
+    )
     assert api.client.get(f"/api/v1/jobs/{job_id}", headers=api.admin).json()["progress"] == PROGRESS
     listed = api.client.get("/api/v1/jobs?status=running", headers=api.admin).json()["data"]
     assert [j["progress"] for j in listed if j["id"] == job_id] == [PROGRESS]
@@ -39,8 +51,11 @@ def test_bad_progress_is_a_422_naming_the_field(api) -> None:  # type: ignore[no
     runner = api.runner()
     api.client.post("/api/v1/runners/claim", json={}, headers=runner)
     for field, value in (("phase", "napping"), ("cell", -1), ("eta_s", -3.0)):
-        r = api.client.post(f"/api/v1/runners/jobs/{job_id}/heartbeat",
-                            json={"progress": {**PROGRESS, field: value}}, headers=runner)  # fmt: skip
+        r = api.client.post(
+            f"/api/v1/runners/jobs/{job_id}/heartbeat",
+            json={"progress": {**PROGRESS, field: value}},
+            headers=runner,
+        )
         assert r.status_code == 422 and ["body", "progress", field] in [e["loc"] for e in r.json()["detail"]]
 
 
@@ -68,14 +83,24 @@ def test_rerun_queues_the_spec_again_with_a_link(api) -> None:  # type: ignore[n
     assert r.status_code == 201, r.text
     new = r.json()
     assert new["id"] != job_id and new["rerun_of"] == job_id and new["status"] == "queued"
-    assert new["name"] == "to run again" and new["spec"] == api.client.get(
-        f"/api/v1/jobs/{job_id}", headers=api.admin).json()["spec"]  # fmt: skip
+    assert (
+        new["name"] == "to run again"
+        and new["spec"] == api.client.get(f"/api/v1/jobs/{job_id}", headers=api.admin).json()["spec"]
+    )
     assert api.client.post("/api/v1/jobs/987654/rerun", headers=api.admin).status_code == 404
 
 
 def _bisect_body(commits: list[str]) -> dict[str, object]:
-    return {"name": "b", "repo": "/r", "good": "aaaa", "bad": commits[-1], "good_ref": "v1", "bad_ref": "main",
-            "commits": [{"sha": c, "subject": f"s {c}"} for c in commits], "spec": spec_dict()}  # fmt: skip
+    return {
+        "name": "b",
+        "repo": "/r",
+        "good": "aaaa",
+        "bad": commits[-1],
+        "good_ref": "v1",
+        "bad_ref": "main",
+        "commits": [{"sha": c, "subject": f"s {c}"} for c in commits],
+        "spec": spec_dict(),
+    }
 
 
 def test_bisect_record_steps_and_finish(api) -> None:  # type: ignore[no-untyped-def]
@@ -85,17 +110,29 @@ def test_bisect_record_steps_and_finish(api) -> None:  # type: ignore[no-untyped
     assert created.status_code == 201, created.text
     bid = created.json()["id"]
     assert created.json()["status"] == "running" and created.json()["benchmark"] == "softmax"
-    step = {"job_id": 1, "commit": "dddd", "role": "ends", "outcome": "bad", "verdict": "slower", "cell": "N=1",
-            "ratio": 3.0, "ci_low": 2.9, "ci_high": 3.1, "summary": {"slower": 1}}  # fmt: skip
+    step = {
+        "job_id": 1,
+        "commit": "dddd",
+        "role": "ends",
+        "outcome": "bad",
+        "verdict": "slower",
+        "cell": "N=1",
+        "ratio": 3.0,
+        "ci_low": 2.9,
+        "ci_high": 3.1,
+        "summary": {"slower": 1},
+    }
     r = api.client.post(f"/api/v1/bisects/{bid}/steps", json=step, headers=submit)
     assert r.status_code == 200 and r.json()["steps"][0]["ratio"] == 3.0
     outside = api.client.post(f"/api/v1/bisects/{bid}/steps", json={**step, "commit": "eeee"}, headers=submit)
     assert outside.status_code == 409 and "eeee" in outside.json()["detail"]
-    wrong = api.client.post(f"/api/v1/bisects/{bid}/finish", json={"status": "found", "first_bad": "eeee"},
-                            headers=submit)  # fmt: skip
+    wrong = api.client.post(
+        f"/api/v1/bisects/{bid}/finish", json={"status": "found", "first_bad": "eeee"}, headers=submit
+    )
     assert wrong.status_code == 409
-    done = api.client.post(f"/api/v1/bisects/{bid}/finish", json={"status": "found", "first_bad": "cccc"},
-                           headers=submit)  # fmt: skip
+    done = api.client.post(
+        f"/api/v1/bisects/{bid}/finish", json={"status": "found", "first_bad": "cccc"}, headers=submit
+    )
     assert done.status_code == 200 and done.json()["first_bad"] == "cccc" and done.json()["finished_at"]
     assert api.client.post(f"/api/v1/bisects/{bid}/steps", json=step, headers=submit).status_code == 409
     listed = api.client.get("/api/v1/bisects", headers=read).json()

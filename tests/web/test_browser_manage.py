@@ -30,10 +30,13 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 ADMIN = "manage-browser-admin-token-0123456789"
 SHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 SPEC = {
-    "name": "softmax rows", "benchmark": "softmax", "device": "cpu",
-    "baseline": {"variant": "torch"}, "candidate": {"variant": "triton"},
+    "name": "softmax rows",
+    "benchmark": "softmax",
+    "device": "cpu",
+    "baseline": {"variant": "torch"},
+    "candidate": {"variant": "triton"},
     "sweep": {"M": [4, 8, 16, 32], "N": [64]},
-}  # fmt: skip
+}
 
 
 @dataclass
@@ -70,19 +73,37 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     upgrade(db_url)
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "KERNELAB_DATABASE_URL": db_url, "KERNELAB_ADMIN_TOKEN": ADMIN,
-           "KERNELAB_PUBLIC_DASHBOARD": "false"}  # fmt: skip
+    env = {
+        **os.environ,
+        "KERNELAB_DATABASE_URL": db_url,
+        "KERNELAB_ADMIN_TOKEN": ADMIN,
+        "KERNELAB_PUBLIC_DASHBOARD": "false",
+    }
     log_path = folder / "server.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "--factory", "kernelab.service.app:create_app", "--host", "127.0.0.1",
-             "--port", str(port), "--log-level", "warning"],
-            env=env, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "--factory",
+                "kernelab.service.app:create_app",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--log-level",
+                "warning",
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         try:
             _wait_ready(url, proc, log_path)
-            with httpx.Client(base_url=f"{url}/api/v1", headers={"Authorization": f"Bearer {ADMIN}"},
-                              timeout=30) as api:  # fmt: skip
+            with httpx.Client(
+                base_url=f"{url}/api/v1", headers={"Authorization": f"Bearer {ADMIN}"}, timeout=30
+            ) as api:
                 reg = api.post("/runners/register", json={"name": "manage-runner"})
                 assert reg.status_code == 200, reg.text
                 yield Site(url, api, {"Authorization": f"Bearer {reg.json()['token']}"})
@@ -126,8 +147,14 @@ def test_a_running_jobs_progress_updates_in_place_and_the_page_reloads_once_done
     expect(page.locator("#progress-phase")).to_have_text("warm-up")
     expect(page.locator("#progress-eta")).to_have_text("ETA after the first cell")
     expect(page.locator("h1 .badge")).to_have_text("running")  # the header followed the claim
-    site.beat(job_id, cell=2, cells_done=2, phase="measuring", eta_s=75.0,
-              message="round 8: ratio 1.0123 ±0.50% (1/1 launches per sample, 2/0 ms min time)")  # fmt: skip
+    site.beat(
+        job_id,
+        cell=2,
+        cells_done=2,
+        phase="measuring",
+        eta_s=75.0,
+        message="round 8: ratio 1.0123 ±0.50% (1/1 launches per sample, 2/0 ms min time)",
+    )
     expect(page.locator("#progress-cell")).to_have_text("cell 3 of 4", timeout=15_000)
     expect(page.locator("#progress-done")).to_have_text("2 of 4 done")
     expect(page.locator("#progress-eta")).to_have_text("ETA 1 min 15 s")
@@ -177,7 +204,10 @@ def test_jobs_list_filters_by_status_and_benchmark(site: Site, browser: Browser)
         page.click("#apply-filters")
     names = page.locator("table.jobs tbody tr td:nth-child(2)").all_inner_texts()
     assert "filter cancelled" in names and "filter queued" not in names
-    assert all(badge == "cancelled" for badge in page.locator("table.jobs tbody .badge[class*=status-]").all_inner_texts())
+    assert all(
+        badge == "cancelled"
+        for badge in page.locator("table.jobs tbody .badge[class*=status-]").all_inner_texts()
+    )
     page.fill("#filter-benchmark", "no-such-benchmark")
     with page.expect_navigation():
         page.click("#apply-filters")
@@ -188,9 +218,16 @@ def test_jobs_list_filters_by_status_and_benchmark(site: Site, browser: Browser)
 
 
 def _bisect(site: Site, commits: list[str]) -> int:
-    body = {"name": "softmax slowdown", "repo": "/src/kernels", "good": "a" * 40, "bad": commits[-1],
-            "good_ref": "v1.0", "bad_ref": "main", "spec": SPEC,
-            "commits": [{"sha": c, "subject": f"change {i}"} for i, c in enumerate(commits)]}  # fmt: skip
+    body = {
+        "name": "softmax slowdown",
+        "repo": "/src/kernels",
+        "good": "a" * 40,
+        "bad": commits[-1],
+        "good_ref": "v1.0",
+        "bad_ref": "main",
+        "spec": SPEC,
+        "commits": [{"sha": c, "subject": f"change {i}"} for i, c in enumerate(commits)],
+    }
     r = site.api.post("/bisects", json=body)
     assert r.status_code == 201, r.text
     return int(r.json()["id"])
@@ -206,19 +243,47 @@ def test_bisect_page_shows_steps_as_they_come_and_the_first_bad_commit(site: Sit
     page.evaluate("window.__kept = 7")
     job_ids = [site.submit(name=f"bisect step {i}") for i in range(4)]
     steps = [  # the ends, then 3 midpoints: 4 bad (first bad), 2 good, 3 bad ... as a real run goes
-        (commits[6], "ends", "bad", "slower", 3.9), (commits[3], "midpoint", "bad", "slower", 3.8),
-        (commits[1], "midpoint", "good", "same", 1.01), (commits[2], "midpoint", "good", "same", 0.99),
-    ]  # fmt: skip
+        (commits[6], "ends", "bad", "slower", 3.9),
+        (commits[3], "midpoint", "bad", "slower", 3.8),
+        (commits[1], "midpoint", "good", "same", 1.01),
+        (commits[2], "midpoint", "good", "same", 0.99),
+    ]
     for (sha, role, outcome, verdict, ratio), job_id in zip(steps[:1], job_ids, strict=False):
-        site.api.post(f"/bisects/{bid}/steps", json={"job_id": job_id, "commit": sha, "role": role,
-            "outcome": outcome, "verdict": verdict, "cell": "M=4, N=64", "ratio": ratio, "ci_low": ratio * 0.98,
-            "ci_high": ratio * 1.02, "summary": {verdict: 4}, "reason": f"M=4, N=64: {verdict}"})  # fmt: skip
+        site.api.post(
+            f"/bisects/{bid}/steps",
+            json={
+                "job_id": job_id,
+                "commit": sha,
+                "role": role,
+                "outcome": outcome,
+                "verdict": verdict,
+                "cell": "M=4, N=64",
+                "ratio": ratio,
+                "ci_low": ratio * 0.98,
+                "ci_high": ratio * 1.02,
+                "summary": {verdict: 4},
+                "reason": f"M=4, N=64: {verdict}",
+            },
+        )
     expect(page.locator("#steps-table tbody tr")).to_have_count(1, timeout=15_000)
     assert page.evaluate("window.__kept") == 7  # the steps came in place
     for (sha, role, outcome, verdict, ratio), job_id in zip(steps[1:], job_ids[1:], strict=True):
-        site.api.post(f"/bisects/{bid}/steps", json={"job_id": job_id, "commit": sha, "role": role,
-            "outcome": outcome, "verdict": verdict, "cell": "M=4, N=64", "ratio": ratio, "ci_low": ratio * 0.98,
-            "ci_high": ratio * 1.02, "summary": {verdict: 4}, "reason": f"M=4, N=64: {verdict}"})  # fmt: skip
+        site.api.post(
+            f"/bisects/{bid}/steps",
+            json={
+                "job_id": job_id,
+                "commit": sha,
+                "role": role,
+                "outcome": outcome,
+                "verdict": verdict,
+                "cell": "M=4, N=64",
+                "ratio": ratio,
+                "ci_low": ratio * 0.98,
+                "ci_high": ratio * 1.02,
+                "summary": {verdict: 4},
+                "reason": f"M=4, N=64: {verdict}",
+            },
+        )
     site.api.post(f"/bisects/{bid}/finish", json={"status": "found", "first_bad": commits[3]})
     expect(page.locator("#bisect-status")).to_have_text("found", timeout=15_000)
     expect(page.locator("#bisect-result")).to_contain_text(f"First bad commit: {commits[3]} change 3")
