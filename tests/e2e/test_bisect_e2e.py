@@ -29,11 +29,14 @@ baseline: {variant: torch}
 candidate: {variant: torch}
 params: {N: 100000}
 device: cpu
-measurement: {warmup_ms: 5, budget_ms: 400, min_rounds: 8, threshold_pct: 25.0}
+measurement: {warmup_ms: 5, budget_ms: 800, min_rounds: 8, threshold_pct: 100.0}
 probes: {copy_bandwidth: false, all_reduce: false, nvml: false}
 timeout_s: 240
 """
 PLANTED = 4  # the 5th of the 7 commits after the good end makes it 16x slower (and every later one)
+# threshold_pct 100: "slower" means a CI wholly above 2x. On a loaded 2-core machine two runs of the
+# same code read a ratio of 1.9 [1.45, 3.1] (2026-12-01), a "slower" at a 25 % threshold: a step's
+# verdict is only as sure as its CI, so the threshold sits above that noise and the plant far above it.
 
 
 def _repo(path: Path) -> tuple[str, list[str]]:
