@@ -34,12 +34,17 @@ import httpx
 from pydantic import BaseModel
 
 from kernelab.service.schemas import (
+    BisectCreate,
+    BisectFinish,
+    BisectPublic,
+    BisectStep,
     ClaimRequest,
     Comparison,
     Heartbeat,
     HistoryPage,
     JobClaim,
     JobFailure,
+    JobProgress,
     JobPublic,
     JobResult,
     JobsPage,
@@ -289,14 +294,42 @@ class KernelabClient:
         """``GET /jobs/{id}``. Raises ``KernelabAPIError`` 404 for an unknown id."""
         return self.call("GET", f"/jobs/{job_id}", _model(JobPublic), idempotent=True)
 
-    def list_jobs(self, *, offset: int = 0, limit: int = 50) -> JobsPage:
-        """``GET /jobs?offset=&limit=``: newest first, as the server orders them."""
-        params = {"offset": offset, "limit": limit}
+    def list_jobs(
+        self, *, offset: int = 0, limit: int = 50, status: str | None = None, benchmark: str | None = None
+    ) -> JobsPage:
+        """``GET /jobs?offset=&limit=&status=&benchmark=``: newest first, as the server orders them."""
+        params: dict[str, Any] = {"offset": offset, "limit": limit}
+        params.update({k: v for k, v in (("status", status), ("benchmark", benchmark)) if v is not None})
         return self.call("GET", "/jobs", _model(JobsPage), params=params, idempotent=True)
 
     def cancel(self, job_id: int) -> JobPublic:
-        """``POST /jobs/{id}/cancel``."""
+        """``POST /jobs/{id}/cancel``. Raises ``KernelabAPIError`` 409 for a finished job."""
         return self.call("POST", f"/jobs/{job_id}/cancel", _model(JobPublic), idempotent=True)
+
+    def rerun(self, job_id: int) -> JobPublic:
+        """``POST /jobs/{id}/rerun``: the job's spec queued again as a new job (``rerun_of``)."""
+        return self.call("POST", f"/jobs/{job_id}/rerun", _model(JobPublic), idempotent=False)
+
+    # ---------------------------------------------------------------------------------------------
+    # bisects (submit scope to write, read to read)
+
+    def create_bisect(self, body: BisectCreate) -> BisectPublic:
+        """``POST /bisects``: record a new bisect."""
+        return self.call("POST", "/bisects", _model(BisectPublic), json=_dump(body), idempotent=False)
+
+    def add_bisect_step(self, bisect_id: int, step: BisectStep) -> BisectPublic:
+        """``POST /bisects/{id}/steps``: append a judged step."""
+        path = f"/bisects/{bisect_id}/steps"
+        return self.call("POST", path, _model(BisectPublic), json=_dump(step), idempotent=False)
+
+    def finish_bisect(self, bisect_id: int, body: BisectFinish) -> BisectPublic:
+        """``POST /bisects/{id}/finish``: found, or stopped with the reason."""
+        path = f"/bisects/{bisect_id}/finish"
+        return self.call("POST", path, _model(BisectPublic), json=_dump(body), idempotent=False)
+
+    def get_bisect(self, bisect_id: int) -> BisectPublic:
+        """``GET /bisects/{id}``."""
+        return self.call("GET", f"/bisects/{bisect_id}", _model(BisectPublic), idempotent=True)
 
     def comparison(self, job_id: int) -> Comparison:
         """``GET /jobs/{id}/comparison``. Raises ``KernelabAPIError`` 409 while there is no result."""
@@ -374,14 +407,19 @@ class KernelabClient:
         return self.call("POST", "/runners/claim", _claim_answer, json=body, idempotent=False,
                          timeout_s=self.timeout_s + wait_s)  # fmt: skip
 
-    def heartbeat(self, job_id: int, *, lease_s: float = 120.0, timeout_s: float | None = None) -> None:
+    def heartbeat(
+        self, job_id: int, *, lease_s: float = 120.0, timeout_s: float | None = None,
+        progress: JobProgress | None = None,
+    ) -> None:  # fmt: skip
         """``POST /runners/jobs/{id}/heartbeat``: extend the lease by ``lease_s`` seconds (from the
-        server's database clock). ``timeout_s`` bounds each try (default: the client's).
+        server's database clock) and store ``progress`` (None: keep the last). ``timeout_s``
+        bounds each try (default: the client's).
 
         Raises ``KernelabAPIError`` with status 409 when the lease is lost (re-queued after it
         expired, or the job was cancelled).
         """
-        path, body = f"/runners/jobs/{job_id}/heartbeat", _dump(Heartbeat(lease_s=lease_s))
+        path = f"/runners/jobs/{job_id}/heartbeat"
+        body = Heartbeat(lease_s=lease_s, progress=progress).model_dump(mode="json", exclude_none=True)
         self.request("POST", path, json=body, idempotent=True, timeout_s=timeout_s)
 
     def fail(self, job_id: int, error: str, *, retry: bool = False) -> None:

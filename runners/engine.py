@@ -487,7 +487,8 @@ def measure_pair(
     per launch) and, with a ``sampler``, the context read after it; ``throttled`` is set when its
     SM clock is below 75% of ``sampler.expected_sm_clock_mhz``.
 
-    ``progress(message)`` is called at each CI check; ``monitor.check(rounds)`` before the first
+    ``progress(message)`` is called before the warm-up (``"warm-up"``), after it (``"measuring"``)
+    and at each CI check (``"round N: ..."``); ``monitor.check(rounds)`` before the first
     round, at each CI check and after the last round. ``clock`` (ns, ``time.perf_counter_ns``)
     measures the warm-up and the budget. Whatever the callables or the timer raise propagates (the
     caller records it against the cell).
@@ -521,9 +522,13 @@ def measure_interleaved(
     propagates.
     """
     placement = placement_of(pair, settings)
+    if progress is not None:
+        progress("warm-up")
     launches = _warm_up(pair, settings.warmup_ms, clock, placement)
     if _align_timers(pair):
         launches = _warm_up(pair, settings.warmup_ms, clock, placement)
+    if progress is not None:
+        progress("measuring")
     rng = np.random.default_rng(settings.seed)
     budget_ns = settings.budget_ms * 1e6
     target = settings.target_ci_pct / 100.0

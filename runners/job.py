@@ -408,6 +408,9 @@ def run_job(
     started_at = datetime.now(UTC)
     dev = resolve_device(device, spec.device)
     configure_triton_env(dev)  # inherited by the child, before anything imports triton
+    cells = len(spec.cells(dev.type))  # type: ignore[arg-type]
+    report: ProgressCallback = progress if progress is not None else (lambda i, n, msg: None)
+    report(0, cells, "probes before the cells")
     probes = _probes(spec, "before", dev)
     if isolate and bench is None:
         from kernelab.runners.measure import measure_in_child
@@ -423,6 +426,7 @@ def run_job(
         results, node, timer_label = measure_cells(
             spec, device=dev, progress=progress, timer_kind=timer_kind, bench=bench
         )
+    report(max(0, cells - 1), cells, "probes after the cells")
     probes += _probes(spec, "after", dev)
     return JobResult(
         idempotency_key=idempotency_key or uuid.uuid4().hex,

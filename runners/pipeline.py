@@ -46,6 +46,7 @@ from typing import Any, Protocol
 import torch
 
 from kernelab.runners.engine import (
+    Checkpoint,
     ClockSampler,
     ContentionMonitor,
     LocalPairTimer,
@@ -257,6 +258,17 @@ def _checkpoint(
     return checkpoint
 
 
+def _announced(progress: Callable[[str], None], checkpoint: Checkpoint) -> Checkpoint:
+    """``checkpoint`` that reports ``"checks"`` before it runs (and ``"measuring"`` after)."""
+
+    def run(rounds: int, launches: Mapping[Side, int]) -> None:
+        progress("checks")
+        checkpoint(rounds, launches)
+        progress("measuring")
+
+    return run
+
+
 def run_cell(
     pair: SidePair,
     spec: JobSpec,
@@ -285,7 +297,6 @@ def run_cell(
             progress("correctness")
             with phase(result, "correctness"):
                 _eager_checks(spec, result, sides)
-        progress("measuring")
         if monitor is not None:
             monitor.start()
         checks = spec.correctness.enabled and spec.correctness.timed_checks
@@ -299,7 +310,7 @@ def run_cell(
                 sampler=sampler,
                 progress=progress,
                 monitor=monitor,
-                checkpoint=_checkpoint(spec, result, sides) if checks else None,
+                checkpoint=_announced(progress, _checkpoint(spec, result, sides)) if checks else None,
             )
         finally:
             result.phase_s["measure"] = round(

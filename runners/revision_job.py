@@ -391,13 +391,15 @@ def run_revision_job(
     for side in SIDES:
         source = getattr(spec, side).source
         if source is not None:
-            report(0, 1, f"{side}: fetching {source.repo} @ {source.ref}")
+            report(0, 1, f"fetching the {side}: {source.repo} @ {source.ref}")
         checkouts[side] = cache.materialise(source, side, allow=allow) if source is not None else None
     base, cand = checkouts["baseline"], checkouts["candidate"]
     diff_stat, shortstat = cache.diff_stat(base, cand) if base is not None and cand is not None else ("", "")
     sampler = ContextSampler(dev.index) if dev.type == "cuda" else None
     if monitor is None and dev.type == "cuda":
         monitor = GpuContentionMonitor(dev.index)
+    cells = len(spec.cells(dev.type))  # type: ignore[arg-type]
+    report(0, cells, "probes before the cells")
     probes = _probes(spec, "before", dev)
     with _workers(spec, checkouts, cache, deadline) as (channels, scratch):
         setup: dict[Side, dict[str, Any]] = {}
@@ -423,6 +425,7 @@ def run_revision_job(
         )
         timer_label = pair.timer_label()
     node = node_info(dev)
+    report(max(0, cells - 1), cells, "probes after the cells")
     probes += _probes(spec, "after", dev)
     node.revisions = RevisionsInfo(
         baseline=_revision_info(spec, "baseline", base, setup["baseline"]["versions"]),

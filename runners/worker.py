@@ -13,6 +13,10 @@ context cannot take the daemon down, and so that a hard timeout can kill it. The
    keeps (in its spool, or in memory while its disk stays full): a finished measurement is
    never dropped for want of disk space.
 
+SIGTERM (the daemon stopping a cancelled, lost or timed-out job) raises ``SystemExit`` here, so
+the measuring and probe children, which run in sessions of their own, are killed with this
+process (``kernelab.runners.measure``) instead of measuring on, orphaned.
+
 Exit status: 0 on success; 2 for unusable arguments or an invalid spec file; 1 when the job raised.
 The error goes to stderr (the daemon posts its tail as the job's failure message).
 """
@@ -22,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -75,9 +80,14 @@ def _node_changed(result: JobResult) -> str:
     return found[0].message if found else ""
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)  # unwinds through measure's cleanup, which kills its child
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the worker with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
     args = _parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         spec = JobSpec.model_validate_json(args.spec_json.read_text(encoding="utf-8"))

@@ -20,6 +20,7 @@ from fastapi.staticfiles import StaticFiles
 from sqlalchemy.exc import IntegrityError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+import kernelab.web.manage
 import kernelab.web.routes
 from kernelab.service.api import api_router
 from kernelab.service.api.auth_first import AuthBeforeBodyMiddleware
@@ -155,6 +156,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(login.router)
     app.include_router(kernelab.web.routes.router)
     kernelab.web.routes.install(app)
+    app.include_router(kernelab.web.manage.router)
     app.mount("/static", StaticFiles(directory=str(files("kernelab.web") / "static")), name="static")
     app.add_middleware(AuthBeforeBodyMiddleware, fastapi_app=app)  # inside the 413 check: no body read yet
     app.add_middleware(MaxBodySizeMiddleware, max_bytes=settings.max_request_bytes)

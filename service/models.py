@@ -50,6 +50,7 @@ JUDGEMENT_TRIGGERS = ("ingest", "rejudge")
 TIMING_STATES = ("cold", "warm")
 TASK_KINDS = ("compare",)
 TASK_STATUSES = ("queued", "running", "done", "failed")
+BISECT_STATUSES = ("running", "found", "stopped")
 
 
 def utcnow() -> datetime:
@@ -172,6 +173,13 @@ class Job(Base):
     )
     schema_sha256: Mapped[str | None] = mapped_column(
         String(64), doc="digest of the advertised Params schema the spec was accepted against"
+    )
+    progress: Mapped[dict[str, Any] | None] = mapped_column(
+        doc="schemas.JobProgress of the runner's last heartbeat with one; NULL until then (reset per claim)"
+    )
+    progress_at: Mapped[datetime | None] = mapped_column(doc="when that heartbeat arrived (database clock)")
+    rerun_of: Mapped[int | None] = mapped_column(
+        Integer, doc="the id of the job this one re-runs (no FK: migration 0017)"
     )
 
 
@@ -395,3 +403,29 @@ class HistoryPoint(Base):
     measured_at: Mapped[datetime]
     node_name: Mapped[str] = mapped_column(String(255))
     excluded: Mapped[str | None] = mapped_column(String(64))
+
+
+class Bisect(Base):
+    """A ``kernelab bisect``: the commits between a good and a bad revision of one repository, the
+    revision jobs its client ran over them (``steps``: ``schemas.BisectStep`` JSON, in order) and
+    its outcome (``first_bad`` once ``found``; ``message`` says why it ``stopped``)."""
+
+    __tablename__ = "bisects"
+    __table_args__ = (CheckConstraint(_in("status", BISECT_STATUSES), name="status"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), default="")
+    benchmark: Mapped[str] = mapped_column(String(500))
+    repo: Mapped[str] = mapped_column(Text)
+    good: Mapped[str] = mapped_column(String(64), doc="the good end's commit sha")
+    bad: Mapped[str] = mapped_column(String(64), doc="the bad end's commit sha")
+    good_ref: Mapped[str] = mapped_column(String(500), doc="the good end as the user named it")
+    bad_ref: Mapped[str] = mapped_column(String(500))
+    commits: Mapped[list[Any]]  # schemas.BisectCommit JSON: after good, up to and including bad
+    spec: Mapped[dict[str, Any]]
+    steps: Mapped[list[Any]]
+    status: Mapped[str] = mapped_column(String(16), default="running")
+    first_bad: Mapped[str | None] = mapped_column(String(64))
+    message: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    finished_at: Mapped[datetime | None]
+    submitted_by: Mapped[int | None] = mapped_column(ForeignKey("tokens.id", ondelete="SET NULL"))

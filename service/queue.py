@@ -44,6 +44,7 @@ from sqlalchemy import (
     func,
     insert,
     literal,
+    null,
     or_,
     select,
     text,
@@ -90,20 +91,29 @@ _HEARTBEAT = (  # an expired lease not yet re-queued is still the runner's: exte
 # PostgreSQL: the lease extension and the runner's last-seen time in one statement (a
 # data-modifying CTE runs to completion whether or not the primary query reads it; PostgreSQL
 # manual, "Data-Modifying Statements in WITH"). SQLite has no UPDATE inside WITH: two statements.
-_HEARTBEAT_CTE = _HEARTBEAT.cte("extended")
-_HEARTBEAT_PG = (
-    select(*_HEARTBEAT_CTE.c)
-    .add_cte(
+# A heartbeat carrying progress (schemas.JobProgress) stores it with the server's time of arrival.
+_HEARTBEAT_PROGRESS = _HEARTBEAT.values(
+    progress=bindparam("p_progress", type_=_jobs.c.progress.type), progress_at=db_now()
+)
+
+
+def _with_seen(heartbeat: Any) -> Any:
+    extended = heartbeat.cte("extended")
+    return select(*extended.c).add_cte(
         update(_runners)
-        .where(_runners.c.id == bindparam("p_runner_id"), select(_HEARTBEAT_CTE.c.id).exists())
+        .where(_runners.c.id == bindparam("p_runner_id"), select(extended.c.id).exists())
         .values(last_seen_at=db_now())
         .cte("seen")
     )
-)  # fmt: skip
+
+
+_HEARTBEAT_PG = _with_seen(_HEARTBEAT)
+_HEARTBEAT_PROGRESS_PG = _with_seen(_HEARTBEAT_PROGRESS)
 _ASYNC_COMMIT = text("SET LOCAL synchronous_commit = off")
 _TAKE = update(_jobs).values(
     status="running", attempts=_jobs.c.attempts + 1, lease_runner_id=bindparam("p_runner_id"),
     lease_expires_at=_UNTIL, started_at=func.coalesce(_jobs.c.started_at, db_now()),
+    progress=null(), progress_at=null(),  # a new attempt starts from nothing
 ).returning(*_LEASED)  # fmt: skip
 _FOR_DEVICE = _jobs.c.device.in_(("auto", bindparam("p_device")))
 # A runner that advertised benchmarks (kernelab.service.offers) takes jobs that need none (sourced)
@@ -374,8 +384,9 @@ def _held(session: Session, job_id: int, runner_id: int) -> Job:
 
 
 def heartbeat(
-    session: Session, job_id: int, *, runner_id: int, lease_s: float, durable: bool = True
-) -> Lease:
+    session: Session, job_id: int, *, runner_id: int, lease_s: float, durable: bool = True,
+    progress: dict[str, Any] | None = None,
+) -> Lease:  # fmt: skip
     """Extend the lease to ``lease_s`` seconds from the database's now and mark the runner seen;
     returns the lease. A lease that ran out but that no claim re-queued yet is extended too (the
     job is nobody else's; its runner is still at it).
@@ -387,14 +398,23 @@ def heartbeat(
     consistent (PostgreSQL manual, "Asynchronous Commit"). It saves a disk flush per heartbeat;
     claims and job endings stay durable.
 
+    ``progress`` (``schemas.JobProgress`` as JSON) is stored in the same statement, with the
+    database's time (``jobs.progress_at``); None keeps the stored one.
+
     Raises ``JobNotFoundError``, or ``LeaseLostError`` when the job was re-queued, cancelled or
-    finished, or another runner holds it.
+    finished, or another runner holds it: the runner stops the job (a cancel reaches it with its
+    next heartbeat).
     """
     postgres = session.get_bind().dialect.name == "postgresql"
     if postgres and not durable:
         session.execute(_ASYNC_COMMIT)
-    params = {"p_job_id": job_id, "p_runner_id": runner_id, "p_lease_s": float(lease_s)}
-    row = session.execute(_HEARTBEAT_PG if postgres else _HEARTBEAT, params).one_or_none()
+    params: dict[str, Any] = {"p_job_id": job_id, "p_runner_id": runner_id, "p_lease_s": float(lease_s)}
+    if progress is None:
+        statement = _HEARTBEAT_PG if postgres else _HEARTBEAT
+    else:
+        statement = _HEARTBEAT_PROGRESS_PG if postgres else _HEARTBEAT_PROGRESS
+        params["p_progress"] = progress
+    row = session.execute(statement, params).one_or_none()
     if row is None:
         _held(session, job_id, runner_id)  # raises with the reason
         raise LeaseLostError(f"runner {runner_id} lost the lease of job {job_id}", job_id)
@@ -443,8 +463,9 @@ def _finish_held(
     return job
 
 
-def cancel(session: Session, job_id: int) -> Job:
-    """Cancel a queued or running job (a runner holding it loses its lease: 409 on heartbeat).
+def cancel(session: Session, job_id: int, *, by: str = "a user") -> Job:
+    """Cancel a queued or running job (a runner holding it loses its lease: 409 on its next
+    heartbeat, and it stops the job's worker). ``by`` names who cancelled, in the attempt's error.
 
     Raises ``JobNotFoundError``, or ``InvalidTransitionError`` for a finished job.
     """
@@ -460,7 +481,18 @@ def cancel(session: Session, job_id: int) -> Job:
         raise InvalidTransitionError(
             f"job {job_id} is {job.status}; only queued or running jobs cancel", job_id
         )
-    _end_attempt(session, job_id, job.attempts, "cancelled", "cancelled by a user")
+    _end_attempt(session, job_id, job.attempts, "cancelled", f"cancelled by {by}")
+    return job
+
+
+def rerun(session: Session, job_id: int, spec: JobSpec, **submit_kw: Any) -> Job:
+    """Queue ``spec`` (the stored spec of job ``job_id``, checked again by the caller) as a new job
+    whose ``rerun_of`` is ``job_id``; ``submit_kw`` as in ``submit``. Any job may be re-run, in
+    any status. Raises ``JobNotFoundError``."""
+    get_job(session, job_id)
+    job = submit(session, spec, **submit_kw)
+    job.rerun_of = job_id
+    session.flush()
     return job
 
 

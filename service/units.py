@@ -17,3 +17,15 @@ def format_bytes(n: int | float | None) -> str:
             return f"{value:.0f} {unit}" if value == int(value) else f"{value:.1f} {unit}"
         value /= 1024
     raise AssertionError("unreachable")
+
+
+def format_seconds(seconds: float | None) -> str:
+    """``41`` -> ``"41 s"``, ``130`` -> ``"2 min 10 s"``, ``4000`` -> ``"1 h 6 min"``; None -> ``"-"``."""
+    if seconds is None:
+        return "-"
+    s = round(seconds)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s"
+    return f"{s // 3600} h {s % 3600 // 60} min"

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import jinja2
 import plotly
@@ -31,9 +31,10 @@ from sqlalchemy import func, select
 from kernelab.service import crud, health, history, models, node_health
 from kernelab.service.api.deps import DEFAULT_LIMIT, Limit, Offset, SessionDep, SettingsDep, dashboard_access
 from kernelab.service.api.routes.nodes import NodeName
+from kernelab.service.models import JOB_STATUSES
 from kernelab.service.report import EXPLAINED_VERDICTS, cell_speedup, void_timing, why
-from kernelab.service.schemas import JobResult, NodeInfo, ProbeReport, Text, as_utc
-from kernelab.service.units import format_bytes
+from kernelab.service.schemas import JobResult, JobStatus, NodeInfo, ProbeReport, Text, as_utc
+from kernelab.service.units import format_bytes, format_seconds
 from kernelab.service.verdicts import FLAG_NOTES, VERDICT_ORDER
 from kernelab.web import figures, job_view, sweep_view
 from kernelab.web.job_view import CellOrder
@@ -96,7 +97,7 @@ def _environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters.update(duration=_duration, pct=_pct, sci=_sci, num=_num, dt=_dt, bytes=format_bytes, why=why,
-                       speedup=cell_speedup, rate=_rate)  # fmt: skip
+                       speedup=cell_speedup, rate=_rate, seconds=format_seconds)  # fmt: skip
     env.tests.update(void_timing=void_timing, explained=lambda cell: cell.verdict in EXPLAINED_VERDICTS)
     env.globals.update(
         static_url=STATIC_URL,
@@ -223,12 +224,19 @@ def jobs_page(
     settings: SettingsDep,
     offset: Offset = 0,
     limit: Limit = DEFAULT_LIMIT,
+    status: Annotated[JobStatus | Literal[""] | None, Query()] = None,
+    benchmark: Annotated[Text | None, Query(max_length=500)] = None,
 ) -> HTMLResponse:
-    """Jobs, newest first, with status, node and verdict counts; paginated by offset/limit."""
-    page = crud.list_jobs(session=session, offset=offset, limit=limit, alive_s=settings.runner_alive_s)
+    """Jobs, newest first, with status, node and verdict counts; paginated by offset/limit and
+    filtered by ``status`` and ``benchmark`` (empty: all; an unknown status is a 422 naming it)."""
+    filters = {k: v for k, v in (("status", status), ("benchmark", benchmark)) if v}
+    page = crud.list_jobs(session=session, offset=offset, limit=limit, alive_s=settings.runner_alive_s,
+                          **filters)  # fmt: skip
     return templates.TemplateResponse(
-        request, "jobs.html", {"jobs": page.data, "count": page.count, "offset": offset, "limit": limit}
-    )
+        request, "jobs.html", {"jobs": page.data, "count": page.count, "offset": offset, "limit": limit,
+                               "filters": filters, "statuses": JOB_STATUSES,
+                               "benchmarks": crud.job_benchmarks(session=session)},
+    )  # fmt: skip
 
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse, dependencies=DashboardAccess)

@@ -1,6 +1,6 @@
-"""The ``kernelab`` command line: ``up``, ``serve``, ``runner``, ``submit``, ``run``, ``validate``, ``probe``,
-``report``, ``history``, ``compare-jobs``, ``token create|list|rotate|revoke``, ``init`` (a new
-benchmark's scaffold); ``--version``;
+"""The ``kernelab`` command line: ``up``, ``serve``, ``runner``, ``submit``, ``run``, ``validate``,
+``probe``, ``report``, ``history``, ``compare-jobs``, ``jobs``, ``cancel``, ``rerun``, ``bisect``,
+``token create|list|rotate|revoke``, ``init`` (a new benchmark's scaffold); ``--version``;
 shell completion (``--install-completion``); a configuration file for server and token
 (``config``).
 
@@ -23,7 +23,8 @@ The other commands exit 1 on an unreachable server or a refused request.
 One module per role: ``common`` (exit statuses, options, the client, a spec file), ``output``
 (the table and the ``--fail-on`` gate), ``local`` (``run``, ``validate``, ``probe``, ``static``:
 no server), ``jobs`` (``submit``, ``report``: a server's client),
-``history`` (``history``, ``compare-jobs``), ``tokens`` (``token ...``: an
+``history`` (``history``, ``compare-jobs``), ``manage`` (``jobs``, ``cancel``, ``rerun``), ``bisect``
+(``bisect``: revision jobs over a commit range), ``tokens`` (``token ...``: an
 administrator's), ``daemon`` (``runner``: the runner daemon), ``server`` (``serve``, ``up``).
 This module joins them into the typer ``app`` (the ``kernelab`` entry point and
 ``python -m kernelab.runners.cli``).
@@ -35,12 +36,14 @@ from typing import Annotated
 
 import typer
 
+from kernelab.runners.cli.bisect import bisect
 from kernelab.runners.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_NO_VERDICT, EXIT_OK
 from kernelab.runners.cli.daemon import runner
 from kernelab.runners.cli.history import compare_jobs, history
 from kernelab.runners.cli.init import init
 from kernelab.runners.cli.jobs import report, submit
 from kernelab.runners.cli.local import probe, run, static, validate
+from kernelab.runners.cli.manage import cancel, jobs, rerun
 from kernelab.runners.cli.output import gate
 from kernelab.runners.cli.server import compare_worker, serve, up
 from kernelab.runners.cli.tokens import token_app
@@ -89,7 +92,7 @@ def main(
 
 
 # in this order in --help
-for command in (init, run, validate, probe, static, submit, report, history):
+for command in (init, run, validate, probe, static, submit, report, history, jobs, cancel, rerun, bisect):
     app.command()(command)
 app.command("compare-jobs")(compare_jobs)
 app.add_typer(token_app, name="token")

@@ -25,6 +25,7 @@ from kernelab.runners.cli.common import (
     setup_logging,
 )
 from kernelab.runners.client import KernelabAPIError, KernelabUnavailable
+from kernelab.runners.daemon.supervisor import HEARTBEAT_S
 
 
 def runner(
@@ -34,6 +35,15 @@ def runner(
     once: Annotated[bool, typer.Option("--once", help="drain the queue, then exit")] = False,
     poll_s: Annotated[float, typer.Option("--poll-s", help="claim long-poll, seconds")] = 20.0,
     lease_s: Annotated[float, typer.Option("--lease-s", help="lease length, seconds")] = 120.0,
+    heartbeat_s: Annotated[
+        float,
+        typer.Option(
+            "--heartbeat-s",
+            min=0.5,
+            help="heartbeat period, seconds (at most lease/3): how soon a job's progress shows and a "
+            "cancelled job stops",
+        ),
+    ] = HEARTBEAT_S,
     grace_s: Annotated[float, typer.Option("--grace-s", help="SIGTERM grace for the running job")] = 60.0,
     work_dir: Annotated[Path, typer.Option("--work-dir", help="token, spool, scratch")] = DEFAULT_WORK_DIR,
     log_level: Annotated[str, typer.Option("--log-level")] = "INFO",
@@ -127,6 +137,7 @@ def runner(
             once=once,
             poll_s=poll_s,
             lease_s=lease_s,
+            heartbeat_s=heartbeat_s,
             work_dir=work_dir,
             grace_s=grace_s,
             allowed_repos=allow_repo or [],

@@ -20,6 +20,7 @@ from kernelab.runners.cli.common import (
     fail,
 )
 from kernelab.runners.client import TERMINAL_JOB_STATUS, KernelabAPIError, KernelabClient
+from kernelab.runners.progress import describe
 from kernelab.service.schemas import CellComparison, Comparison, JobPublic, Verdict
 
 VERDICT_COLORS: dict[Verdict, tuple[str, bool]] = {
@@ -157,8 +158,9 @@ def wait_and_show(
     json_path: Path | None = None,
 ) -> int:
     """Wait for ``job`` to finish and its comparison to be computed (``comparison_status`` no longer
-    ``comparing``), echoing status changes (and new progress lines of ``progress_log``, a runner
-    log file); print its comparison. Returns the exit status (``show_job``); exits
+    ``comparing``), echoing status changes and each new progress (cell i/n, phase, cells done,
+    ETA: ``JobPublic.progress`` from the runner's heartbeats; or, with ``progress_log``, a runner
+    log file's progress lines); print its comparison. Returns the exit status (``show_job``); exits
     ``EXIT_NO_VERDICT`` when it is still unfinished or comparing after ``timeout_s``."""
     offset, partial = 0, b""
 
@@ -182,12 +184,19 @@ def wait_and_show(
 
     deadline = time.monotonic() + timeout_s
     seen: tuple[str, str] | None = None
+    shown: tuple[object, ...] | None = None
     while True:
         job = client.get_job(job.id)
         if (job.status, job.comparison_status) != seen:
             seen = (job.status, job.comparison_status)
             on_change(job)
         relay_progress()
+        if job.progress is not None and progress_log is None:  # the runner's heartbeats, via the server
+            p = job.progress
+            key = (p.cell, p.cells_done, p.phase, p.message)
+            if key != shown:
+                shown = key
+                typer.echo("  " + describe(p), err=True)
         if job.status in TERMINAL_JOB_STATUS and job.comparison_status != "comparing":
             break
         if time.monotonic() > deadline:

@@ -47,7 +47,13 @@ from pydantic import ValidationError
 from kernelab.runners import jobns
 from kernelab.runners.client import KernelabAPIError, KernelabClient, KernelabUnavailable
 from kernelab.runners.daemon.probe_pool import ProbePoolManager
-from kernelab.runners.daemon.supervisor import JobNotStarted, JobSupervisor, WorkerRun, stderr_tail
+from kernelab.runners.daemon.supervisor import (
+    HEARTBEAT_S,
+    JobNotStarted,
+    JobSupervisor,
+    WorkerRun,
+    stderr_tail,
+)
 from kernelab.runners.daemon.tokens import TokenStore
 from kernelab.runners.jobenv import job_env
 from kernelab.runners.redact import redact, secret_values
@@ -81,7 +87,8 @@ class RunnerDaemon:
     """Runner daemon bound to one server (through ``client``) under the name ``name``.
 
     ``poll_s``: long-poll wait of each claim, seconds (server caps it). ``lease_s``: lease asked
-    for on claim and on every heartbeat, seconds (heartbeat every ``lease_s / 3``). ``work_dir``:
+    for on claim and on every heartbeat, seconds; ``heartbeat_s``: the heartbeat period (at most
+    ``lease_s / 3``; each carries the job's progress, and a cancelled job stops at the next). ``work_dir``:
     token file, spool and per-job scratch folders. ``grace_s``: how long a running job may go on
     after SIGTERM. ``node``: the fingerprint sent on registration (default
     ``kernelab.runners.probes.node_info()``). ``allowed_repos``, ``job_env_names``,
@@ -116,6 +123,7 @@ class RunnerDaemon:
         job_isolation: str = "auto",
         job_hide: Sequence[Path] = (),
         benchmarks: Sequence[str] = (),
+        heartbeat_s: float = HEARTBEAT_S,
     ):
         if not RUNNER_NAME.match(name):
             raise ValueError(f"runner name {name!r} must match {RUNNER_NAME.pattern}")
@@ -134,6 +142,7 @@ class RunnerDaemon:
             job_env_names=job_env_names,
             job_isolation=job_isolation,
             job_hide=job_hide,
+            heartbeat_s=heartbeat_s,
         )
         self.min_free_bytes = int(min_free_bytes)
         self.benchmark_refs = list(benchmarks)

@@ -4,8 +4,11 @@ environment, its lease heartbeat, its stdout, its timeout and the grace it gets 
 * **Scratch.** Each job runs in ``work_dir/jobs/<job>-<attempt>/`` (spec, result, worker stderr).
 * **Timeouts.** A worker running longer than the spec's ``timeout_s`` is killed (its whole
   process group, so probe helpers die too).
-* **Leases.** A thread heartbeats every ``lease_s / 3`` seconds; when the server answers that the
-  lease is lost (409/404: the job was re-queued or cancelled) the worker is stopped.
+* **Leases and progress.** A thread heartbeats every ``heartbeat_s`` seconds (at most
+  ``lease_s / 3``) with the job's progress (``kernelab.runners.progress``: the worker's
+  ``progress:`` lines); when the server answers that the lease is lost (409/404: the job was
+  re-queued or cancelled) the worker is stopped, so a cancelled job stops within ``heartbeat_s``
+  plus the worker's ``KILL_WAIT_S`` grace.
 * **Shutdown.** After ``stop()`` the running worker gets ``grace_s`` seconds (``stop(now=True)``:
   none), then it is killed.
 * **Job code gets no credentials** (``docs/security.md``, "Job code on runners"): the worker and
@@ -37,6 +40,7 @@ from kernelab.runners import jobns
 from kernelab.runners.client import KernelabAPIError, KernelabClient, KernelabUnavailable
 from kernelab.runners.daemon.probe_pool import ProbePoolManager
 from kernelab.runners.jobenv import check_names, job_env
+from kernelab.runners.progress import ProgressTracker, parse_line
 from kernelab.runners.spool import atomic_write_text
 from kernelab.runners.worker import NODE_CHANGED_MARK, RESULT_MARK
 from kernelab.service.schemas import JobClaim, JobResult, JobSpec
@@ -44,6 +48,7 @@ from kernelab.service.schemas import JobClaim, JobResult, JobSpec
 log = logging.getLogger(__name__)
 
 KILL_WAIT_S = 10.0  # SIGTERM -> SIGKILL delay for a worker being stopped
+HEARTBEAT_S = 5.0  # default heartbeat period: how soon a cancel stops a job and progress shows
 STDERR_TAIL_CHARS = 4000  # how much of a failed worker's stderr goes into the failure message
 LEASE_LOST_STATUS = frozenset({404, 409})
 JOB_FAILED_MARK = "worker: job failed: "  # kernelab.runners.worker's last stderr line on a job failure
@@ -92,7 +97,8 @@ class WorkerRun:
 class JobSupervisor:
     """Runs the workers of runner ``name`` (``python -m kernelab.runners.worker``), one at a time.
 
-    ``lease_s``: lease asked for on every heartbeat, seconds (heartbeat every ``lease_s / 3``).
+    ``lease_s``: lease asked for on every heartbeat, seconds; ``heartbeat_s``: the heartbeat period,
+    seconds (at most ``lease_s / 3``; each carries the job's progress and learns of a cancel).
     ``grace_s``: how long a running worker may go on after ``stop()``. ``allowed_repos``:
     repositories jobs' source revisions may come from (``kernelab.service.repo_address``), cloned
     into ``work_dir/revisions``. ``job_env_names``: variables job code may see besides
@@ -118,6 +124,7 @@ class JobSupervisor:
         job_env_names: Sequence[str] = (),
         job_isolation: str = "auto",
         job_hide: Sequence[Path] = (),
+        heartbeat_s: float = HEARTBEAT_S,
     ) -> None:
         if job_isolation not in jobns.ISOLATION_MODES:
             raise ValueError(
@@ -126,7 +133,8 @@ class JobSupervisor:
         self.name = name
         self.work_dir = work_dir
         self.lease_s = float(lease_s)
-        self.heartbeat_s = self.lease_s / 3.0
+        self.heartbeat_s = min(float(heartbeat_s), self.lease_s / 3.0)
+        self.progress: ProgressTracker | None = None  # the running job's
         self.grace_s = float(grace_s)
         self.probe_pool = probe_pool
         self.token_file = token_file
@@ -229,6 +237,7 @@ class JobSupervisor:
 
         lease_lost = threading.Event()
         finished = threading.Event()
+        self.progress = ProgressTracker()
         handed: list[JobResult] = []  # a result the worker sent on stdout (its file could not be written)
         try:
             job_dir.mkdir(parents=True, exist_ok=True)
@@ -304,7 +313,8 @@ class JobSupervisor:
     ) -> None:
         while not finished.wait(self.heartbeat_s):
             try:
-                client.heartbeat(job_id, lease_s=self.lease_s, timeout_s=self.heartbeat_s)
+                progress = self.progress.snapshot() if self.progress is not None else None
+                client.heartbeat(job_id, lease_s=self.lease_s, timeout_s=self.heartbeat_s, progress=progress)
             except KernelabAPIError as exc:
                 if exc.status_code in LEASE_LOST_STATUS and not finished.is_set():
                     lease_lost.set()
@@ -336,6 +346,9 @@ class JobSupervisor:
                     log.warning("job %d: result handed over on stdout (its file could not be written)",
                                 job_id)  # fmt: skip
                 continue
+            parsed = parse_line(line)
+            if parsed is not None and self.progress is not None:
+                self.progress.update(*parsed)
             log.info("job %d: %s", job_id, line.rstrip())
 
 

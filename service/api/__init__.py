@@ -3,7 +3,7 @@
 
 from fastapi import APIRouter
 
-from kernelab.service.api.routes import compare, history, jobs, nodes, results, runners, tokens
+from kernelab.service.api.routes import bisects, compare, history, jobs, nodes, results, runners, tokens
 
 api_router = APIRouter()
 api_router.include_router(jobs.router)
@@ -13,5 +13,6 @@ api_router.include_router(nodes.router)
 api_router.include_router(tokens.router)
 api_router.include_router(history.router)
 api_router.include_router(compare.router)
+api_router.include_router(bisects.router)
 
 __all__ = ["api_router"]

@@ -31,6 +31,7 @@ from kernelab.service.crud.ingest import (
 )
 from kernelab.service.crud.jobs import (
     attempts_page,
+    job_benchmarks,
     job_public,
     list_jobs,
 )
@@ -74,6 +75,7 @@ __all__ = [
     "iter_sample_blocks",
     "iter_sample_rows",
     "job_public",
+    "job_benchmarks",
     "list_jobs",
     "list_nodes",
     "load_cell_samples",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pydantic import ValidationError
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -13,6 +14,7 @@ from kernelab.service.schemas import (
     STORED,
     AttemptPublic,
     AttemptsPage,
+    JobProgress,
     JobPublic,
     JobsPage,
     JobSpec,
@@ -33,6 +35,17 @@ def _runner_names(session: Session, job_ids: Sequence[int]) -> dict[int, tuple[s
 
 
 _NO_RESULT = compare_queue.TaskState("none")
+
+
+def _progress(job: Job) -> JobProgress | None:
+    """A running job's stored progress (a finished job's is history, not shown); one stored by an
+    older version that no longer parses is left out, never a 500."""
+    if job.status != "running" or job.progress is None:
+        return None
+    try:
+        return JobProgress.model_validate(job.progress)
+    except ValidationError:
+        return None
 
 
 def _public(
@@ -60,6 +73,9 @@ def _public(
         summary=job.summary or {},
         comparison_status=state.status,
         comparison_error=state.error,
+        progress=_progress(job),
+        progress_at=job.progress_at if job.status == "running" else None,
+        rerun_of=job.rerun_of,
     )
 
 
@@ -111,3 +127,9 @@ def list_jobs(
         data=[_public(j, names.get(j.id), states.get(j.id, _NO_RESULT), waiting.get(j.id)) for j in jobs],
         count=count,
     )
+
+
+def job_benchmarks(*, session: Session, limit: int = 200) -> list[str]:
+    """The distinct benchmarks of the stored jobs, sorted (at most ``limit``): the jobs list's filter."""
+    rows = session.scalars(select(Job.benchmark).distinct().order_by(Job.benchmark).limit(limit))
+    return list(rows)

@@ -36,6 +36,7 @@ from kernelab.service.schemas.adverts import (
     Heartbeat,
     JobClaim,
     JobFailure,
+    JobProgress,
     LeasePublic,
     ResultAccepted,
     RunnerAdverts,
@@ -50,6 +51,14 @@ from kernelab.service.schemas.api import (
     RunnerIdentity,
     RunnerRegister,
     RunnerRegistered,
+)
+from kernelab.service.schemas.bisect import (
+    BisectCommit,
+    BisectCreate,
+    BisectFinish,
+    BisectPublic,
+    BisectsPage,
+    BisectStep,
 )
 from kernelab.service.schemas.comparison import (
     CellComparison,
@@ -245,6 +254,13 @@ __all__ = [
     "HealthJudgements",
     "HealthReason",
     "Heartbeat",
+    "BisectCommit",
+    "BisectCreate",
+    "BisectFinish",
+    "BisectPublic",
+    "BisectsPage",
+    "BisectStep",
+    "JobProgress",
     "HistoryPage",
     "HistoryPoint",
     "JobClaim",

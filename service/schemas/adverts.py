@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 from functools import lru_cache
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import jsonschema
 from pydantic import (
@@ -17,7 +17,7 @@ from pydantic import (
 )
 
 from kernelab.service.schemas.spec import JobSpec
-from kernelab.service.schemas.types import JsonObject, Text, UtcDatetime, _Strict
+from kernelab.service.schemas.types import Finite, JsonObject, Text, UtcDatetime, _Strict
 
 # Benchmark advertisements (what a runner can run; kernelab.service.adverts checks specs against them)
 # --------------------------------------------------------------------------------------------------
@@ -151,8 +151,45 @@ class LeasePublic(BaseModel):
     lease_expires_at: UtcDatetime
 
 
+PROGRESS_PHASES = (
+    "fetching", "probes-before", "starting", "preparing", "correctness", "warm-up", "measuring", "checks",
+    "cell-done", "static-metrics", "probes-after",
+)  # fmt: skip
+ProgressPhase = Literal[
+    "fetching", "probes-before", "starting", "preparing", "correctness", "warm-up", "measuring", "checks",
+    "cell-done", "static-metrics", "probes-after",
+]  # fmt: skip
+"""Where a running job is (``kernelab.runners.progress``): a revision job's checkouts and builds
+(``fetching``), node probes before the cells, then per
+cell ``starting`` → ``preparing`` (inputs, compiling) → ``correctness`` (eager checks) → ``warm-up``
+→ ``measuring`` (interleaved rounds) → ``checks`` (the timed checks after the first and last
+round) → ``cell-done``; ``static-metrics`` after the last cell, then the probes after."""
+MAX_PROGRESS_CELLS = 1 << 20  # far above the 4,096 cells per device type a spec may hold
+
+
+class JobProgress(_Strict):
+    """A running job's progress, sent with each lease heartbeat and shown on its page.
+
+    ``cell``: 0-based index of the sweep cell being worked on, of ``cells``; ``cells_done``: how
+    many have finished; ``elapsed_s``: seconds since the job's worker started (the runner's
+    monotonic clock); ``eta_s``: seconds the rest should take, the mean time of the finished cells
+    times the cells left (null until one cell has finished: nothing measured says how long a
+    cell takes; the probes after are not counted)."""
+
+    cell: int = Field(ge=0, le=MAX_PROGRESS_CELLS)
+    cells: int = Field(ge=0, le=MAX_PROGRESS_CELLS)
+    cells_done: int = Field(default=0, ge=0, le=MAX_PROGRESS_CELLS)
+    phase: ProgressPhase
+    message: Text = Field(default="", max_length=500)
+    elapsed_s: Finite = Field(default=0.0, ge=0)
+    eta_s: Finite | None = Field(default=None, ge=0)
+
+
 class Heartbeat(_Strict):
     lease_s: float = Field(default=120.0, ge=5, le=3600)
+    progress: JobProgress | None = Field(
+        default=None, description="where the job is now (stored; shown on its page): null keeps the last"
+    )
 
 
 class JobFailure(_Strict):

@@ -9,6 +9,7 @@ from pydantic import (
     Field,
 )
 
+from kernelab.service.schemas.adverts import JobProgress
 from kernelab.service.schemas.result_job import NodeInfo
 from kernelab.service.schemas.spec import JobSpec
 from kernelab.service.schemas.types import JobStatus, Text, UtcDatetime, _Strict
@@ -46,6 +47,11 @@ class JobPublic(BaseModel):
         default=None,
         description="set while the job is queued and no live runner advertises its benchmark: why it waits",
     )
+    progress: JobProgress | None = Field(
+        default=None, description="a running job's progress from its runner's last heartbeat with one"
+    )
+    progress_at: UtcDatetime | None = Field(default=None, description="when that heartbeat arrived")
+    rerun_of: int | None = Field(default=None, description="the job this one re-runs (POST /jobs/{id}/rerun)")
 
 
 class JobsPage(BaseModel):

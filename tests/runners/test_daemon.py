@@ -368,3 +368,55 @@ def _running(pid: int) -> bool:
     from kernelab.runners.probes.all_reduce import _pid_running
 
     return _pid_running(pid)
+
+
+def _measuring_pids(job_dir: Path) -> list[int]:
+    """Processes of ``python -m kernelab.runners.measure`` whose working folder is ``job_dir`` (the
+    job's measuring child: it runs in a session of its own, so killing the worker's group alone
+    does not reach it)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            cwd = os.readlink(entry / "cwd")
+        except OSError:
+            continue
+        if b"kernelab.runners.measure" in cmdline and Path(cwd) == job_dir:
+            pids.append(int(entry.name))
+    return pids
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state == "Z"  # exited, not yet reaped by its new parent
+
+
+def test_progress_is_heartbeated_and_a_cancel_stops_the_measuring_child(stack: Stack, tmp_path: Path) -> None:
+    admin = stack.client()
+    job = admin.submit(_spec(budget_ms=60_000, cells=2))
+    runner = stack.runner("progress-node", tmp_path / "runner", lease_s=15, heartbeat_s=0.5)
+    thread, errors = _run_in_thread(runner)
+
+    def measuring() -> bool:
+        progress = admin.get_job(job.id).progress
+        return progress is not None and progress.phase == "measuring"
+
+    _wait_for(measuring, 120, "a heartbeat with progress 'measuring'")
+    progress = admin.get_job(job.id).progress
+    assert progress is not None and (progress.cell, progress.cells, progress.cells_done) == (0, 2, 0)
+    assert progress.eta_s is None  # no cell has finished: nothing says how long one takes
+    job_dir = tmp_path / "runner" / "jobs" / f"{job.id}-1"
+    pids = _measuring_pids(job_dir)
+    assert len(pids) == 1, pids
+    admin.cancel(job.id)
+    thread.join(timeout=60)
+    assert not thread.is_alive() and errors == []
+    assert runner.lost == 1
+    assert _gone(pids[0]), "the cancelled job's measuring process runs on"
+    cancelled = admin.get_job(job.id)
+    assert cancelled.status == "cancelled" and cancelled.progress is None  # a finished job shows none

@@ -34,6 +34,7 @@ with warnings.catch_warnings():
 TABLES = {
     "tokens", "runners", "jobs", "job_attempts", "results", "cells", "sample_blocks", "probe_reports",
     "probe_readings", "health_judgements", "history_points", "compare_tasks", "runner_benchmarks",
+    "bisects",
 }  # fmt: skip
 
 
@@ -212,6 +213,7 @@ def test_stored_timestamps_become_aware_utc(db_url: str) -> None:
             "history_points",
             "compare_tasks",
             "runner_benchmarks",
+            "bisects",
         }
     finally:
         engine.dispose()

@@ -30,7 +30,10 @@ def _bodies() -> dict[str, dict[str, Any]]:
         "spec": spec_dict(),
         "result": job_result(UNKNOWN_ID).model_dump(mode="json"),
         "probe": probe_report().model_dump(mode="json"),
-    }
+        "bisect": {"repo": "/r", "good": "aaaa", "bad": "bbbb", "good_ref": "v1", "bad_ref": "main",
+                   "commits": [{"sha": "bbbb"}], "spec": spec_dict()},
+        "step": {"job_id": 1, "commit": "bbbb", "outcome": "good"},
+    }  # fmt: skip
 
 
 ENDPOINTS = [
@@ -41,6 +44,12 @@ ENDPOINTS = [
     Endpoint("GET", "/api/v1/jobs/{id}/samples", "read"),
     Endpoint("GET", "/api/v1/jobs/{id}/report.md", "read"),
     Endpoint("POST", "/api/v1/jobs/{id}/cancel", "submit"),
+    Endpoint("POST", "/api/v1/jobs/{id}/rerun", "submit"),
+    Endpoint("POST", "/api/v1/bisects", "submit", _bodies()["bisect"], has_id=False, strict_body=True),
+    Endpoint("GET", "/api/v1/bisects", "read", has_id=False),
+    Endpoint("GET", "/api/v1/bisects/{id}", "read"),
+    Endpoint("POST", "/api/v1/bisects/{id}/steps", "submit", _bodies()["step"], strict_body=True),
+    Endpoint("POST", "/api/v1/bisects/{id}/finish", "submit", {"status": "stopped"}, strict_body=True),
     Endpoint("POST", "/api/v1/jobs/{id}/results", "runner", _bodies()["result"]),
     Endpoint("POST", "/api/v1/runners/register", "admin", {"name": "n"}, has_id=False, strict_body=True),
     Endpoint("POST", "/api/v1/runners/claim", "runner", {}, has_id=False, strict_body=True),

@@ -29,11 +29,13 @@ from kernelab.service.core.config import Settings
 from kernelab.service.downloads import DownloadSlots, SlotStreamingResponse, fetched
 from kernelab.service.repo_address import source_errors
 from kernelab.service.schemas import (
+    STORED,
     AttemptsPage,
     Comparison,
     HealthJudgements,
     JobPublic,
     JobsPage,
+    JobSpec,
     JobStatus,
     Text,
 )
@@ -41,6 +43,20 @@ from kernelab.service.schemas import (
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
 MAX_SAMPLE_PAGE = 1_000_000  # largest ?limit= of /jobs/{id}/samples
+
+
+def _accept(spec: JobSpec, session: Session, settings: Settings) -> offers.Accepted:
+    """``spec`` checked as ``POST /jobs`` checks it; raises ``SpecInvalidError`` (422) naming the field."""
+    errors = source_errors({"baseline": spec.baseline, "candidate": spec.candidate})
+    accepted = (
+        None
+        if errors
+        else offers.check_spec(session, spec, require_offered=settings.require_offered_benchmark)
+    )
+    if errors or (accepted is not None and accepted.errors):
+        raise SpecInvalidError(errors or (accepted.errors if accepted is not None else []))
+    assert accepted is not None
+    return accepted
 
 
 def submit_job(
@@ -55,15 +71,7 @@ def submit_job(
     server for a built-in (``kernelab.service.offers.check_spec``). A benchmark no runner
     advertised is queued and waits (``waiting_for`` says so), or is a 422 on ``benchmark`` with
     ``KERNELAB_REQUIRE_OFFERED_BENCHMARK=true``."""
-    errors = source_errors({"baseline": spec.baseline, "candidate": spec.candidate})
-    accepted = (
-        None
-        if errors
-        else offers.check_spec(session, spec, require_offered=settings.require_offered_benchmark)
-    )
-    if errors or (accepted is not None and accepted.errors):
-        raise SpecInvalidError(errors or (accepted.errors if accepted is not None else []))
-    assert accepted is not None
+    accepted = _accept(spec, session, settings)
     job = queue.submit(
         session, spec, max_attempts=settings.max_attempts, submitted_by=principal.token_id,
         needs_benchmark=accepted.needs_benchmark, schema_sha256=accepted.schema_sha256,
@@ -122,9 +130,29 @@ def get_attempts(
 
 
 @router.post("/{job_id}/cancel")
-def cancel_job(job_id: JobId, _: SubmitToken, session: SessionDep) -> JobPublic:
-    """Cancel a queued or running job (409 if it already finished)."""
-    return crud.job_public(session=session, job=queue.cancel(session, job_id))
+def cancel_job(job_id: JobId, principal: SubmitToken, session: SessionDep) -> JobPublic:
+    """Cancel a queued or running job (409 if it already finished); submit scope, any job (tokens
+    are a team's or a CI's, not a person's: ``docs/operations.md``, "Managing jobs"). The runner of
+    a running job stops it at its next heartbeat (every ``kernelab runner --heartbeat-s``)."""
+    by = f"token {principal.name!r}"
+    return crud.job_public(session=session, job=queue.cancel(session, job_id, by=by))
+
+
+def rerun_job(job_id: JobId, principal: SubmitToken, session: SessionDep, settings: SettingsDep) -> JobPublic:
+    """Queue job ``job_id``'s stored spec again as a new job (``rerun_of`` names the original), in
+    whatever status the original is; submit scope. The spec is checked as a submission is, against
+    today's advertised schema (422 naming the field when it no longer fits); 404 for an unknown job."""
+    original = queue.get_job(session, job_id)
+    spec = JobSpec.model_validate(original.spec, context=STORED)
+    accepted = _accept(spec, session, settings)
+    job = queue.rerun(
+        session, job_id, spec, max_attempts=settings.max_attempts, submitted_by=principal.token_id,
+        needs_benchmark=accepted.needs_benchmark, schema_sha256=accepted.schema_sha256,
+    )  # fmt: skip
+    return crud.job_public(session=session, job=job, alive_s=settings.runner_alive_s)
+
+
+router.add_api_route("/{job_id}/rerun", rerun_job, methods=["POST"], status_code=status.HTTP_201_CREATED)
 
 
 COMPARING_RETRY_AFTER_S = 2  # Retry-After of a 409 while a compare worker computes the comparison

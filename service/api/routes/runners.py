@@ -174,14 +174,17 @@ async def claim(body: ClaimRequest, call: RunnerCallDep, request: Request) -> Jo
 
 @router.post("/jobs/{job_id}/heartbeat")
 async def heartbeat(job_id: JobId, body: Heartbeat, call: RunnerCallDep) -> LeasePublic:
-    """Extend the lease by ``lease_s`` seconds from now; 409 when the lease is no longer yours
-    (expired, re-queued, cancelled): stop working on the job. The answer carries the lease, not
+    """Extend the lease by ``lease_s`` seconds from now and store ``progress`` when sent (the job
+    page shows it); 409 when the lease is no longer yours (expired, re-queued, cancelled): stop
+    working on the job. The answer carries the lease, not
     the job's spec (the runner has it from the claim)."""
 
     def work(session: Session, principal: Principal) -> LeasePublic:
+        progress = None if body.progress is None else body.progress.model_dump(mode="json")
         lease = queue.heartbeat(
-            session, job_id, runner_id=_runner_id(principal), lease_s=body.lease_s, durable=False
-        )
+            session, job_id, runner_id=_runner_id(principal), lease_s=body.lease_s, durable=False,
+            progress=progress,
+        )  # fmt: skip
         return LeasePublic(job_id=lease.id, attempt=lease.attempts, lease_expires_at=lease.lease_expires_at)
 
     return await call.run(work)
