@@ -157,7 +157,7 @@ def wait_and_show(
     json_path: Path | None = None,
 ) -> int:
     """Wait for ``job`` to finish and its comparison to be computed (``comparison_status`` no longer
-    ``comparing``), echoing status changes (and new progress lines of ``progress_log``, a runner
+    ``comparing``), echoing status changes, the job's ``waiting_for`` when it is set or changes (and new progress lines of ``progress_log``, a runner
     log file); print its comparison. Returns the exit status (``show_job``); exits
     ``EXIT_NO_VERDICT`` when it is still unfinished or comparing after ``timeout_s``."""
     offset, partial = 0, b""
@@ -182,11 +182,16 @@ def wait_and_show(
 
     deadline = time.monotonic() + timeout_s
     seen: tuple[str, str] | None = None
+    waiting: str | None = None
     while True:
         job = client.get_job(job.id)
         if (job.status, job.comparison_status) != seen:
             seen = (job.status, job.comparison_status)
             on_change(job)
+        if job.waiting_for != waiting:  # once, and again when the reason changes
+            waiting = job.waiting_for
+            if waiting:
+                typer.echo(f"job {job.id}: {waiting}", err=True)
         relay_progress()
         if job.status in TERMINAL_JOB_STATUS and job.comparison_status != "comparing":
             break
