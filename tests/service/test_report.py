@@ -366,4 +366,4 @@ def test_title_names_baseline_then_candidate_as_the_columns_do():
     assert (c.baseline_label, c.candidate_label) == ("torch", "triton")
     first = report.format_table(c).splitlines()[0]
     assert first.endswith("[softmax]: torch vs triton"), first
-    assert report.to_markdown(c).splitlines()[0].endswith("[softmax]: torch vs triton")
+    assert report.to_markdown(c).splitlines()[0].endswith("\\[softmax\\]: torch vs triton")
