@@ -180,17 +180,23 @@ def compare(
 
     Raises ``kernelab.BenchmarkError`` for unusable arguments or callables that do not fit (with a
     dict ``inputs``, ``baseline``, ``candidate`` and ``reference`` must each accept them by name:
-    ``inspect.Signature.bind``), before anything is measured; ``pydantic.ValidationError`` (naming the field) for a bad measurement or
-    correctness field; ``RuntimeError`` for ``"cuda"`` without a GPU. A callable that raises or
-    returns a wrong answer gives a ``failed`` or ``incorrect`` cell, never an exception.
+    ``inspect.Signature.bind``), before anything is measured; ``pydantic.ValidationError`` (naming
+    the field) for a bad measurement or correctness field; ``RuntimeError`` for ``"cuda"`` without
+    a GPU. A callable that raises or returns a wrong answer gives a ``failed`` or ``incorrect``
+    cell, never an exception.
     """
     for label, fn in (("baseline", baseline), ("candidate", candidate)):
         if not callable(fn):
             raise BenchmarkError(f"{label} must be a callable fn(**inputs), got {type(fn).__name__}")
     if isinstance(inputs, Mapping):
-        for label, fn in (("baseline", baseline), ("candidate", candidate), ("reference", reference)):
-            if fn is not None:
-                _check_fits(label, fn, inputs)
+        sides: list[tuple[str, Callable[..., Any] | None]] = [
+            ("baseline", baseline),
+            ("candidate", candidate),
+            ("reference", reference),
+        ]
+        for side, side_fn in sides:
+            if side_fn is not None:
+                _check_fits(side, side_fn, inputs)
     seed = int((measurement or {}).get("seed", 0))
     bench = benchmark(name)
     bench.inputs(_inputs_maker(inputs, seed))

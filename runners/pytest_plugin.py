@@ -142,7 +142,9 @@ def _failing_text(result: Any, gate: frozenset[str], failing: list[str]) -> str:
     by_label = {cell.label: cell.verdict for cell in result.cells if cell.verdict in gate}
     verdicts = {by_label.get(label, "failed") for label in failing}
     words = [v for v in VERDICT_ORDER if v in verdicts]
-    cells = failing if len(words) == 1 else [f"{label} ({by_label.get(label, 'failed')})" for label in failing]
+    cells = (
+        failing if len(words) == 1 else [f"{label} ({by_label.get(label, 'failed')})" for label in failing]
+    )
     return f"{', '.join(words)}: {', '.join(cells)}"
 
 

@@ -10,7 +10,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 _SENTENCE = re.compile(r"[^.!?]*[.!?]", flags=re.S)
 _NEGATION = re.compile(r"\b(never|not|no|nor|without)\b", flags=re.I)
-_CLAIM = re.compile(r"\bserver\b[^.]*\bimport(s|ing|ed)?\b[^.]*\bbenchmark|\bserver\b[^.]*\bbenchmark[^.]*\bimport(s|ing|ed)?\b", flags=re.I)
+_CLAIM = re.compile(
+    r"\bserver\b[^.]*\bimport(s|ing|ed)?\b[^.]*\bbenchmark|\bserver\b[^.]*\bbenchmark[^.]*\bimport(s|ing|ed)?\b",
+    flags=re.I,
+)
 
 
 def _claims(text: str) -> list[str]:
@@ -31,7 +34,9 @@ def test_no_document_says_the_server_imports_a_benchmark() -> None:
     wrong = []
     for path in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
         text = path.read_text(encoding="utf-8")
-        if path.parent.name == "results" and re.search(r"^\*Correction \(\d{4}-\d{2}-\d{2}", text, flags=re.M):
+        if path.parent.name == "results" and re.search(
+            r"^\*Correction \(\d{4}-\d{2}-\d{2}", text, flags=re.M
+        ):
             continue
         wrong += [f"{path.relative_to(ROOT)}: {s}" for s in _claims(text)]
     assert wrong == []

@@ -157,9 +157,10 @@ def wait_and_show(
     json_path: Path | None = None,
 ) -> int:
     """Wait for ``job`` to finish and its comparison to be computed (``comparison_status`` no longer
-    ``comparing``), echoing status changes, the job's ``waiting_for`` when it is set or changes (and new progress lines of ``progress_log``, a runner
-    log file); print its comparison. Returns the exit status (``show_job``); exits
-    ``EXIT_NO_VERDICT`` when it is still unfinished or comparing after ``timeout_s``."""
+    ``comparing``), echoing status changes, the job's ``waiting_for`` when it is set or changes,
+    and new progress lines of ``progress_log`` (a runner log file); print its comparison. Returns
+    the exit status (``show_job``); exits ``EXIT_NO_VERDICT`` when it is still unfinished or
+    comparing after ``timeout_s``."""
     offset, partial = 0, b""
 
     def on_change(j: JobPublic) -> None:

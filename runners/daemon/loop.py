@@ -120,7 +120,9 @@ class RunnerDaemon:
         if not RUNNER_NAME.match(name):
             raise ValueError(f"runner name {name!r} must match {RUNNER_NAME.pattern}")
         self.name = name
-        self.work_dir = Path(work_dir).expanduser().resolve()  # jobs and adverts chdir: a relative one would be joined twice
+        self.work_dir = (
+            Path(work_dir).expanduser().resolve()
+        )  # jobs and adverts chdir: a relative one would be joined twice
         self.tokens = TokenStore(self.work_dir / f"runner-{name}.json", name)
         self.probe_pool = ProbePoolManager(probe_pool, name)
         self.supervisor = JobSupervisor(

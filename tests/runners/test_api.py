@@ -82,7 +82,11 @@ def test_a_callable_that_does_not_take_the_inputs_names_is_refused_before_measur
     fns[side] = lambda y: y
     with pytest.raises(kernelab.BenchmarkError, match=rf"^{side} .*\(y\).*\(x\).*'y'") as info:
         kernelab.compare(
-            fns["baseline"], fns["candidate"], reference=fns["reference"], inputs={"x": torch.ones(8)}, measurement=FAST
+            fns["baseline"],
+            fns["candidate"],
+            reference=fns["reference"],
+            inputs={"x": torch.ones(8)},
+            measurement=FAST,
         )
     assert "does not fit" in str(info.value)
     assert "Traceback" not in capfd.readouterr().err

@@ -378,4 +378,6 @@ def test_the_worker_process_logs_in_the_project_format(migrated_url: str, factor
     assert done.returncode == 0, done.stderr
     stamp = r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} INFO kernelab\.service\.compare_worker: "
     assert re.search(stamp + r"compare worker \S+ started$", done.stderr, flags=re.M), done.stderr
-    assert re.search(stamp + rf"compare worker \S+: job {job_id} compared$", done.stderr, flags=re.M), done.stderr
+    assert re.search(stamp + rf"compare worker \S+: job {job_id} compared$", done.stderr, flags=re.M), (
+        done.stderr
+    )

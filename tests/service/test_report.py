@@ -350,10 +350,14 @@ def test_markdown_verdict_line_reads_count_then_verdict_for_every_verdict(verdic
     """The ``**Verdicts:**`` line is ``<sign>N verdict`` for each verdict word (an ``inconclusive``
     cell once read ``inconclusive2 inconclusive``: the plain verdict was taken as a prefix)."""
     base = _comparison()
-    c = base.model_copy(update={"summary": {verdict: 2, "slower": 1} if verdict != "slower" else {verdict: 2}})
+    c = base.model_copy(
+        update={"summary": {verdict: 2, "slower": 1} if verdict != "slower" else {verdict: 2}}
+    )
     line = next(ln for ln in report.to_markdown(c).splitlines() if ln.startswith("**Verdicts:**"))
     summary = line.removeprefix("**Verdicts:** ").split(" · ")[0]
-    sign = {"failed": "❌ ", "incorrect": "❌ ", "nondeterministic": "⚠️ ", "implausible": "⚠️ "}.get(verdict, "")
+    sign = {"failed": "❌ ", "incorrect": "❌ ", "nondeterministic": "⚠️ ", "implausible": "⚠️ "}.get(
+        verdict, ""
+    )
     parts = summary.split(", ")
     assert f"{sign}2 {verdict}" in parts
     assert all(re.fullmatch(r"(❌ |⚠️ )?\d+ [a-z]+", p) for p in parts), summary
