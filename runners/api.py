@@ -16,6 +16,7 @@ Triton kernels must be decorated in the mode the device needs (on a CPU set
 from __future__ import annotations
 
 import html
+import inspect
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -113,6 +114,23 @@ def _inputs_maker(inputs: Any, base_seed: int) -> Callable[[Any, Any, int], dict
     return make
 
 
+def _check_fits(label: str, fn: Callable[..., Any], inputs: Mapping[str, Any]) -> None:
+    """Raise ``BenchmarkError`` when ``fn(**inputs)`` cannot bind (``inspect.Signature.bind``):
+    names the callable, its parameters and the inputs' names. A callable without a readable
+    signature (some builtins) is let through."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    try:
+        sig.bind(**inputs)
+    except TypeError as exc:
+        raise BenchmarkError(
+            f"{label} {getattr(fn, '__name__', type(fn).__name__)}{sig} does not fit the inputs "
+            f"({', '.join(inputs) or 'none'}): {exc}"
+        ) from None
+
+
 def _device_of(inputs: Any) -> str:
     if isinstance(inputs, Mapping):
         for value in inputs.values():
@@ -160,14 +178,25 @@ def compare(
     ``JobSpec.correctness`` (``budget_ms``, ``order``, ``rtol``, ...). ``probes``: run the node
     probes before and after. ``device``: ``"auto"`` (the inputs' device), ``"cpu"`` or ``"cuda"``.
 
-    Raises ``kernelab.BenchmarkError`` for unusable arguments or callables that do not fit, before
-    anything is measured; ``pydantic.ValidationError`` (naming the field) for a bad measurement or
-    correctness field; ``RuntimeError`` for ``"cuda"`` without a GPU. A callable that raises or
-    returns a wrong answer gives a ``failed`` or ``incorrect`` cell, never an exception.
+    Raises ``kernelab.BenchmarkError`` for unusable arguments or callables that do not fit (with a
+    dict ``inputs``, ``baseline``, ``candidate`` and ``reference`` must each accept them by name:
+    ``inspect.Signature.bind``), before anything is measured; ``pydantic.ValidationError`` (naming
+    the field) for a bad measurement or correctness field; ``RuntimeError`` for ``"cuda"`` without
+    a GPU. A callable that raises or returns a wrong answer gives a ``failed`` or ``incorrect``
+    cell, never an exception.
     """
     for label, fn in (("baseline", baseline), ("candidate", candidate)):
         if not callable(fn):
             raise BenchmarkError(f"{label} must be a callable fn(**inputs), got {type(fn).__name__}")
+    if isinstance(inputs, Mapping):
+        sides: list[tuple[str, Callable[..., Any] | None]] = [
+            ("baseline", baseline),
+            ("candidate", candidate),
+            ("reference", reference),
+        ]
+        for side, side_fn in sides:
+            if side_fn is not None:
+                _check_fits(side, side_fn, inputs)
     seed = int((measurement or {}).get("seed", 0))
     bench = benchmark(name)
     bench.inputs(_inputs_maker(inputs, seed))

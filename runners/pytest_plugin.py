@@ -126,10 +126,26 @@ class KernelabBench:
         if failing:
             names = ",".join(sorted(gate))
             pytest.fail(
-                f"kernelab: {', '.join(failing)} (fail on {names}); comparison in {path}\n{result}",
+                f"kernelab: {_failing_text(result, gate, failing)} (fail on {names}); comparison in "
+                f"{path}\n{result}",
                 pytrace=False,
             )
         return result
+
+
+def _failing_text(result: Any, gate: frozenset[str], failing: list[str]) -> str:
+    """``"incorrect: n=4096"``: the verdicts that trip the gate first (precedence order, so the
+    short summary's cut line names them), then the cells; each cell's verdict after it when
+    several verdicts trip. ``"job"`` (every cell failed) counts as ``failed``."""
+    from kernelab.service.verdicts import VERDICT_ORDER
+
+    by_label = {cell.label: cell.verdict for cell in result.cells if cell.verdict in gate}
+    verdicts = {by_label.get(label, "failed") for label in failing}
+    words = [v for v in VERDICT_ORDER if v in verdicts]
+    cells = (
+        failing if len(words) == 1 else [f"{label} ({by_label.get(label, 'failed')})" for label in failing]
+    )
+    return f"{', '.join(words)}: {', '.join(cells)}"
 
 
 def _fail_on(text: str) -> frozenset[str]:

@@ -35,7 +35,10 @@ from kernelab.service import compare_queue, crud, history
 from kernelab.service.compare_queue import TaskLease, TaskLeaseLostError
 from kernelab.service.core.config import Settings
 
-log = logging.getLogger(__name__)  # under "kernelab": configure_logging gives it a handler
+log = logging.getLogger("kernelab.service.compare_worker")
+"""Named, not ``__name__``: run as ``python -m`` (how ``kernelab serve`` starts it) ``__name__`` is
+``__main__``, outside the ``kernelab`` logger that ``configure_logging`` formats (a warning then
+reached stderr through logging's last-resort handler: no time, no level)."""
 
 
 class StopRequested(BaseException):  # noqa: N818  (a signal, like KeyboardInterrupt)
@@ -69,6 +72,7 @@ class CompareWorker:
         self.lost = 0
         self._stopping = threading.Event()
         self._busy = False
+        self._ending = threading.Event()  # the task's finish/fail is under way: its lease ends there
 
     def __repr__(self) -> str:
         return f"<CompareWorker name={self.name} done={self.done} failed={self.failed} lost={self.lost}>"
@@ -118,6 +122,7 @@ class CompareWorker:
         log.info("compare worker %s: task %d (job %s, attempt %d)", self.name, task.id, task.job_id,
                  task.attempts, extra={"event": "compare claimed", "task_id": task.id})  # fmt: skip
         beat_stop = threading.Event()
+        self._ending.clear()
         beat = threading.Thread(
             target=self._heartbeat, args=(task, beat_stop), name="compare-heartbeat", daemon=True
         )
@@ -157,12 +162,16 @@ class CompareWorker:
                     )
                     session.commit()
             except TaskLeaseLostError:
-                log.warning("compare worker %s: lost the lease of task %d", self.name, task.id)
+                if self._ending.is_set():  # a beat that lost to the task's own end (finish reports a loss)
+                    log.debug("compare worker %s: task %d ended before its heartbeat", self.name, task.id)
+                else:
+                    log.warning("compare worker %s: lost the lease of task %d", self.name, task.id)
                 return
             except SQLAlchemyError as exc:  # the next beat retries; the lease may expire meanwhile
                 log.warning("compare worker %s: heartbeat of task %d failed: %s", self.name, task.id, exc)
 
     def _release(self, task: TaskLease) -> None:
+        self._ending.set()
         try:
             with self.factory() as session:
                 compare_queue.release(session, task.id, worker=self.name)
@@ -187,6 +196,7 @@ class CompareWorker:
             self._end(task, error=f"{type(exc).__name__}: {exc}")
             return
         del result
+        self._ending.set()
         with self.factory() as session:
             try:
                 compare_queue.finish(session, task.id, worker=self.name)
@@ -210,6 +220,7 @@ class CompareWorker:
                  extra={"event": "compare stored", "task_id": task.id, "job_id": job_id})  # fmt: skip
 
     def _end(self, task: TaskLease, *, error: str) -> None:
+        self._ending.set()
         with self.factory() as session:
             try:
                 compare_queue.fail(session, task.id, worker=self.name, error=error[:2000])

@@ -412,9 +412,11 @@ def _has_void_timing(c: Comparison) -> bool:
 
 
 def _title(c: Comparison) -> str:
+    """``job N name [benchmark]: baseline vs candidate``, the order of the table's columns and of
+    ``kernelab run``'s ``running ...`` line."""
     name = f"{c.name} " if c.name else ""
     job = f"job {c.job_id} " if c.job_id is not None else ""
-    return f"{job}{name}[{c.benchmark}]: {c.candidate_label} vs {c.baseline_label}"
+    return f"{job}{name}[{c.benchmark}]: {c.baseline_label} vs {c.candidate_label}"
 
 
 def format_table(c: Comparison, paint: Paint | None = None) -> str:
@@ -533,9 +535,16 @@ def md_verdict(verdict: Verdict) -> str:
     return verdict if verdict == "inconclusive" else f"**{verdict}**"
 
 
+def _md_mark(verdict: Verdict) -> str:
+    """The sign ``md_verdict`` puts before a verdict (``"❌ "``, ``"⚠️ "``), ``""`` for none."""
+    if verdict in RED_VERDICTS:
+        return "❌ "
+    return "⚠️ " if verdict in PROBLEM_VERDICTS else ""
+
+
 def _md_summary(c: Comparison) -> str:
-    marks = {v: md_verdict(v).split("**")[0] for v in _VERDICT_ORDER}
-    return verdict_summary(c, lambda text, v: marks[v] + text)
+    """``"❌ 1 incorrect, 2 slower, 1 inconclusive"``: ``verdict_summary`` with each part's sign."""
+    return verdict_summary(c, lambda text, v: _md_mark(v) + text)
 
 
 def to_markdown(c: Comparison) -> str:

@@ -54,7 +54,8 @@ def submit(
         Path | None, typer.Option("--json", help="with --wait: write the Comparison JSON here")
     ] = None,
 ) -> None:
-    """Queue a job; print its id (with --wait, also the comparison table).
+    """Queue a job; print its id, and on stderr why it waits when no live runner offers its
+    benchmark (the job's ``waiting_for``; with --wait, also the comparison table).
 
     ``--baseline-ref main --candidate-ref HEAD --repo .`` benchmarks two revisions of a checkout:
     refs are resolved to commits here; the runner must allow the repository (--allow-repo).
@@ -70,6 +71,10 @@ def submit(
         try:
             job = client.submit(spec)
             typer.echo(str(job.id))
+            if not wait:  # --wait says it while it waits (wait_and_show)
+                waiting = client.get_job(job.id).waiting_for
+                if waiting:
+                    typer.echo(f"job {job.id}: {waiting}", err=True)
             if wait:
                 raise typer.Exit(
                     wait_and_show(client, job, timeout_s=timeout_s, fail_on=gate_on, json_path=json_path)

@@ -158,10 +158,11 @@ def wait_and_show(
     json_path: Path | None = None,
 ) -> int:
     """Wait for ``job`` to finish and its comparison to be computed (``comparison_status`` no longer
-    ``comparing``), echoing status changes and each new progress (cell i/n, phase, cells done,
-    ETA: ``JobPublic.progress`` from the runner's heartbeats; or, with ``progress_log``, a runner
-    log file's progress lines); print its comparison. Returns the exit status (``show_job``); exits
-    ``EXIT_NO_VERDICT`` when it is still unfinished or comparing after ``timeout_s``."""
+    ``comparing``), echoing status changes, the job's ``waiting_for`` when it is set or changes,
+    and each new progress (cell i/n, phase, cells done, ETA: ``JobPublic.progress`` from the
+    runner's heartbeats; or, with ``progress_log``, a runner log file's progress lines); print its
+    comparison. Returns the exit status (``show_job``); exits ``EXIT_NO_VERDICT`` when it is still
+    unfinished or comparing after ``timeout_s``."""
     offset, partial = 0, b""
 
     def on_change(j: JobPublic) -> None:
@@ -185,11 +186,16 @@ def wait_and_show(
     deadline = time.monotonic() + timeout_s
     seen: tuple[str, str] | None = None
     shown: tuple[object, ...] | None = None
+    waiting: str | None = None
     while True:
         job = client.get_job(job.id)
         if (job.status, job.comparison_status) != seen:
             seen = (job.status, job.comparison_status)
             on_change(job)
+        if job.waiting_for != waiting:  # once, and again when the reason changes
+            waiting = job.waiting_for
+            if waiting:
+                typer.echo(f"job {job.id}: {waiting}", err=True)
         relay_progress()
         if job.progress is not None and progress_log is None:  # the runner's heartbeats, via the server
             p = job.progress

@@ -128,7 +128,9 @@ class RunnerDaemon:
         if not RUNNER_NAME.match(name):
             raise ValueError(f"runner name {name!r} must match {RUNNER_NAME.pattern}")
         self.name = name
-        self.work_dir = Path(work_dir).expanduser()
+        self.work_dir = (
+            Path(work_dir).expanduser().resolve()
+        )  # jobs and adverts chdir: a relative one would be joined twice
         self.tokens = TokenStore(self.work_dir / f"runner-{name}.json", name)
         self.probe_pool = ProbePoolManager(probe_pool, name)
         self.supervisor = JobSupervisor(
@@ -467,6 +469,13 @@ class RunnerDaemon:
             why = self._clean(
                 done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"
             )
+            if "cannot import module" in why and "No module named" in why:
+                # the listing and the jobs run in the runner's scratch, never its current folder (the
+                # job sandbox): a module that is a file there is not found, as `kernelab run` finds it
+                why += (
+                    "; the runner does not import from its current folder: add the module's folder "
+                    "to PYTHONPATH (PYTHONPATH=$PWD kernelab runner ...) or install it"
+                )
             raise AdvertError(f"runner {self.name}: the benchmarks it offers cannot be listed: {why}")
         try:
             self.adverts = RunnerAdverts.model_validate_json(done.stdout)

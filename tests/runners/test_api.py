@@ -71,3 +71,22 @@ def test_measure_a_named_builtin_and_an_unknown_variant() -> None:
     assert result.benchmark == "softmax" and result.cells[0].error is None
     with pytest.raises(kernelab.BenchmarkError, match="unknown candidate variant 'cuda'"):
         kernelab.measure("softmax", "torch", "cuda")
+
+
+@pytest.mark.parametrize("side", ["baseline", "candidate", "reference"])
+def test_a_callable_that_does_not_take_the_inputs_names_is_refused_before_measuring(side, capfd) -> None:
+    """A callable whose parameters do not bind to the inputs' names raises ``BenchmarkError``
+    naming which callable and the mismatch (it used to print a traceback and return a failed
+    Result)."""
+    fns = {"baseline": lambda x: torch.softmax(x, -1), "candidate": lambda x: x, "reference": None}
+    fns[side] = lambda y: y
+    with pytest.raises(kernelab.BenchmarkError, match=rf"^{side} .*\(y\).*\(x\).*'y'") as info:
+        kernelab.compare(
+            fns["baseline"],
+            fns["candidate"],
+            reference=fns["reference"],
+            inputs={"x": torch.ones(8)},
+            measurement=FAST,
+        )
+    assert "does not fit" in str(info.value)
+    assert "Traceback" not in capfd.readouterr().err

@@ -233,3 +233,44 @@ def test_an_alias_bomb_is_one_line_from_submit(tmp_path: Path) -> None:
     # a5 is 9**6 leaves: the first top-level key past MAX_EXPANDED_NODES
     expected = f"{path}:16: a5: the YAML expands to more than 100000 nodes through its aliases"
     assert result.output.strip() == expected
+
+
+NOBODY_MODULE = """\
+from pydantic import Field
+
+from kernelab.kernels import Benchmark, Params
+
+
+class NParams(Params):
+    N: int = Field(gt=0)
+
+
+class Bench(Benchmark[NParams]):
+    name, Params, variants = "kl_nobody", NParams, ("a", "b")
+
+    def make_inputs(self, params, device, seed): raise RuntimeError("never run")
+    def prepare(self, variant, params, inputs): return lambda: None
+    def reference(self, params, inputs): return None
+    def work(self, params, variant): return None
+"""
+
+
+def test_submit_says_why_the_job_waits_when_no_runner_offers_its_benchmark(
+    server: tuple[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No live runner advertises the benchmark: ``submit`` prints the job's ``waiting_for`` on
+    stderr after its id; ``submit --wait`` prints it once while it waits."""
+    url, token = server
+    (tmp_path / "kl_nobody.py").write_text(NOBODY_MODULE, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))  # the CLI imports it to check the spec
+    spec = _write(tmp_path, "benchmark: kl_nobody:Bench\nbaseline: {variant: a}\ncandidate: {variant: b}\n"
+                  "sweep: {N: [4]}\ndevice: cpu\n")  # fmt: skip
+    result = _invoke("submit", str(spec), "--server", url, "--token", token)
+    assert result.exit_code == 0, result.output
+    job_id = result.stdout.strip()
+    assert job_id.isdigit()
+    assert f"job {job_id}: waiting for a runner that offers benchmark" in result.stderr
+    assert "no live runner advertises it" in result.stderr
+    waited = _invoke("submit", str(spec), "--server", url, "--token", token, "--wait", "--timeout-s", "2")
+    assert waited.exit_code == 3
+    assert waited.stderr.count("no live runner advertises it") == 1, waited.stderr

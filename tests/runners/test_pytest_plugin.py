@@ -110,3 +110,12 @@ def test_env(kernelab_bench):
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "test_env.py")
     assert "TRITON_INTERPRET" not in env_without
     result.assert_outcomes(passed=1)
+
+
+def test_the_short_summary_names_the_verdict_first(pytester: pytest.Pytester) -> None:
+    """``FAILED ... - Failed: kernelab: incorrect: x=...``: pytest cuts the short summary's line,
+    so the verdict comes before the cells and the gate."""
+    pytester.makepyfile(test_bench=BENCH_TESTS)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rf", "-k", "test_wrong")
+    result.assert_outcomes(failed=1, deselected=1)
+    result.stdout.fnmatch_lines(["FAILED test_bench.py::test_wrong - Failed: kernelab: incorrect: *"])

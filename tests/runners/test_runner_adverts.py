@@ -102,3 +102,32 @@ def test_a_daemon_that_does_not_offer_a_benchmark_never_claims_its_job(offered: 
             assert after.attempts == 1 and after.node == "offers", after
     finally:
         server.stop()
+
+
+def test_a_relative_work_dir_is_made_absolute_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--work-dir runner`` (relative): the listing child runs with its scratch as cwd, so a
+    relative work dir was joined twice (``runner/adverts/runner/adverts``, "cannot isolate")."""
+    monkeypatch.chdir(tmp_path)
+    client = KernelabClient("http://127.0.0.1:9", "unused-token")
+    with RunnerDaemon(client, "rel", work_dir=Path("runner"), job_isolation="auto") as runner:
+        assert runner.work_dir == tmp_path / "runner" and runner.supervisor.work_dir.is_absolute()
+        assert "softmax" in runner.advertise().by_name()
+    assert not (tmp_path / "runner" / "adverts" / "runner").exists()
+    client.close()
+
+
+def test_a_module_in_the_runners_folder_only_is_refused_with_the_pythonpath_hint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runner's children never run in its current folder (the job sandbox), so a module that is
+    only a file there does not import: the error says to add its folder to PYTHONPATH."""
+    (tmp_path / "kl_here_only.py").write_text(MODULE, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    client = KernelabClient("http://127.0.0.1:9", "unused-token")
+    with RunnerDaemon(
+        client, "cwd", work_dir=tmp_path / "w", job_isolation="none", benchmarks=["kl_here_only:Bench"]
+    ) as runner:
+        with pytest.raises(AdvertError, match=r"kl_here_only.*add the module's folder to PYTHONPATH"):
+            runner.advertise()
+    client.close()

@@ -8,6 +8,7 @@ row, the job's ``comparison_status``), never on a duration."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -328,3 +329,55 @@ def test_cli_report_says_comparing_and_wait_waits_for_it(
                 assert "faster" in out or "same" in out or "inconclusive" in out, out
     finally:
         engine.dispose()
+
+
+def test_a_heartbeat_after_the_task_finished_does_not_warn_of_a_lost_lease(
+    factory, migrated_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:  # type: ignore[no-untyped-def]
+    """The heartbeat thread may beat just after the task's finish committed (the task is ``done``,
+    attempt 1): that is no lost lease, and nothing is logged as one."""
+    import logging
+
+    from kernelab.service import compare_worker
+
+    job_id = _stored_big(factory, cells=2)
+    beaten = threading.Event()
+    real_beat, real_process = compare_queue.heartbeat, CompareWorker._process
+
+    def beat(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return real_beat(*args, **kwargs)
+        finally:
+            beaten.set()
+
+    def process_then_wait_for_a_beat(self: CompareWorker, task: Any) -> None:
+        real_process(self, task)
+        beaten.clear()
+        assert beaten.wait(60), "no heartbeat after the task ended"
+
+    monkeypatch.setattr(compare_queue, "heartbeat", beat)
+    monkeypatch.setattr(CompareWorker, "_process", process_then_wait_for_a_beat)
+    settings = Settings(database_url=migrated_url, compare_poll_s=0.05, compare_lease_s=5)
+    worker = CompareWorker(factory, settings, name="racing-worker")
+    with caplog.at_level(logging.DEBUG, logger="kernelab"):
+        assert worker.run_once()
+    task = _task(factory, job_id)
+    assert task is not None and (task.status, task.attempts) == ("done", 1) and worker.done == 1
+    assert compare_worker.log.name.startswith("kernelab.")
+    assert not [r for r in caplog.records if "lost the lease" in r.getMessage()]
+    assert [r for r in caplog.records if "ended before its heartbeat" in r.getMessage()]
+
+
+def test_the_worker_process_logs_in_the_project_format(migrated_url: str, factory) -> None:  # type: ignore[no-untyped-def]
+    """``python -m kernelab.service.compare_worker`` (as ``kernelab serve`` starts it) logs through
+    the ``kernelab`` logger's format: time, level, logger name."""
+    job_id = _stored_big(factory, cells=2)
+    env = {**_worker_env(migrated_url), "KERNELAB_LOG_FORMAT": "text", "KERNELAB_LOG_LEVEL": "INFO"}
+    done = subprocess.run([sys.executable, "-m", "kernelab.service.compare_worker", "--burst"], env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    stamp = r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} INFO kernelab\.service\.compare_worker: "
+    assert re.search(stamp + r"compare worker \S+ started$", done.stderr, flags=re.M), done.stderr
+    assert re.search(stamp + rf"compare worker \S+: job {job_id} compared$", done.stderr, flags=re.M), (
+        done.stderr
+    )

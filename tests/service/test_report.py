@@ -21,7 +21,7 @@ from kernelab.service.schemas import (
     ProbeReport,
     Sample,
 )
-from kernelab.service.verdicts import reason
+from kernelab.service.verdicts import VERDICT_ORDER, reason
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 
@@ -371,3 +371,31 @@ def test_cross_check_is_shown_in_the_table_and_the_markdown() -> None:
         assert "no cross-check (cuda-graph: 1 memcpy node)" in text
     assert "cross-check: " in table and "**Timer cross-check**" in markdown
     assert c.cells[0].verdict == "faster" and "timer-disagreement" in c.cells[0].flags
+
+
+@pytest.mark.parametrize("verdict", VERDICT_ORDER)
+def test_markdown_verdict_line_reads_count_then_verdict_for_every_verdict(verdict):
+    """The ``**Verdicts:**`` line is ``<sign>N verdict`` for each verdict word (an ``inconclusive``
+    cell once read ``inconclusive2 inconclusive``: the plain verdict was taken as a prefix)."""
+    base = _comparison()
+    c = base.model_copy(
+        update={"summary": {verdict: 2, "slower": 1} if verdict != "slower" else {verdict: 2}}
+    )
+    line = next(ln for ln in report.to_markdown(c).splitlines() if ln.startswith("**Verdicts:**"))
+    summary = line.removeprefix("**Verdicts:** ").split(" · ")[0]
+    sign = {"failed": "❌ ", "incorrect": "❌ ", "nondeterministic": "⚠️ ", "implausible": "⚠️ "}.get(
+        verdict, ""
+    )
+    parts = summary.split(", ")
+    assert f"{sign}2 {verdict}" in parts
+    assert all(re.fullmatch(r"(❌ |⚠️ )?\d+ [a-z]+", p) for p in parts), summary
+
+
+def test_title_names_baseline_then_candidate_as_the_columns_do():
+    """``kernelab run`` says ``torch vs triton`` (baseline vs candidate); the table's title said
+    ``triton vs torch``. Both formats title the job baseline first, as their columns read."""
+    c = _comparison()
+    assert (c.baseline_label, c.candidate_label) == ("torch", "triton")
+    first = report.format_table(c).splitlines()[0]
+    assert first.endswith("[softmax]: torch vs triton"), first
+    assert report.to_markdown(c).splitlines()[0].endswith("\\[softmax\\]: torch vs triton")
