@@ -255,27 +255,30 @@ def waiting_for(session: Session, jobs: Sequence[models.Job], *, alive_s: float)
     }
 
 
-_fit_cache: OrderedDict[tuple[int, str], bool] = OrderedDict()
+JobKey = tuple[str, int, Any]  # (database URL, job id, created_at): one job of one database, for good
+_fit_cache: OrderedDict[tuple[JobKey, str], bool] = OrderedDict()
 _CACHED_FITS = 65_536  # (job, schema) answers kept per process: job specs never change
 
 
-def cached_fit(offers: Offers, job_id: int, benchmark: str) -> bool | None:
-    """``fits_cached``'s answer for job ``job_id`` when it is cached (False when ``offers`` does not
-    advertise ``benchmark``), else None: the caller reads the job's spec only then."""
+def cached_fit(offers: Offers, job: JobKey, benchmark: str) -> bool | None:
+    """``fits_cached``'s answer for ``job`` when it is cached (False when ``offers`` does not
+    advertise ``benchmark``), else None: the caller reads the job's spec only then. ``job`` names
+    the database, the job id and its creation time, never the id alone: a process that serves
+    another database, or a database whose ids were reused, must not get another job's answer."""
     advert = offers.adverts.get(benchmark)
     if advert is None:
         return False
-    return _fit_cache.get((job_id, advert.schema_sha256))
+    return _fit_cache.get((job, advert.schema_sha256))
 
 
-def fits_cached(offers: Offers, job_id: int, benchmark: str, spec: dict[str, Any]) -> bool:
-    """Whether job ``job_id``'s stored spec (JSON) fits the schema ``offers`` advertises for
+def fits_cached(offers: Offers, job: JobKey, benchmark: str, spec: dict[str, Any]) -> bool:
+    """Whether ``job``'s (``cached_fit``) stored spec (JSON) fits the schema ``offers`` advertises for
     ``benchmark``: a claim's check of a job accepted against another schema (or none). The answer
     is cached per job and schema digest (``_CACHED_FITS`` entries, least recently used first out)."""
     advert = offers.adverts.get(benchmark)
     if advert is None:
         return False
-    key = (job_id, advert.schema_sha256)
+    key = (job, advert.schema_sha256)
     answer = _fit_cache.get(key)
     if answer is None:
         try:

@@ -143,7 +143,7 @@ _TAKE_OLDEST = {  # PostgreSQL: the oldest queued row nobody else has locked, ta
     for key in _KEYS
 }
 _OTHER_SCHEMA = {
-    for_device: select(_jobs.c.id, _jobs.c.needs_benchmark)
+    for_device: select(_jobs.c.id, _jobs.c.needs_benchmark, _jobs.c.created_at)
     .where(_jobs.c.status == "queued", _jobs.c.needs_benchmark.in_(bindparam("p_names", expanding=True)),
            _jobs.c.id > bindparam("p_after"), _FOR_DEVICE if for_device else literal(True))
     .order_by(_jobs.c.id).limit(_CLAIM_CANDIDATES)
@@ -311,14 +311,16 @@ def _take_fitting(
     fit no schema of this runner (a spec queued before anyone advertised its benchmark) never
     hide the jobs behind them. A job's spec is read only when its answer is not cached."""
     query, after = _OTHER_SCHEMA[for_device], 0
+    database = session.get_bind().url.render_as_string(hide_password=True)
     for _ in range(_FALLBACK_SCAN // _CLAIM_CANDIDATES):
         page = session.execute(query, {**params, "p_names": sorted(offers.adverts), "p_after": after}).all()
         fitting = []
-        for job_id, name in page:
-            fits = offers_mod.cached_fit(offers, job_id, name)
+        for job_id, name, created_at in page:
+            job = (database, job_id, created_at)
+            fits = offers_mod.cached_fit(offers, job, name)
             if fits is None:
                 spec = session.scalar(_SPEC_OF, {"p_job_id": job_id})
-                fits = spec is not None and offers_mod.fits_cached(offers, job_id, name, spec)
+                fits = spec is not None and offers_mod.fits_cached(offers, job, name, spec)
             if fits:
                 fitting.append(job_id)
         row = _take_first(session, fitting, params)

@@ -42,6 +42,7 @@ ENDPOINTS = [
     Endpoint("GET", "/api/v1/jobs/{id}", "read"),
     Endpoint("GET", "/api/v1/jobs/{id}/comparison", "read"),
     Endpoint("GET", "/api/v1/jobs/{id}/samples", "read"),
+    Endpoint("GET", "/api/v1/jobs/{id}/cells", "read"),
     Endpoint("GET", "/api/v1/jobs/{id}/report.md", "read"),
     Endpoint("POST", "/api/v1/jobs/{id}/cancel", "submit"),
     Endpoint("POST", "/api/v1/jobs/{id}/rerun", "submit"),
