@@ -311,7 +311,7 @@ def _take_fitting(
     fit no schema of this runner (a spec queued before anyone advertised its benchmark) never
     hide the jobs behind them. A job's spec is read only when its answer is not cached."""
     query, after = _OTHER_SCHEMA[for_device], 0
-    database = session.get_bind().url.render_as_string(hide_password=True)
+    database = session.get_bind().engine.url.render_as_string(hide_password=True)
     for _ in range(_FALLBACK_SCAN // _CLAIM_CANDIDATES):
         page = session.execute(query, {**params, "p_names": sorted(offers.adverts), "p_after": after}).all()
         fitting = []
