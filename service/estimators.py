@@ -205,10 +205,13 @@ def ratio_ci_arrays(
 class ClusterCIs(NamedTuple):
     """``cluster_cis``' answer: ``ratio``: (ratio, low, high) or None; ``medians``: per side, the
     percentile CI (low_ns, high_ns) of that side's median over the same resamples of rounds, or
-    None where the side has no finite resampled median."""
+    None where the side has no finite resampled median; ``points``: per side, the median (ns) the
+    ratio is formed from (``ratio == points["candidate"] / points["baseline"]``): the plain median,
+    or with strata the geometric mean of the per-stratum medians."""
 
     ratio: tuple[float, float, float] | None
     medians: dict[Side, tuple[float, float] | None]
+    points: dict[Side, float]
 
 
 def cluster_cis(
@@ -264,10 +267,11 @@ def cluster_cis(
             )
         parts.append(part)
     if len(parts) == 1:
-        ratio, boot, base_med, cand_med = parts[0]
+        ratio, boot, base_med, cand_med, base_point, cand_point = parts[0]
     else:
         with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = float(np.exp(np.mean(np.log([p[0] for p in parts]))))
+            base_point, cand_point = (float(np.exp(np.mean(np.log([p[k] for p in parts])))) for k in (4, 5))
+            ratio = cand_point / base_point  # = the geometric mean of the strata's ratios
             boot, base_med, cand_med = (
                 np.exp(np.mean(np.log(np.vstack([p[k] for p in parts])), axis=0)) for k in (1, 2, 3)
             )
@@ -282,15 +286,17 @@ def cluster_cis(
         finite = med[np.isfinite(med)]
         bounds = np.quantile(finite, [alpha / 2, 1 - alpha / 2]) if finite.size else None
         medians[side] = None if bounds is None else (float(bounds[0]), float(bounds[1]))
-    return ClusterCIs(ratio=(ratio, float(low), float(high)), medians=medians)
+    points: dict[Side, float] = {"baseline": float(base_point), "candidate": float(cand_point)}
+    return ClusterCIs(ratio=(ratio, float(low), float(high)), medians=medians, points=points)
 
 
 def _boot_ratios(
     candidate: np.ndarray, sample_rounds: np.ndarray, durations: np.ndarray, n_resamples: int, seed: int
-) -> tuple[float, np.ndarray, np.ndarray, np.ndarray] | None:
+) -> tuple[float, np.ndarray, np.ndarray, np.ndarray, float, float] | None:
     """The ratio of medians and its ``n_resamples`` round-bootstrap replicates, with the resampled
     baseline and candidate medians they are formed from (each (B,) float64, NaN or inf where a
-    resample lacks a side), or None (a side with < 2 samples or rounds, or a baseline median <= 0)."""
+    resample lacks a side) and the two medians themselves (ns), or None (a side with < 2 samples or
+    rounds, or a baseline median <= 0)."""
     sides = []
     for own in (~candidate, candidate):
         own_rounds = sample_rounds[own]
@@ -301,7 +307,8 @@ def _boot_ratios(
     base_median = _median(base_ns)  # the median of the matrix below without its NaN padding
     if base_median <= 0.0:
         return None
-    ratio = _median(cand_ns) / base_median
+    cand_median = _median(cand_ns)
+    ratio = cand_median / base_median
     rounds = np.unique(sample_rounds)
     base = _round_matrix(base_rounds, base_ns, rounds)
     cand = _round_matrix(cand_rounds, cand_ns, rounds)
@@ -318,7 +325,7 @@ def _boot_ratios(
         cand_med, base_med = _resampled_medians(cand, idx), _resampled_medians(base, idx)
     with np.errstate(divide="ignore", invalid="ignore"):
         boot = cand_med / base_med
-    return ratio, boot, base_med, cand_med
+    return ratio, boot, base_med, cand_med, base_median, cand_median
 
 
 def placement_strata(sample_rounds: np.ndarray, input_sets: int, swap_every_rounds: int) -> np.ndarray | None:

@@ -189,11 +189,15 @@ def _cell_numbers(
         )  # fmt: skip
         rc = None if cis is None else cis.ratio
         for v in _SIDES:
-            bounds = None if cis is None else cis.medians[v]
+            if cis is None:
+                continue
+            # the median the ratio is formed from, so the table's medians give its ratio (with
+            # rotation: the placement-balanced median), and the CI that brackets that median
+            update: dict[str, float] = {"median_ns": cis.points[v]}
+            bounds = cis.medians[v]
             if bounds is not None:
-                stats[v] = stats[v].model_copy(
-                    update={"median_ci_low_ns": bounds[0], "median_ci_high_ns": bounds[1]}
-                )
+                update |= {"median_ci_low_ns": bounds[0], "median_ci_high_ns": bounds[1]}
+            stats[v] = stats[v].model_copy(update=update)
         hl = None
         if times["baseline"].size >= 1 and times["candidate"].size >= 1:
             hl = hodges_lehmann(times["baseline"], times["candidate"])

@@ -24,7 +24,11 @@ class SideStats(BaseModel):
 
     n: int
     dropped_throttled: int = 0
-    median_ns: float | None = None
+    median_ns: float | None = Field(
+        default=None,
+        description="median of the kept samples; with input-set rotation the geometric mean of the "
+        "per-input-set medians (the ratio's estimator: ratio = candidate median / baseline median)",
+    )
     min_ns: float | None = None
     q1_ns: float | None = None
     q3_ns: float | None = None

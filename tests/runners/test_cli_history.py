@@ -48,9 +48,13 @@ def test_history_prints_the_planted_change_point_and_writes_json(
 
 
 def test_bad_input_is_one_line_and_exit_2(server: tuple[str, str]) -> None:
+    url, token = server
     r = _cli(server, "history", "softmax", "--cell", "M")
     assert r.exit_code == 2 and "--cell: expected k=v" in r.output
-    r = _cli(server, "compare-jobs", "1", "999999999")
+    # A job of this test's own, compared, so the unknown one is the only fault (not job 1's state).
+    (job,) = history_seed.seed(url, token, [1000.0], node="cli-history-bad-node", gpu_model=GPU)
+    history_seed.wait_compared(url, token, [job])
+    r = _cli(server, "compare-jobs", str(job), "999999999")
     assert r.exit_code == 2 and "no job #999999999" in r.output and "Traceback" not in r.output
     r = _cli(server, "compare-jobs", "1", "2", "--side", "both")
     assert r.exit_code == 2 and "--side" in r.output
