@@ -291,7 +291,7 @@ def _compare_kept(
         found.append(why)
     if cross is not None:
         found += verdicts.cross_check_reasons(cross, ratio, m.threshold_pct, m.cross_check_pct)
-    decision = verdicts.decide(timing, found)
+    decision = verdicts.decide(timing, verdicts.tampered_times_reasons(found))
     return CellComparison(
         index=cell.index,
         params=cell.params,

@@ -172,6 +172,26 @@ REASONS: dict[str, ReasonKind] = {
     ),
 }
 
+READ_FROM_TIMES = frozenset(
+    {
+        "below-resolution", "rate-above-peak", "beyond-job-time", "non-finite", "zero-baseline",
+        "ci-straddles", "no-interval", "timer-disagreement", "timer-disagreement-ratio-agrees",
+    }
+)  # fmt: skip
+"""The reason codes read from the timed values themselves. Once ``timer-tampered`` is found, the
+process's clock was replaced for both sides (the sides share the measuring process), so these say
+nothing about either side, and naming the honest side by them would blame it for the cheat:
+``tampered_times_reasons`` leaves them out."""
+
+
+def tampered_times_reasons(found: Sequence[Reason]) -> list[Reason]:
+    """``found`` without the ``READ_FROM_TIMES`` reasons when one of them is ``timer-tampered``
+    (those times are the tampering's, ``READ_FROM_TIMES``); else ``found`` unchanged."""
+    if not any(r.code == "timer-tampered" for r in found):
+        return list(found)
+    return [r for r in found if r.code not in READ_FROM_TIMES]
+
+
 NOISY_IQR_FRACTION = 0.10  # torch.utils.benchmark warns when IQR/median > 10%
 PEAK_MARGIN = 1.1  # a rate above 1.1x the measured peak is implausible (10% probe error allowance)
 

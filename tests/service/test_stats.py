@@ -313,6 +313,20 @@ def test_implausible_flops_is_never_faster():
     assert guarded.reasons[0].side == "baseline" and "TFLOP/s" in guarded.reasons[0].message
 
 
+def test_a_tampered_clock_blames_no_side_by_the_times_it_read():
+    """The candidate replaced the clock both sides are timed with: the baseline's times (5 ns, below
+    any CPU launch) and the candidate's are the tampering's, so no reason read from them names a
+    side; ``timer-tampered`` decides."""
+    tampered = verdicts.reason("timer-tampered", "replaced while the job ran: time.perf_counter_ns")
+    samples = make_samples(rounds=40, base_ns=5.0, ratio=0.5, seed=13)
+    plain = stats.compare(make_result([make_cell(0, samples)])).cells[0]
+    assert {(r.code, r.side) for r in plain.reasons} >= {("below-resolution", "baseline")}
+    cell = stats.compare(make_result([make_cell(0, samples, findings=[tampered])])).cells[0]
+    assert cell.verdict == "failed" and cell.reasons[0].code == "timer-tampered"
+    assert not {r.code for r in cell.reasons} & verdicts.READ_FROM_TIMES
+    assert not any(r.side == "baseline" for r in cell.reasons)
+
+
 def _copy_probe(gbps: float) -> ProbeReport:
     reading = CopyBandwidthReading(device_index=0, size_bytes=1 << 30, time_us=1.0, bandwidth_gbps=gbps)
     return ProbeReport(phase="before", taken_at=NOW, copy_bandwidth=[reading], nvml_status="ok")
