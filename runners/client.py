@@ -67,6 +67,12 @@ FINAL_STATUS = frozenset({400, 401, 403, 404, 409, 413, 422})  # refusals no ret
 TERMINAL_JOB_STATUS = frozenset({"succeeded", "failed", "cancelled"})  # a job in these never changes
 
 
+def is_settled(job: JobPublic) -> bool:
+    """True when ``job`` is finished (``TERMINAL_JOB_STATUS``) and its comparison is no longer being
+    computed (``comparison_status`` is not ``comparing``): what it says will not change."""
+    return job.status in TERMINAL_JOB_STATUS and job.comparison_status != "comparing"
+
+
 class KernelabError(Exception):
     """Base of the client's errors."""
 
@@ -330,6 +336,21 @@ class KernelabClient:
     def get_bisect(self, bisect_id: int) -> BisectPublic:
         """``GET /bisects/{id}``."""
         return self.call("GET", f"/bisects/{bisect_id}", _model(BisectPublic), idempotent=True)
+
+    def wait(self, job_id: int, *, timeout_s: float = 3600.0, poll_s: float = 0.5) -> JobPublic:
+        """Poll ``GET /jobs/{id}`` every ``poll_s`` seconds until the job ``is_settled`` (finished, its
+        comparison computed: ``comparison`` then answers without 409 for a succeeded job) and return
+        it. Raises ``TimeoutError`` naming the job's state after ``timeout_s`` seconds, and what
+        ``get_job`` raises (``KernelabAPIError`` 404 for an unknown job)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            job = self.get_job(job_id)
+            if is_settled(job):
+                return job
+            if time.monotonic() > deadline:
+                state = "comparing" if job.comparison_status == "comparing" else job.status
+                raise TimeoutError(f"job {job_id} still {state} after {timeout_s:g} s")
+            time.sleep(poll_s)
 
     def comparison(self, job_id: int) -> Comparison:
         """``GET /jobs/{id}/comparison``. Raises ``KernelabAPIError`` 409 while there is no result."""

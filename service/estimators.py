@@ -270,7 +270,8 @@ def cluster_cis(
         ratio, boot, base_med, cand_med, base_point, cand_point = parts[0]
     else:
         with np.errstate(divide="ignore", invalid="ignore"):
-            base_point, cand_point = (float(np.exp(np.mean(np.log([p[k] for p in parts])))) for k in (4, 5))
+            base_point = float(np.exp(np.mean(np.log(np.array([p[4] for p in parts], dtype=np.float64)))))
+            cand_point = float(np.exp(np.mean(np.log(np.array([p[5] for p in parts], dtype=np.float64)))))
             ratio = cand_point / base_point  # = the geometric mean of the strata's ratios
             boot, base_med, cand_med = (
                 np.exp(np.mean(np.log(np.vstack([p[k] for p in parts])), axis=0)) for k in (1, 2, 3)

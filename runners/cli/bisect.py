@@ -28,7 +28,7 @@ from kernelab.runners.cli.common import (
     fail,
     read_spec,
 )
-from kernelab.runners.client import TERMINAL_JOB_STATUS, KernelabAPIError, KernelabClient, KernelabUnavailable
+from kernelab.runners.client import KernelabAPIError, KernelabClient, KernelabUnavailable, is_settled
 from kernelab.runners.progress import describe
 from kernelab.service.schemas import BisectCreate, BisectFinish, Comparison, JobPublic
 
@@ -46,7 +46,7 @@ def _wait(client: KernelabClient, job: JobPublic, timeout_s: float) -> JobPublic
             if (p.cell, p.cells_done, p.phase) != shown:
                 shown = (p.cell, p.cells_done, p.phase)
                 typer.echo("    " + describe(p), err=True)
-        if job.status in TERMINAL_JOB_STATUS and job.comparison_status != "comparing":
+        if is_settled(job):
             return job
         if time.monotonic() > deadline:
             return None

@@ -19,7 +19,7 @@ from kernelab.runners.cli.common import (
     GATE_VERDICTS,
     fail,
 )
-from kernelab.runners.client import TERMINAL_JOB_STATUS, KernelabAPIError, KernelabClient
+from kernelab.runners.client import KernelabAPIError, KernelabClient, is_settled
 from kernelab.runners.progress import describe
 from kernelab.service.schemas import CellComparison, Comparison, JobPublic, Verdict
 
@@ -203,7 +203,7 @@ def wait_and_show(
             if key != shown:
                 shown = key
                 typer.echo("  " + describe(p), err=True)
-        if job.status in TERMINAL_JOB_STATUS and job.comparison_status != "comparing":
+        if is_settled(job):
             break
         if time.monotonic() > deadline:
             state = "comparing" if job.comparison_status == "comparing" else job.status

@@ -128,7 +128,7 @@ def test_revision_ab_jobs_over_http(server: tuple[ServerProcess, str], tmp_path:
 
         verdicts = {}
         for job_id in (slower_id, wrong_id, healthy_id):
-            job = client.get_job(job_id)
+            job = client.wait(job_id, timeout_s=300)  # its comparison computed, not only its result stored
             assert job.status == "succeeded", job.error
             comparison = client.comparison(job_id)
             [cell] = comparison.cells

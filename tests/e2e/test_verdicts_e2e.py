@@ -244,7 +244,7 @@ def test_jobs_list_and_job_pages_read_incorrect_and_failed(site: Site) -> None:
     assert "verdict-faster" not in listing
 
     page = html.unescape(site.get(f"/jobs/{site.ids['revision']}").text)
-    attempts = re.search(r'<section id="attempts">.*?</section>', page, re.S)
+    attempts = re.search(r'<section id="attempts"[^>]*>.*?</section>', page, re.S)
     assert attempts is not None and "status-failed" in attempts.group(0)  # the attempt's own row
     rest = page.replace(attempts.group(0), "")
     assert rest.count(f"all 2 cells failed; first: {SYNTAX_ERROR}") == 1  # the job's error, once

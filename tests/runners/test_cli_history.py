@@ -9,9 +9,11 @@ import json
 from pathlib import Path
 
 import history_seed
+import pytest
 from typer.testing import CliRunner
 
 from kernelab.runners.cli import app
+from kernelab.runners.client import KernelabAPIError, KernelabClient, is_settled
 
 GPU = "CLI-HISTORY-GPU"  # a model no other test's node has: the lines are this module's
 
@@ -58,3 +60,21 @@ def test_bad_input_is_one_line_and_exit_2(server: tuple[str, str]) -> None:
     assert r.exit_code == 2 and "no job #999999999" in r.output and "Traceback" not in r.output
     r = _cli(server, "compare-jobs", "1", "2", "--side", "both")
     assert r.exit_code == 2 and "--side" in r.output
+
+
+def test_client_wait_returns_the_settled_job_and_times_out_naming_its_state(server: tuple[str, str]) -> None:
+    url, token = server
+    (job_id,) = history_seed.seed(url, token, [1000.0], node="cli-history-wait-node", gpu_model=GPU)
+    with KernelabClient(url, token) as client:
+        job = client.wait(job_id, timeout_s=300, poll_s=0.05)
+        assert is_settled(job) and job.status == "succeeded"
+        assert client.comparison(job_id).cells  # no 409: the comparison is there
+        queued = client.submit(history_seed.spec("never claimed")).id
+        try:
+            with pytest.raises(TimeoutError, match=f"job {queued} still queued after 0.2 s"):
+                client.wait(queued, timeout_s=0.2, poll_s=0.05)
+        finally:
+            client.cancel(queued)  # the next seed's claim must get its own job
+        with pytest.raises(KernelabAPIError) as unknown:
+            client.wait(999_999_999, timeout_s=5)
+        assert unknown.value.status_code == 404

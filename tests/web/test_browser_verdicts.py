@@ -150,7 +150,7 @@ def test_job_page_shows_incorrect_in_red_with_the_reason(jobs: Jobs, page: Page)
     assert rows.count() == len(jobs.comparison.cells) == 2
     for i, cell in enumerate(jobs.comparison.cells):
         assert cell.verdict == "incorrect"
-        badge = rows.nth(i).locator("td").nth(6).locator(".badge")
+        badge = rows.nth(i).locator("td.verdict .badge")
         assert badge.inner_text() == "incorrect" and badge.is_visible()
         assert _style(badge, "backgroundColor") == RED and _style(badge, "color") == WHITE
         # the reason is on the page itself, under the row, not in a tooltip
