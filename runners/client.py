@@ -387,11 +387,20 @@ class KernelabClient:
         return self.call("GET", "/history/regressions", _model(RegressionsPage), params={"limit": limit},
                          idempotent=True)  # fmt: skip
 
-    def compare_jobs(self, a: int, b: int, *, side: str = "candidate") -> JobVsJob:
-        """``GET /compare?a=&b=``: job ``b`` against job ``a`` cell by cell. Raises
-        ``KernelabAPIError`` (404 unknown job, 409 no comparison yet, 413 too large, 422)."""
-        return self.call("GET", "/compare", _model(JobVsJob), params={"a": a, "b": b, "side": side},
-                         idempotent=True)  # fmt: skip
+    def compare_jobs(self, a: int, b: int, *, side: str = "candidate", wait_s: float = 600.0) -> JobVsJob:
+        """``GET /compare?a=&b=``: job ``b`` against job ``a`` cell by cell. A pair the server
+        queued for a compare worker (202) is asked again after its ``Retry-After`` until the answer
+        comes, for up to ``wait_s`` seconds; then ``TimeoutError``. Raises ``KernelabAPIError``
+        (404 unknown job, 409 no comparison yet or the worker failed on the pair, 422)."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            answer, retry_s = self.call("GET", "/compare", _pair_answer,
+                                        params={"a": a, "b": b, "side": side}, idempotent=True)  # fmt: skip
+            if answer is not None:
+                return answer
+            if time.monotonic() + retry_s > deadline:
+                raise TimeoutError(f"job #{b} against job #{a}: still being compared after {wait_s:g} s")
+            time.sleep(retry_s)
 
     # ---------------------------------------------------------------------------------------------
     # runners (admin to register, per-runner token afterwards)
@@ -519,6 +528,13 @@ def _model(model: type[M]) -> Callable[[httpx.Response], M]:
     """A ``parse`` for ``KernelabClient.call``: the body as ``model`` (``ValidationError``, a
     ``ValueError``, when it is not)."""
     return lambda resp: model.model_validate_json(resp.content)
+
+
+def _pair_answer(resp: httpx.Response) -> tuple[JobVsJob | None, float]:
+    """``GET /compare``'s answer: (the job-vs-job answer, 0) on 200; (None, Retry-After s) on 202."""
+    if resp.status_code == 202:
+        return None, max(0.1, _retry_after_s(resp))
+    return _model(JobVsJob)(resp), 0.0
 
 
 def _json(resp: httpx.Response) -> Any:

@@ -14,6 +14,11 @@ task (``FOR UPDATE SKIP LOCKED`` on PostgreSQL; a conditional ``UPDATE ... WHERE
 expired lease is noticed at claim time: the task goes back to ``queued`` while ``attempts <
 max_attempts`` (a worker killed mid-task is retried by another), else it fails with the reason.
 Every time compared or written is the database's clock (``kernelab.service.core.clock.db_now``).
+
+Tasks of kind ``pair`` share the queue, its lease and its worker: job vs job of two stored jobs
+(``kernelab.service.job_vs_job``) too large for a request, queued by the reader that asked
+(``enqueue_pair``; one per jobs and side), its answer stored on the task by ``finish(output=)``
+and read back with ``pair_state``.
 A worker stopped gracefully hands its task back (``release``: queued again, the attempt not
 counted) instead of finishing it. Functions take ``session`` and never commit.
 """
@@ -40,13 +45,17 @@ ComparisonStatus = Literal["none", "comparing", "ready", "failed"]
 
 
 class TaskLease(NamedTuple):
-    """A claimed task: ids, the attempt number (1 for the first claim), the lease's end (aware UTC)."""
+    """A claimed task: ids, the attempt number (1 for the first claim), the lease's end (aware UTC),
+    its ``kind`` and, for a ``pair`` task, job B (``pair_job_id``) and the ``side`` compared."""
 
     id: int
-    result_id: int
+    result_id: int | None
     job_id: int | None
     attempts: int
     lease_expires_at: datetime
+    kind: str = "compare"
+    pair_job_id: int | None = None
+    side: str | None = None
 
 
 class TaskLeaseLostError(Exception):
@@ -123,7 +132,8 @@ def requeue_expired(session: Session) -> int:
 
 
 _LEASE_COLUMNS = (CompareTask.id, CompareTask.result_id, CompareTask.job_id, CompareTask.attempts,
-                  CompareTask.lease_expires_at)  # fmt: skip
+                  CompareTask.lease_expires_at, CompareTask.kind, CompareTask.pair_job_id,
+                  CompareTask.side)  # fmt: skip
 
 
 def claim(session: Session, *, worker: str, lease_s: float) -> TaskLease | None:
@@ -139,13 +149,13 @@ def claim(session: Session, *, worker: str, lease_s: float) -> TaskLease | None:
         row = session.execute(
             take.where(CompareTask.id == oldest, CompareTask.status == "queued")
         ).one_or_none()
-        return None if row is None else TaskLease(*row)  # type: ignore[arg-type]
+        return None if row is None else TaskLease._make(row)
     for task_id in session.scalars(queued.limit(_CLAIM_CANDIDATES)).all():
         row = session.execute(
             take.where(CompareTask.id == task_id, CompareTask.status == "queued")
         ).one_or_none()
         if row is not None:
-            return TaskLease(*row)  # type: ignore[arg-type]
+            return TaskLease._make(row)
     return None
 
 
@@ -166,13 +176,15 @@ def heartbeat(session: Session, task_id: int, *, worker: str, lease_s: float) ->
     return end
 
 
-def finish(session: Session, task_id: int, *, worker: str) -> None:
-    """Mark ``worker``'s task ``done``. Raises ``TaskLeaseLostError`` (nothing changed) when it does
-    not hold the lease: the caller rolls back what it stored."""
-    won = session.execute(
-        update(CompareTask).where(_held(task_id, worker))
-        .values(status="done", finished_at=db_now(), worker=None, lease_expires_at=None, error=None)
-    )  # fmt: skip
+def finish(session: Session, task_id: int, *, worker: str, output: dict[str, object] | None = None) -> None:
+    """Mark ``worker``'s task ``done`` (a ``pair`` task with its ``output``). Raises
+    ``TaskLeaseLostError`` (nothing changed) when it does not hold the lease: the caller rolls back
+    what it stored."""
+    values: dict[str, object] = {"status": "done", "finished_at": db_now(), "worker": None,
+                                 "lease_expires_at": None, "error": None}  # fmt: skip
+    if output is not None:
+        values["output"] = output
+    won = session.execute(update(CompareTask).where(_held(task_id, worker)).values(**values))
     if _rowcount(won) != 1:
         raise TaskLeaseLostError(f"compare worker {worker} does not hold task {task_id}")
 
@@ -237,3 +249,48 @@ def states(session: Session, job_ids: list[int]) -> dict[int, TaskState]:
         else:
             out[job_id] = TaskState("ready")
     return out
+
+
+class PairState(NamedTuple):
+    """A job-vs-job task as its reader sees it: ``status`` (``TASK_STATUSES``), the stored
+    ``output`` of a done one, the ``error`` of a failed one."""
+
+    id: int
+    status: str
+    output: dict[str, object] | None
+    error: str | None
+
+
+def _pair(a: int, b: int, side: str) -> ColumnElement[bool]:
+    return and_(CompareTask.kind == "pair", CompareTask.job_id == a, CompareTask.pair_job_id == b,
+                CompareTask.side == side)  # fmt: skip
+
+
+def pair_state(session: Session, *, a: int, b: int, side: str) -> PairState | None:
+    """The ``pair`` task of job ``b`` against job ``a`` on ``side``, or None when none was queued."""
+    row = session.execute(
+        select(CompareTask.id, CompareTask.status, CompareTask.output, CompareTask.error).where(
+            _pair(a, b, side)
+        )
+    ).one_or_none()
+    return None if row is None else PairState(*row)
+
+
+def enqueue_pair(session: Session, *, a: int, b: int, side: str, max_attempts: int) -> None:
+    """Queue job vs job, ``b`` against ``a`` on ``side``: a new ``pair`` task, or its finished task
+    queued again (attempts reset, its old output dropped). An open task is left as it is; a task
+    another request queued first (the unique index) is taken as this one."""
+    state = pair_state(session, a=a, b=b, side=side)
+    if state is None:
+        try:
+            with session.begin_nested():
+                session.add(CompareTask(kind="pair", result_id=None, job_id=a, pair_job_id=b, side=side,
+                                        status="queued", attempts=0, max_attempts=max_attempts))  # fmt: skip
+        except IntegrityError:  # another request queued it first
+            pass
+    elif state.status not in OPEN:
+        session.execute(
+            update(CompareTask).where(CompareTask.id == state.id, CompareTask.status.not_in(OPEN))
+            .values(status="queued", attempts=0, max_attempts=max_attempts, error=None, worker=None,
+                    lease_expires_at=None, finished_at=None, output=None)
+        )  # fmt: skip

@@ -34,6 +34,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from kernelab.service import compare_queue, crud, history
 from kernelab.service.compare_queue import TaskLease, TaskLeaseLostError
 from kernelab.service.core.config import Settings
+from kernelab.service.schemas import Side
 
 log = logging.getLogger("kernelab.service.compare_worker")
 """Named, not ``__name__``: run as ``python -m`` (how ``kernelab serve`` starts it) ``__name__`` is
@@ -181,6 +182,9 @@ class CompareWorker:
             log.warning("compare worker %s: handing back task %d failed: %s", self.name, task.id, exc)
 
     def _process(self, task: TaskLease) -> None:
+        if task.kind == "pair":
+            self._process_pair(task)
+            return
         from kernelab.service.stats import compare
 
         job_id = task.job_id
@@ -218,6 +222,48 @@ class CompareWorker:
         self.done += 1
         log.info("compare worker %s: job %s compared", self.name, job_id,
                  extra={"event": "compare stored", "task_id": task.id, "job_id": job_id})  # fmt: skip
+
+    def _process_pair(self, task: TaskLease) -> None:
+        """Job vs job of a ``pair`` task (``kernelab.service.job_vs_job``), its answer stored on the
+        task by ``finish`` in the transaction that checks the lease (the jobs' first health
+        judgements, which the computation may store, commit with it)."""
+        from kernelab.service import job_vs_job
+
+        assert (
+            task.job_id is not None
+            and task.pair_job_id is not None
+            and task.side in ("baseline", "candidate")
+        )
+        side: Side = "baseline" if task.side == "baseline" else "candidate"
+        with self.factory() as session:
+            try:
+                answer = job_vs_job.compare_jobs(
+                    session=session, a=task.job_id, b=task.pair_job_id, settings=self.settings, side=side
+                )
+            except job_vs_job.JobVsJobError as exc:  # a job without a comparison any more: say so
+                session.rollback()
+                self._end(task, error=exc.message)
+                return
+            except Exception as exc:  # a bug in the statistics: the same samples would raise again
+                session.rollback()
+                log.exception("compare worker %s: job vs job task %d failed", self.name, task.id)
+                self._end(task, error=f"{type(exc).__name__}: {exc}")
+                return
+            self._ending.set()
+            try:
+                compare_queue.finish(
+                    session, task.id, worker=self.name, output=job_vs_job.stored_output(answer)
+                )
+            except TaskLeaseLostError:
+                self.lost += 1
+                log.warning(
+                    "compare worker %s: task %d was taken over; its answer is dropped", self.name, task.id
+                )
+                return
+            session.commit()
+        self.done += 1
+        log.info("compare worker %s: job %s vs job %s compared", self.name, task.pair_job_id, task.job_id,
+                 extra={"event": "pair stored", "task_id": task.id})  # fmt: skip
 
     def _end(self, task: TaskLease, *, error: str) -> None:
         self._ending.set()

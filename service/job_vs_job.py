@@ -20,25 +20,27 @@ cold vs warm L2) are no measurement of a change: every cell is ``inconclusive`` 
 ``timer-mismatch``. The two nodes' health judgements are shown beside it, as they are: a flagged
 node flags every cell (``degraded-node``/``contended``).
 
-Bounded, not queued: this runs in the request (the compare queue's ``compare_tasks`` hold one
-result each; a task of two jobs would need a schema of its own, not built yet), so a pair of jobs
-holding more than ``MAX_SAMPLES`` raw samples together is refused (``TooLarge``, HTTP 413) rather
-than computed there. ``N_RESAMPLES`` = 1,000 (Efron & Tibshirani 1993, section 19.3: about 1,000
-for a percentile interval). Measured at the bound on the shared 2-core machine under load average
-~16 (``docs/results/2026-12-01-job-vs-job-cost.md``): 1.2-1.8 s of statistics for 20,000 samples
-(50 cells of 100 samples per job and side, or one cell of 5,000), 4.4 s for 100,000: seconds, not
-minutes, and never a large sweep in a request.
+Where it is computed: a pair of jobs holding at most ``Settings.job_vs_job_inline_samples`` raw
+samples together (20,000 by default) is computed in the request; a larger pair is queued as a
+``pair`` task for a compare worker (``kernelab.service.compare_queue``), whose answer is stored
+on the task and served from there (``request`` answers ``Pending`` until then, HTTP 202). A stored
+answer judged by older verdict rules (``verdicts.METHOD_VERSION``) is queued again. ``N_RESAMPLES``
+= 1,000 (Efron & Tibshirani 1993, section 19.3: about 1,000 for a percentile interval). Measured
+on the shared 2-core machine under load average ~16 (``docs/results/2026-12-01-job-vs-job-cost.md``):
+1.2-1.8 s of statistics for 20,000 samples (50 cells of 100 samples per job and side, or one cell
+of 5,000), 4.4 s for 100,000.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 import numpy as np
 from sqlalchemy.orm import Session
 
-from kernelab.service import crud, node_health, verdicts
+from kernelab.service import compare_queue, crud, node_health, verdicts
 from kernelab.service.core.config import Settings
 from kernelab.service.estimators import (
     KeptSamples,
@@ -64,7 +66,6 @@ from kernelab.service.schemas import (
     Side,
 )
 
-MAX_SAMPLES = 20_000  # raw samples of both jobs together that a request may compare
 N_RESAMPLES = 1000  # bootstrap resamples of the unpaired ratio CI (module docstring)
 SEED = 0
 METHOD = (
@@ -84,8 +85,12 @@ class JobVsJobError(Exception):
         self.status, self.field, self.message = status, field, message
 
 
-class TooLarge(JobVsJobError):
-    """More than ``MAX_SAMPLES`` raw samples in the two jobs together (HTTP 413)."""
+class Pending(NamedTuple):
+    """Job vs job queued for a compare worker (``request``): the ``pair`` task's id and status
+    (``queued`` or ``running``); ask again later (HTTP 202)."""
+
+    task_id: int
+    status: str
 
 
 def unpaired_ratio_ci(
@@ -163,21 +168,64 @@ def _timer(cell: CellResult, side: Side, result: JobResult) -> str:
     return cell.timers.get(side) or result.timer
 
 
-def compare_jobs(
-    *, session: Session, a: int, b: int, settings: Settings, side: Side = "candidate"
-) -> JobVsJob:
-    """Job ``b`` against job ``a``, cell by cell (module docstring). Raises ``JobVsJobError`` (404,
-    409, 422) and ``TooLarge`` (413) naming the query field ``a`` or ``b``; the caller commits (a
-    first read stores the jobs' health judgements)."""
+def _pair(session: Session, a: int, b: int, settings: Settings) -> tuple[Job, Comparison, Job, Comparison]:
+    """Both jobs and their stored comparisons; raises ``JobVsJobError`` (404, 409, 422)."""
     job_a, comp_a = _load(session, a, "a", settings)
     job_b, comp_b = _load(session, b, "b", settings)
     if job_a.benchmark != job_b.benchmark:
         message = f"b: job #{b} measured {job_b.benchmark!r}, job #{a} {job_a.benchmark!r}"
         raise JobVsJobError(422, "b", f"{message}: only jobs of one benchmark compare")
+    return job_a, comp_a, job_b, comp_b
+
+
+def request(
+    *, session: Session, a: int, b: int, settings: Settings, side: Side = "candidate"
+) -> JobVsJob | Pending:
+    """Job ``b`` against job ``a`` as a reader asks for it (module docstring, "Where it is
+    computed"): the answer, computed now for a pair within ``Settings.job_vs_job_inline_samples``
+    or read from its stored ``pair`` task, else ``Pending`` (the task queued, or still open).
+    Raises ``JobVsJobError`` (404, 409, 422; 409 too when the compare worker failed on the pair,
+    with its error); the caller commits (the queued task, the jobs' first health judgements)."""
+    loaded = _pair(session, a, b, settings)
     total = crud.count_samples(session=session, job_id=a) + crud.count_samples(session=session, job_id=b)
-    if total > MAX_SAMPLES:
-        raise TooLarge(413, "b", f"jobs #{a} and #{b} hold {total} samples together, more than the "
-                                 f"{MAX_SAMPLES} a request compares; compare sub-sweeps")  # fmt: skip
+    if total <= settings.job_vs_job_inline_samples:
+        return _compare(session, a, b, settings, side, loaded)
+    del loaded
+    state = compare_queue.pair_state(session, a=a, b=b, side=side)
+    if state is not None and state.status in compare_queue.OPEN:
+        return Pending(state.id, state.status)
+    if state is not None and state.status == "done" and state.output is not None:
+        if state.output.get("method_version") == verdicts.METHOD_VERSION:
+            return JobVsJob.model_validate(state.output["answer"])
+    elif state is not None and state.status == "failed":
+        raise JobVsJobError(409, "b", f"b: comparing job #{b} against job #{a} failed on the compare "
+                                      f"worker: {state.error}")  # fmt: skip
+    compare_queue.enqueue_pair(session, a=a, b=b, side=side, max_attempts=settings.compare_max_attempts)
+    queued = compare_queue.pair_state(session, a=a, b=b, side=side)
+    assert queued is not None  # just queued, by this request or a concurrent one
+    return Pending(queued.id, queued.status)
+
+
+def stored_output(answer: JobVsJob) -> dict[str, object]:
+    """What a ``pair`` task keeps (``CompareTask.output``): the answer's JSON and the verdict rules'
+    ``method_version`` it was judged by."""
+    return {"method_version": verdicts.METHOD_VERSION, "answer": answer.model_dump(mode="json")}
+
+
+def compare_jobs(
+    *, session: Session, a: int, b: int, settings: Settings, side: Side = "candidate"
+) -> JobVsJob:
+    """Job ``b`` against job ``a``, cell by cell (module docstring), computed now whatever its size
+    (``request`` decides where). Raises ``JobVsJobError`` (404, 409, 422) naming the query field
+    ``a`` or ``b``; the caller commits (a first read stores the jobs' health judgements)."""
+    return _compare(session, a, b, settings, side, _pair(session, a, b, settings))
+
+
+def _compare(
+    session: Session, a: int, b: int, settings: Settings, side: Side,
+    loaded: tuple[Job, Comparison, Job, Comparison],
+) -> JobVsJob:  # fmt: skip
+    job_a, comp_a, job_b, comp_b = loaded
     res_a = crud.load_result(session=session, job_id=a)
     res_b = crud.load_result(session=session, job_id=b)
     assert res_a is not None and res_b is not None  # a stored comparison has a result

@@ -26,6 +26,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
@@ -48,7 +49,7 @@ SIDES = ("baseline", "candidate")
 JOB_DEVICES = ("auto", "cpu", "cuda")
 JUDGEMENT_TRIGGERS = ("ingest", "rejudge")
 TIMING_STATES = ("cold", "warm")
-TASK_KINDS = ("compare",)
+TASK_KINDS = ("compare", "pair")
 TASK_STATUSES = ("queued", "running", "done", "failed")
 BISECT_STATUSES = ("running", "found", "stopped")
 
@@ -225,9 +226,12 @@ class Result(Base):
 
 
 class CompareTask(Base):
-    """Queued work of kind ``compare``: compute and store the comparison of one stored result
-    (``kernelab.service.compare_queue``). Leased like a job (``worker`` holds it until
-    ``lease_expires_at``, by the database's clock); ``attempts`` counts claims."""
+    """Queued statistics, computed off the request path (``kernelab.service.compare_queue``). Kind
+    ``compare``: compute and store the comparison of one stored result (``result_id``, its
+    ``job_id``). Kind ``pair``: job vs job, job ``pair_job_id`` against job ``job_id`` on ``side``
+    (``kernelab.service.job_vs_job``), its answer kept in ``output``. Leased like a job
+    (``worker`` holds it until ``lease_expires_at``, by the database's clock); ``attempts``
+    counts claims."""
 
     __tablename__ = "compare_tasks"
     __table_args__ = (
@@ -235,12 +239,33 @@ class CompareTask(Base):
         CheckConstraint(_in("status", TASK_STATUSES), name="status"),
         CheckConstraint("attempts >= 0", name="attempts_nonnegative"),
         CheckConstraint("max_attempts >= 1", name="max_attempts_positive"),
+        CheckConstraint("kind <> 'compare' OR result_id IS NOT NULL", name="compare_has_result"),
+        CheckConstraint(
+            "kind <> 'pair' OR (job_id IS NOT NULL AND pair_job_id IS NOT NULL AND side IS NOT NULL)",
+            name="pair_has_jobs",
+        ),
         Index("ix_compare_tasks_status_id", "status", "id"),
+        Index(
+            "ux_compare_tasks_pair",
+            "job_id",
+            "pair_job_id",
+            "side",
+            unique=True,
+            sqlite_where=text("kind = 'pair'"),
+            postgresql_where=text("kind = 'pair'"),
+        ),  # fmt: skip
     )
     id: Mapped[int] = mapped_column(primary_key=True)
     kind: Mapped[str] = mapped_column(String(16), default="compare")
-    result_id: Mapped[int] = mapped_column(ForeignKey("results.id", ondelete="CASCADE"), unique=True)
+    result_id: Mapped[int | None] = mapped_column(ForeignKey("results.id", ondelete="CASCADE"), unique=True)
     job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    pair_job_id: Mapped[int | None] = mapped_column(
+        ForeignKey("jobs.id", ondelete="CASCADE"), doc="kind pair: job B, compared against job_id (A)"
+    )
+    side: Mapped[str | None] = mapped_column(String(16), doc="kind pair: the side of both jobs compared")
+    output: Mapped[dict[str, Any] | None] = mapped_column(
+        doc="kind pair: the job-vs-job answer (JobVsJob JSON) and the verdict rules' method_version"
+    )
     status: Mapped[str] = mapped_column(String(16), default="queued")
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     max_attempts: Mapped[int] = mapped_column(Integer)

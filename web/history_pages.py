@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse
 
 from kernelab.service import changepoints, crud, history, job_vs_job
 from kernelab.service.api.deps import DEFAULT_LIMIT, Limit, Offset, SessionDep, SettingsDep
+from kernelab.service.api.routes.compare import RETRY_AFTER_S, compared
 from kernelab.service.api.routes.history import MinChangePct
 from kernelab.service.schemas import Side
 
@@ -53,8 +54,12 @@ def compare_page(
     """Job ``b`` against job ``a`` cell by cell, both nodes' health side by side; a pair that cannot
     be compared answers its status with the reason on the page."""
     try:
-        result = job_vs_job.compare_jobs(session=session, a=a, b=b, settings=settings, side=side)
-    except job_vs_job.JobVsJobError as exc:
-        return _templates().TemplateResponse(request, "not_found.html", {"message": exc.message},
-                                             status_code=exc.status)  # fmt: skip
+        result = compared(session, settings, a, b, side)
+    except HTTPException as exc:
+        message = exc.detail[0]["msg"] if isinstance(exc.detail, list) else str(exc.detail)
+        return _templates().TemplateResponse(request, "not_found.html", {"message": message},
+                                             status_code=exc.status_code)  # fmt: skip
+    if isinstance(result, job_vs_job.Pending):
+        context = {"a": a, "b": b, "pending": result, "retry_s": RETRY_AFTER_S}
+        return _templates().TemplateResponse(request, "compare_pending.html", context, status_code=202)
     return _templates().TemplateResponse(request, "compare.html", {"cmp": result})

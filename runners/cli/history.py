@@ -149,17 +149,25 @@ def compare_jobs(
     server: ServerOpt = DEFAULT_SERVER,
     token: TokenOpt = "",
     json_path: JsonOpt = None,
+    wait_s: Annotated[
+        float,
+        typer.Option("--wait", min=0, help="seconds to wait for a large pair a compare worker computes"),
+    ] = 600.0,
 ) -> None:
     """Compare two stored jobs of one benchmark cell by cell (B against A, the same side of each):
-    medians, Δ% with an unpaired round-bootstrap CI, verdict, and both nodes' health. Exits 1 when
-    a cell's verdict is in --fail-on, 2 for an unknown job, other benchmark or bad option, 3 while
-    a job has no comparison yet or the server is unreachable."""
+    medians, Δ% with an unpaired round-bootstrap CI, verdict, and both nodes' health. A pair too
+    large for one request is computed by the server's compare worker; this waits for it up to
+    --wait seconds. Exits 1 when a cell's verdict is in --fail-on, 2 for an unknown job, other
+    benchmark or bad option, 3 while a job has no comparison yet, the pair is still being compared
+    after --wait, or the server is unreachable."""
     gate_on = parse_fail_on(fail_on)
     if side not in ("candidate", "baseline"):
         raise fail(f"--side: expected candidate or baseline, got {side!r}", EXIT_BAD_INPUT)
     with client_for(server, token) as client:
         try:
-            cmp = client.compare_jobs(a, b, side=side)
+            cmp = client.compare_jobs(a, b, side=side, wait_s=wait_s)
+        except TimeoutError as exc:
+            raise fail(str(exc), EXIT_NO_VERDICT) from None
         except KernelabAPIError as exc:
             code = (
                 EXIT_NO_VERDICT if exc.status_code in (409, 413) or exc.status_code >= 500 else EXIT_BAD_INPUT

@@ -56,6 +56,14 @@ class Settings(BaseSettings):
     compare_max_attempts: int = Field(
         default=3, ge=1, le=100, description="claims of one comparison task before it fails"
     )
+    job_vs_job_inline_samples: int = Field(
+        default=20_000,
+        ge=0,
+        le=10_000_000,
+        description="job vs job of at most this many raw samples (both jobs) is computed in the request "
+        "(about a second at the default: docs/results/2026-12-01-job-vs-job-cost.md); a larger pair is "
+        "queued for a compare worker (202 until its answer is stored)",
+    )
     compare_poll_s: float = Field(
         default=1.0, gt=0, le=60, description="an idle compare worker reads the task queue this often (s)"
     )

@@ -9,7 +9,9 @@ import json
 from pathlib import Path
 
 import history_seed
+import httpx
 import pytest
+from servers import serve_process
 from typer.testing import CliRunner
 
 from kernelab.runners.cli import app
@@ -78,3 +80,24 @@ def test_client_wait_returns_the_settled_job_and_times_out_naming_its_state(serv
         with pytest.raises(KernelabAPIError) as unknown:
             client.wait(999_999_999, timeout_s=5)
         assert unknown.value.status_code == 404
+
+
+@pytest.mark.slow  # a server process of its own (its inline bound)
+@pytest.mark.timeout(600)
+def test_a_large_pair_is_computed_by_the_compare_worker_and_the_cli_waits_for_it(tmp_path: Path) -> None:
+    """``kernelab serve`` (with its compare worker) whose inline bound every pair exceeds: REST
+    answers 202, ``compare-jobs`` waits for the worker's answer and prints it; with no time to
+    wait it exits 3 naming the pair."""
+    token = "large-pair-admin-token-0123456789abcdef"
+    env = {"KERNELAB_ADMIN_TOKEN": token, "KERNELAB_JOB_VS_JOB_INLINE_SAMPLES": "10"}
+    with serve_process(tmp_path, env) as (_, url, _log):
+        jobs = history_seed.seed(url, token, [1000.0, 1500.0], node="large-pair-node", gpu_model=GPU)
+        history_seed.wait_compared(url, token, jobs)
+        first = httpx.get(f"{url}/api/v1/compare", params={"a": jobs[0], "b": jobs[1], "side": "baseline"},
+                          headers={"Authorization": f"Bearer {token}"})  # fmt: skip
+        assert first.status_code == 202 and first.json()["status"] == "comparing"
+        r = _cli((url, token), "compare-jobs", str(jobs[0]), str(jobs[1]), "--wait", "0")
+        assert r.exit_code == 3 and f"job #{jobs[1]} against job #{jobs[0]}: still being compared" in r.output
+        r = _cli((url, token), "compare-jobs", str(jobs[0]), str(jobs[1]), "--wait", "300")
+        assert r.exit_code == 0, r.output
+        assert "slower" in r.output and "large-pair-node" in r.output

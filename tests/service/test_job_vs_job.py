@@ -1,15 +1,14 @@
 """Job vs job through the real app (SQLite and PostgreSQL): cells matched by parameters, the
 unpaired statistics on stored samples, a wrong side outranking speed, both nodes' health, and the
-4xx answers (unknown job, no comparison yet, other benchmark, too many samples, bad field)."""
+4xx answers (unknown job, no comparison yet, other benchmark, bad field); a pair above the
+inline bound computed by a compare worker (202 until then)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from test_history import H200, _post_job
 
-from kernelab.service import job_vs_job
 from kernelab.service.schemas import JobResult
 
 
@@ -65,7 +64,7 @@ def test_cells_match_by_parameters(api) -> None:  # type: ignore[no-untyped-def]
     assert body["only_in_a"] == ["M=4, N=64"] and body["only_in_b"] == ["M=4, N=256"]
 
 
-def test_refusals_name_the_field(api, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+def test_refusals_name_the_field(api) -> None:  # type: ignore[no-untyped-def]
     a = _post_job(api, hostname="h200-a", model=H200, base_ns=1000.0, days=0)
     queued = api.submit()
     r = _compare(api, a, 999_999)
@@ -75,7 +74,55 @@ def test_refusals_name_the_field(api, monkeypatch: pytest.MonkeyPatch) -> None: 
     assert _compare(api, a, 0).status_code == 422
     assert _compare(api, a, a, side="both").status_code == 422
     assert api.client.get("/api/v1/compare", params={"a": a, "b": a}).status_code == 401
-    monkeypatch.setattr(job_vs_job, "MAX_SAMPLES", 10)
-    r = _compare(api, a, a)
-    assert r.status_code == 413 and "more than the 10" in r.json()["detail"][0]["msg"]
-    assert api.client.get("/compare", params={"a": a, "b": a}, headers=api.admin).status_code == 413
+
+
+def test_a_pair_above_the_inline_bound_is_computed_by_a_compare_worker(api) -> None:  # type: ignore[no-untyped-def]
+    """202 (REST and page) while queued, one task however often it is asked, the worker's answer
+    stored and served (the same numbers as in the request), and queued again when the verdict
+    rules' version it was judged by is older."""
+    from sqlalchemy import func, select, update
+
+    from kernelab.service import verdicts
+    from kernelab.service.models import CompareTask
+
+    a = _post_job(api, hostname="h200-a", model=H200, base_ns=1000.0, days=0)
+    b = _post_job(api, hostname="h200-b", model=H200, base_ns=1300.0, days=1)
+    inline = _compare(api, a, b).json()  # within the default bound: computed in the request
+    settings = api.client.app.state.settings
+    api.client.app.state.settings = settings.model_copy(update={"job_vs_job_inline_samples": 10})
+
+    def pair_tasks() -> list[tuple[str, int | None]]:
+        with api.factory() as session:
+            return list(session.execute(select(CompareTask.status, CompareTask.result_id)
+                                        .where(CompareTask.kind == "pair")).all())  # fmt: skip
+
+    for _ in range(2):
+        r = _compare(api, a, b)
+        assert r.status_code == 202 and r.headers["Retry-After"].isdigit(), r.text
+        assert r.json()["status"] == "comparing" and f"job #{b} against job #{a}" in r.json()["detail"]
+    page = api.client.get("/compare", params={"a": a, "b": b}, headers=api.admin)
+    assert (
+        page.status_code == 202
+        and 'id="compare-pending"' in page.text
+        and 'http-equiv="refresh"' in page.text
+    )
+    assert pair_tasks() == [("queued", None)]  # asked three times, queued once
+    api.compare()  # a compare worker drains the queue
+    assert pair_tasks() == [("done", None)]
+    stored = _compare(api, a, b)
+    assert stored.status_code == 200
+    assert stored.json()["cells"] == inline["cells"] and stored.json()["a"]["job_id"] == a
+    page = api.client.get("/compare", params={"a": a, "b": b}, headers=api.admin)
+    assert page.status_code == 200 and 'id="compare-table"' in page.text
+    assert _compare(api, a, b, side="baseline").status_code == 202  # another side: another task
+    with api.factory() as session:
+        old = {"method_version": verdicts.METHOD_VERSION - 1, "answer": stored.json()}
+        session.execute(update(CompareTask).where(CompareTask.kind == "pair", CompareTask.side == "candidate")
+                        .values(output=old))  # fmt: skip
+        session.commit()
+        assert _compare(api, a, b).status_code == 202  # judged by older rules: queued again
+        n = session.scalar(select(func.count()).select_from(CompareTask).where(CompareTask.kind == "pair"))
+        assert n == 2
+    api.compare()
+    assert _compare(api, a, b).json()["cells"] == inline["cells"]
+    api.client.app.state.settings = settings
