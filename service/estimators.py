@@ -212,6 +212,8 @@ class ClusterCIs(NamedTuple):
     ratio: tuple[float, float, float] | None
     medians: dict[Side, tuple[float, float] | None]
     points: dict[Side, float]
+    strata: tuple[float, ...] = ()
+    """With strata: each stratum's own ratio of medians, in stratum order (empty without strata)."""
 
 
 def cluster_cis(
@@ -236,9 +238,11 @@ def cluster_cis(
     bootstrap resamples rounds within each stratum (a stratified bootstrap, Davison & Hinkley
     1997, section 3.7): in a 2x2 crossover, where each side runs input set 0 in one stratum and
     set 1 in the other, a multiplicative effect of the set cancels from the geometric mean (Senn
-    2002, "Cross-over Trials in Clinical Research", ch. 3), and the CI holds the set-by-side
-    interaction as noise. A single stratum, or a stratum that cannot form a ratio (a side with < 2
-    samples or rounds in it: fewer than 4 rounds in all, too few for a verdict,
+    2002, "Cross-over Trials in Clinical Research", ch. 3). A set-by-side interaction (each
+    stratum's ratio different) is not in the CI: ``strata`` gives the per-stratum ratios, and
+    ``kernelab.service.verdicts.placement_reasons`` lets a claimed change stand only where they
+    agree. A single stratum, or a stratum that cannot form a ratio (a side with < 2 samples or
+    rounds in it: fewer than 4 rounds in all, too few for a verdict,
     ``kernelab.service.verdicts.MIN_ROUNDS``), gives the plain estimator over all samples.
 
     Returns None where no ratio can be formed (a side with < 2 samples or rounds, a baseline
@@ -288,7 +292,10 @@ def cluster_cis(
         bounds = np.quantile(finite, [alpha / 2, 1 - alpha / 2]) if finite.size else None
         medians[side] = None if bounds is None else (float(bounds[0]), float(bounds[1]))
     points: dict[Side, float] = {"baseline": float(base_point), "candidate": float(cand_point)}
-    return ClusterCIs(ratio=(ratio, float(low), float(high)), medians=medians, points=points)
+    per_stratum = tuple(float(p[0]) for p in parts) if len(parts) > 1 else ()
+    return ClusterCIs(
+        ratio=(ratio, float(low), float(high)), medians=medians, points=points, strata=per_stratum
+    )
 
 
 def _boot_ratios(

@@ -169,11 +169,11 @@ def _cell_numbers(
     n_resamples: int,
     seed: int,
     placement: Placement | None = None,
-) -> tuple[dict[Side, SideStats], dict[str, float | None]]:
+) -> tuple[dict[Side, SideStats], dict[str, float | None], tuple[float, ...]]:
     """Per-side summaries and the cell's numbers (ratio and CI, Hodges-Lehmann shift and CI,
-    p-value, MDE), computed with float overflow silenced: ``_finite_numbers`` nulls what overflowed.
-    ``placement``: the cell's input-set rotation (its ratio is stratified by assignment,
-    ``estimators.ratio_ci_arrays``)."""
+    p-value, MDE), computed with float overflow silenced: ``_finite_numbers`` nulls what overflowed;
+    and each input placement's own ratio (empty without strata). ``placement``: the cell's
+    input-set rotation (its ratio is stratified by assignment, ``estimators.cluster_cis``)."""
     times = kept.times
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         stats = {v: variant_stats(times[v], dropped_throttled=kept.taken[v] - times[v].size)
@@ -210,7 +210,7 @@ def _cell_numbers(
             "hl_ci_high_ns": None if hl is None else hl[2],
             "p_value": p, "mde_pct": min_detectable_effect_pct(stats["baseline"], stats["candidate"]),
         }  # fmt: skip
-    return stats, numbers
+    return stats, numbers, () if cis is None else cis.strata
 
 
 def _cross_ci(cell: CellResult, seed: int) -> tuple[float, float] | None:
@@ -253,7 +253,7 @@ def _compare_kept(
     """``compare_cell`` of a cell without error, its kept samples and Mann-Whitney p given;
     ``extra``: reasons that hold for every cell of the job (the node changed during it)."""
     m = result.spec.measurement
-    raw_stats, raw_numbers = _cell_numbers(
+    raw_stats, raw_numbers, stratum_ratios = _cell_numbers(
         kept, p, n_resamples=n_resamples, seed=seed, placement=cell.placement
     )
     with np.errstate(over="ignore"):
@@ -289,6 +289,9 @@ def _compare_kept(
         if stats["baseline"].median_ns == 0.0:
             why = verdicts.reason("zero-baseline", "the baseline's median time is 0 ns: no ratio")
         found.append(why)
+    found += verdicts.placement_reasons(
+        timing, [r for r in stratum_ratios if math.isfinite(r)], m.threshold_pct
+    )
     if cross is not None:
         found += verdicts.cross_check_reasons(cross, ratio, m.threshold_pct, m.cross_check_pct)
     decision = verdicts.decide(timing, verdicts.tampered_times_reasons(found))

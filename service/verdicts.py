@@ -51,11 +51,12 @@ from kernelab.service.schemas import (
     Verdict,
 )
 
-METHOD_VERSION = 4
+METHOD_VERSION = 5
 """Version of these rules. A stored ``Comparison`` with a lower ``method_version`` was judged by
 older rules (version 1: a wrong kernel could read ``faster``; version 2: two samples per side could
 read ``faster``, a sample throttled by its clock-event reasons counted as clean; version 3: no timer
-cross-check, no input-set placement strata) and is recomputed from its raw result."""
+cross-check, no input-set placement strata; version 4: a verdict the input placements disagreed on
+stood, a side's median was the pooled one) and is recomputed from its raw result."""
 
 VERDICT_ORDER: tuple[Verdict, ...] = get_args(Verdict)
 """Every verdict, highest precedence first (the order of ``schemas.Verdict``)."""
@@ -148,6 +149,12 @@ REASONS: dict[str, ReasonKind] = {
     "node-changed": ReasonKind(
         "inconclusive", "node-changed", "the node's probes changed during the job beyond their noise"
     ),
+    "placement-disagreement": ReasonKind(
+        "inconclusive",
+        None,
+        "a change that the ratio of each input placement (the input sets swapped between the sides) "
+        "does not show beyond the threshold: the buffers' placement moves the timing as much as the change",
+    ),
     "timer-disagreement": ReasonKind(
         "inconclusive",
         "timer-disagreement",
@@ -176,6 +183,7 @@ READ_FROM_TIMES = frozenset(
     {
         "below-resolution", "rate-above-peak", "beyond-job-time", "non-finite", "zero-baseline",
         "ci-straddles", "no-interval", "timer-disagreement", "timer-disagreement-ratio-agrees",
+        "placement-disagreement",
     }
 )  # fmt: skip
 """The reason codes read from the timed values themselves. Once ``timer-tampered`` is found, the
@@ -630,6 +638,38 @@ def ratios_agree(
     if cross_ci is None:
         return low <= cross <= high
     return cross_ci[0] <= high and cross_ci[1] >= low
+
+
+def placement_reasons(
+    timing: TimingVerdict, stratum_ratios: Sequence[float], threshold_pct: float
+) -> list[Reason]:
+    """``placement-disagreement`` when the timing verdict claims a change (``faster``, ``slower``)
+    that the ratio of some input placement does not itself make against the threshold t
+    (``stratum_ratios``: each stratum's ratio of medians, ``estimators.cluster_cis``): every one
+    below 1 - t for ``faster``, above 1 + t for ``slower``.
+
+    Swapping the input sets between the sides (a 2x2 crossover) cancels a placement effect that
+    multiplies a buffer set's time whoever runs it; the pooled ratio is then right and ``same``
+    stands on it. A change claimed while the placements disagree on it rests on that cancellation
+    being exact, and a layout effect is not that regular (Mytkowicz et al., "Producing wrong data
+    without doing anything obviously wrong!", ASPLOS 2009): A/A jobs on a loaded CPU read
+    ``faster``/``slower`` in 8 of 40 cells without this rule, 3 with it (``benchmarks/aa_cpu.py``).
+    The rule is the timer cross-check's: a change stands only where each way of measuring agrees
+    in direction and size."""
+    if timing not in ("faster", "slower") or len(stratum_ratios) < 2:
+        return []
+    t = threshold_pct / 100
+    if all((r < 1 - t) if timing == "faster" else (r > 1 + t) for r in stratum_ratios):
+        return []
+    shown = ", ".join(f"{r:.4g}" for r in stratum_ratios)
+    return [
+        reason(
+            "placement-disagreement",
+            f"the timing alone says {timing}, but the ratio per input placement (the input sets swapped "
+            f"between the sides) is {shown}: not each {timing} beyond the ±{threshold_pct:g}% threshold, "
+            "so the buffers' placement moves the timing as much as the change",
+        )
+    ]
 
 
 def cross_check_reasons(

@@ -327,6 +327,32 @@ def test_a_tampered_clock_blames_no_side_by_the_times_it_read():
     assert not any(r.side == "baseline" for r in cell.reasons)
 
 
+def test_a_change_the_input_placements_disagree_on_is_inconclusive():
+    """Identical code whose candidate reads +8% on one input placement and -3% on the other: the
+    pooled (crossover) ratio says slower beyond the 2% threshold, each placement alone does not;
+    a real +6% on both placements stays slower; a balanced ±1.5% placement effect stays same."""
+    from kernelab.service.schemas import Placement
+
+    def cell_of(by_stratum: tuple[float, float], seed: int) -> CellResult:
+        samples = make_samples(rounds=200, ratio=1.0, noise=0.002, seed=seed)
+        moved = [
+            s.model_copy(update={"duration_ns": s.duration_ns * by_stratum[(s.round // 2) % 2]})
+            if s.variant == "candidate" else s
+            for s in samples
+        ]  # fmt: skip
+        return make_cell(0, moved, placement=Placement(input_sets=2, swap_every_rounds=2))
+
+    wrong = stats.compare(make_result([cell_of((1.08, 0.97), 21)], threshold_pct=2.0)).cells[0]
+    assert wrong.timing_verdict == "slower" and wrong.verdict == "inconclusive"
+    assert wrong.reasons[0].code == "placement-disagreement" and "1.08, 0.97" in wrong.reasons[0].message
+    real = stats.compare(make_result([cell_of((1.07, 1.05), 22)], threshold_pct=2.0)).cells[0]
+    assert real.verdict == "slower" and not any(r.code == "placement-disagreement" for r in real.reasons)
+    balanced = stats.compare(make_result([cell_of((1.015, 0.985), 23)], threshold_pct=2.0)).cells[0]
+    assert balanced.verdict == "same"
+    assert verdicts.placement_reasons("faster", [0.955, 0.986], 2.0)  # one placement within the threshold
+    assert verdicts.placement_reasons("slower", [1.05], 2.0) == []  # one placement: nothing to compare
+
+
 def _copy_probe(gbps: float) -> ProbeReport:
     reading = CopyBandwidthReading(device_index=0, size_bytes=1 << 30, time_us=1.0, bandwidth_gbps=gbps)
     return ProbeReport(phase="before", taken_at=NOW, copy_bandwidth=[reading], nvml_status="ok")
