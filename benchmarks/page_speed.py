@@ -64,17 +64,34 @@ def database(kind: str, pg_url: str, folder: Path) -> Iterator[str]:
         yield url
 
 
-def ingest(http: httpx.Client, cells: int) -> tuple[int, float]:
-    """Submit, claim and post one ``sweep_result`` of ``cells`` cells; ``(job_id, POST wall s)``."""
-    job = http.post("/api/v1/jobs", json=sweep_spec(cells)).json()["id"]
-    node = {"hostname": "speed", "device_type": "cpu"}
+def ingest(http: httpx.Client, cells: int, sweep: str = "plain") -> tuple[int, float]:
+    """Submit, claim and post one sweep result; ``(job_id, POST wall s)``. ``sweep``: ``plain``
+    (``server_load.sweep_result`` of ``cells`` cells) or ``glance`` (``tests/web/glance_factory``'s
+    25 x 40 sweep: declared work, probed peaks, an incorrect and a failed cell: the forest, heat-map
+    and roofline all drawn)."""
+    if sweep == "glance":
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "web"))
+        import glance_factory
+
+        spec_json: Any = glance_factory.sweep_spec().model_dump(mode="json")
+        hostname = glance_factory.HOSTNAME
+    else:
+        spec_json, hostname = sweep_spec(cells), "load-node"
+    job = http.post("/api/v1/jobs", json=spec_json).json()["id"]
+    node = {"hostname": hostname, "device_type": "cpu"}  # the result's node: a runner posts its own
     registered = http.post("/api/v1/runners/register", json={"name": "speed", "node": node})
     registered.raise_for_status()
     runner = {"Authorization": f"Bearer {registered.json()['token']}", "content-type": "application/json"}
     claim = http.post("/api/v1/runners/claim", json={"wait_s": 0, "lease_s": 600}, headers=runner)
     claim.raise_for_status()
     assert claim.json()["job_id"] == job, claim.text
-    body = sweep_result(job, JobSpec.model_validate(claim.json()["spec"]), cells=cells).model_dump_json()
+    claimed = JobSpec.model_validate(claim.json()["spec"])
+    result = (
+        glance_factory.sweep_result(job, claimed)
+        if sweep == "glance"
+        else sweep_result(job, claimed, cells=cells)
+    )
+    body = result.model_dump_json()
     started = time.perf_counter()
     http.post(f"/api/v1/jobs/{job}/results", content=body, headers=runner).raise_for_status()
     return job, time.perf_counter() - started
@@ -137,14 +154,14 @@ def measure(kind: str, args: argparse.Namespace, folder: Path) -> dict[str, Any]
         try:
             with httpx.Client(base_url=server.base, headers={"Authorization": f"Bearer {TOKEN}"},
                               timeout=600) as http:  # fmt: skip
-                job, ingest_s = ingest(http, args.cells)
+                job, ingest_s = ingest(http, args.cells, args.sweep)
                 started = time.perf_counter()
                 first = http.get(f"/jobs/{job}")
                 first_ms = (time.perf_counter() - started) * 1e3
                 first.raise_for_status()
                 wait_s = wait_for_comparison(url, job)
                 out: dict[str, Any] = {
-                    "db": kind, "job_id": job, "cells": args.cells, "ingest_s": ingest_s,
+                    "db": kind, "sweep": args.sweep, "job_id": job, "cells": args.cells, "ingest_s": ingest_s,
                     "first_render_ms": first_ms, "first_render_pending": "comparison-pending" in first.text,
                     "comparison_wait_s": wait_s,
                     **_page(http, job, args.renders),
@@ -167,7 +184,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--db", choices=("sqlite", "postgres", "both"), default="both")
     ap.add_argument("--renders", type=int, default=20)
-    ap.add_argument("--cells", type=int, default=1000)
+    ap.add_argument("--cells", type=int, default=1000, help="cells of the plain sweep")
+    ap.add_argument("--sweep", choices=("plain", "glance"), default="plain", help="ingest()'s two sweeps")
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--profile", type=int, default=25, help="top N functions of a profiled render; 0: none")
     ap.add_argument("--json", type=Path, default=None)
