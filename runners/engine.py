@@ -22,8 +22,8 @@ cost stays a small fraction of the budget.
 
 Placement (``measurement.placement: rotate``): when both sides were prepared on two input sets
 (``kernelab.runners.sides.LocalSide.add_input_set``), round r runs the baseline on set
-``(r // 2) % 2`` and the candidate on the other (``input_set``): a 2x2 crossover, so a buffer
-placement effect falls on both sides alike; the stop check's ratio is stratified by assignment
+``(r // SWAP_EVERY_ROUNDS) % 2`` and the candidate on the other (``input_set``): a 2x2 crossover,
+so a buffer placement effect falls on both sides alike; the stop check's ratio is stratified by assignment
 (``kernelab.service.estimators.ratio_ci_arrays``). After the rounds, ``cross_check`` times both
 sides briefly with the other timing method (``measurement.cross_check``).
 
@@ -248,9 +248,16 @@ class LocalPairTimer:
         return float(self.sides[variant].cross_time_ns(launches))  # type: ignore[attr-defined]
 
 
-SWAP_EVERY_ROUNDS = 2
-"""Rounds between two swaps of the input sets: an ABBA pair of rounds (A,B then B,A) runs on one
-assignment, so the linear-drift cancellation of ABBA holds inside each assignment."""
+SWAP_EVERY_ROUNDS = 3
+"""Rounds between two swaps of the input sets. Odd, so that the sample that follows one of the
+same side on the same input set (warm data: a cache the last sample filled) falls on both sides
+alike. Under ABBA (A,B then B,A) a side follows itself only across a round boundary, B after an
+even round and A after an odd one; a swap on that boundary makes the follower cold. With an even
+period every swap falls after an odd round, so the baseline never ran on warm data and the
+candidate did in 2 of 4 samples: A/A read ``faster`` in 13 of 40 cells on an idle CPU (softmax,
+``benchmarks/aa_cpu.py``), 3 with a period of 3 (each side warm in 2 of 6 samples; 0 of 40 once
+``placement-disagreement`` judges, ``docs/results/2026-12-02-aa-cpu.md``). Over the 6 rounds of a
+swap cycle the linear drift still cancels (each side's mean position is the same)."""
 
 
 def input_set(round_index: int, variant: Side, swap_every_rounds: int = SWAP_EVERY_ROUNDS) -> int:

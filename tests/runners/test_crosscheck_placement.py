@@ -7,15 +7,18 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 
+import numpy as np
 import pytest
 from fake_timing import FakeClock, FakeSide, Script, uniform
 
 from kernelab.runners.engine import (
+    SWAP_EVERY_ROUNDS,
     LocalPairTimer,
     cross_check,
     input_set,
     measure_interleaved,
     placement_of,
+    round_order,
 )
 from kernelab.runners.timing import TimerUnsupported
 from kernelab.service.schemas import CellResult, JobResult, JobSpec, MeasurementSpec, NodeInfo, Placement
@@ -69,12 +72,29 @@ def scripts(centres: dict[str, float], seed: int) -> dict[str, Script]:
 
 
 def test_input_set_rotation_is_a_crossover() -> None:
-    """Each side meets each set equally often in every 4 rounds, the two sides never on one set,
-    and each ABBA pair of rounds (A,B then B,A) runs on one assignment."""
-    for start in range(0, 16, 4):
-        sets = {v: [input_set(r, v) for r in range(start, start + 4)] for v in ("baseline", "candidate")}
-        assert sets["baseline"] == [0, 0, 1, 1]
-        assert sets["candidate"] == [1, 1, 0, 0]
+    """Each side meets each set equally often in every swap cycle, the two sides never on one set."""
+    cycle = 2 * SWAP_EVERY_ROUNDS
+    for start in range(0, 4 * cycle, cycle):
+        sets = {v: [input_set(r, v) for r in range(start, start + cycle)] for v in ("baseline", "candidate")}
+        assert sets["baseline"] == [0] * SWAP_EVERY_ROUNDS + [1] * SWAP_EVERY_ROUNDS
+        assert all(b != c for b, c in zip(sets["baseline"], sets["candidate"], strict=True))
+
+
+def test_warm_data_falls_on_both_sides_alike() -> None:
+    """The samples that follow one of their own side on the same input set (its data warm in a
+    cache) are as many for the baseline as for the candidate, and the mean round position of each
+    side is the same over a swap cycle (a linear drift cancels), under ABBA with rotation."""
+    spec = settings()
+    rng = np.random.default_rng(0)
+    sequence = [
+        (v, r, input_set(r, v)) for r in range(12 * SWAP_EVERY_ROUNDS) for v in round_order(r, spec, rng)
+    ]
+    warm = {"baseline": 0, "candidate": 0}
+    for (prev_side, _, prev_set), (side, _, used) in zip(sequence, sequence[1:], strict=False):
+        warm[side] += prev_side == side and prev_set == used
+    assert warm["baseline"] == warm["candidate"] > 0
+    positions = {v: [i for i, (s, _, _) in enumerate(sequence) if s == v] for v in ("baseline", "candidate")}
+    assert np.mean(positions["baseline"]) == pytest.approx(np.mean(positions["candidate"]), abs=0.5)
 
 
 @pytest.mark.parametrize(
@@ -109,7 +129,7 @@ def test_placement_effect_reads_slower_fixed_and_same_rotated(fast: set[str]) ->
     spec = settings(cross_check=False)
     cell, _ = measure(rotated, spec, clock)
     after = compare_cell(job(spec, cell), cell, {})
-    assert cell.placement == Placement(input_sets=2, swap_every_rounds=2)
+    assert cell.placement == Placement(input_sets=2, swap_every_rounds=SWAP_EVERY_ROUNDS)
     assert after.verdict == "same", [r.message for r in after.reasons]
     assert after.ci_low is not None and after.ci_high is not None
     assert 0.99 <= after.ci_low <= 1.0 <= after.ci_high <= 1.01
