@@ -212,7 +212,7 @@ class MeasurementSpec(_Strict):
     placement: Literal["rotate", "fixed"] = Field(
         default="rotate",
         description="'rotate': each side is prepared on two input sets allocated alike, and the sets swap "
-        "between the sides every two rounds, so a buffer-placement effect falls on both sides alike; "
+        "between the sides every three rounds, so a buffer-placement effect falls on both sides alike; "
         "'fixed': each side times one set (half the memory)",
     )
 
