@@ -259,6 +259,7 @@ class PairState(NamedTuple):
     status: str
     output: dict[str, object] | None
     error: str | None
+    finished_at: datetime | None = None
 
 
 def _pair(a: int, b: int, side: str) -> ColumnElement[bool]:
@@ -269,9 +270,9 @@ def _pair(a: int, b: int, side: str) -> ColumnElement[bool]:
 def pair_state(session: Session, *, a: int, b: int, side: str) -> PairState | None:
     """The ``pair`` task of job ``b`` against job ``a`` on ``side``, or None when none was queued."""
     row = session.execute(
-        select(CompareTask.id, CompareTask.status, CompareTask.output, CompareTask.error).where(
-            _pair(a, b, side)
-        )
+        select(
+            CompareTask.id, CompareTask.status, CompareTask.output, CompareTask.error, CompareTask.finished_at
+        ).where(_pair(a, b, side))
     ).one_or_none()
     return None if row is None else PairState(*row)
 

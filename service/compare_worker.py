@@ -225,9 +225,10 @@ class CompareWorker:
 
     def _process_pair(self, task: TaskLease) -> None:
         """Job vs job of a ``pair`` task (``kernelab.service.job_vs_job``), its answer stored on the
-        task by ``finish`` in the transaction that checks the lease (the jobs' first health
-        judgements, which the computation may store, commit with it)."""
-        from kernelab.service import job_vs_job
+        task by ``finish`` in the transaction that checks the lease. The jobs' first health
+        judgements (a write) are stored before, in a short transaction of their own, so no write
+        lock is held while the statistics run (SQLite serialises writers)."""
+        from kernelab.service import job_vs_job, node_health
 
         assert (
             task.job_id is not None
@@ -235,6 +236,10 @@ class CompareWorker:
             and task.side in ("baseline", "candidate")
         )
         side: Side = "baseline" if task.side == "baseline" else "candidate"
+        with self.factory() as session:
+            for job_id in (task.job_id, task.pair_job_id):
+                node_health.job_judgement(session=session, job_id=job_id, settings=self.settings)
+            session.commit()
         with self.factory() as session:
             try:
                 answer = job_vs_job.compare_jobs(

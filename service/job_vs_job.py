@@ -24,7 +24,9 @@ Where it is computed: a pair of jobs holding at most ``Settings.job_vs_job_inlin
 samples together (20,000 by default) is computed in the request; a larger pair is queued as a
 ``pair`` task for a compare worker (``kernelab.service.compare_queue``), whose answer is stored
 on the task and served from there (``request`` answers ``Pending`` until then, HTTP 202). A stored
-answer judged by older verdict rules (``verdicts.METHOD_VERSION``) is queued again. ``N_RESAMPLES``
+answer judged by older verdict rules (``verdicts.METHOD_VERSION``), or before a node's health was
+judged again, is queued again; a failed task after ``PAIR_RETRY_S``; a pair above
+``Settings.job_vs_job_max_samples`` is refused (HTTP 413). ``N_RESAMPLES``
 = 1,000 (Efron & Tibshirani 1993, section 19.3: about 1,000 for a percentile interval). Measured
 on the shared 2-core machine under load average ~16 (``docs/results/2026-12-01-job-vs-job-cost.md``):
 1.2-1.8 s of statistics for 20,000 samples (50 cells of 100 samples per job and side, or one cell
@@ -38,9 +40,11 @@ from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 import numpy as np
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from kernelab.service import compare_queue, crud, node_health, verdicts
+from kernelab.service.core.clock import db_now
 from kernelab.service.core.config import Settings
 from kernelab.service.estimators import (
     KeptSamples,
@@ -191,19 +195,61 @@ def request(
     if total <= settings.job_vs_job_inline_samples:
         return _compare(session, a, b, settings, side, loaded)
     del loaded
+    if total > settings.job_vs_job_max_samples:
+        raise JobVsJobError(413, "b", f"b: jobs #{a} and #{b} hold {total} samples together, more than the "
+                                      f"{settings.job_vs_job_max_samples} a compare worker compares "
+                                      "(KERNELAB_JOB_VS_JOB_MAX_SAMPLES); compare sub-sweeps")  # fmt: skip
     state = compare_queue.pair_state(session, a=a, b=b, side=side)
     if state is not None and state.status in compare_queue.OPEN:
         return Pending(state.id, state.status)
-    if state is not None and state.status == "done" and state.output is not None:
-        if state.output.get("method_version") == verdicts.METHOD_VERSION:
-            return JobVsJob.model_validate(state.output["answer"])
-    elif state is not None and state.status == "failed":
+    if state is not None and state.status == "done":
+        answer = _stored_answer(session, state.output, a, b, settings)
+        if answer is not None:
+            return answer
+    elif state is not None and state.status == "failed" and not _retry_due(session, state):
         raise JobVsJobError(409, "b", f"b: comparing job #{b} against job #{a} failed on the compare "
-                                      f"worker: {state.error}")  # fmt: skip
+                                      f"worker: {state.error} (asked again after {PAIR_RETRY_S:.0f} s, it "
+                                      "is queued again)")  # fmt: skip
     compare_queue.enqueue_pair(session, a=a, b=b, side=side, max_attempts=settings.compare_max_attempts)
     queued = compare_queue.pair_state(session, a=a, b=b, side=side)
-    assert queued is not None  # just queued, by this request or a concurrent one
+    if queued is None:  # the insert failed on a foreign key: a job went while this request ran
+        raise JobVsJobError(404, "b", f"b: job #{a} or #{b} is gone")
     return Pending(queued.id, queued.status)
+
+
+PAIR_RETRY_S = 600.0
+"""A failed ``pair`` task is queued again by a request this long after it failed (the database's
+clock): a worker killed on it (out of memory) or a job's comparison recomputed meanwhile is not a
+failure for ever, and a statistics error is not retried on every poll."""
+
+
+def _retry_due(session: Session, state: compare_queue.PairState) -> bool:
+    if state.finished_at is None:
+        return True
+    now = session.scalar(select(db_now()))
+    assert now is not None
+    return (now - state.finished_at).total_seconds() >= PAIR_RETRY_S
+
+
+def _stored_answer(
+    session: Session, output: Mapping[str, object] | None, a: int, b: int, settings: Settings
+) -> JobVsJob | None:
+    """The answer a ``pair`` task stored, or None when it must be computed again: none stored, one
+    judged by older verdict rules, one that no longer parses, or one whose nodes' health judgements
+    were re-judged since (the answer's flags and health came from the older ones)."""
+    if output is None:
+        return None
+    version = output.get("method_version")
+    if not isinstance(version, int) or version < verdicts.METHOD_VERSION:
+        return None
+    try:
+        answer = JobVsJob.model_validate(output["answer"])
+    except (KeyError, ValueError):  # pydantic's ValidationError is a ValueError
+        return None
+    current = [node_health.job_judgement(session=session, job_id=j, settings=settings) for j in (a, b)]
+    if [answer.a.health, answer.b.health] != current:
+        return None
+    return answer
 
 
 def stored_output(answer: JobVsJob) -> dict[str, object]:

@@ -64,6 +64,13 @@ class Settings(BaseSettings):
         "(about a second at the default: docs/results/2026-12-01-job-vs-job-cost.md); a larger pair is "
         "queued for a compare worker (202 until its answer is stored)",
     )
+    job_vs_job_max_samples: int = Field(
+        default=2_000_000,
+        ge=1,
+        le=100_000_000,
+        description="job vs job of more raw samples (both jobs) is refused (413): a compare worker holds "
+        "them in memory and the queue waits behind it (about 90 s at the default on a 2-core machine)",
+    )
     compare_poll_s: float = Field(
         default=1.0, gt=0, le=60, description="an idle compare worker reads the task queue this often (s)"
     )

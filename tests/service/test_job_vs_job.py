@@ -5,10 +5,12 @@ inline bound computed by a compare worker (202 until then)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from test_history import H200, _post_job
 
+from kernelab.service import job_vs_job
 from kernelab.service.schemas import JobResult
 
 
@@ -125,4 +127,35 @@ def test_a_pair_above_the_inline_bound_is_computed_by_a_compare_worker(api) -> N
         assert n == 2
     api.compare()
     assert _compare(api, a, b).json()["cells"] == inline["cells"]
+    # the node of job A judged again: the stored answer's health is the old one, so it is computed again
+    assert api.client.post(f"/api/v1/jobs/{a}/health", headers=api.admin).status_code == 200
+    assert _compare(api, a, b).status_code == 202
+    api.compare()
+    again = _compare(api, a, b).json()
+    assert again["a"]["health"]["trigger"] == "rejudge" and again["cells"] == inline["cells"]
+    # a worker that failed on the pair: 409 naming it, queued again once PAIR_RETRY_S has passed
+    with api.factory() as session:
+        session.execute(update(CompareTask).where(CompareTask.kind == "pair", CompareTask.side == "candidate")
+                        .values(status="failed", error="MemoryError: the worker ran out", output=None,
+                                finished_at=datetime.now(UTC)))  # fmt: skip
+        session.commit()
+    failed = _compare(api, a, b)
+    assert (
+        failed.status_code == 409 and "MemoryError: the worker ran out" in failed.json()["detail"][0]["msg"]
+    )
+    with api.factory() as session:
+        long_ago = datetime.now(UTC) - timedelta(seconds=job_vs_job.PAIR_RETRY_S + 60)
+        session.execute(update(CompareTask).where(CompareTask.kind == "pair", CompareTask.side == "candidate")
+                        .values(finished_at=long_ago))  # fmt: skip
+        session.commit()
+    assert _compare(api, a, b).status_code == 202
+    # above the worker's bound: refused, naming the setting
+    api.client.app.state.settings = settings.model_copy(
+        update={"job_vs_job_inline_samples": 10, "job_vs_job_max_samples": 20}
+    )
+    too_large = _compare(api, a, b)
+    assert (
+        too_large.status_code == 413
+        and "KERNELAB_JOB_VS_JOB_MAX_SAMPLES" in too_large.json()["detail"][0]["msg"]
+    )
     api.client.app.state.settings = settings
