@@ -242,8 +242,8 @@ def cluster_cis(
     stratum's ratio different) is not in the CI: ``strata`` gives the per-stratum ratios, and
     ``kernelab.service.verdicts.placement_reasons`` lets a claimed change stand only where they
     agree. A single stratum, or a stratum that cannot form a ratio (a side with < 2 samples or
-    rounds in it: fewer than 4 rounds in all, too few for a verdict,
-    ``kernelab.service.verdicts.MIN_ROUNDS``), gives the plain estimator over all samples.
+    rounds in it: with a swap period of p rounds, fewer than p + 2 rounds in all), gives the plain
+    estimator over all samples.
 
     Returns None where no ratio can be formed (a side with < 2 samples or rounds, a baseline
     median <= 0, no finite resample). Raises ValueError for a confidence outside (0, 1) or
