@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from servers import serve_process
 from typer.testing import CliRunner
 
 from kernelab.runners.cli import app
@@ -255,12 +257,22 @@ class Bench(Benchmark[NParams]):
 """
 
 
+@pytest.fixture
+def own_server(tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """A ``kernelab serve`` of this test's own: on the shared one, another module's runner (one that
+    claims without an advertisement, and so takes any job) may still count as live."""
+    token = "cli-own-server-admin-token-0123456789abcdef"
+    with serve_process(tmp_path, {"KERNELAB_ADMIN_TOKEN": token}) as (_, url, _log):
+        yield url, token
+
+
+@pytest.mark.slow  # a server process of its own
 def test_submit_says_why_the_job_waits_when_no_runner_offers_its_benchmark(
-    server: tuple[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    own_server: tuple[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """No live runner advertises the benchmark: ``submit`` prints the job's ``waiting_for`` on
     stderr after its id; ``submit --wait`` prints it once while it waits."""
-    url, token = server
+    url, token = own_server
     (tmp_path / "kl_nobody.py").write_text(NOBODY_MODULE, encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path))  # the CLI imports it to check the spec
     spec = _write(tmp_path, "benchmark: kl_nobody:Bench\nbaseline: {variant: a}\ncandidate: {variant: b}\n"
