@@ -289,7 +289,9 @@ def _compare_kept(
         if stats["baseline"].median_ns == 0.0:
             why = verdicts.reason("zero-baseline", "the baseline's median time is 0 ns: no ratio")
         found.append(why)
-    found += verdicts.placement_reasons(timing, ratio, [r for r in stratum_ratios if math.isfinite(r)])
+    found += verdicts.placement_reasons(
+        timing, ratio, [r for r in stratum_ratios if math.isfinite(r)], m.threshold_pct
+    )
     if cross is not None:
         found += verdicts.cross_check_reasons(cross, ratio, m.threshold_pct, m.cross_check_pct)
     decision = verdicts.decide(timing, verdicts.tampered_times_reasons(found))

@@ -331,8 +331,8 @@ def test_a_tampered_clock_blames_no_side_by_the_times_it_read():
 def test_a_change_the_input_placements_disagree_on_is_inconclusive():
     """Identical code whose candidate reads +8% on one input placement and -3% on the other: the
     pooled (crossover) ratio says slower beyond the 2% threshold, one placement says faster; a real
-    +6% on both placements stays slower, and so does a change larger than a set effect the
-    crossover cancels; a balanced ±1.5% placement effect stays same."""
+    +6% on both placements stays slower; a real -7% under a 6% set effect is not vouched for (the
+    rule's cost); a balanced ±1.5% placement effect stays same."""
     from kernelab.service.schemas import Placement
 
     def cell_of(by_stratum: tuple[float, float], seed: int) -> CellResult:
@@ -353,10 +353,12 @@ def test_a_change_the_input_placements_disagree_on_is_inconclusive():
     set_effect = stats.compare(
         make_result([cell_of((0.93 * 1.06, 0.93 / 1.06), 24)], threshold_pct=2.0)
     ).cells[0]
-    assert set_effect.verdict == "faster" and set_effect.ratio == pytest.approx(0.93, rel=0.005)
+    # the accepted cost: a real -7% under a 6% set effect (placements 0.986, 0.877) is not vouched for
+    assert set_effect.timing_verdict == "faster" and set_effect.ratio == pytest.approx(0.93, rel=0.005)
+    assert set_effect.verdict == "inconclusive" and set_effect.reasons[0].code == "placement-disagreement"
     balanced = stats.compare(make_result([cell_of((1.015, 0.985), 23)], threshold_pct=2.0)).cells[0]
     assert balanced.verdict == "same"
-    assert verdicts.placement_reasons("slower", 1.05, [1.05]) == []  # one placement: nothing to compare
+    assert verdicts.placement_reasons("slower", 1.05, [1.05], 2.0) == []  # one placement: nothing to compare
 
 
 def _copy_probe(gbps: float) -> ProbeReport:
