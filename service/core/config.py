@@ -69,7 +69,8 @@ class Settings(BaseSettings):
         ge=1,
         le=100_000_000,
         description="job vs job of more raw samples (both jobs) is refused (413): a compare worker holds "
-        "them in memory and the queue waits behind it (about 90 s at the default on a 2-core machine)",
+        "them in memory and the queue waits behind it (about 90 s at the default on a 2-core machine, "
+        "extrapolated from 4.4 s per 100,000 samples: docs/results/2026-12-01-job-vs-job-cost.md)",
     )
     compare_poll_s: float = Field(
         default=1.0, gt=0, le=60, description="an idle compare worker reads the task queue this often (s)"
