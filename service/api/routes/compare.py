@@ -27,13 +27,13 @@ RETRY_AFTER_S = 2  # a pending pair's Retry-After: a worker claims within compar
 def compared(
     session: Session, settings: Settings, a: int, b: int, side: Side
 ) -> JobVsJob | job_vs_job.Pending:
-    """``job_vs_job.request``, its errors as HTTP errors whose detail names the query field; commits
-    what it queued or judged (the queued task must be visible to the compare worker)."""
+    """``job_vs_job.request``, its errors as HTTP errors whose detail names the query field. What it
+    queued or judged is committed by the request's session (``deps.get_session``, before the
+    response is sent: the queued task is visible to the compare worker by then)."""
     try:
         out = job_vs_job.request(session=session, a=a, b=b, settings=settings, side=side)
     except job_vs_job.JobVsJobError as exc:
         raise HTTPException(exc.status, [{"loc": ["query", exc.field], "msg": exc.message}]) from None
-    session.commit()
     return out
 
 
