@@ -65,18 +65,23 @@ def _spec(kernel: str, seed: int, placement: str = "rotate", **measurement: Any)
     )
 
 
-def _job(kernel: str, seed: int, placement: str = "rotate", **measurement: Any) -> dict[str, Any]:
+def _job(
+    kernel: str, seed: int, placement: str = "rotate", *, isolate: bool = True, **measurement: Any
+) -> dict[str, Any]:
+    """One job of ``kernel``: in a fresh measuring process (``isolate``, what a runner does) or in
+    this process (``run_job(isolate=False)``: several jobs share one CUDA context and allocator)."""
     from kernelab.runners.job import run_job
     from kernelab.service.report import cross_check_line
     from kernelab.service.stats import compare
 
     t0 = time.time()
-    result = run_job(_spec(kernel, seed, placement, **measurement))
+    result = run_job(_spec(kernel, seed, placement, **measurement), isolate=isolate)
     c = compare(result).cells[0]
     cell = result.cells[0]
     clock = cell.samples.sm_clock_mhz
     return {
         "kernel": kernel, "seed": seed, "placement": cell.placement.input_sets, "verdict": c.verdict,
+        "process": "fresh" if isolate else "shared",
         "ratio": c.ratio, "ci": [c.ci_low, c.ci_high], "flags": c.flags,
         "baseline_ns": c.baseline.median_ns, "candidate_ns": c.candidate.median_ns,
         "diff_ns": None if c.baseline.median_ns is None else c.candidate.median_ns - c.baseline.median_ns,
@@ -101,20 +106,20 @@ def _do_bench_copy_us(n: int) -> float:
 
 
 def _summary(rows: list[dict[str, Any]]) -> str:
-    lines = ["| kernel | placement | runs | verdicts | ratio range | diff ns median | cross disagree "
-             "| wall s median |",
-             "| --- | ---: | ---: | --- | --- | ---: | ---: | ---: |"]  # fmt: skip
-    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    lines = ["| kernel | process | input sets | runs | verdicts | ratio range | diff ns median | "
+             "cross disagree | wall s median |",
+             "| --- | --- | ---: | ---: | --- | --- | ---: | ---: | ---: |"]  # fmt: skip
+    groups: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
     for r in rows:
-        groups.setdefault((r["kernel"], r["placement"]), []).append(r)
-    for (kernel, placement), rs in groups.items():
+        groups.setdefault((r["kernel"], r.get("process", "fresh"), r["placement"]), []).append(r)
+    for (kernel, process, placement), rs in groups.items():
         counts: dict[str, int] = {}
         for r in rs:
             counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
         ratios = [r["ratio"] for r in rs if r["ratio"] is not None]
         diffs = [r["diff_ns"] for r in rs if r["diff_ns"] is not None]
         lines.append(
-            f"| {kernel} | {placement} | {len(rs)} | {counts} | "
+            f"| {kernel} | {process} | {placement} | {len(rs)} | {counts} | "
             f"{min(ratios, default=float('nan')):.4f}-{max(ratios, default=float('nan')):.4f} | "
             f"{statistics.median(diffs) if diffs else float('nan'):.1f} | "
             f"{sum(r['cross_disagrees'] for r in rs)} | {statistics.median(r['wall_s'] for r in rs):.1f} |"
@@ -148,7 +153,7 @@ def cmd_aa(args: argparse.Namespace, log: Any) -> str:
     for kernel in args.kernels.split(","):
         for placement in args.placement.split(","):
             for i in range(args.runs):
-                row = _job(kernel, args.seed + i, placement)
+                row = _job(kernel, args.seed + i, placement, isolate=not args.in_process)
                 log.write(json.dumps({"part": "aa", **row}) + "\n")
                 log.flush()
                 rows.append(row)
@@ -159,11 +164,80 @@ def cmd_sens(args: argparse.Namespace, log: Any) -> str:
     rows = []
     for kernel in ("sens", "sens-aa"):
         for i in range(args.runs):
-            row = _job(kernel, i, budget_ms=10_000.0, threshold_pct=0.25, target_ci_pct=0.1)
+            row = _job(
+                kernel,
+                i,
+                isolate=not args.in_process,
+                budget_ms=10_000.0,
+                threshold_pct=0.25,
+                target_ci_pct=0.1,
+            )
             log.write(json.dumps({"part": "sens", **row}) + "\n")
             log.flush()
             rows.append(row)
     return _summary(rows)
+
+
+def cmd_graph1(args: argparse.Namespace, log: Any) -> str:
+    """The one-element softmax by a hand CUDA-graph replay (1,000 launches per graph, 50 replays,
+    median per launch) beside kernelab's default method in the same process."""
+    x = torch.rand(1, 1, device="cuda")
+    out = torch.empty_like(x)
+    fn = lambda: torch.softmax(x, dim=-1, out=out)  # noqa: E731
+    for _ in range(10):
+        fn()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(1000):
+            fn()
+    per = []
+    for _ in range(50):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        g.replay()
+        e.record()
+        e.synchronize()
+        per.append(s.elapsed_time(e) * 1e6 / 1000)
+    hand = statistics.median(per)
+    row = _job("one", 0, isolate=False)
+    ratio = row["baseline_ns"] / hand
+    log.write(json.dumps({"part": "graph1", "hand_graph_ns": hand, "kernelab": row, "ratio": ratio}) + "\n")
+    return (
+        f"one-element softmax: hand graph replay {hand:.1f} ns/launch, "
+        f"kernelab {row['baseline_ns']:.1f} ns ({ratio:.3f}x)"
+    )
+
+
+def cmd_engine(args: argparse.Namespace, log: Any) -> str:
+    """``measurement.state`` and ``measurement.energy`` through the engine (in this process): the
+    bf16 matmul A/A cold and sustained with energy, the 1 GiB copy and its 3%-more-bytes candidate
+    with energy; each row has the medians, the SM clocks, the energy line."""
+    from kernelab.runners.job import run_job
+    from kernelab.service.report import energy_line, side_time
+    from kernelab.service.stats import compare
+
+    lines = []
+    for kernel, state in (("mm", "cold"), ("mm", "sustained"), ("copy", "cold"), ("copy3", "cold"),
+                          ("copy3", "sustained")):  # fmt: skip
+        t0 = time.time()
+        spec = _spec(kernel, 0, "rotate", state=state, energy=True)
+        result = run_job(spec, isolate=False)
+        c = compare(result).cells[0]
+        cell = result.cells[0]
+        row = {
+            "part": "engine", "kernel": kernel, "state": state, "verdict": c.verdict, "ratio": c.ratio,
+            "ci": [c.ci_low, c.ci_high], "baseline": side_time(c.baseline),
+            "candidate": side_time(c.candidate), "baseline_ns": c.baseline.median_ns,
+            "sm_clock": [c.baseline.sm_clock_mhz, c.candidate.sm_clock_mhz],
+            "energy": None if c.energy is None else c.energy.model_dump(mode="json"),
+            "energy_line": energy_line(c), "wall_s": round(time.time() - t0, 2), "phase_s": cell.phase_s,
+            "reasons": [r.code for r in c.reasons], "error": cell.error,
+        }  # fmt: skip
+        log.write(json.dumps(row) + "\n")
+        log.flush()
+        lines.append(f"{kernel} {state}: {c.verdict} {c.ratio} | {row['baseline']} vs {row['candidate']} | "
+                     f"{row['energy_line']} | wall {row['wall_s']} s")  # fmt: skip
+    return "\n".join(lines)
 
 
 def _nvml_handle() -> Any:
@@ -195,7 +269,8 @@ def cmd_state(args: argparse.Namespace, log: Any) -> str:
     with torch.cuda.graph(g):
         for _ in range(20):
             torch.mm(a, b, out=out)
-    sustained, clocks, power = [], [], []
+    sustained, clocks, power, stamps = [], [], [], []
+    t_begin = time.time()
     t_end = time.time() + 3.0
     while time.time() < t_end:
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -205,6 +280,7 @@ def cmd_state(args: argparse.Namespace, log: Any) -> str:
         e.synchronize()
         sustained.append(s.elapsed_time(e) * 1e3 / 20)
         clocks.append(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM))
+        stamps.append(round(time.time() - t_begin, 4))
         power.append(nv.nvmlDeviceGetPowerUsage(h) / 1e3)
     last = sustained[len(sustained) // 2 :]
     row = {
@@ -214,9 +290,13 @@ def cmd_state(args: argparse.Namespace, log: Any) -> str:
         "sustained_sm_mhz_last_half": [min(clocks[len(clocks) // 2 :]), max(clocks[len(clocks) // 2 :])],
         "power_w_last_half_median": statistics.median(power[len(power) // 2 :]),
         "power_limit_w": nv.nvmlDeviceGetEnforcedPowerLimit(h) / 1e3, "replays": len(sustained),
+        "series": {"t_s": stamps, "us_per_launch": sustained, "sm_mhz": clocks},
     }  # fmt: skip
+    top = max(clocks[len(clocks) // 2 :])  # the highest clock of the settled half
+    settle = next((t for t, mhz in zip(stamps, clocks, strict=True) if mhz <= top), None)
+    row["settled_after_s"] = settle
     log.write(json.dumps(row) + "\n")
-    return json.dumps(row)
+    return json.dumps({k: v for k, v in row.items() if k != "series"})
 
 
 def cmd_energy(args: argparse.Namespace, log: Any) -> str:
@@ -277,14 +357,26 @@ def main() -> None:
     p.add_argument("runs", type=int)
     p.add_argument("--placement", default="rotate")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--in-process", action="store_true", help="all jobs in this process")
     p = sub.add_parser("sens")
     p.add_argument("runs", type=int)
+    p.add_argument("--in-process", action="store_true", help="all jobs in this process")
+    sub.add_parser("graph1")
+    sub.add_parser("engine")
     sub.add_parser("state")
     sub.add_parser("energy")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     with (args.out / "artefacts.jsonl").open("a") as log:
-        text = {"copy": cmd_copy, "aa": cmd_aa, "sens": cmd_sens, "state": cmd_state, "energy": cmd_energy}[
+        text = {
+            "copy": cmd_copy,
+            "aa": cmd_aa,
+            "sens": cmd_sens,
+            "state": cmd_state,
+            "energy": cmd_energy,
+            "graph1": cmd_graph1,
+            "engine": cmd_engine,
+        }[  # fmt: skip
             args.cmd
         ](args, log)
     print(text, flush=True)

@@ -27,6 +27,15 @@ so a buffer placement effect falls on both sides alike; the stop check's ratio i
 (``kernelab.service.estimators.ratio_ci_arrays``). After the rounds, ``cross_check`` times both
 sides briefly with the other timing method (``measurement.cross_check``).
 
+Power state (``measurement.state``): ``cold`` takes each sample as it comes (after the L2 flush
+and the host's gap between samples, so the GPU idles briefly before every sample and a kernel of a
+millisecond or more runs near the top clock); ``sustained`` warms up for at least
+``SUSTAINED_WARMUP_MS`` and runs ``sustain_ms`` of untimed samples of the same side before every
+timed one (``heat``), so the samples see the clock the power limit allows under load, as a
+training step does. Both sides are in the same state either way, so the ratio is fair in both;
+the absolute times differ (bf16 8192^3 matmul on an H200: ``docs/results/``). Energy
+(``measurement.energy``): ``energy_check`` after the rounds.
+
 Sources: ABBA interleaving (each round runs A B B A, so a linear drift falls equally on both
 sides) and the round-level bootstrap of ``kernelab.service.estimators.ratio_ci`` (Davison &
 Hinkley 1997, section 3.8); the 75% clock rule from nvbench (a sample whose SM clock is below
@@ -45,7 +54,15 @@ import numpy as np
 from kernelab.runners.timing import Timer
 from kernelab.service.estimators import kept_samples, ratio_ci
 from kernelab.service.samples import NULL_REASONS, SAMPLE_FIELDS, memory_dtype
-from kernelab.service.schemas import MeasurementSpec, Placement, SampleColumns, Side, TimerCrossCheck
+from kernelab.service.schemas import (
+    EnergyBlock,
+    EnergyMeasurement,
+    MeasurementSpec,
+    Placement,
+    SampleColumns,
+    Side,
+    TimerCrossCheck,
+)
 
 THROTTLE_CLOCK_FRACTION = 0.75  # nvbench: below 75% of the expected SM clock is throttled
 _MIN_WARMUP_PASSES = 2  # the first pass pays one-time costs (compilation, allocation)
@@ -54,6 +71,13 @@ _MIN_CHECK_INTERVAL_ROUNDS = 4  # ... but at least 4 rounds later
 _STOP_CHECK_RESAMPLES = 500  # bootstrap resamples for the stop check (the report uses more)
 _STOP_CHECK_CONFIDENCE = 0.95
 _NS_PER_MS = 1e6
+SUSTAINED_WARMUP_MS = 1_000.0
+"""The shortest warm-up under ``measurement.state: sustained``: long enough for the GPU's power
+limiter to bring the SM clock down to the clock it holds under load (H200, bf16 8192^3 matmul back
+to back: 1980 MHz at the start, 1350-1485 MHz within the first second,
+``docs/results/2026-12-02-h200-timing-artefacts.md``)."""
+_MAX_HEAT_SAMPLES = 10_000  # cap on untimed samples before one timed sample (a tiny kernel)
+_ENERGY_TICK_TIMEOUT_NS = 2_000_000_000  # the energy counter must change within 2 s
 
 SIDES: tuple[Side, Side] = ("baseline", "candidate")
 ProgressFn = Callable[[str], None]
@@ -73,6 +97,14 @@ class ClockSampler(Protocol):
     expected_sm_clock_mhz: float | None
 
     def read(self) -> Mapping[str, Any]: ...
+
+
+class EnergyMeter(Protocol):
+    """A device's total-energy counter (``ContextSampler.energy_mj`` implements it): millijoules
+    since some fixed moment, non-decreasing, None where unreadable. It may update in steps (NVML's
+    every ~100 ms on an H200): ``energy_check`` reads it only at its updates."""
+
+    def energy_mj(self) -> float | None: ...
 
 
 class ContentionMonitor(Protocol):
@@ -203,6 +235,10 @@ class CallableSide:
         use(self.fn)
         return True
 
+    def heat(self, per_launch_ns: float, sustain_ns: float) -> int:
+        """``timer.heat`` of the callable."""
+        return self.timer.heat(self.fn, per_launch_ns, sustain_ns)
+
 
 class LocalPairTimer:
     """``PairTimer`` over two ``TimedSide`` objects in this process.
@@ -227,6 +263,15 @@ class LocalPairTimer:
 
     def use_fallback(self, variant: Side) -> bool:
         return self.sides[variant].use_fallback()
+
+    def heat(self, variant: Side, per_launch_ns: float, sustain_ns: float) -> bool:
+        """Run ``variant`` back to back for ``sustain_ns`` through its side's ``heat`` (enqueued
+        without waiting); False when the side offers none (the engine then runs untimed samples)."""
+        heat = getattr(self.sides[variant], "heat", None)
+        if heat is None:
+            return False
+        heat(per_launch_ns, sustain_ns)
+        return True
 
     def input_sets(self) -> int:
         """Input sets both sides were prepared on (the fewer of the two; 1 when a side offers none)."""
@@ -347,6 +392,131 @@ def cross_check(pair: PairTimer, samples: SampleColumns, settings: MeasurementSp
         _reset_inputs(pair, placement)
     return TimerCrossCheck(
         methods=methods, rounds=settings.cross_check_rounds, launches=launches, samples_ns=out
+    )
+
+
+def heat(pair: PairTimer, variant: Side, launches: int, per_launch_ns: float, sustain_ns: float) -> int:
+    """Load the device with ``variant`` for ``sustain_ns`` ns right before its timed sample
+    (``measurement.state: sustained``), so that sample finds the GPU at its loaded clock rather than
+    after an idle gap. Through the side's ``heat`` where it offers one (``Timer.heat``: launches or
+    graph replays enqueued back to back, no wait between: the GPU never idles); otherwise untimed
+    samples of ``launches`` (a revision worker's side: one round trip per sample). Returns the
+    untimed samples run (0 when the side heated itself)."""
+    offered = getattr(pair, "heat", None)
+    if callable(offered) and offered(variant, per_launch_ns, sustain_ns):
+        return 0
+    sample_ns = max(per_launch_ns * launches, 1.0)
+    n = min(_MAX_HEAT_SAMPLES, max(1, math.ceil(sustain_ns / sample_ns)))
+    for _ in range(n):
+        pair.time_ns(variant, launches)
+    return n
+
+
+class _NoTick(RuntimeError):
+    """The energy counter did not change within ``_ENERGY_TICK_TIMEOUT_NS``."""
+
+
+def _energy_block(
+    pair: PairTimer,
+    variant: Side,
+    launches: int,
+    read: Callable[[], float | None],
+    clock: Clock,
+    block_ns: float,
+    steps: list[float],
+    periods: list[float],
+) -> EnergyBlock:
+    """One block: samples of ``variant`` back to back; from the first counter update seen to the
+    first one at least ``block_ns`` later, the energy difference and the launches completed between
+    the two (an update is seen after the sample it fell in: one sample of error at each end)."""
+    start = read()
+    t_wait = clock()
+    while True:
+        pair.time_ns(variant, launches)
+        e0 = read()
+        if e0 is None or start is None:
+            raise _NoTick("the energy counter could not be read")
+        if e0 != start:
+            break
+        if clock() - t_wait > _ENERGY_TICK_TIMEOUT_NS:
+            raise _NoTick(f"the energy counter did not change in {_ENERGY_TICK_TIMEOUT_NS / 1e9:g} s")
+    t0 = t_last = clock()
+    e_last, n, n_last, ticks = e0, 0, 0, 0
+    while True:
+        pair.time_ns(variant, launches)
+        n += launches
+        e = read()
+        now = clock()
+        if e is None:
+            raise _NoTick("the energy counter could not be read")
+        if e != e_last:
+            steps.append(e - e_last)
+            periods.append((now - t_last) / 1e6)
+            e_last, t_last, n_last, ticks = e, now, n, ticks + 1
+            if t_last - t0 >= block_ns:
+                break
+        elif now - t_last > _ENERGY_TICK_TIMEOUT_NS:
+            raise _NoTick(f"the energy counter did not change in {_ENERGY_TICK_TIMEOUT_NS / 1e9:g} s")
+    return EnergyBlock(
+        side=variant,
+        joules=(e_last - e0) / 1e3,
+        launches=max(n_last, 1),
+        seconds=max((t_last - t0) / 1e9, 1e-9),
+        ticks=ticks,
+    )
+
+
+def energy_check(
+    pair: PairTimer,
+    samples: SampleColumns,
+    settings: MeasurementSpec,
+    meter: object | None,
+    *,
+    clock: Clock = time.perf_counter_ns,
+) -> EnergyMeasurement | None:
+    """Joules per launch of each side from a total-energy counter (``measurement.energy``).
+
+    After the rounds: ``settings.energy_blocks`` blocks per side in ABBA order (block k runs the
+    baseline then the candidate when k is even, the reverse when odd), each ``energy_block_ms``
+    of back-to-back samples of one side at its launches per sample from the rounds, on input set
+    0. A block is measured between two updates of the counter (``_energy_block``), so its energy is
+    exact to the counter's accounting and its error is the launches of one sample at each end.
+    The energy is the whole device's (static power included): what a fleet pays per launch.
+    ``meter``: an ``EnergyMeter`` (``ContextSampler``); without one, or one that reads None, the
+    result holds ``error``. Returns None when the spec does not ask for energy. Whatever the
+    sides raise propagates.
+    """
+    if not settings.energy:
+        return None
+    read = getattr(meter, "energy_mj", None)
+    if read is None or not callable(read) or read() is None:
+        return EnergyMeasurement(error="no energy counter on this device (NVML total energy consumption)")
+    is_cand = np.asarray(samples.variant) == 1
+    counts = np.asarray(samples.launches)
+    launches: dict[Side, int] = {}
+    masks: tuple[tuple[Side, np.ndarray], ...] = (("baseline", ~is_cand), ("candidate", is_cand))
+    for v, own in masks:
+        launches[v] = int(counts[own][-1]) if own.any() else 1
+    placement = placement_of(pair, settings)
+    _reset_inputs(pair, placement)
+    blocks: list[EnergyBlock] = []
+    steps: list[float] = []
+    periods: list[float] = []
+    try:
+        for k in range(settings.energy_blocks):
+            for variant in SIDES if k % 2 == 0 else tuple(reversed(SIDES)):
+                blocks.append(
+                    _energy_block(
+                        pair, variant, launches[variant], read, clock,
+                        settings.energy_block_ms * _NS_PER_MS, steps, periods,
+                    )
+                )  # fmt: skip
+    except _NoTick as exc:
+        return EnergyMeasurement(blocks=blocks, error=str(exc))
+    return EnergyMeasurement(
+        blocks=blocks,
+        step_mj=min(steps) if steps else None,
+        period_ms=float(np.median(periods)) if periods else None,
     )
 
 
@@ -529,11 +699,13 @@ def measure_interleaved(
     propagates.
     """
     placement = placement_of(pair, settings)
+    sustained = settings.state == "sustained"
+    warmup_ms = max(settings.warmup_ms, SUSTAINED_WARMUP_MS) if sustained else settings.warmup_ms
     if progress is not None:
         progress("warm-up")
-    launches = _warm_up(pair, settings.warmup_ms, clock, placement)
+    launches = _warm_up(pair, warmup_ms, clock, placement)
     if _align_timers(pair):
-        launches = _warm_up(pair, settings.warmup_ms, clock, placement)
+        launches = _warm_up(pair, warmup_ms, clock, placement)
     if progress is not None:
         progress("measuring")
     rng = np.random.default_rng(settings.seed)
@@ -547,11 +719,16 @@ def measure_interleaved(
     timed_ns = 0.0  # device time the samples cover: nvbench's accumulated "total cuda time"
     if monitor is not None:
         monitor.check(rounds)
+    last_ns: dict[Side, float] = {}  # each side's last ns per launch (sizes the heat of ``sustained``)
+    sustain_ns = settings.sustain_ms * _NS_PER_MS
     t_start = clock()
     while rounds < settings.max_rounds:
         for position, variant in enumerate(round_order(rounds, settings, rng)):
             _place(pair, placement, rounds, variant)
+            if sustained and variant in last_ns:
+                heat(pair, variant, launches[variant], last_ns[variant], sustain_ns)
             duration_ns = pair.time_ns(variant, launches[variant])
+            last_ns[variant] = duration_ns
             timed_ns += duration_ns * launches[variant]
             context = sampler.read() if sampler is not None else None
             buffer.add(variant, rounds, position, duration_ns, launches[variant], context, expected_clock)

@@ -20,7 +20,9 @@ every option of the spec means the same for both kinds. Per cell, in this order:
    ``CellSide.checked_sample`` with the seeds of ``check_seed``);
 5. the timer kind of each side, the contention readings, the **timer cross-check**
    (``measurement.cross_check``: ``kernelab.runners.engine.cross_check``, a few rounds with the
-   other timing method, into ``CellResult.cross_check``), the device-work findings, the declared
+   other timing method, into ``CellResult.cross_check``), the **energy per launch**
+   (``measurement.energy``: ``kernelab.runners.engine.energy_check`` with the sampler's energy
+   counter, into ``CellResult.energy``), the device-work findings, the declared
    work (``Benchmark.work``) and the integrity again. ``CellResult.placement`` records whether the
    rounds rotated two input sets between the sides (``kernelab.runners.engine.placement_of``).
 
@@ -51,6 +53,7 @@ from kernelab.runners.engine import (
     ContentionMonitor,
     LocalPairTimer,
     cross_check,
+    energy_check,
     measure_interleaved,
     placement_of,
 )
@@ -323,6 +326,10 @@ def run_cell(
             progress("cross-check with the other timing method")
             with phase(result, "cross_check"):
                 result.cross_check = cross_check(timed, result.samples, spec.measurement)
+        if spec.measurement.energy:
+            progress("energy per launch")
+            with phase(result, "energy"):
+                result.energy = energy_check(timed, result.samples, spec.measurement, sampler)
         with phase(result, "device_work"):
             for side in sides.values():
                 _add(result, side.device_work_findings())

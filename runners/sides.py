@@ -237,6 +237,10 @@ class LocalSide:
         """Launches per sample for a launch estimated at ``per_launch_ns`` (``Timer.launches_for``)."""
         return self.timer.launches_for(per_launch_ns, self._timed_fn)
 
+    def heat(self, per_launch_ns: float, sustain_ns: float) -> int:
+        """``Timer.heat`` of the current input set (``measurement.state: sustained``)."""
+        return self.timer.heat(self._timed_fn, per_launch_ns, sustain_ns)
+
     def use_fallback(self) -> bool:
         """Move this side (every input set) to its timer's fallback method
         (``FallbackTimer.use_fallback``); False when the timer has none."""

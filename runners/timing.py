@@ -128,6 +128,16 @@ def choose_launches(per_launch_ns: float, *, min_window_ns: float, max_launches:
     return max(1, min(max_launches, math.ceil(min_window_ns / per_launch_ns)))
 
 
+_MAX_HEAT_LAUNCHES = 1_000_000
+
+
+def heat_launches(per_launch_ns: float, sustain_ns: float) -> int:
+    """Launches of ``per_launch_ns`` that fill ``sustain_ns`` (at least 1, at most 1,000,000)."""
+    if not math.isfinite(per_launch_ns) or per_launch_ns <= 0:
+        return 1
+    return int(min(_MAX_HEAT_LAUNCHES, max(1, math.ceil(sustain_ns / per_launch_ns))))
+
+
 class TimerUnsupported(RuntimeError):
     """This timer cannot time this callable (e.g. it cannot be captured in a CUDA graph)."""
 
@@ -183,6 +193,16 @@ class Timer(ABC):
         return choose_launches(
             per_launch_ns, min_window_ns=self.min_window_ns, max_launches=self.max_launches
         )
+
+    def heat(self, fn: Callable[[], Any], per_launch_ns: float, sustain_ns: float) -> int:
+        """Run ``fn`` back to back, untimed, for about ``sustain_ns`` ns (``per_launch_ns`` each),
+        without waiting for the device in between (``measurement.state: sustained``: the timed
+        sample that follows finds the device loaded). Returns the launches enqueued (1 to
+        ``_MAX_HEAT_LAUNCHES``). Whatever ``fn`` raises propagates."""
+        n = heat_launches(per_launch_ns, sustain_ns)
+        for _ in range(n):
+            fn()
+        return n
 
     @abstractmethod
     def reset(self) -> None:
@@ -457,6 +477,19 @@ class CudaGraphTimer(_CudaTimerBase):
         self._outputs[fn] = out  # the graph's static output: every replay rewrites it
         return graph
 
+    def heat(self, fn: Callable[[], Any], per_launch_ns: float, sustain_ns: float) -> int:
+        """``Timer.heat`` by replays of ``fn``'s captured graph (back to back, no wait between),
+        so the device runs what the timed replay runs; the calls themselves before a capture."""
+        cached = self._graphs.get(fn)
+        if cached is None:
+            return super().heat(fn, per_launch_ns, sustain_ns)
+        launches, graph = cached
+        replays = heat_launches(per_launch_ns * launches, sustain_ns)
+        with torch.cuda.device(self.device):
+            for _ in range(replays):
+                graph.replay()
+        return replays * launches
+
     def time_ns(self, fn: Callable[[], Any], launches: int) -> float:
         """ns per launch: replay time of a graph of ``launches`` calls over ``launches``.
 
@@ -587,6 +620,10 @@ class FallbackTimer(Timer):
         if fn is None:
             return super().launches_for(per_launch_ns)
         return self._timer_of(fn).launches_for(per_launch_ns, fn)
+
+    def heat(self, fn: Callable[[], Any], per_launch_ns: float, sustain_ns: float) -> int:
+        """``heat`` of the timer that times ``fn``."""
+        return self._timer_of(fn).heat(fn, per_launch_ns, sustain_ns)
 
     def kind_for(self, fn: Callable[[], Any]) -> str:
         """``fallback.name`` for a callable that fell back, else ``primary.name``."""

@@ -28,6 +28,7 @@ from kernelab.service.schemas import (
     ProbeReport,
     Reason,
     RevisionsInfo,
+    SideStats,
     StaticComparison,
     Verdict,
 )
@@ -363,8 +364,8 @@ def _rows(c: Comparison) -> list[list[str]]:
     rows = []
     for cell in c.cells:
         timing = [
-            format_duration_ns(cell.baseline.median_ns),
-            format_duration_ns(cell.candidate.median_ns),
+            side_time(cell.baseline),
+            side_time(cell.candidate),
             format_delta(cell),
             cell_speedup(cell),
             format_p(cell),
@@ -400,6 +401,63 @@ def cross_check_line(cell: CellComparison) -> str | None:
     if cc.disagrees and cc.ratio_agrees:
         state += ", ratios agree"
     return f"{cell.label}: {sides}; ratio {ratio} vs {cross} ({state})"
+
+
+STATE_NOTES = {
+    "cold": "samples as they come, after the L2 flush and the host's gap between samples",
+    "sustained": "every sample follows untimed back-to-back samples: the loaded, power-limited clock",
+}
+"""What ``measurement.state`` means, for the page's and the Markdown's header."""
+
+
+def side_time(stats: SideStats) -> str:
+    """A side's median ns per launch, with the median SM clock of its samples when read
+    (``"1.40 ms @1980 MHz"``)."""
+    text = format_duration_ns(stats.median_ns)
+    if stats.sm_clock_mhz is not None and stats.median_ns is not None:
+        text += f" @{stats.sm_clock_mhz:.0f} MHz"
+    return text
+
+
+def _joules(value: float | None) -> str:
+    if value is None:
+        return _MISSING
+    if value >= 1.0:
+        return f"{value:.4g} J"
+    if value >= 1e-3:
+        return f"{value * 1e3:.4g} mJ"
+    return f"{value * 1e6:.4g} µJ"
+
+
+def energy_line(cell: CellComparison) -> str | None:
+    """One line of the cell's energy per launch (``CellComparison.energy``), None without one:
+    each side's joules per launch and power, the ratio with its CI, the blocks and the counter's
+    resolution; or why there is none."""
+    e = cell.energy
+    if e is None:
+        return None
+    if e.error is not None and not e.joules_per_launch:
+        return f"{cell.label}: no energy ({e.error})"
+    sides = ", ".join(
+        f"{v} {_joules(e.joules_per_launch.get(v))} per launch"
+        + (f" ({e.watts[v]:.0f} W)" if v in e.watts else "")
+        for v in ("baseline", "candidate")
+    )
+    ratio = _MISSING if e.ratio is None else f"{e.ratio:.4f}"
+    if e.ci_low is not None and e.ci_high is not None:
+        ratio += f" [{e.ci_low:.4f}, {e.ci_high:.4f}]"
+    resolution = f"counter {e.counter}"
+    if e.period_ms is not None:
+        resolution += f", updates every {e.period_ms:.0f} ms"
+    if e.step_mj is not None:
+        resolution += f", smallest step {e.step_mj / 1e3:.3g} J"
+    error = f"; {e.error}" if e.error else ""
+    return f"{cell.label}: {sides}; ratio {ratio} over {e.blocks} block pair(s) ({resolution}){error}"
+
+
+def energy_lines(c: Comparison) -> list[str]:
+    """``energy_line`` of every cell that has one."""
+    return [line for cell in c.cells if (line := energy_line(cell)) is not None]
 
 
 def cross_check_lines(c: Comparison) -> list[str]:
@@ -456,7 +514,8 @@ def format_table(c: Comparison, paint: Paint | None = None) -> str:
 
     out = [
         _one_line(_title(c)),
-        f"timer {c.timer}; threshold ±{c.threshold_pct:g}%; node {_one_line(node_summary(c.node))}",
+        f"timer {c.timer}; state {c.state}; threshold ±{c.threshold_pct:g}%; "
+        f"node {_one_line(node_summary(c.node))}",
         "",
     ]
     out += [line(rows[0]), "  ".join("-" * w for w in widths)]
@@ -479,6 +538,7 @@ def format_table(c: Comparison, paint: Paint | None = None) -> str:
     out += [f"note: {n}" for n in _notes(c)]
     out += [f"check: {line}" for line in correctness_lines(c)]
     out += [f"cross-check: {line}" for line in cross_check_lines(c)]
+    out += [f"energy: {line}" for line in energy_lines(c)]
     return "\n".join(out) + "\n"
 
 
@@ -572,7 +632,7 @@ def to_markdown(c: Comparison) -> str:
     lines = [
         f"### {_md(_title(c))}",
         "",
-        f"**Node** {_md(node_summary(c.node))} · **timer** {_md(c.timer)} · "
+        f"**Node** {_md(node_summary(c.node))} · **timer** {_md(c.timer)} · **state** {_md(c.state)} · "
         f"**threshold** ±{c.threshold_pct:g}% · ratio of medians, CI by bootstrap over rounds · "
         "p: Mann-Whitney, raw [Benjamini-Hochberg]",
         "",
@@ -610,6 +670,11 @@ def to_markdown(c: Comparison) -> str:
     if crosses:
         lines += ["", "**Timer cross-check** (the spec's method vs the other one)", ""]
         lines += [f"- {_md(line)}" for line in crosses]
+    energies = energy_lines(c)
+    if energies:
+        title = "**Energy per launch** (the device's energy counter, blocks of back-to-back launches)"
+        lines += ["", title, ""]
+        lines += [f"- {_md(line)}" for line in energies]
     lines += static_markdown(c)
     return "\n".join(lines) + "\n"
 

@@ -23,6 +23,7 @@ from kernelab.service.estimators import (
     KeptSamples,
     cluster_cis,
     hodges_lehmann,
+    is_candidate,
     kept_arrays,
     mann_whitney_p,
     min_detectable_effect_pct,
@@ -36,6 +37,8 @@ from kernelab.service.schemas import (
     CellComparison,
     CellResult,
     Comparison,
+    EnergyMeasurement,
+    EnergySummary,
     Flag,
     JobResult,
     ParamValue,
@@ -234,6 +237,61 @@ def _cross_ci(cell: CellResult, seed: int) -> tuple[float, float] | None:
     return None if rc is None or not all(map(math.isfinite, rc)) else (rc[1], rc[2])
 
 
+def energy_summary(energy: EnergyMeasurement | None) -> EnergySummary | None:
+    """Joules per launch per side and their ratio from a cell's energy blocks (``CellResult.energy``).
+
+    Per side the median over its blocks of joules / launches, and of joules / seconds (watts). The
+    ratio is candidate / baseline of those medians; its 95% interval is the Student t interval of
+    the mean log ratio over paired blocks (block k of the baseline with block k of the candidate:
+    ABBA-adjacent, so a slow drift of the board's power falls on both), exponentiated
+    (``scipy.stats.t``). None when no energy was asked for.
+    """
+    if energy is None:
+        return None
+    summary = EnergySummary(
+        counter=energy.counter, step_mj=energy.step_mj, period_ms=energy.period_ms, error=energy.error
+    )
+    per: dict[Side, list[float]] = {v: [] for v in _SIDES}
+    watts: dict[Side, list[float]] = {v: [] for v in _SIDES}
+    for b in energy.blocks:
+        per[b.side].append(b.joules / b.launches)
+        watts[b.side].append(b.joules / b.seconds)
+    for v in _SIDES:
+        if per[v]:
+            summary.joules_per_launch[v] = float(np.median(per[v]))
+            summary.watts[v] = float(np.median(watts[v]))
+    pairs = min(len(per["baseline"]), len(per["candidate"]))
+    summary.blocks = pairs
+    base, cand = summary.joules_per_launch.get("baseline"), summary.joules_per_launch.get("candidate")
+    if base and cand is not None and base > 0:
+        summary.ratio = cand / base
+    b_arr, c_arr = np.asarray(per["baseline"][:pairs]), np.asarray(per["candidate"][:pairs])
+    if pairs >= 2 and (b_arr > 0).all() and (c_arr > 0).all():
+        from scipy.stats import t as student_t
+
+        logs = np.log(c_arr / b_arr)
+        half = float(student_t.ppf(0.975, pairs - 1) * logs.std(ddof=1) / math.sqrt(pairs))
+        mean = float(logs.mean())
+        summary.ci_low, summary.ci_high = math.exp(mean - half), math.exp(mean + half)
+    return summary
+
+
+def _side_clocks(cell: CellResult, stats: dict[Side, SideStats]) -> dict[Side, SideStats]:
+    """``stats`` with each side's median SM clock (MHz) over its samples that read one."""
+    clocks = np.asarray(cell.samples.sm_clock_mhz, dtype=np.float64)
+    if not clocks.size or not np.isfinite(clocks).any():
+        return stats
+    cand = is_candidate(cell.samples)
+    out = dict(stats)
+    masks: tuple[tuple[Side, np.ndarray], ...] = (("baseline", ~cand), ("candidate", cand))
+    for v, own in masks:
+        values = clocks[own]
+        values = values[np.isfinite(values)]
+        if values.size:
+            out[v] = stats[v].model_copy(update={"sm_clock_mhz": float(np.median(values))})
+    return out
+
+
 def _rounds_with_both(kept: KeptSamples) -> int:
     """Rounds in which both sides have kept samples."""
     return int(np.intersect1d(kept.rounds[~kept.candidate], kept.rounds[kept.candidate]).size)
@@ -259,6 +317,7 @@ def _compare_kept(
     with np.errstate(over="ignore"):
         raw_rates = throughput(cell.work, raw_stats)
     stats, numbers, rates, nonfinite = _finite_numbers(raw_stats, raw_numbers, raw_rates)
+    stats = _side_clocks(cell, stats)
     flags: list[Flag] = []
     if kept.throttled:
         flags.append("throttled")
@@ -320,6 +379,7 @@ def _compare_kept(
         timers=cell.timers,
         static=cell.static,
         cross_check=cross,
+        energy=energy_summary(cell.energy),
     )
 
 
@@ -391,6 +451,7 @@ def compare(
         candidate_label=candidate_label,
         threshold_pct=result.spec.measurement.threshold_pct,
         timer=result.timer,
+        state=result.spec.measurement.state,
         node=result.node,
         cells=cells,
         probes=result.probes,

@@ -51,12 +51,13 @@ from kernelab.service.schemas import (
     Verdict,
 )
 
-METHOD_VERSION = 5
+METHOD_VERSION = 6
 """Version of these rules. A stored ``Comparison`` with a lower ``method_version`` was judged by
 older rules (version 1: a wrong kernel could read ``faster``; version 2: two samples per side could
 read ``faster``, a sample throttled by its clock-event reasons counted as clean; version 3: no timer
 cross-check, no input-set placement strata; version 4: a verdict the input placements disagreed on
-stood, a side's median was the pooled one) and is recomputed from its raw result."""
+stood, a side's median was the pooled one; version 5: no power state, SM clock or energy per launch
+in the comparison) and is recomputed from its raw result."""
 
 VERDICT_ORDER: tuple[Verdict, ...] = get_args(Verdict)
 """Every verdict, highest precedence first (the order of ``schemas.Verdict``)."""

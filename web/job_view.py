@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session
 
 from kernelab.service import crud, models, node_health
 from kernelab.service.core.config import Settings
-from kernelab.service.report import cross_check_line
+from kernelab.service.report import cross_check_line, energy_line
 from kernelab.service.schemas import (
     CellComparison,
     Comparison,
@@ -250,6 +250,7 @@ class CellPage:
     cross: Sequence[
         tuple[CellComparison, str]
     ] = ()  # (cell, report.cross_check_line) of the timer cross-check
+    energy: Sequence[tuple[CellComparison, str]] = ()  # (cell, report.energy_line)
 
     @property
     def previous(self) -> int | None:
@@ -281,6 +282,7 @@ def cell_page(view: JobView, order: CellOrder, offset: int, limit: int | None = 
         for check in checks
     ]
     cross = [(cell, line) for cell in cells if (line := cross_check_line(cell)) is not None]
+    energy = [(cell, line) for cell in cells if (line := energy_line(cell)) is not None]
     return CellPage(
         cells,
         order,
@@ -292,4 +294,5 @@ def cell_page(view: JobView, order: CellOrder, offset: int, limit: int | None = 
         [c for c in cells if c.static],
         timed,
         cross,
+        energy,
     )

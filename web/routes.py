@@ -32,7 +32,7 @@ from kernelab.service import crud, health, history, models, node_health
 from kernelab.service.api.deps import DEFAULT_LIMIT, Limit, Offset, SessionDep, SettingsDep, dashboard_access
 from kernelab.service.api.routes.nodes import NodeName
 from kernelab.service.models import JOB_STATUSES
-from kernelab.service.report import EXPLAINED_VERDICTS, cell_speedup, void_timing, why
+from kernelab.service.report import EXPLAINED_VERDICTS, STATE_NOTES, cell_speedup, void_timing, why
 from kernelab.service.schemas import JobResult, JobStatus, NodeInfo, ProbeReport, Text, as_utc
 from kernelab.service.units import format_bytes, format_seconds
 from kernelab.service.verdicts import FLAG_NOTES, VERDICT_ORDER
@@ -269,7 +269,7 @@ def job_page(
         "comparison": None, "pending": False, "comparison_error": None, "probes": probe_tables([]),
         "node_name": job.node_name,
         "attempts": crud.attempts_page(session=session, job_id=job_id).data,
-        "threshold_pct": job.spec.measurement.threshold_pct,
+        "threshold_pct": job.spec.measurement.threshold_pct, "state_notes": STATE_NOTES,
         "labels": dict(zip(("baseline", "candidate"), (job.spec.baseline.variant, job.spec.candidate.variant),
                            strict=True)),
     }  # fmt: skip

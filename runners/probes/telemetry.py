@@ -354,6 +354,16 @@ class ContextSampler:
         """Whether readings come from NVML (False: every value is None)."""
         return self._nvml is not None
 
+    def energy_mj(self) -> float | None:
+        """The board's total energy since the driver loaded, mJ (``nvmlDeviceGetTotalEnergyConsumption``,
+        Volta and newer; it updates in steps, about every 100 ms on an H200), None where unreadable.
+        Never raises."""
+        nvml, h = self._nvml, self._handle
+        if nvml is None:
+            return None
+        value = _try(nvml, lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(h))
+        return float(value) if value is not None else None
+
     def read(self) -> dict[str, Any]:
         """``{"sm_clock_mhz": float|None, "clock_event_reasons": int|None, "temperature_c":
         float|None, "power_w": float|None}`` at this moment. Never raises."""

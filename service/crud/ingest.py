@@ -197,11 +197,13 @@ def store_result(
 
 def _cell_context(cell: CellResult) -> dict[str, Any]:
     """``cells.context``: how the cell was measured: the timer kind per variant, the contention
-    readings, the checked samples through the timer, the runner's findings, the timer cross-check
-    and the input-set placement (JSON; a key a result stored before it lacks reads as its default)."""
+    readings, the checked samples through the timer, the runner's findings, the timer cross-check,
+    the input-set placement and the energy blocks (JSON; a key a result stored before it lacks
+    reads as its default)."""
     return {
         "cross_check": None if cell.cross_check is None else cell.cross_check.model_dump(mode="json"),
         "placement": cell.placement.model_dump(mode="json"),
+        "energy": None if cell.energy is None else cell.energy.model_dump(mode="json"),
         "timers": dict(cell.timers),
         "contention": [r.model_dump(mode="json") for r in cell.contention],
         "timed_checks": {v: [t.model_dump(mode="json") for t in ts] for v, ts in cell.timed_checks.items()},
@@ -279,6 +281,7 @@ def load_result(
                 phase_s=(c.context or {}).get("phase_s", {}),
                 cross_check=(c.context or {}).get("cross_check"),
                 placement=Placement.model_validate((c.context or {}).get("placement") or {}),
+                energy=(c.context or {}).get("energy"),
                 static=None if c.static is None else StaticComparison.model_validate(c.static),
             )
             for c in cells

@@ -64,6 +64,7 @@ from kernelab.service.schemas.comparison import (
     CellComparison,
     Comparison,
     CrossCheckSummary,
+    EnergySummary,
     SideStats,
 )
 from kernelab.service.schemas.health import (
@@ -97,6 +98,8 @@ from kernelab.service.schemas.result import (
     ContentionReading,
     CorrectnessResult,
     DeterminismCheck,
+    EnergyBlock,
+    EnergyMeasurement,
     KernelDiff,
     KernelLoopStats,
     KernelStatic,
@@ -324,8 +327,11 @@ __all__ = [
     "Text",
     "TimedCheck",
     "TimerCrossCheck",
+    "EnergyBlock",
+    "EnergyMeasurement",
     "Placement",
     "CrossCheckSummary",
+    "EnergySummary",
     "TimingVerdict",
     "UtcDatetime",
     "SideSpec",

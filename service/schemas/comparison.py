@@ -38,6 +38,9 @@ class SideStats(BaseModel):
         default=None, description="95% CI of the median: bootstrap over whole rounds (estimators.cluster_cis)"
     )
     median_ci_high_ns: float | None = None
+    sm_clock_mhz: float | None = Field(
+        default=None, description="median SM clock read after this side's samples (NVML), MHz; None: not read"
+    )
 
 
 class CellComparison(BaseModel):
@@ -79,6 +82,30 @@ class CellComparison(BaseModel):
     cross_check: CrossCheckSummary | None = Field(
         default=None, description="the same cell under the other timing method (None: not taken)"
     )
+    energy: EnergySummary | None = Field(default=None, description="energy per launch (None: not measured)")
+
+
+class EnergySummary(BaseModel):
+    """A cell's energy per launch (``kernelab.service.stats.energy_summary`` of ``CellResult.energy``).
+
+    ``joules_per_launch``: per side, the median over its blocks of block joules / block launches;
+    ``watts``: per side, the median block power (joules / seconds); ``ratio``: candidate / baseline
+    joules per launch (< 1: the candidate costs less energy), ``ci_low``/``ci_high``: its 95%
+    interval (Student t over the paired blocks' log ratios; None with fewer than 2 pairs);
+    ``blocks``: pairs of blocks; ``step_mj``/``period_ms``: the counter's smallest step and median
+    update period (its resolution); ``error``: why there is no energy figure.
+    """
+
+    counter: str = "nvml-total-energy"
+    joules_per_launch: dict[Side, float] = Field(default_factory=dict)
+    watts: dict[Side, float] = Field(default_factory=dict)
+    ratio: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    blocks: int = 0
+    step_mj: float | None = None
+    period_ms: float | None = None
+    error: str | None = None
 
 
 class CrossCheckSummary(BaseModel):
@@ -120,6 +147,9 @@ class Comparison(BaseModel):
     candidate_label: str
     threshold_pct: float
     timer: str
+    state: str = Field(
+        default="cold", description="the power state the samples were taken in (measurement.state)"
+    )
     node: NodeInfo
     cells: list[CellComparison]
     probes: list[ProbeReport] = Field(default_factory=list)

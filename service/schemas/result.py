@@ -215,6 +215,39 @@ class TimerCrossCheck(_Posted):
         return self
 
 
+class EnergyBlock(_Posted):
+    """One block of the energy measurement (``kernelab.runners.engine.energy_check``): one side's
+    launches, back to back, between two updates of the device's energy counter.
+
+    ``joules``: the counter's difference between the two updates; ``launches``: the launches that
+    completed between them; ``seconds``: host time between the two updates; ``ticks``: counter
+    updates inside the block (its resolution: the energy of one update period).
+    """
+
+    side: Side
+    joules: float = Field(ge=0, allow_inf_nan=False)
+    launches: int = Field(ge=1)
+    seconds: float = Field(gt=0, allow_inf_nan=False)
+    ticks: int = Field(ge=1)
+
+
+class EnergyMeasurement(_Posted):
+    """A cell's energy per launch, from a device's total-energy counter (``measurement.energy``).
+
+    ``counter``: what was read (``nvml-total-energy``: ``nvmlDeviceGetTotalEnergyConsumption``, mJ
+    since the driver loaded, the whole board); ``blocks``: the blocks in the order taken (ABBA over
+    the sides); ``step_mj``: the smallest counter step seen, ``period_ms``: the median time between
+    updates (the counter's real resolution: on an H200 it updates about every 100 ms); ``error``:
+    why no energy was measured (no counter on this device, the counter did not change).
+    """
+
+    counter: Text = Field(default="nvml-total-energy", max_length=64)
+    blocks: list[EnergyBlock] = Field(default_factory=list, max_length=10_000)
+    step_mj: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    period_ms: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    error: Text | None = Field(default=None, max_length=2_000)
+
+
 class Placement(_Posted):
     """How the cell's input sets were placed (``kernelab.runners.engine.input_set``).
 
@@ -334,6 +367,9 @@ class CellResult(_Posted):
         default=None, description="the short measurement with the other timing method (None: not asked)"
     )
     placement: Placement = Field(default_factory=Placement, description="how the input sets were placed")
+    energy: EnergyMeasurement | None = Field(
+        default=None, description="energy per launch from the device's energy counter (None: not asked)"
+    )
     phase_s: dict[str, float] = Field(
         default_factory=dict,
         description="wall time of the cell's phases on the runner, s: prepare, correctness, measure "

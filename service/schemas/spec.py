@@ -215,6 +215,31 @@ class MeasurementSpec(_Strict):
         "between the sides every three rounds, so a buffer-placement effect falls on both sides alike; "
         "'fixed': each side times one set (half the memory)",
     )
+    state: Literal["cold", "sustained"] = Field(
+        default="cold",
+        description="the power state the samples are taken in. 'cold': each sample as it comes, after "
+        "the L2 flush and the host's gap between samples (a kernel of a millisecond or more is timed "
+        "near the GPU's top clock); 'sustained': the warm-up lasts at least 1 s "
+        "(kernelab.runners.engine.SUSTAINED_WARMUP_MS) and every timed sample follows sustain_ms of "
+        "untimed samples of the same side, so the GPU stays loaded and runs at the clock its power "
+        "limit allows, as in a training step (docs/results/2026-12-02-h200-timing-artefacts.md)",
+    )
+    sustain_ms: float = Field(
+        default=20.0,
+        gt=0,
+        le=10_000,
+        description="state 'sustained': untimed back-to-back samples of the same side before each timed one",
+    )
+    energy: bool = Field(
+        default=False,
+        description="also measure joules per launch per side from the device's energy counter (NVML "
+        "total energy, which updates about every 100 ms on an H200): energy_blocks blocks per side of "
+        "energy_block_ms each, ABBA, after the rounds (kernelab.runners.engine.energy_check)",
+    )
+    energy_blocks: int = Field(default=4, ge=2, le=100, description="energy blocks per side")
+    energy_block_ms: float = Field(
+        default=500.0, ge=100, le=60_000, description="length of one energy block (several counter updates)"
+    )
 
     @model_validator(mode="after")
     def _rounds_ordered(self) -> MeasurementSpec:

@@ -165,7 +165,7 @@ def test_format_table_contains_numbers_probes_and_summary():
     why = text.split("\nwhy:\n", 1)[1].splitlines()
     assert why[:2] == ["  failed     N=4000: out of memory", "  incorrect  N=2000: candidate: tile 3|4 wrong"]
     assert report.VOID_TIMING_NOTE in text
-    assert "timer cuda-event; threshold ±1%" in text
+    assert "timer cuda-event; state cold; threshold ±1%" in text
     assert "NVIDIA H200 x2, driver 580.65, CUDA 13.0, torch 2.11.0, triton 3.6.0" in text
 
 

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Issue 18's H200 acceptance, in parts that fit one device call each (logs and JSON lines in OUT).
+# Usage (repo root, on the GPU node, server wheels in .whl/): bash benchmarks/timing_artefacts_h200.sh OUT a|b|c
+# a: copy cases (fresh processes), A/A in one process (one-element, 1 GiB copy, bf16 matmul; rotate and,
+#    for the one-element kernel, fixed placement), the hand graph replay of the one-element kernel,
+#    A/A of the one-element kernel in fresh processes.
+# b: A/A of the 1 GiB copy and the bf16 matmul in fresh processes, the 0.5% sensitivity runs.
+# c: power state, energy (engine and counter), the workload example, GPU tests.
+set -uo pipefail
+out=${1:?usage: timing_artefacts_h200.sh OUT a|b|c}; part=${2:?part}
+mkdir -p "$out"
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site:$PWD/benchmarks:$PWD
+else
+  export PYTHONPATH=$PWD/benchmarks:$PWD
+fi
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
+T="python3 benchmarks/timing_artefacts_h200.py $out"
+step() { echo; echo "=== $* ($(date -u +%H:%M:%S))"; }
+{ nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm --format=csv,noheader
+  python3 -c 'import torch, triton, sys; print(sys.version.split()[0], torch.__version__, torch.version.cuda, triton.__version__)'; } > "$out/env.txt" 2>&1
+cat "$out/env.txt"
+if [ "$part" = a ]; then
+  step copy;        timeout 170 $T copy 10 > "$out/copy.txt" 2>&1
+  step aa-shared;   timeout 150 $T aa one,copy,mm 15 --in-process > "$out/aa_shared.txt" 2>&1
+  step aa-fixed;    timeout 45 $T aa one 15 --in-process --placement fixed > "$out/aa_fixed.txt" 2>&1
+  step graph1;      timeout 30 $T graph1 > "$out/graph1.txt" 2>&1
+  step aa-fresh1;   timeout 130 $T aa one 20 --seed 100 > "$out/aa_fresh_one.txt" 2>&1
+  files="copy aa_shared aa_fixed graph1 aa_fresh_one"
+elif [ "$part" = b ]; then
+  step aa-fresh;    timeout 330 $T aa copy,mm 20 --seed 100 > "$out/aa_fresh.txt" 2>&1
+  step sens;        timeout 200 $T sens 20 --in-process > "$out/sens.txt" 2>&1
+  files="aa_fresh sens"
+else
+  step state;       timeout 40 $T state > "$out/state.txt" 2>&1
+  step energy;      timeout 40 $T energy > "$out/energy.txt" 2>&1
+  step engine;      timeout 150 $T engine > "$out/engine.txt" 2>&1
+  step gpu-tests;   timeout 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/runners/test_timing.py tests/runners/test_engine_energy.py > "$out/pytest_gpu.txt" 2>&1
+  step workload;    timeout 200 python3 benchmarks/workload_h200.py --out "$out/workload" > "$out/workload.txt" 2>&1
+  files="state energy engine pytest_gpu workload"
+fi
+for f in $files; do echo "=== $f"; tail -12 "$out/$f.txt"; done
