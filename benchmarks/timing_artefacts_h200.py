@@ -88,6 +88,7 @@ def _job(
         "timers": cell.timers, "cross": cross_check_line(c),
         "cross_disagrees": bool(c.cross_check and c.cross_check.disagrees),
         "rounds": int(cell.samples.round.max()) + 1 if len(cell.samples) else 0,
+        "launches": int(statistics.median(cell.samples.launches.tolist())) if len(cell.samples) else None,
         "sm_clock_median": float(statistics.median(clock.tolist())) if len(clock) else None,
         "wall_s": round(time.time() - t0, 2), "phase_s": cell.phase_s, "error": cell.error,
         "reasons": [r.code for r in c.reasons],
@@ -202,10 +203,34 @@ def cmd_graph1(args: argparse.Namespace, log: Any) -> str:
     row = _job("one", 0, isolate=False)
     ratio = row["baseline_ns"] / hand
     log.write(json.dumps({"part": "graph1", "hand_graph_ns": hand, "kernelab": row, "ratio": ratio}) + "\n")
-    return (
+    lines = [
         f"one-element softmax: hand graph replay {hand:.1f} ns/launch, "
-        f"kernelab {row['baseline_ns']:.1f} ns ({ratio:.3f}x)"
-    )
+        f"kernelab {row['baseline_ns']:.1f} ns ({ratio:.3f}x); launches per sample {row.get('launches')}"
+    ]
+    # where the difference comes from: kernelab's graph timer alone, by launches and L2 flush, beside
+    # hand replays of the same launch counts (one graph each, 30 replays, median per launch)
+    from kernelab.runners.timing import CudaGraphTimer
+
+    for launches in (100, 1000, 10_000):
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for _ in range(launches):
+                fn()
+        per = []
+        for _ in range(30):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            g.replay()
+            e.record()
+            e.synchronize()
+            per.append(s.elapsed_time(e) * 1e6 / launches)
+        cells = {"hand": statistics.median(per)}
+        for flush in (True, False):
+            timer = CudaGraphTimer(torch.device("cuda"), l2_flush=flush)
+            cells[f"timer flush={flush}"] = statistics.median(timer.time_ns(fn, launches) for _ in range(30))
+        log.write(json.dumps({"part": "graph1-launches", "launches": launches, **cells}) + "\n")
+        lines.append(f"launches {launches}: " + ", ".join(f"{k} {v:.1f} ns" for k, v in cells.items()))
+    return "\n".join(lines)
 
 
 def cmd_engine(args: argparse.Namespace, log: Any) -> str:

@@ -254,7 +254,7 @@ def cluster_cis(
     if n_resamples < 1:
         raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
     groups = [None] if strata is None else [strata == s for s in np.unique(strata)]
-    if len(groups) == 1:
+    if len(groups) <= 1:  # one stratum, or no samples at all (e.g. every sample dropped as throttled)
         groups = [None]
     parts = []
     for i, g in enumerate(groups):

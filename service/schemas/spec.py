@@ -179,7 +179,13 @@ class MeasurementSpec(_Strict):
     threshold_pct: float = Field(
         default=1.0, gt=0, le=100, description="smallest change that counts as faster/slower"
     )
-    exclude_throttled: bool = True
+    exclude_throttled: bool = Field(
+        default=True,
+        description="leave out samples taken while throttled (below 75% of the expected SM clock, or a "
+        "throttle clock-event reason such as sw_power_cap). Unset, it is true for state 'cold' and false "
+        "for state 'sustained', where the power-capped clock is the state asked for; the throttled flag "
+        "is shown either way",
+    )
     min_time_ms: float = Field(
         default=500.0,
         ge=0,
@@ -240,6 +246,15 @@ class MeasurementSpec(_Strict):
     energy_block_ms: float = Field(
         default=500.0, ge=100, le=60_000, description="length of one energy block (several counter updates)"
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _throttle_rule_follows_state(cls, data: Any) -> Any:
+        """``exclude_throttled`` unset: true unless ``state`` is 'sustained' (the value is then
+        written into the spec, so a stored spec reads the same on every day)."""
+        if isinstance(data, dict) and "exclude_throttled" not in data:
+            return {**data, "exclude_throttled": data.get("state") != "sustained"}
+        return data
 
     @model_validator(mode="after")
     def _rounds_ordered(self) -> MeasurementSpec:

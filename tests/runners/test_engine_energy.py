@@ -14,11 +14,13 @@ from fake_timing import FakeClock, FakeSide, Script, uniform
 from kernelab.runners.engine import (
     SUSTAINED_WARMUP_MS,
     LocalPairTimer,
+    ci_half_width,
     energy_check,
     measure_interleaved,
 )
+from kernelab.service.estimators import kept_samples, ratio_ci
 from kernelab.service.report import energy_line, format_table, side_time, to_markdown
-from kernelab.service.samples import SAMPLE_FIELDS
+from kernelab.service.samples import SAMPLE_FIELDS, SampleColumns
 from kernelab.service.schemas import (
     CellResult,
     EnergyBlock,
@@ -27,6 +29,7 @@ from kernelab.service.schemas import (
     JobSpec,
     MeasurementSpec,
     NodeInfo,
+    Placement,
 )
 from kernelab.service.stats import compare, energy_summary
 
@@ -283,3 +286,35 @@ def test_energy_blocks_round_trip_through_the_result_json() -> None:
     assert EnergyMeasurement.model_validate_json(e.model_dump_json()) == e
     with pytest.raises(ValueError, match="joules"):
         EnergyBlock(side="baseline", joules=-1.0, launches=1, seconds=1.0, ticks=1)
+
+
+def test_the_throttle_rule_follows_the_state_unless_the_spec_sets_it() -> None:
+    assert MeasurementSpec().exclude_throttled is True
+    assert MeasurementSpec(state="cold").exclude_throttled is True
+    # sustained: the power-capped clock is the state asked for, so its samples are not dropped
+    assert MeasurementSpec(state="sustained").exclude_throttled is False
+    assert MeasurementSpec(state="sustained", exclude_throttled=True).exclude_throttled is True
+    assert MeasurementSpec(state="cold", exclude_throttled=False).exclude_throttled is False
+    # the value is written into the spec: a stored spec reads the same later
+    dumped = MeasurementSpec(state="sustained").model_dump()
+    assert dumped["exclude_throttled"] is False
+    assert MeasurementSpec.model_validate(dumped).exclude_throttled is False
+
+
+@pytest.mark.parametrize("placement", [Placement(input_sets=1), Placement(input_sets=2, swap_every_rounds=3)])
+def test_every_sample_throttled_gives_no_interval_not_an_error(placement: Placement) -> None:
+    # a cold-state cell on a GPU held at its power cap: every sample is throttled and dropped; the
+    # stop rule has nothing to form an interval from (None), and the comparison says too few rounds
+    n = 40
+    samples = SampleColumns.from_arrays(
+        variant=np.tile([0, 1], n // 2).astype(np.uint8),
+        round=np.repeat(np.arange(n // 2), 2),
+        position=np.tile([0, 1], n // 2),
+        duration_ns=np.full(n, 1_000.0),
+        throttled=np.ones(n, dtype=bool),
+    )
+    spec = settings(state="cold", placement="rotate" if placement.input_sets == 2 else "fixed")
+    assert ci_half_width(samples, spec, placement) is None
+    kept = kept_samples(samples, exclude_throttled=True)
+    assert len(kept) == 0
+    assert ratio_ci(kept, input_sets=placement.input_sets, swap_every_rounds=3) is None
