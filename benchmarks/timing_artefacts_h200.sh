@@ -4,7 +4,7 @@
 # a: copy cases (fresh processes), A/A in one process (one-element, 1 GiB copy, bf16 matmul; rotate and,
 #    for the one-element kernel, fixed placement), the hand graph replay of the one-element kernel,
 #    A/A of the one-element kernel in fresh processes.
-# b: the 0.5% sensitivity runs, A/A of the bf16 matmul in one process, A/A of the 1 GiB copy and the matmul in fresh processes.
+# b: graph1 and engine again (after the flush and energy fixes), the 0.5% sensitivity runs, A/A of the bf16 matmul in one process, A/A of the 1 GiB copy and the matmul in fresh processes.
 # c: power state, energy (counter and engine), the graph-replay diagnosis of the one-element kernel, GPU tests, the workload example.
 set -uo pipefail
 out=${1:?usage: timing_artefacts_h200.sh OUT a|b|c}; part=${2:?part}
@@ -29,10 +29,12 @@ if [ "$part" = a ]; then
   step aa-fresh1;   timeout 130 $T aa one 20 --seed 100 > "$out/aa_fresh_one.txt" 2>&1
   files="copy aa_shared aa_fixed graph1 aa_fresh_one"
 elif [ "$part" = b ]; then
-  step sens;        timeout 200 $T sens 20 --in-process > "$out/sens.txt" 2>&1
-  step aa-mm-shared; timeout 100 $T aa mm 10 --in-process > "$out/aa_mm_shared.txt" 2>&1
-  step aa-fresh;    timeout 210 $T aa copy,mm 10 --seed 100 > "$out/aa_fresh.txt" 2>&1
-  files="sens aa_mm_shared aa_fresh"
+  step graph1;      timeout 40 $T graph1 > "$out/graph1.txt" 2>&1
+  step engine;      timeout 70 $T engine > "$out/engine.txt" 2>&1
+  step sens;        timeout 150 $T sens 20 --in-process > "$out/sens.txt" 2>&1
+  step aa-mm-shared; timeout 90 $T aa mm 10 --in-process > "$out/aa_mm_shared.txt" 2>&1
+  step aa-fresh;    timeout 170 $T aa copy,mm 8 --seed 100 > "$out/aa_fresh.txt" 2>&1
+  files="graph1 engine sens aa_mm_shared aa_fresh"
 else
   step state;       timeout 40 $T state > "$out/state.txt" 2>&1
   step energy;      timeout 40 $T energy > "$out/energy.txt" 2>&1

@@ -78,6 +78,7 @@ to back: 1980 MHz at the start, 1350-1485 MHz within the first second,
 ``docs/results/2026-12-02-h200-timing-artefacts.md``)."""
 _MAX_HEAT_SAMPLES = 10_000  # cap on untimed samples before one timed sample (a tiny kernel)
 _ENERGY_TICK_TIMEOUT_NS = 2_000_000_000  # the energy counter must change within 2 s
+_ENERGY_CHUNK_NS = 20_000_000  # energy blocks: 20 ms of launches enqueued back to back per counter read
 
 SIDES: tuple[Side, Side] = ("baseline", "candidate")
 ProgressFn = Callable[[str], None]
@@ -264,14 +265,14 @@ class LocalPairTimer:
     def use_fallback(self, variant: Side) -> bool:
         return self.sides[variant].use_fallback()
 
-    def heat(self, variant: Side, per_launch_ns: float, sustain_ns: float) -> bool:
+    def heat(self, variant: Side, per_launch_ns: float, sustain_ns: float) -> int:
         """Run ``variant`` back to back for ``sustain_ns`` through its side's ``heat`` (enqueued
-        without waiting); False when the side offers none (the engine then runs untimed samples)."""
+        without waiting); the launches enqueued, or 0 when the side offers none (the engine then
+        runs untimed samples)."""
         heat = getattr(self.sides[variant], "heat", None)
         if heat is None:
-            return False
-        heat(per_launch_ns, sustain_ns)
-        return True
+            return 0
+        return max(1, int(heat(per_launch_ns, sustain_ns)))
 
     def input_sets(self) -> int:
         """Input sets both sides were prepared on (the fewer of the two; 1 when a side offers none)."""
@@ -420,19 +421,34 @@ def _energy_block(
     pair: PairTimer,
     variant: Side,
     launches: int,
+    per_launch_ns: float,
     read: Callable[[], float | None],
     clock: Clock,
     block_ns: float,
     steps: list[float],
     periods: list[float],
 ) -> EnergyBlock:
-    """One block: samples of ``variant`` back to back; from the first counter update seen to the
+    """One block of ``variant`` running back to back: from the first counter update seen to the
     first one at least ``block_ns`` later, the energy difference and the launches completed between
-    the two (an update is seen after the sample it fell in: one sample of error at each end)."""
+    the two (an update is seen after the step it fell in: one step of error at each end).
+
+    A step is ``_ENERGY_CHUNK_NS`` of launches enqueued without waiting (the side's ``heat``, as in
+    ``measurement.state: sustained``) and then one timed sample, which waits for the device, so
+    every launch of the step has finished when the counter is read. The timed sample's own
+    overhead (its synchronisation, spin kernel and L2 flush) is then a small part of the step;
+    timed samples alone would bill their idle gaps and spin kernels to the kernel. A side that
+    offers no ``heat`` (a revision worker's) runs timed samples only."""
+
+    def step() -> int:
+        offered = getattr(pair, "heat", None)
+        done = int(offered(variant, per_launch_ns, _ENERGY_CHUNK_NS)) if callable(offered) else 0
+        pair.time_ns(variant, launches)
+        return done + launches
+
     start = read()
     t_wait = clock()
     while True:
-        pair.time_ns(variant, launches)
+        step()
         e0 = read()
         if e0 is None or start is None:
             raise _NoTick("the energy counter could not be read")
@@ -443,8 +459,7 @@ def _energy_block(
     t0 = t_last = clock()
     e_last, n, n_last, ticks = e0, 0, 0, 0
     while True:
-        pair.time_ns(variant, launches)
-        n += launches
+        n += step()
         e = read()
         now = clock()
         if e is None:
@@ -478,9 +493,9 @@ def energy_check(
 
     After the rounds: ``settings.energy_blocks`` blocks per side in ABBA order (block k runs the
     baseline then the candidate when k is even, the reverse when odd), each ``energy_block_ms``
-    of back-to-back samples of one side at its launches per sample from the rounds, on input set
-    0. A block is measured between two updates of the counter (``_energy_block``), so its energy is
-    exact to the counter's accounting and its error is the launches of one sample at each end.
+    of one side running back to back, on input set 0. A block is measured between two updates of
+    the counter (``_energy_block``), so its energy is exact to the counter's accounting and its
+    error is the launches of one step at each end.
     The energy is the whole device's (static power included): what a fleet pays per launch.
     ``meter``: an ``EnergyMeter`` (``ContextSampler``); without one, or one that reads None, the
     result holds ``error``. Returns None when the spec does not ask for energy. Whatever the
@@ -493,10 +508,13 @@ def energy_check(
         return EnergyMeasurement(error="no energy counter on this device (NVML total energy consumption)")
     is_cand = np.asarray(samples.variant) == 1
     counts = np.asarray(samples.launches)
+    durations = np.asarray(samples.duration_ns)
     launches: dict[Side, int] = {}
+    per_launch: dict[Side, float] = {}
     masks: tuple[tuple[Side, np.ndarray], ...] = (("baseline", ~is_cand), ("candidate", is_cand))
     for v, own in masks:
         launches[v] = int(counts[own][-1]) if own.any() else 1
+        per_launch[v] = float(np.median(durations[own])) if own.any() else 1.0
     placement = placement_of(pair, settings)
     _reset_inputs(pair, placement)
     blocks: list[EnergyBlock] = []
@@ -507,7 +525,7 @@ def energy_check(
             for variant in SIDES if k % 2 == 0 else tuple(reversed(SIDES)):
                 blocks.append(
                     _energy_block(
-                        pair, variant, launches[variant], read, clock,
+                        pair, variant, launches[variant], per_launch[variant], read, clock,
                         settings.energy_block_ms * _NS_PER_MS, steps, periods,
                     )
                 )  # fmt: skip

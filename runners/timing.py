@@ -389,9 +389,17 @@ class CudaGraphTimer(_CudaTimerBase):
 
     The graph is captured on first use for a given ``(fn, launches)`` (after three warm-up calls
     on the capture stream, as the PyTorch CUDA-graph notes require) and kept until ``reset`` or a
-    different ``launches`` for that ``fn``. Per sample: spin kernel, optional L2 memset (only the
-    replay's first launch is cold), start event, replay, stop event. Default window 1 ms, at most
-    10,000 launches per replay (see ``_GRAPH_MIN_WINDOW_NS``).
+    different ``launches`` for that ``fn``. Per sample: spin kernel, L2 memset when ``l2_flush``
+    and ``launches`` is 1, start event, replay, stop event. Default window 1 ms, at most 10,000
+    launches per replay (see ``_GRAPH_MIN_WINDOW_NS``).
+
+    Why no flush before a replay of several launches: only its first launch would find a cold L2
+    for its data, but every node of the replay finds its launch state (kernel parameters, node
+    descriptors, kept in device memory) evicted. Measured on an H200 (one-element softmax, 100 to
+    10,000 launches per replay): 1,200-1,236 ns per launch with the flush against 1,039-1,060 ns
+    without it and 1,049-1,099 ns for a hand replay beside it, a cost eager launches never pay
+    (docs/results/2026-12-02-h200-timing-artefacts.md). A single-launch sample (a kernel of 1 ms or
+    more) is flushed, as nvbench's cold mode does.
 
     With ``eager_nodes_only`` (the auto timer's), a capture that holds a memcpy or memset node
     raises ``TimerUnsupported`` (``unlike_eager``): replaying it would time another operation than
@@ -502,7 +510,8 @@ class CudaGraphTimer(_CudaTimerBase):
             torch.cuda.synchronize(self.device)
             start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             spin_ns, t_spin = self._spin(graph.replay, 1)
-            self._flush()  # runs behind the spin kernel, before the start event
+            if launches == 1:
+                self._flush()  # runs behind the spin kernel, before the start event (class docstring)
             start.record()
             graph.replay()
             stop.record()

@@ -243,6 +243,55 @@ def test_equal_power_reads_a_ratio_near_one_with_an_interval_around_it() -> None
     assert summary.ci_low <= 1.0 <= summary.ci_high
 
 
+class GappySide(WattSide):
+    """A side as a GPU times it: every timed sample also costs ``overhead_ns`` of synchronisation,
+    spin kernel and flush at ``idle_watts``; ``heat`` runs launches back to back at ``watts``."""
+
+    def __init__(self, clock: FakeClock, meter: FakeMeter, watts: float, *, offers_heat: bool) -> None:
+        super().__init__(clock, meter, uniform(100_000.0, 50.0, 4), watts)
+        self.offers_heat = offers_heat
+        self.overhead_ns, self.idle_watts = 400_000.0, 150.0
+
+    def time_ns(self, launches: int) -> float:
+        self.clock.advance(self.overhead_ns)
+        self.meter.draw(self.idle_watts * self.overhead_ns / 1e9)
+        return super().time_ns(launches)
+
+    def __getattr__(self, name: str) -> object:
+        if name == "heat" and self.__dict__.get("offers_heat"):
+            return self._heat
+        raise AttributeError(name)
+
+    def _heat(self, per_launch_ns: float, sustain_ns: float) -> int:
+        n = max(1, math.ceil(sustain_ns / 100_000.0))
+        self.clock.advance(n * 100_000.0)
+        self.meter.draw(self.watts * n * 100_000.0 / 1e9)
+        return n
+
+
+def test_energy_blocks_bill_the_kernel_not_the_gaps_between_timed_samples() -> None:
+    # 500 W x 100 us = 50 mJ per launch. Timed samples alone (10 launches, then 0.4 ms at 150 W)
+    # would read (50 + 6) / 10 + ... = 56 mJ per launch at a mean power far below 500 W.
+    results = {}
+    for offers_heat in (True, False):
+        clock = FakeClock()
+        meter = FakeMeter(clock)
+        sides = {
+            v: GappySide(clock, meter, 500.0, offers_heat=offers_heat) for v in ("baseline", "candidate")
+        }
+        pair = LocalPairTimer(sides)
+        spec = settings(energy=True, energy_blocks=2, energy_block_ms=500, max_rounds=12)
+        samples = measure_interleaved(pair, spec, clock=clock)
+        summary = energy_summary(energy_check(pair, samples, spec, meter, clock=clock))
+        assert summary is not None
+        results[offers_heat] = summary
+    heated = results[True]
+    assert heated.joules_per_launch["baseline"] == pytest.approx(0.05, rel=0.02)
+    assert heated.watts["candidate"] == pytest.approx(500.0, rel=0.05)  # a timed sample per 20 ms step
+    # without heat (a revision worker's side) the gaps are in the figure: the test can tell
+    assert results[False].joules_per_launch["baseline"] > 0.054
+
+
 def test_no_counter_or_a_frozen_one_is_an_error_not_a_number() -> None:
     clock = FakeClock()
     spec = settings(energy=True)
