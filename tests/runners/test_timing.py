@@ -155,13 +155,19 @@ def test_graph_timer_flushes_l2_before_a_single_launch_replay_only():
     flushes = []
     timer._flush = lambda: flushes.append(1)  # type: ignore[method-assign]
 
-    def fn() -> torch.Tensor:
+    def one() -> torch.Tensor:
         return x.add_(1.0)
 
-    timer.time_ns(fn, 1)
+    def many() -> torch.Tensor:
+        return x.add_(1.0)
+
+    timer.time_ns(one, 1)  # the first sample of a callable captures it and estimates its enqueue
+    timer.time_ns(many, 100)
+    flushes.clear()
+    timer.time_ns(one, 1)
     assert len(flushes) == 1
-    timer.time_ns(fn, 100)
-    timer.time_ns(fn, 100)
+    timer.time_ns(many, 100)
+    timer.time_ns(many, 100)
     assert len(flushes) == 1
 
 
