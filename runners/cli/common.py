@@ -157,7 +157,11 @@ def apply_refs(
 
 def client_for(server: str, token: str, **kwargs: Any) -> KernelabClient:
     if not token:
-        raise fail("no token: pass --token or set KERNELAB_TOKEN", EXIT_BAD_INPUT)
+        raise fail(
+            'no token: pass --token, set KERNELAB_TOKEN or put token = "..." in the configuration '
+            "file ($KERNELAB_CONFIG, default ~/.config/kernelab/config.toml)",
+            EXIT_BAD_INPUT,
+        )
     return KernelabClient(server, token, **kwargs)
 
 

@@ -8,8 +8,10 @@ directory; ``$XDG_CONFIG_HOME`` when set). TOML, for example::
 
 A command-line option wins over an environment variable (``KERNELAB_SERVER``, ``KERNELAB_TOKEN``),
 which wins over this file, which wins over the built-in default (click's order of value sources;
-the file becomes each command's ``default_map``). It applies to the commands of a server's client
-(``submit``, ``report``, ``probe``, ``token ...``), never to ``runner``, ``serve`` or ``up``, whose
+the file becomes each command's ``default_map``). It applies to every command of a server's client
+(``submit``, ``report``, ``jobs``, ``history``, ``cancel``, ``rerun``, ``bisect``,
+``compare-jobs``, ``probe``, ``token ...``: every command with a ``--server`` or ``--token``),
+never to ``runner``, ``serve``, ``up`` or ``compare-worker`` (``NOT_CLIENT_COMMANDS``), whose
 tokens are of another kind. A file that holds a token should be readable by its owner only
 (``chmod 600``): ``load_config`` warns otherwise.
 """
@@ -24,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 KEYS = ("server", "token")
-CLIENT_COMMANDS = ("submit", "report", "probe", "token")
+NOT_CLIENT_COMMANDS = ("runner", "serve", "up", "compare-worker")
+"""Commands that are not a server's client: their tokens are of another kind (a runner's)."""
 
 
 class ConfigError(Exception):
@@ -68,8 +71,8 @@ def load_config(path: Path | None = None) -> dict[str, str]:
 
 def default_map(group: Any, values: dict[str, str]) -> dict[str, Any]:
     """click's ``default_map`` giving ``values`` to the ``server``/``token`` parameters of the
-    client commands of ``group`` (a click group: typer's or click's, ``CLIENT_COMMANDS``,
-    sub-groups walked)."""
+    commands of ``group`` (a click group: typer's or click's; sub-groups walked) but those in
+    ``NOT_CLIENT_COMMANDS``."""
 
     def walk(command: Any) -> dict[str, Any]:
         commands = getattr(command, "commands", None)
@@ -78,4 +81,4 @@ def default_map(group: Any, values: dict[str, str]) -> dict[str, Any]:
         names = {p.name for p in command.params}
         return {k: v for k, v in values.items() if k in names}
 
-    return {name: walk(cmd) for name, cmd in group.commands.items() if name in CLIENT_COMMANDS}
+    return {name: walk(cmd) for name, cmd in group.commands.items() if name not in NOT_CLIENT_COMMANDS}

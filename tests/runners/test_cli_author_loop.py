@@ -231,6 +231,42 @@ def test_the_config_file_gives_server_and_token_below_options_and_environment(tm
     assert f"127.0.0.1:{other}" in result.output  # the option wins
 
 
+def test_the_config_file_reaches_every_client_command_and_no_runner(tmp_path: Path) -> None:
+    import typer
+
+    from kernelab.runners.cli.config import NOT_CLIENT_COMMANDS, default_map
+
+    group = typer.main.get_command(app)
+    values = {"server": "http://127.0.0.1:1", "token": "t" * 20}
+    given = default_map(group, values)
+    clients = []
+    for name, command in group.commands.items():  # type: ignore[attr-defined]
+        subs = getattr(command, "commands", None) or {name: command}
+        for sub_name, sub in subs.items():
+            takes = {p.name for p in sub.params} & {"server", "token"}
+            got = given.get(name, {}) if sub is command else given.get(name, {}).get(sub_name, {})
+            if name in NOT_CLIENT_COMMANDS:
+                assert got == {}, name  # a runner's token is of another kind
+            elif takes:
+                clients.append(name if sub is command else f"{name} {sub_name}")
+                assert set(got) == takes, (name, sub_name)
+    assert {"jobs", "history", "compare-jobs", "cancel", "rerun", "bisect", "submit", "report"} <= set(
+        clients
+    )
+    # through the real command line: `jobs` reads the file's server
+    port = free_port()
+    config = tmp_path / "config.toml"
+    config.write_text(f'server = "http://127.0.0.1:{port}"\n', encoding="utf-8")
+    env = {"KERNELAB_CONFIG": str(config), "KERNELAB_SERVER": None, "KERNELAB_TOKEN": None}
+    no_token = CliRunner().invoke(app, ["jobs"], env=env)
+    assert no_token.exit_code == 2 and "configuration file" in no_token.output
+    config.write_text(f'server = "http://127.0.0.1:{port}"\ntoken = "{"c" * 20}"\n', encoding="utf-8")
+    config.chmod(0o600)
+    for args in (["jobs"], ["history", "softmax"], ["cancel", "1"], ["compare-jobs", "1", "2"]):
+        result = CliRunner().invoke(app, args, env=env)
+        assert f"127.0.0.1:{port}" in result.output, (args, result.output)
+
+
 def test_a_bad_config_file_is_named_and_exits_2(tmp_path: Path) -> None:
     config = tmp_path / "config.toml"
     config.write_text('server = "http://x"\nsevrer = "typo"\n', encoding="utf-8")
