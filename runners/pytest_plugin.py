@@ -25,9 +25,10 @@ module imports triton (``kernelab.kernels._device``), unless the variable is alr
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "kernelab(gpu=False): kernelab_bench options; gpu=True skips the test without a CUDA GPU"
     )
+    _threshold(config.getoption("kernelab_threshold_pct"))  # a bad value stops the session at once
     if "TRITON_INTERPRET" not in os.environ and not os.path.exists(NVIDIA_CONTROL_DEVICE):
         os.environ["TRITON_INTERPRET"] = "1"
 
@@ -79,7 +81,7 @@ class KernelabBench:
         self._request = request
         config = request.config
         self.fail_on = _fail_on(config.getoption("kernelab_fail_on"))
-        self.threshold_pct: float | None = config.getoption("kernelab_threshold_pct")
+        self.threshold_pct: float | None = _threshold(config.getoption("kernelab_threshold_pct"))
         self.json_dir = Path(config.rootpath) / config.getoption("kernelab_json")
         self.results: list[Any] = []
 
@@ -98,7 +100,9 @@ class KernelabBench:
         ``fail_on`` (a comma list) replaces ``--kernelab-fail-on`` for this call."""
         from kernelab.runners.api import compare
 
-        return self._gate(compare(baseline, candidate, **self._measurement(kwargs)), fail_on)
+        with _benchmark_mistakes():
+            result = compare(baseline, candidate, **self._measurement(kwargs))
+        return self._gate(result, fail_on)
 
     def measure(
         self, bench: Any, baseline: Any, candidate: Any, *, fail_on: str | None = None, **kwargs: Any
@@ -107,7 +111,9 @@ class KernelabBench:
         as in ``compare``."""
         from kernelab.runners.api import measure
 
-        return self._gate(measure(bench, baseline, candidate, **self._measurement(kwargs)), fail_on)
+        with _benchmark_mistakes():
+            result = measure(bench, baseline, candidate, **self._measurement(kwargs))
+        return self._gate(result, fail_on)
 
     def _measurement(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         if self.threshold_pct is not None:
@@ -146,6 +152,37 @@ def _failing_text(result: Any, gate: frozenset[str], failing: list[str]) -> str:
         failing if len(words) == 1 else [f"{label} ({by_label.get(label, 'failed')})" for label in failing]
     )
     return f"{', '.join(words)}: {', '.join(cells)}"
+
+
+@contextlib.contextmanager
+def _benchmark_mistakes() -> Iterator[None]:
+    """A benchmark mistake (``kernelab.kernels.BenchmarkError``: a missing method, a signature
+    that does not fit, a wrong return type, found before measuring) fails the test with its one
+    line naming the file and the method, not a traceback through kernelab."""
+    from kernelab.kernels.base import BenchmarkError
+
+    try:
+        yield
+    except BenchmarkError as exc:
+        pytest.fail(f"kernelab: {exc}", pytrace=False)
+
+
+def _threshold(value: float | None) -> float | None:
+    """``--kernelab-threshold-pct`` checked against ``MeasurementSpec.threshold_pct``'s bounds
+    (0 < value <= 100); a ``pytest.UsageError`` naming the option otherwise."""
+    if value is None:
+        return None
+    from pydantic import ValidationError
+
+    from kernelab.service.schemas import MeasurementSpec
+
+    try:
+        MeasurementSpec(threshold_pct=value)
+    except ValidationError as exc:
+        raise pytest.UsageError(
+            f"--kernelab-threshold-pct: {value:g}: {exc.errors()[0]['msg']} (a percent in (0, 100])"
+        ) from None
+    return value
 
 
 def _fail_on(text: str) -> frozenset[str]:

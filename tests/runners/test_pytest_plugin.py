@@ -67,6 +67,39 @@ def test_a_bad_fail_on_is_a_usage_error(pytester: pytest.Pytester) -> None:
     assert "faster is no failing verdict" in result.stdout.str() + result.stderr.str()
 
 
+def test_a_threshold_out_of_bounds_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    for value in ("150", "0", "-1"):
+        result = _run(pytester, "--kernelab-threshold-pct", value)
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        text = result.stdout.str() + result.stderr.str()
+        assert f"--kernelab-threshold-pct: {value}" in text and "Traceback" not in text
+
+
+MISTAKES = """
+import torch
+
+
+def test_signature(kernelab_bench):
+    kernelab_bench.compare(lambda x: x, lambda x, y: x, inputs={"x": torch.randn(8)})
+
+
+def test_work(kernelab_bench):
+    kernelab_bench.compare(lambda x: x, lambda x: x, inputs={"x": torch.randn(8)}, work=lambda: 1)
+"""
+
+
+def test_a_benchmark_mistake_fails_the_test_in_one_line_naming_the_function(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_mistakes=MISTAKES)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=2)
+    out = result.stdout.str()
+    assert "kernelab: candidate <lambda>(x, y) does not fit the inputs (x)" in out
+    assert "(@compare.work) raised TypeError" in out
+    assert "Traceback" not in out and "site-packages" not in out
+
+
 def test_gpu_only_tests_skip_cleanly_without_a_gpu(pytester: pytest.Pytester) -> None:
     import torch
 
