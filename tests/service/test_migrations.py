@@ -34,7 +34,7 @@ with warnings.catch_warnings():
 TABLES = {
     "tokens", "runners", "jobs", "job_attempts", "results", "cells", "sample_blocks", "probe_reports",
     "probe_readings", "health_judgements", "history_points", "compare_tasks", "runner_benchmarks",
-    "bisects",
+    "bisects", "gang_members", "workload_results",
 }  # fmt: skip
 
 
@@ -214,6 +214,8 @@ def test_stored_timestamps_become_aware_utc(db_url: str) -> None:
             "compare_tasks",
             "runner_benchmarks",
             "bisects",
+            "gang_members",
+            "workload_results",
         }
     finally:
         engine.dispose()
