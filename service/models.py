@@ -190,7 +190,10 @@ class Job(Base):
         String(16), default="benchmark", server_default="benchmark", doc="benchmark or workload (0019)"
     )
     nnodes: Mapped[int] = mapped_column(
-        Integer, default=1, server_default="1", doc="runners that claim it together (a workload's launch.nnodes)"
+        Integer,
+        default=1,
+        server_default="1",
+        doc="runners that claim it together (a workload's launch.nnodes)",
     )
 
 

@@ -41,7 +41,9 @@ def upgrade() -> None:
     # tables reference, ON DELETE CASCADE / SET NULL) would delete or unlink their rows
     op.add_column("jobs", sa.Column("kind", sa.String(length=16), server_default="benchmark", nullable=False))
     op.add_column("jobs", sa.Column("nnodes", sa.Integer(), server_default="1", nullable=False))
-    op.add_column("runners", sa.Column("workloads", sa.Boolean(), server_default=sa.text("false"), nullable=False))
+    op.add_column(
+        "runners", sa.Column("workloads", sa.Boolean(), server_default=sa.text("false"), nullable=False)
+    )
     op.create_table(
         "gang_members",
         sa.Column("id", sa.Integer(), nullable=False),
@@ -86,7 +88,9 @@ def upgrade() -> None:
     op.create_index(op.f("ix_workload_results_job_id"), "workload_results", ["job_id"])
     with op.batch_alter_table("compare_tasks", recreate="auto") as batch:
         batch.drop_constraint(op.f("ck_compare_tasks_kind"), type_="check")
-        batch.create_check_constraint(op.f("ck_compare_tasks_kind"), "kind IN ('compare', 'pair', 'workload')")
+        batch.create_check_constraint(
+            op.f("ck_compare_tasks_kind"), "kind IN ('compare', 'pair', 'workload')"
+        )
         batch.create_check_constraint(
             op.f("ck_compare_tasks_workload_has_job"), "kind <> 'workload' OR job_id IS NOT NULL"
         )

@@ -582,6 +582,7 @@ class RunnerDaemon:
             self.done += 1
             self.flush_spool()
             return "done"
+        assert isinstance(claim.spec, JobSpec)
         message = self._clean(run.failure_message(claim.spec, self.name, self.grace_s))
         self.failed += 1
         log.error("runner %s: job %d failed: %s", self.name, job_id, message.splitlines()[0])
