@@ -204,6 +204,10 @@ def keep(session: Session, job_id: int, *, runner_id: int, lease_s: float) -> Ga
     the attempt was re-queued, cancelled or finished, or this node already posted)."""
     _drop_gathering(session, job_id)
     job = queue.get_job(session, job_id)
+    if job.status == "running" and job.kind == "workload":
+        # a member died: its seat's lease, and so the job's, ran out; re-queue it now (no claim may
+        # come: the survivors are busy running it) so that their heartbeats learn of it
+        queue.requeue_expired(session)
     session.refresh(job)
     attempt = _attempt_of(job)
     won = session.execute(
