@@ -227,10 +227,19 @@ def keep(session: Session, job_id: int, *, runner_id: int, lease_s: float) -> Ga
     return _seat_of(job, attempt, _seats(session, job_id, attempt), runner_id)
 
 
-def heartbeat(session: Session, job_id: int, *, runner_id: int, lease_s: float) -> Lease:
-    """``keep`` for a running workload job, as ``queue.heartbeat`` answers: the job's lease.
-    Raises ``JobNotFoundError`` or ``LeaseLostError`` (also while the job only gathers)."""
+def heartbeat(
+    session: Session, job_id: int, *, runner_id: int, lease_s: float, progress: dict[str, Any] | None = None
+) -> Lease:
+    """``keep`` for a running workload job, as ``queue.heartbeat`` answers: the job's lease;
+    ``progress`` (``schemas.JobProgress`` JSON: runs done of all) is stored with the database's
+    time, as a benchmark job's. Raises ``JobNotFoundError`` or ``LeaseLostError`` (also while the
+    job only gathers)."""
     seat = keep(session, job_id, runner_id=runner_id, lease_s=lease_s)
+    if progress is not None and seat.ready:
+        session.execute(
+            update(Job).where(Job.id == job_id, Job.status == "running")
+            .values(progress=progress, progress_at=db_now()).execution_options(synchronize_session=False)
+        )  # fmt: skip
     job = queue.get_job(session, job_id)
     session.refresh(job)
     if not seat.ready or job.lease_expires_at is None:

@@ -219,7 +219,9 @@ async def heartbeat(job_id: JobId, body: Heartbeat, call: RunnerCallDep) -> Leas
         except queue.LeaseLostError:  # a workload job: no single holder, each member keeps its seat
             if not workload_store.is_workload_job(session, job_id):
                 raise
-            lease = gangs.heartbeat(session, job_id, runner_id=_runner_id(principal), lease_s=body.lease_s)
+            lease = gangs.heartbeat(
+                session, job_id, runner_id=_runner_id(principal), lease_s=body.lease_s, progress=progress
+            )
         return LeasePublic(job_id=lease.id, attempt=lease.attempts, lease_expires_at=lease.lease_expires_at)
 
     return await call.run(work)
