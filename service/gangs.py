@@ -201,7 +201,9 @@ def keep(session: Session, job_id: int, *, runner_id: int, lease_s: float) -> Ga
     """Keep ``runner_id``'s seat in job ``job_id``: its lease extended to ``lease_s`` seconds from
     now (and the job's, when running); returns the seat (``ready`` once the job runs). Raises
     ``JobNotFoundError``, or ``LeaseLostError`` when the seat is gone (the gathering was dropped,
-    the attempt was re-queued, cancelled or finished, or this node already posted)."""
+    the attempt was re-queued, cancelled or finished, or this node already posted). A stale
+    gathering dropped, or an expired attempt re-queued, on the way is a write the caller commits
+    even when this raises (the routes answer the 409 after the commit)."""
     _drop_gathering(session, job_id)
     job = queue.get_job(session, job_id)
     if job.status == "running" and job.kind == "workload":

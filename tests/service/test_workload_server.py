@@ -39,7 +39,9 @@ EXAMPLE = ROOT / "examples" / "workload"
 PHASES = ["rollout", "log_probs", "actor_train", "step"]
 
 
-def _spec(runs: int, *, nnodes: int = 1, nproc: int = 2, die_once: Path | None = None, probes: bool = True) -> str:
+def _spec(
+    runs: int, *, nnodes: int = 1, nproc: int = 2, die_once: Path | None = None, probes: bool = True
+) -> str:
     """The example's spec with absolute paths (runners run it from their own folder), ``runs`` of
     each arm, tiny; ``die_once``: the candidate's last rank kills itself once (its marker file)."""
     env = f'\n  env: {{EXAMPLE_DIE_ONCE: "{die_once}"}}' if die_once is not None else ""
@@ -86,9 +88,31 @@ class Runner:
         self.starts += 1
         self.work_dir.mkdir(parents=True, exist_ok=True)
         log = (self.work_dir / f"runner-{self.starts}.log").open("wb")
-        cmd = [sys.executable, "-m", "kernelab.runners.cli", "runner", "--server", self.url, "--name", self.name,
-               "--work-dir", str(self.work_dir), "--workloads", "--rdzv-host", "127.0.0.1", "--poll-s", "1",
-               "--lease-s", str(self.lease_s), "--heartbeat-s", "1", "--job-isolation", "none", "--grace-s", "5"]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "kernelab.runners.cli",
+            "runner",
+            "--server",
+            self.url,
+            "--name",
+            self.name,
+            "--work-dir",
+            str(self.work_dir),
+            "--workloads",
+            "--rdzv-host",
+            "127.0.0.1",
+            "--poll-s",
+            "1",
+            "--lease-s",
+            str(self.lease_s),
+            "--heartbeat-s",
+            "1",
+            "--job-isolation",
+            "none",
+            "--grace-s",
+            "5",
+        ]
         env = {**os.environ, "KERNELAB_TOKEN": self.token}
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.work_dir)
         log.close()
@@ -147,8 +171,14 @@ def _server(url: str, tmp_path: Path, name: str = "server") -> ServerProcess:
 
 def _cli(server: ServerProcess, token: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "KERNELAB_TOKEN": token, "KERNELAB_SERVER": server.url}
-    return subprocess.run([sys.executable, "-m", "kernelab.runners.cli", *args], capture_output=True, text=True,
-                          env=env, cwd=ROOT, timeout=300)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "kernelab.runners.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+    )
 
 
 def test_example_workload_through_server_and_runner(
@@ -169,7 +199,9 @@ def test_example_workload_through_server_and_runner(
         job = client.get_job(job_id)
         assert job.kind == "workload" and job.status == "queued" and job.spec.kind == "workload"  # type: ignore[union-attr]
         runners.append(Runner(server.url, token, "wl-a", tmp_path / "wl-a").start())
-        job = _wait(lambda: (j := client.get_job(job_id)).comparison_status == "ready" and j, 600, "the comparison")
+        job = _wait(
+            lambda: (j := client.get_job(job_id)).comparison_status == "ready" and j, 600, "the comparison"
+        )
         assert job.status == "succeeded", (job.error, runners[0].log()[-3000:])
         assert job.summary and sum(job.summary.values()) >= len(PHASES)
         assert marker.exists()
@@ -188,8 +220,16 @@ def test_example_workload_through_server_and_runner(
         headers = {"Authorization": f"Bearer {token}"}
         page = httpx.get(f"{server.url}/jobs/{job_id}", headers=headers, timeout=60)
         assert page.status_code == 200
-        for text in ("Phases and metrics", "Per-rank times", "Consistency", "Runs (probe after each run)",
-                     "Slowest rank", "crashed", "inconclusive", "actor_train"):  # fmt: skip
+        for text in (
+            "Phases and metrics",
+            "Per-rank times",
+            "Consistency",
+            "Runs (probe after each run)",
+            "Slowest rank",
+            "crashed",
+            "inconclusive",
+            "actor_train",
+        ):
             assert text in page.text, text
         md = _cli(server, token, "report", str(job_id), "--format", "markdown")
         assert md.returncode == 0, md.stderr
@@ -214,23 +254,42 @@ def test_gang_of_two_runners_and_a_runner_killed_mid_run(
         a = Runner(server.url, token, "gang-a", tmp_path / "gang-a").start()
         runners.append(a)
         gathering = _wait(lambda: (j := client.get_job(job_id)).gang is not None and j, 120, "the first seat")
-        assert gathering.status == "queued" and gathering.gang.gathering and gathering.gang.members == {0: "gang-a"}
+        assert (
+            gathering.status == "queued"
+            and gathering.gang.gathering
+            and gathering.gang.members == {0: "gang-a"}
+        )
         assert gathering.waiting_for and "gathering: 1 of 2 runners" in gathering.waiting_for
         b = Runner(server.url, token, "gang-b", tmp_path / "gang-b").start()
         runners.append(b)
         running = _wait(lambda: (j := client.get_job(job_id)).status == "running" and j, 120, "the gang")
         assert running.gang is not None and set(running.gang.members.values()) == {"gang-a", "gang-b"}
         assert running.gang.endpoint is not None and running.gang.endpoint.startswith("127.0.0.1:")
-        _wait(lambda: (p := client.get_job(job_id).progress) is not None and p.cells_done >= 1, 300, "a run done")
+        _wait(
+            lambda: (p := client.get_job(job_id).progress) is not None and p.cells_done >= 1,
+            300,
+            "a run done",
+        )
         b.kill()
-        retried = _wait(lambda: (j := client.get_job(job_id)).status == "queued" and j.attempts == 1 and j, 120,
-                        "the attempt to fail on both")  # fmt: skip
+        retried = _wait(
+            lambda: (j := client.get_job(job_id)).status == "queued" and j.attempts == 1 and j,
+            120,
+            "the attempt to fail on both",
+        )
         attempts = client.call("GET", f"/jobs/{job_id}/attempts", lambda r: r.json(), idempotent=True)["data"]
         assert attempts[0]["outcome"] == "expired"
-        assert "lease lost" in _wait(lambda: "lease lost" in a.log() and a.log(), 60, "gang-a to stop its runs")
+        assert "lease lost" in _wait(
+            lambda: "lease lost" in a.log() and a.log(), 60, "gang-a to stop its runs"
+        )
         b.start()  # the node comes back
-        done = _wait(lambda: (j := client.get_job(job_id)).comparison_status == "ready" and j, 600, "the retry")
-        assert done.status == "succeeded" and done.attempts == 2, (done.error, a.log()[-2000:], b.log()[-2000:])
+        done = _wait(
+            lambda: (j := client.get_job(job_id)).comparison_status == "ready" and j, 600, "the retry"
+        )
+        assert done.status == "succeeded" and done.attempts == 2, (
+            done.error,
+            a.log()[-2000:],
+            b.log()[-2000:],
+        )
         assert retried.attempts == 1
         c = client.workload(job_id)
         assert [line.outcome for line in c.timeline] == ["ok"] * 4
@@ -267,8 +326,15 @@ def test_a_503_on_the_result_post_is_retried_and_nothing_is_lost(
             job_id = admin.submit(_yaml(spec_path)).id
             client = KernelabClient(server.url, token, retries=1, backoff_s=0.05)
             opened.append(client)
-            with RunnerDaemon(client, "r503", work_dir=tmp_path / "r503", workloads=True, lease_s=600,
-                              heartbeat_s=1, job_isolation="none") as daemon:  # fmt: skip
+            with RunnerDaemon(
+                client,
+                "r503",
+                work_dir=tmp_path / "r503",
+                workloads=True,
+                lease_s=600,
+                heartbeat_s=1,
+                job_isolation="none",
+            ) as daemon:
                 daemon.ensure_token()
                 claim = daemon._claim()
                 assert claim is not None and claim.gang is not None and claim.gang.ready
@@ -281,7 +347,9 @@ def test_a_503_on_the_result_post_is_retried_and_nothing_is_lost(
                 cluster.start()
                 assert daemon.flush_spool() == 1 and daemon.workload_spool.pending() == []
             assert "workload-result 503" in (tmp_path / "server.log").read_text()
-            job = _wait(lambda: (j := admin.get_job(job_id)).comparison_status == "ready" and j, 120, "comparison")
+            job = _wait(
+                lambda: (j := admin.get_job(job_id)).comparison_status == "ready" and j, 120, "comparison"
+            )
             assert job.status == "succeeded"
             c = admin.workload(job_id)
             assert [line.wall_s for line in c.timeline] == [r["wall_s"] for r in spooled["runs"]]

@@ -209,7 +209,7 @@ async def heartbeat(job_id: JobId, body: Heartbeat, call: RunnerCallDep) -> Leas
     working on the job. The answer carries the lease, not
     the job's spec (the runner has it from the claim)."""
 
-    def work(session: Session, principal: Principal) -> LeasePublic:
+    def work(session: Session, principal: Principal) -> LeasePublic | queue.LeaseLostError:
         progress = None if body.progress is None else body.progress.model_dump(mode="json")
         try:
             lease = queue.heartbeat(
@@ -219,12 +219,18 @@ async def heartbeat(job_id: JobId, body: Heartbeat, call: RunnerCallDep) -> Leas
         except queue.LeaseLostError:  # a workload job: no single holder, each member keeps its seat
             if not workload_store.is_workload_job(session, job_id):
                 raise
-            lease = gangs.heartbeat(
-                session, job_id, runner_id=_runner_id(principal), lease_s=body.lease_s, progress=progress
-            )
+            try:
+                lease = gangs.heartbeat(
+                    session, job_id, runner_id=_runner_id(principal), lease_s=body.lease_s, progress=progress
+                )
+            except queue.LeaseLostError as exc:  # answered after the commit: the re-queue it made stays
+                return exc
         return LeasePublic(job_id=lease.id, attempt=lease.attempts, lease_expires_at=lease.lease_expires_at)
 
-    return await call.run(work)
+    answer = await call.run(work)
+    if isinstance(answer, queue.LeaseLostError):
+        raise answer
+    return answer
 
 
 @router.post("/jobs/{job_id}/fail")
@@ -249,10 +255,16 @@ async def keep_seat(job_id: JobId, body: Heartbeat, call: RunnerCallDep) -> Gang
     rendezvous) or still gathering until ``deadline``. 409 when the seat is gone (the gathering
     timed out or lost a member, the attempt was re-queued or cancelled): claim again."""
 
-    def work(session: Session, principal: Principal) -> GangSeat:
-        return gangs.keep(session, job_id, runner_id=_runner_id(principal), lease_s=body.lease_s)
+    def work(session: Session, principal: Principal) -> GangSeat | queue.LeaseLostError:
+        try:
+            return gangs.keep(session, job_id, runner_id=_runner_id(principal), lease_s=body.lease_s)
+        except queue.LeaseLostError as exc:  # answered after the commit: the dropped gathering stays dropped
+            return exc
 
-    return await call.run(work)
+    answer = await call.run(work)
+    if isinstance(answer, queue.LeaseLostError):
+        raise answer
+    return answer
 
 
 @router.post("/jobs/{job_id}/workload-result", status_code=status.HTTP_201_CREATED)
