@@ -123,7 +123,7 @@ class Runner(Base):
         String(64), doc="digest of the runner's advertisement (runner_benchmarks); NULL: never sent one"
     )
     workloads: Mapped[bool] = mapped_column(
-        default=False, server_default=text("false"), doc="its claims say it runs workload jobs (0019)"
+        server_default=text("false"), doc="its claims say it runs workload jobs (0019; the server's default)"
     )
 
 
