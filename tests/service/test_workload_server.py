@@ -189,7 +189,7 @@ def test_example_workload_through_server_and_runner(
     spec_path = tmp_path / "w.yaml"
     spec_path.write_text(_spec(2, die_once=marker))
     with _server(db_url, tmp_path) as server:
-        token = server._admin_token
+        token = admin_token(tmp_path)  # the one _server gave it (kept in the folder)
         submitted = _cli(server, token, "submit", str(spec_path))
         assert submitted.returncode == 0, submitted.stderr
         job_id = int(submitted.stdout.strip())
@@ -247,7 +247,7 @@ def test_gang_of_two_runners_and_a_runner_killed_mid_run(
     spec_path = tmp_path / "gang.yaml"
     spec_path.write_text(_spec(2, nnodes=2, nproc=1, probes=False))
     with _server(f"sqlite:///{tmp_path / 'k.db'}", tmp_path) as server:
-        token = server._admin_token
+        token = admin_token(tmp_path)  # the one _server gave it (kept in the folder)
         client = KernelabClient(server.url, token)
         opened.append(client)
         job_id = client.submit(_yaml(spec_path)).id
@@ -320,7 +320,7 @@ def test_a_503_on_the_result_post_is_retried_and_nothing_is_lost(
         spec_path = tmp_path / "w.yaml"
         spec_path.write_text(_spec(1, nproc=1, probes=False))
         with _server(url, tmp_path) as server:
-            token = server._admin_token
+            token = admin_token(tmp_path)  # the one _server gave it (kept in the folder)
             admin = KernelabClient(server.url, token)
             opened.append(admin)
             job_id = admin.submit(_yaml(spec_path)).id
