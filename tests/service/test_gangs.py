@@ -110,6 +110,10 @@ def test_only_a_runner_that_runs_workloads_gets_one_and_a_gang_of_one_runs_at_on
     assert step["baseline"]["median"] == 1.0 and step["candidate"]["median"] == 2.0
     md = api.client.get(f"/api/v1/jobs/{job_id}/report.md", headers=api.admin)
     assert md.status_code == 200 and "| step | 1 s | 2 s |" in md.text
+    page = api.client.get(f"/jobs/{job_id}", headers=api.admin)
+    assert page.status_code == 200
+    for text in ("Phases and metrics", "Per-rank times", "Slowest rank: step (baseline): rank 0", "step s"):
+        assert text in page.text, text
 
 
 def test_a_gang_of_two_gathers_runs_and_merges_both_nodes(api) -> None:  # type: ignore[no-untyped-def]
@@ -124,6 +128,8 @@ def test_a_gang_of_two_gathers_runs_and_merges_both_nodes(api) -> None:  # type:
         and job["gang"]["gathering"]
         and "gathering: 1 of 2 runners" in job["waiting_for"]
     )
+    page = api.client.get(f"/jobs/{job_id}", headers=api.admin).text
+    assert "gathering: 1 of 2 runners" in page and "rank 0: node-a" in page
     again = _claim(api, a, workloads=True, rdzv_endpoint="127.0.0.1:29999").json()["gang"]
     assert again["node_rank"] == 0 and again["attempt"] == 1  # its own seat back, not a second one
     second = _claim(api, b, workloads=True, rdzv_endpoint="127.0.0.1:29500").json()["gang"]
