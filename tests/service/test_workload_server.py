@@ -164,6 +164,17 @@ def opened() -> Iterator[list[KernelabClient]]:
         c.close()
 
 
+@pytest.fixture
+def cleanup() -> Iterator[list[subprocess.Popen[str]]]:
+    """Client processes a failed test would leave running: killed after it."""
+    procs: list[subprocess.Popen[str]] = []
+    yield procs
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def _server(url: str, tmp_path: Path, name: str = "server") -> ServerProcess:
     token = admin_token(tmp_path)
     return ServerProcess(url, port=free_port(), admin_token=token, log_path=tmp_path / f"{name}.log")
@@ -182,7 +193,11 @@ def _cli(server: ServerProcess, token: str, *args: str) -> subprocess.CompletedP
 
 
 def test_example_workload_through_server_and_runner(
-    db_url: str, tmp_path: Path, runners: list[Runner], opened: list[KernelabClient]
+    db_url: str,
+    tmp_path: Path,
+    runners: list[Runner],
+    opened: list[KernelabClient],
+    cleanup: list[subprocess.Popen[str]],
 ) -> None:
     """(a) The example, 2 gloo ranks, 2 runs of each arm, one candidate run killed mid-step."""
     marker = tmp_path / "died"
@@ -190,19 +205,32 @@ def test_example_workload_through_server_and_runner(
     spec_path.write_text(_spec(2, die_once=marker))
     with _server(db_url, tmp_path) as server:
         token = admin_token(tmp_path)  # the one _server gave it (kept in the folder)
-        submitted = _cli(server, token, "submit", str(spec_path))
-        assert submitted.returncode == 0, submitted.stderr
-        job_id = int(submitted.stdout.strip())
-        assert "waiting for 1 runner(s) that run workloads" in submitted.stderr  # no runner yet
+        env = {**os.environ, "KERNELAB_TOKEN": token, "KERNELAB_SERVER": server.url}
+        cli = [sys.executable, "-m", "kernelab.runners.cli", "submit", str(spec_path), "--wait", "--json"]
+        waiting = subprocess.Popen([*cli, str(tmp_path / "c.json")], stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)  # fmt: skip
+        cleanup.append(waiting)
         client = KernelabClient(server.url, token)
         opened.append(client)
+        queued = _wait(lambda: client.list_jobs().data, 120, "the submitted job")
+        job_id = queued[0].id
         job = client.get_job(job_id)
         assert job.kind == "workload" and job.status == "queued" and job.spec.kind == "workload"  # type: ignore[union-attr]
-        runners.append(Runner(server.url, token, "wl-a", tmp_path / "wl-a").start())
-        job = _wait(
-            lambda: (j := client.get_job(job_id)).comparison_status == "ready" and j, 600, "the comparison"
+        assert (
+            job.waiting_for
+            == "waiting for 1 runner(s) that run workloads (kernelab runner --workloads): 0 live"
         )
-        assert job.status == "succeeded", (job.error, runners[0].log()[-3000:])
+        runners.append(Runner(server.url, token, "wl-a", tmp_path / "wl-a").start())
+        out, err = waiting.communicate(timeout=600)  # kernelab submit --wait: until compared
+        assert waiting.returncode == 0, err[-3000:]
+        assert out.splitlines()[0] == str(job_id) and "Phases and metrics" in out and "Consistency" in out
+        assert "waiting for 1 runner(s) that run workloads" in err  # said while no runner was there
+        job = client.get_job(job_id)
+        assert job.status == "succeeded" and job.comparison_status == "ready", (
+            job.error,
+            runners[0].log()[-3000:],
+        )
+        assert json.loads((tmp_path / "c.json").read_text())["job_id"] == job_id
         assert job.summary and sum(job.summary.values()) >= len(PHASES)
         assert marker.exists()
         c = client.workload(job_id).model_dump(mode="json")
