@@ -40,6 +40,7 @@ from kernelab.service.schemas import (
     BisectStep,
     ClaimRequest,
     Comparison,
+    GangSeat,
     Heartbeat,
     HistoryPage,
     JobClaim,
@@ -58,6 +59,9 @@ from kernelab.service.schemas import (
     RunnerIdentity,
     RunnerRegister,
     RunnerRegistered,
+    WorkloadAccepted,
+    WorkloadComparison,
+    WorkloadSpec,
 )
 
 log = logging.getLogger(__name__)
@@ -291,9 +295,10 @@ class KernelabClient:
     # ---------------------------------------------------------------------------------------------
     # jobs (submit/read scopes)
 
-    def submit(self, spec: JobSpec | dict[str, Any]) -> JobPublic:
-        """``POST /jobs``: queue a job. Raises ``KernelabAPIError`` (422 names the bad field)."""
-        body = spec.model_dump(mode="json") if isinstance(spec, JobSpec) else spec
+    def submit(self, spec: JobSpec | WorkloadSpec | dict[str, Any]) -> JobPublic:
+        """``POST /jobs``: queue a job (a benchmark's or a workload's). Raises ``KernelabAPIError``
+        (422 names the bad field)."""
+        body = spec.model_dump(mode="json") if isinstance(spec, JobSpec | WorkloadSpec) else spec
         return self.call("POST", "/jobs", _model(JobPublic), json=body, idempotent=False)
 
     def get_job(self, job_id: int) -> JobPublic:
@@ -422,17 +427,20 @@ class KernelabClient:
 
     def claim(
         self, *, wait_s: float = 0.0, lease_s: float = 120.0, benchmarks: RunnerAdverts | None = None,
-        benchmarks_sha256: str | None = None,
+        benchmarks_sha256: str | None = None, workloads: bool = False, rdzv_endpoint: str | None = None,
     ) -> JobClaim | None:  # fmt: skip
         """``POST /runners/claim``: long-poll up to ``wait_s`` s; ``None`` when nothing is queued (204).
 
         ``benchmarks``: the runner's advertisement, sent whole; ``benchmarks_sha256``: only its
         digest (a server that does not hold it answers 409 ``advert_required``:
-        ``KernelabAPIError``). Neither: the server routes any job here."""
+        ``KernelabAPIError``). Neither: the server routes any job here. ``workloads``: this runner
+        runs workload jobs (a claim may answer a gang seat, ``JobClaim.gang``); ``rdzv_endpoint``:
+        the ``host:port`` it would host a rendezvous on as node rank 0."""
         digest = None if benchmarks is not None else benchmarks_sha256
         request = ClaimRequest(
-            wait_s=wait_s, lease_s=lease_s, benchmarks=benchmarks, benchmarks_sha256=digest
-        )
+            wait_s=wait_s, lease_s=lease_s, benchmarks=benchmarks, benchmarks_sha256=digest,
+            workloads=workloads, rdzv_endpoint=rdzv_endpoint,
+        )  # fmt: skip
         body = request.model_dump(mode="json", exclude_none=True)
         return self.call("POST", "/runners/claim", _claim_answer, json=body, idempotent=False,
                          timeout_s=self.timeout_s + wait_s)  # fmt: skip
@@ -469,6 +477,23 @@ class KernelabClient:
         sent unchanged: the runner neither parses nor re-serialises it; the server validates it)."""
         path = f"/jobs/{job_id}/results"
         return self.call("POST", path, _model(ResultAccepted), content=body, idempotent=True)
+
+    def keep_seat(self, job_id: int, *, lease_s: float = 120.0) -> GangSeat:
+        """``POST /runners/jobs/{id}/gang``: keep this runner's seat in a workload job and read the
+        gang (``ready``, the rendezvous ``endpoint``). Raises ``KernelabAPIError`` 409 when the seat
+        is gone (the gathering timed out, the attempt ended)."""
+        body = Heartbeat(lease_s=lease_s).model_dump(mode="json", exclude_none=True)
+        return self.call("POST", f"/runners/jobs/{job_id}/gang", _model(GangSeat), json=body, idempotent=True)
+
+    def post_workload_json(self, job_id: int, body: bytes) -> WorkloadAccepted:
+        """``POST /runners/jobs/{id}/workload-result`` of a serialised ``WorkloadResult`` (a spooled
+        file's bytes, sent unchanged); idempotent through its ``idempotency_key``."""
+        path = f"/runners/jobs/{job_id}/workload-result"
+        return self.call("POST", path, _model(WorkloadAccepted), content=body, idempotent=True)
+
+    def workload(self, job_id: int) -> WorkloadComparison:
+        """``GET /jobs/{id}/workload``: a workload job's stored comparison (409 while there is none)."""
+        return self.call("GET", f"/jobs/{job_id}/workload", _model(WorkloadComparison), idempotent=True)
 
     def post_probe(self, node_name: str, report: ProbeReport) -> None:
         """``POST /nodes/{name}/probes``: store a node-health reading."""

@@ -8,6 +8,10 @@ beside it, so it is kept but not re-sent forever. Every other answer leaves it p
 re-sent: 401/403 refuse the daemon's token, not the result; 5xx, 429 and the like, timeouts and
 unreachable servers say "later".
 
+A daemon that runs workload jobs keeps their ``WorkloadResult`` documents in a second spool of
+the same kind (``<root>/workload/``, ``put_document``), flushed by the same loop and posted to
+``POST /runners/jobs/{id}/workload-result`` (``kernelab.runners.daemon.workload``).
+
 Layout under ``root``::
 
     <job_id>-<idempotency_key>.json       pending JobResult JSON
@@ -107,6 +111,14 @@ class Spool:
         assert result.job_id is not None, "a spooled result answers a claim"
         path = self.path_for(result.job_id, result.idempotency_key)
         atomic_write_text(path, result.model_dump_json())
+        return path
+
+    def put_document(self, job_id: int, key: str, text: str) -> Path:
+        """Write a serialised result document of the claim ``(job_id, key)`` (JSON with
+        ``schema_version`` and ``job_id``: a ``WorkloadResult`` in the workload spool) atomically;
+        return its path. Raises ``OSError``."""
+        path = self.path_for(job_id, key)
+        atomic_write_text(path, text)
         return path
 
     def adopt(self, result_file: Path, *, job_id: int, key: str) -> Path:

@@ -19,6 +19,9 @@ Tasks of kind ``pair`` share the queue, its lease and its worker: job vs job of 
 (``kernelab.service.job_vs_job``) too large for a request, queued by the reader that asked
 (``enqueue_pair``; one per jobs and side), its answer stored on the task by ``finish(output=)``
 and read back with ``pair_state``.
+Tasks of kind ``workload`` judge a workload job (``kernelab.service.workload_stats``) once every
+node has posted (``enqueue_workload``, one per job), the ``WorkloadComparison`` stored on the task
+by ``finish(output=)`` and read back by ``kernelab.service.workload_store.comparison_state``.
 A worker stopped gracefully hands its task back (``release``: queued again, the attempt not
 counted) instead of finishing it. Functions take ``session`` and never commit.
 """
@@ -239,6 +242,16 @@ def states(session: Session, job_ids: list[int]) -> dict[int, TaskState]:
         .outerjoin(CompareTask, CompareTask.result_id == Result.id).where(Result.job_id.in_(job_ids))
     ).all()  # fmt: skip
     out: dict[int, TaskState] = {}
+    workload = session.execute(
+        select(CompareTask.job_id, CompareTask.status, CompareTask.error)
+        .where(CompareTask.kind == "workload", CompareTask.job_id.in_(job_ids))
+    ).all()  # fmt: skip
+    for job_id, status, error in workload:
+        if job_id is None:
+            continue
+        failed = status == "failed"
+        out[job_id] = TaskState("comparing" if status in OPEN else "failed" if failed else "ready",
+                                error if failed else None)  # fmt: skip
     for job_id, stored, status, error in rows:
         if job_id is None:
             continue
@@ -275,6 +288,24 @@ def pair_state(session: Session, *, a: int, b: int, side: str) -> PairState | No
         ).where(_pair(a, b, side))
     ).one_or_none()
     return None if row is None else PairState(*row)
+
+
+def enqueue_workload(session: Session, *, job_id: int, max_attempts: int) -> None:
+    """Queue the comparison of workload job ``job_id``: a new ``workload`` task, or its finished task
+    queued again (attempts reset, its old output dropped); an open task is left as it is."""
+    status = session.scalar(
+        select(CompareTask.status).where(CompareTask.kind == "workload", CompareTask.job_id == job_id)
+    )
+    if status is None:
+        session.add(CompareTask(kind="workload", result_id=None, job_id=job_id, status="queued", attempts=0,
+                                max_attempts=max_attempts))  # fmt: skip
+        session.flush()
+    elif status not in OPEN:
+        session.execute(
+            update(CompareTask).where(CompareTask.kind == "workload", CompareTask.job_id == job_id)
+            .values(status="queued", attempts=0, max_attempts=max_attempts, error=None, worker=None,
+                    lease_expires_at=None, finished_at=None, output=None)
+        )  # fmt: skip
 
 
 def enqueue_pair(session: Session, *, a: int, b: int, side: str, max_attempts: int) -> None:

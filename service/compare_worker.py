@@ -185,6 +185,9 @@ class CompareWorker:
         if task.kind == "pair":
             self._process_pair(task)
             return
+        if task.kind == "workload":
+            self._process_workload(task)
+            return
         from kernelab.service.stats import compare
 
         job_id = task.job_id
@@ -269,6 +272,45 @@ class CompareWorker:
         self.done += 1
         log.info("compare worker %s: job %s vs job %s compared", self.name, task.pair_job_id, task.job_id,
                  extra={"event": "pair stored", "task_id": task.id})  # fmt: skip
+
+    def _process_workload(self, task: TaskLease) -> None:
+        """A workload job's comparison (``workload_stats.compare_workload`` of its nodes' results
+        merged by ``workload_store.merge``), stored on the task by ``finish`` with the job's verdict
+        summary, in the transaction that checks the lease."""
+        from kernelab.service import workload_store
+        from kernelab.service.models import Job
+        from kernelab.service.workload_stats import compare_workload
+
+        job_id = task.job_id
+        with self.factory() as session:
+            results = workload_store.load(session, job_id) if job_id is not None else []
+        if not results or job_id is None:
+            self._end(task, error="the workload job has no stored result")
+            return
+        try:
+            comparison = compare_workload(workload_store.merge(results)).model_copy(update={"job_id": job_id})
+        except Exception as exc:  # a bug in the statistics: the same results would raise again
+            log.exception("compare worker %s: comparing workload job %s failed", self.name, job_id)
+            self._end(task, error=f"{type(exc).__name__}: {exc}")
+            return
+        self._ending.set()
+        with self.factory() as session:
+            try:
+                compare_queue.finish(
+                    session, task.id, worker=self.name, output=comparison.model_dump(mode="json")
+                )
+            except TaskLeaseLostError:
+                self.lost += 1
+                log.warning("compare worker %s: task %d was taken over; its comparison is dropped",
+                            self.name, task.id)  # fmt: skip
+                return
+            job = session.get(Job, job_id)
+            if job is not None:
+                job.summary = dict(comparison.summary)
+            session.commit()
+        self.done += 1
+        log.info("compare worker %s: workload job %s compared", self.name, job_id,
+                 extra={"event": "workload stored", "task_id": task.id, "job_id": job_id})  # fmt: skip
 
     def _end(self, task: TaskLease, *, error: str) -> None:
         self._ending.set()

@@ -49,7 +49,8 @@ SIDES = ("baseline", "candidate")
 JOB_DEVICES = ("auto", "cpu", "cuda")
 JUDGEMENT_TRIGGERS = ("ingest", "rejudge")
 TIMING_STATES = ("cold", "warm")
-TASK_KINDS = ("compare", "pair")
+TASK_KINDS = ("compare", "pair", "workload")
+JOB_KINDS = ("benchmark", "workload")
 TASK_STATUSES = ("queued", "running", "done", "failed")
 BISECT_STATUSES = ("running", "found", "stopped")
 
@@ -121,6 +122,9 @@ class Runner(Base):
     benchmarks_sha256: Mapped[str | None] = mapped_column(
         String(64), doc="digest of the runner's advertisement (runner_benchmarks); NULL: never sent one"
     )
+    workloads: Mapped[bool] = mapped_column(
+        server_default=text("false"), doc="its claims say it runs workload jobs (0019; the server's default)"
+    )
 
 
 class RunnerBenchmark(Base):
@@ -181,6 +185,15 @@ class Job(Base):
     progress_at: Mapped[datetime | None] = mapped_column(doc="when that heartbeat arrived (database clock)")
     rerun_of: Mapped[int | None] = mapped_column(
         Integer, doc="the id of the job this one re-runs (no FK: migration 0017)"
+    )
+    kind: Mapped[str] = mapped_column(
+        String(16), default="benchmark", server_default="benchmark", doc="benchmark or workload (0019)"
+    )
+    nnodes: Mapped[int] = mapped_column(
+        Integer,
+        default=1,
+        server_default="1",
+        doc="runners that claim it together (a workload's launch.nnodes)",
     )
 
 
@@ -244,7 +257,15 @@ class CompareTask(Base):
             "kind <> 'pair' OR (job_id IS NOT NULL AND pair_job_id IS NOT NULL AND side IS NOT NULL)",
             name="pair_has_jobs",
         ),
+        CheckConstraint("kind <> 'workload' OR job_id IS NOT NULL", name="workload_has_job"),
         Index("ix_compare_tasks_status_id", "status", "id"),
+        Index(
+            "ux_compare_tasks_workload",
+            "job_id",
+            unique=True,
+            sqlite_where=text("kind = 'workload'"),
+            postgresql_where=text("kind = 'workload'"),
+        ),
         Index(
             "ux_compare_tasks_pair",
             "job_id",
@@ -274,6 +295,50 @@ class CompareTask(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     finished_at: Mapped[datetime | None]
     error: Mapped[str | None] = mapped_column(Text)
+
+
+class GangMember(Base):
+    """One runner's seat in a workload job's attempt (``kernelab.service.gangs``): its node rank,
+    the rendezvous endpoint it offered (rank 0's is the gang's), its own lease (the job's lease is
+    the earliest of its members' that have not posted), and when it posted its result."""
+
+    __tablename__ = "gang_members"
+    __table_args__ = (
+        UniqueConstraint("job_id", "attempt", "node_rank", name="uq_gang_members_job_id_attempt_rank"),
+        UniqueConstraint("job_id", "attempt", "runner_id", name="uq_gang_members_job_id_attempt_runner"),
+        CheckConstraint("node_rank >= 0", name="node_rank_nonnegative"),
+        CheckConstraint("attempt >= 1", name="attempt_positive"),
+    )
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    attempt: Mapped[int] = mapped_column(Integer)
+    node_rank: Mapped[int] = mapped_column(Integer)
+    runner_id: Mapped[int] = mapped_column(ForeignKey("runners.id", ondelete="CASCADE"))
+    endpoint: Mapped[str | None] = mapped_column(String(300), doc="host:port of its c10d rendezvous offer")
+    joined_at: Mapped[datetime] = mapped_column(default=utcnow)
+    lease_expires_at: Mapped[datetime]
+    posted_at: Mapped[datetime | None]
+
+
+class WorkloadResultRow(Base):
+    """The raw ``schemas.WorkloadResult`` one node of a workload job's attempt posted (one row per
+    node rank); the compare worker merges the nodes' rows and judges them (``compare_tasks`` of
+    kind ``workload``, the ``WorkloadComparison`` in the task's ``output``)."""
+
+    __tablename__ = "workload_results"
+    __table_args__ = (
+        UniqueConstraint("job_id", "node_rank", name="uq_workload_results_job_id_node_rank"),
+        CheckConstraint("node_rank >= 0", name="node_rank_nonnegative"),
+    )
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    node_rank: Mapped[int] = mapped_column(Integer)
+    idempotency_key: Mapped[str] = mapped_column(String(200), unique=True)
+    runner_id: Mapped[int | None] = mapped_column(ForeignKey("runners.id", ondelete="SET NULL"))
+    node_name: Mapped[str] = mapped_column(String(255))
+    result: Mapped[dict[str, Any]]
+    received_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class Cell(Base):

@@ -36,6 +36,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from sqlalchemy import (
+    ColumnElement,
     CursorResult,
     Update,
     and_,
@@ -124,7 +125,10 @@ _OFFERED = or_(
     _jobs.c.needs_benchmark.is_(None),
     tuple_(_jobs.c.needs_benchmark, _jobs.c.schema_sha256).in_(bindparam("p_offers", expanding=True)),
 )
-_QUEUED = select(_jobs.c.id).where(_jobs.c.status == "queued").order_by(_jobs.c.id)
+# workload jobs are claimed seat by seat (kernelab.service.gangs), never by this claim
+_QUEUED = (
+    select(_jobs.c.id).where(_jobs.c.status == "queued", _jobs.c.kind == "benchmark").order_by(_jobs.c.id)
+)
 
 
 def _queued(for_device: bool, routed: bool) -> Any:
@@ -144,7 +148,8 @@ _TAKE_OLDEST = {  # PostgreSQL: the oldest queued row nobody else has locked, ta
 }
 _OTHER_SCHEMA = {
     for_device: select(_jobs.c.id, _jobs.c.needs_benchmark, _jobs.c.created_at)
-    .where(_jobs.c.status == "queued", _jobs.c.needs_benchmark.in_(bindparam("p_names", expanding=True)),
+    .where(_jobs.c.status == "queued", _jobs.c.kind == "benchmark",
+           _jobs.c.needs_benchmark.in_(bindparam("p_names", expanding=True)),
            _jobs.c.id > bindparam("p_after"), _FOR_DEVICE if for_device else literal(True))
     .order_by(_jobs.c.id).limit(_CLAIM_CANDIDATES)
     for for_device in (False, True)
@@ -351,6 +356,10 @@ def _seen(session: Session, runner_id: int) -> None:
     session.execute(_SEEN, {"p_runner_id": runner_id})
 
 
+WORKLOADS_OFFER = ("kind:workload", "")
+"""The pair a waiting claim's ``offers`` carries when its runner runs workload jobs (``claimable``)."""
+
+
 def claimable(
     session: Session, *, device_type: str | None = None, offers: Sequence[tuple[str, str]] | None = None,
     limit: int,
@@ -358,7 +367,8 @@ def claimable(
     """How many jobs (at most ``limit``) a claim by a runner of ``device_type`` could take now:
     queued ones and running ones whose lease has expired (a claim re-queues those first).
     ``offers``: the runner's ``(benchmark, schema digest)`` pairs (``Offers.pairs``): only jobs
-    that need none of them or one of them count (None: every job).
+    that need none of them or one of them count (None: every benchmark job). Workload jobs count
+    only when ``offers`` holds ``WORKLOADS_OFFER`` (a runner that runs them).
 
     One indexed read of at most ``limit`` rows, cheap enough to poll a few times a second
     (``kernelab.service.queue_watch``).
@@ -366,10 +376,17 @@ def claimable(
     query = select(Job.id).where((Job.status == "queued") | _IS_EXPIRED)
     if device_type is not None:
         query = query.where(Job.device.in_(("auto", device_type)))
+    workloads = offers is not None and WORKLOADS_OFFER in offers
     if offers is not None:
+        pairs = [p for p in offers if p != WORKLOADS_OFFER]
+        benchmark: ColumnElement[bool] = Job.needs_benchmark.is_(None)
+        if pairs:
+            benchmark = benchmark | tuple_(Job.needs_benchmark, Job.schema_sha256).in_(pairs)
         query = query.where(
-            Job.needs_benchmark.is_(None) | tuple_(Job.needs_benchmark, Job.schema_sha256).in_(list(offers))
+            (Job.kind == "benchmark") & benchmark | (Job.kind == "workload") & literal(workloads)
         )
+    else:
+        query = query.where(Job.kind == "benchmark")
     return session.scalar(select(func.count()).select_from(query.limit(limit).subquery())) or 0
 
 

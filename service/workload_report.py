@@ -121,13 +121,25 @@ def _md_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 
 def _sections(c: WorkloadComparison, table: object) -> list[tuple[str, list[str]]]:
     build = table  # _text_table or _md_table
-    out = [("Phases and metrics", build(*_rows(c)))]  # type: ignore[operator]
+    return [(title, build(head, rows)) for title, head, rows in tables(c)]  # type: ignore[operator]
+
+
+def tables(c: WorkloadComparison) -> list[tuple[str, list[str], list[list[str]]]]:
+    """The comparison's tables as ``(title, head, rows)`` of plain strings, in the order the text and
+    the Markdown show them (phases and metrics, per-rank times, consistency, runs): the dashboard's
+    job page renders these, so the page, ``kernelab report`` and the Markdown agree cell for cell."""
+    out = [("Phases and metrics", *_rows(c))]
     if any(q.ranks for q in c.quantities):
-        out.append(("Per-rank times", build(*_rank_rows(c))))  # type: ignore[operator]
+        out.append(("Per-rank times", *_rank_rows(c)))
     if c.consistency:
-        out.append(("Consistency", build(*_consistency_rows(c))))  # type: ignore[operator]
-    out.append(("Runs (probe after each run)", build(*_timeline_rows(c))))  # type: ignore[operator]
+        out.append(("Consistency", *_consistency_rows(c)))
+    out.append(("Runs (probe after each run)", *_timeline_rows(c)))
     return out
+
+
+def why_lines(c: WorkloadComparison) -> list[str]:
+    """One line per reason of an ``inconclusive``/``failed`` quantity and per note."""
+    return _why(c)
 
 
 def _why(c: WorkloadComparison) -> list[str]:

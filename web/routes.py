@@ -33,7 +33,16 @@ from kernelab.service.api.deps import DEFAULT_LIMIT, Limit, Offset, SessionDep, 
 from kernelab.service.api.routes.nodes import NodeName
 from kernelab.service.models import JOB_STATUSES
 from kernelab.service.report import EXPLAINED_VERDICTS, STATE_NOTES, cell_speedup, void_timing, why
-from kernelab.service.schemas import JobResult, JobStatus, NodeInfo, ProbeReport, Text, as_utc
+from kernelab.service.schemas import (
+    JobPublic,
+    JobResult,
+    JobSpec,
+    JobStatus,
+    NodeInfo,
+    ProbeReport,
+    Text,
+    as_utc,
+)
 from kernelab.service.units import format_bytes, format_seconds
 from kernelab.service.verdicts import FLAG_NOTES, VERDICT_ORDER
 from kernelab.web import figures, job_view, sweep_view
@@ -205,6 +214,27 @@ def probe_tables(reports: Iterable[ProbeReport], device_type: str | None = None)
     }
 
 
+def _workload_page(request: Request, session: Any, job: JobPublic) -> HTMLResponse:
+    """A workload job's page: its gang and status while it waits or runs; then the tables of its
+    stored comparison (``workload_report.tables``: phases and metrics with Δ% [CI] and verdict,
+    per-rank times with the slowest rank, consistency, the runs with the probe after each), or
+    "comparing…" (reloading) while a compare worker computes it. Never computes it."""
+    from kernelab.service import workload_store
+    from kernelab.service.workload_report import tables, why_lines
+
+    state = workload_store.comparison_state(session, job.id)
+    c = state.comparison
+    context: dict[str, Any] = {
+        "job": job, "state": state.status, "comparison": c, "error": state.error,
+        "tables": tables(c) if c is not None else [], "why": why_lines(c) if c is not None else [],
+        "attempts": crud.attempts_page(session=session, job_id=job.id).data,
+        "refresh_s": PENDING_REFRESH_S,
+        "slowest": [(q.name, r.side, r.slowest_rank) for q in (c.quantities if c else []) for r in q.ranks
+                    if r.slowest_rank is not None],
+    }  # fmt: skip
+    return templates.TemplateResponse(request, "job_workload.html", context)
+
+
 def _not_found(request: Request, message: str) -> HTMLResponse:
     return templates.TemplateResponse(request, "not_found.html", {"message": message}, status_code=404)
 
@@ -263,6 +293,8 @@ def job_page(
     if job_row is None:
         return _not_found(request, f"There is no job #{job_id}.")
     job = crud.job_public(session=session, job=job_row, alive_s=settings.runner_alive_s)
+    if not isinstance(job.spec, JobSpec):  # a workload job: its own page
+        return _workload_page(request, session, job)
     row = job_view.result_row(session=session, job_id=job_id)
     context: dict[str, Any] = {
         "job": job, "has_result": row is not None, "result_error": row.error if row else None,

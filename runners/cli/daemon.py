@@ -81,6 +81,22 @@ def runner(
             "(repeatable; e.g. a server's data dir on the same machine)",
         ),
     ] = None,
+    workloads: Annotated[
+        bool,
+        typer.Option(
+            "--workloads/--no-workloads",
+            help="also claim workload jobs (kind: workload, whole programs under torchrun; "
+            "docs/workloads.md)",
+        ),
+    ] = False,
+    rdzv_host: Annotated[
+        str,
+        typer.Option(
+            "--rdzv-host",
+            help="the address other nodes reach this one at, for the c10d rendezvous it hosts as "
+            "node rank 0 of a multi-node workload",
+        ),
+    ] = "127.0.0.1",
     benchmark: Annotated[
         list[str] | None,
         typer.Option(
@@ -146,6 +162,8 @@ def runner(
             job_isolation=job_isolation,
             job_hide=job_hide or [],
             benchmarks=benchmark or [],
+            workloads=workloads,
+            rdzv_host=rdzv_host,
         )
     except ValueError as exc:
         client.close()

@@ -29,6 +29,27 @@ from kernelab.runners.cli.common import (
 )
 from kernelab.runners.cli.output import parse_fail_on, show_job, wait_and_show
 from kernelab.runners.client import KernelabAPIError, KernelabUnavailable
+from kernelab.service.schemas import WorkloadSpec
+
+
+def _workload_spec(path: Path) -> WorkloadSpec | None:
+    """The workload spec in ``path`` (checked for form: nothing of it is imported), or None for a
+    benchmark spec; exits 2 naming ``FILE:LINE`` for a workload spec with problems."""
+    from kernelab.runners.specfile import SpecFileError, load_any_spec
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return None  # read_spec says what is wrong with the file
+    if "workload" not in text:
+        return None
+    try:
+        spec = load_any_spec(path, check_benchmark=False)
+    except SpecFileError as exc:
+        if "kind" not in text:
+            return None
+        raise fail(exc.render(), EXIT_BAD_INPUT) from None
+    return spec if isinstance(spec, WorkloadSpec) else None
 
 
 class ReportFormat(StrEnum):
@@ -64,7 +85,11 @@ def submit(
     """
     gate_on = parse_fail_on(fail_on)
     refs = baseline_ref is not None or candidate_ref is not None  # the runner imports the revisions
-    spec = apply_refs(
+    workload = _workload_spec(spec_path)
+    if workload is not None and refs:
+        raise fail(f"{spec_path}: kind: a workload spec names its commands; --baseline-ref/--candidate-ref "
+                   "are for benchmark specs", EXIT_BAD_INPUT)  # fmt: skip
+    spec = workload or apply_refs(
         read_spec(spec_path, check_benchmark=not refs), spec_path, repo, baseline_ref, candidate_ref
     )
     with client_for(server, token) as client:
@@ -75,6 +100,16 @@ def submit(
                 waiting = client.get_job(job.id).waiting_for
                 if waiting:
                     typer.echo(f"job {job.id}: {waiting}", err=True)
+            if wait and workload is not None:
+                from kernelab.runners.cli.workload import show_workload_job
+
+                if job.waiting_for:
+                    typer.echo(f"job {job.id}: {job.waiting_for}", err=True)
+                try:
+                    settled = client.wait(job.id, timeout_s=timeout_s)
+                except TimeoutError as exc:
+                    raise fail(str(exc), EXIT_NO_VERDICT) from None
+                raise typer.Exit(show_workload_job(client, settled, gate_on, json_path=json_path))
             if wait:
                 raise typer.Exit(
                     wait_and_show(client, job, timeout_s=timeout_s, fail_on=gate_on, json_path=json_path)
@@ -116,6 +151,13 @@ def report(
     with client_for(server, token) as client:
         try:
             job = client.get_job(job_id)
+            if job.kind == "workload":
+                from kernelab.runners.cli.workload import show_workload_job
+
+                if output_format is ReportFormat.github:
+                    raise fail(f"job {job_id}: --format github is for benchmark jobs", EXIT_BAD_INPUT)
+                as_md = markdown or output_format is ReportFormat.markdown
+                raise typer.Exit(show_workload_job(client, job, gate_on, json_path=json_path, markdown=as_md))
             raise typer.Exit(
                 show_job(
                     client,

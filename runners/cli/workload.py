@@ -7,8 +7,9 @@ from pathlib import Path
 
 import typer
 
-from kernelab.runners.cli.common import EXIT_FAILED, EXIT_OK, fail
-from kernelab.service.schemas import Verdict, WorkloadSpec
+from kernelab.runners.cli.common import EXIT_FAILED, EXIT_NO_VERDICT, EXIT_OK, fail
+from kernelab.runners.client import KernelabClient
+from kernelab.service.schemas import JobPublic, Verdict, WorkloadComparison, WorkloadSpec
 
 _AS_GATE = {"worse": "slower", "better": "faster"}  # a metric's verdict read as a --fail-on name
 
@@ -61,8 +62,45 @@ def run_workload_spec(
     if not any(r.outcome == "ok" for r in result.runs):
         typer.echo("job failed: no run finished", err=True)
         return EXIT_FAILED
+    return gate_workload(comparison, gate_on)
+
+
+def gate_workload(comparison: WorkloadComparison, gate_on: frozenset[Verdict]) -> int:
+    """1 when a quantity's verdict is in ``gate_on`` (a metric's ``worse`` counts as ``slower``,
+    named on stderr), else 0."""
     tripped = [q.name for q in comparison.quantities if _AS_GATE.get(q.verdict, q.verdict) in gate_on]
     if tripped:
         typer.echo(f"--fail-on: {', '.join(tripped)}", err=True)
         return EXIT_FAILED
     return EXIT_OK
+
+
+def show_workload_job(
+    client: KernelabClient,
+    job: JobPublic,
+    gate_on: frozenset[Verdict],
+    *,
+    markdown: bool = False,
+    json_path: Path | None = None,
+) -> int:
+    """Print a stored workload job's comparison (``GET /jobs/{id}/workload``) as the text of
+    ``kernelab run`` or its Markdown; the exit status: 3 while it has none (queued, running,
+    comparing, cancelled), 1 when the job failed or a verdict is in ``gate_on``, else 0. Raises
+    what the client raises."""
+    from kernelab.service.workload_report import format_workload, workload_markdown
+
+    if job.comparison_status != "ready":
+        if job.status == "failed":
+            typer.echo(f"job {job.id} failed: {job.error}", err=True)
+            return EXIT_FAILED
+        state = f"status {job.status}, comparison {job.comparison_status}"
+        typer.echo(f"job {job.id}: no comparison yet ({state})", err=True)
+        return EXIT_NO_VERDICT
+    comparison = client.workload(job.id)
+    typer.echo(workload_markdown(comparison) if markdown else format_workload(comparison))
+    if json_path is not None:
+        json_path.write_text(comparison.model_dump_json(), encoding="utf-8")
+    if job.status == "failed":
+        typer.echo(f"job {job.id} failed: {job.error}", err=True)
+        return EXIT_FAILED
+    return gate_workload(comparison, gate_on)

@@ -41,6 +41,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -94,7 +95,10 @@ class RunnerDaemon:
     ``kernelab.runners.probes.node_info()``). ``allowed_repos``, ``job_env_names``,
     ``job_isolation``, ``job_hide``: how jobs run (``supervisor.JobSupervisor``); ``probe_pool``:
     ``"auto"``, ``"on"`` or ``"off"`` (``probe_pool.ProbePoolManager``). ``min_free_bytes``: free
-    space the work dir must have before a claim (bytes). Counters: ``done``, ``failed``, ``lost``
+    space the work dir must have before a claim (bytes). ``workloads``: claim workload jobs too
+    (``kernelab.runners.daemon.workload``), offering ``rdzv_host`` and a free port there as the
+    c10d rendezvous endpoint should this runner be node rank 0 of a gang. Counters: ``done``,
+    ``failed``, ``lost``
     (lease lost), ``released`` (jobs handed back because the work dir could not take them),
     ``posted`` (results acknowledged, including re-sent spooled ones). ``held``: results the full
     disk could not take, by idempotency key, re-posted from memory.
@@ -124,6 +128,8 @@ class RunnerDaemon:
         job_hide: Sequence[Path] = (),
         benchmarks: Sequence[str] = (),
         heartbeat_s: float = HEARTBEAT_S,
+        workloads: bool = False,
+        rdzv_host: str = "127.0.0.1",
     ):
         if not RUNNER_NAME.match(name):
             raise ValueError(f"runner name {name!r} must match {RUNNER_NAME.pattern}")
@@ -157,6 +163,9 @@ class RunnerDaemon:
         self.lease_s = float(lease_s)
         self.grace_s = float(grace_s)
         self.spool = Spool(self.work_dir / "spool" / name)
+        self.workload_spool = Spool(self.work_dir / "spool" / name / "workload")  # WorkloadResult documents
+        self.workloads = bool(workloads)
+        self.rdzv_host = rdzv_host
         self.node = node
         self.done = 0
         self.failed = 0
@@ -388,26 +397,27 @@ class RunnerDaemon:
                 break  # still full: post them from memory below
             del self.held[key]
         sent = 0
-        for path in self.spool.pending():
-            try:
-                job_id, body = self.spool.read(path)
-            except NewerResultFile as exc:
-                if path not in self._newer_seen:  # once per file, not at every flush
-                    self._newer_seen.add(path)
-                    log.error("runner %s: spool file not posted and kept: %s", self.name, exc)
-                continue
-            except (OSError, UnreadableResultFile) as exc:
-                self.spool.reject(path, f"unreadable spool file: {exc}")
-                continue
-            outcome = self._post(job_id, body, where=str(path))
-            if outcome == "later":
-                return sent
-            if outcome == "stored":
-                self.spool.done(path)
-                sent += 1
-            else:
-                target = self.spool.reject(path, outcome)
-                log.error("runner %s: result of job %d kept in %s", self.name, job_id, target)
+        for spool, post in ((self.spool, "post_result_json"), (self.workload_spool, "post_workload_json")):
+            for path in spool.pending():
+                try:
+                    job_id, body = spool.read(path)
+                except NewerResultFile as exc:
+                    if path not in self._newer_seen:  # once per file, not at every flush
+                        self._newer_seen.add(path)
+                        log.error("runner %s: spool file not posted and kept: %s", self.name, exc)
+                    continue
+                except (OSError, UnreadableResultFile) as exc:
+                    spool.reject(path, f"unreadable spool file: {exc}")
+                    continue
+                outcome = self._post(job_id, body, where=str(path), post=post)
+                if outcome == "later":
+                    return sent
+                if outcome == "stored":
+                    spool.done(path)
+                    sent += 1
+                else:
+                    target = spool.reject(path, outcome)
+                    log.error("runner %s: result of job %d kept in %s", self.name, job_id, target)
         for key, result in list(self.held.items()):
             assert result.job_id is not None
             body = result.model_dump_json().encode()
@@ -425,12 +435,12 @@ class RunnerDaemon:
                     self.refused_in_memory.append((result, outcome))
         return sent
 
-    def _post(self, job_id: int, body: bytes, *, where: str) -> str:
-        """Post the ``JobResult`` document ``body`` of ``job_id`` as it is: ``"stored"``
-        (acknowledged), ``"later"`` (keep it, stop flushing), or the server's reason for refusing
-        it for good."""
+    def _post(self, job_id: int, body: bytes, *, where: str, post: str = "post_result_json") -> str:
+        """Post the ``JobResult`` document ``body`` of ``job_id`` as it is (``post``: the client's
+        method, ``post_workload_json`` for a ``WorkloadResult``): ``"stored"`` (acknowledged),
+        ``"later"`` (keep it, stop flushing), or the server's reason for refusing it for good."""
         try:
-            accepted = self.client.post_result_json(job_id, body)
+            accepted = getattr(self.client, post)(job_id, body)
         except KernelabUnavailable as exc:
             log.warning("runner %s: result of job %d stays in %s: %s", self.name, job_id, where, exc)
             return "later"
@@ -442,8 +452,8 @@ class RunnerDaemon:
             log.error("runner %s: server refused result of job %d: %s", self.name, job_id, exc)
             return str(exc)
         self.posted += 1
-        log.info("runner %s: job %d result stored as %d%s", self.name, accepted.job_id,
-                 accepted.result_id, " (duplicate)" if accepted.duplicate else "")  # fmt: skip
+        log.info("runner %s: job %d result stored%s", self.name, accepted.job_id,
+                 " (duplicate)" if accepted.duplicate else "")  # fmt: skip
         return "stored"
 
     def advertise(self) -> RunnerAdverts:
@@ -491,18 +501,23 @@ class RunnerDaemon:
         whole again at once."""
         wait_s = 0.0 if self.once else self.poll_s
         adverts = self.adverts
+        extra: dict[str, Any] = {}
+        if self.workloads:
+            from kernelab.runners.workload.run import free_endpoint
+
+            extra = {"workloads": True, "rdzv_endpoint": free_endpoint(self.rdzv_host)}
         if adverts is None:
-            return self.client.claim(wait_s=wait_s, lease_s=self.lease_s)
+            return self.client.claim(wait_s=wait_s, lease_s=self.lease_s, **extra)
         if self._advert_sent:
             try:
                 return self.client.claim(
-                    wait_s=wait_s, lease_s=self.lease_s, benchmarks_sha256=adverts.sha256
+                    wait_s=wait_s, lease_s=self.lease_s, benchmarks_sha256=adverts.sha256, **extra
                 )
             except KernelabAPIError as exc:
                 if exc.status_code != 409:
                     raise
                 self._advert_sent = False
-        claim = self.client.claim(wait_s=wait_s, lease_s=self.lease_s, benchmarks=adverts)
+        claim = self.client.claim(wait_s=wait_s, lease_s=self.lease_s, benchmarks=adverts, **extra)
         self._advert_sent = True
         return claim
 
@@ -518,6 +533,10 @@ class RunnerDaemon:
         failed with retry), ``"released"`` (the job's scratch folder or worker could not be made,
         e.g. a full disk: failed with retry, so it is re-queued while it has attempts left).
         """
+        if claim.gang is not None:
+            from kernelab.runners.daemon.workload import run_workload_claim
+
+            return run_workload_claim(self, claim)
         try:
             run = self.supervisor.run(claim, self.client)
         except JobNotStarted as exc:
@@ -582,6 +601,7 @@ class RunnerDaemon:
             self.done += 1
             self.flush_spool()
             return "done"
+        assert isinstance(claim.spec, JobSpec)
         message = self._clean(run.failure_message(claim.spec, self.name, self.grace_s))
         self.failed += 1
         log.error("runner %s: job %d failed: %s", self.name, job_id, message.splitlines()[0])

@@ -206,6 +206,7 @@ class JobSupervisor:
         returned run's heartbeat thread may still be in its last call: join it after posting.
         """
         job_id = claim.job_id
+        assert isinstance(claim.spec, JobSpec), "a workload claim runs in kernelab.runners.daemon.workload"
         self.running_spec = claim.spec
         job_dir = self.work_dir / "jobs" / f"{job_id}-{claim.attempt}"
         spec_path, out_path, err_path = job_dir / "spec.json", job_dir / "result.json", job_dir / "stderr.log"

@@ -19,6 +19,8 @@ concurrent ``/healthz`` for 10.4 s, and every other request of the process as lo
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
 
@@ -30,7 +32,7 @@ from pydantic import ValidationError, ValidatorFunctionWrapHandler, WrapValidato
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from kernelab.service.api.errors import MAX_ERRORS, bounded_errors, validate_json_body
-from kernelab.service.schemas import JobSpec
+from kernelab.service.schemas import JobSpec, WorkloadSpec, is_workload
 
 DEFAULT_MAX_SPEC_BYTES = 1024 * 1024  # KERNELAB_MAX_SPEC_BYTES's default (see the module doc)
 
@@ -42,7 +44,7 @@ class _RawSpec:
 
     def __init__(self, data: bytes):
         self.data = data
-        self.parsed: JobSpec | None = None
+        self.parsed: JobSpec | WorkloadSpec | None = None
         self.error: ValidationError | RequestValidationError | None = None
 
 
@@ -59,24 +61,37 @@ def _compact(exc: ValidationError) -> ValidationError | RequestValidationError:
     return RequestValidationError([*bounded_errors(shown), more])
 
 
-WORKLOAD_NOT_SERVED = (
-    "a workload spec (kind: workload) runs with `kernelab run` on one machine; the server and runner "
-    "path of workloads is not built yet (docs/workloads.md)"
-)
+_WORKLOAD_KIND = re.compile(rb'"kind"\s*:\s*"workload"')
 
 
-def _validate_bytes(data: bytes) -> JobSpec:
-    """``JobSpec`` of ``data``; a workload spec (``kind: workload``, which ``JobSpec`` does not know)
-    is one 422 on ``kind`` that says where it runs, not a list of a benchmark spec's missing fields."""
+def _asks_workload(data: bytes) -> bool:
+    try:
+        return is_workload(json.loads(data))
+    except ValueError:
+        return False
+
+
+def _validate_bytes(data: bytes) -> JobSpec | WorkloadSpec:
+    """``JobSpec`` of ``data``, or ``WorkloadSpec`` when it asks for a workload (``"kind":
+    "workload"``): its errors are a workload spec's, never a benchmark spec's missing fields. Any
+    other ``kind`` is one error on ``kind``."""
+    if _WORKLOAD_KIND.search(data) and _asks_workload(data):
+        spec: JobSpec | WorkloadSpec = validate_json_body(WorkloadSpec, data)
+        return spec
     try:
         return validate_json_body(JobSpec, data)
     except ValidationError as exc:
-        asks = any(e["type"] == "extra_forbidden" and e["loc"] == ("kind",) and e.get("input") == "workload"
-                   for e in exc.errors(include_url=False))  # fmt: skip
-        if not asks:
+        kinds = [
+            e
+            for e in exc.errors(include_url=False)
+            if e["type"] == "extra_forbidden" and e["loc"] == ("kind",)
+        ]
+        if not kinds:
             raise
-        error = PydanticCustomError("workload_not_served", WORKLOAD_NOT_SERVED)
-        line = InitErrorDetails(type=error, loc=("kind",), input="workload")
+        error = PydanticCustomError(
+            "kind_unknown", "kind is 'workload' for a workload spec; a benchmark spec has no 'kind'"
+        )
+        line = InitErrorDetails(type=error, loc=("kind",), input=kinds[0].get("input"))
         raise ValidationError.from_exception_data("JobSpec", [line]) from None
 
 
@@ -132,9 +147,9 @@ class SpecBodyRoute(APIRoute):
         return spec_handler
 
 
-def _from_raw(value: Any, handler: ValidatorFunctionWrapHandler) -> JobSpec:
+def _from_raw(value: Any, handler: ValidatorFunctionWrapHandler) -> JobSpec | WorkloadSpec:
     if not isinstance(value, _RawSpec):
-        spec: JobSpec = handler(value)
+        spec: JobSpec | WorkloadSpec = handler(value)
         return spec
     if value.error is not None:
         raise value.error  # a RequestValidationError passes through pydantic to the 422 handler
@@ -142,5 +157,5 @@ def _from_raw(value: Any, handler: ValidatorFunctionWrapHandler) -> JobSpec:
     return value.parsed
 
 
-JobSpecBody = Annotated[JobSpec, WrapValidator(_from_raw)]
-"""A ``JobSpec`` body parameter for a ``SpecBodyRoute`` (plain validation elsewhere)."""
+JobSpecBody = Annotated[JobSpec | WorkloadSpec, WrapValidator(_from_raw)]
+"""A ``JobSpec`` (or ``WorkloadSpec``) body parameter for a ``SpecBodyRoute`` (plain validation elsewhere)."""

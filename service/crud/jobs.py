@@ -8,16 +8,18 @@ from pydantic import ValidationError
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from kernelab.service import compare_queue, offers
+from kernelab.service import compare_queue, gangs, offers
 from kernelab.service.models import Job, JobAttempt, Result, Runner
 from kernelab.service.schemas import (
     STORED,
     AttemptPublic,
     AttemptsPage,
+    GangPublic,
     JobProgress,
     JobPublic,
     JobsPage,
     JobSpec,
+    WorkloadSpec,
 )
 
 
@@ -53,16 +55,20 @@ def _public(
     runner: tuple[str, str | None] | None,
     state: compare_queue.TaskState = _NO_RESULT,
     waiting_for: str | None = None,
+    gang: GangPublic | None = None,
 ) -> JobPublic:
     node, node_name = runner if runner is not None else (None, None)
+    workload = job.kind == "workload"
     return JobPublic(
+        kind="workload" if workload else "benchmark",
+        gang=gang,
         node_name=node_name,
         waiting_for=waiting_for,
         id=job.id,
         name=job.name,
         benchmark=job.benchmark,
         status=job.status,  # type: ignore[arg-type]
-        spec=JobSpec.model_validate(job.spec, context=STORED),
+        spec=(WorkloadSpec if workload else JobSpec).model_validate(job.spec, context=STORED),
         attempts=job.attempts,
         max_attempts=job.max_attempts,
         created_at=job.created_at,
@@ -84,8 +90,19 @@ def job_public(*, session: Session, job: Job, alive_s: float | None = None) -> J
     ``alive_s``, ``waiting_for`` says why a queued job waits when no runner seen within that many
     seconds advertises its benchmark (``kernelab.service.offers.waiting_for``)."""
     state = compare_queue.states(session, [job.id]).get(job.id, _NO_RESULT)
-    waiting = {} if alive_s is None else offers.waiting_for(session, [job], alive_s=alive_s)
-    return _public(job, _runner_names(session, [job.id]).get(job.id), state, waiting.get(job.id))
+    crews = gangs.public(session, [job])
+    waiting = {} if alive_s is None else _waiting(session, [job], crews, alive_s)
+    return _public(
+        job, _runner_names(session, [job.id]).get(job.id), state, waiting.get(job.id), crews.get(job.id)
+    )
+
+
+def _waiting(
+    session: Session, jobs: list[Job], crews: dict[int, GangPublic], alive_s: float
+) -> dict[int, str]:
+    """Why each queued job of ``jobs`` waits: benchmarks no live runner offers, workloads' gangs."""
+    return {**offers.waiting_for(session, jobs, alive_s=alive_s),
+            **gangs.waiting(session, jobs, crews, alive_s=alive_s)}  # fmt: skip
 
 
 def attempts_page(*, session: Session, job_id: int, offset: int = 0, limit: int = 500) -> AttemptsPage:
@@ -122,9 +139,13 @@ def list_jobs(
     )
     names = _runner_names(session, [j.id for j in jobs])
     states = compare_queue.states(session, [j.id for j in jobs])
-    waiting = {} if alive_s is None else offers.waiting_for(session, jobs, alive_s=alive_s)
+    crews = gangs.public(session, jobs)
+    waiting = {} if alive_s is None else _waiting(session, jobs, crews, alive_s)
     return JobsPage(
-        data=[_public(j, names.get(j.id), states.get(j.id, _NO_RESULT), waiting.get(j.id)) for j in jobs],
+        data=[
+            _public(j, names.get(j.id), states.get(j.id, _NO_RESULT), waiting.get(j.id), crews.get(j.id))
+            for j in jobs
+        ],
         count=count,
     )
 

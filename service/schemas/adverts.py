@@ -18,6 +18,7 @@ from pydantic import (
 
 from kernelab.service.schemas.spec import JobSpec
 from kernelab.service.schemas.types import Finite, JsonObject, Text, UtcDatetime, _Strict
+from kernelab.service.schemas.workload import Endpoint, GangSeat, WorkloadSpec
 
 # Benchmark advertisements (what a runner can run; kernelab.service.adverts checks specs against them)
 # --------------------------------------------------------------------------------------------------
@@ -133,13 +134,26 @@ class ClaimRequest(_Strict):
     lease_s: float = Field(default=120.0, ge=5, le=3600)
     benchmarks: RunnerAdverts | None = None
     benchmarks_sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = None
+    workloads: bool = Field(default=False, description="this runner runs workload jobs (kind: workload)")
+    rdzv_endpoint: Endpoint | None = Field(
+        default=None,
+        description="host:port this runner would host a c10d rendezvous on, as node rank 0 of a gang",
+    )
+
+
+AnySpec = Annotated[JobSpec | WorkloadSpec, Field(union_mode="left_to_right")]
+"""A job's spec: a benchmark's ``JobSpec`` or a ``WorkloadSpec`` (``kind: workload``)."""
 
 
 class JobClaim(BaseModel):
+    """A claimed job: its spec and lease; a workload job's claim has its ``gang`` seat (a job of one
+    node too: a gang of one, ready at once)."""
+
     job_id: int
     attempt: int
-    spec: JobSpec
+    spec: AnySpec
     lease_expires_at: UtcDatetime
+    gang: GangSeat | None = None
 
 
 class LeasePublic(BaseModel):

@@ -9,10 +9,10 @@ from pydantic import (
     Field,
 )
 
-from kernelab.service.schemas.adverts import JobProgress
+from kernelab.service.schemas.adverts import AnySpec, JobProgress
 from kernelab.service.schemas.result_job import NodeInfo
-from kernelab.service.schemas.spec import JobSpec
 from kernelab.service.schemas.types import JobStatus, Text, UtcDatetime, _Strict
+from kernelab.service.schemas.workload import GangPublic
 
 # API payloads
 # --------------------------------------------------------------------------------------------------
@@ -23,7 +23,8 @@ class JobPublic(BaseModel):
     name: str
     benchmark: str
     status: JobStatus
-    spec: JobSpec
+    kind: Literal["benchmark", "workload"] = "benchmark"
+    spec: AnySpec
     attempts: int
     max_attempts: int
     created_at: UtcDatetime
@@ -52,6 +53,10 @@ class JobPublic(BaseModel):
     )
     progress_at: UtcDatetime | None = Field(default=None, description="when that heartbeat arrived")
     rerun_of: int | None = Field(default=None, description="the job this one re-runs (POST /jobs/{id}/rerun)")
+    gang: GangPublic | None = Field(
+        default=None,
+        description="a workload job's runners: the seats of its latest attempt (node rank -> runner)",
+    )
 
 
 class JobsPage(BaseModel):

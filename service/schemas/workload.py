@@ -197,11 +197,17 @@ class WorkloadRun(_Posted):
 
 class WorkloadResult(_Posted):
     """What a workload job measured: the spec as run, the node, the probe before the first run, every
-    run in order, and why it stopped (``all-runs`` or ``budget``)."""
+    run in order, and why it stopped (``all-runs`` or ``budget``). A runner's post carries its
+    ``idempotency_key`` and, in a job of several nodes, its ``node_rank``: each node posts the
+    records of its own ranks (``kernelab.service.workload_store.merge`` joins them)."""
 
     schema_version: int = WORKLOAD_SCHEMA_VERSION
     kind: Literal["workload"] = "workload"
     job_id: int | None = None
+    idempotency_key: Text | None = Field(
+        default=None, min_length=8, max_length=200, description="a runner's post: the server stores the first"
+    )
+    node_rank: int = Field(default=0, ge=0, le=63, description="which node of an nnodes > 1 job measured it")
     spec: WorkloadSpec
     node: NodeInfo
     probe_before: ProbeReport | None = None
@@ -302,3 +308,50 @@ class WorkloadComparison(_Posted):
     flags: list[Text] = Field(default_factory=list)
     notes: list[WorkloadReason] = Field(default_factory=list)
     summary: dict[str, int] = Field(default_factory=dict)
+
+
+# The server and runner path (kernelab.service.gangs)
+# --------------------------------------------------------------------------------------------------
+
+Endpoint = Annotated[
+    str, StringConstraints(min_length=3, max_length=300, pattern=r"^[A-Za-z0-9._\-\[\]:]+:[0-9]{1,5}$")
+]
+"""``host:port`` (a c10d rendezvous endpoint)."""
+
+
+class GangSeat(_Posted):
+    """A runner's seat in a workload job's attempt: its ``node_rank`` of ``nnodes``; ``ready`` once
+    every seat is taken (then ``endpoint`` is node rank 0's rendezvous ``host:port`` and the job is
+    ``running``); until then the runner polls ``POST /runners/jobs/{id}/gang``, which keeps its
+    seat, until ``deadline`` (the first seat's time plus ``launch.rdzv_timeout_s``)."""
+
+    job_id: int
+    attempt: int = Field(ge=1)
+    node_rank: int = Field(ge=0)
+    nnodes: int = Field(ge=1)
+    joined: int = Field(ge=0, description="seats taken")
+    ready: bool
+    endpoint: Text | None = None
+    deadline: UtcDatetime | None = None
+
+
+class GangPublic(_Posted):
+    """A workload job's gang as readers see it: the attempt it gathers or runs, the seats taken (node
+    rank -> runner name), whether it waits for more, and until when."""
+
+    attempt: int
+    nnodes: int
+    members: dict[int, Text] = Field(default_factory=dict)
+    gathering: bool = False
+    deadline: UtcDatetime | None = None
+    endpoint: Text | None = None
+
+
+class WorkloadAccepted(_Posted):
+    """The answer to a posted workload result: stored (``duplicate`` for a repeated key), and
+    whether every node of the attempt has now posted (the job is finished and queued for comparison)."""
+
+    job_id: int
+    node_rank: int
+    duplicate: bool = False
+    complete: bool = False

@@ -263,12 +263,21 @@ def _running(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
-def test_submit_of_a_workload_spec_says_where_it_runs() -> None:
+def test_submit_of_a_workload_spec_checks_it_and_refuses_revision_refs(tmp_path: Path) -> None:
+    """``kernelab submit`` reads a workload spec as one (a problem names its line, exit 2) and
+    sends it (an unreachable server: exit 3); ``--baseline-ref`` is for benchmark specs (exit 2)."""
     from typer.testing import CliRunner
 
     from kernelab.runners.cli import app
 
-    out = CliRunner().invoke(
-        app, ["submit", str(EXAMPLE / "workload.yaml"), "--server", "http://127.0.0.1:9"]
+    example = str(EXAMPLE / "workload.yaml")
+    out = CliRunner().invoke(app, ["submit", example, "--server", "http://127.0.0.1:9", "--token", "t" * 20])
+    assert out.exit_code == 3 and "server unreachable" in out.output, out.output
+    refs = CliRunner().invoke(
+        app, ["submit", example, "--baseline-ref", "main", "--server", "http://127.0.0.1:9"]
     )
-    assert out.exit_code == 2 and "kind: a workload spec" in out.output and "kernelab run" in out.output
+    assert refs.exit_code == 2 and "--baseline-ref" in refs.output
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((EXAMPLE / "workload.yaml").read_text().replace("runs: 5", "runs: 0"))
+    out = CliRunner().invoke(app, ["submit", str(bad), "--server", "http://127.0.0.1:9"])
+    assert out.exit_code == 2 and "runs" in out.output and "bad.yaml:" in out.output, out.output

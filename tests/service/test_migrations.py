@@ -34,7 +34,7 @@ with warnings.catch_warnings():
 TABLES = {
     "tokens", "runners", "jobs", "job_attempts", "results", "cells", "sample_blocks", "probe_reports",
     "probe_readings", "health_judgements", "history_points", "compare_tasks", "runner_benchmarks",
-    "bisects",
+    "bisects", "gang_members", "workload_results",
 }  # fmt: skip
 
 
@@ -214,6 +214,8 @@ def test_stored_timestamps_become_aware_utc(db_url: str) -> None:
             "compare_tasks",
             "runner_benchmarks",
             "bisects",
+            "gang_members",
+            "workload_results",
         }
     finally:
         engine.dispose()
@@ -267,5 +269,62 @@ def test_stored_results_get_compare_tasks(db_url: str) -> None:
             assert client.get(f"/api/v1/jobs/{ids[0]}/comparison", headers=headers).status_code == 200
         downgrade(db_url, "0013_runner_node")
         assert "compare_tasks" not in _tables(db_url)
+    finally:
+        engine.dispose()
+
+
+def test_workloads_migration_keeps_benchmark_jobs_and_drops_workload_ones(db_url: str) -> None:
+    """0019 adds ``jobs.kind``/``nnodes`` without rebuilding ``jobs`` (a rebuild on SQLite would
+    cascade to the results that reference it): a stored benchmark job and its result keep their
+    rows, read as kind ``benchmark`` of one node. Downgrade deletes the workload jobs (their seats,
+    node results and compare tasks with them) and keeps the benchmark job and its result."""
+    upgrade(db_url, "0018_pair_tasks")
+    engine = make_engine(db_url)
+    try:
+        now = datetime(2026, 12, 2, tzinfo=UTC)
+        with engine.begin() as conn:
+            meta = MetaData()
+            jobs, results = (Table(n, meta, autoload_with=conn) for n in ("jobs", "results"))
+            bench = conn.execute(insert(jobs).values(
+                name="m", benchmark="softmax", spec=spec_dict(), device="cpu", status="succeeded",
+                attempts=1, max_attempts=1, created_at=now).returning(jobs.c.id)).scalar_one()  # fmt: skip
+            conn.execute(insert(results).values(
+                job_id=bench, idempotency_key="migrate-0019", node_name="node-a", timer="perf_counter",
+                node={"hostname": "node-a", "device_type": "cpu"}, spec=spec_dict(), started_at=now,
+                finished_at=now, received_at=now))  # fmt: skip
+        upgrade(db_url)
+        with engine.begin() as conn:
+            meta = MetaData()
+            jobs, runners, seats, rows, tasks = (
+                Table(n, meta, autoload_with=conn)
+                for n in ("jobs", "runners", "gang_members", "workload_results", "compare_tasks")
+            )
+            assert conn.execute(select(jobs.c.kind, jobs.c.nnodes).where(jobs.c.id == bench)).one() == (
+                "benchmark", 1,
+            )  # fmt: skip
+            assert conn.execute(text("SELECT count(*) FROM results")).scalar_one() == 1
+            runner = conn.execute(
+                insert(runners).values(name="r", created_at=now).returning(runners.c.id)
+            ).scalar_one()
+            assert (
+                conn.execute(select(runners.c.workloads).where(runners.c.id == runner)).scalar_one() is False
+            )
+            work = conn.execute(insert(jobs).values(
+                name="w", benchmark="workload", spec={"kind": "workload"}, device="cpu", status="succeeded",
+                attempts=1, max_attempts=1, created_at=now, kind="workload", nnodes=2).returning(jobs.c.id)
+            ).scalar_one()  # fmt: skip
+            conn.execute(insert(seats).values(job_id=work, attempt=1, node_rank=0, runner_id=runner,
+                                              joined_at=now, lease_expires_at=now))  # fmt: skip
+            conn.execute(insert(rows).values(job_id=work, attempt=1, node_rank=0, idempotency_key="wl-0019",
+                                             node_name="n", result={}, received_at=now))  # fmt: skip
+            conn.execute(insert(tasks).values(kind="workload", job_id=work, status="done", attempts=1,
+                                              max_attempts=3, created_at=now))  # fmt: skip
+        downgrade(db_url, "0018_pair_tasks")
+        assert {"gang_members", "workload_results"} & _tables(db_url) == set()
+        with engine.connect() as conn:
+            assert [r[0] for r in conn.execute(text("SELECT id FROM jobs"))] == [bench]
+            assert conn.execute(text("SELECT count(*) FROM results")).scalar_one() == 1
+            assert conn.execute(text("SELECT count(*) FROM compare_tasks")).scalar_one() == 0
+        upgrade(db_url)
     finally:
         engine.dispose()

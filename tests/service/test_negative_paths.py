@@ -33,6 +33,10 @@ def _bodies() -> dict[str, dict[str, Any]]:
         "bisect": {"repo": "/r", "good": "aaaa", "bad": "bbbb", "good_ref": "v1", "bad_ref": "main",
                    "commits": [{"sha": "bbbb"}], "spec": spec_dict()},
         "step": {"job_id": 1, "commit": "bbbb", "outcome": "good"},
+        "workload": {"idempotency_key": "negative-paths", "runs": [],
+                     "node": {"hostname": "node-a", "device_type": "cpu"},
+                     "spec": {"kind": "workload", "baseline": {"command": ["a.py"]},
+                              "candidate": {"command": ["b.py"]}}},
     }  # fmt: skip
 
 
@@ -56,6 +60,9 @@ ENDPOINTS = [
     Endpoint("POST", "/api/v1/runners/claim", "runner", {}, has_id=False, strict_body=True),
     Endpoint("POST", "/api/v1/runners/jobs/{id}/heartbeat", "runner", {}, strict_body=True),
     Endpoint("POST", "/api/v1/runners/jobs/{id}/fail", "runner", {"error": "x"}, strict_body=True),
+    Endpoint("POST", "/api/v1/runners/jobs/{id}/gang", "runner", {}, strict_body=True),
+    Endpoint("POST", "/api/v1/runners/jobs/{id}/workload-result", "runner", _bodies()["workload"]),
+    Endpoint("GET", "/api/v1/jobs/{id}/workload", "read"),
     Endpoint("POST", "/api/v1/nodes/{id}/probes", "runner", _bodies()["probe"], has_id=False),
     Endpoint("GET", "/api/v1/nodes", "read", has_id=False),
     Endpoint("GET", "/api/v1/nodes/{id}", "read"),

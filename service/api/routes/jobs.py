@@ -9,7 +9,7 @@ from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from fastapi.responses import PlainTextResponse, StreamingResponse
 from sqlalchemy.orm import Session
 
-from kernelab.service import crud, offers, queue, sample_export
+from kernelab.service import crud, gangs, offers, queue, sample_export, workload_store
 from kernelab.service.api.deps import (
     DEFAULT_LIMIT,
     AdminToken,
@@ -38,6 +38,8 @@ from kernelab.service.schemas import (
     JobSpec,
     JobStatus,
     Text,
+    WorkloadComparison,
+    WorkloadSpec,
 )
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
@@ -70,7 +72,14 @@ def submit_job(
     Nothing is imported: the schema is the one runners advertise, or the one that ships with the
     server for a built-in (``kernelab.service.offers.check_spec``). A benchmark no runner
     advertised is queued and waits (``waiting_for`` says so), or is a 422 on ``benchmark`` with
-    ``KERNELAB_REQUIRE_OFFERED_BENCHMARK=true``."""
+    ``KERNELAB_REQUIRE_OFFERED_BENCHMARK=true``.
+
+    A workload spec (``kind: workload``, ``kernelab.service.schemas.WorkloadSpec``) is checked for
+    form only (its program is never imported) and queued for runners that run workloads
+    (``kernelab.service.gangs``: ``launch.nnodes`` of them claim it together)."""
+    if isinstance(spec, WorkloadSpec):
+        job = gangs.submit(session, spec, max_attempts=settings.max_attempts, submitted_by=principal.token_id)
+        return crud.job_public(session=session, job=job, alive_s=settings.runner_alive_s)
     accepted = _accept(spec, session, settings)
     job = queue.submit(
         session, spec, max_attempts=settings.max_attempts, submitted_by=principal.token_id,
@@ -143,6 +152,12 @@ def rerun_job(job_id: JobId, principal: SubmitToken, session: SessionDep, settin
     whatever status the original is; submit scope. The spec is checked as a submission is, against
     today's advertised schema (422 naming the field when it no longer fits); 404 for an unknown job."""
     original = queue.get_job(session, job_id)
+    if original.kind == "workload":
+        job = gangs.submit(session, WorkloadSpec.model_validate(original.spec, context=STORED),
+                           max_attempts=settings.max_attempts, submitted_by=principal.token_id)  # fmt: skip
+        job.rerun_of = job_id
+        session.flush()
+        return crud.job_public(session=session, job=job, alive_s=settings.runner_alive_s)
     spec = JobSpec.model_validate(original.spec, context=STORED)
     accepted = _accept(spec, session, settings)
     job = queue.rerun(
@@ -223,11 +238,48 @@ def rejudge_health(
     return _judgements_or_409(session, job_id, settings)
 
 
+def _workload_or_409(session: Session, job_id: int) -> WorkloadComparison:
+    """The workload job's stored comparison; 404 for an unknown job, 409 for a benchmark job, while
+    there is no result, while it is ``comparing`` (with ``Retry-After``), or when it failed."""
+    job = queue.get_job(session, job_id)
+    if job.kind != "workload":
+        raise HTTPException(
+            status.HTTP_409_CONFLICT, f"job {job_id} is a benchmark job: GET /jobs/{job_id}/comparison"
+        )
+    state = workload_store.comparison_state(session, job_id)
+    if state.status == "comparing":
+        raise HTTPException(
+            status.HTTP_409_CONFLICT,
+            f"job {job_id}: comparing: its result is stored and its comparison is being computed",
+            headers={"Retry-After": str(COMPARING_RETRY_AFTER_S)},
+        )
+    if state.status == "failed":
+        raise HTTPException(status.HTTP_409_CONFLICT, f"job {job_id}: comparison failed: {state.error}")
+    if state.comparison is None:
+        raise HTTPException(status.HTTP_409_CONFLICT, f"job {job_id} has no result yet (status {job.status})")
+    return state.comparison
+
+
+@router.get("/{job_id}/workload")
+def get_workload(job_id: JobId, _: ReadToken, session: SessionDep) -> WorkloadComparison:
+    """A workload job's stored comparison (``kernelab.service.workload_stats``, computed by a compare
+    worker from every node's raw result): phase and metric verdicts with per-rank times, the
+    consistency table, the timeline of runs with the probes between them. 409 while there is
+    none (``JobPublic.comparison_status`` says why), or for a benchmark job; 404 for an unknown job."""
+    return _workload_or_409(session, job_id)
+
+
 @router.get("/{job_id}/report.md", response_class=PlainTextResponse)
 def get_report(job_id: JobId, _: ReadToken, session: SessionDep, settings: SettingsDep) -> PlainTextResponse:
-    """The comparison as Markdown, ready to paste into a pull request (409 while no result)."""
+    """The comparison as Markdown, ready to paste into a pull request (409 while no result); a
+    workload job's is ``kernelab.service.workload_report.workload_markdown``."""
     from kernelab.service.report import to_markdown
 
+    if workload_store.is_workload_job(session, job_id):
+        from kernelab.service.workload_report import workload_markdown
+
+        text = workload_markdown(_workload_or_409(session, job_id))
+        return PlainTextResponse(text, media_type="text/markdown; charset=utf-8")
     markdown = to_markdown(_comparison_or_409(session, job_id, settings))
     return PlainTextResponse(markdown, media_type="text/markdown; charset=utf-8")
 

@@ -14,19 +14,23 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, FastAPI, HTTPException, Request, Response, status
+from fastapi.concurrency import run_in_threadpool
 from pydantic import ValidationError
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from kernelab.service import crud, offers, queue
+from kernelab.service import crud, gangs, offers, queue, workload_store
 from kernelab.service.api.deps import AdminToken, JobId, RunnerCallDep, SessionDep
+from kernelab.service.api.errors import bounded_errors, validate_json_body
 from kernelab.service.auth import Principal
 from kernelab.service.core.config import Settings
 from kernelab.service.models import Runner
 from kernelab.service.queue_watch import QueueWatch, WatchKey
+from kernelab.service.runner_identity import check_node
 from kernelab.service.schemas import (
     STORED,
     ClaimRequest,
+    GangSeat,
     Heartbeat,
     JobClaim,
     JobFailure,
@@ -36,6 +40,9 @@ from kernelab.service.schemas import (
     RunnerIdentity,
     RunnerRegister,
     RunnerRegistered,
+    WorkloadAccepted,
+    WorkloadResult,
+    WorkloadSpec,
 )
 
 
@@ -113,6 +120,24 @@ def _try_claim(
     return None
 
 
+def _claim_workload(
+    session: Session, runner_id: int, device_type: str | None, lease_s: float, body: ClaimRequest
+) -> JobClaim | None:
+    """A seat in a workload job for a runner that runs them (``kernelab.service.gangs.claim``)."""
+    session.execute(
+        update(Runner).where(Runner.id == runner_id, Runner.workloads.is_not(True)).values(workloads=True)
+    )
+    taken = gangs.claim(session, runner_id=runner_id, lease_s=lease_s, device_type=device_type,
+                        endpoint=body.rdzv_endpoint)  # fmt: skip
+    if taken is None:
+        return None
+    job, seat = taken
+    spec = WorkloadSpec.model_validate(job.spec, context=STORED)
+    until = job.lease_expires_at if seat.ready and job.lease_expires_at is not None else seat.deadline
+    assert until is not None
+    return JobClaim(job_id=job.id, attempt=seat.attempt, spec=spec, lease_expires_at=until, gang=seat)
+
+
 def queue_watch(request: Request) -> QueueWatch:
     """This process's ``QueueWatch`` (one per app and event loop, made on first use)."""
     watch: QueueWatch | None = getattr(request.app.state, "queue_watch", None)
@@ -158,7 +183,12 @@ async def claim(body: ClaimRequest, call: RunnerCallDep, request: Request) -> Jo
             detail = [{"loc": ["body", "benchmarks"], "msg": str(exc), "type": "advert_required"}]
             raise HTTPException(status.HTTP_409_CONFLICT, detail) from None
         claimed = _try_claim(session, runner_id, principal.device_type, lease_s, routed)
-        return (principal.device_type, None if routed is None else tuple(routed.pairs())), claimed
+        if claimed is None and body.workloads:
+            claimed = _claim_workload(session, runner_id, principal.device_type, lease_s, body)
+        pairs = None if routed is None else tuple(routed.pairs())
+        if body.workloads:
+            pairs = (*(pairs or ()), queue.WORKLOADS_OFFER)
+        return (principal.device_type, pairs), claimed
 
     key, claimed = await call.run(attempt)
     watch = queue_watch(request)
@@ -179,15 +209,28 @@ async def heartbeat(job_id: JobId, body: Heartbeat, call: RunnerCallDep) -> Leas
     working on the job. The answer carries the lease, not
     the job's spec (the runner has it from the claim)."""
 
-    def work(session: Session, principal: Principal) -> LeasePublic:
+    def work(session: Session, principal: Principal) -> LeasePublic | queue.LeaseLostError:
         progress = None if body.progress is None else body.progress.model_dump(mode="json")
-        lease = queue.heartbeat(
-            session, job_id, runner_id=_runner_id(principal), lease_s=body.lease_s, durable=False,
-            progress=progress,
-        )  # fmt: skip
+        try:
+            lease = queue.heartbeat(
+                session, job_id, runner_id=_runner_id(principal), lease_s=body.lease_s, durable=False,
+                progress=progress,
+            )  # fmt: skip
+        except queue.LeaseLostError:  # a workload job: no single holder, each member keeps its seat
+            if not workload_store.is_workload_job(session, job_id):
+                raise
+            try:
+                lease = gangs.heartbeat(
+                    session, job_id, runner_id=_runner_id(principal), lease_s=body.lease_s, progress=progress
+                )
+            except queue.LeaseLostError as exc:  # answered after the commit: the re-queue it made stays
+                return exc
         return LeasePublic(job_id=lease.id, attempt=lease.attempts, lease_expires_at=lease.lease_expires_at)
 
-    return await call.run(work)
+    answer = await call.run(work)
+    if isinstance(answer, queue.LeaseLostError):
+        raise answer
+    return answer
 
 
 @router.post("/jobs/{job_id}/fail")
@@ -196,7 +239,58 @@ async def fail(job_id: JobId, body: JobFailure, call: RunnerCallDep) -> JobPubli
 
     def work(session: Session, principal: Principal) -> JobPublic:
         runner_id = _runner_id(principal)
-        job = queue.fail(session, job_id, runner_id=runner_id, error=body.error, retry=body.retry)
+        if workload_store.is_workload_job(session, job_id):  # the whole gang's attempt fails
+            job = gangs.fail(session, job_id, runner_id=runner_id, error=body.error, retry=body.retry)
+        else:
+            job = queue.fail(session, job_id, runner_id=runner_id, error=body.error, retry=body.retry)
         return crud.job_public(session=session, job=job)
+
+    return await call.run(work)
+
+
+@router.post("/jobs/{job_id}/gang")
+async def keep_seat(job_id: JobId, body: Heartbeat, call: RunnerCallDep) -> GangSeat:
+    """Keep this runner's seat in workload job ``job_id`` for ``lease_s`` more seconds and say where
+    the gang stands: ``ready`` (every seat taken, the job running; ``endpoint`` is node rank 0's
+    rendezvous) or still gathering until ``deadline``. 409 when the seat is gone (the gathering
+    timed out or lost a member, the attempt was re-queued or cancelled): claim again."""
+
+    def work(session: Session, principal: Principal) -> GangSeat | queue.LeaseLostError:
+        try:
+            return gangs.keep(session, job_id, runner_id=_runner_id(principal), lease_s=body.lease_s)
+        except queue.LeaseLostError as exc:  # answered after the commit: the dropped gathering stays dropped
+            return exc
+
+    answer = await call.run(work)
+    if isinstance(answer, queue.LeaseLostError):
+        raise answer
+    return answer
+
+
+@router.post("/jobs/{job_id}/workload-result", status_code=status.HTTP_201_CREATED)
+async def post_workload_result(job_id: JobId, request: Request, call: RunnerCallDep) -> WorkloadAccepted:
+    """Store this node's ``WorkloadResult`` of the running workload job (``kernelab.service.
+    workload_store.store``): 201, also for a repeated ``idempotency_key`` (``duplicate``: nothing
+    stored again); ``complete`` when it was the last node's and the job has finished (its
+    comparison then queued for a compare worker). 409 when this runner holds no seat of the
+    running attempt (lease lost, re-queued, cancelled); 422 naming the field for a body that is
+    no ``WorkloadResult`` or does not fit the job (spec, node rank). A database fault is a 503 the
+    runner retries (its result stays spooled)."""
+    data = await request.body()
+    try:
+        result = await run_in_threadpool(validate_json_body, WorkloadResult, data)
+    except ValidationError as exc:
+        errors = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, bounded_errors(errors)) from None
+    max_attempts = request.app.state.settings.compare_max_attempts
+
+    def work(session: Session, principal: Principal) -> WorkloadAccepted:
+        check_node(session, principal, result.node.hostname, loc=("body", "node", "hostname"))
+        try:
+            return workload_store.store(session, job_id, runner_id=_runner_id(principal), result=result,
+                                        max_attempts=max_attempts)  # fmt: skip
+        except workload_store.WorkloadRefused as exc:
+            detail = [{"loc": ["body", *exc.loc], "msg": str(exc), "type": "value_error"}]
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail) from None
 
     return await call.run(work)
