@@ -244,7 +244,7 @@ def energy_summary(energy: EnergyMeasurement | None) -> EnergySummary | None:
     ratio is candidate / baseline of those medians; its 95% interval is the Student t interval of
     the mean log ratio over paired blocks (block k of the baseline with block k of the candidate:
     ABBA-adjacent, so a slow drift of the board's power falls on both), exponentiated
-    (``scipy.stats.t``). None when no energy was asked for.
+    (``scipy.stats.ttest_1samp(...).confidence_interval``). None when no energy was asked for.
     """
     if energy is None:
         return None
@@ -267,12 +267,12 @@ def energy_summary(energy: EnergyMeasurement | None) -> EnergySummary | None:
         summary.ratio = cand / base
     b_arr, c_arr = np.asarray(per["baseline"][:pairs]), np.asarray(per["candidate"][:pairs])
     if pairs >= 2 and (b_arr > 0).all() and (c_arr > 0).all():
-        from scipy.stats import t as student_t
+        from scipy.stats import ttest_1samp
 
-        logs = np.log(c_arr / b_arr)
-        half = float(student_t.ppf(0.975, pairs - 1) * logs.std(ddof=1) / math.sqrt(pairs))
-        mean = float(logs.mean())
-        summary.ci_low, summary.ci_high = math.exp(mean - half), math.exp(mean + half)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ci = ttest_1samp(np.log(c_arr / b_arr), 0.0).confidence_interval(0.95)
+        if math.isfinite(ci.low) and math.isfinite(ci.high):
+            summary.ci_low, summary.ci_high = math.exp(ci.low), math.exp(ci.high)
     return summary
 
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from fastapi.responses import PlainTextResponse, StreamingResponse
@@ -181,17 +181,26 @@ def _comparison_or_409(session: Session, job_id: int, settings: Settings) -> Com
 
     job = queue.get_job(session, job_id)
     stored = job_comparison(session=session, job_id=job_id, settings=settings)
-    if stored.status == "comparing":
+    return _stored_or_409(job_id, job.status, stored.status, stored.error, stored.comparison)
+
+
+T = TypeVar("T")
+
+
+def _stored_or_409(job_id: int, job_status: str, state: str, error: str | None, stored: T | None) -> T:
+    """``stored`` (a job's stored comparison); 409 while it is ``comparing`` (with
+    ``Retry-After``), when it ``failed``, or while there is no result yet."""
+    if state == "comparing":
         raise HTTPException(
             status.HTTP_409_CONFLICT,
             f"job {job_id}: comparing: its result is stored and its comparison is being computed",
             headers={"Retry-After": str(COMPARING_RETRY_AFTER_S)},
         )
-    if stored.status == "failed":
-        raise HTTPException(status.HTTP_409_CONFLICT, f"job {job_id}: comparison failed: {stored.error}")
-    if stored.comparison is None:
-        raise HTTPException(status.HTTP_409_CONFLICT, f"job {job_id} has no result yet (status {job.status})")
-    return stored.comparison
+    if state == "failed":
+        raise HTTPException(status.HTTP_409_CONFLICT, f"job {job_id}: comparison failed: {error}")
+    if stored is None:
+        raise HTTPException(status.HTTP_409_CONFLICT, f"job {job_id} has no result yet (status {job_status})")
+    return stored
 
 
 @router.get("/{job_id}/comparison")
@@ -247,17 +256,7 @@ def _workload_or_409(session: Session, job_id: int) -> WorkloadComparison:
             status.HTTP_409_CONFLICT, f"job {job_id} is a benchmark job: GET /jobs/{job_id}/comparison"
         )
     state = workload_store.comparison_state(session, job_id)
-    if state.status == "comparing":
-        raise HTTPException(
-            status.HTTP_409_CONFLICT,
-            f"job {job_id}: comparing: its result is stored and its comparison is being computed",
-            headers={"Retry-After": str(COMPARING_RETRY_AFTER_S)},
-        )
-    if state.status == "failed":
-        raise HTTPException(status.HTTP_409_CONFLICT, f"job {job_id}: comparison failed: {state.error}")
-    if state.comparison is None:
-        raise HTTPException(status.HTTP_409_CONFLICT, f"job {job_id} has no result yet (status {job.status})")
-    return state.comparison
+    return _stored_or_409(job_id, job.status, state.status, state.error, state.comparison)
 
 
 @router.get("/{job_id}/workload")
