@@ -154,8 +154,11 @@ def cmd_aa(args: argparse.Namespace, log: Any) -> str:
     for kernel in args.kernels.split(","):
         for placement in args.placement.split(","):
             for i in range(args.runs):
-                row = _job(kernel, args.seed + i, placement, isolate=not args.in_process)
-                log.write(json.dumps({"part": "aa", **row}) + "\n")
+                extra: dict[str, Any] = {} if args.timer == "auto" else {"timer": args.timer}
+                if args.sens_settings:  # the settings of the sensitivity runs (``cmd_sens``)
+                    extra.update(budget_ms=10_000.0, threshold_pct=0.25, target_ci_pct=0.1)
+                row = _job(kernel, args.seed + i, placement, isolate=not args.in_process, **extra)
+                log.write(json.dumps({"part": "aa", "timer": args.timer, **row}) + "\n")
                 log.flush()
                 rows.append(row)
     return _summary(rows)
@@ -382,6 +385,8 @@ def main() -> None:
     p.add_argument("runs", type=int)
     p.add_argument("--placement", default="rotate")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--timer", default="auto", help="measurement.timer of every job")
+    p.add_argument("--sens-settings", action="store_true", help="budget, threshold and CI target of sens")
     p.add_argument("--in-process", action="store_true", help="all jobs in this process")
     p = sub.add_parser("sens")
     p.add_argument("runs", type=int)

@@ -20,11 +20,16 @@ the minimum time), or ``max_rounds`` is reached. The CI is checked on a geometri
 (at ``min_rounds``, then each time the round count has grown by 20%, at least 4 rounds), so its
 cost stays a small fraction of the budget.
 
-Placement (``measurement.placement: rotate``): when both sides were prepared on two input sets
-(``kernelab.runners.sides.LocalSide.add_input_set``), round r runs the baseline on set
-``(r // SWAP_EVERY_ROUNDS) % 2`` and the candidate on the other (``input_set``): a 2x2 crossover,
-so a buffer placement effect falls on both sides alike; the stop check's ratio is stratified by assignment
-(``kernelab.service.estimators.ratio_ci_arrays``). After the rounds, ``cross_check`` times both
+Placement (``measurement.placement: rotate``): when both sides were prepared on K >= 2 input sets
+(``kernelab.runners.sides.LocalSide.add_input_set``; each set its own inputs and whatever the
+side's ``prepare`` allocated), round r runs the baseline on set ``a = (r // SWAP_EVERY_ROUNDS) % K``
+and the candidate on set ``(a + 1) % K`` (``input_set``): a cyclic Latin square (with K = 2 a 2x2
+crossover), so a set's placement effect falls on both sides alike, and each side's own buffers
+sit at K places. K is what both sides offer, at most ``measurement.input_sets``, and after the
+warm-up at most what lets the rounds cover every assignment twice within ``budget_ms``
+(``sets_for_budget``). The stop check's ratio is stratified by assignment, and with K >= 3 its CI
+spans the assignments' spread (``kernelab.service.estimators.cluster_cis``), so the CI may end the
+cell only once every assignment ran twice. After the rounds, ``cross_check`` times both
 sides briefly with the other timing method (``measurement.cross_check``).
 
 Power state (``measurement.state``): ``cold`` takes each sample as it comes (after the L2 flush
@@ -52,7 +57,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from kernelab.runners.timing import Timer
-from kernelab.service.estimators import kept_samples, ratio_ci
+from kernelab.service.estimators import BETWEEN_STRATA_MIN_SETS, kept_samples, ratio_ci
 from kernelab.service.samples import NULL_REASONS, SAMPLE_FIELDS, memory_dtype
 from kernelab.service.schemas import (
     EnergyBlock,
@@ -252,6 +257,7 @@ class LocalPairTimer:
 
     def __init__(self, sides: Mapping[Side, TimedSide]):
         self.sides = dict(sides)
+        self._limit: int | None = None
 
     def time_ns(self, variant: Side, launches: int) -> float:
         return self.sides[variant].time_ns(launches)
@@ -275,8 +281,14 @@ class LocalPairTimer:
         return max(1, int(heat(per_launch_ns, sustain_ns)))
 
     def input_sets(self) -> int:
-        """Input sets both sides were prepared on (the fewer of the two; 1 when a side offers none)."""
-        return min(int(getattr(side, "input_sets", 1)) for side in self.sides.values())
+        """Input sets both sides were prepared on (the fewer of the two; 1 when a side offers none),
+        at most the limit ``limit_input_sets`` set."""
+        offered = min(int(getattr(side, "input_sets", 1)) for side in self.sides.values())
+        return offered if self._limit is None else min(offered, self._limit)
+
+    def limit_input_sets(self, sets: int) -> None:
+        """Rotate only the first ``sets`` input sets from now on (``sets_for_budget``)."""
+        self._limit = max(1, int(sets))
 
     def use_inputs(self, variant: Side, index: int) -> None:
         """Time ``variant`` on its input set ``index`` from now on."""
@@ -305,32 +317,64 @@ candidate did in 2 of 4 samples: A/A read ``faster`` in 13 of 40 cells on an idl
 ``placement-disagreement`` judges, ``docs/results/2026-12-02-aa-cpu.md``). Over the 6 rounds of a
 swap cycle the linear drift still cancels (each side's mean position is the same)."""
 
+MIN_BETWEEN_SETS = 4
+"""The fewest input sets rotated when more than two are: the CI across placements then has at
+least 3 degrees of freedom (Student-t 97.5% quantile 3.18; with 3 sets, 2 and 4.30). A cell whose
+budget cannot cover this many assignments twice rotates two (``sets_for_budget``)."""
+_CYCLES_BEFORE_STOP = 2  # every assignment runs this many times before the CI may end the cell
 
-def input_set(round_index: int, variant: Side, swap_every_rounds: int = SWAP_EVERY_ROUNDS) -> int:
-    """The input set ``variant`` runs in round ``round_index`` under a rotating placement: with
-    assignment a = ``(round_index // swap_every_rounds) % 2`` the baseline runs set a and the
-    candidate set 1 - a (a 2x2 crossover: each side meets each set equally often)."""
-    a = (round_index // swap_every_rounds) % 2
-    return a if variant == "baseline" else 1 - a
+
+def input_set(
+    round_index: int, variant: Side, swap_every_rounds: int = SWAP_EVERY_ROUNDS, input_sets: int = 2
+) -> int:
+    """The input set ``variant`` runs in round ``round_index`` under a rotating placement of
+    ``input_sets`` (K) sets: with assignment a = ``(round_index // swap_every_rounds) % K`` the
+    baseline runs set a and the candidate set ``(a + 1) % K`` (a cyclic Latin square: over K
+    assignments each side meets each set once, and each set serves both sides; with K = 2 the
+    2x2 crossover, the candidate on set 1 - a)."""
+    a = (round_index // swap_every_rounds) % input_sets
+    return a if variant == "baseline" else (a + 1) % input_sets
 
 
 def placement_of(pair: PairTimer, settings: MeasurementSpec) -> Placement:
-    """How ``measure_interleaved`` places the input sets of ``pair`` under ``settings``: two sets
-    swapped every ``SWAP_EVERY_ROUNDS`` rounds when ``settings.placement`` is ``rotate`` and both
-    sides offer two sets (``LocalPairTimer.input_sets``), else one."""
+    """How ``measure_interleaved`` places the input sets of ``pair`` under ``settings``: the sets
+    both sides offer (``LocalPairTimer.input_sets``, after any ``limit_input_sets``), at most
+    ``settings.input_sets``, swapped every ``SWAP_EVERY_ROUNDS`` rounds when ``settings.placement``
+    is ``rotate`` and there are at least two; else one."""
     sets = getattr(pair, "input_sets", None)
-    rotate = settings.placement == "rotate" and callable(sets) and sets() >= 2
-    return Placement(input_sets=2 if rotate else 1, swap_every_rounds=SWAP_EVERY_ROUNDS)
+    offered = int(sets()) if callable(sets) else 1
+    rotate = settings.placement == "rotate" and offered >= 2
+    return Placement(
+        input_sets=min(offered, settings.input_sets) if rotate else 1, swap_every_rounds=SWAP_EVERY_ROUNDS
+    )
+
+
+def sets_for_budget(offered: int, round_ns: float, settings: MeasurementSpec) -> int:
+    """How many of the ``offered`` input sets the rounds rotate: the most K in
+    [``MIN_BETWEEN_SETS``, offered] whose ``_CYCLES_BEFORE_STOP`` full cycles
+    (2 * ``SWAP_EVERY_ROUNDS`` * K rounds) fit in ``settings.budget_ms`` at ``round_ns`` (ns per
+    round, from the warm-up) and in ``settings.max_rounds``; else 2 (or ``offered`` when < 2).
+    More sets put each side's buffers at more places (a narrower spread of the placement effect
+    in the mean), but a cycle the budget cuts short leaves assignments out."""
+    if offered <= 2:
+        return offered
+    if round_ns > 0 and math.isfinite(round_ns):
+        affordable = min(settings.max_rounds, settings.budget_ms * _NS_PER_MS / round_ns)
+    else:
+        affordable = settings.max_rounds
+    fit = int(affordable // (_CYCLES_BEFORE_STOP * SWAP_EVERY_ROUNDS))
+    return min(offered, fit) if fit >= MIN_BETWEEN_SETS else 2
 
 
 def _place(pair: PairTimer, placement: Placement, round_index: int, variant: Side) -> None:
-    if placement.input_sets == 2:
-        pair.use_inputs(variant, input_set(round_index, variant, placement.swap_every_rounds))  # type: ignore[attr-defined]
+    if placement.input_sets >= 2:
+        index = input_set(round_index, variant, placement.swap_every_rounds, placement.input_sets)
+        pair.use_inputs(variant, index)  # type: ignore[attr-defined]
 
 
 def _reset_inputs(pair: PairTimer, placement: Placement) -> None:
     """Both sides back on input set 0 (what the checks and the eager call use)."""
-    if placement.input_sets == 2:
+    if placement.input_sets >= 2:
         for variant in SIDES:
             pair.use_inputs(variant, 0)  # type: ignore[attr-defined]
 
@@ -378,7 +422,7 @@ def cross_check(pair: PairTimer, samples: SampleColumns, settings: MeasurementSp
     try:
         for variant in SIDES:
             for index in range(placement.input_sets):
-                if placement.input_sets == 2:
+                if placement.input_sets >= 2:
                     pair.use_inputs(variant, index)  # type: ignore[attr-defined]
                 pair.cross_time_ns(variant, launches[variant])  # type: ignore[attr-defined]
         for r in range(settings.cross_check_rounds):
@@ -560,34 +604,56 @@ def _align_timers(pair: PairTimer) -> bool:
 
 def _warm_up(
     pair: PairTimer, warmup_ms: float, clock: Clock, placement: Placement | None = None
-) -> dict[Side, int]:
+) -> tuple[dict[Side, int], float]:
     """Alternate the variants through ``pair`` until each has run ``warmup_ms``; launches per sample.
 
     Each variant's launches per call double from 1 up to what its fastest reading so far asks for
     (``pair.launches_for``), so later readings come from full-size windows. At least
-    ``_MIN_WARMUP_PASSES`` passes run. Under a rotating ``placement`` the passes alternate the
-    input sets (``input_set`` of the pass number), so both sets are warm. Returns each variant's
-    launches per sample.
+    ``_MIN_WARMUP_PASSES`` passes run, and under a rotating ``placement`` of K sets at least K,
+    each pass on the next assignment (``input_set`` with a swap every pass), so every side warms
+    every set. Returns each variant's launches per sample and an estimate of one round's wall time
+    (ns): both sides' launches times their fastest reading, plus each side's overhead per call
+    outside its launches (the wall time of its last call less the launches it timed).
     """
     placement = placement or Placement()
+    sets = placement.input_sets
     spent_ns: dict[Side, float] = dict.fromkeys(SIDES, 0.0)
     best_ns: dict[Side, float] = dict.fromkeys(SIDES, math.inf)
     launches: dict[Side, int] = dict.fromkeys(SIDES, 1)
+    overhead_ns: dict[Side, float] = dict.fromkeys(SIDES, 0.0)
+    min_passes = max(_MIN_WARMUP_PASSES, sets if sets >= 2 else 0)
     passes = 0
-    while passes < _MIN_WARMUP_PASSES or min(spent_ns.values()) < warmup_ms * 1e6:
+    while passes < min_passes or min(spent_ns.values()) < warmup_ms * 1e6:
         for variant in SIDES if passes % 2 == 0 else tuple(reversed(SIDES)):
-            if placement.input_sets == 2:  # swap every pass: both sides warm both sets
-                pair.use_inputs(variant, input_set(passes, variant, 1))  # type: ignore[attr-defined]
+            if sets >= 2:  # a new assignment every pass: every side warms every set
+                pair.use_inputs(variant, input_set(passes, variant, 1, sets))  # type: ignore[attr-defined]
             t0 = clock()
             estimate_ns = pair.time_ns(variant, launches[variant])
-            spent_ns[variant] += clock() - t0
+            wall_ns = clock() - t0
+            spent_ns[variant] += wall_ns
+            if math.isfinite(estimate_ns):
+                overhead_ns[variant] = max(0.0, wall_ns - estimate_ns * launches[variant])
             # Delays only add time: the fastest reading is the robust estimate (first-call
             # compilation, preemption and small-window overhead all inflate the others).
             best_ns[variant] = min(best_ns[variant], estimate_ns)
             launches[variant] = min(2 * launches[variant], pair.launches_for(variant, best_ns[variant]))
         passes += 1
     _reset_inputs(pair, placement)
-    return {v: pair.launches_for(v, best_ns[v]) for v in SIDES}
+    final = {v: pair.launches_for(v, best_ns[v]) for v in SIDES}
+    round_ns = sum(final[v] * best_ns[v] + overhead_ns[v] for v in SIDES)
+    return final, round_ns
+
+
+def _prime(pair: PairTimer, placement: Placement, launches: Mapping[Side, int]) -> None:
+    """One untimed sample of each side on each of its input sets at its final launches, so a
+    capture or first replay at that launch count (a CUDA graph) falls outside the rounds."""
+    if placement.input_sets < 2:
+        return
+    for index in range(placement.input_sets):
+        for variant in SIDES:
+            pair.use_inputs(variant, index)  # type: ignore[attr-defined]
+            pair.time_ns(variant, launches[variant])
+    _reset_inputs(pair, placement)
 
 
 class _SampleBuffer:
@@ -721,9 +787,22 @@ def measure_interleaved(
     warmup_ms = max(settings.warmup_ms, SUSTAINED_WARMUP_MS) if sustained else settings.warmup_ms
     if progress is not None:
         progress("warm-up")
-    launches = _warm_up(pair, warmup_ms, clock, placement)
+    launches, round_ns = _warm_up(pair, warmup_ms, clock, placement)
     if _align_timers(pair):
-        launches = _warm_up(pair, warmup_ms, clock, placement)
+        launches, round_ns = _warm_up(pair, warmup_ms, clock, placement)
+    limit = getattr(pair, "limit_input_sets", None)
+    if placement.input_sets > 2 and callable(limit):
+        used = sets_for_budget(placement.input_sets, round_ns, settings)
+        if used < placement.input_sets:
+            limit(used)
+            placement = placement_of(pair, settings)
+    _prime(pair, placement, launches)
+    # with the CI across placements, every assignment runs twice before the CI may end the cell
+    cycle_rounds = (
+        _CYCLES_BEFORE_STOP * placement.swap_every_rounds * placement.input_sets
+        if placement.input_sets >= BETWEEN_STRATA_MIN_SETS
+        else 0
+    )
     if progress is not None:
         progress("measuring")
     rng = np.random.default_rng(settings.seed)
@@ -770,7 +849,7 @@ def measure_interleaved(
                 per_sample = f"{launches['baseline']}/{launches['candidate']} launches per sample"
                 timed = f"{timed_ns / _NS_PER_MS:.0f}/{settings.min_time_ms:g} ms min time"
                 progress(f"round {rounds}: {text} ({per_sample}, {timed})")
-            if ci is not None and ci[1] < target and timed_ns >= min_time_ns:
+            if ci is not None and ci[1] < target and timed_ns >= min_time_ns and rounds >= cycle_rounds:
                 break
             next_check = rounds + max(_MIN_CHECK_INTERVAL_ROUNDS, math.ceil(_CHECK_GROWTH * rounds))
     if monitor is not None:

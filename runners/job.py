@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import os
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
@@ -185,22 +186,30 @@ class LocalSides:
         """Each side's parameters, inputs (shared when the parameters are equal, scaled by
         ``correctness.input_scale``) and prepared ``LocalSide`` with the cell's tolerances.
 
-        With ``measurement.placement: rotate`` each side is prepared twice, on input sets 0 and 1
-        drawn from the same seed (equal values) and allocated alike: set 0 as inputs, then the
-        baseline's and the candidate's ``prepare``; set 1 as inputs, then the candidate's and the
-        baseline's ``prepare`` (the order reversed, so in each assignment of the engine's rotation
-        both sides' buffers hold the same place in the allocation order). A set 1 that does not fit
-        in device memory leaves the cell on one set (``CellResult.placement`` says so)."""
+        With ``measurement.placement: rotate`` each side is prepared on up to
+        ``measurement.input_sets`` input sets drawn from the same seed (equal values) and allocated
+        alike, in turn: set k's inputs, then both sides' ``prepare`` (whatever it allocates, its
+        output buffers too), the baseline first in even sets and the candidate first in odd ones,
+        so neither side's buffers come first in the allocation order more often. Sets are added
+        while they fit in half the memory free after set 0 (``sets_that_fit``; a set that still
+        runs out of memory ends the list), so the cell may rotate fewer (``CellResult.placement``
+        says how many the rounds used)."""
+        before = _allocated_bytes(self.device)
         sides = self._prepare_set(cell, list(SIDES))
-        if self.spec.measurement.placement != "rotate":
+        wanted = self.spec.measurement.input_sets if self.spec.measurement.placement == "rotate" else 1
+        if wanted < 2:
             return sides
-        try:
-            alternates = self._prepare_set(cell, list(reversed(SIDES)))
-        except torch.OutOfMemoryError:
-            logger.warning("cell %d: a second input set does not fit in device memory; one set", index)
-            return sides
-        for v, side in sides.items():
-            side.add_input_set(alternates[v].inputs, alternates[v].fn)
+        sets = sets_that_fit(_set_bytes(self.device, before, sides), _free_bytes(self.device), wanted)
+        for k in range(1, sets):
+            try:
+                more = self._prepare_set(cell, list(SIDES) if k % 2 == 0 else list(reversed(SIDES)))
+            except torch.OutOfMemoryError:
+                logger.warning("cell %d: input set %d does not fit in device memory; %d sets", index, k, k)
+                break
+            for v, side in sides.items():
+                side.add_input_set(more[v].inputs, more[v].fn)
+        if sets < wanted:
+            logger.info("cell %d: %d of %d input sets fit in half the free memory", index, sets, wanted)
         return sides
 
     def _prepare_set(self, cell: Mapping[str, ParamValue], order: list[Side]) -> dict[Side, LocalSide]:
@@ -284,6 +293,49 @@ def _cpu_threads(n: int) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(previous)
+
+
+SET_MEMORY_FRACTION = 0.5
+"""Input sets beyond the first may take at most this fraction of the memory free after the first
+(device memory on a GPU, available RAM on a CPU): the rest stays for the kernel's own work space."""
+
+
+def sets_that_fit(set_bytes: int, free_bytes: int | None, wanted: int) -> int:
+    """How many input sets to prepare: ``wanted``, or fewer when sets 2..n of ``set_bytes`` bytes
+    each would take more than ``SET_MEMORY_FRACTION`` of ``free_bytes`` (unknown: ``wanted``);
+    at least 1."""
+    if wanted <= 1 or free_bytes is None or set_bytes <= 0:
+        return max(1, wanted)
+    extra = int(SET_MEMORY_FRACTION * free_bytes // set_bytes)
+    return max(1, min(wanted, 1 + extra))
+
+
+def _allocated_bytes(device: torch.device) -> int:
+    return int(torch.cuda.memory_allocated(device)) if device.type == "cuda" else 0
+
+
+def _set_bytes(device: torch.device, before: int, sides: Mapping[Side, LocalSide]) -> int:
+    """Bytes one input set took: on a GPU what the allocator handed out while preparing it; on a
+    CPU twice its input tensors (the outputs a ``prepare`` allocates are not visible there)."""
+    if device.type == "cuda":
+        return max(0, _allocated_bytes(device) - before)
+    seen: dict[int, int] = {}
+    for side in sides.values():
+        for value in side.inputs.values():
+            if isinstance(value, torch.Tensor):
+                seen[id(value)] = value.numel() * value.element_size()
+    return 2 * sum(seen.values())
+
+
+def _free_bytes(device: torch.device) -> int | None:
+    """Free device memory (``torch.cuda.mem_get_info``), or available RAM on a CPU
+    (``sysconf``), or None where neither can be read."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 def _free_device_memory(device: torch.device, timer: Timer) -> None:

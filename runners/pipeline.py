@@ -23,8 +23,8 @@ every option of the spec means the same for both kinds. Per cell, in this order:
    other timing method, into ``CellResult.cross_check``), the **energy per launch**
    (``measurement.energy``: ``kernelab.runners.engine.energy_check`` with the sampler's energy
    counter, into ``CellResult.energy``), the device-work findings, the declared
-   work (``Benchmark.work``) and the integrity again. ``CellResult.placement`` records whether the
-   rounds rotated two input sets between the sides (``kernelab.runners.engine.placement_of``).
+   work (``Benchmark.work``) and the integrity again. ``CellResult.placement`` records how many
+   input sets the rounds rotated between the sides (``kernelab.runners.engine.placement_of``).
 
 After the cells, ``attach_static`` puts the static metrics (``static_metrics``) on every cell:
 each side compiles its own kernels ahead of time (``SidePair.static_kernels``) and the two are
@@ -320,6 +320,7 @@ def run_cell(
                 time.perf_counter() - t_measure - result.phase_s.get("checks", 0.0), 6
             )
             result.contention = monitor.take() if monitor is not None else []
+            result.placement = placement_of(timed, spec.measurement)  # the sets the rounds rotated
             with contextlib.suppress(Exception):  # a side that cannot say keeps the cell's first error
                 result.timers = {v: side.timer_kind for v, side in sides.items()}
         if spec.measurement.cross_check:

@@ -181,7 +181,7 @@ class LocalSide:
         self.side, self.bench, self.variant, self.params = side, bench, variant, params
         self.inputs, self.fn, self.timer, self.device = inputs, fn, timer, device
         self.rtol, self.atol, self.input_scale = rtol, atol, input_scale
-        # Input set 0 is (inputs, fn); ``add_input_set`` adds set 1 (``input_sets``, ``use_inputs``).
+        # Input set 0 is (inputs, fn); ``add_input_set`` adds sets 1, 2, ... (``input_sets``, ``use_inputs``).
         self._fns: list[Callable[[], Any]] = [fn]
         self._alternate_inputs: list[dict[str, Any]] = []
         self._current = 0
@@ -200,22 +200,20 @@ class LocalSide:
         return self.timer.kind_for(self.fn)
 
     def add_input_set(self, inputs: dict[str, Any], fn: Callable[[], Any]) -> None:
-        """Add input set 1: the same variant prepared on a second copy of the inputs, allocated
-        alike (``kernelab.runners.job.LocalSides.prepare``), timed in the rounds the engine's
-        rotating placement gives it (``kernelab.runners.engine.input_set``). The checks (eager and
-        checked samples) run on set 0. Raises ``ValueError`` when a second set exists."""
-        if len(self._fns) > 1:
-            raise ValueError(f"{self.side} already has two input sets")
+        """Add the next input set: the same variant prepared on another copy of the inputs,
+        allocated alike (``kernelab.runners.job.LocalSides.prepare``), timed in the rounds the
+        engine's rotating placement gives it (``kernelab.runners.engine.input_set``). The checks
+        (eager and checked samples) run on set 0."""
         self._alternate_inputs.append(inputs)
         self._fns.append(fn)
 
     @property
     def input_sets(self) -> int:
-        """Input sets this side was prepared on (1, or 2 with an ``alternate``)."""
+        """Input sets this side was prepared on (1, plus one per ``add_input_set``)."""
         return len(self._fns)
 
     def use_inputs(self, index: int) -> None:
-        """Time input set ``index`` (0 or 1) from now on. Raises ``IndexError`` for a set it lacks."""
+        """Time input set ``index`` from now on. Raises ``IndexError`` for a set it lacks."""
         if not 0 <= index < len(self._fns):
             raise IndexError(f"{self.side} has {len(self._fns)} input set(s), not {index + 1}")
         self._current = index

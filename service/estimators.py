@@ -167,8 +167,9 @@ def ratio_ci(
     200 rounds and 2000 resamples on a 2-core CI machine (``benchmarks/stats_speed.py``); with few
     rounds (3: 10 distinct resamples) the draws are cached per ``(seed, rounds, n_resamples)`` and a
     cell of 600 samples costs well under 1 ms (``benchmarks/compare_speed.py``).
-    With ``input_sets`` 2 (the cell's ``Placement``) the estimator is stratified by input-set
-    assignment (``ratio_ci_arrays``'s ``strata``, from ``placement_strata``).
+    With ``input_sets`` >= 2 (the cell's ``Placement``) the estimator is stratified by input-set
+    assignment (``ratio_ci_arrays``'s ``strata``, from ``placement_strata``), and with 3 or more
+    the CI also spans the assignments' spread (``cluster_cis``' ``between``).
     Raises ValueError for ``confidence`` outside (0, 1) or ``n_resamples`` < 1.
     """
     rounds = np.asarray(samples.round, dtype=np.int64)
@@ -180,6 +181,7 @@ def ratio_ci(
         n_resamples=n_resamples,
         seed=seed,
         strata=placement_strata(rounds, input_sets, swap_every_rounds),
+        between=input_sets >= BETWEEN_STRATA_MIN_SETS,
     )
 
 
@@ -192,12 +194,13 @@ def ratio_ci_arrays(
     n_resamples: int,
     seed: int,
     strata: np.ndarray | None = None,
+    between: bool = False,
 ) -> tuple[float, float, float] | None:
     """``ratio_ci`` on arrays: (n,) bool ``is_candidate``, (n,) int64 rounds, (n,) float64 ns;
-    ``strata`` as in ``cluster_cis``."""
+    ``strata`` and ``between`` as in ``cluster_cis``."""
     cis = cluster_cis(
         candidate, sample_rounds, durations, confidence=confidence, n_resamples=n_resamples, seed=seed,
-        strata=strata,
+        strata=strata, between=between,
     )  # fmt: skip
     return None if cis is None else cis.ratio
 
@@ -225,6 +228,7 @@ def cluster_cis(
     n_resamples: int,
     seed: int,
     strata: np.ndarray | None = None,
+    between: bool = False,
 ) -> ClusterCIs | None:
     """The ratio of medians candidate/baseline with its round-bootstrap CI and, from the very same
     resamples of whole rounds, each side's median CI in ns (percentile intervals; Efron &
@@ -238,12 +242,21 @@ def cluster_cis(
     bootstrap resamples rounds within each stratum (a stratified bootstrap, Davison & Hinkley
     1997, section 3.7): in a 2x2 crossover, where each side runs input set 0 in one stratum and
     set 1 in the other, a multiplicative effect of the set cancels from the geometric mean (Senn
-    2002, "Cross-over Trials in Clinical Research", ch. 3). A set-by-side interaction (each
-    stratum's ratio different) is not in the CI: ``strata`` gives the per-stratum ratios, and
+    2002, "Cross-over Trials in Clinical Research", ch. 3), and so it does over a full cycle of
+    the cyclic rotation of K sets. A set-by-side interaction (each side's own buffers, e.g. the
+    outputs its ``prepare`` allocated, placed differently: each stratum's ratio different) is not
+    in the stratified bootstrap's CI. ``strata`` gives the per-stratum ratios; with two strata
     ``kernelab.service.verdicts.placement_reasons`` lets a claimed change stand only where they
-    agree. A single stratum, or a stratum that cannot form a ratio (a side with < 2 samples or
-    rounds in it: with a swap period of p rounds, fewer than p + 2 rounds in all), gives the plain
-    estimator over all samples.
+    agree. With ``between`` (three or more input sets) the CI is widened to cover that interaction:
+    it is the hull of the bootstrap interval and the Student-t interval of the mean of the strata's
+    log ratios, each stratum one observation (S strata, S - 1 degrees of freedom: the analysis of
+    cluster means, Donner & Klar 2000, "Design and Analysis of Cluster Randomization Trials",
+    ch. 6). Each side's buffers sit at K places, so the placement effect is a random draw per
+    stratum that the interval includes (the layout randomisation of Curtsinger & Berger 2013,
+    "STABILIZER: Statistically Sound Performance Evaluation", ASPLOS). A single stratum, or a
+    stratum that cannot form a ratio (a side with < 2 samples or rounds in it: with a swap period
+    of p rounds, fewer than p + 2 rounds in all), gives the plain estimator over all samples; with
+    ``between`` such a stratum is left out while another remains.
 
     Returns None where no ratio can be formed (a side with < 2 samples or rounds, a baseline
     median <= 0, no finite resample). Raises ValueError for a confidence outside (0, 1) or
@@ -263,6 +276,8 @@ def cluster_cis(
             if g is None
             else _boot_ratios(candidate[g], sample_rounds[g], durations[g], n_resamples, seed + i)
         )
+        if part is None and between and g is not None:
+            continue  # a stratum too short to form a ratio (the last, cut one): the others still cover
         if part is None:
             if g is None:
                 return None
@@ -270,6 +285,10 @@ def cluster_cis(
                 candidate, sample_rounds, durations, confidence=confidence, n_resamples=n_resamples, seed=seed
             )
         parts.append(part)
+    if not parts:
+        return cluster_cis(
+            candidate, sample_rounds, durations, confidence=confidence, n_resamples=n_resamples, seed=seed
+        )
     if len(parts) == 1:
         ratio, boot, base_med, cand_med, base_point, cand_point = parts[0]
     else:
@@ -285,6 +304,10 @@ def cluster_cis(
         return None
     alpha = 1.0 - confidence
     low, high = np.quantile(boot, [alpha / 2, 1 - alpha / 2])
+    if between and len(parts) >= 2:
+        spread = between_strata_ci(np.array([p[0] for p in parts], dtype=np.float64), confidence)
+        if spread is not None:
+            low, high = min(float(low), spread[0]), max(float(high), spread[1])
     medians: dict[Side, tuple[float, float] | None] = {}
     by_side: tuple[tuple[Side, np.ndarray], ...] = (("baseline", base_med), ("candidate", cand_med))
     for side, med in by_side:
@@ -336,12 +359,40 @@ def _boot_ratios(
     return ratio, boot, base_med, cand_med, base_median, cand_median
 
 
+BETWEEN_STRATA_MIN_SETS = 3
+"""Input sets from which the ratio's CI spans the spread of the assignments' own ratios
+(``cluster_cis``' ``between``). With two, one degree of freedom makes that interval useless
+(Student-t 97.5% quantile 12.7), and a change must show in both assignments instead
+(``kernelab.service.verdicts.placement_reasons``)."""
+
+
+def between_strata_ci(stratum_ratios: np.ndarray, confidence: float) -> tuple[float, float] | None:
+    """The Student-t interval of the geometric mean of ``stratum_ratios`` ((S,) float64, each
+    assignment's own ratio of medians), each stratum one observation: ``exp(m -+ t * s / sqrt(S))``
+    over the logs, S - 1 degrees of freedom (``scipy.stats.t``). None with fewer than two finite
+    positive ratios. Source: the analysis of cluster means (Donner & Klar 2000, ch. 6)."""
+    from scipy import stats  # noqa: PLC0415 (the runner's stop check needs it only with many sets)
+
+    finite = stratum_ratios[np.isfinite(stratum_ratios) & (stratum_ratios > 0)]
+    if finite.size < 2:
+        return None
+    logs = np.log(finite)
+    half = (
+        float(stats.t.ppf(0.5 + confidence / 2, finite.size - 1))
+        * float(np.std(logs, ddof=1))
+        / math.sqrt(finite.size)
+    )
+    centre = float(np.mean(logs))
+    return math.exp(centre - half), math.exp(centre + half)
+
+
 def placement_strata(sample_rounds: np.ndarray, input_sets: int, swap_every_rounds: int) -> np.ndarray | None:
     """(n,) int64 input-set assignment of each sample's round (``kernelab.runners.engine.input_set``):
-    ``(round // swap_every_rounds) % 2`` with two input sets, None with one (no strata)."""
+    ``(round // swap_every_rounds) % input_sets`` with two or more input sets, None with one (no
+    strata)."""
     if input_sets < 2:
         return None
-    return (np.asarray(sample_rounds, dtype=np.int64) // swap_every_rounds) % 2
+    return (np.asarray(sample_rounds, dtype=np.int64) // swap_every_rounds) % input_sets
 
 
 _HL_PAIRWISE_MAX = 1 << 21  # hodges_lehmann forms the m*n differences up to this many (16 MiB of float64)

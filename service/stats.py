@@ -20,6 +20,7 @@ import numpy as np
 
 from kernelab.service import verdicts
 from kernelab.service.estimators import (
+    BETWEEN_STRATA_MIN_SETS,
     KeptSamples,
     cluster_cis,
     hodges_lehmann,
@@ -189,6 +190,7 @@ def _cell_numbers(
         cis = cluster_cis(
             kept.candidate, kept.rounds, kept.durations, confidence=0.95, n_resamples=n_resamples,
             seed=seed, strata=strata,
+            between=placement is not None and placement.input_sets >= BETWEEN_STRATA_MIN_SETS,
         )  # fmt: skip
         rc = None if cis is None else cis.ratio
         for v in _SIDES:
@@ -349,7 +351,11 @@ def _compare_kept(
             why = verdicts.reason("zero-baseline", "the baseline's median time is 0 ns: no ratio")
         found.append(why)
     found += verdicts.placement_reasons(
-        timing, ratio, [r for r in stratum_ratios if math.isfinite(r)], m.threshold_pct
+        timing,
+        ratio,
+        [r for r in stratum_ratios if math.isfinite(r)],
+        m.threshold_pct,
+        input_sets=cell.placement.input_sets,
     )
     if cross is not None:
         found += verdicts.cross_check_reasons(cross, ratio, m.threshold_pct, m.cross_check_pct)

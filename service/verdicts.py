@@ -51,13 +51,14 @@ from kernelab.service.schemas import (
     Verdict,
 )
 
-METHOD_VERSION = 6
+METHOD_VERSION = 7
 """Version of these rules. A stored ``Comparison`` with a lower ``method_version`` was judged by
 older rules (version 1: a wrong kernel could read ``faster``; version 2: two samples per side could
 read ``faster``, a sample throttled by its clock-event reasons counted as clean; version 3: no timer
 cross-check, no input-set placement strata; version 4: a verdict the input placements disagreed on
 stood, a side's median was the pooled one; version 5: no power state, SM clock or energy per launch
-in the comparison) and is recomputed from its raw result."""
+in the comparison; version 6: at most two input sets, no CI across placements) and is recomputed
+from its raw result."""
 
 VERDICT_ORDER: tuple[Verdict, ...] = get_args(Verdict)
 """Every verdict, highest precedence first (the order of ``schemas.Verdict``)."""
@@ -642,7 +643,12 @@ def ratios_agree(
 
 
 def placement_reasons(
-    timing: TimingVerdict, ratio: float | None, stratum_ratios: Sequence[float], threshold_pct: float
+    timing: TimingVerdict,
+    ratio: float | None,
+    stratum_ratios: Sequence[float],
+    threshold_pct: float,
+    *,
+    input_sets: int = 2,
 ) -> list[Reason]:
     """``placement-disagreement`` when the timing verdict claims a change (``faster``, ``slower``)
     that some input placement does not itself show beyond the threshold t: a placement's own ratio
@@ -658,8 +664,14 @@ def placement_reasons(
     it, the rule of the timer cross-check. The cost, accepted (correctness of a verdict before its
     sensitivity): a real change under a set effect as large as its distance from the threshold
     reads ``inconclusive`` (a 7% speed-up under a 6% set effect: placements 0.986 and 0.877), with
-    both placements' ratios in the reason. ``same`` is left to the pooled ratio."""
-    if timing not in ("faster", "slower") or ratio is None or len(stratum_ratios) < 2:
+    both placements' ratios in the reason. ``same`` is left to the pooled ratio.
+
+    Only with two input sets (``input_sets``, the cell's ``Placement``). With three or more the
+    ratio's CI itself spans the spread of the placements' ratios (``estimators.cluster_cis``'
+    ``between``), so a placement effect widens the interval instead: on an H200 output buffers at
+    four places moved a 255 us kernel by -0.18% to +0.23%, which no per-placement rule with a
+    0.25% threshold survives (``docs/results/2026-12-03-h200-placement.md``)."""
+    if input_sets > 2 or timing not in ("faster", "slower") or ratio is None or len(stratum_ratios) < 2:
         return []
     t = threshold_pct / 100
     if all((r < 1 - t) if timing == "faster" else (r > 1 + t) for r in stratum_ratios):

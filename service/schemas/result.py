@@ -251,13 +251,17 @@ class EnergyMeasurement(_Posted):
 class Placement(_Posted):
     """How the cell's input sets were placed (``kernelab.runners.engine.input_set``).
 
-    ``input_sets``: 1 (each side times its own buffers throughout) or 2 (each side was prepared on
-    two input sets allocated alike, and the sets swap between the sides every
-    ``swap_every_rounds`` rounds: round r uses assignment ``(r // swap_every_rounds) % 2``; in
-    assignment 0 the baseline runs set 0 and the candidate set 1, in assignment 1 the reverse).
+    ``input_sets``: 1 (each side times its own buffers throughout), or K >= 2: each side was
+    prepared on K input sets allocated alike (each set holds its own inputs and whatever the side's
+    ``prepare`` allocated, its output buffers too), and round r uses assignment
+    ``a = (r // swap_every_rounds) % K``, in which the baseline runs set a and the candidate set
+    ``(a + 1) % K`` (a cyclic Latin square; with K = 2 a 2x2 crossover). With K >= 3 the ratio's CI
+    also spans the spread of the assignments' own ratios (``kernelab.service.estimators.cluster_cis``),
+    so a buffer-placement effect is inside the interval; with K = 2 a change must show in both
+    assignments (``kernelab.service.verdicts.placement_reasons``).
     """
 
-    input_sets: int = Field(default=1, ge=1, le=2)
+    input_sets: int = Field(default=1, ge=1, le=16)
     swap_every_rounds: int = Field(default=2, ge=1, le=1_000_000)
 
 

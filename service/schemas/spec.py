@@ -217,9 +217,20 @@ class MeasurementSpec(_Strict):
     )
     placement: Literal["rotate", "fixed"] = Field(
         default="rotate",
-        description="'rotate': each side is prepared on two input sets allocated alike, and the sets swap "
-        "between the sides every three rounds, so a buffer-placement effect falls on both sides alike; "
-        "'fixed': each side times one set (half the memory)",
+        description="'rotate': each side is prepared on several input sets allocated alike (input_sets, "
+        "as many as fit in half the free device memory and let the rounds cover every assignment "
+        "twice in budget_ms), and the sets rotate between the sides every three rounds, so a "
+        "buffer-placement effect falls on both sides alike and the CI spans what is left of it; "
+        "'fixed': each side times one set (the least memory)",
+    )
+    input_sets: int = Field(
+        default=8,
+        ge=2,
+        le=16,
+        description="placement 'rotate': the most input sets per side. Output buffers of the same "
+        "kernel at different addresses differ by up to 0.4% on an H200 (docs/results/"
+        "2026-12-03-h200-placement.md); with 4 or more sets the ratio's CI covers that spread, with 2 "
+        "a change must show in both assignments",
     )
     state: Literal["cold", "sustained"] = Field(
         default="cold",

@@ -62,6 +62,7 @@ def measure(
     pair = LocalPairTimer(sides)  # type: ignore[arg-type]
     cell = CellResult(index=0, params={"M": 4, "N": 64}, placement=placement_of(pair, spec))
     cell.samples = measure_interleaved(pair, spec, clock=clock)
+    cell.placement = placement_of(pair, spec)  # the sets the rounds rotated (the budget may cut them)
     cell.cross_check = cross_check(pair, cell.samples, spec)
     cell.timers = {v: pair.timer_kind(v) for v in sides}  # type: ignore[arg-type]
     return cell, pair

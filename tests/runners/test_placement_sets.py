@@ -1,0 +1,267 @@
+"""Many input sets rotated between the sides (``measurement.input_sets``), driven through the engine
+with fake sides (``fake_timing.FakeSide``) and judged by the real statistics (``compare_cell``).
+
+The case they model was measured on an H200: output buffers of one kernel at four places in
+device memory differ by -0.18% to +0.23% in time, under CUDA-graph replay and under events alike
+(``docs/results/2026-12-03-h200-placement.md``). Each side's ``prepare`` allocates its own output
+buffers, so that offset belongs to the side, not to the input set the rotation swaps."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from fake_timing import FakeClock, FakeSide, uniform
+from test_crosscheck_placement import job, measure, settings
+
+from kernelab.kernels.base import Benchmark, Params
+from kernelab.runners.engine import (
+    MIN_BETWEEN_SETS,
+    SWAP_EVERY_ROUNDS,
+    LocalPairTimer,
+    input_set,
+    measure_interleaved,
+    sets_for_budget,
+)
+from kernelab.runners.job import run_job, sets_that_fit
+from kernelab.service.estimators import between_strata_ci, cluster_cis, placement_strata
+from kernelab.service.schemas import JobSpec, MeasurementSpec, Work
+from kernelab.service.stats import compare_cell
+from kernelab.service.verdicts import placement_reasons
+
+BUFFER_SD_NS = 1.5  # per-buffer offset, 0.15% of a 1 us launch: the H200's spread over four places
+
+
+@pytest.mark.parametrize("sets", [2, 3, 4, 8, 16])
+def test_cyclic_rotation_is_a_latin_square(sets: int) -> None:
+    """Over one cycle of K assignments each side runs each of its sets once, each set serves the
+    baseline once and the candidate once, and the two sides are never on one set; with two sets it
+    is the 2x2 crossover (the candidate on 1 - a)."""
+    rounds = range(0, SWAP_EVERY_ROUNDS * sets, SWAP_EVERY_ROUNDS)
+    base = [input_set(r, "baseline", SWAP_EVERY_ROUNDS, sets) for r in rounds]
+    cand = [input_set(r, "candidate", SWAP_EVERY_ROUNDS, sets) for r in rounds]
+    assert sorted(base) == sorted(cand) == list(range(sets))
+    assert all(b != c for b, c in zip(base, cand, strict=True))
+    if sets == 2:
+        assert cand == [1 - b for b in base]
+    strata = placement_strata(np.arange(SWAP_EVERY_ROUNDS * sets), sets, SWAP_EVERY_ROUNDS)
+    assert strata is not None and sorted(Counter(strata.tolist()).values()) == [SWAP_EVERY_ROUNDS] * sets
+
+
+def _cell(sets: int, change: float, seed: int, **kw: object):  # type: ignore[no-untyped-def]
+    """One cell whose every buffer (side x input set) has its own offset, N(0, 0.15%), and whose
+    candidate is ``change`` slower on all of them; ±0.3% uniform noise per sample."""
+    rng = np.random.default_rng(seed)
+    names = {v: [f"{v[0]}{k}" for k in range(sets)] for v in ("baseline", "candidate")}
+    centres = {
+        b: 1000.0 * (1 + (change if v == "candidate" else 0.0)) + rng.normal(0, BUFFER_SD_NS)
+        for v in names
+        for b in names[v]
+    }
+    shared = {b: uniform(ns, 3.0, 100 * seed + i) for i, (b, ns) in enumerate(centres.items())}
+    clock = FakeClock()
+    sides = {v: FakeSide(clock, names[v], shared) for v in names}
+    base: dict[str, object] = dict(
+        cross_check=False, input_sets=sets, threshold_pct=0.25, target_ci_pct=0.1, budget_ms=10_000,
+        max_rounds=400, min_rounds=5,
+    )  # fmt: skip
+    base.update(kw)
+    spec = settings(**base)
+    cell, _ = measure(sides, spec, clock)
+    return compare_cell(job(spec, cell), cell, {}), cell, sides
+
+
+def test_buffer_offsets_of_each_side_are_inside_the_interval_with_eight_sets() -> None:
+    """A/A with per-buffer offsets: 0 of 20 cells read faster or slower at a 0.25% threshold; a
+    real +0.5% reads ``slower`` in at least 19 of 20 (the sensitivity target). The old design (two
+    sets, a change must show in both assignments) lost the real change in 8 of 20 here and read one
+    A/A cell ``slower``: its CI does not cover the sides' own buffers."""
+    aa = Counter(_cell(8, 0.0, seed)[0].verdict for seed in range(20))
+    assert aa["faster"] == aa["slower"] == 0, aa
+    real = Counter(_cell(8, 0.005, seed)[0].verdict for seed in range(20))
+    assert real["slower"] >= 19, real
+    two = Counter(_cell(2, 0.005, seed)[0].verdict for seed in range(20))
+    assert two["slower"] < real["slower"], (two, real)
+
+
+def test_every_side_runs_every_set_and_the_cell_records_them() -> None:
+    comparison, cell, sides = _cell(8, 0.0, 3)
+    assert cell.placement.input_sets == 8
+    for v, side in sides.items():
+        assert {b for _, b in side.log} == {f"{v[0]}{k}" for k in range(8)}
+    assert comparison.ci_low is not None and comparison.ci_high is not None
+    assert comparison.ci_low <= comparison.ratio <= comparison.ci_high  # type: ignore[operator]
+
+
+def test_the_ci_may_end_the_cell_only_after_every_assignment_ran_twice() -> None:
+    """Buffers without offsets and a loose CI target: the CI is narrow at once, but with eight sets
+    the cell runs at least two cycles (2 x 3 x 8 rounds); with two sets it stops well before."""
+    clock = FakeClock()
+    names = {v: [f"{v[0]}{k}" for k in range(8)] for v in ("baseline", "candidate")}
+    shared = {b: uniform(1000.0, 1.0, i) for i, b in enumerate(names["baseline"] + names["candidate"])}
+    pair = LocalPairTimer({v: FakeSide(clock, names[v], shared) for v in names})  # type: ignore[arg-type]
+    spec = settings(cross_check=False, target_ci_pct=5.0, min_rounds=5, max_rounds=1000)
+    samples = measure_interleaved(pair, spec, clock=clock)
+    # the CI is checked on its geometric schedule (every 20% more rounds), so the first check after
+    # two cycles ends the cell
+    assert 2 * SWAP_EVERY_ROUNDS * 8 <= int(samples.round.max()) + 1 <= 1.25 * 2 * SWAP_EVERY_ROUNDS * 8
+    spec2 = settings(cross_check=False, target_ci_pct=5.0, min_rounds=5, max_rounds=1000, input_sets=2)
+    clock2 = FakeClock()
+    pair2 = LocalPairTimer({v: FakeSide(clock2, names[v][:2], shared) for v in names})  # type: ignore[arg-type]
+    assert int(measure_interleaved(pair2, spec2, clock=clock2).round.max()) + 1 < 2 * SWAP_EVERY_ROUNDS * 8
+
+
+def test_a_short_budget_rotates_fewer_sets() -> None:
+    """Rounds of 2 ms (two 1 ms samples) and a 64 ms budget: 32 rounds, two cycles of 5 sets, not
+    of 8. The cell records the sets it rotated, and its rounds rotate exactly those."""
+    _, cell, sides = _cell(8, 0.0, 1, budget_ms=64.0)
+    assert cell.placement.input_sets == 5 >= MIN_BETWEEN_SETS
+    used = cell.placement.input_sets
+    for v, side in sides.items():
+        assert {b for m, b in side.log} == {f"{v[0]}{k}" for k in range(8)}  # all warmed and primed
+    rounds = int(cell.samples.round.max()) + 1
+    strata = placement_strata(np.arange(rounds), used, SWAP_EVERY_ROUNDS)
+    assert strata is not None and set(strata.tolist()) == set(range(used))
+
+
+@pytest.mark.parametrize(
+    ("offered", "round_ms", "budget_ms", "want"),
+    [
+        (8, 1.0, 10_000, 8),  # 48 rounds in 48 ms
+        (8, 10.0, 300, 5),  # 30 rounds: 2 cycles of 5 sets
+        (8, 10.0, 200, 2),  # 20 rounds: not even 2 cycles of 4 sets
+        (2, 1.0, 10_000, 2),
+        (1, 1.0, 10_000, 1),
+        (8, math.nan, 10_000, 8),  # no estimate: max_rounds decides
+    ],
+)
+def test_sets_for_budget(offered: int, round_ms: float, budget_ms: float, want: int) -> None:
+    spec = MeasurementSpec(budget_ms=budget_ms)
+    assert sets_for_budget(offered, round_ms * 1e6, spec) == want
+
+
+def test_sets_for_budget_respects_max_rounds() -> None:
+    assert sets_for_budget(8, 1e3, MeasurementSpec(max_rounds=30)) == 5
+
+
+@pytest.mark.parametrize(
+    ("set_bytes", "free", "wanted", "want"),
+    [
+        (1 << 30, 100 << 30, 8, 8),
+        (1 << 30, 6 << 30, 8, 4),  # 3 more sets in half of 6 GiB
+        (1 << 30, 1 << 30, 8, 1),  # not one more set fits in half the free memory
+        (1 << 30, None, 8, 8),  # unknown free memory
+        (0, 1 << 30, 8, 8),  # nothing measurable allocated
+        (1 << 30, 100 << 30, 1, 1),
+    ],
+)
+def test_sets_that_fit(set_bytes: int, free: int | None, wanted: int, want: int) -> None:
+    assert sets_that_fit(set_bytes, free, wanted) == want
+
+
+def test_between_strata_interval_is_the_t_interval_of_the_log_ratios() -> None:
+    """Brute-force oracle: the Student-t interval by its definition, over the strata's log ratios."""
+    from scipy import stats
+
+    ratios = np.array([1.004, 0.998, 1.001, 1.003, 0.999, 1.002])
+    logs = np.log(ratios)
+    lo, hi = stats.t.interval(0.95, len(logs) - 1, loc=logs.mean(), scale=stats.sem(logs))
+    got = between_strata_ci(ratios, 0.95)
+    assert got == pytest.approx((math.exp(lo), math.exp(hi)), rel=1e-12)
+    assert between_strata_ci(np.array([1.0]), 0.95) is None
+    assert between_strata_ci(np.array([1.0, math.nan]), 0.95) is None
+
+
+def test_cluster_cis_between_covers_the_spread_of_the_strata() -> None:
+    """Four strata whose ratios are 0.996, 1.002, 0.998, 1.004 with little noise inside each: the
+    stratified bootstrap alone gives a CI far narrower than that spread; with ``between`` the CI
+    holds the t-interval of the four."""
+    rng = np.random.default_rng(0)
+    rounds = np.repeat(np.arange(48), 2)
+    candidate = np.tile([False, True], 48)
+    strata = placement_strata(rounds, 4, SWAP_EVERY_ROUNDS)
+    assert strata is not None
+    per = np.array([0.996, 1.002, 0.998, 1.004])
+    durations = 1000.0 * np.where(candidate, per[strata], 1.0) + rng.uniform(-0.2, 0.2, rounds.size)
+    narrow = cluster_cis(
+        candidate, rounds, durations, confidence=0.95, n_resamples=500, seed=1, strata=strata
+    )
+    wide = cluster_cis(
+        candidate, rounds, durations, confidence=0.95, n_resamples=500, seed=1, strata=strata, between=True
+    )
+    assert narrow is not None and wide is not None and narrow.ratio is not None and wide.ratio is not None
+    t_lo, t_hi = between_strata_ci(np.array(wide.strata), 0.95)  # type: ignore[misc]
+    assert wide.ratio[0] == narrow.ratio[0]
+    assert wide.ratio[1] == pytest.approx(min(narrow.ratio[1], t_lo)) and wide.ratio[1] < narrow.ratio[1]
+    assert wide.ratio[2] == pytest.approx(max(narrow.ratio[2], t_hi)) and wide.ratio[2] > narrow.ratio[2]
+    assert narrow.ratio[2] - narrow.ratio[1] < 0.002 < wide.ratio[2] - wide.ratio[1]
+
+
+def test_the_per_placement_rule_applies_to_two_sets_only() -> None:
+    """With two sets a change must show in both assignments; with more the CI carries the spread."""
+    assert [r.code for r in placement_reasons("slower", 1.005, [1.009, 1.001], 0.25)] == [
+        "placement-disagreement"
+    ]
+    assert placement_reasons("slower", 1.005, [1.009, 1.001, 1.006, 1.004], 0.25, input_sets=4) == []
+
+
+class _Recorded(Params):
+    n: int = 4096
+
+
+class _RecordingScale(Benchmark[_Recorded]):
+    """``y = 2 x`` on a CPU, logging each ``make_inputs`` and ``prepare`` call in order."""
+
+    name = "recording_scale"
+    Params = _Recorded
+    variants = ("a", "b")
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def make_inputs(self, params: _Recorded, device: Any, seed: int) -> dict[str, Any]:
+        self.calls.append("inputs")
+        g = torch.Generator(device=device).manual_seed(seed)
+        return {"x": torch.rand(params.n, generator=g, device=device) + 0.5}
+
+    def prepare(self, variant: str, params: _Recorded, inputs: dict[str, Any]) -> Any:
+        self.calls.append(variant)
+        x, y = inputs["x"], torch.empty_like(inputs["x"])
+        return lambda: torch.mul(x, 2.0, out=y)
+
+    def reference(self, params: _Recorded, inputs: dict[str, Any]) -> Any:
+        return inputs["x"].double() * 2.0
+
+    def work(self, params: _Recorded, variant: str) -> Work:
+        return Work(flops=float(params.n), bytes_read=4.0 * params.n, bytes_written=4.0 * params.n)
+
+
+def test_a_cpu_job_prepares_every_set_with_the_order_alternating() -> None:
+    """``kernelab.runners.job``: four input sets, each its inputs then both sides' ``prepare``, the
+    baseline first in sets 0 and 2 and the candidate first in 1 and 3 (neither side's buffers first
+    more often); the cell records the four, and with ``placement: fixed`` there is one set."""
+    bench = _RecordingScale()
+    spec = JobSpec.model_validate(
+        {
+            "benchmark": "tests:RecordingScale", "baseline": {"variant": "a"}, "candidate": {"variant": "b"},
+            "device": "cpu", "probes": {"copy_bandwidth": False, "all_reduce": False, "nvml": False},
+            "correctness": {"enabled": False},
+            "measurement": {"input_sets": 4, "budget_ms": 5000, "warmup_ms": 5, "cross_check": False, "target_ci_pct": 5},
+        }
+    )  # fmt: skip
+    result = run_job(spec, isolate=False, bench=bench, device="cpu")
+    assert result.cells[0].error is None, result.cells[0].error
+    prepared = bench.calls[: 4 * 3]
+    assert prepared == ["inputs", "a", "b", "inputs", "b", "a", "inputs", "a", "b", "inputs", "b", "a"]
+    assert result.cells[0].placement.input_sets == 4
+    bench.calls.clear()
+    fixed = spec.model_copy(
+        update={"measurement": spec.measurement.model_copy(update={"placement": "fixed"})}
+    )
+    result = run_job(fixed, isolate=False, bench=bench, device="cpu")
+    assert bench.calls[:3] == ["inputs", "a", "b"] and "inputs" not in bench.calls[3:]
+    assert result.cells[0].placement.input_sets == 1
