@@ -172,7 +172,7 @@ def cmd_sens(args: argparse.Namespace, log: Any) -> str:
                 kernel,
                 i,
                 isolate=not args.in_process,
-                budget_ms=10_000.0,
+                budget_ms=args.budget_ms,
                 threshold_pct=0.25,
                 target_ci_pct=0.1,
             )
@@ -390,6 +390,7 @@ def main() -> None:
     p.add_argument("--in-process", action="store_true", help="all jobs in this process")
     p = sub.add_parser("sens")
     p.add_argument("runs", type=int)
+    p.add_argument("--budget-ms", type=float, default=10_000.0, help="measurement.budget_ms per cell")
     p.add_argument("--in-process", action="store_true", help="all jobs in this process")
     sub.add_parser("graph1")
     sub.add_parser("engine")
