@@ -92,7 +92,40 @@ def _job(
         "sm_clock_median": float(statistics.median(clock.tolist())) if len(clock) else None,
         "wall_s": round(time.time() - t0, 2), "phase_s": cell.phase_s, "error": cell.error,
         "reasons": [r.code for r in c.reasons],
+        "strata": _strata(cell),
     }  # fmt: skip
+
+
+def _strata(cell: Any) -> list[dict[str, Any]]:
+    """Per input-set assignment of the cell's rotation: each side's median (ns) over all its
+    samples there and over the samples that are not its first in a block of that assignment (the
+    first finds state the other assignments' buffers and graphs evicted), and the ratio."""
+    import numpy as np
+
+    from kernelab.service.estimators import placement_strata
+
+    s = cell.samples
+    if not len(s):
+        return []
+    rounds = np.asarray(s.round)
+    strata = placement_strata(rounds, cell.placement.input_sets, cell.placement.swap_every_rounds)
+    if strata is None:
+        return []
+    cand = np.asarray(s.variant) == 1
+    ns = np.asarray(s.duration_ns, dtype=float)
+    first = (rounds % cell.placement.swap_every_rounds) == 0
+    out = []
+    for k in np.unique(strata):
+        row: dict[str, Any] = {"stratum": int(k)}
+        for side, own in (("baseline", ~cand), ("candidate", cand)):
+            sel = own & (strata == k)
+            row[side] = float(np.median(ns[sel])) if sel.any() else None
+            rest = sel & ~first
+            row[side + "_not_first_round"] = float(np.median(ns[rest])) if rest.any() else None
+        if row["baseline"] and row["candidate"]:
+            row["ratio"] = row["candidate"] / row["baseline"]
+        out.append(row)
+    return out
 
 
 def _do_bench_copy_us(n: int) -> float:
@@ -155,6 +188,8 @@ def cmd_aa(args: argparse.Namespace, log: Any) -> str:
         for placement in args.placement.split(","):
             for i in range(args.runs):
                 extra: dict[str, Any] = {} if args.timer == "auto" else {"timer": args.timer}
+                if args.input_sets:
+                    extra["input_sets"] = args.input_sets
                 if args.sens_settings:  # the settings of the sensitivity runs (``cmd_sens``)
                     extra.update(budget_ms=10_000.0, threshold_pct=0.25, target_ci_pct=0.1)
                 row = _job(kernel, args.seed + i, placement, isolate=not args.in_process, **extra)
@@ -387,6 +422,7 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timer", default="auto", help="measurement.timer of every job")
     p.add_argument("--sens-settings", action="store_true", help="budget, threshold and CI target of sens")
+    p.add_argument("--input-sets", type=int, default=0, help="measurement.input_sets (0: the default)")
     p.add_argument("--in-process", action="store_true", help="all jobs in this process")
     p = sub.add_parser("sens")
     p.add_argument("runs", type=int)

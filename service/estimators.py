@@ -169,7 +169,7 @@ def ratio_ci(
     cell of 600 samples costs well under 1 ms (``benchmarks/compare_speed.py``).
     With ``input_sets`` >= 2 (the cell's ``Placement``) the estimator is stratified by input-set
     assignment (``ratio_ci_arrays``'s ``strata``, from ``placement_strata``), and with 3 or more
-    the CI also spans the assignments' spread (``cluster_cis``' ``between``).
+    the CI also spans the spread of the sides' differences per set (``cluster_cis``' ``between_sets``).
     Raises ValueError for ``confidence`` outside (0, 1) or ``n_resamples`` < 1.
     """
     rounds = np.asarray(samples.round, dtype=np.int64)
@@ -181,7 +181,7 @@ def ratio_ci(
         n_resamples=n_resamples,
         seed=seed,
         strata=placement_strata(rounds, input_sets, swap_every_rounds),
-        between=input_sets >= BETWEEN_STRATA_MIN_SETS,
+        between_sets=input_sets if input_sets >= BETWEEN_STRATA_MIN_SETS else 0,
     )
 
 
@@ -194,13 +194,13 @@ def ratio_ci_arrays(
     n_resamples: int,
     seed: int,
     strata: np.ndarray | None = None,
-    between: bool = False,
+    between_sets: int = 0,
 ) -> tuple[float, float, float] | None:
     """``ratio_ci`` on arrays: (n,) bool ``is_candidate``, (n,) int64 rounds, (n,) float64 ns;
-    ``strata`` and ``between`` as in ``cluster_cis``."""
+    ``strata`` and ``between_sets`` as in ``cluster_cis``."""
     cis = cluster_cis(
         candidate, sample_rounds, durations, confidence=confidence, n_resamples=n_resamples, seed=seed,
-        strata=strata, between=between,
+        strata=strata, between_sets=between_sets,
     )  # fmt: skip
     return None if cis is None else cis.ratio
 
@@ -228,7 +228,7 @@ def cluster_cis(
     n_resamples: int,
     seed: int,
     strata: np.ndarray | None = None,
-    between: bool = False,
+    between_sets: int = 0,
 ) -> ClusterCIs | None:
     """The ratio of medians candidate/baseline with its round-bootstrap CI and, from the very same
     resamples of whole rounds, each side's median CI in ns (percentile intervals; Efron &
@@ -247,16 +247,19 @@ def cluster_cis(
     outputs its ``prepare`` allocated, placed differently: each stratum's ratio different) is not
     in the stratified bootstrap's CI. ``strata`` gives the per-stratum ratios; with two strata
     ``kernelab.service.verdicts.placement_reasons`` lets a claimed change stand only where they
-    agree. With ``between`` (three or more input sets) the CI is widened to cover that interaction:
-    it is the hull of the bootstrap interval and the Student-t interval of the mean of the strata's
-    log ratios, each stratum one observation (S strata, S - 1 degrees of freedom: the analysis of
-    cluster means, Donner & Klar 2000, "Design and Analysis of Cluster Randomization Trials",
-    ch. 6). Each side's buffers sit at K places, so the placement effect is a random draw per
-    stratum that the interval includes (the layout randomisation of Curtsinger & Berger 2013,
+    agree. With ``between_sets`` K >= 3 (the strata are the assignments of the cyclic rotation of
+    K sets, ``placement_strata``: in assignment a the baseline runs set a, the candidate set
+    a + 1 mod K) the CI is widened to cover that interaction: it is the hull of the bootstrap
+    interval and ``paired_sets_ci``, the Student-t interval of the mean over the sets of each
+    set's log difference between the sides (the candidate's median on the set over the
+    baseline's). Pairing by set removes the set's own effect, which the cyclic design cancels from
+    the ratio anyway (on an H200 a one-element kernel's time moved by up to 9% between sets that
+    both sides shared), and leaves each side's own buffers, which sit at K places: a random draw
+    per set that the interval includes (the layout randomisation of Curtsinger & Berger 2013,
     "STABILIZER: Statistically Sound Performance Evaluation", ASPLOS). A single stratum, or a
     stratum that cannot form a ratio (a side with < 2 samples or rounds in it: with a swap period
     of p rounds, fewer than p + 2 rounds in all), gives the plain estimator over all samples; with
-    ``between`` such a stratum is left out while another remains.
+    ``between_sets`` such a stratum is left out while another remains.
 
     Returns None where no ratio can be formed (a side with < 2 samples or rounds, a baseline
     median <= 0, no finite resample). Raises ValueError for a confidence outside (0, 1) or
@@ -266,10 +269,13 @@ def cluster_cis(
         raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
     if n_resamples < 1:
         raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
-    groups = [None] if strata is None else [strata == s for s in np.unique(strata)]
+    labels = [] if strata is None else [int(s) for s in np.unique(strata)]
+    groups = [None] if strata is None else [strata == s for s in labels]
     if len(groups) <= 1:  # one stratum, or no samples at all (e.g. every sample dropped as throttled)
-        groups = [None]
+        groups, labels = [None], []
+    between = between_sets >= 2
     parts = []
+    part_labels: list[int] = []
     for i, g in enumerate(groups):
         part = (
             _boot_ratios(candidate, sample_rounds, durations, n_resamples, seed)
@@ -285,6 +291,8 @@ def cluster_cis(
                 candidate, sample_rounds, durations, confidence=confidence, n_resamples=n_resamples, seed=seed
             )
         parts.append(part)
+        if g is not None:
+            part_labels.append(labels[i])
     if not parts:
         return cluster_cis(
             candidate, sample_rounds, durations, confidence=confidence, n_resamples=n_resamples, seed=seed
@@ -305,7 +313,12 @@ def cluster_cis(
     alpha = 1.0 - confidence
     low, high = np.quantile(boot, [alpha / 2, 1 - alpha / 2])
     if between and len(parts) >= 2:
-        spread = between_strata_ci(np.array([p[0] for p in parts], dtype=np.float64), confidence)
+        spread = paired_sets_ci(
+            {k: p[4] for k, p in zip(part_labels, parts, strict=True)},
+            {k: p[5] for k, p in zip(part_labels, parts, strict=True)},
+            between_sets,
+            confidence,
+        )
         if spread is not None:
             low, high = min(float(low), spread[0]), max(float(high), spread[1])
     medians: dict[Side, tuple[float, float] | None] = {}
@@ -360,29 +373,41 @@ def _boot_ratios(
 
 
 BETWEEN_STRATA_MIN_SETS = 3
-"""Input sets from which the ratio's CI spans the spread of the assignments' own ratios
-(``cluster_cis``' ``between``). With two, one degree of freedom makes that interval useless
-(Student-t 97.5% quantile 12.7), and a change must show in both assignments instead
+"""Input sets from which the ratio's CI spans the spread of the sides' differences per set
+(``cluster_cis``' ``between_sets``, ``paired_sets_ci``). With two, one degree of freedom makes
+that interval useless (Student-t 97.5% quantile 12.7), and a change must show in both
+assignments instead
 (``kernelab.service.verdicts.placement_reasons``)."""
 
 
-def between_strata_ci(stratum_ratios: np.ndarray, confidence: float) -> tuple[float, float] | None:
-    """The Student-t interval of the geometric mean of ``stratum_ratios`` ((S,) float64, each
-    assignment's own ratio of medians), each stratum one observation: ``exp(m -+ t * s / sqrt(S))``
-    over the logs, S - 1 degrees of freedom (``scipy.stats.t``). None with fewer than two finite
-    positive ratios. Source: the analysis of cluster means (Donner & Klar 2000, ch. 6)."""
+def paired_sets_ci(
+    baseline: Mapping[int, float], candidate: Mapping[int, float], sets: int, confidence: float
+) -> tuple[float, float] | None:
+    """The Student-t interval of the ratio from each input set's two sides, under the cyclic
+    rotation of ``sets`` (K) sets (``kernelab.runners.engine.input_set``): ``baseline[a]`` and
+    ``candidate[a]`` are the sides' medians (ns) in assignment a, where the baseline ran set a and
+    the candidate set a + 1 mod K. For each set s with both sides observed, d_s = log(candidate
+    on s / baseline on s) = ``log(candidate[s - 1 mod K] / baseline[s])``; the interval is
+    ``exp(mean(d) -+ t * sd(d) / sqrt(n))`` with n - 1 degrees of freedom (``scipy.stats.t``), each
+    set one observation (the analysis of cluster means, Donner & Klar 2000, "Design and Analysis of
+    Cluster Randomization Trials", ch. 6). None with fewer than two sets observed on both sides or
+    a median that is not finite and positive."""
     from scipy import stats  # noqa: PLC0415 (the runner's stop check needs it only with many sets)
 
-    finite = stratum_ratios[np.isfinite(stratum_ratios) & (stratum_ratios > 0)]
-    if finite.size < 2:
+    diffs = []
+    for s in range(sets):
+        base, cand = baseline.get(s), candidate.get((s - 1) % sets)
+        if base is None or cand is None:
+            continue
+        if not (math.isfinite(base) and math.isfinite(cand) and base > 0 and cand > 0):
+            return None
+        diffs.append(math.log(cand) - math.log(base))
+    if len(diffs) < 2:
         return None
-    logs = np.log(finite)
-    half = (
-        float(stats.t.ppf(0.5 + confidence / 2, finite.size - 1))
-        * float(np.std(logs, ddof=1))
-        / math.sqrt(finite.size)
-    )
-    centre = float(np.mean(logs))
+    d = np.asarray(diffs)
+    quantile = float(stats.t.ppf(0.5 + confidence / 2, d.size - 1))
+    half = quantile * float(np.std(d, ddof=1)) / math.sqrt(d.size)
+    centre = float(np.mean(d))
     return math.exp(centre - half), math.exp(centre + half)
 
 

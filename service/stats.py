@@ -190,7 +190,11 @@ def _cell_numbers(
         cis = cluster_cis(
             kept.candidate, kept.rounds, kept.durations, confidence=0.95, n_resamples=n_resamples,
             seed=seed, strata=strata,
-            between=placement is not None and placement.input_sets >= BETWEEN_STRATA_MIN_SETS,
+            between_sets=(
+                placement.input_sets
+                if placement is not None and placement.input_sets >= BETWEEN_STRATA_MIN_SETS
+                else 0
+            ),
         )  # fmt: skip
         rc = None if cis is None else cis.ratio
         for v in _SIDES:

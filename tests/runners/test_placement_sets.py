@@ -28,7 +28,7 @@ from kernelab.runners.engine import (
     sets_for_budget,
 )
 from kernelab.runners.job import run_job, sets_that_fit
-from kernelab.service.estimators import between_strata_ci, cluster_cis, placement_strata
+from kernelab.service.estimators import cluster_cis, paired_sets_ci, placement_strata
 from kernelab.service.schemas import JobSpec, MeasurementSpec, Work
 from kernelab.service.stats import compare_cell
 from kernelab.service.verdicts import placement_reasons
@@ -163,42 +163,91 @@ def test_sets_that_fit(set_bytes: int, free: int | None, wanted: int, want: int)
     assert sets_that_fit(set_bytes, free, wanted) == want
 
 
-def test_between_strata_interval_is_the_t_interval_of_the_log_ratios() -> None:
-    """Brute-force oracle: the Student-t interval by its definition, over the strata's log ratios."""
+def test_paired_sets_interval_is_the_t_interval_of_the_per_set_differences() -> None:
+    """Brute-force oracle: the Student-t interval by its definition, over d_s = log(candidate on set
+    s / baseline on set s), where in assignment a the baseline ran set a and the candidate a + 1."""
     from scipy import stats
 
-    ratios = np.array([1.004, 0.998, 1.001, 1.003, 0.999, 1.002])
-    logs = np.log(ratios)
-    lo, hi = stats.t.interval(0.95, len(logs) - 1, loc=logs.mean(), scale=stats.sem(logs))
-    got = between_strata_ci(ratios, 0.95)
-    assert got == pytest.approx((math.exp(lo), math.exp(hi)), rel=1e-12)
-    assert between_strata_ci(np.array([1.0]), 0.95) is None
-    assert between_strata_ci(np.array([1.0, math.nan]), 0.95) is None
+    base = {0: 1000.0, 1: 1100.0, 2: 950.0, 3: 1020.0}  # assignment a: the baseline on set a
+    cand = {0: 1103.0, 1: 949.0, 2: 1024.0, 3: 1001.0}  # assignment a: the candidate on set a + 1
+    d = np.log([cand[3] / base[0], cand[0] / base[1], cand[1] / base[2], cand[2] / base[3]])
+    lo, hi = stats.t.interval(0.95, len(d) - 1, loc=d.mean(), scale=stats.sem(d))
+    assert paired_sets_ci(base, cand, 4, 0.95) == pytest.approx((math.exp(lo), math.exp(hi)), rel=1e-12)
+    # a missing assignment leaves out the sets it held; fewer than two pairs give no interval
+    partial = paired_sets_ci({0: 1000.0, 1: 1100.0, 2: 950.0}, {0: 1103.0, 1: 949.0, 2: 1024.0}, 4, 0.95)
+    d2 = np.log([cand[0] / base[1], cand[1] / base[2]])
+    lo2, hi2 = stats.t.interval(0.95, 1, loc=d2.mean(), scale=stats.sem(d2))
+    assert partial == pytest.approx((math.exp(lo2), math.exp(hi2)), rel=1e-12)
+    assert paired_sets_ci({0: 1.0}, {0: 1.0}, 4, 0.95) is None
+    assert paired_sets_ci({0: 1.0, 1: math.nan}, {0: 1.0, 1: 1.0}, 2, 0.95) is None
 
 
-def test_cluster_cis_between_covers_the_spread_of_the_strata() -> None:
-    """Four strata whose ratios are 0.996, 1.002, 0.998, 1.004 with little noise inside each: the
-    stratified bootstrap alone gives a CI far narrower than that spread; with ``between`` the CI
-    holds the t-interval of the four."""
+def _rotated_samples(per_set: np.ndarray, side_set: np.ndarray, sets: int) -> tuple[np.ndarray, ...]:
+    """48 rounds x 2 samples of a cyclic rotation of ``sets`` sets; a sample's time is 1000 ns x
+    the set's effect x the (side, set) effect, with little noise."""
     rng = np.random.default_rng(0)
     rounds = np.repeat(np.arange(48), 2)
     candidate = np.tile([False, True], 48)
-    strata = placement_strata(rounds, 4, SWAP_EVERY_ROUNDS)
+    side = candidate.astype(int)
+    used = np.array([input_set(int(r), "candidate" if c else "baseline", SWAP_EVERY_ROUNDS, sets)
+                     for r, c in zip(rounds, candidate, strict=True)])  # fmt: skip
+    durations = 1000.0 * per_set[used] * side_set[side, used] + rng.uniform(-0.2, 0.2, rounds.size)
+    strata = placement_strata(rounds, sets, SWAP_EVERY_ROUNDS)
     assert strata is not None
-    per = np.array([0.996, 1.002, 0.998, 1.004])
-    durations = 1000.0 * np.where(candidate, per[strata], 1.0) + rng.uniform(-0.2, 0.2, rounds.size)
-    narrow = cluster_cis(
-        candidate, rounds, durations, confidence=0.95, n_resamples=500, seed=1, strata=strata
+    return candidate, rounds, durations, strata
+
+
+def test_a_set_effect_both_sides_share_cancels_and_keeps_the_interval_narrow() -> None:
+    """What the H200 showed for a one-element kernel: its time moved by up to 9% between input sets,
+    whichever side ran them. The assignments' own ratios then differ by several percent, but the
+    per-set differences do not: the CI stays narrow."""
+    per_set = np.array([1.0, 1.02, 0.99, 0.95])
+    candidate, rounds, durations, strata = _rotated_samples(per_set, np.ones((2, 4)), 4)
+    cis = cluster_cis(
+        candidate, rounds, durations, confidence=0.95, n_resamples=500, seed=1, strata=strata, between_sets=4
     )
-    wide = cluster_cis(
-        candidate, rounds, durations, confidence=0.95, n_resamples=500, seed=1, strata=strata, between=True
-    )
+    assert cis is not None and cis.ratio is not None
+    assert max(cis.strata) / min(cis.strata) > 1.05  # the assignments disagree by set effects
+    assert cis.ratio[0] == pytest.approx(1.0, abs=1e-3)
+    assert cis.ratio[2] - cis.ratio[1] < 0.002
+
+
+def test_each_sides_own_buffers_widen_the_interval() -> None:
+    """Each side's own buffer on each set is off by ±0.2-0.4% (no common set effect): the
+    stratified bootstrap alone gives a CI far narrower than that spread; with ``between_sets`` the
+    CI holds the paired interval of the four sets."""
+    side_set = np.array([[1.0, 1.002, 0.998, 1.0], [0.996, 1.0, 1.004, 1.002]])
+    candidate, rounds, durations, strata = _rotated_samples(np.ones(4), side_set, 4)
+    kw = dict(confidence=0.95, n_resamples=500, seed=1, strata=strata)
+    narrow = cluster_cis(candidate, rounds, durations, **kw)  # type: ignore[arg-type]
+    wide = cluster_cis(candidate, rounds, durations, between_sets=4, **kw)  # type: ignore[arg-type]
     assert narrow is not None and wide is not None and narrow.ratio is not None and wide.ratio is not None
-    t_lo, t_hi = between_strata_ci(np.array(wide.strata), 0.95)  # type: ignore[misc]
+    base = {a: float(np.median(durations[(strata == a) & ~candidate])) for a in range(4)}
+    cand = {a: float(np.median(durations[(strata == a) & candidate])) for a in range(4)}
+    t_lo, t_hi = paired_sets_ci(base, cand, 4, 0.95)  # type: ignore[misc]
     assert wide.ratio[0] == narrow.ratio[0]
     assert wide.ratio[1] == pytest.approx(min(narrow.ratio[1], t_lo)) and wide.ratio[1] < narrow.ratio[1]
     assert wide.ratio[2] == pytest.approx(max(narrow.ratio[2], t_hi)) and wide.ratio[2] > narrow.ratio[2]
     assert narrow.ratio[2] - narrow.ratio[1] < 0.002 < wide.ratio[2] - wide.ratio[1]
+
+
+def test_a_set_effect_in_an_a_a_job_reads_same() -> None:
+    """Through the engine: both sides share each set's inputs and the set moves the time by up to
+    5% (the H200's one-element kernel); A/A reads ``same`` at the default 1% threshold."""
+    clock = FakeClock()
+    effect = [1.0, 1.02, 0.99, 0.95, 1.03, 0.97, 1.01, 0.98]
+    names = {v: [f"{v[0]}{k}" for k in range(8)] for v in ("baseline", "candidate")}
+    shared = {
+        f"{v[0]}{k}": uniform(1000.0 * effect[k], 2.0, 10 * k + (v == "candidate"))
+        for v in names
+        for k in range(8)
+    }
+    sides = {v: FakeSide(clock, names[v], shared) for v in names}
+    spec = settings(cross_check=False, max_rounds=200)
+    cell, _ = measure(sides, spec, clock)
+    c = compare_cell(job(spec, cell), cell, {})
+    assert cell.placement.input_sets == 8
+    assert c.verdict == "same", [r.message for r in c.reasons]
 
 
 def test_the_per_placement_rule_applies_to_two_sets_only() -> None:
@@ -250,7 +299,8 @@ def test_a_cpu_job_prepares_every_set_with_the_order_alternating() -> None:
             "benchmark": "tests:RecordingScale", "baseline": {"variant": "a"}, "candidate": {"variant": "b"},
             "device": "cpu", "probes": {"copy_bandwidth": False, "all_reduce": False, "nvml": False},
             "correctness": {"enabled": False},
-            "measurement": {"input_sets": 4, "budget_ms": 5000, "warmup_ms": 5, "cross_check": False, "target_ci_pct": 5},
+            "measurement": {"input_sets": 4, "budget_ms": 5000, "warmup_ms": 5, "cross_check": False,
+                            "target_ci_pct": 5},
         }
     )  # fmt: skip
     result = run_job(spec, isolate=False, bench=bench, device="cpu")
