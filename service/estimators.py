@@ -253,7 +253,7 @@ def cluster_cis(
     interval and ``paired_sets_ci``, the Student-t interval of the mean over the sets of each
     set's log difference between the sides (the candidate's median on the set over the
     baseline's). Pairing by set removes the set's own effect, which the cyclic design cancels from
-    the ratio anyway (on an H200 a one-element kernel's time moved by up to 9% between sets that
+    the ratio anyway (on an H200 a one-element kernel's time moved by up to 12% between sets that
     both sides shared), and leaves each side's own buffers, which sit at K places: a random draw
     per set that the interval includes (the layout randomisation of Curtsinger & Berger 2013,
     "STABILIZER: Statistically Sound Performance Evaluation", ASPLOS). A single stratum, or a
