@@ -194,12 +194,12 @@ class LocalSides:
         while they fit in half the memory free after set 0 (``sets_that_fit``; a set that still
         runs out of memory ends the list), so the cell may rotate fewer (``CellResult.placement``
         says how many the rounds used)."""
-        before = _allocated_bytes(self.device)
+        before = allocated_bytes(self.device)
         sides = self._prepare_set(cell, list(SIDES))
         wanted = self.spec.measurement.input_sets if self.spec.measurement.placement == "rotate" else 1
         if wanted < 2:
             return sides
-        sets = sets_that_fit(_set_bytes(self.device, before, sides), _free_bytes(self.device), wanted)
+        sets = sets_that_fit(set_bytes(self.device, before, sides), free_bytes(self.device), wanted)
         for k in range(1, sets):
             try:
                 more = self._prepare_set(cell, list(SIDES) if k % 2 == 0 else list(reversed(SIDES)))
@@ -310,15 +310,16 @@ def sets_that_fit(set_bytes: int, free_bytes: int | None, wanted: int) -> int:
     return max(1, min(wanted, 1 + extra))
 
 
-def _allocated_bytes(device: torch.device) -> int:
+def allocated_bytes(device: torch.device) -> int:
+    """Bytes the caching allocator has handed out on a GPU (``torch.cuda.memory_allocated``); 0 on a CPU."""
     return int(torch.cuda.memory_allocated(device)) if device.type == "cuda" else 0
 
 
-def _set_bytes(device: torch.device, before: int, sides: Mapping[Side, LocalSide]) -> int:
+def set_bytes(device: torch.device, before: int, sides: Mapping[Side, LocalSide]) -> int:
     """Bytes one input set took: on a GPU what the allocator handed out while preparing it; on a
     CPU twice its input tensors (the outputs a ``prepare`` allocates are not visible there)."""
     if device.type == "cuda":
-        return max(0, _allocated_bytes(device) - before)
+        return max(0, allocated_bytes(device) - before)
     seen: dict[int, int] = {}
     for side in sides.values():
         for value in side.inputs.values():
@@ -327,7 +328,7 @@ def _set_bytes(device: torch.device, before: int, sides: Mapping[Side, LocalSide
     return 2 * sum(seen.values())
 
 
-def _free_bytes(device: torch.device) -> int | None:
+def free_bytes(device: torch.device) -> int | None:
     """Free device memory (``torch.cuda.mem_get_info``), or available RAM on a CPU
     (``sysconf``), or None where neither can be read."""
     if device.type == "cuda":

@@ -165,8 +165,9 @@ class WorkerSide:
     ``WorkerChannel.request``). ``scratch``: the job's working folder, where outputs handed from
     one side to the other are written."""
 
-    def __init__(self, side: Side, channel: WorkerChannel, scratch: Path) -> None:
+    def __init__(self, side: Side, channel: WorkerChannel, scratch: Path, input_sets: int = 1) -> None:
         self.side, self.channel, self.scratch = side, channel, scratch
+        self.input_sets = input_sets  # the input sets the worker prepared (the engine's placement)
 
     def __repr__(self) -> str:
         return f"<WorkerSide {self.side} {self.channel.label!r} pid={self.channel.proc.pid}>"
@@ -186,6 +187,10 @@ class WorkerSide:
 
     def time_ns(self, launches: int) -> float:
         return float(self._ask("time", launches=launches)["ns"])
+
+    def use_inputs(self, index: int) -> None:
+        """Time input set ``index`` from now on (the engine's rotating placement)."""
+        self._ask("use", index=index)
 
     def launches_for(self, per_launch_ns: float) -> int:
         return int(self._ask("launches", per_launch_ns=per_launch_ns)["launches"])
@@ -259,7 +264,10 @@ class WorkerSides:
         failed = [f"{side}: {a.get('error')}" for side, a in answers.items() if not a.get("ok")]
         if failed:
             raise SideError("; ".join(failed))
-        return {side: WorkerSide(side, self.channels[side], self.scratch) for side in SIDES}
+        return {
+            side: WorkerSide(side, self.channels[side], self.scratch, int(answers[side].get("sets", 1)))
+            for side in SIDES
+        }
 
     def release(self) -> None:
         for channel in self.channels.values():

@@ -17,7 +17,10 @@ Requests (in the order the parent sends them):
   ``timer`` (its label), ``static_target`` (``kernelab.runners.static_metrics.default_target``).
 * ``{"op": "cell", "index": i}``: cell ``i`` of ``spec.cells(device type)`` merged with this
   side's ``params``: inputs (seeded with ``measurement.seed``, scaled by
-  ``correctness.input_scale``), ``prepare``, the cell's ``kernelab.runners.sides.LocalSide``.
+  ``correctness.input_scale``), ``prepare``, the cell's ``kernelab.runners.sides.LocalSide``; under
+  ``measurement.placement: rotate`` as many more input sets (inputs and ``prepare`` again) as
+  ``measurement.input_sets`` asks and half the free memory holds
+  (``kernelab.runners.job.sets_that_fit``). Answer: ``sets``, the input sets prepared.
 * One request per method of the cell pipeline's side protocol
   (``kernelab.runners.pipeline.CellSide``), served by that ``LocalSide`` (``_SIDE_OPS``):
   ``{"op": "time", "launches": n}`` → ``ns`` (per launch); ``{"op": "launches",
@@ -29,7 +32,8 @@ Requests (in the order the parent sends them):
   ``{"op": "bitwise", "path": p}`` → ``comparison`` (``BitwiseComparison`` of this side's kept
   output against the one in ``p``, read with ``weights_only=True``); ``{"op": "verify", "seed": s,
   "rounds": r, "launches": n}`` → ``check`` (``TimedCheck``: a checked sample through the timer);
-  ``device_work`` and ``integrity`` → ``findings``; ``work`` → ``work``.
+  ``device_work`` and ``integrity`` → ``findings``; ``work`` → ``work``; ``{"op": "use", "index":
+  k}`` times input set k from then on (the engine's rotating placement).
 * ``{"op": "static", "target": t, "cells": [i, ...]}``: this side's kernels of those cells compiled
   ahead of time for ``t`` from this revision (``kernelab.runners.static_metrics.compile_kernels``);
   answer ``cells``: per cell ``kernels`` (``kernel_code_json``) and ``error``.
@@ -63,7 +67,7 @@ from kernelab.kernels._device import configure_triton_env
 from kernelab.kernels.base import builtin_reference
 from kernelab.runners import integrity
 from kernelab.runners.checks import scale_inputs
-from kernelab.runners.job import cell_tolerances
+from kernelab.runners.job import allocated_bytes, cell_tolerances, free_bytes, set_bytes, sets_that_fit
 from kernelab.runners.pipeline import short_error
 from kernelab.runners.probes import node_info
 from kernelab.runners.sides import LocalSide
@@ -242,11 +246,12 @@ class RevisionWorker:
         spec, bench = self.spec, self.bench
         side_spec = getattr(spec, self.side)
         params = bench.parse_params(self._params(index))
+        before = allocated_bytes(self.device)
         inputs = scale_inputs(
             bench.make_inputs(params, self.device, spec.measurement.seed), spec.correctness.input_scale
         )
         rtol, atol = cell_tolerances(bench, spec, params)
-        self.prepared = LocalSide(
+        self.prepared = side = LocalSide(
             side=self.side,
             bench=bench,
             variant=side_spec.variant,
@@ -259,7 +264,16 @@ class RevisionWorker:
             atol=atol,
             input_scale=spec.correctness.input_scale,
         )
-        return {}
+        wanted = spec.measurement.input_sets if spec.measurement.placement == "rotate" else 1
+        one_set = set_bytes(self.device, before, {self.side: side})
+        seed, scale = spec.measurement.seed, spec.correctness.input_scale
+        for _ in range(1, sets_that_fit(one_set, free_bytes(self.device), wanted)):
+            try:
+                more = scale_inputs(bench.make_inputs(params, self.device, seed), scale)
+                side.add_input_set(more, bench.prepare(side_spec.variant, params, more))
+            except torch.OutOfMemoryError:
+                break
+        return {"sets": side.input_sets}
 
     def static(self, target: str, indices: list[int]) -> dict[str, Any]:
         """This side's kernels of cells ``indices`` compiled ahead of time for ``target`` from this
@@ -325,9 +339,15 @@ _SIDE_OPS: dict[str, Callable[[LocalSide, dict[str, Any]], dict[str, Any]]] = {
     "device_work": lambda side, r: {"findings": _dump(side.device_work_findings())},
     "integrity": lambda side, r: {"findings": _dump(side.tamper_findings())},
     "work": lambda side, r: {"work": side.work().model_dump(mode="json")},
+    "use": lambda side, r: _use(side, r),
 }
 """The requests served by the prepared cell's ``LocalSide``: one per ``kernelab.runners.pipeline.CellSide``
 method."""
+
+
+def _use(side: LocalSide, request: dict[str, Any]) -> dict[str, Any]:
+    side.use_inputs(int(request["index"]))
+    return {}
 
 
 def _dump(reasons: list[Reason]) -> list[dict[str, Any]]:

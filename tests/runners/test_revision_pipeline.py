@@ -291,3 +291,22 @@ def test_a_revision_job_fills_what_an_in_process_job_fills(
         "keys": shape(good_local)["keys"] | {"contention"}
     }
     assert local.timer == result.timer == "perf_counter"
+
+
+def test_a_revision_job_rotates_input_sets_between_its_workers(revision_job) -> None:
+    """Each worker prepares its side on several input sets and the rounds rotate them
+    (``measurement.placement: rotate``), as in an in-process job: every cell records the sets
+    (this module's quick cells run 2-4 rounds, so their budget leaves two), and the rounds ran
+    the assignments they reached."""
+    from kernelab.service.estimators import placement_strata
+
+    result, *_ = revision_job
+    for cell in result.cells:
+        if cell.error is not None:
+            continue
+        sets = cell.placement.input_sets
+        assert sets == 2, cell.placement
+        rounds = int(cell.samples.round.max()) + 1
+        strata = placement_strata(cell.samples.round, sets, cell.placement.swap_every_rounds)
+        assert strata is not None
+        assert set(strata.tolist()) == {(r // cell.placement.swap_every_rounds) % sets for r in range(rounds)}
