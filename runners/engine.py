@@ -26,7 +26,7 @@ side's ``prepare`` allocated), round r runs the baseline on set ``a = (r // SWAP
 and the candidate on set ``(a + 1) % K`` (``input_set``): a cyclic Latin square (with K = 2 a 2x2
 crossover), so a set's placement effect falls on both sides alike, and each side's own buffers
 sit at K places. K is what both sides offer, at most ``measurement.input_sets``, and after the
-warm-up at most what lets the rounds cover every assignment twice within ``budget_ms``
+warm-up at most what lets the rounds cover every assignment twice within half of ``budget_ms``
 (``sets_for_budget``). The stop check's ratio is stratified by assignment, and with K >= 3 its CI
 spans the assignments' spread (``kernelab.service.estimators.cluster_cis``), so the CI may end the
 cell only once every assignment ran twice. After the rounds, ``cross_check`` times both
@@ -322,6 +322,7 @@ MIN_BETWEEN_SETS = 4
 least 3 degrees of freedom (Student-t 97.5% quantile 3.18; with 3 sets, 2 and 4.30). A cell whose
 budget cannot cover this many assignments twice rotates two (``sets_for_budget``)."""
 _CYCLES_BEFORE_STOP = 2  # every assignment runs this many times before the CI may end the cell
+_BUDGET_FOR_CYCLES = 0.5  # ... within this fraction of the budget, by the warm-up's estimate
 
 
 def input_set(
@@ -352,14 +353,16 @@ def placement_of(pair: PairTimer, settings: MeasurementSpec) -> Placement:
 def sets_for_budget(offered: int, round_ns: float, settings: MeasurementSpec) -> int:
     """How many of the ``offered`` input sets the rounds rotate: the most K in
     [``MIN_BETWEEN_SETS``, offered] whose ``_CYCLES_BEFORE_STOP`` full cycles
-    (2 * ``SWAP_EVERY_ROUNDS`` * K rounds) fit in ``settings.budget_ms`` at ``round_ns`` (ns per
-    round, from the warm-up) and in ``settings.max_rounds``; else 2 (or ``offered`` when < 2).
-    More sets put each side's buffers at more places (a narrower spread of the placement effect
-    in the mean), but a cycle the budget cuts short leaves assignments out."""
+    (2 * ``SWAP_EVERY_ROUNDS`` * K rounds) fit in half of ``settings.budget_ms`` at ``round_ns``
+    (ns per round, from the warm-up; half, because a loaded host makes the rounds slower than
+    the warm-up said: a CPU cell under load ran 9 of the 30 rounds its estimate allowed) and in
+    ``settings.max_rounds``; else 2 (or ``offered`` when < 2). More sets put each side's buffers
+    at more places (a narrower spread of the placement effect in the mean), but a cycle the
+    budget cuts short leaves assignments out."""
     if offered <= 2:
         return offered
     if round_ns > 0 and math.isfinite(round_ns):
-        affordable = min(settings.max_rounds, settings.budget_ms * _NS_PER_MS / round_ns)
+        affordable = min(settings.max_rounds, _BUDGET_FOR_CYCLES * settings.budget_ms * _NS_PER_MS / round_ns)
     else:
         affordable = settings.max_rounds
     fit = int(affordable // (_CYCLES_BEFORE_STOP * SWAP_EVERY_ROUNDS))

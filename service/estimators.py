@@ -217,6 +217,9 @@ class ClusterCIs(NamedTuple):
     points: dict[Side, float]
     strata: tuple[float, ...] = ()
     """With strata: each stratum's own ratio of medians, in stratum order (empty without strata)."""
+    placement_covered: bool = False
+    """True when the CI holds ``paired_sets_ci`` (``between_sets``), so it spans the sides' own
+    buffer placements; False without it (two sets, or too few sets observed on both sides)."""
 
 
 def cluster_cis(
@@ -312,6 +315,7 @@ def cluster_cis(
         return None
     alpha = 1.0 - confidence
     low, high = np.quantile(boot, [alpha / 2, 1 - alpha / 2])
+    covered = False
     if between and len(parts) >= 2:
         spread = paired_sets_ci(
             {k: p[4] for k, p in zip(part_labels, parts, strict=True)},
@@ -321,6 +325,7 @@ def cluster_cis(
         )
         if spread is not None:
             low, high = min(float(low), spread[0]), max(float(high), spread[1])
+            covered = True
     medians: dict[Side, tuple[float, float] | None] = {}
     by_side: tuple[tuple[Side, np.ndarray], ...] = (("baseline", base_med), ("candidate", cand_med))
     for side, med in by_side:
@@ -330,7 +335,11 @@ def cluster_cis(
     points: dict[Side, float] = {"baseline": float(base_point), "candidate": float(cand_point)}
     per_stratum = tuple(float(p[0]) for p in parts) if len(parts) > 1 else ()
     return ClusterCIs(
-        ratio=(ratio, float(low), float(high)), medians=medians, points=points, strata=per_stratum
+        ratio=(ratio, float(low), float(high)),
+        medians=medians,
+        points=points,
+        strata=per_stratum,
+        placement_covered=covered,
     )
 
 
@@ -380,6 +389,12 @@ assignments instead
 (``kernelab.service.verdicts.placement_reasons``)."""
 
 
+MIN_PAIRED_SETS = 3
+"""Fewest sets observed on both sides for ``paired_sets_ci`` (2 degrees of freedom, Student-t
+97.5% quantile 4.30). With fewer, a claimed change must show in every assignment instead
+(``kernelab.service.verdicts.placement_reasons``)."""
+
+
 def paired_sets_ci(
     baseline: Mapping[int, float], candidate: Mapping[int, float], sets: int, confidence: float
 ) -> tuple[float, float] | None:
@@ -390,8 +405,9 @@ def paired_sets_ci(
     on s / baseline on s) = ``log(candidate[s - 1 mod K] / baseline[s])``; the interval is
     ``exp(mean(d) -+ t * sd(d) / sqrt(n))`` with n - 1 degrees of freedom (``scipy.stats.t``), each
     set one observation (the analysis of cluster means, Donner & Klar 2000, "Design and Analysis of
-    Cluster Randomization Trials", ch. 6). None with fewer than two sets observed on both sides or
-    a median that is not finite and positive."""
+    Cluster Randomization Trials", ch. 6). None with fewer than ``MIN_PAIRED_SETS`` sets observed
+    on both sides (a budget that cut the rotation short: with one degree of freedom the Student-t
+    quantile is 12.7 and the interval says nothing) or a median that is not finite and positive."""
     from scipy import stats  # noqa: PLC0415 (the runner's stop check needs it only with many sets)
 
     diffs = []
@@ -402,7 +418,7 @@ def paired_sets_ci(
         if not (math.isfinite(base) and math.isfinite(cand) and base > 0 and cand > 0):
             return None
         diffs.append(math.log(cand) - math.log(base))
-    if len(diffs) < 2:
+    if len(diffs) < MIN_PAIRED_SETS:
         return None
     d = np.asarray(diffs)
     quantile = float(stats.t.ppf(0.5 + confidence / 2, d.size - 1))

@@ -173,10 +173,11 @@ def _cell_numbers(
     n_resamples: int,
     seed: int,
     placement: Placement | None = None,
-) -> tuple[dict[Side, SideStats], dict[str, float | None], tuple[float, ...]]:
+) -> tuple[dict[Side, SideStats], dict[str, float | None], tuple[float, ...], bool]:
     """Per-side summaries and the cell's numbers (ratio and CI, Hodges-Lehmann shift and CI,
     p-value, MDE), computed with float overflow silenced: ``_finite_numbers`` nulls what overflowed;
-    and each input placement's own ratio (empty without strata). ``placement``: the cell's
+    each input placement's own ratio (empty without strata), and whether the CI spans the sides'
+    buffer placements (``estimators.ClusterCIs.placement_covered``). ``placement``: the cell's
     input-set rotation (its ratio is stratified by assignment, ``estimators.cluster_cis``)."""
     times = kept.times
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
@@ -219,7 +220,7 @@ def _cell_numbers(
             "hl_ci_high_ns": None if hl is None else hl[2],
             "p_value": p, "mde_pct": min_detectable_effect_pct(stats["baseline"], stats["candidate"]),
         }  # fmt: skip
-    return stats, numbers, () if cis is None else cis.strata
+    return stats, numbers, (() if cis is None else cis.strata), cis is not None and cis.placement_covered
 
 
 def _cross_ci(cell: CellResult, seed: int) -> tuple[float, float] | None:
@@ -317,7 +318,7 @@ def _compare_kept(
     """``compare_cell`` of a cell without error, its kept samples and Mann-Whitney p given;
     ``extra``: reasons that hold for every cell of the job (the node changed during it)."""
     m = result.spec.measurement
-    raw_stats, raw_numbers, stratum_ratios = _cell_numbers(
+    raw_stats, raw_numbers, stratum_ratios, covered = _cell_numbers(
         kept, p, n_resamples=n_resamples, seed=seed, placement=cell.placement
     )
     with np.errstate(over="ignore"):
@@ -359,7 +360,7 @@ def _compare_kept(
         ratio,
         [r for r in stratum_ratios if math.isfinite(r)],
         m.threshold_pct,
-        input_sets=cell.placement.input_sets,
+        covered=covered,
     )
     if cross is not None:
         found += verdicts.cross_check_reasons(cross, ratio, m.threshold_pct, m.cross_check_pct)

@@ -648,7 +648,7 @@ def placement_reasons(
     stratum_ratios: Sequence[float],
     threshold_pct: float,
     *,
-    input_sets: int = 2,
+    covered: bool = False,
 ) -> list[Reason]:
     """``placement-disagreement`` when the timing verdict claims a change (``faster``, ``slower``)
     that some input placement does not itself show beyond the threshold t: a placement's own ratio
@@ -666,12 +666,13 @@ def placement_reasons(
     reads ``inconclusive`` (a 7% speed-up under a 6% set effect: placements 0.986 and 0.877), with
     both placements' ratios in the reason. ``same`` is left to the pooled ratio.
 
-    Only with two input sets (``input_sets``, the cell's ``Placement``). With three or more the
-    ratio's CI itself spans the spread of the placements' ratios (``estimators.cluster_cis``'
-    ``between``), so a placement effect widens the interval instead: on an H200 output buffers at
-    four places moved a 255 us kernel by -0.18% to +0.23%, which no per-placement rule with a
-    0.25% threshold survives (``docs/results/2026-12-03-h200-placement.md``)."""
-    if input_sets > 2 or timing not in ("faster", "slower") or ratio is None or len(stratum_ratios) < 2:
+    Not when the ratio's CI already spans the sides' own placements (``covered``: three or more
+    input sets observed on both sides, ``estimators.paired_sets_ci``): a placement effect widens
+    that interval instead. On an H200 output buffers at four places moved a 255 us kernel by
+    -0.18% to +0.23%, which no per-placement rule with a 0.25% threshold survives
+    (``docs/results/2026-12-03-h200-placement.md``). The rule stays for two sets and for a
+    rotation the budget cut before three sets ran on both sides."""
+    if covered or timing not in ("faster", "slower") or ratio is None or len(stratum_ratios) < 2:
         return []
     t = threshold_pct / 100
     if all((r < 1 - t) if timing == "faster" else (r > 1 + t) for r in stratum_ratios):

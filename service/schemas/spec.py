@@ -219,7 +219,7 @@ class MeasurementSpec(_Strict):
         default="rotate",
         description="'rotate': each side is prepared on several input sets allocated alike (input_sets, "
         "as many as fit in half the free device memory and let the rounds cover every assignment "
-        "twice in budget_ms), and the sets rotate between the sides every three rounds, so a "
+        "twice in half of budget_ms), and the sets rotate between the sides every three rounds, so a "
         "buffer-placement effect falls on both sides alike and the CI spans what is left of it; "
         "'fixed': each side times one set (the least memory)",
     )

@@ -116,9 +116,9 @@ def test_the_ci_may_end_the_cell_only_after_every_assignment_ran_twice() -> None
 
 
 def test_a_short_budget_rotates_fewer_sets() -> None:
-    """Rounds of 2 ms (two 1 ms samples) and a 64 ms budget: 32 rounds, two cycles of 5 sets, not
-    of 8. The cell records the sets it rotated, and its rounds rotate exactly those."""
-    _, cell, sides = _cell(8, 0.0, 1, budget_ms=64.0)
+    """Rounds of 2 ms (two 1 ms samples) and a 128 ms budget: 32 rounds in its half, two cycles
+    of 5 sets, not of 8. The cell records the sets it rotated, and its rounds rotate exactly those."""
+    _, cell, sides = _cell(8, 0.0, 1, budget_ms=128.0)
     assert cell.placement.input_sets == 5 >= MIN_BETWEEN_SETS
     used = cell.placement.input_sets
     for v, side in sides.items():
@@ -132,8 +132,8 @@ def test_a_short_budget_rotates_fewer_sets() -> None:
     ("offered", "round_ms", "budget_ms", "want"),
     [
         (8, 1.0, 10_000, 8),  # 48 rounds in 48 ms
-        (8, 10.0, 300, 5),  # 30 rounds: 2 cycles of 5 sets
-        (8, 10.0, 200, 2),  # 20 rounds: not even 2 cycles of 4 sets
+        (8, 10.0, 600, 5),  # 30 rounds in half the budget: 2 cycles of 5 sets
+        (8, 10.0, 400, 2),  # 20 rounds: not even 2 cycles of 4 sets
         (2, 1.0, 10_000, 2),
         (1, 1.0, 10_000, 1),
         (8, math.nan, 10_000, 8),  # no estimate: max_rounds decides
@@ -173,13 +173,15 @@ def test_paired_sets_interval_is_the_t_interval_of_the_per_set_differences() -> 
     d = np.log([cand[3] / base[0], cand[0] / base[1], cand[1] / base[2], cand[2] / base[3]])
     lo, hi = stats.t.interval(0.95, len(d) - 1, loc=d.mean(), scale=stats.sem(d))
     assert paired_sets_ci(base, cand, 4, 0.95) == pytest.approx((math.exp(lo), math.exp(hi)), rel=1e-12)
-    # a missing assignment leaves out the sets it held; fewer than two pairs give no interval
-    partial = paired_sets_ci({0: 1000.0, 1: 1100.0, 2: 950.0}, {0: 1103.0, 1: 949.0, 2: 1024.0}, 4, 0.95)
-    d2 = np.log([cand[0] / base[1], cand[1] / base[2]])
-    lo2, hi2 = stats.t.interval(0.95, 1, loc=d2.mean(), scale=stats.sem(d2))
-    assert partial == pytest.approx((math.exp(lo2), math.exp(hi2)), rel=1e-12)
+    # missing assignments leave out the sets they held: five sets, assignments 0-3 ran, so sets 1-3
+    # are seen on both sides; with two pairs (one degree of freedom) there is no interval
+    partial = paired_sets_ci(base, cand, 5, 0.95)
+    d3 = np.log([cand[0] / base[1], cand[1] / base[2], cand[2] / base[3]])
+    lo3, hi3 = stats.t.interval(0.95, 2, loc=d3.mean(), scale=stats.sem(d3))
+    assert partial == pytest.approx((math.exp(lo3), math.exp(hi3)), rel=1e-12)
+    assert paired_sets_ci({0: 1000.0, 1: 1100.0, 2: 950.0}, {0: 1103.0, 1: 949.0, 2: 1024.0}, 4, 0.95) is None
     assert paired_sets_ci({0: 1.0}, {0: 1.0}, 4, 0.95) is None
-    assert paired_sets_ci({0: 1.0, 1: math.nan}, {0: 1.0, 1: 1.0}, 2, 0.95) is None
+    assert paired_sets_ci({0: 1.0, 1: math.nan, 2: 1.0}, {0: 1.0, 1: 1.0, 2: 1.0}, 3, 0.95) is None
 
 
 def _rotated_samples(per_set: np.ndarray, side_set: np.ndarray, sets: int) -> tuple[np.ndarray, ...]:
@@ -250,12 +252,30 @@ def test_a_set_effect_in_an_a_a_job_reads_same() -> None:
     assert c.verdict == "same", [r.message for r in c.reasons]
 
 
-def test_the_per_placement_rule_applies_to_two_sets_only() -> None:
-    """With two sets a change must show in both assignments; with more the CI carries the spread."""
+def test_the_per_placement_rule_applies_where_the_ci_does_not_cover_placement() -> None:
+    """With two sets (or a rotation cut short) a change must show in every assignment; where the CI
+    holds the paired interval it carries the spread instead."""
     assert [r.code for r in placement_reasons("slower", 1.005, [1.009, 1.001], 0.25)] == [
         "placement-disagreement"
     ]
-    assert placement_reasons("slower", 1.005, [1.009, 1.001, 1.006, 1.004], 0.25, input_sets=4) == []
+    assert placement_reasons("slower", 1.005, [1.009, 1.001, 1.006, 1.004], 0.25, covered=True) == []
+
+
+def test_a_rotation_the_budget_cut_short_falls_back_to_the_per_placement_rule() -> None:
+    """What a loaded CPU did: five sets chosen, nine rounds run (three assignments, two sets seen
+    on both sides). No paired interval (one degree of freedom); a 250x change still reads
+    ``faster``, each assignment showing it, where the interval of two pairs had reached 1e-8..77."""
+    rounds = np.repeat(np.arange(9), 2)
+    candidate = np.tile([False, True], 9)
+    rng = np.random.default_rng(4)
+    durations = np.where(candidate, 4_000.0, 1_000_000.0) * rng.choice([1.0, 1.3, 8.0], rounds.size)
+    strata = placement_strata(rounds, 5, SWAP_EVERY_ROUNDS)
+    cis = cluster_cis(
+        candidate, rounds, durations, confidence=0.95, n_resamples=500, seed=1, strata=strata, between_sets=5
+    )
+    assert cis is not None and cis.ratio is not None and not cis.placement_covered
+    assert cis.ratio[2] < 0.01
+    assert placement_reasons("faster", cis.ratio[0], list(cis.strata), 1.0, covered=False) == []
 
 
 class _Recorded(Params):
