@@ -612,11 +612,13 @@ def _warm_up(
 
     Each variant's launches per call double from 1 up to what its fastest reading so far asks for
     (``pair.launches_for``), so later readings come from full-size windows. At least
-    ``_MIN_WARMUP_PASSES`` passes run, and under a rotating ``placement`` of K sets at least K,
-    each pass on the next assignment (``input_set`` with a swap every pass), so every side warms
-    every set. Returns each variant's launches per sample and an estimate of one round's wall time
-    (ns): both sides' launches times their fastest reading, plus each side's overhead per call
-    outside its launches (the wall time of its last call less the launches it timed).
+    ``_MIN_WARMUP_PASSES`` passes run; under a rotating ``placement`` each pass is on the next
+    assignment (``input_set`` with a swap every pass), and ``_prime`` later runs every set the
+    rounds will use once (a slow kernel is not warmed up K times over before the budget decides
+    how many sets it can afford). Returns each variant's launches per sample and an estimate of
+    one round's wall time (ns): both sides' launches times their fastest reading, plus each side's
+    overhead per call outside its launches (the wall time of its last call less the launches it
+    timed).
     """
     placement = placement or Placement()
     sets = placement.input_sets
@@ -624,9 +626,8 @@ def _warm_up(
     best_ns: dict[Side, float] = dict.fromkeys(SIDES, math.inf)
     launches: dict[Side, int] = dict.fromkeys(SIDES, 1)
     overhead_ns: dict[Side, float] = dict.fromkeys(SIDES, 0.0)
-    min_passes = max(_MIN_WARMUP_PASSES, sets if sets >= 2 else 0)
     passes = 0
-    while passes < min_passes or min(spent_ns.values()) < warmup_ms * 1e6:
+    while passes < _MIN_WARMUP_PASSES or min(spent_ns.values()) < warmup_ms * 1e6:
         for variant in SIDES if passes % 2 == 0 else tuple(reversed(SIDES)):
             if sets >= 2:  # a new assignment every pass: every side warms every set
                 pair.use_inputs(variant, input_set(passes, variant, 1, sets))  # type: ignore[attr-defined]

@@ -121,8 +121,8 @@ def test_a_short_budget_rotates_fewer_sets() -> None:
     _, cell, sides = _cell(8, 0.0, 1, budget_ms=128.0)
     assert cell.placement.input_sets == 5 >= MIN_BETWEEN_SETS
     used = cell.placement.input_sets
-    for v, side in sides.items():
-        assert {b for m, b in side.log} == {f"{v[0]}{k}" for k in range(8)}  # all warmed and primed
+    for v, side in sides.items():  # every set the rounds used was primed before them
+        assert {b for _, b in side.log} >= {f"{v[0]}{k}" for k in range(5)}
     rounds = int(cell.samples.round.max()) + 1
     strata = placement_strata(np.arange(rounds), used, SWAP_EVERY_ROUNDS)
     assert strata is not None and set(strata.tolist()) == set(range(used))
