@@ -1,7 +1,7 @@
 """Helpers of the fleet drills (``test_fault_drills_fleet.py``, ``test_fault_drills_kill*.py``):
 runner daemons as child processes, their logs and spools, and the ``kill -9`` drill itself, which
-runs on SQLite and on PostgreSQL from two modules (``--dist loadfile`` then runs the two, minutes
-each on a 2-core machine, beside each other)."""
+runs on SQLite and on PostgreSQL from two modules (``--dist loadfile`` can then hand the two, minutes
+each on a 2-core machine, to different processes when the schedule allows)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 spooling, posting, the next job) against a real ``kernelab serve`` on SQLite: every job
 ends with exactly one result, nothing is left in any spool (``fleet_drills.kill_drill``). The same
 drill on PostgreSQL is ``test_fault_drills_kill_pg.py``: one module per database, so that ``--dist
-loadfile`` runs the two (minutes each on a 2-core machine) beside each other. The other fleet
+loadfile`` may hand the two (minutes each on a 2-core machine) to different processes. The other fleet
 drills are ``test_fault_drills_fleet.py``; ``-s`` shows the drill's tally.
 """
 

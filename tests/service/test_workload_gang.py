@@ -2,7 +2,8 @@
 --workloads`` daemons on this machine claim an ``nnodes: 2`` job together and meet at a c10d
 rendezvous on loopback; one is killed with SIGKILL mid-run: the attempt fails on both and the retry
 (the killed runner started again, as a rebooted node would) succeeds. A module of its own so that
-``--dist loadfile`` runs it beside the example's drills (each takes minutes on a 2-core machine)."""
+``--dist loadfile`` can hand it and the example's drills (minutes each on a 2-core machine) to different
+processes."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ SQLite file and on PostgreSQL, ``kernelab runner --workloads`` processes talking
 * A 503 on the result post (the database really stopped): the result stays in the runner's
   spool and is posted, whole, once the database is back.
 
-The gang drill is ``test_workload_gang.py`` (a module of its own, so that it runs beside these);
+The gang drill is ``test_workload_gang.py`` (a module of its own, so that another process can run it);
 the helpers both use are ``workload_drills.py``.
 """
 

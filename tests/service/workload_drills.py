@@ -1,7 +1,7 @@
 """What the workload drills (``test_workload_server.py``, ``test_workload_gang.py``) share: the
 example's spec, a ``kernelab runner --workloads`` process (``Runner``), a server of the drill's own,
 the ``kernelab`` CLI, and the fixtures that clean up after a failed drill. The drills are two
-modules so that ``--dist loadfile`` can run the gang drill (minutes) beside the example's runs."""
+modules so that ``--dist loadfile`` can hand the gang drill (minutes) to another process."""
 
 from __future__ import annotations
 
