@@ -4,10 +4,12 @@ needs a server configured or limited its own way starts one with ``tests/servers
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -43,19 +45,38 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.loadscopereorder = False
 
 
-def _costliest_files_first(items: list[pytest.Item]) -> None:
-    """Reorder ``items`` in place, file by file: the files with tests marked ``slow`` (subprocesses,
-    servers, drills: seconds to minutes each) first, most slow tests first, then the other files,
-    most tests first; each file's tests keep their order. With ``--dist loadfile`` the long files
-    start while there is other work to run beside them (longest-processing-time-first), and the last
-    files handed out are short, so the processes finish together."""
-    counts: dict[object, list[int]] = {}
+# Seconds each file took on the 2-core CI machine (a clean-clone run, --dist loadfile; files of
+# under 3 s left out): the schedule's estimate of a file's cost. Stale figures cost only time (a file
+# handed out later than it should be), never a result; refresh them from a run's per-file totals.
+DURATIONS_FILE = Path(__file__).with_name("durations.json")
+UNMEASURED_SLOW_S = 30.0  # the estimate of a file with `slow` tests that durations.json lacks
+
+
+def _costliest_files_first(items: list[pytest.Item], rootdir: Path) -> None:
+    """Reorder ``items`` in place, file by file, longest first by ``durations.json`` (a file it
+    lacks counts ``UNMEASURED_SLOW_S`` if it has tests marked ``slow``, else 0), ties by the number
+    of ``slow`` tests, then of tests; each file's tests keep their order. With ``--dist loadfile``
+    the long files (subprocesses, servers, drills: minutes each) start first, beside each other and
+    while there is other work to run beside them (longest-processing-time-first), and the last files
+    handed out are short, so the processes finish together."""
+    measured: dict[str, float] = json.loads(DURATIONS_FILE.read_text()) if DURATIONS_FILE.exists() else {}
+    counts: dict[Path, list[int]] = {}
     for item in items:
         slow_and_all = counts.setdefault(item.path, [0, 0])
         slow_and_all[0] += "slow" in item.keywords
         slow_and_all[1] += 1
     first = {path: i for i, path in reversed(list(enumerate(item.path for item in items)))}
-    rank = {path: (-slow, -total, first[path]) for path, (slow, total) in counts.items()}
+
+    def estimate_s(path: Path, slow: int) -> float:
+        try:
+            name = path.relative_to(rootdir).as_posix()
+        except ValueError:
+            name = path.as_posix()
+        return measured.get(name, UNMEASURED_SLOW_S if slow else 0.0)
+
+    rank = {
+        path: (-estimate_s(path, slow), -slow, -total, first[path]) for path, (slow, total) in counts.items()
+    }
     items.sort(key=lambda item: rank[item.path])  # stable: a file's tests keep their order
 
 
@@ -65,7 +86,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords and not has_cuda:
             item.add_marker(skip_gpu)
-    _costliest_files_first(items)
+    _costliest_files_first(items, config.rootpath)
 
 
 @dataclass(frozen=True)

@@ -11,185 +11,29 @@ SQLite file and on PostgreSQL, ``kernelab runner --workloads`` processes talking
   the retry (the killed runner started again, as a rebooted node would) succeeds.
 * A 503 on the result post (the database really stopped): the result stays in the runner's
   spool and is posted, whole, once the database is back.
+
+The gang drill is ``test_workload_gang.py`` (a module of its own, so that another process can run it);
+the helpers both use are ``workload_drills.py``.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
+from workload_drills import PHASES, ROOT, Runner, _cli, _server, _spec, _wait, _yaml, cleanup, opened, runners
 
 from kernelab.runners.client import KernelabClient
-from kernelab.runners.local import ServerProcess, admin_token, free_port
-from kernelab.runners.workload.launch import descendants
+from kernelab.runners.local import admin_token
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
-ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = ROOT / "examples" / "workload"
-PHASES = ["rollout", "log_probs", "actor_train", "step"]
-
-
-def _spec(
-    runs: int, *, nnodes: int = 1, nproc: int = 2, die_once: Path | None = None, probes: bool = True
-) -> str:
-    """The example's spec with absolute paths (runners run it from their own folder), ``runs`` of
-    each arm, tiny; ``die_once``: the candidate's last rank kills itself once (its marker file)."""
-    env = f'\n  env: {{EXAMPLE_DIE_ONCE: "{die_once}"}}' if die_once is not None else ""
-    script = EXAMPLE / "train_step.py"
-    return f"""\
-kind: workload
-name: server workload e2e
-baseline:
-  command: [{script}]
-  args: [--attention, sdpa, --steps, "1", --new-tokens, "4"]
-candidate:
-  command: [{script}]
-  args: [--attention, math, --steps, "1", --new-tokens, "4"]{env}
-launch: {{nproc_per_node: {nproc}, nnodes: {nnodes}, rdzv_timeout_s: 60}}
-runs: {runs}
-run_timeout_s: 240
-budget_s: 900
-threshold_pct: 5
-probes: {{between_runs: {str(probes).lower()}, all_reduce: false, nvml: false}}
-"""
-
-
-def _wait(predicate: Callable[[], Any], timeout_s: float, what: str, every_s: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
-        time.sleep(every_s)
-
-
-class Runner:
-    """A ``kernelab runner --workloads`` process (real HTTP to ``url``), its log in ``work_dir``."""
-
-    def __init__(self, url: str, token: str, name: str, work_dir: Path, *, lease_s: float = 8.0):
-        self.url, self.token, self.name, self.work_dir, self.lease_s = url, token, name, work_dir, lease_s
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.starts = 0
-        self.below: set[int] = set()  # processes it started (torchrun, ranks), for the cleanup
-
-    def start(self) -> Runner:
-        self.starts += 1
-        self.work_dir.mkdir(parents=True, exist_ok=True)
-        log = (self.work_dir / f"runner-{self.starts}.log").open("wb")
-        cmd = [
-            sys.executable,
-            "-m",
-            "kernelab.runners.cli",
-            "runner",
-            "--server",
-            self.url,
-            "--name",
-            self.name,
-            "--work-dir",
-            str(self.work_dir),
-            "--workloads",
-            "--rdzv-host",
-            "127.0.0.1",
-            "--poll-s",
-            "1",
-            "--lease-s",
-            str(self.lease_s),
-            "--heartbeat-s",
-            "1",
-            "--job-isolation",
-            "none",
-            "--grace-s",
-            "5",
-        ]
-        env = {**os.environ, "KERNELAB_TOKEN": self.token}
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.work_dir)
-        log.close()
-        return self
-
-    def log(self) -> str:
-        return "\n".join(p.read_text(errors="replace") for p in sorted(self.work_dir.glob("runner-*.log")))
-
-    def note_children(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.below.update(descendants(self.proc.pid))
-
-    def kill(self) -> None:
-        """SIGKILL the daemon alone (its torchrun lives on, as on a node whose daemon died)."""
-        assert self.proc is not None
-        self.note_children()
-        self.proc.kill()
-        self.proc.wait()
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.note_children()
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        for pid in self.below:  # what a killed daemon left behind (only the processes it started)
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-
-
-@pytest.fixture
-def runners() -> Iterator[list[Runner]]:
-    started: list[Runner] = []
-    yield started
-    for r in started:
-        r.stop()
-
-
-@pytest.fixture
-def opened() -> Iterator[list[KernelabClient]]:
-    clients: list[KernelabClient] = []
-    yield clients
-    for c in clients:
-        c.close()
-
-
-@pytest.fixture
-def cleanup() -> Iterator[list[subprocess.Popen[str]]]:
-    """Client processes a failed test would leave running: killed after it."""
-    procs: list[subprocess.Popen[str]] = []
-    yield procs
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-
-
-def _server(url: str, tmp_path: Path, name: str = "server") -> ServerProcess:
-    token = admin_token(tmp_path)
-    return ServerProcess(url, port=free_port(), admin_token=token, log_path=tmp_path / f"{name}.log")
-
-
-def _cli(server: ServerProcess, token: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "KERNELAB_TOKEN": token, "KERNELAB_SERVER": server.url}
-    return subprocess.run(
-        [sys.executable, "-m", "kernelab.runners.cli", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=300,
-    )
+__all__ = ["cleanup", "opened", "runners"]  # fixtures of workload_drills, used here by name
 
 
 def test_example_workload_through_server_and_runner(
@@ -265,70 +109,6 @@ def test_example_workload_through_server_and_runner(
         assert "**Consistency**" in md.stdout and "**Per-rank times**" in md.stdout
         rest_md = httpx.get(f"{server.url}/api/v1/jobs/{job_id}/report.md", headers=headers, timeout=60)
         assert rest_md.status_code == 200 and rest_md.text == md.stdout.rstrip("\n") + "\n"
-
-
-def test_gang_of_two_runners_and_a_runner_killed_mid_run(
-    tmp_path: Path, runners: list[Runner], opened: list[KernelabClient]
-) -> None:
-    """(b) ``nnodes: 2``: two runners claim it together, rendezvous on 127.0.0.1; one SIGKILLed
-    mid-run: the attempt fails on both (its lease runs out), the retry succeeds."""
-    spec_path = tmp_path / "gang.yaml"
-    spec_path.write_text(_spec(2, nnodes=2, nproc=1, probes=False))
-    with _server(f"sqlite:///{tmp_path / 'k.db'}", tmp_path) as server:
-        token = admin_token(tmp_path)  # the one _server gave it (kept in the folder)
-        client = KernelabClient(server.url, token)
-        opened.append(client)
-        job_id = client.submit(_yaml(spec_path)).id
-        a = Runner(server.url, token, "gang-a", tmp_path / "gang-a").start()
-        runners.append(a)
-        gathering = _wait(lambda: (j := client.get_job(job_id)).gang is not None and j, 120, "the first seat")
-        assert (
-            gathering.status == "queued"
-            and gathering.gang.gathering
-            and gathering.gang.members == {0: "gang-a"}
-        )
-        assert gathering.waiting_for and "gathering: 1 of 2 runners" in gathering.waiting_for
-        b = Runner(server.url, token, "gang-b", tmp_path / "gang-b").start()
-        runners.append(b)
-        running = _wait(lambda: (j := client.get_job(job_id)).status == "running" and j, 120, "the gang")
-        assert running.gang is not None and set(running.gang.members.values()) == {"gang-a", "gang-b"}
-        assert running.gang.endpoint is not None and running.gang.endpoint.startswith("127.0.0.1:")
-        _wait(
-            lambda: (p := client.get_job(job_id).progress) is not None and p.cells_done >= 1,
-            300,
-            "a run done",
-        )
-        b.kill()
-        retried = _wait(
-            lambda: (j := client.get_job(job_id)).status == "queued" and j.attempts == 1 and j,
-            120,
-            "the attempt to fail on both",
-        )
-        attempts = client.call("GET", f"/jobs/{job_id}/attempts", lambda r: r.json(), idempotent=True)["data"]
-        assert attempts[0]["outcome"] == "expired"
-        assert "lease lost" in _wait(
-            lambda: "lease lost" in a.log() and a.log(), 60, "gang-a to stop its runs"
-        )
-        b.start()  # the node comes back
-        done = _wait(
-            lambda: (j := client.get_job(job_id)).comparison_status == "ready" and j, 600, "the retry"
-        )
-        assert done.status == "succeeded" and done.attempts == 2, (
-            done.error,
-            a.log()[-2000:],
-            b.log()[-2000:],
-        )
-        assert retried.attempts == 1
-        c = client.workload(job_id)
-        assert [line.outcome for line in c.timeline] == ["ok"] * 4
-        ranks = {rank for q in c.quantities for r in q.ranks for rank in r.medians_s}
-        assert ranks == {0, 1}  # a rank on each node, both nodes' records merged
-
-
-def _yaml(path: Path) -> Any:
-    import yaml
-
-    return yaml.safe_load(path.read_text())
 
 
 @pytest.mark.postgres
