@@ -133,6 +133,10 @@ def main(argv: list[str] | None = None) -> int:
                 opt.step()
         metric("tokens_per_s", args.batch * args.new_tokens / rollout_s, unit="tok/s")
     digest("logprobs", logprobs)
+    # Every rank past its last collective before any tears the group down: a gloo rank whose peer
+    # closed its connections while its own worker threads were still live aborts at exit
+    # ("terminate called without an active exception", SIGABRT), after all its records were written.
+    dist.barrier()
     dist.destroy_process_group()
     return 0
 

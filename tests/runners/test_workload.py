@@ -200,7 +200,8 @@ def _run_killed_example(folder: Path) -> tuple[Any, dict[str, Any], dict[str, An
         text=True,
         timeout=1100,
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    if proc.returncode != 0 or not res.exists() or not out.exists():  # the caller tries once more
+        return proc, {}, {}, md, False, [f"kernelab run exited {proc.returncode}: {proc.stderr[-3000:]}"]
     result, comparison = json.loads(res.read_text()), json.loads(out.read_text())
     outcomes = [r["outcome"] for r in result["runs"]]
     logs = [f"{r['side']} {r['outcome']}: {r['log'][-1500:]}" for r in result["runs"] if r["outcome"] != "ok"]
@@ -222,9 +223,10 @@ def test_kernelab_run_example_two_gloo_ranks_with_a_rank_killed(tmp_path: Path) 
     completes with phase verdicts, per-rank times and the consistency table."""
     proc, result, comparison, md, expected, logs = _run_killed_example(tmp_path / "try1")
     if not expected:
-        # Once in a CI run (2 cores, other torchrun jobs beside it) a second run also crashed and
-        # its log was not kept; the logs are now. One more try, in a fresh folder: a real defect
-        # fails both, and the message carries both tries' logs.
+        # Under load a gloo rank sometimes aborted at exit after writing all its records (SIGABRT in
+        # the group's teardown; the example now meets a barrier before destroying its group), so
+        # a second run read crashed, or the job failed. One more try, in a fresh folder: a real
+        # defect fails both, and the message carries both tries' logs.
         first = logs
         proc, result, comparison, md, expected, logs = _run_killed_example(tmp_path / "try2")
         assert expected, "first try:\n" + "\n".join(first) + "\nsecond try:\n" + "\n".join(logs)
