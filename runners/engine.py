@@ -28,8 +28,8 @@ crossover), so a set's placement effect falls on both sides alike, and each side
 sit at K places. K is what both sides offer, at most ``measurement.input_sets``, and after the
 warm-up at most what lets the rounds cover every assignment twice within half of ``budget_ms``
 (``sets_for_budget``). The stop check's ratio is stratified by assignment, and with K >= 3 its CI
-spans the assignments' spread (``kernelab.service.estimators.cluster_cis``), so the CI may end the
-cell only once every assignment ran twice. After the rounds, ``cross_check`` times both
+spans how much the two sides differ set by set (``kernelab.service.estimators.paired_sets_ci``),
+so the CI may end the cell only once every assignment ran twice. After the rounds, ``cross_check`` times both
 sides briefly with the other timing method (``measurement.cross_check``).
 
 Power state (``measurement.state``): ``cold`` takes each sample as it comes (after the L2 flush
