@@ -796,6 +796,11 @@ def measure_interleaved(
         launches, round_ns = _warm_up(pair, warmup_ms, clock, placement)
     limit = getattr(pair, "limit_input_sets", None)
     if placement.input_sets > 2 and callable(limit):
+        # a round holds samples_per_round samples of each side, under ``sustained`` each after
+        # sustain_ms of heat
+        round_ns = round_ns * settings.samples_per_round + (
+            2 * settings.samples_per_round * settings.sustain_ms * _NS_PER_MS if sustained else 0.0
+        )
         used = sets_for_budget(placement.input_sets, round_ns, settings)
         if used < placement.input_sets:
             limit(used)

@@ -220,6 +220,10 @@ class ClusterCIs(NamedTuple):
     placement_covered: bool = False
     """True when the CI holds ``paired_sets_ci`` (``between_sets``), so it spans the sides' own
     buffer placements; False without it (two sets, or too few sets observed on both sides)."""
+    per_set: tuple[float, ...] = ()
+    """With ``between_sets``: each input set's own ratio, candidate on the set over baseline on the
+    set, for the sets observed on both sides (``paired_set_ratios``); a set's shared effect cancels
+    in it, which the assignments' ratios of a cut-short rotation do not cancel."""
 
 
 def cluster_cis(
@@ -316,6 +320,15 @@ def cluster_cis(
     alpha = 1.0 - confidence
     low, high = np.quantile(boot, [alpha / 2, 1 - alpha / 2])
     covered = False
+    per_set: tuple[float, ...] = ()
+    if between and part_labels:
+        per_set = tuple(
+            paired_set_ratios(
+                {k: p[4] for k, p in zip(part_labels, parts, strict=True)},
+                {k: p[5] for k, p in zip(part_labels, parts, strict=True)},
+                between_sets,
+            )
+        )
     if between and len(parts) >= 2:
         spread = paired_sets_ci(
             {k: p[4] for k, p in zip(part_labels, parts, strict=True)},
@@ -340,6 +353,7 @@ def cluster_cis(
         points=points,
         strata=per_stratum,
         placement_covered=covered,
+        per_set=per_set,
     )
 
 
@@ -387,6 +401,20 @@ BETWEEN_STRATA_MIN_SETS = 3
 that interval useless (Student-t 97.5% quantile 12.7), and a change must show in both
 assignments instead
 (``kernelab.service.verdicts.placement_reasons``)."""
+
+
+def paired_set_ratios(
+    baseline: Mapping[int, float], candidate: Mapping[int, float], sets: int
+) -> list[float]:
+    """Each input set's ratio candidate / baseline on that set under the cyclic rotation of
+    ``sets`` sets (``paired_sets_ci`` says how the assignments map to sets), for the sets observed
+    on both sides with finite positive medians, in set order."""
+    out = []
+    for s in range(sets):
+        base, cand = baseline.get(s), candidate.get((s - 1) % sets)
+        if base is not None and cand is not None and math.isfinite(base) and math.isfinite(cand) and base > 0:
+            out.append(cand / base)
+    return out
 
 
 MIN_PAIRED_SETS = 3

@@ -220,6 +220,11 @@ def _cell_numbers(
             "hl_ci_high_ns": None if hl is None else hl[2],
             "p_value": p, "mde_pct": min_detectable_effect_pct(stats["baseline"], stats["candidate"]),
         }  # fmt: skip
+    if cis is not None and placement is not None and placement.input_sets >= BETWEEN_STRATA_MIN_SETS:
+        # a rotation the budget cut short: each set's own ratio is judged, not each assignment's
+        # (in an assignment the two sides ran different sets, whose shared effect a partial cycle
+        # does not cancel)
+        return stats, numbers, cis.per_set, cis.placement_covered
     return stats, numbers, (() if cis is None else cis.strata), cis is not None and cis.placement_covered
 
 
@@ -361,6 +366,7 @@ def _compare_kept(
         [r for r in stratum_ratios if math.isfinite(r)],
         m.threshold_pct,
         covered=covered,
+        per_set=cell.placement.input_sets >= BETWEEN_STRATA_MIN_SETS,
     )
     if cross is not None:
         found += verdicts.cross_check_reasons(cross, ratio, m.threshold_pct, m.cross_check_pct)

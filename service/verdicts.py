@@ -649,6 +649,7 @@ def placement_reasons(
     threshold_pct: float,
     *,
     covered: bool = False,
+    per_set: bool = False,
 ) -> list[Reason]:
     """``placement-disagreement`` when the timing verdict claims a change (``faster``, ``slower``)
     that some input placement does not itself show beyond the threshold t: a placement's own ratio
@@ -671,12 +672,27 @@ def placement_reasons(
     that interval instead. On an H200 output buffers at four places moved a 255 us kernel by
     -0.18% to +0.23%, which no per-placement rule with a 0.25% threshold survives
     (``docs/results/2026-12-03-h200-placement.md``). The rule stays for two sets and for a
-    rotation the budget cut before three sets ran on both sides."""
-    if covered or timing not in ("faster", "slower") or ratio is None or len(stratum_ratios) < 2:
+    rotation the budget cut before three sets ran on both sides. There (``per_set``) the ratios
+    judged are each input set's own (candidate on the set over baseline on the set,
+    ``estimators.paired_set_ratios``): in one assignment of three or more sets the sides ran
+    different sets, and a set effect both sides share, which only a whole cycle cancels, can push
+    every assignment's ratio the same way; a claimed change then needs at least one set seen on
+    both sides, each showing it."""
+    if covered or timing not in ("faster", "slower") or ratio is None:
+        return []
+    if not per_set and len(stratum_ratios) < 2:
         return []
     t = threshold_pct / 100
     if all((r < 1 - t) if timing == "faster" else (r > 1 + t) for r in stratum_ratios):
         return []
+    if per_set and not stratum_ratios:
+        return [
+            reason(
+                "placement-disagreement",
+                f"the timing alone says {timing} (ratio {ratio:.4g}), but the rotation of the input sets "
+                "ended before any set ran on both sides, so no placement shows the change",
+            )
+        ]
     shown = ", ".join(f"{r:.4g}" for r in stratum_ratios)
     return [
         reason(

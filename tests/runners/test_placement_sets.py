@@ -335,3 +335,32 @@ def test_a_cpu_job_prepares_every_set_with_the_order_alternating() -> None:
     result = run_job(fixed, isolate=False, bench=bench, device="cpu")
     assert bench.calls[:3] == ["inputs", "a", "b"] and "inputs" not in bench.calls[3:]
     assert result.cells[0].placement.input_sets == 1
+
+
+def test_a_cut_short_rotation_of_shared_set_effects_is_judged_per_set() -> None:
+    """A/A, four sets whose shared effects fall 1% per set (both sides alike), and the budget ended
+    the cell after 7 rounds (assignments 0, 1 and one round of 2): each assignment's ratio reads
+    0.99, a ``faster`` by the assignments' rule. Judged set by set (the sides on the same set), no
+    change shows: ``inconclusive``, never ``faster``."""
+    from kernelab.service.schemas import CellResult, Placement, Sample
+
+    effect = [1.00, 0.99, 0.98, 0.97]
+    rng = np.random.default_rng(2)
+    rows = []
+    for r in range(7):
+        order = ("baseline", "candidate") if r % 2 == 0 else ("candidate", "baseline")
+        for position, side in enumerate(order):
+            used = input_set(r, side, SWAP_EVERY_ROUNDS, 4)  # type: ignore[arg-type]
+            ns = 1000.0 * effect[used] * (1 + rng.uniform(-2e-4, 2e-4))
+            rows.append(Sample(variant=side, round=r, position=position, duration_ns=ns, launches=1000))  # type: ignore[arg-type]
+    spec = settings(cross_check=False, threshold_pct=0.25, min_rounds=5)
+    cell = CellResult(
+        index=0,
+        params={"M": 4, "N": 64},
+        samples=rows,
+        placement=Placement(input_sets=4, swap_every_rounds=3),
+    )
+    c = compare_cell(job(spec, cell), cell, {})
+    assert c.ratio is not None and c.ratio < 0.995  # the assignments' geometric mean is biased
+    assert c.verdict == "inconclusive", [r.code for r in c.reasons]
+    assert "placement-disagreement" in [r.code for r in c.reasons]
