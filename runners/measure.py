@@ -1,17 +1,18 @@
 """The processes of a job: ``python -m kernelab.runners.measure cells|probes SPEC_JSON OUT_JSON``.
 
-``kernelab.runners.job.run_job`` orchestrates a job without touching the GPU itself: it probes the node in
-one fresh process (``probes``), measures the cells in another (``cells``) and probes again in a
-third. A benchmark module that patches a timing function, sets a cache policy in its CUDA context
-or leaves threads behind reaches only the measuring process, which ends with its cells; the
-probes never share a process with benchmark code, and only one of the job's processes holds the
-GPU at a time (NVML then sees no other tenant of ours). Each child reads the ``JobSpec`` JSON file
-``SPEC_JSON`` and writes its answer to ``OUT_JSON`` atomically (temp file + rename):
+``kernelab.runners.job.run_job`` orchestrates a job without touching the GPU (or importing torch)
+itself: it probes the node in one fresh process (``probes``), measures the cells in another
+(``cells``) and probes again in a third. A benchmark module that patches a timing function, sets a
+cache policy in its CUDA context or leaves threads behind reaches only the measuring process, which
+ends with its cells; the probes never share a process with benchmark code, and only one of the job's
+processes holds the GPU at a time (NVML then sees no other tenant of ours). Each child reads the
+``JobSpec`` JSON file ``SPEC_JSON`` and writes its answer to ``OUT_JSON`` atomically (temp file +
+rename):
 
-* ``cells --device D [--timer-kind K]``: ``kernelab.runners.job.measure_cells``, one line ``progress:
+* ``cells --device D [--timer-kind K]``: ``kernelab.runners.cells.measure_cells``, one line ``progress:
   <cell index> <cell count> <message>`` per step on stdout; ``MeasuredCells`` JSON;
-* ``probes --phase before|after|adhoc --device-type cpu|cuda``: ``kernelab.runners.job.probe_reports``; a JSON
-  list of ``ProbeReport``.
+* ``probes --phase before|after|adhoc --device-type cpu|cuda``:
+  ``kernelab.runners.cells.probe_reports``; a JSON list of ``ProbeReport``.
 
 Exit status: 0 done; 2 unusable arguments or spec file; 3 the benchmark cannot be loaded
 (``kernelab.kernels.BenchmarkError``, message on stderr after ``measure: benchmark: ``); 1 anything else
@@ -32,13 +33,15 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
-import torch
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from kernelab.runners.spool import atomic_write_text
 from kernelab.service.schemas import CellResult, JobSpec, NodeInfo, ProbeReport
+
+if TYPE_CHECKING:
+    import torch
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -68,13 +71,13 @@ class MeasureError(RuntimeError):
 def measure_in_child(
     spec: JobSpec,
     *,
-    device: torch.device,
+    device: str | torch.device,
     progress: ProgressFn | None = None,
     timer_kind: str | None = None,
     timeout_s: float,
 ) -> tuple[list[CellResult], NodeInfo, str]:
     """Measure ``spec``'s cells in a fresh ``python -m kernelab.runners.measure cells`` process on ``device``
-    and return ``(cells, node, timer label)`` as ``kernelab.runners.job.measure_cells`` does.
+    and return ``(cells, node, timer label)`` as ``kernelab.runners.cells.measure_cells`` does.
     ``progress(index, count, message)`` gets the child's progress lines. The child (its whole
     process group) is killed after ``timeout_s`` seconds or when this call is interrupted. Raises
     ``kernelab.kernels.BenchmarkError`` when the benchmark cannot be loaded, ``MeasureError`` for any other
@@ -86,7 +89,7 @@ def measure_in_child(
 
 
 def probes_in_child(spec: JobSpec, *, phase: str, device_type: str, timeout_s: float) -> list[ProbeReport]:
-    """``kernelab.runners.job.probe_reports`` of ``spec`` in a fresh
+    """``kernelab.runners.cells.probe_reports`` of ``spec`` in a fresh
     ``python -m kernelab.runners.measure probes``
     process (a process that never imports benchmark code). A child that fails or overruns
     ``timeout_s`` gives one report holding the error (a probe failure is a finding about the
@@ -246,8 +249,10 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValidationError) as exc:
         print(f"measure: failed: cannot read spec {args.spec_json}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    import torch
+
     from kernelab.kernels import BenchmarkError
-    from kernelab.runners.job import measure_cells, probe_reports
+    from kernelab.runners.cells import measure_cells, probe_reports
 
     t0 = time.perf_counter()
     try:

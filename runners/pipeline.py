@@ -174,7 +174,7 @@ class CellSide(Protocol):
 
 
 class SidePair(Protocol):
-    """What prepares the two sides of each cell of one job (``kernelab.runners.job.LocalSides``,
+    """What prepares the two sides of each cell of one job (``kernelab.runners.cells.LocalSides``,
     ``kernelab.runners.revision_job.WorkerSides``)."""
 
     device: torch.device

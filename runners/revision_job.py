@@ -52,7 +52,8 @@ import torch
 import kernelab
 from kernelab.kernels._device import configure_triton_env
 from kernelab.runners import jobns
-from kernelab.runners.job import ProgressCallback, _probes, resolve_device
+from kernelab.runners.cells import resolve_device
+from kernelab.runners.job import ProgressCallback, _probes
 from kernelab.runners.jobenv import job_env
 from kernelab.runners.pipeline import CellMonitor, Compiled, OutputRef, SideError, run_cells
 from kernelab.runners.probes import node_info
@@ -408,7 +409,7 @@ def run_revision_job(
         monitor = GpuContentionMonitor(dev.index)
     cells = len(spec.cells(dev.type))  # type: ignore[arg-type]
     report(0, cells, "probes before the cells")
-    probes = _probes(spec, "before", dev)
+    probes = _probes(spec, "before", dev.type)
     with _workers(spec, checkouts, cache, deadline) as (channels, scratch):
         setup: dict[Side, dict[str, Any]] = {}
         for side in SIDES:
@@ -434,7 +435,7 @@ def run_revision_job(
         timer_label = pair.timer_label()
     node = node_info(dev)
     report(max(0, cells - 1), cells, "probes after the cells")
-    probes += _probes(spec, "after", dev)
+    probes += _probes(spec, "after", dev.type)
     node.revisions = RevisionsInfo(
         baseline=_revision_info(spec, "baseline", base, setup["baseline"]["versions"]),
         candidate=_revision_info(spec, "candidate", cand, setup["candidate"]["versions"]),

@@ -20,7 +20,7 @@ Requests (in the order the parent sends them):
   ``correctness.input_scale``), ``prepare``, the cell's ``kernelab.runners.sides.LocalSide``; under
   ``measurement.placement: rotate`` as many more input sets (inputs and ``prepare`` again) as
   ``measurement.input_sets`` asks and half the free memory holds
-  (``kernelab.runners.job.sets_that_fit``). Answer: ``sets``, the input sets prepared.
+  (``kernelab.runners.cells.sets_that_fit``). Answer: ``sets``, the input sets prepared.
 * One request per method of the cell pipeline's side protocol
   (``kernelab.runners.pipeline.CellSide``), served by that ``LocalSide`` (``_SIDE_OPS``):
   ``{"op": "time", "launches": n}`` → ``ns`` (per launch); ``{"op": "launches",
@@ -66,8 +66,8 @@ from pydantic import ValidationError
 from kernelab.kernels._device import configure_triton_env
 from kernelab.kernels.base import builtin_reference
 from kernelab.runners import integrity
+from kernelab.runners.cells import allocated_bytes, cell_tolerances, free_bytes, set_bytes, sets_that_fit
 from kernelab.runners.checks import scale_inputs
-from kernelab.runners.job import allocated_bytes, cell_tolerances, free_bytes, set_bytes, sets_that_fit
 from kernelab.runners.pipeline import short_error
 from kernelab.runners.probes import node_info
 from kernelab.runners.sides import LocalSide
@@ -194,7 +194,7 @@ class RevisionWorker:
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
         else:
-            torch.set_num_threads(1)  # as kernelab.runners.job._cpu_threads: one intra-op thread on a CPU
+            torch.set_num_threads(1)  # as kernelab.runners.cells._cpu_threads: one intra-op thread on a CPU
         top = spec.benchmark.partition(":")[0].split(".")[0] if ":" in spec.benchmark else "kernelab"
         for entry in (request.get("site"), request.get("path")):  # path ends up first
             if entry:

@@ -201,7 +201,7 @@ class LocalSide:
 
     def add_input_set(self, inputs: dict[str, Any], fn: Callable[[], Any]) -> None:
         """Add the next input set: the same variant prepared on another copy of the inputs,
-        allocated alike (``kernelab.runners.job.LocalSides.prepare``), timed in the rounds the
+        allocated alike (``kernelab.runners.cells.LocalSides.prepare``), timed in the rounds the
         engine's rotating placement gives it (``kernelab.runners.engine.input_set``). The checks
         (eager and checked samples) run on set 0."""
         self._alternate_inputs.append(inputs)

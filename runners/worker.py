@@ -95,12 +95,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"worker: cannot read spec {args.spec_json}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
 
-    from kernelab.runners.job import run_job  # imports torch: keep it out of argument errors
-    from kernelab.runners.revision_job import run_revision_job
+    from kernelab.runners.job import run_job  # torch is imported by the measuring child, not here
     from kernelab.runners.revisions import AllowList, RevisionError
 
     try:
         if spec.baseline.source is not None or spec.candidate.source is not None:
+            from kernelab.runners.revision_job import run_revision_job  # imports torch
+
             result = run_revision_job(
                 spec,
                 allow=AllowList.from_env(args.allow_repo),

@@ -319,12 +319,12 @@ class RunnerDaemon:
         process (``kernelab.runners.measure.probes_in_child``; the job's probes, or the default
         ones when the job had none) and post the report, so the node's health reflects the node as
         the next job finds it. Failures are logged; the next claim goes ahead."""
-        from kernelab.runners.job import probes_enabled, resolve_device
+        from kernelab.runners.job import device_name, probes_enabled
         from kernelab.runners.measure import probes_in_child
         from kernelab.service.schemas import ProbeSpec
 
         try:
-            device_type = resolve_device(None, spec.device).type
+            device_type = device_name(None, spec.device).partition(":")[0]
             if not probes_enabled(spec, device_type):
                 spec = spec.model_copy(update={"probes": ProbeSpec()})
             reports = probes_in_child(spec, phase="adhoc", device_type=device_type, timeout_s=600.0)

@@ -4,6 +4,10 @@
 ``ProbeReport``. A probe that fails never raises out of it: its error text lands in
 ``report.errors[<probe>]`` and the other probes still run, so a sick node yields a report that
 says so instead of a crashed job.
+
+Importing this package (or one of its modules without torch, such as ``telemetry`` or ``format``)
+does not import torch: ``run_probes`` and the names that need torch (``node_info``) load it when
+first used, so a job's orchestrating process stays without it (``kernelab.runners.job``).
 """
 
 from __future__ import annotations
@@ -11,16 +15,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, get_args
-
-import torch
+from typing import TYPE_CHECKING, Any, get_args
 
 from kernelab.runners.probes.format import format_probe_report
-from kernelab.runners.probes.links import measure_links
-from kernelab.runners.probes.node import node_info
-from kernelab.runners.probes.peak import cached_matmul_peak
 from kernelab.runners.probes.telemetry import ContextSampler, read_telemetry
 from kernelab.service.schemas import ProbeReport, ProbeSpec
+
+if TYPE_CHECKING:
+    from kernelab.runners.probes.node import node_info
 
 __all__ = ["ContextSampler", "format_probe_report", "node_info", "run_probes"]
 
@@ -54,6 +56,11 @@ def run_probes(spec: ProbeSpec, phase: str = "adhoc", *, device_type: str | None
     """
     if phase not in _PHASES:
         raise ValueError(f"phase must be one of {list(_PHASES)}, got {phase!r}")
+    import torch
+
+    from kernelab.runners.probes.links import measure_links
+    from kernelab.runners.probes.peak import cached_matmul_peak
+
     t0 = time.perf_counter()
     taken_at = datetime.now(UTC)
     if device_type is None:
@@ -86,3 +93,12 @@ def run_probes(spec: ProbeSpec, phase: str = "adhoc", *, device_type: str | None
         errors=errors,
         **fields,
     )
+
+
+def __getattr__(name: str) -> Any:
+    """``node_info`` on first use (it imports torch: the module docstring)."""
+    if name == "node_info":
+        from kernelab.runners.probes.node import node_info
+
+        return node_info
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

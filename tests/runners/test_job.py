@@ -13,7 +13,8 @@ import torch
 from pydantic import Field
 
 from kernelab.kernels import Benchmark, BenchmarkError, Params
-from kernelab.runners.job import check_variant, resolve_device, run_job
+from kernelab.runners.cells import check_variant, resolve_device
+from kernelab.runners.job import device_name, run_job
 from kernelab.service.schemas import JobResult, JobSpec, Work
 from kernelab.service.stats import compare
 
@@ -217,6 +218,75 @@ def test_resolve_device_cuda_without_cuda():
         resolve_device(None, "cuda")
 
 
+def test_device_name_without_torch_names_what_torch_would():
+    expected = "cuda:0" if torch.cuda.is_available() else "cpu"
+    assert device_name(None, "auto") == expected == str(resolve_device(None, "auto"))
+    assert device_name("cpu", "cuda") == "cpu"  # the argument wins
+    assert device_name(torch.device("cpu")) == "cpu"
+    with pytest.raises(RuntimeError):  # torch's own error for a name it does not know
+        device_name("no-such-device")
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="CUDA"):
+            device_name("cuda:1")
+
+
+_ORCHESTRATOR_SCRIPT = """
+import json, sys
+from kernelab.runners.job import run_job, torch_sees_cuda
+from kernelab.service.schemas import JobSpec
+seen = torch_sees_cuda()
+before = "torch" in sys.modules
+result = run_job(JobSpec.model_validate_json(sys.argv[1]))
+print(json.dumps({"seen": seen, "torch_before": before, "torch_after": "torch" in sys.modules,
+                  "errors": [c.error for c in result.cells], "samples": [len(c.samples) for c in result.cells]}))
+"""
+
+
+def test_the_orchestrating_process_never_imports_torch_on_a_cpu_build() -> None:
+    """A job's orchestrating process (the runner's job worker, ``kernelab run``) leaves torch to the
+    measuring child: one torch import per job, not two. Where the installed torch has a GPU backend
+    the answer to ``torch_sees_cuda`` may need torch; it must still agree with torch's."""
+    import json
+    import subprocess
+    import sys
+
+    spec = double_spec(device="auto")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    done = subprocess.run(
+        [sys.executable, "-c", _ORCHESTRATOR_SCRIPT, spec.model_dump_json()],
+        capture_output=True, text=True, timeout=240, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["seen"] == torch.cuda.is_available()
+    assert out["errors"] == [None] and out["samples"][0] > 0  # the child measured
+    cpu_build = torch.version.cuda is None and torch.version.hip is None
+    if cpu_build:
+        assert out["torch_before"] is False and out["torch_after"] is False
+    elif not torch.cuda.is_available():
+        assert out["torch_after"] is False or out["seen"] is False
+
+
+def test_torch_build_reads_the_version_file_without_importing(tmp_path) -> None:
+    from kernelab.runners.job import torch_build
+
+    installed = torch_build()
+    assert installed is not None
+    assert installed["__version__"] == torch.__version__
+    assert (installed["cuda"], installed["hip"]) == (torch.version.cuda, torch.version.hip)
+    cuda = tmp_path / "cuda.py"
+    cuda.write_text("from typing import Optional\n__version__ = '2.13.0+cu130'\n"
+                    "cuda: Optional[str] = '13.0'\nhip: Optional[str] = None\n")  # fmt: skip
+    assert torch_build(cuda) == {"__version__": "2.13.0+cu130", "cuda": "13.0", "hip": None}
+    broken = tmp_path / "broken.py"
+    broken.write_text("cuda = (\n")
+    assert torch_build(broken) is None  # unreadable: the caller asks torch itself
+    assert torch_build(tmp_path / "missing.py") is None
+    partial = tmp_path / "partial.py"
+    partial.write_text("cuda = None\n")  # no hip: not a file this reader knows
+    assert torch_build(partial) is None
+
+
 _GPU_JOB_SCRIPT = """
 import sys
 from kernelab.runners.job import run_job
@@ -266,7 +336,7 @@ def test_softmax_job_on_gpu():
 def test_a_nul_in_a_benchmark_error_is_escaped_not_fatal() -> None:
     """A cell's error comes from benchmark code: a NUL in it (refused by every stored text) must
     not make the cells the worker measured unreadable."""
-    from kernelab.runners.job import _short_error
+    from kernelab.runners.cells import _short_error
     from kernelab.service.schemas import CellResult
 
     text = _short_error(RuntimeError("bad\x00byte"))

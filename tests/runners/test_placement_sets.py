@@ -19,6 +19,7 @@ from fake_timing import FakeClock, FakeSide, uniform
 from test_crosscheck_placement import job, measure, settings
 
 from kernelab.kernels.base import Benchmark, Params
+from kernelab.runners.cells import sets_that_fit
 from kernelab.runners.engine import (
     MIN_BETWEEN_SETS,
     SWAP_EVERY_ROUNDS,
@@ -27,7 +28,7 @@ from kernelab.runners.engine import (
     measure_interleaved,
     sets_for_budget,
 )
-from kernelab.runners.job import run_job, sets_that_fit
+from kernelab.runners.job import run_job
 from kernelab.service.estimators import cluster_cis, paired_sets_ci, placement_strata
 from kernelab.service.schemas import JobSpec, MeasurementSpec, Work
 from kernelab.service.stats import compare_cell
