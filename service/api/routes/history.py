@@ -13,6 +13,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 from fastapi.exceptions import RequestValidationError
+from pydantic import StringConstraints
 
 from kernelab.service import changepoints, history
 from kernelab.service.api.deps import ReadToken, SessionDep, SettingsDep
@@ -23,8 +24,15 @@ router = APIRouter(prefix="/history", tags=["history"])
 MinChangePct = Annotated[
     float, Query(ge=0.0, le=1000.0, description="smallest shift (percent) reported as a change point")
 ]
+CELL_FILTER_MAX_CHARS = 2_000
+"""Longest ``cell`` item (``k=v``): a parameter name (at most 200 characters) and a value as text.
+The whole request line must fit a server's limit (8 KiB by default in nginx's
+``large_client_header_buffers``; uvicorn's h11 parser allows 16 KiB for the request head), so a
+query item is bounded far below ``TEXT_MAX_CHARS``."""
+CellItem = Annotated[Text, StringConstraints(max_length=CELL_FILTER_MAX_CHARS)]
 CellFilter = Annotated[
-    list[Text] | None, Query(max_length=64, description="keep lines whose cell has these parameters: k=v")
+    list[CellItem] | None,
+    Query(max_length=64, description="keep lines whose cell has these parameters: k=v"),
 ]
 
 
