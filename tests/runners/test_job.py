@@ -237,8 +237,9 @@ from kernelab.service.schemas import JobSpec
 seen = torch_sees_cuda()
 before = "torch" in sys.modules
 result = run_job(JobSpec.model_validate_json(sys.argv[1]))
+cells = result.cells
 print(json.dumps({"seen": seen, "torch_before": before, "torch_after": "torch" in sys.modules,
-                  "errors": [c.error for c in result.cells], "samples": [len(c.samples) for c in result.cells]}))
+                  "errors": [c.error for c in cells], "samples": [len(c.samples) for c in cells]}))
 """
 
 

@@ -8,7 +8,9 @@ that generated ids sometimes hit real rows.
 
 from __future__ import annotations
 
+import sqlite3
 import warnings
+from contextlib import closing
 from typing import Any
 
 import pytest
@@ -37,16 +39,16 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
 ]
 
-_HEADERS: dict[str, dict[str, str]] = {}
+ADMIN_TOKEN = "fuzz-admin-token-0123456789abcdef0123456789"
 
 
-@pytest.fixture
-def fuzz_schema(settings: Settings, client_class: Any) -> Any:
-    """The app's OpenAPI schema, loaded by schemathesis from the ASGI app itself (no socket),
-    on a database that holds one finished job, one queued job and one runner."""
-    fuzz_settings = settings.model_copy(update={"claim_wait_max_s": 0.0})
-    app = create_app(fuzz_settings)
-    admin = {"Authorization": f"Bearer {fuzz_settings.admin_token.get_secret_value()}"}  # type: ignore[union-attr]
+def _seeded_app(url: str, client_class: Any) -> tuple[Any, dict[str, dict[str, str]]]:
+    """The app on the migrated database ``url`` holding one finished job, one queued job and one
+    runner; and the ``admin`` and ``runner`` headers that reach it."""
+    app = create_app(
+        Settings(database_url=url, admin_token=ADMIN_TOKEN, claim_poll_s=0.02, claim_wait_max_s=0.0)
+    )
+    admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
     with client_class(app) as client:
         node = {"hostname": "fuzz-node", "device_type": "cpu"}
         registered = client.post(
@@ -63,8 +65,19 @@ def fuzz_schema(settings: Settings, client_class: Any) -> Any:
         )  # fmt: skip
         assert posted.status_code == 201, posted.text
         client.post("/api/v1/jobs", json=spec_dict(), headers=admin)
-    _HEADERS.update(admin=admin, runner=runner)
-    return schemathesis.openapi.from_asgi("/openapi.json", app)
+    return app, {"admin": admin, "runner": runner}
+
+
+@pytest.fixture
+def targets(tmp_path: Any, _sqlite_template: Any, pg_migrated_url: str, client_class: Any) -> dict[str, Any]:
+    """Both databases' apps, seeded alike: ``{"sqlite": (app, headers), "postgres": (app, headers)}``."""
+    sqlite_path = tmp_path / "fuzz.db"
+    with closing(sqlite3.connect(_sqlite_template)) as src, closing(sqlite3.connect(sqlite_path)) as dst:
+        src.backup(dst)  # the migrated template, page by page
+    return {
+        "sqlite": _seeded_app(f"sqlite:///{sqlite_path}", client_class),
+        "postgres": _seeded_app(pg_migrated_url, client_class),
+    }
 
 
 def four_xx_has_a_message(ctx: Any, response: Any, case: Any) -> bool | None:
@@ -80,29 +93,39 @@ def four_xx_has_a_message(ctx: Any, response: Any, case: Any) -> bool | None:
     return True
 
 
-def _fuzz(operation: Any, mode: Any, headers: dict[str, str]) -> None:
+def _fuzz(operation: Any, mode: Any, targets: dict[str, Any], role: str) -> None:
     @given(case=operation.as_strategy(generation_mode=mode))
     @settings(
         max_examples=MAX_EXAMPLES, deadline=None, phases=[Phase.explicit, Phase.generate],
         suppress_health_check=list(HealthCheck), database=None,
     )  # fmt: skip
     def one(case: Any) -> None:
-        case.call_and_validate(headers=headers, checks=[not_a_server_error, four_xx_has_a_message])
+        for database, (app, headers) in targets.items():
+            try:
+                case.call_and_validate(
+                    headers=headers[role], app=app, checks=[not_a_server_error, four_xx_has_a_message]
+                )
+            except BaseException as exc:  # schemathesis' FailureGroup is a BaseExceptionGroup
+                exc.add_note(f"database: {database}")
+                raise
 
     one()
 
 
-def test_no_5xx_and_every_4xx_explains(fuzz_schema: Any) -> None:
-    """Every operation, positive and negative examples: the checks raise on a 5xx or a silent 4xx."""
+@pytest.mark.postgres
+def test_no_5xx_and_every_4xx_explains(targets: dict[str, Any]) -> None:
+    """Every operation, positive and negative examples, on both databases: the checks raise on a
+    5xx or a silent 4xx."""
+    app, _ = targets["sqlite"]
+    fuzz_schema = schemathesis.openapi.from_asgi("/openapi.json", app)
     operations = [result.ok() for result in fuzz_schema.get_all_operations()]
     assert len(operations) >= 15, [op.label for op in operations]
     no_negative: list[str] = []
     for operation in operations:
-        runner_side = any(p in operation.path for p in RUNNER_PATHS)
-        headers = _HEADERS["runner" if runner_side else "admin"]
-        _fuzz(operation, GenerationMode.POSITIVE, headers)
+        role = "runner" if any(p in operation.path for p in RUNNER_PATHS) else "admin"
+        _fuzz(operation, GenerationMode.POSITIVE, targets, role)
         try:
-            _fuzz(operation, GenerationMode.NEGATIVE, headers)
+            _fuzz(operation, GenerationMode.NEGATIVE, targets, role)
         except Unsatisfiable:  # nothing to make invalid (no parameters, no body): e.g. /healthz
             no_negative.append(operation.label)
     assert len(no_negative) < len(operations) / 2, no_negative
