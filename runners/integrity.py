@@ -6,7 +6,7 @@ context that launches the kernel), so it can reach what kernelab relies on: repl
 kernelab's own timer methods and correctness check, at import time or during a call. Probes run
 in a process that never imports benchmark code (``runners.isolation``); here the timing process
 takes a snapshot of every such function when this module is imported (before any benchmark is
-loaded, ``kernelab.runners.job`` imports it first) and ``tampered()`` names those that were replaced since:
+loaded: ``kernelab.runners.cells`` imports it first) and ``tampered()`` names those that were replaced since:
 the attribute now holds another object, or a Python function's code object was swapped.
 
 What this cannot see: a replacement of this module's own state, C-level patches through
@@ -139,7 +139,7 @@ _SNAPSHOT: Snapshot | None = None
 
 def take_snapshot() -> Snapshot:
     """The process's snapshot, taken on the first call (call it before any benchmark is imported:
-    ``kernelab.runners.job`` does at import). Later calls return the same snapshot."""
+    ``kernelab.runners.cells.measure_cells`` does first). Later calls return the same snapshot."""
     global _SNAPSHOT
     if _SNAPSHOT is None:
         _SNAPSHOT = Snapshot()

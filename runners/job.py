@@ -5,10 +5,11 @@ probes``), measures every sweep cell in a fresh child process (``python -m kerne
 cells``, which runs ``kernelab.runners.cells.measure_cells``), probes the node after, and returns
 the whole ``JobResult``.
 
-This process only orchestrates: it never touches the GPU and never imports torch or benchmark code
-when the cells run in a child. Whether torch sees a CUDA GPU (the ``auto`` device) is answered
-without importing torch where the installed build says so (``torch_sees_cuda``); a job then costs
-its runner one torch import (the measuring child's), not two.
+This process only orchestrates: it never touches the GPU and never imports benchmark code when the
+cells run in a child. Whether torch sees a CUDA GPU (the ``auto`` device) is answered without
+importing torch where the installed build settles it (``torch_sees_cuda``: a CPU build of torch, or
+a CUDA build without a loadable driver), so on such a node a runner's job costs one torch import
+(the measuring child's), not two; on a GPU node torch is imported here to ask, as before.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import ast
 import ctypes
 import importlib.util
 import os
+import re
 import sys
 import uuid
 from collections.abc import Callable
@@ -110,7 +112,7 @@ def device_name(requested: str | torch.device | None, spec_device: str = "auto")
     if value == "auto":
         value = "cuda" if torch_sees_cuda() else "cpu"
     kind, colon, index = value.partition(":")
-    if kind == "cuda" and (not colon or index.isdigit()):
+    if kind == "cuda" and (not colon or re.fullmatch(r"0|[1-9][0-9]*", index, flags=re.ASCII)):
         if not torch_sees_cuda():
             raise RuntimeError(f"the job asks for device {value!r} but torch sees no CUDA GPU here")
         return f"cuda:{int(index) if index else 0}"

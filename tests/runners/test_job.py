@@ -228,6 +228,9 @@ def test_device_name_without_torch_names_what_torch_would():
     if not torch.cuda.is_available():
         with pytest.raises(RuntimeError, match="CUDA"):
             device_name("cuda:1")
+    for odd in ("cuda:01", "cuda:\u00b2", "cuda:-1", "cuda:x"):  # indexes torch refuses, refused alike
+        with pytest.raises(RuntimeError):
+            device_name(odd)
 
 
 _ORCHESTRATOR_SCRIPT = """
@@ -261,11 +264,9 @@ def test_the_orchestrating_process_never_imports_torch_on_a_cpu_build() -> None:
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["seen"] == torch.cuda.is_available()
     assert out["errors"] == [None] and out["samples"][0] > 0  # the child measured
-    cpu_build = torch.version.cuda is None and torch.version.hip is None
-    if cpu_build:
+    if torch.version.cuda is None and torch.version.hip is None:  # a CPU build: settled without torch
         assert out["torch_before"] is False and out["torch_after"] is False
-    elif not torch.cuda.is_available():
-        assert out["torch_after"] is False or out["seen"] is False
+    # A CUDA or ROCm build may need torch to answer (on the H200 it does); the answer is checked above.
 
 
 def test_torch_build_reads_the_version_file_without_importing(tmp_path) -> None:
