@@ -70,14 +70,6 @@ and JSON types cannot store NUL (SQLite can): refusing it here makes the answer 
 names the field, the same on both databases, instead of a database error that names none."""
 
 
-def text_at_most(max_chars: int) -> Any:
-    """``Text`` of at most ``max_chars`` characters: a longer value is a ``string_too_long`` error
-    naming the field, and the JSON schema says ``maxLength: max_chars``. (A bound written as
-    ``Field(max_length=...)`` beside ``Text`` does not take: pydantic keeps the annotation's own
-    ``max_length``, ``TEXT_MAX_CHARS``.)"""
-    return Annotated[str, StringConstraints(max_length=max_chars), AfterValidator(_refuse_nul)]
-
-
 def _nul_free(value: Any) -> bool:
     """Whether no text in ``value`` (a str, or dicts/lists of them, keys included) holds U+0000."""
     if isinstance(value, str):

@@ -13,11 +13,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 from fastapi.exceptions import RequestValidationError
+from pydantic import AfterValidator, StringConstraints
 
 from kernelab.service import changepoints, history
 from kernelab.service.api.deps import ReadToken, SessionDep, SettingsDep
 from kernelab.service.schemas import RegressionsPage, Text
-from kernelab.service.schemas.types import text_at_most
+from kernelab.service.schemas.types import _refuse_nul
 
 router = APIRouter(prefix="/history", tags=["history"])
 
@@ -29,7 +30,7 @@ CELL_FILTER_MAX_CHARS = 2_000
 The whole request line must fit what servers take (RFC 9110, section 4.1, recommends supporting
 URIs of at least 8,000 octets; uvicorn's h11 parser allows 16 KiB for the request head), so a query
 item is bounded far below ``TEXT_MAX_CHARS``."""
-CellItem = text_at_most(CELL_FILTER_MAX_CHARS)
+CellItem = Annotated[str, StringConstraints(max_length=CELL_FILTER_MAX_CHARS), AfterValidator(_refuse_nul)]
 CellFilter = Annotated[
     list[CellItem] | None,
     Query(max_length=64, description="keep lines whose cell has these parameters: k=v"),
