@@ -9,15 +9,9 @@
 set -uo pipefail
 out=${1:?usage: timing_artefacts_h200.sh OUT a|b|c}; part=${2:?part}
 mkdir -p "$out"
-if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD/benchmarks:$PWD
-else
-  export PYTHONPATH=$PWD/benchmarks:$PWD
-fi
-export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
+source benchmarks/gpu_node.sh
+export NCCL_NVLS_ENABLE=0
 T="python3 benchmarks/timing_artefacts_h200.py $out"
-step() { echo; echo "=== $* ($(date -u +%H:%M:%S))"; }
 { nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm --format=csv,noheader
   python3 -c 'import torch, triton, sys; print(sys.version.split()[0], torch.__version__, torch.version.cuda, triton.__version__)'; } > "$out/env.txt" 2>&1
 cat "$out/env.txt"

@@ -24,7 +24,6 @@ functions of the other. So the mode of a whole process is fixed by the first ``i
 from __future__ import annotations
 
 import importlib
-import os
 from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
@@ -32,26 +31,12 @@ from typing import Any
 import torch
 
 from kernelab.kernels.base import BenchmarkError
-
-TRITON_INTERPRET_ENV = "TRITON_INTERPRET"
+from kernelab.kernels.triton_mode import TRITON_INTERPRET_ENV, configure_triton_env, wants_interpreter
 
 
 def as_device(device: Any) -> torch.device:
     """``torch.device`` from a device, a string (``"cuda:0"``) or None (the CPU)."""
     return torch.device("cpu") if device is None else torch.device(device)
-
-
-def wants_interpreter(device: Any) -> bool:
-    """True when Triton kernels for ``device`` must run under the interpreter (the CPU)."""
-    return as_device(device).type == "cpu"
-
-
-def configure_triton_env(device: Any) -> None:
-    """Set (CPU) or remove (CUDA) ``TRITON_INTERPRET`` for kernels about to be imported."""
-    if wants_interpreter(device):
-        os.environ[TRITON_INTERPRET_ENV] = "1"
-    else:
-        os.environ.pop(TRITON_INTERPRET_ENV, None)
 
 
 def is_interpreted(kernel: Any) -> bool:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import ast
 import ctypes
 import importlib.util
-import os
 import re
 import sys
 import uuid
@@ -26,6 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from kernelab.kernels.triton_mode import configure_triton_env
 from kernelab.service.schemas import JobResult, JobSpec, ProbeReport
 from kernelab.service.verdicts import all_cells_failed
 
@@ -38,7 +38,6 @@ if TYPE_CHECKING:
 __all__ = ["ProgressCallback", "device_name", "probes_enabled", "run_job", "torch_sees_cuda"]
 ProgressCallback = Callable[[int, int, str], None]
 _PROBE_TIMEOUT_S = 600.0  # a probe process that takes longer is killed; its report says so
-_TRITON_INTERPRET_ENV = "TRITON_INTERPRET"  # kernelab.kernels._device.TRITON_INTERPRET_ENV
 
 
 def torch_build(version_file: Path | None = None) -> dict[str, Any] | None:
@@ -123,15 +122,6 @@ def device_name(requested: str | torch.device | None, spec_device: str = "auto")
     return str(torch.device(value))
 
 
-def _configure_triton_env(device_type: str) -> None:
-    """``kernelab.kernels._device.configure_triton_env`` by device type, without importing torch:
-    ``TRITON_INTERPRET=1`` for a CPU, removed for a GPU (the measuring child inherits it)."""
-    if device_type == "cpu":
-        os.environ[_TRITON_INTERPRET_ENV] = "1"
-    else:
-        os.environ.pop(_TRITON_INTERPRET_ENV, None)
-
-
 def probes_enabled(spec: JobSpec, device_type: str) -> bool:
     """Whether ``spec`` asks for any probe report on a ``device_type`` node: only the on/off
     switches count (not ``mode``, not the in-process ``canary``); the matmul peak counts on CUDA
@@ -186,7 +176,7 @@ def run_job(
     dev = device_name(device, spec.device)
     dev_type = dev.partition(":")[0]
     if isolate and bench is None:  # inherited by the child, before anything imports triton
-        _configure_triton_env(dev_type)
+        configure_triton_env(dev_type)
     cells = spec.cell_count(dev_type)  # type: ignore[arg-type]
     report: ProgressCallback = progress if progress is not None else (lambda i, n, msg: None)
     report(0, cells, "probes before the cells")
