@@ -85,14 +85,15 @@ def torch_sees_cuda() -> bool:
     False at once for a build of torch with neither CUDA nor ROCm (``torch_build``: a CPU or XPU
     wheel) and, on Linux, for a CUDA build where the driver library cannot be loaded (torch's CUDA
     runtime would find no driver either); otherwise torch is imported (already imported: used) and
-    asked, which also counts ``CUDA_VISIBLE_DEVICES`` and the driver's own answer."""
-    if "torch" not in sys.modules:
-        build = torch_build()
-        if build is not None:
-            if not build.get("cuda") and not build.get("hip"):
-                return False
-            if sys.platform.startswith("linux") and not build.get("hip") and not _cuda_driver_loads():
-                return False
+    asked, which also counts ``CUDA_VISIBLE_DEVICES`` and the driver's own answer. The build is read
+    even where torch is imported already, so a benchmark that patched ``torch.cuda`` in this process
+    cannot turn a CPU build into a CUDA device."""
+    build = torch_build()  # even with torch imported: benchmark code may have patched torch.cuda
+    if build is not None:
+        if not build.get("cuda") and not build.get("hip"):
+            return False
+        if sys.platform.startswith("linux") and not build.get("hip") and not _cuda_driver_loads():
+            return False
     import torch
 
     return bool(torch.cuda.is_available())

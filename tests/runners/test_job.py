@@ -269,6 +269,18 @@ def test_the_orchestrating_process_never_imports_torch_on_a_cpu_build() -> None:
     # A CUDA or ROCm build may need torch to answer (on the H200 it does); the answer is checked above.
 
 
+@pytest.mark.skipif(
+    torch.version.cuda is not None or torch.version.hip is not None, reason="a CPU build of torch"
+)
+def test_a_patched_torch_cuda_does_not_turn_a_cpu_build_into_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Benchmark code imported in the orchestrating process (``kernelab run`` checks the benchmark
+    before measuring) may patch ``torch.cuda``: the build still decides."""
+    from kernelab.runners.job import torch_sees_cuda
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert torch_sees_cuda() is False and device_name(None, "auto") == "cpu"
+
+
 def test_torch_build_reads_the_version_file_without_importing(tmp_path) -> None:
     from kernelab.runners.job import torch_build
 
