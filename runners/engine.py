@@ -23,7 +23,8 @@ cost stays a small fraction of the budget.
 Placement (``measurement.placement: rotate``): when both sides were prepared on K >= 2 input sets
 (``kernelab.runners.sides.LocalSide.add_input_set``; each set its own inputs and whatever the
 side's ``prepare`` allocated), round r runs the baseline on set ``a = (r // SWAP_EVERY_ROUNDS) % K``
-and the candidate on set ``(a + 1) % K`` (``input_set``): a cyclic Latin square (with K = 2 a 2x2
+and the candidate on set ``a XOR 1`` (``input_set``; K even): a 2x2 crossover within each pair of
+sets, balanced for the carry-over of warm data from one assignment to the next (with K = 2 the 2x2
 crossover), so a set's placement effect falls on both sides alike, and each side's own buffers
 sit at K places. K is what both sides offer, at most ``measurement.input_sets``, and after the
 warm-up at most what lets the rounds cover every assignment twice within half of ``budget_ms``
@@ -57,7 +58,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from kernelab.runners.timing import Timer
-from kernelab.service.estimators import BETWEEN_STRATA_MIN_SETS, kept_samples, ratio_ci
+from kernelab.service.estimators import BETWEEN_STRATA_MIN_SETS, candidate_set, kept_samples, ratio_ci
 from kernelab.service.samples import NULL_REASONS, SAMPLE_FIELDS, memory_dtype
 from kernelab.service.schemas import (
     EnergyBlock,
@@ -123,14 +124,25 @@ class ContentionMonitor(Protocol):
     def check(self, rounds: int) -> None: ...
 
 
-def round_order(round_index: int, settings: MeasurementSpec, rng: np.random.Generator) -> list[Side]:
+def round_order(
+    round_index: int, settings: MeasurementSpec, rng: np.random.Generator, mirror_every: int = 0
+) -> list[Side]:
     """Variants in the order round ``round_index`` times them (``2 * samples_per_round`` entries).
 
     ``abba``: ``[baseline, candidate]`` for an even round, reversed for an odd one, repeated
-    ``samples_per_round`` times. ``random``: a permutation of that multiset drawn from ``rng``
-    (call once per round, in round order, for a reproducible sequence).
+    ``samples_per_round`` times; with ``mirror_every`` m > 0 the order of every other block of m
+    rounds is reversed as a whole (rounds m..2m-1 run B,A / A,B / ...), so that the block is the
+    previous one with the sides' roles exchanged: ``measure_interleaved`` passes one pair of
+    assignments of a rotating placement (``2 * swap_every_rounds``), whose first round always
+    follows a change to sets neither side ran lately. Which side runs first on them, and which
+    side then follows itself on warm data while the other side's data are colder, alternates
+    between pairs instead of always favouring the candidate (CPU softmax A/A, pairs of 1 MB sets:
+    the candidate 3% faster in the second round of every pair, the cell's ratio 0.995,
+    ``docs/results/``). ``random``: a permutation of that multiset drawn from ``rng`` (call once
+    per round, in round order, for a reproducible sequence).
     """
-    pair: list[Side] = list(SIDES) if round_index % 2 == 0 else list(reversed(SIDES))
+    flip = (round_index // mirror_every) % 2 if mirror_every > 0 else 0
+    pair: list[Side] = list(SIDES) if (round_index + flip) % 2 == 0 else list(reversed(SIDES))
     order = pair * settings.samples_per_round
     if settings.order == "random":
         order = [order[i] for i in rng.permutation(len(order))]
@@ -166,6 +178,7 @@ def ci_half_width(
         seed=settings.seed,
         input_sets=placement.input_sets,
         swap_every_rounds=placement.swap_every_rounds,
+        schedule=placement.schedule,
     )
     if ci is None:
         return None
@@ -329,25 +342,34 @@ def input_set(
     round_index: int, variant: Side, swap_every_rounds: int = SWAP_EVERY_ROUNDS, input_sets: int = 2
 ) -> int:
     """The input set ``variant`` runs in round ``round_index`` under a rotating placement of
-    ``input_sets`` (K) sets: with assignment a = ``(round_index // swap_every_rounds) % K`` the
-    baseline runs set a and the candidate set ``(a + 1) % K`` (a cyclic Latin square: over K
-    assignments each side meets each set once, and each set serves both sides; with K = 2 the
-    2x2 crossover, the candidate on set 1 - a)."""
+    ``input_sets`` (K, even) sets: with assignment a = ``(round_index // swap_every_rounds) % K``
+    the baseline runs set a and the candidate set ``a XOR 1`` (the ``pairs`` schedule,
+    ``kernelab.service.estimators.candidate_set``: a 2x2 crossover within each pair of sets, so
+    that at every change of assignment both sides move alike; over K assignments each side meets
+    each set once, and each set serves both sides; with K = 2 the 2x2 crossover, the candidate on
+    set 1 - a)."""
     a = (round_index // swap_every_rounds) % input_sets
-    return a if variant == "baseline" else (a + 1) % input_sets
+    return a if variant == "baseline" else candidate_set(a, input_sets, "pairs")
 
 
 def placement_of(pair: PairTimer, settings: MeasurementSpec) -> Placement:
     """How ``measure_interleaved`` places the input sets of ``pair`` under ``settings``: the sets
     both sides offer (``LocalPairTimer.input_sets``, after any ``limit_input_sets``), at most
     ``settings.input_sets``, swapped every ``SWAP_EVERY_ROUNDS`` rounds when ``settings.placement``
-    is ``rotate`` and there are at least two; else one."""
+    is ``rotate`` and there are at least two (an odd count rounded down to an even one: the
+    ``pairs`` schedule rotates pairs of sets); else one."""
     sets = getattr(pair, "input_sets", None)
     offered = int(sets()) if callable(sets) else 1
-    rotate = settings.placement == "rotate" and offered >= 2
+    used = _even(min(offered, settings.input_sets))
+    rotate = settings.placement == "rotate" and used >= 2
     return Placement(
-        input_sets=min(offered, settings.input_sets) if rotate else 1, swap_every_rounds=SWAP_EVERY_ROUNDS
+        input_sets=used if rotate else 1, swap_every_rounds=SWAP_EVERY_ROUNDS, schedule="pairs"
     )
+
+
+def _even(sets: int) -> int:
+    """``sets`` rounded down to an even number (the ``pairs`` schedule pairs the sets), 1 for 1."""
+    return sets if sets <= 1 else sets - sets % 2
 
 
 def sets_for_budget(offered: int, round_ns: float, settings: MeasurementSpec) -> int:
@@ -358,7 +380,7 @@ def sets_for_budget(offered: int, round_ns: float, settings: MeasurementSpec) ->
     the warm-up said: a CPU cell under load ran 9 of the 30 rounds its estimate allowed) and in
     ``settings.max_rounds``; else 2 (or ``offered`` when < 2). More sets put each side's buffers
     at more places (a narrower spread of the placement effect in the mean), but a cycle the
-    budget cuts short leaves assignments out."""
+    budget cuts short leaves assignments out. The count is even (``pairs`` schedule)."""
     if offered <= 2:
         return offered
     if round_ns > 0 and math.isfinite(round_ns):
@@ -366,7 +388,7 @@ def sets_for_budget(offered: int, round_ns: float, settings: MeasurementSpec) ->
     else:
         affordable = settings.max_rounds
     fit = int(affordable // (_CYCLES_BEFORE_STOP * SWAP_EVERY_ROUNDS))
-    return min(offered, fit) if fit >= MIN_BETWEEN_SETS else 2
+    return _even(min(offered, fit)) if fit >= MIN_BETWEEN_SETS else 2
 
 
 def _place(pair: PairTimer, placement: Placement, round_index: int, variant: Side) -> None:
@@ -815,6 +837,7 @@ def measure_interleaved(
     if progress is not None:
         progress("measuring")
     rng = np.random.default_rng(settings.seed)
+    mirror_every = 2 * placement.swap_every_rounds if placement.input_sets >= 4 else 0
     budget_ns = settings.budget_ms * 1e6
     target = settings.target_ci_pct / 100.0
     buffer = _SampleBuffer(min(settings.max_rounds, 4096) * 2 * settings.samples_per_round)
@@ -829,7 +852,7 @@ def measure_interleaved(
     sustain_ns = settings.sustain_ms * _NS_PER_MS
     t_start = clock()
     while rounds < settings.max_rounds:
-        for position, variant in enumerate(round_order(rounds, settings, rng)):
+        for position, variant in enumerate(round_order(rounds, settings, rng, mirror_every)):
             _place(pair, placement, rounds, variant)
             if sustained and variant in last_ns:
                 heat(pair, variant, launches[variant], last_ns[variant], sustain_ns)

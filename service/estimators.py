@@ -25,7 +25,7 @@ from typing import NamedTuple
 import numpy as np
 
 from kernelab.service import clock_events
-from kernelab.service.schemas import CellResult, SampleColumns, Side, SideStats, Work
+from kernelab.service.schemas import CellResult, PlacementSchedule, SampleColumns, Side, SideStats, Work
 
 _MDE_Z_SUM = 2.8  # z(1 - 0.05/2) + z(0.80) = 1.96 + 0.84: two-sided alpha 0.05, 80% power
 _IQR_TO_SIGMA = 1.349  # IQR of a normal distribution in standard deviations (2 * 0.6745)
@@ -149,6 +149,7 @@ def ratio_ci(
     seed: int = 0,
     input_sets: int = 1,
     swap_every_rounds: int = 2,
+    schedule: PlacementSchedule = "pairs",
 ) -> tuple[float, float, float] | None:
     """Ratio of medians candidate/baseline and its bootstrap CI over whole rounds.
 
@@ -167,7 +168,7 @@ def ratio_ci(
     200 rounds and 2000 resamples on a 2-core CI machine (``benchmarks/stats_speed.py``); with few
     rounds (3: 10 distinct resamples) the draws are cached per ``(seed, rounds, n_resamples)`` and a
     cell of 600 samples costs well under 1 ms (``benchmarks/compare_speed.py``).
-    With ``input_sets`` >= 2 (the cell's ``Placement``) the estimator is stratified by input-set
+    With ``input_sets`` >= 2 (the cell's ``Placement``, its ``schedule`` too) the estimator is stratified by input-set
     assignment (``ratio_ci_arrays``'s ``strata``, from ``placement_strata``), and with 3 or more
     the CI also spans the spread of the sides' differences per set (``cluster_cis``' ``between_sets``).
     Raises ValueError for ``confidence`` outside (0, 1) or ``n_resamples`` < 1.
@@ -182,6 +183,7 @@ def ratio_ci(
         seed=seed,
         strata=placement_strata(rounds, input_sets, swap_every_rounds),
         between_sets=input_sets if input_sets >= BETWEEN_STRATA_MIN_SETS else 0,
+        schedule=schedule,
     )
 
 
@@ -195,12 +197,13 @@ def ratio_ci_arrays(
     seed: int,
     strata: np.ndarray | None = None,
     between_sets: int = 0,
+    schedule: PlacementSchedule = "pairs",
 ) -> tuple[float, float, float] | None:
     """``ratio_ci`` on arrays: (n,) bool ``is_candidate``, (n,) int64 rounds, (n,) float64 ns;
-    ``strata`` and ``between_sets`` as in ``cluster_cis``."""
+    ``strata``, ``between_sets`` and ``schedule`` as in ``cluster_cis``."""
     cis = cluster_cis(
         candidate, sample_rounds, durations, confidence=confidence, n_resamples=n_resamples, seed=seed,
-        strata=strata, between_sets=between_sets,
+        strata=strata, between_sets=between_sets, schedule=schedule,
     )  # fmt: skip
     return None if cis is None else cis.ratio
 
@@ -236,6 +239,7 @@ def cluster_cis(
     seed: int,
     strata: np.ndarray | None = None,
     between_sets: int = 0,
+    schedule: PlacementSchedule = "pairs",
 ) -> ClusterCIs | None:
     """The ratio of medians candidate/baseline with its round-bootstrap CI and, from the very same
     resamples of whole rounds, each side's median CI in ns (percentile intervals; Efron &
@@ -254,9 +258,9 @@ def cluster_cis(
     outputs its ``prepare`` allocated, placed differently: each stratum's ratio different) is not
     in the stratified bootstrap's CI. ``strata`` gives the per-stratum ratios; with two strata
     ``kernelab.service.verdicts.placement_reasons`` lets a claimed change stand only where they
-    agree. With ``between_sets`` K >= 3 (the strata are the assignments of the cyclic rotation of
-    K sets, ``placement_strata``: in assignment a the baseline runs set a, the candidate set
-    a + 1 mod K) the CI is widened to cover that interaction: it is the hull of the bootstrap
+    agree. With ``between_sets`` K >= 3 (the strata are the assignments of the rotation of K sets,
+    ``placement_strata``: in assignment a the baseline runs set a, the candidate the set
+    ``candidate_set(a, K, schedule)``) the CI is widened to cover that interaction: it is the hull of the bootstrap
     interval and ``paired_sets_ci``, the Student-t interval of the mean over the sets of each
     set's log difference between the sides (the candidate's median on the set over the
     baseline's). Pairing by set removes the set's own effect, which the cyclic design cancels from
@@ -327,6 +331,7 @@ def cluster_cis(
                 {k: p[4] for k, p in zip(part_labels, parts, strict=True)},
                 {k: p[5] for k, p in zip(part_labels, parts, strict=True)},
                 between_sets,
+                schedule,
             )
         )
     if between and len(parts) >= 2:
@@ -335,6 +340,7 @@ def cluster_cis(
             {k: p[5] for k, p in zip(part_labels, parts, strict=True)},
             between_sets,
             confidence,
+            schedule,
         )
         if spread is not None:
             low, high = min(float(low), spread[0]), max(float(high), spread[1])
@@ -403,55 +409,130 @@ assignments instead
 (``kernelab.service.verdicts.placement_reasons``)."""
 
 
-def paired_set_ratios(
-    baseline: Mapping[int, float], candidate: Mapping[int, float], sets: int
-) -> list[float]:
-    """Each input set's ratio candidate / baseline on that set under the cyclic rotation of
-    ``sets`` sets (``paired_sets_ci`` says how the assignments map to sets), for the sets observed
-    on both sides with finite positive medians, in set order."""
-    out = []
+def candidate_set(assignment: int, sets: int, schedule: PlacementSchedule = "pairs") -> int:
+    """The input set the candidate runs in ``assignment`` a of a rotation of ``sets`` (K) sets, in
+    which the baseline runs set a (``kernelab.runners.engine.input_set``; the schedule is the
+    cell's ``Placement.schedule``).
+
+    ``pairs`` (K even): set ``a XOR 1``, a 2x2 crossover within each pair of sets (0, 1), (2, 3),
+    ... Both sides meet each set once in K assignments, and at every change of assignment both
+    sides move alike: within a pair each takes the set the other side ran last, between pairs
+    both take sets neither ran for K - 2 assignments. ``cyclic``: set ``(a + 1) % K``, where at
+    every change the baseline takes the set the candidate ran last (warm in a cache shared by the
+    sides' inputs) and the candidate a set last run K - 1 assignments ago: a systematic carry-over
+    against the candidate (CPU softmax A/A, 1 MB shared inputs: the first round after a change
+    4-6% slower on the candidate's side, the cell's ratio 1.02-1.04, ``docs/results/``). A design
+    balanced for first-order carry-over (Williams 1949, "Experimental designs balanced for the
+    estimation of residual effects of treatments", Australian Journal of Scientific Research A 2:
+    149-168; Senn 2002, "Cross-over Trials in Clinical Research", ch. 10) removes it: within a
+    pair, the 2x2 crossover's AB/BA sequences. Raises ValueError for an odd K under ``pairs``."""
+    if schedule == "cyclic":
+        return (assignment + 1) % sets
+    if sets % 2:
+        raise ValueError(f"the 'pairs' schedule rotates an even number of sets, got {sets}")
+    return (assignment % sets) ^ 1
+
+
+def candidate_assignment(set_index: int, sets: int, schedule: PlacementSchedule = "pairs") -> int:
+    """The assignment in which the candidate ran ``set_index`` (the inverse of ``candidate_set``)."""
+    return (set_index - 1) % sets if schedule == "cyclic" else candidate_set(set_index, sets, schedule)
+
+
+def _set_differences(
+    baseline: Mapping[int, float], candidate: Mapping[int, float], sets: int, schedule: PlacementSchedule
+) -> dict[int, float] | None:
+    """d_s = log(candidate on s / baseline on s) for each set s observed on both sides (medians in
+    ns per assignment, as ``paired_sets_ci`` takes them); None when such a median is not finite
+    and positive."""
+    out = {}
     for s in range(sets):
-        base, cand = baseline.get(s), candidate.get((s - 1) % sets)
-        if base is not None and cand is not None and math.isfinite(base) and math.isfinite(cand) and base > 0:
-            out.append(cand / base)
-    return out
-
-
-MIN_PAIRED_SETS = 3
-"""Fewest sets observed on both sides for ``paired_sets_ci`` (2 degrees of freedom, Student-t
-97.5% quantile 4.30). With fewer, a claimed change must show in every assignment instead
-(``kernelab.service.verdicts.placement_reasons``)."""
-
-
-def paired_sets_ci(
-    baseline: Mapping[int, float], candidate: Mapping[int, float], sets: int, confidence: float
-) -> tuple[float, float] | None:
-    """The Student-t interval of the ratio from each input set's two sides, under the cyclic
-    rotation of ``sets`` (K) sets (``kernelab.runners.engine.input_set``): ``baseline[a]`` and
-    ``candidate[a]`` are the sides' medians (ns) in assignment a, where the baseline ran set a and
-    the candidate set a + 1 mod K. For each set s with both sides observed, d_s = log(candidate
-    on s / baseline on s) = ``log(candidate[s - 1 mod K] / baseline[s])``; the interval is
-    ``exp(mean(d) -+ t * sd(d) / sqrt(n))`` with n - 1 degrees of freedom (``scipy.stats.t``), each
-    set one observation (the analysis of cluster means, Donner & Klar 2000, "Design and Analysis of
-    Cluster Randomization Trials", ch. 6). None with fewer than ``MIN_PAIRED_SETS`` sets observed
-    on both sides (a budget that cut the rotation short: with one degree of freedom the Student-t
-    quantile is 12.7 and the interval says nothing) or a median that is not finite and positive."""
-    from scipy import stats  # noqa: PLC0415 (the runner's stop check needs it only with many sets)
-
-    diffs = []
-    for s in range(sets):
-        base, cand = baseline.get(s), candidate.get((s - 1) % sets)
+        base, cand = baseline.get(s), candidate.get(candidate_assignment(s, sets, schedule))
         if base is None or cand is None:
             continue
         if not (math.isfinite(base) and math.isfinite(cand) and base > 0 and cand > 0):
             return None
-        diffs.append(math.log(cand) - math.log(base))
-    if len(diffs) < MIN_PAIRED_SETS:
+        out[s] = math.log(cand) - math.log(base)
+    return out
+
+
+def paired_set_ratios(
+    baseline: Mapping[int, float], candidate: Mapping[int, float], sets: int,
+    schedule: PlacementSchedule = "pairs",
+) -> list[float]:  # fmt: skip
+    """The ratios candidate / baseline of each placement unit the rotation ``schedule`` of ``sets``
+    sets judges alone (``paired_sets_ci`` says how the assignments map to sets), in set order:
+    under ``cyclic`` each input set observed on both sides; under ``pairs`` each pair of sets (0, 1),
+    (2, 3), ... whose two sets were observed on both sides, the geometric mean of its two sets'
+    ratios (within a pair each side ran each set once, once after the other side's set and once
+    after a change of pair, so the carry-over of warm data between assignments cancels in it, as
+    in a 2x2 crossover; a single set's ratio holds that carry-over)."""
+    out = []
+    for s in range(sets):
+        base, cand = baseline.get(s), candidate.get(candidate_assignment(s, sets, schedule))
+        if base is not None and cand is not None and math.isfinite(base) and math.isfinite(cand) and base > 0:
+            out.append(cand / base)
+        elif schedule == "pairs":
+            out.append(math.nan)
+    if schedule != "pairs":
+        return out
+    pairs = [math.sqrt(out[k] * out[k + 1]) for k in range(0, len(out) - 1, 2)]
+    return [r for r in pairs if math.isfinite(r)]
+
+
+MIN_PAIRED_SETS = 3
+"""Fewest sets observed on both sides for ``paired_sets_ci`` under ``cyclic`` (2 degrees of
+freedom, Student-t 97.5% quantile 4.30); under ``pairs`` the same 2 degrees of freedom need 4 sets
+(2 of each sequence). With fewer, a claimed change must show in every placement unit instead
+(``paired_set_ratios``, ``kernelab.service.verdicts.placement_reasons``)."""
+
+
+def paired_sets_ci(
+    baseline: Mapping[int, float], candidate: Mapping[int, float], sets: int, confidence: float,
+    schedule: PlacementSchedule = "pairs",
+) -> tuple[float, float] | None:  # fmt: skip
+    """The Student-t interval of the ratio from each input set's two sides, under the rotation
+    ``schedule`` of ``sets`` (K) sets (``kernelab.runners.engine.input_set``): ``baseline[a]`` and
+    ``candidate[a]`` are the sides' medians (ns) in assignment a, where the baseline ran set a and
+    the candidate set ``candidate_set(a, K, schedule)``. For each set s with both sides observed,
+    d_s = log(candidate on s / baseline on s) = ``log(candidate[candidate_assignment(s)] /
+    baseline[s])``, each set one observation (the analysis of cluster means, Donner & Klar 2000,
+    "Design and Analysis of Cluster Randomization Trials", ch. 6).
+
+    ``cyclic``: ``exp(mean(d) -+ t * sd(d) / sqrt(n))`` with n - 1 degrees of freedom
+    (``scipy.stats.t``). ``pairs``: each set is a 2x2 crossover of its own, the even sets run
+    baseline-then-candidate (the baseline in the first assignment of its pair), the odd sets
+    candidate-then-baseline, and whatever the order adds (warm data carried over from the other
+    side's set) falls on d with opposite signs in the two sequence groups. The interval is the
+    two-period cross-over analysis of Hills & Armitage (1979, "The two-period cross-over clinical
+    trial", British Journal of Clinical Pharmacology 8: 7-20; Senn 2002, "Cross-over Trials in
+    Clinical Research", ch. 3): centre ``(mean(d_even) + mean(d_odd)) / 2``, standard error
+    ``s_p / 2 * sqrt(1 / n_even + 1 / n_odd)`` from the pooled variance within the two groups, with
+    n - 2 degrees of freedom, so the order effect is neither in the centre nor in the spread.
+
+    None with fewer than 2 degrees of freedom (``MIN_PAIRED_SETS``: a budget that cut the rotation
+    short; with one the Student-t quantile is 12.7 and the interval says nothing), an empty
+    sequence group, or a median that is not finite and positive."""
+    from scipy import stats  # noqa: PLC0415 (the runner's stop check needs it only with many sets)
+
+    found = _set_differences(baseline, candidate, sets, schedule)
+    if found is None:
         return None
-    d = np.asarray(diffs)
-    quantile = float(stats.t.ppf(0.5 + confidence / 2, d.size - 1))
-    half = quantile * float(np.std(d, ddof=1)) / math.sqrt(d.size)
-    centre = float(np.mean(d))
+    if schedule == "cyclic":
+        if len(found) < MIN_PAIRED_SETS:
+            return None
+        d = np.asarray(list(found.values()))
+        quantile = float(stats.t.ppf(0.5 + confidence / 2, d.size - 1))
+        half = quantile * float(np.std(d, ddof=1)) / math.sqrt(d.size)
+        centre = float(np.mean(d))
+        return math.exp(centre - half), math.exp(centre + half)
+    groups = [np.asarray([v for k, v in found.items() if k % 2 == parity]) for parity in (0, 1)]
+    dof = sum(g.size for g in groups) - 2
+    if min(g.size for g in groups) == 0 or dof < MIN_PAIRED_SETS - 1:
+        return None
+    pooled = sum(float(np.sum((g - g.mean()) ** 2)) for g in groups) / dof
+    se = math.sqrt(pooled) / 2 * math.sqrt(sum(1 / g.size for g in groups))
+    centre = 0.5 * float(groups[0].mean() + groups[1].mean())
+    half = float(stats.t.ppf(0.5 + confidence / 2, dof)) * se
     return math.exp(centre - half), math.exp(centre + half)
 
 

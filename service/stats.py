@@ -196,6 +196,7 @@ def _cell_numbers(
                 if placement is not None and placement.input_sets >= BETWEEN_STRATA_MIN_SETS
                 else 0
             ),
+            schedule="cyclic" if placement is None else placement.schedule,
         )  # fmt: skip
         rc = None if cis is None else cis.ratio
         for v in _SIDES:

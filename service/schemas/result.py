@@ -248,21 +248,38 @@ class EnergyMeasurement(_Posted):
     error: Text | None = Field(default=None, max_length=2_000)
 
 
+PlacementSchedule = Literal["pairs", "cyclic"]
+"""Which input set each side runs in an assignment of a rotating placement
+(``kernelab.service.estimators.candidate_set``): ``pairs`` (what runners write) or ``cyclic``
+(results written before it: a result without the field was measured so)."""
+
+
 class Placement(_Posted):
     """How the cell's input sets were placed (``kernelab.runners.engine.input_set``).
 
     ``input_sets``: 1 (each side times its own buffers throughout), or K >= 2: each side was
     prepared on K input sets allocated alike (each set holds its own inputs and whatever the side's
     ``prepare`` allocated, its output buffers too), and round r uses assignment
-    ``a = (r // swap_every_rounds) % K``, in which the baseline runs set a and the candidate set
-    ``(a + 1) % K`` (a cyclic Latin square; with K = 2 a 2x2 crossover). With K >= 3 the ratio's CI
-    also spans the spread of the assignments' own ratios (``kernelab.service.estimators.cluster_cis``),
-    so a buffer-placement effect is inside the interval; with K = 2 a change must show in both
-    assignments (``kernelab.service.verdicts.placement_reasons``).
+    ``a = (r // swap_every_rounds) % K``, in which the baseline runs set a and the candidate the
+    set ``schedule`` gives (``kernelab.service.estimators.candidate_set``): under ``pairs`` (K
+    even) set ``a XOR 1``, a 2x2 crossover within each pair of sets (0, 1), (2, 3), ...; under
+    ``cyclic`` (results measured before 2026-12-04) set ``(a + 1) % K``, a cyclic Latin square. In
+    both, over K assignments each side meets each set once and each set serves both sides; with
+    K = 2 both are the same 2x2 crossover. With K >= 3 the ratio's CI also spans the spread of the
+    sides' differences per set (``kernelab.service.estimators.cluster_cis``), so a buffer-placement
+    effect is inside the interval; with K = 2 a change must show in both assignments
+    (``kernelab.service.verdicts.placement_reasons``).
     """
 
     input_sets: int = Field(default=1, ge=1, le=16)
     swap_every_rounds: int = Field(default=2, ge=1, le=1_000_000)
+    schedule: PlacementSchedule = "cyclic"
+
+    @model_validator(mode="after")
+    def _pairs_need_an_even_count(self) -> Placement:
+        if self.schedule == "pairs" and self.input_sets > 1 and self.input_sets % 2:
+            raise ValueError(f"input_sets: the 'pairs' schedule rotates an even number of sets, got {self.input_sets}")
+        return self
 
 
 StaticVerdict = Literal["identical", "different", "only-baseline", "only-candidate"]

@@ -180,3 +180,37 @@ class FakeSide:
             raise self.cross_error
         assert self.cross_ns is not None
         return self._sample(self.cross_ns, self._cross_kind, launches)
+
+
+class WarmData:
+    """A data cache shared by both sides (their inputs are one set of tensors, as ``LocalSides``
+    shares them when the parameters are equal): a sample on a buffer set is slower the longer ago
+    that set last ran, whichever side ran it.
+
+    ``script(buffer)`` gives the ``Script`` of one buffer set for ``FakeSide``: ``base_ns`` plus
+    ``cold_pct`` percent when more than ``cache_samples`` samples ran since the set last did (or
+    it never ran), else ``cold_pct * (age - 1) / cache_samples`` percent (age 1: the sample just
+    before ran on it, the warmest), plus uniform noise of ``noise_ns``. Each call records the
+    set as the latest one run.
+    """
+
+    def __init__(self, base_ns: float, cold_pct: float, *, cache_samples: int = 4, noise_ns: float = 3.0,
+                 seed: int = 0) -> None:  # fmt: skip
+        self.base_ns, self.cold_pct, self.cache_samples = base_ns, cold_pct, cache_samples
+        self.noise_ns = noise_ns
+        self.rng = np.random.default_rng(seed)
+        self.samples = 0
+        self.last: dict[str, int] = {}
+
+    def script(self, buffer: str) -> Script:
+        def run() -> float:
+            age = self.samples - self.last[buffer] if buffer in self.last else None
+            if age is None or age > self.cache_samples:
+                pct = self.cold_pct
+            else:
+                pct = self.cold_pct * (age - 1) / self.cache_samples
+            self.samples += 1
+            self.last[buffer] = self.samples
+            return self.base_ns * (1 + pct / 100) + self.noise_ns * (2 * self.rng.random() - 1)
+
+        return run

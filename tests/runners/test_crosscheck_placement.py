@@ -130,7 +130,7 @@ def test_placement_effect_reads_slower_fixed_and_same_rotated(fast: set[str]) ->
     spec = settings(cross_check=False)
     cell, _ = measure(rotated, spec, clock)
     after = compare_cell(job(spec, cell), cell, {})
-    assert cell.placement == Placement(input_sets=2, swap_every_rounds=SWAP_EVERY_ROUNDS)
+    assert cell.placement == Placement(input_sets=2, swap_every_rounds=SWAP_EVERY_ROUNDS, schedule="pairs")
     assert after.verdict == "same", [r.message for r in after.reasons]
     assert after.ci_low is not None and after.ci_high is not None
     assert 0.99 <= after.ci_low <= 1.0 <= after.ci_high <= 1.01

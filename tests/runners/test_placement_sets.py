@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from fake_timing import FakeClock, FakeSide, uniform
+from fake_timing import FakeClock, FakeSide, WarmData, uniform
 from test_crosscheck_placement import job, measure, settings
 
 from kernelab.kernels.base import Benchmark, Params
@@ -29,28 +29,100 @@ from kernelab.runners.engine import (
     sets_for_budget,
 )
 from kernelab.runners.job import run_job
-from kernelab.service.estimators import cluster_cis, paired_sets_ci, placement_strata
-from kernelab.service.schemas import JobSpec, MeasurementSpec, Work
+from kernelab.service.estimators import (
+    candidate_assignment,
+    candidate_set,
+    cluster_cis,
+    paired_sets_ci,
+    placement_strata,
+)
+from kernelab.service.schemas import JobSpec, MeasurementSpec, Placement, Work
 from kernelab.service.stats import compare_cell
 from kernelab.service.verdicts import placement_reasons
 
 BUFFER_SD_NS = 1.5  # per-buffer offset, 0.15% of a 1 us launch: the H200's spread over four places
 
 
-@pytest.mark.parametrize("sets", [2, 3, 4, 8, 16])
-def test_cyclic_rotation_is_a_latin_square(sets: int) -> None:
+@pytest.mark.parametrize("sets", [2, 4, 8, 16])
+def test_pairs_rotation_is_a_latin_rectangle_of_crossovers(sets: int) -> None:
     """Over one cycle of K assignments each side runs each of its sets once, each set serves the
-    baseline once and the candidate once, and the two sides are never on one set; with two sets it
-    is the 2x2 crossover (the candidate on 1 - a)."""
+    baseline once and the candidate once, the two sides are never on one set, and within each pair
+    of sets (0, 1), (2, 3), ... the sides swap (a 2x2 crossover); with two sets it is the 2x2
+    crossover (the candidate on 1 - a)."""
     rounds = range(0, SWAP_EVERY_ROUNDS * sets, SWAP_EVERY_ROUNDS)
     base = [input_set(r, "baseline", SWAP_EVERY_ROUNDS, sets) for r in rounds]
     cand = [input_set(r, "candidate", SWAP_EVERY_ROUNDS, sets) for r in rounds]
     assert sorted(base) == sorted(cand) == list(range(sets))
     assert all(b != c for b, c in zip(base, cand, strict=True))
+    assert all(c == b ^ 1 for b, c in zip(base, cand, strict=True))
     if sets == 2:
         assert cand == [1 - b for b in base]
     strata = placement_strata(np.arange(SWAP_EVERY_ROUNDS * sets), sets, SWAP_EVERY_ROUNDS)
     assert strata is not None and sorted(Counter(strata.tolist()).values()) == [SWAP_EVERY_ROUNDS] * sets
+
+
+def test_the_mapping_of_sets_follows_the_recorded_schedule() -> None:
+    """A result measured under the cyclic schedule (stored before 2026-12-04, no ``schedule``
+    field) is judged with its own mapping; the pairs schedule needs an even count of sets."""
+    assert [candidate_set(a, 5, "cyclic") for a in range(5)] == [1, 2, 3, 4, 0]
+    assert [candidate_assignment(s, 5, "cyclic") for s in range(5)] == [4, 0, 1, 2, 3]
+    assert [candidate_set(a, 6, "pairs") for a in range(6)] == [1, 0, 3, 2, 5, 4]
+    assert all(candidate_assignment(candidate_set(a, 8), 8) == a for a in range(8))
+    assert Placement.model_validate({"input_sets": 5}).schedule == "cyclic"
+    with pytest.raises(ValueError, match="even number of sets"):
+        candidate_set(0, 5, "pairs")
+    with pytest.raises(ValueError, match="input_sets"):
+        Placement(input_sets=5, schedule="pairs")
+
+
+def _warm_cell(sets: int, seed: int, cold_pct: float = 5.0, change: float = 0.0):  # type: ignore[no-untyped-def]
+    """An A/A cell (or a ``change`` slower candidate) on input sets both sides share, whose data
+    runs ``cold_pct`` slower when it was not run lately (``fake_timing.WarmData``)."""
+    clock = FakeClock()
+    cache = WarmData(1000.0, cold_pct, seed=seed)
+    names = [f"s{k}" for k in range(sets)]
+    scripts = {n: cache.script(n) for n in names}
+    slower = {n: (lambda f: lambda: f() * (1 + change))(f) for n, f in scripts.items()}
+    sides = {"baseline": FakeSide(clock, names, scripts), "candidate": FakeSide(clock, names, slower)}
+    spec = settings(cross_check=False, input_sets=sets, threshold_pct=1.0, target_ci_pct=0.1,
+                    budget_ms=10_000, max_rounds=480, min_rounds=5)  # fmt: skip
+    cell, _ = measure(sides, spec, clock)  # type: ignore[arg-type]
+    return compare_cell(job(spec, cell), cell, {}), cell
+
+
+def test_warm_data_carried_over_between_assignments_falls_on_both_sides_alike() -> None:
+    """Shared input sets whose data runs 5% slower when cold (the CPU softmax A/A of 2026-12-03,
+    where the candidate's slot read 1.5-3.8% slower): under the pairs schedule with mirrored
+    blocks, 20 A/A cells give 0 ``faster``/``slower`` and ratios centred on 1, and a real +3% still
+    reads ``slower``. Under the old cyclic schedule (the candidate always moved to the set run
+    longest ago) the same cache makes every cell's candidate slower."""
+    ratios = []
+    verdicts = Counter()
+    for seed in range(20):
+        comparison, cell = _warm_cell(8, seed)
+        verdicts[comparison.verdict] += 1
+        ratios.append(comparison.ratio)
+    assert verdicts["faster"] == verdicts["slower"] == 0, verdicts
+    assert abs(float(np.mean(np.log(ratios)))) < 0.002, ratios
+    real = Counter(_warm_cell(8, seed, change=0.03)[0].verdict for seed in range(5))
+    assert real["slower"] == 5, real
+
+
+def test_the_cyclic_schedule_carries_warm_data_against_the_candidate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The case that the pairs schedule mends, kept as a test that can fail: the engine's rounds
+    under the cyclic mapping, on the same cache, put the candidate on cold data after every change
+    of assignment (its plain median ratio above 1 in every cell)."""
+    import kernelab.runners.engine as engine
+
+    monkeypatch.setattr(
+        engine, "input_set",
+        lambda r, v, swap=SWAP_EVERY_ROUNDS, k=2: (r // swap) % k if v == "baseline" else ((r // swap) + 1) % k,
+    )  # fmt: skip
+    for seed in range(5):
+        _, cell = _warm_cell(8, seed)
+        times = np.asarray(cell.samples.duration_ns)
+        cand = np.asarray(cell.samples.variant) == 1
+        assert np.median(times[cand]) / np.median(times[~cand]) > 1.005
 
 
 def _cell(sets: int, change: float, seed: int, **kw: object):  # type: ignore[no-untyped-def]
@@ -118,12 +190,13 @@ def test_the_ci_may_end_the_cell_only_after_every_assignment_ran_twice() -> None
 
 def test_a_short_budget_rotates_fewer_sets() -> None:
     """Rounds of 2 ms (two 1 ms samples) and a 128 ms budget: 32 rounds in its half, two cycles
-    of 5 sets, not of 8. The cell records the sets it rotated, and its rounds rotate exactly those."""
+    of 5 sets, rounded down to 4 (the pairs schedule pairs the sets), not of 8. The cell records
+    the sets it rotated, and its rounds rotate exactly those."""
     _, cell, sides = _cell(8, 0.0, 1, budget_ms=128.0)
-    assert cell.placement.input_sets == 5 >= MIN_BETWEEN_SETS
+    assert cell.placement.input_sets == 4 >= MIN_BETWEEN_SETS
     used = cell.placement.input_sets
     for v, side in sides.items():  # every set the rounds used was primed before them
-        assert {b for _, b in side.log} >= {f"{v[0]}{k}" for k in range(5)}
+        assert {b for _, b in side.log} >= {f"{v[0]}{k}" for k in range(4)}
     rounds = int(cell.samples.round.max()) + 1
     strata = placement_strata(np.arange(rounds), used, SWAP_EVERY_ROUNDS)
     assert strata is not None and set(strata.tolist()) == set(range(used))
@@ -133,7 +206,8 @@ def test_a_short_budget_rotates_fewer_sets() -> None:
     ("offered", "round_ms", "budget_ms", "want"),
     [
         (8, 1.0, 10_000, 8),  # 48 rounds in 48 ms
-        (8, 10.0, 600, 5),  # 30 rounds in half the budget: 2 cycles of 5 sets
+        (8, 10.0, 600, 4),  # 30 rounds in half the budget: 2 cycles of 5 sets, an even 4
+        (8, 10.0, 720, 6),  # 36 rounds: 2 cycles of 6 sets
         (8, 10.0, 400, 2),  # 20 rounds: not even 2 cycles of 4 sets
         (2, 1.0, 10_000, 2),
         (1, 1.0, 10_000, 1),
@@ -146,7 +220,8 @@ def test_sets_for_budget(offered: int, round_ms: float, budget_ms: float, want: 
 
 
 def test_sets_for_budget_respects_max_rounds() -> None:
-    assert sets_for_budget(8, 1e3, MeasurementSpec(max_rounds=30)) == 5
+    assert sets_for_budget(8, 1e3, MeasurementSpec(max_rounds=30)) == 4  # 5 fit, an even 4
+    assert sets_for_budget(8, 1e3, MeasurementSpec(max_rounds=36)) == 6
 
 
 @pytest.mark.parametrize(
@@ -165,24 +240,56 @@ def test_sets_that_fit(set_bytes: int, free: int | None, wanted: int, want: int)
 
 
 def test_paired_sets_interval_is_the_t_interval_of_the_per_set_differences() -> None:
-    """Brute-force oracle: the Student-t interval by its definition, over d_s = log(candidate on set
-    s / baseline on set s), where in assignment a the baseline ran set a and the candidate a + 1."""
+    """Brute-force oracle for a result measured under the cyclic schedule: the Student-t interval by
+    its definition, over d_s = log(candidate on set s / baseline on set s), where in assignment a
+    the baseline ran set a and the candidate a + 1."""
     from scipy import stats
 
     base = {0: 1000.0, 1: 1100.0, 2: 950.0, 3: 1020.0}  # assignment a: the baseline on set a
     cand = {0: 1103.0, 1: 949.0, 2: 1024.0, 3: 1001.0}  # assignment a: the candidate on set a + 1
     d = np.log([cand[3] / base[0], cand[0] / base[1], cand[1] / base[2], cand[2] / base[3]])
     lo, hi = stats.t.interval(0.95, len(d) - 1, loc=d.mean(), scale=stats.sem(d))
-    assert paired_sets_ci(base, cand, 4, 0.95) == pytest.approx((math.exp(lo), math.exp(hi)), rel=1e-12)
+    assert paired_sets_ci(base, cand, 4, 0.95, "cyclic") == pytest.approx((math.exp(lo), math.exp(hi)), rel=1e-12)
     # missing assignments leave out the sets they held: five sets, assignments 0-3 ran, so sets 1-3
     # are seen on both sides; with two pairs (one degree of freedom) there is no interval
-    partial = paired_sets_ci(base, cand, 5, 0.95)
+    partial = paired_sets_ci(base, cand, 5, 0.95, "cyclic")
     d3 = np.log([cand[0] / base[1], cand[1] / base[2], cand[2] / base[3]])
     lo3, hi3 = stats.t.interval(0.95, 2, loc=d3.mean(), scale=stats.sem(d3))
     assert partial == pytest.approx((math.exp(lo3), math.exp(hi3)), rel=1e-12)
-    assert paired_sets_ci({0: 1000.0, 1: 1100.0, 2: 950.0}, {0: 1103.0, 1: 949.0, 2: 1024.0}, 4, 0.95) is None
-    assert paired_sets_ci({0: 1.0}, {0: 1.0}, 4, 0.95) is None
-    assert paired_sets_ci({0: 1.0, 1: math.nan, 2: 1.0}, {0: 1.0, 1: 1.0, 2: 1.0}, 3, 0.95) is None
+    assert paired_sets_ci({0: 1000.0, 1: 1100.0, 2: 950.0}, {0: 1103.0, 1: 949.0, 2: 1024.0}, 4, 0.95,
+                          "cyclic") is None  # fmt: skip
+    assert paired_sets_ci({0: 1.0}, {0: 1.0}, 4, 0.95, "cyclic") is None
+    assert paired_sets_ci({0: 1.0, 1: math.nan, 2: 1.0}, {0: 1.0, 1: 1.0, 2: 1.0}, 3, 0.95, "cyclic") is None
+
+
+def test_paired_sets_interval_under_pairs_is_the_two_period_crossover_analysis() -> None:
+    """Oracle for the pairs schedule: the Hills-Armitage interval by its definition. The even sets
+    ran baseline first (in the pair's first assignment), the odd sets candidate first; a +3% order
+    effect on whichever side ran a set second cancels from the centre and from the spread, where a
+    plain t-interval over the sets holds it."""
+    from scipy import stats
+
+    rng = np.random.default_rng(5)
+    own = rng.normal(0, 0.002, 8)  # each set's own difference between the sides
+    base, cand = {}, {}
+    for a in range(8):  # assignment a: the baseline on set a, the candidate on set a ^ 1
+        second = a % 2 == 1  # the pair's second assignment
+        base[a] = 1000.0 * (1.03 if second else 1.0)
+        cand[a] = 1000.0 * (1.03 if second else 1.0) * math.exp(own[a ^ 1])
+    d = {s: math.log(cand[s ^ 1] / base[s]) for s in range(8)}
+    even, odd = np.array([d[s] for s in range(0, 8, 2)]), np.array([d[s] for s in range(1, 8, 2)])
+    assert even.mean() - odd.mean() > 0.05  # the order effect splits the two sequence groups
+    pooled = (((even - even.mean()) ** 2).sum() + ((odd - odd.mean()) ** 2).sum()) / 6
+    se = math.sqrt(pooled) / 2 * math.sqrt(1 / 4 + 1 / 4)
+    centre = (even.mean() + odd.mean()) / 2
+    lo, hi = stats.t.interval(0.95, 6, loc=centre, scale=se)
+    got = paired_sets_ci(base, cand, 8, 0.95, "pairs")
+    assert got == pytest.approx((math.exp(lo), math.exp(hi)), rel=1e-12)
+    assert math.log(got[1] / got[0]) < 0.01  # type: ignore[index]
+    plain = paired_sets_ci(base, cand, 8, 0.95, "cyclic")  # the same numbers read as independent sets
+    assert plain is None or math.log(plain[1] / plain[0]) > math.log(got[1] / got[0])  # type: ignore[index]
+    # one pair observed: no degrees of freedom left
+    assert paired_sets_ci({0: 1.0, 1: 1.0}, {0: 1.0, 1: 1.0}, 8, 0.95, "pairs") is None
 
 
 def _rotated_samples(per_set: np.ndarray, side_set: np.ndarray, sets: int) -> tuple[np.ndarray, ...]:
@@ -263,16 +370,16 @@ def test_the_per_placement_rule_applies_where_the_ci_does_not_cover_placement() 
 
 
 def test_a_rotation_the_budget_cut_short_falls_back_to_the_per_placement_rule() -> None:
-    """What a loaded CPU did: five sets chosen, nine rounds run (three assignments, two sets seen
-    on both sides). No paired interval (one degree of freedom); a 250x change still reads
+    """What a loaded CPU did: four sets chosen, nine rounds run (three assignments, two sets seen
+    on both sides). No paired interval (no degree of freedom); a 250x change still reads
     ``faster``, each assignment showing it, where the interval of two pairs had reached 1e-8..77."""
     rounds = np.repeat(np.arange(9), 2)
     candidate = np.tile([False, True], 9)
     rng = np.random.default_rng(4)
     durations = np.where(candidate, 4_000.0, 1_000_000.0) * rng.choice([1.0, 1.3, 8.0], rounds.size)
-    strata = placement_strata(rounds, 5, SWAP_EVERY_ROUNDS)
+    strata = placement_strata(rounds, 4, SWAP_EVERY_ROUNDS)
     cis = cluster_cis(
-        candidate, rounds, durations, confidence=0.95, n_resamples=500, seed=1, strata=strata, between_sets=5
+        candidate, rounds, durations, confidence=0.95, n_resamples=500, seed=1, strata=strata, between_sets=4
     )
     assert cis is not None and cis.ratio is not None and not cis.placement_covered
     assert cis.ratio[2] < 0.01
@@ -340,15 +447,16 @@ def test_a_cpu_job_prepares_every_set_with_the_order_alternating() -> None:
 
 def test_a_cut_short_rotation_of_shared_set_effects_is_judged_per_set() -> None:
     """A/A, four sets whose shared effects fall 1% per set (both sides alike), and the budget ended
-    the cell after 7 rounds (assignments 0, 1 and one round of 2): each assignment's ratio reads
-    0.99, a ``faster`` by the assignments' rule. Judged set by set (the sides on the same set), no
-    change shows: ``inconclusive``, never ``faster``."""
+    the cell after 10 rounds (assignments 0-2 and one round of 3, which is too short to count):
+    the three assignments' geometric mean reads 0.9966, a ``faster`` at 0.25% by the assignments'
+    rule. Judged by the pairs of sets both sides ran (the first pair's sets, the sides on the same
+    sets), no change shows: ``inconclusive``, never ``faster``."""
     from kernelab.service.schemas import CellResult, Placement, Sample
 
     effect = [1.00, 0.99, 0.98, 0.97]
     rng = np.random.default_rng(2)
     rows = []
-    for r in range(7):
+    for r in range(10):
         order = ("baseline", "candidate") if r % 2 == 0 else ("candidate", "baseline")
         for position, side in enumerate(order):
             used = input_set(r, side, SWAP_EVERY_ROUNDS, 4)  # type: ignore[arg-type]
@@ -359,9 +467,9 @@ def test_a_cut_short_rotation_of_shared_set_effects_is_judged_per_set() -> None:
         index=0,
         params={"M": 4, "N": 64},
         samples=rows,
-        placement=Placement(input_sets=4, swap_every_rounds=3),
+        placement=Placement(input_sets=4, swap_every_rounds=3, schedule="pairs"),
     )
     c = compare_cell(job(spec, cell), cell, {})
-    assert c.ratio is not None and c.ratio < 0.995  # the assignments' geometric mean is biased
+    assert c.ratio is not None and c.ratio < 0.9975  # the assignments' geometric mean is biased
     assert c.verdict == "inconclusive", [r.code for r in c.reasons]
     assert "placement-disagreement" in [r.code for r in c.reasons]
