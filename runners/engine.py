@@ -362,9 +362,7 @@ def placement_of(pair: PairTimer, settings: MeasurementSpec) -> Placement:
     offered = int(sets()) if callable(sets) else 1
     used = _even(min(offered, settings.input_sets))
     rotate = settings.placement == "rotate" and used >= 2
-    return Placement(
-        input_sets=used if rotate else 1, swap_every_rounds=SWAP_EVERY_ROUNDS, schedule="pairs"
-    )
+    return Placement(input_sets=used if rotate else 1, swap_every_rounds=SWAP_EVERY_ROUNDS, schedule="pairs")
 
 
 def _even(sets: int) -> int:

@@ -168,9 +168,10 @@ def ratio_ci(
     200 rounds and 2000 resamples on a 2-core CI machine (``benchmarks/stats_speed.py``); with few
     rounds (3: 10 distinct resamples) the draws are cached per ``(seed, rounds, n_resamples)`` and a
     cell of 600 samples costs well under 1 ms (``benchmarks/compare_speed.py``).
-    With ``input_sets`` >= 2 (the cell's ``Placement``, its ``schedule`` too) the estimator is stratified by input-set
-    assignment (``ratio_ci_arrays``'s ``strata``, from ``placement_strata``), and with 3 or more
-    the CI also spans the spread of the sides' differences per set (``cluster_cis``' ``between_sets``).
+    With ``input_sets`` >= 2 (the cell's ``Placement``, its ``schedule`` too) the estimator is
+    stratified by input-set assignment (``ratio_ci_arrays``'s ``strata``, from
+    ``placement_strata``), and with 3 or more the CI also spans the spread of the sides'
+    differences per set (``cluster_cis``' ``between_sets``).
     Raises ValueError for ``confidence`` outside (0, 1) or ``n_resamples`` < 1.
     """
     rounds = np.asarray(samples.round, dtype=np.int64)
@@ -260,8 +261,8 @@ def cluster_cis(
     ``kernelab.service.verdicts.placement_reasons`` lets a claimed change stand only where they
     agree. With ``between_sets`` K >= 3 (the strata are the assignments of the rotation of K sets,
     ``placement_strata``: in assignment a the baseline runs set a, the candidate the set
-    ``candidate_set(a, K, schedule)``) the CI is widened to cover that interaction: it is the hull of the bootstrap
-    interval and ``paired_sets_ci``, the Student-t interval of the mean over the sets of each
+    ``candidate_set(a, K, schedule)``) the CI is widened to cover that interaction: it is the hull
+    of the bootstrap interval and ``paired_sets_ci``, the Student-t interval of the mean over the sets of each
     set's log difference between the sides (the candidate's median on the set over the
     baseline's). Pairing by set removes the set's own effect, which the cyclic design cancels from
     the ratio anyway (on an H200 a one-element kernel's time moved by up to 12% between sets that

@@ -278,7 +278,9 @@ class Placement(_Posted):
     @model_validator(mode="after")
     def _pairs_need_an_even_count(self) -> Placement:
         if self.schedule == "pairs" and self.input_sets > 1 and self.input_sets % 2:
-            raise ValueError(f"input_sets: the 'pairs' schedule rotates an even number of sets, got {self.input_sets}")
+            raise ValueError(
+                f"input_sets: the 'pairs' schedule rotates an even number of sets, got {self.input_sets}"
+            )
         return self
 
 

@@ -75,6 +75,10 @@ def test_the_mapping_of_sets_follows_the_recorded_schedule() -> None:
         Placement(input_sets=5, schedule="pairs")
 
 
+def _scaled(script, factor: float):  # type: ignore[no-untyped-def]
+    return lambda: script() * factor
+
+
 def _warm_cell(sets: int, seed: int, cold_pct: float = 5.0, change: float = 0.0):  # type: ignore[no-untyped-def]
     """An A/A cell (or a ``change`` slower candidate) on input sets both sides share, whose data
     runs ``cold_pct`` slower when it was not run lately (``fake_timing.WarmData``)."""
@@ -82,7 +86,7 @@ def _warm_cell(sets: int, seed: int, cold_pct: float = 5.0, change: float = 0.0)
     cache = WarmData(1000.0, cold_pct, seed=seed)
     names = [f"s{k}" for k in range(sets)]
     scripts = {n: cache.script(n) for n in names}
-    slower = {n: (lambda f: lambda: f() * (1 + change))(f) for n, f in scripts.items()}
+    slower = {n: _scaled(f, 1 + change) for n, f in scripts.items()}
     sides = {"baseline": FakeSide(clock, names, scripts), "candidate": FakeSide(clock, names, slower)}
     spec = settings(cross_check=False, input_sets=sets, threshold_pct=1.0, target_ci_pct=0.1,
                     budget_ms=10_000, max_rounds=480, min_rounds=5)  # fmt: skip
@@ -116,7 +120,7 @@ def test_the_cyclic_schedule_carries_warm_data_against_the_candidate(monkeypatch
 
     monkeypatch.setattr(
         engine, "input_set",
-        lambda r, v, swap=SWAP_EVERY_ROUNDS, k=2: (r // swap) % k if v == "baseline" else ((r // swap) + 1) % k,
+        lambda r, v, swap=SWAP_EVERY_ROUNDS, k=2: (r // swap + (v == "candidate")) % k,
     )  # fmt: skip
     for seed in range(5):
         _, cell = _warm_cell(8, seed)
@@ -249,7 +253,8 @@ def test_paired_sets_interval_is_the_t_interval_of_the_per_set_differences() -> 
     cand = {0: 1103.0, 1: 949.0, 2: 1024.0, 3: 1001.0}  # assignment a: the candidate on set a + 1
     d = np.log([cand[3] / base[0], cand[0] / base[1], cand[1] / base[2], cand[2] / base[3]])
     lo, hi = stats.t.interval(0.95, len(d) - 1, loc=d.mean(), scale=stats.sem(d))
-    assert paired_sets_ci(base, cand, 4, 0.95, "cyclic") == pytest.approx((math.exp(lo), math.exp(hi)), rel=1e-12)
+    got = paired_sets_ci(base, cand, 4, 0.95, "cyclic")
+    assert got == pytest.approx((math.exp(lo), math.exp(hi)), rel=1e-12)
     # missing assignments leave out the sets they held: five sets, assignments 0-3 ran, so sets 1-3
     # are seen on both sides; with two pairs (one degree of freedom) there is no interval
     partial = paired_sets_ci(base, cand, 5, 0.95, "cyclic")
