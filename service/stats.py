@@ -213,8 +213,12 @@ def _cell_numbers(
         if times["baseline"].size >= 1 and times["candidate"].size >= 1:
             hl = hodges_lehmann(times["baseline"], times["candidate"])
         ratio, ci_low, ci_high = rc if rc is not None else (None, None, None)
+        decision: tuple[float | None, float | None] = (None, None)
+        if rc is not None and min(rc) > 0 and math.isfinite(rc[2]):
+            decision = verdicts.decision_interval(*rc)
         numbers: dict[str, float | None] = {
             "ratio": ratio, "ci_low": ci_low, "ci_high": ci_high,
+            "decision_low": decision[0], "decision_high": decision[1],
             "delta_pct": None if ratio is None else (ratio - 1) * 100,
             "hl_shift_ns": None if hl is None else hl[0],
             "hl_ci_low_ns": None if hl is None else hl[1],
@@ -356,7 +360,10 @@ def _compare_kept(
     if nonfinite:
         found.append(verdicts.nonfinite_reason(nonfinite, float(kept.durations.max(initial=0.0))))
     ratio, ci_low, ci_high = numbers["ratio"], numbers["ci_low"], numbers["ci_high"]
-    timing, why = verdicts.timing_verdict(ratio, ci_low, ci_high, m.threshold_pct)
+    low, high = numbers.get("decision_low"), numbers.get("decision_high")
+    timing, why = verdicts.timing_verdict(
+        ratio, ci_low, ci_high, m.threshold_pct, None if low is None or high is None else (low, high)
+    )
     if why is not None:
         if stats["baseline"].median_ns == 0.0:
             why = verdicts.reason("zero-baseline", "the baseline's median time is 0 ns: no ratio")
@@ -381,6 +388,8 @@ def _compare_kept(
         ratio=ratio,
         ci_low=ci_low,
         ci_high=ci_high,
+        decision_low=low,
+        decision_high=high,
         delta_pct=numbers["delta_pct"],
         hl_shift_ns=numbers["hl_shift_ns"],
         hl_ci_low_ns=numbers["hl_ci_low_ns"],

@@ -51,14 +51,15 @@ from kernelab.service.schemas import (
     Verdict,
 )
 
-METHOD_VERSION = 7
+METHOD_VERSION = 8
 """Version of these rules. A stored ``Comparison`` with a lower ``method_version`` was judged by
 older rules (version 1: a wrong kernel could read ``faster``; version 2: two samples per side could
 read ``faster``, a sample throttled by its clock-event reasons counted as clean; version 3: no timer
 cross-check, no input-set placement strata; version 4: a verdict the input placements disagreed on
 stood, a side's median was the pooled one; version 5: no power state, SM clock or energy per launch
-in the comparison; version 6: at most two input sets, no CI across placements) and is recomputed
-from its raw result."""
+in the comparison; version 6: at most two input sets, no CI across placements; version 7: a
+change claimed at 95%, whatever the CI's width against the threshold) and is recomputed from its
+raw result."""
 
 VERDICT_ORDER: tuple[Verdict, ...] = get_args(Verdict)
 """Every verdict, highest precedence first (the order of ``schemas.Verdict``)."""
@@ -145,6 +146,12 @@ REASONS: dict[str, ReasonKind] = {
     ),
     "zero-baseline": ReasonKind("inconclusive", None, "the baseline's median time is zero: no ratio"),
     "ci-straddles": ReasonKind("inconclusive", None, "the confidence interval overlaps the threshold"),
+    "not-decisive": ReasonKind(
+        "inconclusive",
+        None,
+        "a change beyond the threshold that the 95% CI shows but the 99.8% interval a change verdict "
+        "needs does not",
+    ),
     "timer-mismatch": ReasonKind(
         "inconclusive", "timer-mismatch", "the two sides were timed by different methods"
     ),
@@ -184,8 +191,8 @@ REASONS: dict[str, ReasonKind] = {
 READ_FROM_TIMES = frozenset(
     {
         "below-resolution", "rate-above-peak", "beyond-job-time", "non-finite", "zero-baseline",
-        "ci-straddles", "no-interval", "timer-disagreement", "timer-disagreement-ratio-agrees",
-        "placement-disagreement",
+        "ci-straddles", "not-decisive", "no-interval", "timer-disagreement",
+        "timer-disagreement-ratio-agrees", "placement-disagreement",
     }
 )  # fmt: skip
 """The reason codes read from the timed values themselves. Once ``timer-tampered`` is found, the
@@ -276,32 +283,85 @@ def decide(timing: TimingVerdict, reasons: Iterable[Reason]) -> Decision:
     return Decision(verdict, unique, flags)
 
 
+DECISION_CONFIDENCE = 0.998
+"""The confidence at which a change is claimed: ``faster``/``slower`` need the ratio's decision
+interval (``decision_interval``: the 95% CI widened to 99.8%) to exclude 1 (two-sided 0.2%: the p
+threshold of asv's ``is_different``, ``asv/statistics.py`` in airspeed-velocity/asv), while the CI
+shown and ``same`` are 95%. Where the 95% CI is as wide as the threshold or wider (a noisy CPU, a
+short budget), the threshold no longer protects against a chance reading: with a calibrated 95%
+interval an A/A cell then reads ``faster`` or ``slower`` in up to 5% of cells (CPU softmax A/A,
+CIs of +-2% at a 1% threshold: 2 of 40 jobs excluded 1, ``docs/results/2026-12-04-aa-cpu.md``);
+at the decision level in at most 0.2% (0.8% where the CI is a Student-t interval of 6 degrees of
+freedom, ``decision_interval``), whatever the width."""
+_Z_95 = 1.959963984540054  # z(0.975)
+_Z_DECISION = 3.090232306167813  # z(0.999)
+
+
+def decision_interval(ratio: float, ci_low: float, ci_high: float) -> tuple[float, float]:
+    """The decision interval of a ratio from its 95% interval (all three > 0): each side's distance
+    from ln(ratio) scaled by z(0.999) / z(0.975) = 1.577, so an asymmetric interval stays
+    asymmetric. For a normal ln(ratio) that is the 99.8% interval (``DECISION_CONFIDENCE``); where
+    the 95% CI is, or holds, a Student-t interval of few degrees of freedom (the paired interval of
+    the input sets, ``estimators.paired_sets_ci``) the widened one covers less: 99.2% at 6 degrees
+    of freedom (|t| <= 2.447 x 1.577). The one form for every comparison (a job's cells, job vs
+    job, workloads), whatever interval it holds. Raises ValueError for a ratio or bound that is not
+    positive."""
+    if not (ratio > 0 and ci_low > 0 and ci_high > 0):
+        raise ValueError(f"a ratio interval needs positive numbers, got {ratio}, [{ci_low}, {ci_high}]")
+    scale = _Z_DECISION / _Z_95
+    centre = math.log(ratio)
+    low = centre - scale * max(0.0, centre - math.log(ci_low))
+    high = centre + scale * max(0.0, math.log(ci_high) - centre)
+    return math.exp(low), math.exp(high)
+
+
 def timing_verdict(
-    ratio: float | None, ci_low: float | None, ci_high: float | None, threshold_pct: float
+    ratio: float | None,
+    ci_low: float | None,
+    ci_high: float | None,
+    threshold_pct: float,
+    decision: tuple[float, float] | None = None,
 ) -> tuple[TimingVerdict, Reason | None]:
     """What the ratio candidate/baseline and its CI say against threshold t = threshold_pct / 100.
 
-    * ``faster``: ci_high < 1 (the speed-up is statistically real) AND ratio < 1 - t (it is large
-      enough to matter);
-    * ``slower``: ci_low > 1 AND ratio > 1 + t;
-    * ``same``: the whole CI lies inside [1 - t, 1 + t] (an equivalence test: any change is
+    * ``faster``: the decision interval's high end < 1 (``DECISION_CONFIDENCE``: the speed-up is
+      statistically real at 99.8%) AND ratio < 1 - t (it is large enough to matter);
+    * ``slower``: its low end > 1 AND ratio > 1 + t;
+    * ``same``: the whole 95% CI lies inside [1 - t, 1 + t] (an equivalence test: any change is
       smaller than the threshold, with the CI's confidence);
-    * ``inconclusive`` otherwise, with the reason: no interval, or a CI that straddles 1 - t or 1 + t.
+    * ``inconclusive`` otherwise, with the reason: no interval, a change beyond the threshold that
+      the 95% CI shows but the 99.8% interval does not (``not-decisive``), or a CI that straddles
+      1 - t or 1 + t.
+
+    ``decision``: the decision interval (``decision_interval``, stored as
+    ``CellComparison.decision_low/high``); None: ``decision_interval`` of the 95% CI.
 
     Why not "faster only when the whole CI lies beyond 1 - t": a real change close to the
-    threshold would then stay inconclusive however many samples are taken. Requiring a CI that
-    excludes 1 plus a point estimate beyond the threshold is the rule of nvbench compare (a gap
-    that must also exceed a minimum) with a proper interval instead of [min, Q3].
+    threshold would then stay inconclusive however many samples are taken. Requiring an interval
+    that excludes 1 plus a point estimate beyond the threshold is the rule of nvbench compare (a gap
+    that must also exceed a minimum) with a proper interval instead of [min, Q3]; the 99.8% level
+    of that interval is ``DECISION_CONFIDENCE``'s.
     """
     if ratio is None or ci_low is None or ci_high is None:
         return "inconclusive", reason("no-interval", "no confidence interval: too few samples or rounds")
     t = threshold_pct / 100
-    if ci_high < 1 and ratio < 1 - t:
+    if decision is None:
+        decision = decision_interval(ratio, ci_low, ci_high) if min(ratio, ci_low) > 0 else (ci_low, ci_high)
+    low, high = decision
+    if high < 1 and ratio < 1 - t:
         return "faster", None
-    if ci_low > 1 and ratio > 1 + t:
+    if low > 1 and ratio > 1 + t:
         return "slower", None
     if 1 - t <= ci_low and ci_high <= 1 + t:
         return "same", None
+    if (ci_high < 1 and ratio < 1 - t) or (ci_low > 1 and ratio > 1 + t):
+        return "inconclusive", reason(
+            "not-decisive",
+            f"the ratio {ratio:.4g} lies beyond the ±{threshold_pct:g}% threshold and its 95% CI "
+            f"[{ci_low:.4g}, {ci_high:.4g}] excludes 1, but the {DECISION_CONFIDENCE:.1%} interval a "
+            f"change verdict needs, [{low:.4g}, {high:.4g}], does not: more rounds (a larger budget_ms) "
+            "would decide",
+        )
     return "inconclusive", reason(
         "ci-straddles",
         f"the 95% CI [{ci_low:.4g}, {ci_high:.4g}] of the ratio {ratio:.4g} reaches across the "

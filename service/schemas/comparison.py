@@ -54,6 +54,12 @@ class CellComparison(BaseModel):
     ratio: float | None = None
     ci_low: float | None = None
     ci_high: float | None = None
+    decision_low: float | None = Field(
+        default=None,
+        description="the ratio's decision interval (the 95% CI widened to 99.8%), which a faster/slower "
+        "verdict needs to exclude 1 (kernelab.service.verdicts.decision_interval)",
+    )
+    decision_high: float | None = None
     delta_pct: float | None = Field(default=None, description="(ratio - 1) * 100")
     hl_shift_ns: float | None = Field(default=None, description="Hodges-Lehmann candidate - baseline")
     hl_ci_low_ns: float | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import UTC, datetime
 from typing import get_args
@@ -147,25 +148,61 @@ def test_ci_straddling_threshold_is_inconclusive():
 
 
 @pytest.mark.parametrize(
-    ("ratio", "low", "high", "expected"),
+    ("ratio", "low", "high", "expected", "code"),
     [
-        (0.95, 0.94, 0.96, "faster"),
-        (0.985, 0.975, 0.995, "faster"),  # CI excludes 1 and the estimate is beyond 1 - t
-        (0.995, 0.992, 0.998, "same"),  # real but smaller than the threshold
-        (0.985, 0.97, 1.002, "inconclusive"),  # straddles 1
-        (1.05, 1.04, 1.06, "slower"),
-        (1.012, 1.004, 1.02, "slower"),  # straddles 1 + t but excludes 1, estimate beyond t
-        (1.005, 0.995, 1.012, "inconclusive"),  # straddles 1 + t
-        (None, None, None, "inconclusive"),
+        (0.95, 0.94, 0.96, "faster", None),
+        (0.985, 0.978, 0.992, "faster", None),  # the decision interval excludes 1, beyond 1 - t
+        # the 95% CI excludes 1 and the estimate is beyond 1 - t, but widened to 99.8% it reaches 1
+        (0.985, 0.975, 0.995, "inconclusive", "not-decisive"),
+        (0.995, 0.992, 0.998, "same", None),  # real but smaller than the threshold
+        (0.985, 0.97, 1.002, "inconclusive", "ci-straddles"),  # straddles 1
+        (1.05, 1.04, 1.06, "slower", None),
+        (1.012, 1.007, 1.017, "slower", None),  # straddles 1 + t, the decision interval excludes 1
+        (1.012, 1.004, 1.02, "inconclusive", "not-decisive"),
+        (1.005, 0.995, 1.012, "inconclusive", "ci-straddles"),  # straddles 1 + t
+        (None, None, None, "inconclusive", "no-interval"),
     ],
 )
-def test_verdict_rule(ratio, low, high, expected):
+def test_verdict_rule(ratio, low, high, expected, code):
     timing, why = verdicts.timing_verdict(ratio, low, high, threshold_pct=1.0)
     assert timing == expected
     # an inconclusive timing always says why; a decided one needs no reason
-    assert (why is not None) == (expected == "inconclusive")
-    if why is not None:
-        assert why.code == ("no-interval" if ratio is None else "ci-straddles")
+    assert (why is None and code is None) or (why is not None and why.code == code)
+
+
+def test_decision_interval_is_the_ci_widened_to_99_8_percent_in_log_space() -> None:
+    """Oracle: a normal ln(ratio) with standard error s has the 95% interval exp(+-1.96 s) and the
+    99.8% one exp(+-3.09 s) (``scipy.stats.norm``); an asymmetric interval keeps each side."""
+    from scipy.stats import norm
+
+    s = 0.01
+    lo95, hi95 = (math.exp(norm.ppf(q) * s) for q in (0.025, 0.975))
+    lo, hi = verdicts.decision_interval(1.0, lo95, hi95)
+    assert (lo, hi) == pytest.approx((math.exp(norm.ppf(0.001) * s), math.exp(norm.ppf(0.999) * s)), rel=1e-9)
+    lo, hi = verdicts.decision_interval(2.0, 1.9, 2.0)
+    assert hi == 2.0 and lo == pytest.approx(2.0 * (1.9 / 2.0) ** (norm.ppf(0.999) / norm.ppf(0.975)))
+    with pytest.raises(ValueError, match="positive"):
+        verdicts.decision_interval(1.0, 0.0, 1.1)
+
+
+@pytest.mark.parametrize("width_pct", [0.5, 1.0, 2.0, 5.0])
+def test_a_change_is_claimed_by_chance_in_at_most_the_decision_level(width_pct: float) -> None:
+    """A/A with a calibrated 95% interval of half-width w around a normal ln(ratio) (w/1.96 its
+    standard error), at a 1% threshold: over 20,000 draws the share read ``faster`` or ``slower``
+    stays within the two-sided 0.2% of ``DECISION_CONFIDENCE``, whatever w; the 95% rule alone
+    read up to 5% once w reaches the threshold."""
+    rng = np.random.default_rng(3)
+    se = math.log(1 + width_pct / 100) / 1.96
+    centre = rng.normal(0.0, se, 20_000)
+    changed = old_rule = 0
+    for c in centre:
+        ratio, lo, hi = math.exp(c), math.exp(c - 1.96 * se), math.exp(c + 1.96 * se)
+        timing, _ = verdicts.timing_verdict(ratio, lo, hi, threshold_pct=1.0)
+        changed += timing in ("faster", "slower")
+        old_rule += (hi < 1 and ratio < 0.99) or (lo > 1 and ratio > 1.01)
+    assert changed / 20_000 <= 0.003
+    if width_pct >= 2.0:
+        assert old_rule / 20_000 > 0.03  # the 95% rule: ~5% once the CI is wider than the threshold
 
 
 # ------------------------------------------------------------------------------------------------
