@@ -7,7 +7,11 @@ compared, B against A, with the house's statistics (``kernelab.service.estimator
 **unpaired** form: the two jobs' rounds were not interleaved with each other, so the ratio of
 medians B/A gets a percentile bootstrap CI that resamples whole rounds of A and whole rounds of B
 *independently* (a two-sample cluster bootstrap, Davison & Hinkley 1997, sections 3.8 and 3.2),
-not the paired resampling of one job's rounds (``estimators.ratio_ci``); the Hodges-Lehmann shift
+not the paired resampling of one job's rounds (``estimators.ratio_ci``). That interval holds only
+what varied within each run, never what changed between the runs, so the verdict rests on
+``kernelab.service.between_runs`` instead: the other side both jobs ran unchanged as a control,
+else the cell's between-run noise from stored runs, else ``inconclusive`` (``no-run-noise``); the
+unpaired interval only bounds the noise interval from below. The Hodges-Lehmann shift
 with its distribution-free CI and the Mann-Whitney U p-value are two-sample statistics already
 (Hollander & Wolfe 1999, section 4.3), the p-values Benjamini-Hochberg adjusted over the matched
 cells. Kept samples follow each job's own ``exclude_throttled`` (``estimators.kept_arrays``).
@@ -37,13 +41,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from kernelab.service import compare_queue, crud, node_health, verdicts
+from kernelab.service import between_runs, compare_queue, crud, node_health, verdicts
 from kernelab.service.core.clock import db_now
 from kernelab.service.core.config import Settings
 from kernelab.service.estimators import (
@@ -56,6 +60,7 @@ from kernelab.service.estimators import (
     mann_whitney_p,
     variant_stats,
 )
+from kernelab.service.models import HistoryPoint as PointRow
 from kernelab.service.models import Job
 from kernelab.service.schemas import (
     CellComparison,
@@ -67,17 +72,24 @@ from kernelab.service.schemas import (
     JobVsJob,
     JobVsJobCell,
     Reason,
+    RunNoisePublic,
     Side,
+    SideSpec,
 )
 
 N_RESAMPLES = 1000  # bootstrap resamples of the unpaired ratio CI (module docstring)
 SEED = 0
 METHOD = (
-    "per matched cell, the same side of both jobs: ratio of medians B/A with a 95% percentile "
-    "bootstrap CI resampling whole rounds of each job independently (unpaired: the jobs' rounds "
-    "were not interleaved), Hodges-Lehmann shift and Mann-Whitney U (Benjamini-Hochberg over the "
-    "cells); a failed or incorrect side in either job outranks any speed"
+    "per matched cell, the same side of both jobs, B against A, on one of two footings "
+    "(kernelab.service.between_runs): where both jobs ran the other side unchanged, the ratio of "
+    "the jobs' own paired ratios (the other side as control, the two intervals in quadrature); "
+    "else B's median over A's with an interval that holds the cell's between-run noise, pooled from "
+    "stored runs of unchanged code on the node or GPU model (Student t, at least "
+    f"{between_runs.MIN_NOISE_DF} degrees of freedom); without either, inconclusive. Hodges-Lehmann "
+    "shift and Mann-Whitney U (Benjamini-Hochberg over the cells) are within-run statistics, shown; "
+    "a failed or incorrect side in either job outranks any speed"
 )
+NOISE_RESULTS = 200  # latest results of the benchmark whose stored runs give the between-run noise
 
 
 class JobVsJobError(Exception):
@@ -284,6 +296,10 @@ def _compare(
     threshold = max(res_a.spec.measurement.threshold_pct, res_b.spec.measurement.threshold_pct)
     side_a, side_b = _side(a, res_a, comp_a, side, health[0]), _side(b, res_b, comp_b, side, health[1])
     node_flags: list[Flag] = sorted({f for h in health if h is not None for f in h.flags})  # type: ignore[misc]
+    control: Side = "baseline" if side == "candidate" else "candidate"
+    shared = _code(res_a, control) == _code(res_b, control)
+    points = _noise_points(session, job_a.benchmark, side_a.node, side_b.node, exclude=(a, b))
+    same_node = side_a.node_name == side_b.node_name
     kept = []
     for ca, cb in pairs:
         ka = None if ca.error else kept_arrays(ca, exclude_throttled=res_a.spec.measurement.exclude_throttled)
@@ -293,7 +309,8 @@ def _compare(
                                for ka, kb in kept])  # fmt: skip
     cells = [
         _cell(ca, cb, ka, kb, p, side, threshold, stored_a.get(ca.index), stored_b.get(cb.index),
-              res_a, res_b, side_a, side_b, node_flags)
+              res_a, res_b, side_a, side_b, node_flags, shared,
+              _noise(points, ca, res_a, side, side_a, same_node, exclude=(a, b)))
         for (ca, cb), (ka, kb), p in zip(pairs, kept, p_values, strict=True)
     ]  # fmt: skip
     tested = [c for c in cells if c.p_value is not None]
@@ -320,11 +337,102 @@ def _compare(
     )  # fmt: skip
 
 
+def _code(result: JobResult, side: Side) -> tuple[str, str]:
+    """What code ``side`` of a job ran: (the history's code, the source revision's sha or "")."""
+    from kernelab.service.history import code_of
+
+    revisions = result.node.revisions
+    rev = getattr(revisions, side) if revisions is not None else None
+    if rev is not None and rev.sha:
+        return ("", rev.sha)
+    spec_side: SideSpec = getattr(result.spec, side)
+    return (code_of(spec_side), "")
+
+
+def _noise_points(
+    session: Session, benchmark: str, node_a: object, node_b: object, *, exclude: tuple[int, int]
+) -> list[dict[str, object]]:
+    """Stored run medians (history points shown by default) of ``benchmark`` on the GPU model
+    both jobs ran on (none where they differ), from its ``NOISE_RESULTS`` latest results."""
+    from kernelab.service.history import gpu_model
+
+    model_a, model_b = gpu_model(node_a), gpu_model(node_b)  # type: ignore[arg-type]
+    if model_a != model_b:
+        return []
+    latest = (
+        select(Job.id).where(Job.benchmark == benchmark, Job.id.not_in(exclude))
+        .order_by(Job.id.desc()).limit(NOISE_RESULTS).scalar_subquery()
+    )  # fmt: skip
+    rows = session.execute(
+        select(PointRow.job_id, PointRow.code, PointRow.sha, PointRow.node_name, PointRow.median_ns,
+               PointRow.params, PointRow.timer, PointRow.state)
+        .where(PointRow.benchmark == benchmark, PointRow.gpu_model == model_a, PointRow.excluded.is_(None),
+               PointRow.job_id.in_(latest))
+    )  # fmt: skip
+    return [
+        {"job_id": r.job_id, "code": r.code, "sha": r.sha, "node": r.node_name, "median_ns": r.median_ns,
+         "key": _key(r.params or {}), "timer": r.timer, "state": r.state}
+        for r in rows
+    ]  # fmt: skip
+
+
+def _noise(
+    points: Sequence[dict[str, object]], cell: CellResult, result: JobResult, side: Side, job_side: JobSide,
+    same_node: bool, *, exclude: tuple[int, int],
+) -> between_runs.RunNoise | None:  # fmt: skip
+    """The cell's between-run noise (``between_runs.run_to_run_noise``) from ``points`` of its
+    parameters, timer and state: on the jobs' node where both ran on one and it has enough runs,
+    else on the GPU model."""
+    key, timer = _key(cell.params), _timer(cell, side, result)
+    mine = [p for p in points if p["key"] == key and p["timer"] == timer and p["state"] == job_side.state]
+    scopes: list[tuple[str | None, str]] = [(job_side.node_name, "node")] if same_node else []
+    for node, scope in [*scopes, (None, "gpu-model")]:
+        groups = between_runs.noise_groups(mine, exclude_jobs=exclude, node=node)
+        found = between_runs.run_to_run_noise(groups, scope=scope)
+        if found is not None:
+            return found
+    return None
+
+
+def _controlled_numbers(
+    stored_a: CellComparison | None, stored_b: CellComparison | None, side: Side
+) -> tuple[float, float, float] | None:
+    """Each job's own paired ratio of the cell, combined (``between_runs.controlled``), where both
+    jobs stored one with its interval and the control side (the other one) has no deciding problem
+    in either (a wrong control's time is no time of the kernel; the compared side's problems
+    decide the verdict anyway)."""
+    control: Side = "baseline" if side == "candidate" else "candidate"
+    triples = []
+    for cell in (stored_a, stored_b):
+        if cell is None or cell.ratio is None or cell.ci_low is None or cell.ci_high is None:
+            return None
+        if _problems(cell, control, "") or min(cell.ratio, cell.ci_low, cell.ci_high) <= 0:
+            return None
+        triples.append((cell.ratio, cell.ci_low, cell.ci_high))
+    return between_runs.controlled(triples[0], triples[1], compared=side)
+
+
+def _no_footing(side: Side, job_side: JobSide, shared: bool) -> Reason:
+    control = "baseline" if side == "candidate" else "candidate"
+    where = job_side.node_name
+    if shared:
+        message = (f"the jobs ran the same {control}, but a job's own ratio of this cell has no interval "
+                   "or has a problem verdict (no control), and the stored runs")  # fmt: skip
+    else:
+        message = f"the jobs ran different {control}s (no control), and the stored runs"
+    message += (f" of unchanged code of this cell on {where}'s GPU model give fewer than "
+                f"{between_runs.MIN_NOISE_DF} degrees of freedom of between-run noise: job vs job cannot "
+                f"tell a change from drift; run the {control} of job A again on this node (a job of the "
+                f"same {control}, or an A/A job), or compare jobs that ran the same {control}")  # fmt: skip
+    return verdicts.reason("no-run-noise", message)
+
+
 def _cell(
     ca: CellResult, cb: CellResult, ka: KeptSamples | None, kb: KeptSamples | None, p: float | None,
     side: Side, threshold: float,
     stored_a: CellComparison | None, stored_b: CellComparison | None, res_a: JobResult, res_b: JobResult,
-    side_a: JobSide, side_b: JobSide, node_flags: Sequence[Flag],
+    side_a: JobSide, side_b: JobSide, node_flags: Sequence[Flag], shared: bool,
+    noise: between_runs.RunNoise | None,
 ) -> JobVsJobCell:  # fmt: skip
     found: list[Reason] = []
     for cell, job in ((ca, "A"), (cb, "B")):
@@ -340,6 +448,7 @@ def _cell(
         )
     stats_a = stats_b = variant_stats(np.empty(0))
     numbers: dict[str, float | None] = {}
+    basis: Literal["control", "run-noise", "none"] = "none"
     if ka is not None and kb is not None:
         xa, xb = ka.times[side], kb.times[side]
         ra = ka.rounds[ka.candidate == (side == "candidate")]
@@ -347,13 +456,24 @@ def _cell(
         stats_a, stats_b = variant_stats(xa), variant_stats(xb)
         rc = unpaired_ratio_ci(ra, xa, rb, xb)
         if rc is not None:
-            numbers.update(ratio=rc[0], ci_low=rc[1], ci_high=rc[2], delta_pct=(rc[0] - 1) * 100)
+            numbers["medians_ratio"] = rc[0]
         if xa.size and xb.size:
             hl = hodges_lehmann(xa, xb)
             numbers.update(hl_shift_ns=hl[0], hl_ci_low_ns=hl[1], hl_ci_high_ns=hl[2])
+        footing = _controlled_numbers(stored_a, stored_b, side) if shared else None
+        if footing is not None:
+            basis = "control"
+        elif noise is not None and rc is not None and rc[0] > 0:
+            footing = (rc[0], *between_runs.with_run_noise(rc[0], noise, (rc[1], rc[2])))
+            basis = "run-noise"
+        if footing is not None:
+            numbers.update(ratio=footing[0], ci_low=footing[1], ci_high=footing[2],
+                           delta_pct=(footing[0] - 1) * 100)  # fmt: skip
+        elif not found:
+            found.append(_no_footing(side, side_a, shared))
     timing, why = verdicts.timing_verdict(numbers.get("ratio"), numbers.get("ci_low"), numbers.get("ci_high"),
                                           threshold)  # fmt: skip
-    if why is not None:
+    if why is not None and not any(r.code == "no-run-noise" for r in found):
         found.append(why)
     decision = verdicts.decide(timing, found)
     label = stored_b.label if stored_b is not None else ", ".join(f"{k}={v}" for k, v in cb.params.items())
@@ -362,5 +482,9 @@ def _cell(
         p_value=p, verdict=decision.verdict, timing_verdict=timing, reasons=decision.reasons,
         flags=verdicts.sorted_flags([*decision.flags, *node_flags]),
         verdict_a=stored_a.verdict if stored_a else None, verdict_b=stored_b.verdict if stored_b else None,
+        basis=basis, noise=None if noise is None else RunNoisePublic(
+            sigma_pct=100 * noise.sigma_ln, df=noise.df, runs=noise.runs, codes=noise.codes,
+            scope=noise.scope,  # type: ignore[arg-type]
+        ),
         **numbers,  # type: ignore[arg-type]
     )  # fmt: skip

@@ -155,6 +155,12 @@ REASONS: dict[str, ReasonKind] = {
     "timer-mismatch": ReasonKind(
         "inconclusive", "timer-mismatch", "the two sides were timed by different methods"
     ),
+    "no-run-noise": ReasonKind(
+        "inconclusive",
+        None,
+        "a comparison across runs with neither a side both runs shared nor a stored estimate of how "
+        "much the cell moves between runs of unchanged code",
+    ),
     "node-changed": ReasonKind(
         "inconclusive", "node-changed", "the node's probes changed during the job beyond their noise"
     ),

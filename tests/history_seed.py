@@ -27,27 +27,29 @@ def spec(name: str) -> dict[str, object]:
             "measurement": {"min_rounds": 4, "max_rounds": 40}}  # fmt: skip
 
 
-def _samples(base_ns: float, seed: int) -> list[Sample]:
+def _samples(base_ns: float, seed: int, baseline_ns: float | None = None) -> list[Sample]:
     rng = np.random.default_rng(seed)
     out = []
     for r in range(ROUNDS):
         order = ("baseline", "candidate") if r % 2 == 0 else ("candidate", "baseline")
         for position, variant in enumerate(order):
-            centre = base_ns * (0.8 if variant == "candidate" else 1.0)
+            centre = base_ns * 0.8 if variant == "candidate" else (baseline_ns or base_ns)
             out.append(Sample(variant=variant, round=r, position=position,  # type: ignore[arg-type]
                               duration_ns=float(centre * rng.lognormal(0.0, 0.01))))  # fmt: skip
     return out
 
 
 def result(
-    job_id: int, job_spec: JobSpec, *, base_ns: float, day: int, node: str, gpu_model: str
-) -> JobResult:
-    """One job's result: every cell of ``job_spec`` at ``base_ns`` (baseline median), correct."""
+    job_id: int, job_spec: JobSpec, *, base_ns: float, day: int, node: str, gpu_model: str,
+    baseline_ns: float | None = None,
+) -> JobResult:  # fmt: skip
+    """One job's result: every cell of ``job_spec`` at ``base_ns`` (the baseline's median, or
+    ``baseline_ns`` where given; the candidate at 0.8 ``base_ns``), correct."""
     ok = CorrectnessResult(passed=True, rel_error=1e-7, max_abs_error=1e-8, cosine_similarity=1.0,
                            rtol=1e-5, atol=1e-6)  # fmt: skip
     work = Work(flops=1e3, bytes_read=1e3, bytes_written=1e3)
     cells = [CellResult(index=i, params=p, work={"baseline": work, "candidate": work},
-                        samples=_samples(base_ns, seed=1000 * day + i),
+                        samples=_samples(base_ns, seed=1000 * day + i, baseline_ns=baseline_ns),
                         correctness={"baseline": ok, "candidate": ok})
              for i, p in enumerate(job_spec.cells("cpu"))]  # fmt: skip
     start = T0 + timedelta(days=day)
@@ -59,9 +61,12 @@ def result(
 
 
 def seed(base_url: str, admin_token: str, medians_ns: list[float], *, node: str, gpu_model: str,
-         name: str = "history seed") -> list[int]:  # fmt: skip
+         name: str = "history seed", baseline_ns: float | None = None) -> list[int]:  # fmt: skip
     """Post one job per median (module docstring); returns the job ids, oldest first. Waits for
-    nothing: the caller waits for the comparisons (``compare_wait`` or ``api.compare``)."""
+    nothing: the caller waits for the comparisons (``compare_wait`` or ``api.compare``).
+    ``baseline_ns``: the baseline stays at this median in every job, so a step in ``medians_ns``
+    is the candidate's own (a change of its code against the baseline every job ran); else both
+    sides step together (the whole job moved: a node or platform change)."""
     admin = {"Authorization": f"Bearer {admin_token}"}
     ids = []
     with httpx.Client(base_url=f"{base_url}/api/v1", timeout=60.0) as api:
@@ -75,7 +80,7 @@ def seed(base_url: str, admin_token: str, medians_ns: list[float], *, node: str,
             assert claim.status_code == 200 and claim.json()["job_id"] == job.json()["id"], claim.text
             job_id = claim.json()["job_id"]
             posted = result(job_id, JobSpec.model_validate(claim.json()["spec"]), base_ns=base_ns, day=day,
-                            node=node, gpu_model=gpu_model)  # fmt: skip
+                            node=node, gpu_model=gpu_model, baseline_ns=baseline_ns)  # fmt: skip
             r = api.post(f"/jobs/{job_id}/results", json=posted.model_dump(mode="json"), headers=runner)
             assert r.status_code == 201, r.text
             ids.append(job_id)

@@ -117,7 +117,7 @@ def print_job_vs_job(cmp: JobVsJob) -> None:
                    f"{s.timer}/{s.state}; node health: {health}; copy {copy}")  # fmt: skip
     for note in cmp.notes:
         typer.echo(f"note: {note}")
-    typer.echo(f"{'cell':<32} {'A':>12} {'B':>12} {'Δ%':>9} {'95% CI':>20}  verdict")
+    typer.echo(f"{'cell':<32} {'A':>12} {'B':>12} {'Δ%':>9} {'95% CI':>20}  {'basis':<9}  verdict")
     for c in cmp.cells:
         ci = (
             f"{_pct((c.ci_low - 1) * 100)}..{_pct((c.ci_high - 1) * 100)}"
@@ -127,8 +127,12 @@ def print_job_vs_job(cmp: JobVsJob) -> None:
         verdict = paint_verdict(c.verdict, c.verdict) if color else c.verdict
         typer.echo(
             f"{c.label[:32]:<32} {_ns(c.a.median_ns):>12} {_ns(c.b.median_ns):>12} "
-            f"{_pct(c.delta_pct):>9} {ci:>20}  {verdict}"
+            f"{_pct(c.delta_pct):>9} {ci:>20}  {c.basis:<9}  {verdict}"
         )
+        if c.noise is not None:
+            n = c.noise
+            typer.echo(f"    between runs: ±{n.sigma_pct:.2f}% per run ({n.runs} runs of {n.codes} codes "
+                       f"on the {n.scope}, {n.df} degrees of freedom)")  # fmt: skip
         for r in c.reasons:
             if r.severity == "error":
                 typer.echo(f"    why: {r.message}")
@@ -155,7 +159,9 @@ def compare_jobs(
     ] = 600.0,
 ) -> None:
     """Compare two stored jobs of one benchmark cell by cell (B against A, the same side of each):
-    medians, Δ% with an unpaired round-bootstrap CI, verdict, and both nodes' health. A pair too
+    medians, Δ% with its CI on a footing that holds what changed between the runs (the other side
+    both jobs ran, as a control, else the cell's between-run noise from stored runs; without either
+    the cell is inconclusive), verdict, and both nodes' health. A pair too
     large for one request is computed by the server's compare worker; this waits for it up to
     --wait seconds. Exits 1 when a cell's verdict is in --fail-on, 2 for an unknown job, other
     benchmark or bad option, 3 while a job has no comparison yet, the pair is still being compared

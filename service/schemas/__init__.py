@@ -83,7 +83,7 @@ from kernelab.service.schemas.health import (
     RegressionsPage,
     Series,
 )
-from kernelab.service.schemas.job_vs_job import JobSide, JobVsJob, JobVsJobCell
+from kernelab.service.schemas.job_vs_job import JobSide, JobVsJob, JobVsJobCell, RunNoisePublic
 from kernelab.service.schemas.probes import (
     AllReduceReading,
     CopyBandwidthReading,
@@ -246,6 +246,7 @@ __all__ = [
     "JobSide",
     "JobVsJob",
     "JobVsJobCell",
+    "RunNoisePublic",
     "Regression",
     "RegressionsPage",
     "ClaimRequest",

@@ -29,10 +29,29 @@ class JobSide(BaseModel):
     health: HealthJudgementPublic | None = None
 
 
+class RunNoisePublic(BaseModel):
+    """How much the cell moves between runs of unchanged code (``kernelab.service.between_runs``):
+    ``sigma_pct`` the pooled standard deviation of one run's median (ln units x 100), with ``df``
+    degrees of freedom, from ``runs`` stored runs of ``codes`` codes, on the jobs' ``node`` or on
+    their ``gpu-model``."""
+
+    sigma_pct: float
+    df: int
+    runs: int
+    codes: int
+    scope: Literal["node", "gpu-model"]
+
+
 class JobVsJobCell(BaseModel):
-    """One cell present in both jobs (matched by its full parameters): ``ratio`` = B's median / A's
-    (< 1: B faster) with a 95% CI, Hodges-Lehmann shift B - A (ns) with its CI, Mann-Whitney p
-    (Benjamini-Hochberg adjusted over the matched cells), and the verdict."""
+    """One cell present in both jobs (matched by its full parameters): ``ratio`` B against A (< 1:
+    B faster) with its 95% CI on the footing ``basis`` names (``kernelab.service.between_runs``):
+    ``control``, the compared side's change relative to the other side that both jobs ran
+    unchanged (the ratio of the jobs' own paired ratios); ``run-noise``, B's median over A's with
+    an interval that holds the cell's stored between-run noise (``noise``); ``none``, no footing
+    (the verdict is ``inconclusive``, ``no-run-noise``). ``medians_ratio``: B's median over A's as
+    measured, whatever the basis; the Hodges-Lehmann shift B - A (ns) with its CI, Mann-Whitney p
+    (Benjamini-Hochberg adjusted over the matched cells; within-run statistics, shown, never the
+    verdict), and the verdict."""
 
     params: dict[str, ParamValue]
     label: str
@@ -44,6 +63,9 @@ class JobVsJobCell(BaseModel):
     ci_low: float | None = None
     ci_high: float | None = None
     delta_pct: float | None = None
+    basis: Literal["control", "run-noise", "none"] = "none"
+    medians_ratio: float | None = None
+    noise: RunNoisePublic | None = None
     hl_shift_ns: float | None = None
     hl_ci_low_ns: float | None = None
     hl_ci_high_ns: float | None = None

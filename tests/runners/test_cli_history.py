@@ -29,7 +29,8 @@ def test_history_prints_the_planted_change_point_and_writes_json(
     server: tuple[str, str], tmp_path: Path
 ) -> None:
     url, token = server
-    jobs = history_seed.seed(url, token, [1000.0] * 4 + [1500.0] * 4, node="cli-history-node", gpu_model=GPU)
+    jobs = history_seed.seed(url, token, [1000.0] * 4 + [1500.0] * 4, node="cli-history-node", gpu_model=GPU,
+                             baseline_ns=1000.0)  # fmt: skip
     history_seed.wait_compared(url, token, jobs)
     out = tmp_path / "history.json"
     r = _cli(server, "history", "softmax", "--gpu", GPU, "--cell", "M=4", "--json", str(out))
@@ -38,7 +39,9 @@ def test_history_prints_the_planted_change_point_and_writes_json(
     assert "PELT" in r.output
     page = json.loads(out.read_text())
     assert {s["gpu_model"] for s in page["series"]} == {GPU}
-    assert all(s["change_points"][0]["job_after"] == jobs[4] for s in page["series"])
+    lines = {s["code"]: s for s in page["series"]}
+    assert lines["triton"]["change_points"][0]["job_after"] == jobs[4]  # the candidate's own step
+    assert lines["torch"]["change_points"] == []  # the baseline every job ran did not move
     none = _cli(server, "history", "softmax", "--gpu", GPU, "--cell", "M=99999")
     assert none.exit_code == 0 and "no line to show" in none.output
 
@@ -91,7 +94,8 @@ def test_a_large_pair_is_computed_by_the_compare_worker_and_the_cli_waits_for_it
     token = "large-pair-admin-token-0123456789abcdef"
     env = {"KERNELAB_ADMIN_TOKEN": token, "KERNELAB_JOB_VS_JOB_INLINE_SAMPLES": "10"}
     with serve_process(tmp_path, env) as (_, url, _log):
-        jobs = history_seed.seed(url, token, [1000.0, 1500.0], node="large-pair-node", gpu_model=GPU)
+        jobs = history_seed.seed(url, token, [1000.0, 1500.0], node="large-pair-node", gpu_model=GPU,
+                                 baseline_ns=1000.0)  # fmt: skip
         history_seed.wait_compared(url, token, jobs)
         first = httpx.get(f"{url}/api/v1/compare", params={"a": jobs[0], "b": jobs[1], "side": "baseline"},
                           headers={"Authorization": f"Bearer {token}"})  # fmt: skip

@@ -87,9 +87,17 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
         try:
             _wait_ready(base_url, proc, log_path)
             steps = [1000.0] * 4 + [1500.0] * 4
-            jobs = history_seed.seed(base_url, ADMIN_TOKEN, steps, node="browser-hist-a", gpu_model=GPU)
+            # the candidate's own step against the baseline every job ran (at 1000 ns)
+            jobs = history_seed.seed(base_url, ADMIN_TOKEN, steps, node="browser-hist-a", gpu_model=GPU,
+                                     baseline_ns=1000.0)  # fmt: skip
             (other,) = history_seed.seed(
-                base_url, ADMIN_TOKEN, [900.0], node="browser-hist-b", gpu_model=OTHER_GPU, name="other node"
+                base_url,
+                ADMIN_TOKEN,
+                [900.0],
+                node="browser-hist-b",
+                gpu_model=OTHER_GPU,
+                name="other node",
+                baseline_ns=1000.0,
             )
             history_seed.wait_compared(base_url, ADMIN_TOKEN, [*jobs, other])
             yield Site(base_url, jobs, other)
@@ -131,14 +139,14 @@ def _shot(page: Page, name: str) -> None:
 def test_the_history_chart_shows_the_planted_change_point_and_lists_it(site: Site, page: Page) -> None:
     page.goto(f"{site.base_url}/history?benchmark=softmax")
     page.wait_for_selector("#fig-history .main-svg")
-    # one line per side on each GPU model, each with CI bars; one change-point marker per line of the step
+    # one line per side on each GPU model, each with CI bars; one change-point marker on the stepped line
     lines = page.locator("#fig-history g.trace.scatter")
-    assert lines.count() >= 6
+    assert lines.count() >= 5
     assert page.locator("#fig-history g.errorbar").count() > 0
     method = page.locator("#history-method").inner_text()
     assert "PELT" in method and "ruptures" in method and "95 % CI" in method
     rows = page.locator("#change-points tbody tr")
-    assert rows.count() == 2  # torch and triton on the stepped GPU; the other GPU's one point has none
+    assert rows.count() == 1  # triton on the stepped GPU; torch stayed, the other GPU's one point has none
     for i in range(rows.count()):
         text = rows.nth(i).inner_text()
         assert "slower" in text and GPU in text and f"#{site.jobs[3]}" in text and f"#{site.jobs[4]}" in text
@@ -155,7 +163,7 @@ def test_the_regression_list_links_both_jobs_and_their_comparison(site: Site, pa
     page.click("header nav a:text-is('Regressions')")
     assert page.url.endswith("/history/regressions")
     rows = page.locator("#regressions tbody tr")
-    assert rows.count() == 2
+    assert rows.count() == 1  # the candidate's line; the baseline's did not move
     text = rows.first.inner_text()
     assert "softmax" in text and GPU in text and f"#{site.jobs[3]} → #{site.jobs[4]}" in text
     assert "PELT" in page.locator("#regressions-method").inner_text()
@@ -179,9 +187,11 @@ def test_job_vs_job_from_the_job_page_shows_both_nodes_side_by_side(site: Site, 
     assert row.count() == 1
     cells = row.first.locator("td")
     assert cells.nth(0).inner_text() == "M=4, N=64"
-    assert cells.nth(3).inner_text().startswith("\u2212")  # B (900 ns) is 10 % faster than A (1000 ns)
-    assert cells.nth(7).inner_text().startswith("faster")
-    assert "×" in cells.nth(5).inner_text()
+    # B's candidate (720 ns) is 10 % faster than A's (800 ns) against the baseline both ran (1000 ns)
+    assert cells.nth(4).inner_text().startswith("\u2212")
+    assert cells.nth(6).inner_text().startswith("control")
+    assert cells.nth(9).inner_text().startswith("faster")
+    assert "×" in cells.nth(7).inner_text()
     _shot(page, "job-vs-job.png")
     missing = page.goto(f"{site.base_url}/compare?a={site.jobs[0]}&b=999999")
     assert missing is not None and missing.status == 404
