@@ -9,8 +9,9 @@ Correctness outranks speed. A cell's verdict is the highest class among its deci
 * ``incorrect``: a side's output was wrong, in the eager check or under the timed method, or the
   call did something a kernel must not (modified its inputs, left work running after the timed
   window, returned a lazy output); the reason names the side;
-* ``nondeterministic``: repeated runs on the same inputs differed bitwise (only where the spec
-  asked for determinism runs or repeats);
+* ``nondeterministic``: a bitwise reproducibility the spec asked for does not hold: repeated runs
+  on the same inputs differed bitwise (``determinism_runs``, ``repeats``), or a row's output
+  changed with the batch it was computed in (``batch_invariance``);
 * ``implausible``: a rate above the node's measured peak, a time per launch below what any launch
   takes on the device, or a timed call that launched no device work;
 * ``inconclusive``: the numbers stand but cannot decide: no confidence interval, a CI that
@@ -36,6 +37,7 @@ from typing import NamedTuple, get_args
 
 from kernelab.service.schemas import (
     MAX_DURATION_NS,
+    BatchInvarianceCheck,
     CellResult,
     ContentionReading,
     CorrectnessResult,
@@ -121,6 +123,12 @@ REASONS: dict[str, ReasonKind] = {
     # nondeterministic
     "nondeterministic": ReasonKind(
         "nondeterministic", "nondeterministic", "repeated runs on the same inputs differed bitwise"
+    ),
+    "batch-variant": ReasonKind(
+        "nondeterministic",
+        "nondeterministic",
+        "the spec asked for batch invariance, and rows computed alone or in a small batch differed "
+        "bitwise from the same rows in the full batch",
     ),
     # implausible
     "rate-above-peak": ReasonKind(
@@ -481,6 +489,8 @@ def correctness_reasons(result: JobResult, cell: CellResult) -> list[Reason]:
             out.append(reason("wrong-output", f"{side}: {text}", side=side))
         if is_nondeterministic(check):
             out.append(reason("nondeterministic", f"{side}: {_nondeterminism_text(check)}", side=side))
+        if check.batch_invariance is not None and not check.batch_invariance.invariant:
+            out.append(reason("batch-variant", f"{side}: {_batch_text(check.batch_invariance)}", side=side))
         if nonfinite := nonfinite_metrics(check):
             out.append(
                 reason(
@@ -532,6 +542,14 @@ def _nondeterminism_text(check: CorrectnessResult) -> str:
     r = check.repeats
     assert r is not None
     return f"{r.failures}/{r.runs} runs on the same inputs failed, with errors that moved (a race)"
+
+
+def _batch_text(b: BatchInvarianceCheck) -> str:
+    if b.message:
+        return f"not batch-invariant: {b.message}"
+    rows = sum(b.mismatched_rows.values())
+    return (f"not batch-invariant: {rows} of {b.rows_checked} rows checked differ from the same rows in "
+            f"the {b.batch_rows}-row batch ({b.mismatched_elements} elements)")  # fmt: skip
 
 
 def _accuracy_reasons(cell: CellResult) -> list[Reason]:

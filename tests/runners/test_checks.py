@@ -201,3 +201,68 @@ def test_chunked_attention_schedules_bitwise_equal_through_run_job() -> None:
     )
     assert "bitwise = baseline" in format_table(comparison)
     assert "**Correctness checks**" in to_markdown(comparison)
+
+
+class _RowsParams(Params):
+    M: int = 40
+    K: int = 256
+
+
+class _SplitWhenBatched(Benchmark[_RowsParams]):
+    """``x @ w`` (float32): ``rows`` one row at a time (batch-invariant by construction), ``split``
+    over two halves of K once the batch has more than 32 rows (another rounding order: the rows of
+    a large batch differ bitwise from the same rows alone, as the seed's cuBLAS GEMM did from M=33)."""
+
+    name = "split_when_batched"
+    Params = _RowsParams
+    variants = ("rows", "split")
+
+    def make_inputs(self, params: _RowsParams, device: Any, seed: int) -> dict[str, Any]:
+        g = torch.Generator(device=device).manual_seed(seed)
+        return {"x": torch.randn(params.M, params.K, generator=g, device=device),
+                "w": torch.randn(params.K, 8, generator=g, device=device)}  # fmt: skip
+
+    def prepare(self, variant: str, params: _RowsParams, inputs: dict[str, Any]) -> Callable[[], Any]:
+        x, w, half = inputs["x"], inputs["w"], params.K // 2
+        if variant == "rows" or params.M <= 32:
+            return lambda: torch.cat([x[i : i + 1] @ w for i in range(x.shape[0])])
+        return lambda: x[:, :half] @ w[:half] + x[:, half:] @ w[half:]
+
+    def reference(self, params: _RowsParams, inputs: dict[str, Any]) -> Any:
+        return inputs["x"].double() @ inputs["w"].double()
+
+    def work(self, params: _RowsParams, variant: str) -> Work:
+        return Work(flops=2.0 * params.M * params.K * 8, bytes_read=4.0 * params.M * params.K,
+                    bytes_written=32.0 * params.M)  # fmt: skip
+
+    def tolerances(self, params: _RowsParams) -> tuple[float, float]:
+        return 1e-4, 1e-4  # a K-long float32 reduction (this test is about batch invariance)
+
+    def batch_rows(self, params: _RowsParams) -> int:
+        return params.M
+
+    def batch_slice(self, params: _RowsParams, inputs: dict[str, Any], start: int, stop: int) -> Any:
+        return params.model_copy(update={"M": stop - start}), {"x": inputs["x"][start:stop], "w": inputs["w"]}
+
+
+def test_a_requested_batch_invariance_that_fails_outranks_the_speed() -> None:
+    """The spec asks for batch invariance: the candidate that is batch-variant from M=33 on reads
+    ``nondeterministic`` (reason ``batch-variant``, counted in the summary), whatever its timing;
+    at M=16 (never split) it is invariant and its speed decides. Without the request the same
+    cell is judged by its speed."""
+    spec = JobSpec.model_validate({
+        "benchmark": "tests:SplitWhenBatched", "baseline": {"variant": "rows"}, "candidate": {"variant": "split"},
+        "device": "cpu", "sweep": {"M": [16, 40]}, "correctness": {"batch_invariance": True},
+        "probes": {"copy_bandwidth": False, "all_reduce": False, "nvml": False},
+        "measurement": {"budget_ms": 300, "warmup_ms": 5, "cross_check": False},
+    })  # fmt: skip
+    comparison = compare(run_job(spec, isolate=False, bench=_SplitWhenBatched(), device="cpu"))
+    small, large = comparison.cells
+    assert large.verdict == "nondeterministic", [r.code for r in large.reasons]
+    assert large.reasons[0].code == "batch-variant" and large.reasons[0].side == "candidate"
+    assert "not batch-invariant" in large.reasons[0].message and "nondeterministic" in large.flags
+    assert small.verdict not in ("nondeterministic", "incorrect", "failed"), [r.code for r in small.reasons]
+    assert comparison.summary.get("nondeterministic") == 1
+    unasked = spec.model_copy(update={"correctness": spec.correctness.model_copy(update={"batch_invariance": False})})
+    plain = compare(run_job(unasked, isolate=False, bench=_SplitWhenBatched(), device="cpu"))
+    assert plain.cells[1].verdict != "nondeterministic"
