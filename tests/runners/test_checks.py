@@ -251,7 +251,8 @@ def test_a_requested_batch_invariance_that_fails_outranks_the_speed() -> None:
     at M=16 (never split) it is invariant and its speed decides. Without the request the same
     cell is judged by its speed."""
     spec = JobSpec.model_validate({
-        "benchmark": "tests:SplitWhenBatched", "baseline": {"variant": "rows"}, "candidate": {"variant": "split"},
+        "benchmark": "tests:SplitWhenBatched", "baseline": {"variant": "rows"},
+        "candidate": {"variant": "split"},
         "device": "cpu", "sweep": {"M": [16, 40]}, "correctness": {"batch_invariance": True},
         "probes": {"copy_bandwidth": False, "all_reduce": False, "nvml": False},
         "measurement": {"budget_ms": 300, "warmup_ms": 5, "cross_check": False},
@@ -263,6 +264,7 @@ def test_a_requested_batch_invariance_that_fails_outranks_the_speed() -> None:
     assert "not batch-invariant" in large.reasons[0].message and "nondeterministic" in large.flags
     assert small.verdict not in ("nondeterministic", "incorrect", "failed"), [r.code for r in small.reasons]
     assert comparison.summary.get("nondeterministic") == 1
-    unasked = spec.model_copy(update={"correctness": spec.correctness.model_copy(update={"batch_invariance": False})})
+    off = spec.correctness.model_copy(update={"batch_invariance": False})
+    unasked = spec.model_copy(update={"correctness": off})
     plain = compare(run_job(unasked, isolate=False, bench=_SplitWhenBatched(), device="cpu"))
     assert plain.cells[1].verdict != "nondeterministic"
