@@ -8,7 +8,9 @@ every option of the spec means the same for both kinds. Per cell, in this order:
 
 1. ``pair.prepare(index, cell)``: both sides' parameters, inputs (scaled by
    ``correctness.input_scale``), prepared callables and tolerances (``SidePair``);
-2. the integrity of kernelab's timing functions in each side's process (``timer-tampered``);
+2. the integrity of kernelab's timing functions in each side's process (``timer-tampered``): a
+   function replaced already (at the benchmark's import, or by its ``prepare``) ends the cell
+   there, before any check or sample;
 3. correctness, not timed (``correctness.enabled``): each side's float64 reference on the cell's
    inputs, taken on both sides before either runs (sides may share inputs); then per side the
    checks of ``kernelab.runners.checks`` (poisoned output, ``repeats``, ``determinism_runs``,
@@ -296,6 +298,11 @@ def run_cell(
         with phase(result, "prepare"):
             sides = pair.prepare(index, cell)
         _integrity(result, sides)
+        if any(f.code == "timer-tampered" for f in result.findings):
+            # replaced before the first timing (at the benchmark's import, or by its prepare): no
+            # check or sample taken with those functions can mean anything, and a timer that reads a
+            # constant would keep the warm-up from ever reaching its target
+            return result
         if spec.correctness.enabled:
             progress("correctness")
             with phase(result, "correctness"):

@@ -84,6 +84,10 @@ _SPIN_FLOOR_NS = 20_000  # 20 us: the spin kernel's own launch latency (~5-8 us)
 _ENQUEUE_DECAY = 0.8  # per sample, of the remembered host enqueue cost (a decaying maximum)
 _SPIN_MAX_NS = 200_000_000  # 200 ms: a sanity cap for very slow host-side launchers
 _SPIN_CALIBRATION_CYCLES = 10_000_000  # ~5 ms at 2 GHz: long enough that event overhead is < 0.1%
+# Cycles per ns the calibration may read: SM clocks run between ~0.2 GHz (idle floors) and ~3 GHz
+# (H200 boost 1.98 GHz, nvidia-smi -q -d CLOCK); outside 0.05-10 the events read no time at all (a
+# replaced elapsed_time: a spin sized from 1e7 cycles per ns slept ~100 s) or the spin did not run.
+_SPIN_RATE_BOUNDS = (0.05, 10.0)
 
 
 _SPIN_RATES: dict[int, float] = {}
@@ -93,7 +97,8 @@ def measure_spin_cycles_per_ns(index: int) -> float:
     """Cycles per ns of ``torch.cuda._sleep`` (clock64 cycles, at the current SM clock) on CUDA
     device ``index``, measured now: one calibration spin raises the clocks from idle, a second one
     is timed with events (``_SPIN_CALIBRATION_CYCLES``, ~5 ms at 2 GHz). Raises ``RuntimeError``
-    without CUDA."""
+    without CUDA, ``TimerImplausible`` for a rate outside ``_SPIN_RATE_BOUNDS`` (the events read
+    no plausible time)."""
     with torch.cuda.device(index):
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         torch.cuda._sleep(_SPIN_CALIBRATION_CYCLES)  # raise the clocks from idle first
@@ -101,7 +106,16 @@ def measure_spin_cycles_per_ns(index: int) -> float:
         torch.cuda._sleep(_SPIN_CALIBRATION_CYCLES)
         stop.record()
         stop.synchronize()
-        return _SPIN_CALIBRATION_CYCLES / max(start.elapsed_time(stop) * 1e6, 1.0)
+        elapsed_ms = start.elapsed_time(stop)
+    rate = _SPIN_CALIBRATION_CYCLES / max(elapsed_ms * 1e6, 1.0)
+    if not _SPIN_RATE_BOUNDS[0] <= rate <= _SPIN_RATE_BOUNDS[1]:
+        raise TimerImplausible(
+            f"CUDA events read {elapsed_ms!r} ms for a spin of {_SPIN_CALIBRATION_CYCLES:,} clock cycles: "
+            f"{rate:.3g} cycles per ns, no SM clock a GPU runs at ({_SPIN_RATE_BOUNDS[0]:g}-"
+            f"{_SPIN_RATE_BOUNDS[1]:g} GHz); the event timer (or torch.cuda._sleep) is not what it "
+            "should be, and every spin sized from it would be wrong"
+        )
+    return rate
 
 
 def spin_cycles_per_ns(device: torch.device) -> float:
@@ -136,6 +150,11 @@ def heat_launches(per_launch_ns: float, sustain_ns: float) -> int:
     if not math.isfinite(per_launch_ns) or per_launch_ns <= 0:
         return 1
     return int(min(_MAX_HEAT_LAUNCHES, max(1, math.ceil(sustain_ns / per_launch_ns))))
+
+
+class TimerImplausible(RuntimeError):
+    """The device timer read a time no device takes (``measure_spin_cycles_per_ns``): nothing it
+    times can be trusted, and no other method of this timer is tried instead."""
 
 
 class TimerUnsupported(RuntimeError):

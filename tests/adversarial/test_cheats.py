@@ -157,3 +157,19 @@ def test_sides_that_share_inputs_share_the_reference_of_a_checkpoint() -> None:
     assert [f.code for f in checks[1].findings] == ["wrong-under-timing"]
     sides[0].checked_sample(seed=6, rounds=2, launches=1)
     assert bench.references == 2
+
+
+def test_a_clock_replaced_for_everyone_at_import_ends_each_cell_before_its_first_timing() -> None:
+    """The benchmark's module made ``time.perf_counter_ns`` read 0 when it was imported: every
+    cell is ``failed`` (``timer-tampered``, naming the function) with no sample, no check and no
+    warm-up taken with it (the measuring process would otherwise time with a constant: on an
+    H200 a constant ``elapsed_time`` hung the warm-up until the job's timeout)."""
+    spec = cheat_spec("honest").model_copy(update={"benchmark": "cheats_clock_patch:ClockPatchedAtImport"})
+    spec = spec.model_copy(update={"sweep": {"M": [64, 256]}})
+    result = run_job(spec)
+    comparison = compare(result)
+    assert [c.verdict for c in comparison.cells] == ["failed", "failed"]
+    for cell, judged in zip(result.cells, comparison.cells, strict=True):
+        assert len(cell.samples) == 0 and cell.correctness == {} and "measure" not in cell.phase_s
+        assert judged.reasons[0].code == "timer-tampered"
+        assert "time.perf_counter_ns" in judged.reasons[0].message

@@ -51,3 +51,27 @@ def test_an_honest_pair_raises_no_finding_on_the_gpu() -> None:
     assert cell.verdict == cell.timing_verdict, [r.message for r in cell.reasons]
     checks = result.cells[0].timed_checks
     assert all(c.passed and c.timer == "cuda-graph" for cs in checks.values() for c in cs)
+
+
+def test_events_that_read_a_constant_for_everyone_end_the_cell_before_its_first_timing() -> None:
+    """``torch.cuda.Event.elapsed_time`` made to read 0 ms at the benchmark's import (it hung the
+    warm-up until the job's timeout: the spin calibration read 1e7 cycles per ns): every cell is
+    ``failed`` (``timer-tampered``) with no sample. The spin calibration refuses such a reading
+    itself as well (``kernelab.runners.timing.TimerImplausible``)."""
+    import torch
+
+    from kernelab.runners.timing import TimerImplausible, measure_spin_cycles_per_ns
+
+    spec = gpu_spec("honest").model_copy(update={"benchmark": "cheats_events_constant:EventsConstantAtImport"})
+    result = run_job(spec)
+    cell = compare(result).cells[0]
+    assert cell.verdict == "failed" and cell.reasons[0].code == "timer-tampered", cell.reasons
+    assert len(result.cells[0].samples) == 0
+    real = torch.cuda.Event.elapsed_time
+    try:
+        torch.cuda.Event.elapsed_time = lambda self, end: 0.0  # type: ignore[method-assign,assignment]
+        with pytest.raises(TimerImplausible, match="cycles per ns"):
+            measure_spin_cycles_per_ns(0)
+    finally:
+        torch.cuda.Event.elapsed_time = real  # type: ignore[method-assign]
+    assert 0.05 < measure_spin_cycles_per_ns(0) < 10
