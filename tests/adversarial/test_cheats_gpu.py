@@ -62,7 +62,8 @@ def test_events_that_read_a_constant_for_everyone_end_the_cell_before_its_first_
 
     from kernelab.runners.timing import TimerImplausible, measure_spin_cycles_per_ns
 
-    spec = gpu_spec("honest").model_copy(update={"benchmark": "cheats_events_constant:EventsConstantAtImport"})
+    module = "cheats_events_constant:EventsConstantAtImport"
+    spec = gpu_spec("honest").model_copy(update={"benchmark": module})
     result = run_job(spec)
     cell = compare(result).cells[0]
     assert cell.verdict == "failed" and cell.reasons[0].code == "timer-tampered", cell.reasons
