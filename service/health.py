@@ -38,8 +38,9 @@ Reasons that need no band (``instant_reasons``): a probe that failed or computed
 GPU's clock-event mask holding a throttle reason (``kernelab.service.clock_events``: the one rule that also
 marks samples throttled; the server decodes the mask itself, names posted without a mask or
 against it are not judged; informational reasons such as ``gpu_idle`` and DCGM's blank placeholder
-never degrade; in a probe taken right after a job, ``sw_power_cap`` is the job's own load and is
-ignored; ``ignored_clock_reasons`` ignores more); a GPU or GPU pair far below its peers in the same
+never degrade; ``sw_power_cap`` alone is the power limiter under the probe's or a job's load and is
+ignored by default, ``IGNORED_CLOCK_REASONS`` says why; in a probe taken right after a job it is
+ignored whatever ``ignored_clock_reasons`` says); a GPU or GPU pair far below its peers in the same
 report (``peer_min_fraction`` x the median of that report's copy or peer figures, with at least
 ``PEER_MIN_FIGURES`` of them: a half-speed link shows this way on a fresh node, with no history);
 volatile uncorrected ECC errors that grew since the previous report; and another process on a GPU
@@ -74,9 +75,18 @@ BAND_MIN_PROBES = 3
 FLEET_WINDOW = 500
 LATENCY_MAX_BYTES = 1 * MIB
 BUSBW_MIN_BYTES = 64 * MIB
-IGNORED_CLOCK_REASONS: tuple[str, ...] = ()
-"""Throttle reasons (``clock_events.THROTTLE_NAMES``) that still do not degrade a node; informational
-reasons never do, whatever this says."""
+IGNORED_CLOCK_REASONS: tuple[str, ...] = ("sw_power_cap",)
+"""Throttle reasons (``clock_events.THROTTLE_NAMES``) that still do not degrade a node, in any probe;
+informational reasons never do, whatever this says. By default ``sw_power_cap`` (NVML 0x4): the
+power limiter holding the board at its limit under load, the probe's own (its copy and matmul-peak
+kernels load the GPU) or a job's (an H200 running 8192^3 bf16 matmuls: 557 W, 1635 MHz,
+``sw_power_cap``, every other figure of the probe within its band;
+docs/results/2026-11-30-h200x2-probe-accuracy.md). Public health checks read it the same way:
+azurehpc-health-checks (``customTests/azure_gpu_clock_throttling.nhc`` in Azure/azurehpc-health-checks)
+warns on every active reason but none, ``gpu_idle`` and ``sw_power_cap`` alone. A node whose power
+delivery is at fault shows ``hw_slowdown``/``hw_power_brake`` (judged), and one capped too low
+shows in its copy and all-reduce bands. ``KERNELAB_HEALTH_IGNORED_CLOCK_REASONS=[]`` judges it
+again (except in ``after`` probes: ``LOAD_CLOCK_REASONS``)."""
 PEER_MIN_FRACTION = 0.75
 """A GPU's copy or a pair's peer bandwidth below this x the median of its peers in the same report is
 degraded. GPUs of one node are one model and, on NVLink/NVSwitch nodes, every pair has the same

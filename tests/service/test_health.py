@@ -112,8 +112,9 @@ def test_instant_reasons() -> None:
         == []
     )
 
-    # A job's own power capping (sw_power_cap, 0x4) seen by the probe right after it is not the
-    # node's fault; before a job, or on demand, it is.
+    # The power limiter at work (sw_power_cap, 0x4) is the load's, the probe's or a job's: no
+    # degradation by default in any phase; an operator who judges it (ignored_clock_reasons=())
+    # still never sees it in the probe right after a job.
     capped = base.model_copy(
         update={
             "telemetry": [
@@ -124,8 +125,11 @@ def test_instant_reasons() -> None:
             ]
         }
     )
-    assert health.instant_reasons(capped.model_copy(update={"phase": "after"})) == []
-    [capped_reason] = health.instant_reasons(capped.model_copy(update={"phase": "before"}))
+    judged = health.Thresholds(ignored_clock_reasons=())
+    for phase in ("before", "after", "adhoc"):
+        assert health.instant_reasons(capped.model_copy(update={"phase": phase})) == []
+    assert health.instant_reasons(capped.model_copy(update={"phase": "after"}), thresholds=judged) == []
+    [capped_reason] = health.instant_reasons(capped.model_copy(update={"phase": "before"}), thresholds=judged)
     assert capped_reason.device_index == 0 and "sw_power_cap" in capped_reason.message
     assert health.instant_reasons(throttled.model_copy(update={"phase": "after"})) != []  # thermal stays
 

@@ -43,17 +43,27 @@ def test_placeholder_and_informational_masks_are_healthy(mask: int | None) -> No
     assert not clock_events.is_throttled(mask)
 
 
+JUDGE_ALL = health.Thresholds(ignored_clock_reasons=())  # sw_power_cap judged too
+
+
 @pytest.mark.parametrize("bit", [0x4, 0x8, 0x20, 0x40, 0x80])
 def test_every_throttle_bit_degrades_and_marks_samples_throttled(bit: int) -> None:
     report = _with_mask(h200x2_report(), bit | 0x1)
-    reasons = health.instant_reasons(report)
+    reasons = health.instant_reasons(report, thresholds=JUDGE_ALL)
     assert [r.code for r in reasons] == ["clock-event", "clock-event"]
     assert clock_events.is_throttled(bit | 0x1)
+    # by default sw_power_cap alone (the power limiter under load) degrades no node; with another
+    # throttle reason the node is degraded, named by that reason
+    default = health.instant_reasons(report)
+    assert (default == []) is (bit == 0x4)
+    assert "sw_power_cap" not in " ".join(
+        r.message for r in health.instant_reasons(_with_mask(report, 0x4 | 0x40))
+    )
 
 
 @pytest.mark.parametrize("mask", [None, 0, 0x1, 0x4, 0x40, 0x41, BLANK, INFORMATIONAL, 0x7F, 0x1FF, 0x400])
 def test_is_throttled_and_node_health_are_one_rule(mask: int | None) -> None:
-    degraded = bool(health.instant_reasons(_with_mask(h200x2_report(), mask)))
+    degraded = bool(health.instant_reasons(_with_mask(h200x2_report(), mask), thresholds=JUDGE_ALL))
     assert degraded is clock_events.is_throttled(mask)
 
 
