@@ -668,6 +668,7 @@ def variant_stats(durations_ns: np.ndarray, *, dropped_throttled: int = 0) -> Si
         n=int(x.size),
         dropped_throttled=dropped_throttled,
         median_ns=median,
+        pooled_median_ns=median,
         min_ns=float(x.min()),
         q1_ns=q1,
         q3_ns=q3,

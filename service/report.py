@@ -283,8 +283,31 @@ def node_summary(node: NodeInfo) -> str:
 
 def _notes(c: Comparison) -> list[str]:
     """The comparison's own notes (e.g. a degraded node), one plain-text line each (a cell's errors
-    and failed checks are its reasons: ``why_groups``)."""
-    return [_one_line(n) for n in c.notes]
+    and failed checks are its reasons: ``why_groups``), then ``estimator_note``."""
+    note = estimator_note(c)
+    return [_one_line(n) for n in c.notes] + ([note] if note else [])
+
+
+def estimator_note(c: Comparison) -> str | None:
+    """What "median" means in the table where a cell's sides rotated input sets (``SideStats.
+    estimator``): the set-balanced median, with the largest difference from the pooled median of
+    all kept samples (which box plots and raw samples show); None when every median is plain."""
+    balanced = [
+        (abs(math.log(st.median_ns / st.pooled_median_ns)), cell.label, side, st.median_ns,
+         st.pooled_median_ns)
+        for cell in c.cells
+        for side, st in (("baseline", cell.baseline), ("candidate", cell.candidate))
+        if st.estimator == "set-balanced median" and st.median_ns and st.pooled_median_ns
+    ]  # fmt: skip
+    if not balanced:
+        return None
+    gap, label, side, centre, pooled = max(balanced)
+    return (
+        "median: the set-balanced median where the sides rotated input sets (the geometric mean of each "
+        "input-set assignment's median, the centre the ratio is formed from); the pooled median of all "
+        f"kept samples (box plots, raw samples) differs by up to {(math.exp(gap) - 1) * 100:.2g}%: "
+        f"{label} {side} {format_duration_ns(centre)} set-balanced, {format_duration_ns(pooled)} pooled"
+    )
 
 
 def _sci(x: float | None) -> str:

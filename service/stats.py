@@ -204,7 +204,9 @@ def _cell_numbers(
                 continue
             # the median the ratio is formed from, so the table's medians give its ratio (with
             # rotation: the placement-balanced median), and the CI that brackets that median
-            update: dict[str, float] = {"median_ns": cis.points[v]}
+            update: dict[str, object] = {"median_ns": cis.points[v], "pooled_median_ns": stats[v].median_ns}
+            if cis.strata:  # the ratio is the geometric mean over the assignments' ratios
+                update["estimator"] = "set-balanced median"
             bounds = cis.medians[v]
             if bounds is not None:
                 update |= {"median_ci_low_ns": bounds[0], "median_ci_high_ns": bounds[1]}
@@ -314,6 +316,20 @@ def _rounds_with_both(kept: KeptSamples) -> int:
     return int(np.intersect1d(kept.rounds[~kept.candidate], kept.rounds[kept.candidate]).size)
 
 
+def _fewest_per_assignment(kept: KeptSamples, placement: Placement) -> tuple[int, int] | None:
+    """Under a rotation of two or more input sets: the fewest rounds holding both sides' kept
+    samples in any input-set assignment the rounds reached, and how many assignments they reached;
+    None without rotation."""
+    strata = placement_strata(kept.rounds, placement.input_sets, placement.swap_every_rounds)
+    if strata is None or kept.rounds.size == 0:
+        return None
+    both = np.intersect1d(kept.rounds[~kept.candidate], kept.rounds[kept.candidate])
+    assignment = (both // placement.swap_every_rounds) % placement.input_sets
+    counts = np.bincount(assignment, minlength=placement.input_sets)
+    reached = counts[: int(assignment.max()) + 1] if assignment.size else counts[:0]
+    return (int(reached.min()) if reached.size else 0), int(reached.size)
+
+
 def _compare_kept(
     result: JobResult,
     cell: CellResult,
@@ -355,7 +371,10 @@ def _compare_kept(
     bound_bytes = m.l2_flush and result.node.device_type == "cuda" and one_launch
     too_fast = verdicts.implausible(raw_rates, peaks, bound_bytes=bound_bytes)
     found += verdicts.implausible_reasons(raw_rates, peaks, too_fast)
-    found += verdicts.sample_size_reasons(_rounds_with_both(kept), {v: stats[v].n for v in _SIDES})
+    found += verdicts.sample_size_reasons(
+        _rounds_with_both(kept), {v: stats[v].n for v in _SIDES},
+        _fewest_per_assignment(kept, cell.placement), cell.placement.input_sets,
+    )  # fmt: skip
     found += verdicts.duration_reasons({v: float(kept.times[v].max(initial=0.0)) for v in _SIDES})
     if nonfinite:
         found.append(verdicts.nonfinite_reason(nonfinite, float(kept.durations.max(initial=0.0))))

@@ -383,12 +383,36 @@ def timing_verdict(
     )
 
 
-def sample_size_reasons(rounds_with_both: int, kept: dict[Side, int]) -> list[Reason]:
+def sample_size_reasons(
+    rounds_with_both: int,
+    kept: dict[Side, int],
+    per_assignment: tuple[int, int] | None = None,
+    input_sets: int = 1,
+) -> list[Reason]:
     """``too-few-rounds`` when fewer than ``MIN_ROUNDS`` rounds hold kept samples of both sides or a
     side kept fewer than ``MIN_SAMPLES`` samples (``kept``: samples per side after dropping the
-    throttled ones). Below that no timing verdict is given, whatever the ratio and p say."""
-    if rounds_with_both >= MIN_ROUNDS and min(kept.values(), default=0) >= MIN_SAMPLES:
+    throttled ones), or, under a rotation of ``input_sets`` sets, when an input-set assignment the
+    rounds reached holds fewer than ``MIN_ROUNDS`` such rounds (``per_assignment``: the fewest, and
+    how many assignments were reached). The ratio is a mean over the assignments, each bootstrapped
+    within itself: an assignment of three rounds allows 10 distinct resamples, and one cut short
+    weighs as much as a full one (a CPU A/A whose budget ended after 6 rounds, 3 in each of 2 of 8
+    assignments, read ``slower`` 1.10). Below that no timing verdict is given, whatever the ratio
+    and p say."""
+    short = per_assignment is not None and per_assignment[0] < MIN_ROUNDS
+    if rounds_with_both >= MIN_ROUNDS and min(kept.values(), default=0) >= MIN_SAMPLES and not short:
         return []
+    if short and rounds_with_both >= MIN_ROUNDS:
+        assert per_assignment is not None
+        fewest, reached = per_assignment
+        return [
+            reason(
+                "too-few-rounds",
+                f"{rounds_with_both} rounds hold samples of both sides, over {reached} of the {input_sets} "
+                f"input-set assignments, the fewest {fewest} in one: a verdict under the rotation needs "
+                f"{MIN_ROUNDS} rounds in each assignment it reached (a larger budget_ms, or fewer "
+                "measurement.input_sets)",
+            )
+        ]
     return [
         reason(
             "too-few-rounds",

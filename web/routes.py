@@ -32,7 +32,14 @@ from kernelab.service import crud, health, history, models, node_health
 from kernelab.service.api.deps import DEFAULT_LIMIT, Limit, Offset, SessionDep, SettingsDep, dashboard_access
 from kernelab.service.api.routes.nodes import NodeName
 from kernelab.service.models import JOB_STATUSES
-from kernelab.service.report import EXPLAINED_VERDICTS, STATE_NOTES, cell_speedup, void_timing, why
+from kernelab.service.report import (
+    EXPLAINED_VERDICTS,
+    STATE_NOTES,
+    cell_speedup,
+    estimator_note,
+    void_timing,
+    why,
+)
 from kernelab.service.schemas import (
     JobPublic,
     JobResult,
@@ -115,6 +122,7 @@ def _environment() -> jinja2.Environment:
         verdicts=VERDICTS,
         flag_help=FLAG_NOTES,
         has_figures=False,
+        estimator_note=estimator_note,
     )
     return env
 

@@ -117,7 +117,8 @@ def print_job_vs_job(cmp: JobVsJob) -> None:
                    f"{s.timer}/{s.state}; node health: {health}; copy {copy}")  # fmt: skip
     for note in cmp.notes:
         typer.echo(f"note: {note}")
-    typer.echo(f"{'cell':<32} {'A':>12} {'B':>12} {'Δ%':>9} {'95% CI':>20}  {'basis':<9}  verdict")
+    heads = f"{'A (pooled)':>12} {'B (pooled)':>12} {'Δ%':>9} {'95% CI':>20}  {'basis':<9}"
+    typer.echo(f"{'cell':<32} {heads}  verdict")
     for c in cmp.cells:
         ci = (
             f"{_pct((c.ci_low - 1) * 100)}..{_pct((c.ci_high - 1) * 100)}"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import (
     BaseModel,
     Field,
@@ -26,8 +28,17 @@ class SideStats(BaseModel):
     dropped_throttled: int = 0
     median_ns: float | None = Field(
         default=None,
-        description="median of the kept samples; with input-set rotation the geometric mean of the "
-        "per-input-set medians (the ratio's estimator: ratio = candidate median / baseline median)",
+        description="the side's centre, which the ratio is formed from (ratio = candidate median / "
+        "baseline median): the median of the kept samples, or, under input-set rotation, the "
+        "set-balanced median: the geometric mean of each input-set assignment's median (``estimator``)",
+    )
+    estimator: Literal["median", "set-balanced median"] = Field(
+        default="median", description="what median_ns is: the plain median, or the set-balanced one"
+    )
+    pooled_median_ns: float | None = Field(
+        default=None,
+        description="the median of all kept samples, pooled over input sets: what the box plot and the "
+        "raw samples show (equal to median_ns without rotation)",
     )
     min_ns: float | None = None
     q1_ns: float | None = None

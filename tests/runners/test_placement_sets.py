@@ -478,3 +478,30 @@ def test_a_cut_short_rotation_of_shared_set_effects_is_judged_per_set() -> None:
     assert c.ratio is not None and c.ratio < 0.9975  # the assignments' geometric mean is biased
     assert c.verdict == "inconclusive", [r.code for r in c.reasons]
     assert "placement-disagreement" in [r.code for r in c.reasons]
+
+
+def test_an_assignment_with_too_few_rounds_gives_no_verdict() -> None:
+    """What the budget did to a CPU A/A (a one-time import inside the first stop check): 6 rounds
+    under a rotation of 8 sets, 3 in each of the 2 assignments reached, candidate 10% slower by
+    chance. Each assignment is bootstrapped within itself (3 rounds: 10 distinct resamples), so
+    the cell is ``inconclusive`` (``too-few-rounds``, naming the assignments), never ``slower``;
+    after two cycles (48 rounds, 6 in each assignment) the same 10% reads ``slower``."""
+    from kernelab.service.schemas import CellResult, Placement, Sample
+
+    def cell(rounds: int) -> CellResult:
+        rng = np.random.default_rng(9)
+        rows = []
+        for r in range(rounds):
+            order = ("baseline", "candidate") if r % 2 == 0 else ("candidate", "baseline")
+            for position, side in enumerate(order):
+                ns = 1000.0 * (1.10 if side == "candidate" else 1.0) * (1 + rng.uniform(-0.002, 0.002))
+                rows.append(Sample(variant=side, round=r, position=position, duration_ns=ns, launches=8))  # type: ignore[arg-type]
+        placement = Placement(input_sets=8, swap_every_rounds=3, schedule="pairs")
+        return CellResult(index=0, params={"M": 4, "N": 64}, samples=rows, placement=placement)
+
+    spec = settings(cross_check=False, threshold_pct=1.0, min_rounds=5)
+    short = compare_cell(job(spec, cell(6)), cell(6), {})
+    assert short.verdict == "inconclusive" and short.reasons[0].code == "too-few-rounds"
+    assert "over 2 of the 8 input-set assignments, the fewest 3" in short.reasons[0].message
+    enough = compare_cell(job(spec, cell(48)), cell(48), {})
+    assert enough.verdict == "slower", [r.message for r in enough.reasons]
