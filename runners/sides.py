@@ -409,6 +409,8 @@ class LocalSide:
             check = self._check(self._at_stop, ref)
             if kind == "cuda-graph":
                 findings += self._one_fresh_call(seed + 1, references)
+            else:
+                findings += self._rejected_graph(seed + 2, references)
             if not check.passed:
                 findings.append(
                     reason(
@@ -456,6 +458,31 @@ class LocalSide:
                 f"{self.side}: one call right after its inputs changed (fresh inputs, "
                 f"seed {seed}) returned a wrong output: {check.message}"
                 + (f"; where: {check.where}" if check.where else ""),
+                side=self.side,
+            )
+        ]
+
+    def _rejected_graph(self, seed: int, references: References | None) -> list[Reason]:
+        """The CUDA graph the auto timer captured from this side's calls but would not time with
+        (``Timer.replay_rejected``: it holds memcpy/memset nodes), replayed once on fresh inputs and
+        checked: a call that is right eagerly but wrong when its graph is replayed is wrong for a
+        user who replays it (``wrong-under-graph-replay``), whatever timer times the cell."""
+        why = self.timer.rejected_graph(self.fn)
+        if why is None:
+            return []
+        _, ref = self._refill(seed, references)
+        out = self.timer.replay_rejected(self.fn)
+        if not isinstance(out, torch.Tensor):
+            return []  # not-a-tensor is told by the timed check
+        check = self._check(out, ref)
+        if check.passed:
+            return []
+        return [
+            reason(
+                "wrong-under-graph-replay",
+                f"{self.side}: right when called, wrong when the CUDA graph captured from its calls is "
+                f"replayed (fresh inputs, seed {seed}; the cell was timed by {self.timer_kind}, since "
+                f"{why}): {check.message}" + (f"; where: {check.where}" if check.where else ""),
                 side=self.side,
             )
         ]

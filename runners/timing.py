@@ -205,6 +205,17 @@ class Timer(ABC):
         at capture), or None: not timed by a graph, or the count is not available here."""
         return None
 
+    def rejected_graph(self, fn: Callable[[], Any]) -> str | None:
+        """Why this timer would not time ``fn`` with the CUDA graph it captured from its calls (one
+        holding nodes a replay runs unlike the eager call), which it keeps for ``replay_rejected``;
+        None when there is no such graph (only ``CudaGraphTimer(eager_nodes_only=True)`` keeps one)."""
+        return None
+
+    def replay_rejected(self, fn: Callable[[], Any]) -> Any:
+        """Replay ``fn``'s rejected graph (``rejected_graph``) once, synchronised, and return its
+        static output, so a replay's output can be checked too. Raises ``LookupError`` without one."""
+        raise LookupError("no rejected CUDA graph")
+
     def launches_for(self, per_launch_ns: float, fn: Callable[[], Any] | None = None) -> int:
         """Launches per sample for a launch of ``fn`` estimated at ``per_launch_ns``; see
         ``choose_launches``. ``fn`` matters only to a timer that times callables differently
@@ -441,12 +452,27 @@ class CudaGraphTimer(_CudaTimerBase):
         self._graphs: dict[Callable[[], Any], tuple[int, torch.cuda.CUDAGraph]] = {}
         self._empty: set[Callable[[], Any]] = set()
         self._nodes: dict[Callable[[], Any], tuple[int, int]] = {}
+        self._rejected: dict[Callable[[], Any], tuple[torch.cuda.CUDAGraph, Any, str]] = {}
 
     def reset(self) -> None:
         super().reset()
         self._graphs.clear()
         self._empty.clear()
         self._nodes.clear()
+        self._rejected.clear()
+
+    def rejected_graph(self, fn: Callable[[], Any]) -> str | None:
+        """``Timer.rejected_graph``: why ``eager_nodes_only`` refused the graph it keeps for ``fn``."""
+        kept = self._rejected.get(fn)
+        return None if kept is None else kept[2]
+
+    def replay_rejected(self, fn: Callable[[], Any]) -> Any:
+        """``Timer.replay_rejected``: that graph replayed once (synchronised), its static output."""
+        graph, out, _ = self._rejected[fn]
+        with torch.cuda.device(self.device):
+            graph.replay()
+            torch.cuda.synchronize(self.device)
+        return out
 
     def graph_nodes(self, fn: Callable[[], Any]) -> tuple[int, int] | None:
         """``(nodes, launches)`` of ``fn``'s latest graph (``cudaGraphGetNodes`` at capture)."""
@@ -492,10 +518,13 @@ class CudaGraphTimer(_CudaTimerBase):
             self._nodes[fn] = (len(types), launches)
             unlike = unlike_eager(types)
             if unlike and self.eager_nodes_only:
-                del graph
-                raise TimerUnsupported(
-                    f"the captured graph holds {unlike}: a graph replays those unlike the eager call"
-                )
+                why = f"the captured graph holds {unlike}: a graph replays those unlike the eager call"
+                if hasattr(graph, "instantiate"):
+                    graph.instantiate()
+                # kept (not timed with): its replays' output is checked as well, since a user who
+                # replays the call in a graph runs what it captured (``replay_rejected``)
+                self._rejected[fn] = (graph, out, why)
+                raise TimerUnsupported(why)
         else:
             self._nodes.pop(fn, None)
         if hasattr(graph, "instantiate"):
@@ -677,6 +706,14 @@ class FallbackTimer(Timer):
     def graph_nodes(self, fn: Callable[[], Any]) -> tuple[int, int] | None:
         """``graph_nodes`` of the timer that times ``fn``."""
         return self._timer_of(fn).graph_nodes(fn)
+
+    def rejected_graph(self, fn: Callable[[], Any]) -> str | None:
+        """``rejected_graph`` of the primary timer (the graph it refused before ``fn`` fell back)."""
+        return self.primary.rejected_graph(fn)
+
+    def replay_rejected(self, fn: Callable[[], Any]) -> Any:
+        """``replay_rejected`` of the primary timer."""
+        return self.primary.replay_rejected(fn)
 
     def use_fallback(self, fn: Callable[[], Any]) -> None:
         """Time ``fn`` with the fallback from now on (until ``reset``): the engine moves the other

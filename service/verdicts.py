@@ -6,9 +6,10 @@ Correctness outranks speed. A cell's verdict is the highest class among its deci
 
 * ``failed``: a side raised or timed out, or the measurement cannot be trusted at all (kernelab's
   timing functions were replaced while the job ran);
-* ``incorrect``: a side's output was wrong, in the eager check or under the timed method, or the
-  call did something a kernel must not (modified its inputs, left work running after the timed
-  window, returned a lazy output); the reason names the side;
+* ``incorrect``: a side's output was wrong, in the eager check, under the timed method or when
+  the CUDA graph captured from its calls is replayed (even where another timer timed it), or
+  the call did something a kernel must not (modified its inputs, left work running after the
+  timed window, returned a lazy output); the reason names the side;
 * ``nondeterministic``: a bitwise reproducibility the spec asked for does not hold: repeated runs
   on the same inputs differed bitwise (``determinism_runs``, ``repeats``), or a row's output
   changed with the batch it was computed in (``batch_invariance``);
@@ -105,6 +106,12 @@ REASONS: dict[str, ReasonKind] = {
         "incorrect",
         "incorrect",
         "the output of the timed method (a CUDA-graph replay, a timed launch) differs from the reference",
+    ),
+    "wrong-under-graph-replay": ReasonKind(
+        "incorrect",
+        "incorrect",
+        "right when called, wrong when the CUDA graph captured from its calls is replayed (whatever "
+        "timer timed the cell)",
     ),
     "output-after-window": ReasonKind(
         "incorrect", "incorrect", "the output still changed after the timed window had ended"

@@ -24,6 +24,9 @@ CPU and GPU:
 GPU only (``GPU_CHEATS``):
 
 * ``graph_wrong``: right when launched directly, half the work while a CUDA graph is captured;
+* ``graph_stale``: right when launched directly; captured in a CUDA graph it copies three quarters
+  of its output from what the last direct call computed (a memcpy node: the auto timer times it by
+  events, directly, where it is right), so replays return stale rows;
 * ``side_stream``: launches the work on a side stream and returns without joining it;
 * ``host_cache``: launches device work only on every eighth call, returns the cached output else;
 * ``noop_after_first``: launches device work on its first call only (a CUDA graph of its calls is
@@ -65,6 +68,7 @@ CHEATS: dict[str, set[str]] = {
 }
 GPU_CHEATS: dict[str, set[str]] = {
     "graph_wrong": {"wrong-under-timing"},
+    "graph_stale": {"wrong-under-graph-replay"},
     "side_stream": {"wrong-under-timing", "output-after-window", "work-after-window"},
     "host_cache": {"no-device-work"},
     "noop_after_first": {"no-device-work", "wrong-under-timing"},
@@ -292,6 +296,23 @@ class ScaleBenchmark(Benchmark[ScaleParams]):
                 _compute(x[:half], y[:half], out[:half])
                 return out
             return _compute(x, y, out)
+
+        return run
+
+    def _graph_stale(
+        self, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, p: ScaleParams
+    ) -> Callable[[], Any]:
+        staged = torch.empty_like(out)
+        quarter = 3 * x.shape[0] // 4 or 1
+
+        def run() -> torch.Tensor:
+            if torch.cuda.is_current_stream_capturing():
+                out[:quarter].copy_(staged[:quarter])  # a memcpy node: the last direct call's rows
+                _compute(x[quarter:], y[quarter:], out[quarter:])
+                return out
+            _compute(x, y, out)
+            staged.copy_(out)
+            return out
 
         return run
 
