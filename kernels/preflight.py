@@ -13,12 +13,15 @@ cell's whole measurement; ``as_work`` takes a mapping of its fields too). ``chec
 from __future__ import annotations
 
 import inspect
+import math
+import numbers
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic import ValidationError
 
 from kernelab.kernels.base import Benchmark, BenchmarkError
+from kernelab.kernels.tolerances import Reduction
 from kernelab.service.schemas import JobSpec, Work
 
 CALLS: dict[str, tuple[str, ...]] = {
@@ -39,7 +42,10 @@ def where(fn: Any) -> str:
 
 def _label(bench: Benchmark[Any], method: str) -> str:
     fn = getattr(type(bench), method, None)
-    if method in ("reference", "work") and getattr(bench, "defined_at", None) is not None:
+    if (
+        method in ("reference", "work", "tolerances", "reduction")
+        and getattr(bench, "defined_at", None) is not None
+    ):
         user = getattr(bench, f"_{method}", None)
         if user is not None:
             return f"{where(user)}: {getattr(user, '__name__', method)} (@{bench.name}.{method})"
@@ -129,6 +135,44 @@ def as_work(bench: Benchmark[Any], value: Any) -> Work:
     raise BenchmarkError(
         f"{_label(bench, 'work')} returned {type(value).__name__} {_short(value)}; return "
         "kernelab.Work(flops=..., bytes_read=..., bytes_written=...)"
+    )
+
+
+def as_tolerances(bench: Benchmark[Any], value: Any) -> tuple[float, float]:
+    """``value`` (what ``bench.tolerances`` returned) as ``(rtol, atol)``: two finite numbers
+    >= 0. Raises ``BenchmarkError`` naming the method otherwise."""
+    if isinstance(value, tuple | list) and len(value) == 2:
+        pair = [_number(v) for v in value]
+        if all(isinstance(v, int | float) and not isinstance(v, bool) for v in pair):
+            rtol, atol = float(pair[0]), float(pair[1])
+            if math.isfinite(rtol) and math.isfinite(atol) and rtol >= 0 and atol >= 0:
+                return rtol, atol
+    raise BenchmarkError(
+        f"{_label(bench, 'tolerances')} returned {_short(value)}; return (rtol, atol), two finite "
+        "numbers >= 0"
+    )
+
+
+def as_reduction(bench: Benchmark[Any], value: Any) -> Reduction | None:
+    """``value`` (what ``bench.reduction`` returned) as a ``Reduction``: None, a ``Reduction``, an
+    int (its ``length``) or a mapping of its fields. Raises ``BenchmarkError`` naming the method
+    and the field otherwise (a length below 1, an unknown dtype, a float, a string)."""
+    if value is None or isinstance(value, Reduction):
+        return value
+    try:
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+            return Reduction(length=int(value))
+        if isinstance(value, Mapping):
+            return Reduction.model_validate(dict(value))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(map(str, err["loc"])) or "reduction"
+        raise BenchmarkError(
+            f"{_label(bench, 'reduction')} returned {_short(value)}: {field}: {err['msg']}"
+        ) from None
+    raise BenchmarkError(
+        f"{_label(bench, 'reduction')} returned {type(value).__name__} {_short(value)}; return the number "
+        "of terms summed into each output element (an int), a kernelab.Reduction or None"
     )
 
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from kernelab.kernels.check import check_output, mismatch_mask, poison_
+from kernelab.kernels.tolerances import Tolerance
 
 
 def _ref(seed: int = 0, shape: tuple[int, ...] = (16, 24)) -> torch.Tensor:
@@ -16,7 +17,7 @@ def _ref(seed: int = 0, shape: tuple[int, ...] = (16, 24)) -> torch.Tensor:
 
 def test_exact_output_passes_with_exact_metrics() -> None:
     ref = _ref()
-    res = check_output(ref.to(torch.float32), ref, rtol=1.3e-6, atol=1e-5)
+    res = check_output(ref.to(torch.float32), ref, Tolerance(rtol=1.3e-6, atol=1e-5))
     assert res.passed and res.nonfinite == 0
     assert res.max_abs_error is not None and res.max_abs_error < 1e-6
     assert res.cosine_similarity == pytest.approx(1.0, abs=1e-12)
@@ -26,7 +27,7 @@ def test_exact_output_passes_with_exact_metrics() -> None:
 
 def test_scaled_output_gives_the_scale_as_relative_error() -> None:
     ref = _ref()
-    res = check_output(ref * 1.01, ref, rtol=1e-3, atol=0.0)
+    res = check_output(ref * 1.01, ref, Tolerance(rtol=1e-3, atol=0.0))
     assert not res.passed
     assert res.rel_error == pytest.approx(0.01, rel=1e-9)
     assert res.cosine_similarity == pytest.approx(1.0, abs=1e-12)
@@ -37,12 +38,12 @@ def test_one_wrong_element_fails_and_is_located() -> None:
     ref = _ref()
     out = ref.clone()
     out[5, 7] += 0.5
-    res = check_output(out, ref, rtol=1e-3, atol=1e-5)
+    res = check_output(out, ref, Tolerance(rtol=1e-3, atol=1e-5))
     assert not res.passed
     assert res.max_abs_error == pytest.approx(0.5)
     assert "1/384 elements" in res.message
     assert "first bad at (5, 7)" in res.message and "bad rows 1/16: 5" in res.message
-    assert mismatch_mask(out, ref, rtol=1e-3, atol=1e-5).nonzero().tolist() == [[5, 7]]
+    assert mismatch_mask(out, ref, Tolerance(rtol=1e-3, atol=1e-5)).nonzero().tolist() == [[5, 7]]
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
@@ -50,7 +51,7 @@ def test_nonfinite_never_passes_whatever_the_tolerance(bad: float) -> None:
     ref = _ref()
     out = ref.clone()
     out[0, 0] = bad
-    res = check_output(out, ref, rtol=1e30, atol=1e30)
+    res = check_output(out, ref, Tolerance(rtol=1e30, atol=1e30))
     assert not res.passed
     assert res.nonfinite == 1
     assert "1 NaN/Inf" in res.message
@@ -59,23 +60,25 @@ def test_nonfinite_never_passes_whatever_the_tolerance(bad: float) -> None:
 
 def test_all_nan_output_has_no_metrics() -> None:
     ref = _ref()
-    res = check_output(poison_(torch.empty_like(ref)), ref, rtol=1e-3, atol=1e-3)
+    res = check_output(poison_(torch.empty_like(ref)), ref, Tolerance(rtol=1e-3, atol=1e-3))
     assert not res.passed and res.nonfinite == ref.numel()
     assert res.rel_error is None and res.max_abs_error is None and res.cosine_similarity is None
 
 
 def test_shape_mismatch_fails_and_zero_reference_has_no_relative_error() -> None:
-    res = check_output(torch.zeros(3, 4), torch.zeros(4, 3), rtol=1e-3, atol=1e-3)
+    res = check_output(torch.zeros(3, 4), torch.zeros(4, 3), Tolerance(rtol=1e-3, atol=1e-3))
     assert not res.passed and "shape (3, 4) != reference shape (4, 3)" in res.message
-    zero = check_output(torch.zeros(3, 4), torch.zeros(3, 4, dtype=torch.float64), rtol=1e-3, atol=1e-3)
+    zero = check_output(
+        torch.zeros(3, 4), torch.zeros(3, 4, dtype=torch.float64), Tolerance(rtol=1e-3, atol=1e-3)
+    )
     assert zero.passed and zero.rel_error is None and zero.cosine_similarity is None
     with pytest.raises(TypeError):
-        check_output([1.0], torch.zeros(1), rtol=0.0, atol=0.0)
+        check_output([1.0], torch.zeros(1), Tolerance(rtol=0.0, atol=0.0))
 
 
 def test_low_precision_output_is_compared_in_float64() -> None:
     ref = _ref()
-    res = check_output(ref.to(torch.bfloat16), ref, rtol=1.6e-2, atol=1e-5)
+    res = check_output(ref.to(torch.bfloat16), ref, Tolerance(rtol=1.6e-2, atol=1e-5))
     assert res.passed
     assert 0 < res.rel_error < 2.0**-8  # bfloat16 rounds to 8 significant bits
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from kernelab.kernels import Benchmark, Params
+from kernelab.kernels.base import tolerance_of
 from kernelab.kernels.bi_matmul import BatchInvariantMatmulBenchmark
 from kernelab.kernels.conv3d import Conv3dBenchmark, Conv3dParams, alias_offsets, aliases
 from kernelab.runners.checks import describe_where, run_checks
@@ -28,7 +29,6 @@ SEED_SHAPE = {"N": 1, "C": 8, "D": 4, "H": 8, "W": 9, "K": 16, "BLOCK_N": 16, "B
 def _checks(bench: Benchmark[Any], variant: str, values: dict[str, Any], spec: CorrectnessSpec):
     params = bench.parse_params(values)
     inputs = bench.make_inputs(params, CPU, 0)
-    rtol, atol = bench.tolerances(params)
     fn = bench.prepare(variant, params, inputs)
     return run_checks(
         bench,
@@ -40,8 +40,7 @@ def _checks(bench: Benchmark[Any], variant: str, values: dict[str, Any], spec: C
         spec,
         seed=0,
         device=CPU,
-        rtol=rtol,
-        atol=atol,
+        tolerance=tolerance_of(bench, params),
     )
 
 
