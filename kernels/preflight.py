@@ -5,7 +5,8 @@
 ``reference(params, inputs)``, ``work(params, variant)``); a function-form benchmark
 (``kernelab.kernels.define``) has all its decorated parts. ``check_work(bench, spec, device_type)``:
 ``work`` returns a ``kernelab.Work`` for every cell and side (it is otherwise called only after a
-cell's whole measurement; ``as_work`` takes a mapping of its fields too). ``check_inputs`` and
+cell's whole measurement; ``as_work`` takes a mapping of its fields too), and ``tolerances`` and
+``reduction`` give a usable tolerance (``as_tolerances``, ``as_reduction``). ``check_inputs`` and
 ``check_prepared`` check what ``make_inputs`` and ``prepare`` return. Each raises
 ``kernelab.kernels.BenchmarkError``; the message starts with ``FILE:LINE: Class.method``.
 """
@@ -86,7 +87,8 @@ def check_benchmark(bench: Benchmark[Any]) -> None:
 def check_work(bench: Benchmark[Any], spec: JobSpec, device_type: str) -> None:
     """Call ``bench.work(params, variant)`` for each side of every cell of ``spec`` on
     ``device_type`` whose parameters validate (the others fail as their cell) and raise
-    ``BenchmarkError`` when it raises or returns anything but a ``kernelab.Work``."""
+    ``BenchmarkError`` when it raises or returns anything but a ``kernelab.Work``, or when the
+    cell's tolerance cannot be made (``kernelab.kernels.base.tolerance_of``)."""
     seen: set[tuple[str, str]] = set()
     for cell in spec.cells(device_type):  # type: ignore[arg-type]
         for side in (spec.baseline, spec.candidate):
@@ -108,6 +110,23 @@ def check_work(bench: Benchmark[Any], spec: JobSpec, device_type: str) -> None:
                     f"(variant {side.variant!r}, params {dict(cell)})"
                 ) from None
             as_work(bench, value)
+            _check_tolerance(bench, spec, params)
+
+
+def _check_tolerance(bench: Benchmark[Any], spec: JobSpec, params: Any) -> None:
+    """``tolerance_of`` for one cell's parameters: ``BenchmarkError`` naming the method when
+    ``tolerances`` or ``reduction`` raises or returns something unusable."""
+    from kernelab.kernels.base import tolerance_of
+
+    try:
+        tolerance_of(bench, params, rtol=spec.correctness.rtol, atol=spec.correctness.atol)
+    except BenchmarkError:
+        raise
+    except Exception as exc:
+        raise BenchmarkError(
+            f"{_label(bench, 'tolerances')} or {_label(bench, 'reduction')} raised "
+            f"{type(exc).__name__}: {exc} (params {params!r})"
+        ) from None
 
 
 def as_work(bench: Benchmark[Any], value: Any) -> Work:

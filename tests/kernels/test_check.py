@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from kernelab.kernels.check import check_output, mismatch_mask, poison_
-from kernelab.kernels.tolerances import Tolerance
+from kernelab.kernels.tolerances import Reduction, Tolerance
 
 
 def _ref(seed: int = 0, shape: tuple[int, ...] = (16, 24)) -> torch.Tensor:
@@ -81,6 +81,45 @@ def test_low_precision_output_is_compared_in_float64() -> None:
     res = check_output(ref.to(torch.bfloat16), ref, Tolerance(rtol=1.6e-2, atol=1e-5))
     assert res.passed
     assert 0 < res.rel_error < 2.0**-8  # bfloat16 rounds to 8 significant bits
+
+
+def test_a_failure_says_the_rule_it_failed_and_where_its_terms_come_from() -> None:
+    ref = _ref()
+    out = ref.clone()
+    out[2, 3] += 0.5
+    plain = Tolerance(rtol=1e-3, atol=1e-5, source="the spec's correctness.rtol/atol")
+    res = check_output(out, ref, plain)
+    rule = "|out - ref| <= 1e-05 + 0.001 |ref|: rtol 0.001, atol 1e-05 (the spec's correctness.rtol/atol)"
+    assert res.tolerance == f"{rule}; no reduction declared"
+    assert res.message.endswith(f"; tolerance: {res.tolerance}")
+    good = check_output(ref, ref, plain)
+    assert good.passed and good.tolerance == res.tolerance and "tolerance:" not in good.message
+
+
+def test_a_declared_reduction_adds_its_allowance_at_the_references_rms() -> None:
+    ref = _ref() * 8.0
+    rms = float(ref.square().mean().sqrt())
+    out = ref.clone()
+    out.view(-1)[ref.abs().argmin()] += 1e-3 * rms  # 1e-3 of the output's spread, near zero
+    plain = Tolerance(rtol=1e-3, atol=1e-5)
+    summed = plain.model_copy(update={"reduction": Reduction(length=4096, partials="float16")})
+    assert not check_output(out, ref, plain).passed
+    res = check_output(out.to(torch.float16), ref, summed)
+    assert res.passed, res.message
+    g = 6 * (64 * 2.0**-24 + 2.0**-11)
+    assert (res.rtol, res.atol) == pytest.approx((1e-3 + g, 1e-5 + g * rms))
+    assert (
+        f"rms(ref) {rms:.3g}" in res.tolerance and "sqrt(4096) 2^-24 [float32 sums of 4096]" in res.tolerance
+    )
+    assert "2^-11 [float16 partials]" in res.tolerance
+
+
+def test_an_integer_output_stays_exact_with_a_reduction() -> None:
+    ref = torch.arange(12, dtype=torch.float64).reshape(3, 4) * 1000
+    exact = Tolerance(rtol=0.0, atol=0.0, reduction=Reduction(length=10**6))
+    assert check_output(ref.to(torch.int32), ref, exact).passed
+    res = check_output(ref.to(torch.int32) + 1, ref, exact)
+    assert not res.passed and (res.rtol, res.atol) == (0.0, 0.0) and "exact int32" in res.tolerance
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float8_e4m3fn])
