@@ -27,9 +27,9 @@ from collections.abc import Callable
 
 import torch
 
-from kernelab.kernels.base import tolerance_of
 from kernelab.kernels.check import check_output, mismatch_mask
 from kernelab.kernels.matmul import MatmulBenchmark, MatmulParams
+from kernelab.kernels.preflight import tolerance_of
 from kernelab.kernels.tolerances import Tolerance, default_tolerances
 
 M = N = 256

@@ -31,7 +31,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
-from kernelab.kernels.tolerances import Reduction, Tolerance, normalize_dtype_name
+from kernelab.kernels.tolerances import Reduction
 from kernelab.service.schemas import (
     BENCHMARK_OBJECT_REF,
     JobSpec,
@@ -162,7 +162,7 @@ class Benchmark(ABC, Generic[P]):
         """``(rtol, atol)`` for rounding the result to its dtype: ``params.dtype``'s defaults
         (``kernelab.kernels.tolerances.default_tolerances``; float32 without a ``dtype``). Override it
         for arithmetic that needs other values; a declared ``reduction`` is added to them either way
-        (``tolerance_of``)."""
+        (``kernelab.kernels.preflight.tolerance_of``)."""
         from kernelab.kernels.tolerances import default_tolerances
 
         return default_tolerances(str(getattr(params, "dtype", "float32")))
@@ -258,47 +258,6 @@ def _one_line(exc: BaseException) -> str:
     be long)."""
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0][:300] if text else ''}".rstrip(": ")
-
-
-def declares(bench: Any, method: str) -> bool:
-    """True when ``bench`` defines ``method`` itself (a subclass's own, or a function-form
-    benchmark's decorated part) rather than inheriting ``Benchmark``'s default."""
-    own = getattr(bench, "declared", None)
-    if callable(own):
-        return bool(own(method))
-    return getattr(type(bench), method, None) is not getattr(Benchmark, method, None)
-
-
-def tolerance_of(
-    bench: Any, params: Any, *, rtol: float | None = None, atol: float | None = None
-) -> Tolerance:
-    """The ``Tolerance`` of ``bench``'s output at ``params``: ``rtol``/``atol`` as given (a spec's
-    ``correctness``), else ``bench.tolerances(params)``, with their source; and the reduction
-    ``bench.reduction(params)`` declares (none for a benchmark without that method: one written
-    for an older kernelab). Raises ``BenchmarkError`` naming the method when either returns
-    something unusable (``kernelab.kernels.preflight.as_tolerances``, ``as_reduction``).
-    """
-    from kernelab.kernels.preflight import as_reduction, as_tolerances
-
-    own_rtol, own_atol = as_tolerances(bench, bench.tolerances(params))
-    if not declares(bench, "tolerances"):
-        source = f"{normalize_dtype_name(str(getattr(params, 'dtype', 'float32')))} defaults of torch.testing"
-    elif callable(getattr(bench, "declared", None)):  # the function form
-        source = f"@{bench.name}.tolerances"
-    else:
-        source = f"{type(bench).__name__}.tolerances()"
-    given = [name for name, v in (("rtol", rtol), ("atol", atol)) if v is not None]
-    if given:
-        spec = f"the spec's correctness.{'/'.join(given)}"
-        source = spec if len(given) == 2 else f"{spec}, {'atol' if rtol is not None else 'rtol'}: {source}"
-    method = getattr(bench, "reduction", None)
-    reduction = as_reduction(bench, method(params)) if callable(method) else None
-    return Tolerance(
-        rtol=own_rtol if rtol is None else rtol,
-        atol=own_atol if atol is None else atol,
-        source=source,
-        reduction=reduction,
-    )
 
 
 @cache

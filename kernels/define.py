@@ -166,7 +166,7 @@ class DefinedBenchmark(Benchmark[Any]):
 
     def declared(self, method: str) -> bool:
         """True when ``method`` (``"tolerances"``, ``"reduction"``, ...) was given a decorated
-        function (``kernelab.kernels.base.declares``)."""
+        function (``kernelab.kernels.preflight.declares``)."""
         return getattr(self, f"_{method}", None) is not None
 
     def variant(self, name: str) -> Callable[[F], F]:

@@ -19,10 +19,10 @@ import numbers
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from kernelab.kernels.base import Benchmark, BenchmarkError
-from kernelab.kernels.tolerances import Reduction
+from kernelab.kernels.tolerances import Reduction, Tolerance, normalize_dtype_name
 from kernelab.service.schemas import JobSpec, Work
 
 CALLS: dict[str, tuple[str, ...]] = {
@@ -88,7 +88,7 @@ def check_work(bench: Benchmark[Any], spec: JobSpec, device_type: str) -> None:
     """Call ``bench.work(params, variant)`` for each side of every cell of ``spec`` on
     ``device_type`` whose parameters validate (the others fail as their cell) and raise
     ``BenchmarkError`` when it raises or returns anything but a ``kernelab.Work``, or when the
-    cell's tolerance cannot be made (``kernelab.kernels.base.tolerance_of``)."""
+    cell's tolerance cannot be made (``kernelab.kernels.preflight.tolerance_of``)."""
     seen: set[tuple[str, str]] = set()
     for cell in spec.cells(device_type):  # type: ignore[arg-type]
         for side in (spec.baseline, spec.candidate):
@@ -116,8 +116,6 @@ def check_work(bench: Benchmark[Any], spec: JobSpec, device_type: str) -> None:
 def _check_tolerance(bench: Benchmark[Any], spec: JobSpec, params: Any) -> None:
     """``tolerance_of`` for one cell's parameters: ``BenchmarkError`` naming the method when
     ``tolerances`` or ``reduction`` raises or returns something unusable."""
-    from kernelab.kernels.base import tolerance_of
-
     try:
         tolerance_of(bench, params, rtol=spec.correctness.rtol, atol=spec.correctness.atol)
     except BenchmarkError:
@@ -157,6 +155,47 @@ def as_work(bench: Benchmark[Any], value: Any) -> Work:
     )
 
 
+def declares(bench: Any, method: str) -> bool:
+    """True when ``bench`` defines ``method`` itself (a subclass's own, or a function-form
+    benchmark's decorated part) rather than inheriting ``Benchmark``'s default."""
+    own = getattr(bench, "declared", None)
+    if callable(own):
+        return bool(own(method))
+    return getattr(type(bench), method, None) is not getattr(Benchmark, method, None)
+
+
+def tolerance_of(
+    bench: Any, params: Any, *, rtol: float | None = None, atol: float | None = None
+) -> Tolerance:
+    """The ``Tolerance`` of ``bench``'s output at ``params``: ``rtol``/``atol`` as given (a spec's
+    ``correctness``), else ``bench.tolerances(params)``, with their source; and the reduction
+    ``bench.reduction(params)`` declares (none for a benchmark without that method: one written
+    for an older kernelab). Raises ``BenchmarkError`` naming the method when either returns
+    something unusable (``as_tolerances``, ``as_reduction``). Names are bound when this module is imported: a
+    revision's own ``kernelab.kernels`` mounted later (``kernelab.runners.revision_worker``)
+    does not replace them.
+    """
+    own_rtol, own_atol = as_tolerances(bench, bench.tolerances(params))
+    if not declares(bench, "tolerances"):
+        source = f"{normalize_dtype_name(str(getattr(params, 'dtype', 'float32')))} defaults of torch.testing"
+    elif callable(getattr(bench, "declared", None)):  # the function form
+        source = f"@{bench.name}.tolerances"
+    else:
+        source = f"{type(bench).__name__}.tolerances()"
+    given = [name for name, v in (("rtol", rtol), ("atol", atol)) if v is not None]
+    if given:
+        spec = f"the spec's correctness.{'/'.join(given)}"
+        source = spec if len(given) == 2 else f"{spec}, {'atol' if rtol is not None else 'rtol'}: {source}"
+    method = getattr(bench, "reduction", None)
+    reduction = as_reduction(bench, method(params)) if callable(method) else None
+    return Tolerance(
+        rtol=own_rtol if rtol is None else rtol,
+        atol=own_atol if atol is None else atol,
+        source=source,
+        reduction=reduction,
+    )
+
+
 def as_tolerances(bench: Benchmark[Any], value: Any) -> tuple[float, float]:
     """``value`` (what ``bench.tolerances`` returned) as ``(rtol, atol)``: two finite numbers
     >= 0. Raises ``BenchmarkError`` naming the method otherwise."""
@@ -178,6 +217,8 @@ def as_reduction(bench: Benchmark[Any], value: Any) -> Reduction | None:
     and the field otherwise (a length below 1, an unknown dtype, a float, a string)."""
     if value is None or isinstance(value, Reduction):
         return value
+    if isinstance(value, BaseModel):  # a Reduction of another copy of kernelab (a revision's)
+        value = value.model_dump()
     try:
         if isinstance(value, numbers.Integral) and not isinstance(value, bool):
             return Reduction(length=int(value))

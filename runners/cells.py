@@ -37,9 +37,8 @@ import torch
 
 from kernelab.kernels import Benchmark, get_benchmark
 from kernelab.kernels._device import configure_triton_env
-from kernelab.kernels.base import tolerance_of
 from kernelab.kernels.check import check_output, poison_
-from kernelab.kernels.preflight import check_benchmark, check_inputs, check_prepared, check_work
+from kernelab.kernels.preflight import check_benchmark, check_inputs, check_prepared, check_work, tolerance_of
 from kernelab.kernels.tolerances import Tolerance
 from kernelab.runners import integrity
 from kernelab.runners.checks import scale_inputs
@@ -241,7 +240,7 @@ class LocalSides:
 
 
 def cell_tolerance(bench: Any, spec: JobSpec, params: Any) -> Tolerance:
-    """The ``Tolerance`` of a side (``kernelab.kernels.base.tolerance_of``): the spec's
+    """The ``Tolerance`` of a side (``kernelab.kernels.preflight.tolerance_of``): the spec's
     ``correctness.rtol``/``atol`` where given, else the benchmark's (``Benchmark.tolerances``, the
     dtype's defaults unless it has its own), and the reduction the benchmark declares
     (``Benchmark.reduction``). Raises ``BenchmarkError`` for an unusable declaration."""

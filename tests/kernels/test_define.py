@@ -12,8 +12,7 @@ import pytest
 import torch
 
 import kernelab
-from kernelab.kernels.base import tolerance_of
-from kernelab.kernels.preflight import as_work, check_benchmark, check_work
+from kernelab.kernels.preflight import as_work, check_benchmark, check_work, tolerance_of
 from kernelab.service.schemas import JobSpec
 
 HERE = Path(__file__).name

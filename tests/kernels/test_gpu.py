@@ -22,7 +22,7 @@ from kernelab.kernels._device import configure_triton_env
 configure_triton_env("cuda")
 import torch
 from kernelab.kernels import get_benchmark
-from kernelab.kernels.base import tolerance_of
+from kernelab.kernels.preflight import tolerance_of
 from kernelab.kernels.check import check_output, poison_
 
 cells = json.loads(sys.argv[1])

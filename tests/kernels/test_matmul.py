@@ -10,9 +10,9 @@ import torch
 from pydantic import ValidationError
 
 from kernelab.kernels import BenchmarkError, get_benchmark
-from kernelab.kernels.base import tolerance_of
 from kernelab.kernels.check import check_output, poison_
 from kernelab.kernels.matmul import MatmulParams
+from kernelab.kernels.preflight import tolerance_of
 
 CPU = torch.device("cpu")
 SHAPE = {"M": 64, "N": 48, "K": 40}  # no dimension a multiple of 32: every edge is masked

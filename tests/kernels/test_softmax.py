@@ -9,8 +9,8 @@ import torch
 
 from kernelab.kernels import BenchmarkError, get_benchmark
 from kernelab.kernels._device import import_triton_kernels
-from kernelab.kernels.base import tolerance_of
 from kernelab.kernels.check import check_output, poison_
+from kernelab.kernels.preflight import tolerance_of
 from kernelab.kernels.softmax import FLOPS_PER_ELEMENT, SoftmaxParams, launch_config
 from kernelab.kernels.tolerances import Tolerance
 

@@ -12,9 +12,9 @@ import torch
 from pydantic import ValidationError
 from torch.testing._comparison import _DTYPE_PRECISIONS
 
-from kernelab.kernels.base import tolerance_of
 from kernelab.kernels.check import check_output
 from kernelab.kernels.matmul import MatmulBenchmark, MatmulParams
+from kernelab.kernels.preflight import tolerance_of
 from kernelab.kernels.tolerances import (
     Reduction,
     Tolerance,

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from kernelab.kernels import Benchmark, Params
-from kernelab.kernels.base import tolerance_of
 from kernelab.kernels.bi_matmul import BatchInvariantMatmulBenchmark
 from kernelab.kernels.conv3d import Conv3dBenchmark, Conv3dParams, alias_offsets, aliases
+from kernelab.kernels.preflight import tolerance_of
 from kernelab.runners.checks import describe_where, run_checks
 from kernelab.runners.job import run_job
 from kernelab.service.report import check_summary, format_table, to_markdown
@@ -73,6 +73,9 @@ def test_unguarded_conv3d_is_reported_with_the_clobbered_pattern() -> None:
     assert "channel 1-15 (15/16)" in bad.where and "pixel 0-95 (96/288)" in bad.where
     assert not bad.passed and not is_nondeterministic(bad)  # a deterministic clobber under the interpreter
     assert "identical error (clobber)" in check_summary(bad)
+    # the rule it failed, with its sources: float16's pair and the C * 3**3 = 216 sums
+    assert "(float16 defaults of torch.testing) + 6 (sqrt(216) 2^-24 [float32 sums of 216]" in bad.tolerance
+    assert "2^-11 [float16 partials]" in bad.tolerance and f"tolerance: {bad.tolerance}" in check_summary(bad)
 
     good, _ = _checks(bench, "triton", {**SEED_SHAPE, "row_guard": True}, spec)
     assert good.passed and good.where == "" and good.repeats is not None and good.repeats.failures == 0
