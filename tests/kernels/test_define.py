@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 import torch
+from pydantic import BaseModel
 
 import kernelab
-from kernelab.kernels.preflight import as_work, check_benchmark, check_work, tolerance_of
+from kernelab.kernels.preflight import as_reduction, as_work, check_benchmark, check_work, tolerance_of
 from kernelab.service.schemas import JobSpec
 
 HERE = Path(__file__).name
@@ -313,3 +314,25 @@ def test_tolerances_that_are_no_pair_are_named() -> None:
         kernelab.BenchmarkError, match=rf"{HERE}:\d+: bad \(@gemm.tolerances\) returned .*rtol, atol"
     ):
         kernelab.measure(bench, "torch", "again", measurement=FAST)
+
+
+def test_a_reduction_that_raises_is_named_before_measuring() -> None:
+    def boom(p):
+        raise KeyError("K")
+
+    with pytest.raises(kernelab.BenchmarkError, match=r"@gemm.reduction\) raised KeyError: 'K'"):
+        kernelab.measure(_matmul_bench(boom), "torch", "again", measurement=FAST)
+
+
+def test_a_reduction_of_another_kernelab_copy_is_read_by_its_fields() -> None:
+    """A revision's benchmark returns its own copy's ``Reduction`` (``kernelab.runners.revision_worker``)."""
+
+    class Reduction(BaseModel):  # what another copy of kernels/tolerances.py defines
+        length: int
+        accumulate: str = "float32"
+        inputs: str | None = None
+        partials: str | None = "bfloat16"
+        torch_op: str | None = None
+
+    made = as_reduction(Scale(), Reduction(length=96))
+    assert made == kernelab.Reduction(length=96, partials="bfloat16")
