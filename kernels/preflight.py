@@ -171,9 +171,9 @@ def tolerance_of(
     ``correctness``), else ``bench.tolerances(params)``, with their source; and the reduction
     ``bench.reduction(params)`` declares (none for a benchmark without that method: one written
     for an older kernelab). Raises ``BenchmarkError`` naming the method when either returns
-    something unusable (``as_tolerances``, ``as_reduction``). Names are bound when this module is imported: a
-    revision's own ``kernelab.kernels`` mounted later (``kernelab.runners.revision_worker``)
-    does not replace them.
+    something unusable (``as_tolerances``, ``as_reduction``). The names it uses are bound when
+    this module is imported: a revision's own ``kernelab.kernels``, mounted later
+    (``kernelab.runners.revision_worker``), does not replace them.
     """
     own_rtol, own_atol = as_tolerances(bench, bench.tolerances(params))
     if not declares(bench, "tolerances"):
@@ -200,9 +200,8 @@ def as_tolerances(bench: Benchmark[Any], value: Any) -> tuple[float, float]:
     """``value`` (what ``bench.tolerances`` returned) as ``(rtol, atol)``: two finite numbers
     >= 0. Raises ``BenchmarkError`` naming the method otherwise."""
     if isinstance(value, tuple | list) and len(value) == 2:
-        pair = [_number(v) for v in value]
-        if all(isinstance(v, int | float) and not isinstance(v, bool) for v in pair):
-            rtol, atol = float(pair[0]), float(pair[1])
+        if all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in value):
+            rtol, atol = float(value[0]), float(value[1])
             if math.isfinite(rtol) and math.isfinite(atol) and rtol >= 0 and atol >= 0:
                 return rtol, atol
     raise BenchmarkError(
