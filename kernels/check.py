@@ -79,8 +79,8 @@ class _Rule:
 def _rms(ref64: torch.Tensor) -> float:
     """Root mean square of the finite elements of ``ref64``; 0 when it has none."""
     finite = torch.isfinite(ref64)
-    n = int(finite.sum())
-    return 0.0 if n == 0 else math.sqrt(float(torch.where(finite, ref64, 0.0).square().sum()) / n)
+    n, squares = torch.stack([finite.sum().double(), torch.where(finite, ref64, 0.0).square().sum()]).tolist()
+    return 0.0 if n == 0 else math.sqrt(squares / n)
 
 
 def _bad(out64: torch.Tensor, ref64: torch.Tensor, *, rtol: float, atol: float) -> torch.Tensor:
