@@ -37,6 +37,7 @@ _EXPORTS = {
     "BenchmarkError": "kernelab.kernels.base",
     "Params": "kernelab.kernels.base",
     "PowerOfTwo": "kernelab.kernels.base",
+    "Reduction": "kernelab.kernels.tolerances",
     "available_benchmarks": "kernelab.kernels.base",
     "get_benchmark": "kernelab.kernels.base",
     "JobSpec": "kernelab.service.schemas",
@@ -59,6 +60,7 @@ __all__ = [
     "KernelabClient",
     "Params",
     "PowerOfTwo",
+    "Reduction",
     "Result",
     "Work",
     "__version__",
@@ -79,6 +81,7 @@ if TYPE_CHECKING:
         get_benchmark,
     )
     from kernelab.kernels.define import DefinedBenchmark, benchmark
+    from kernelab.kernels.tolerances import Reduction
     from kernelab.runners.api import Result, compare, measure
     from kernelab.runners.client import KernelabClient
     from kernelab.service.schemas import Comparison, JobSpec, Work

@@ -31,6 +31,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
+from kernelab.kernels.tolerances import Reduction
 from kernelab.service.schemas import (
     BENCHMARK_OBJECT_REF,
     JobSpec,
@@ -158,10 +159,25 @@ class Benchmark(ABC, Generic[P]):
         """Work one launch of ``variant`` does at ``params`` (FLOPs, bytes read, bytes written)."""
 
     def tolerances(self, params: P) -> tuple[float, float]:
-        """Default (rtol, atol) for the output's dtype; see ``kernelab.kernels.tolerances``."""
+        """``(rtol, atol)`` for rounding the result to its dtype: ``params.dtype``'s defaults
+        (``kernelab.kernels.tolerances.default_tolerances``; float32 without a ``dtype``). Override it
+        for arithmetic that needs other values; a declared ``reduction`` is added to them either way
+        (``kernelab.kernels.preflight.tolerance_of``)."""
         from kernelab.kernels.tolerances import default_tolerances
 
         return default_tolerances(str(getattr(params, "dtype", "float32")))
+
+    def reduction(self, params: P) -> Reduction | int | None:
+        """The reduction behind each output element: how many terms are summed into one (an int,
+        or a ``kernelab.Reduction`` that also names the accumulation dtype and any rounding on
+        the way), or None when there is none (an elementwise kernel; the default).
+
+        Its allowance grows the tolerance with the length (``kernelab.kernels.tolerances``), so an
+        honest kernel of that length passes in its dtype: declare it for a matmul (K), a
+        convolution (C * kernel volume), a softmax or norm (the row length), an attention (keys
+        + head dimension). Without it a float32 sum of 1000 terms fails the float32 defaults.
+        """
+        return None
 
     def batch_slice(
         self, params: P, inputs: dict[str, Any], start: int, stop: int

@@ -17,6 +17,7 @@ from pydantic import Field, model_validator
 
 from kernelab.kernels.base import Benchmark, BenchmarkError, Params
 from kernelab.kernels.matmul import DotBlock, MatmulBenchmark, MatmulParams, NumWarps
+from kernelab.kernels.tolerances import Reduction
 from kernelab.service.schemas import Work
 
 
@@ -99,9 +100,9 @@ class BatchInvariantMatmulBenchmark(Benchmark[BatchInvariantMatmulParams]):
         """2*M*N*K FLOPs; A and B read once, C written once."""
         return MatmulBenchmark().work(self._gemm(params), variant)
 
-    def tolerances(self, params: BatchInvariantMatmulParams) -> tuple[float, float]:
-        """``MatmulBenchmark``'s K-dependent tolerances for the same shape and dtype."""
-        return MatmulBenchmark().tolerances(self._gemm(params))
+    def reduction(self, params: BatchInvariantMatmulParams) -> Reduction:
+        """``MatmulBenchmark``'s reduction (K float32 sums) for the same shape and dtype."""
+        return MatmulBenchmark().reduction(self._gemm(params))
 
     def batch_rows(self, params: BatchInvariantMatmulParams) -> int:
         return params.M

@@ -2,8 +2,11 @@
 
 The metrics are the ones kernel authors put in their pull requests: relative error
 ``||out - ref||_2 / ||ref||_2``, the largest absolute error, the cosine similarity of the
-flattened tensors, and an element-wise ``torch.isclose`` test with dtype-aware tolerances
-(``kernelab.kernels.tolerances``). A NaN or Inf in the output never passes, whatever the reference holds.
+flattened tensors, and an element-wise ``torch.isclose`` test whose tolerances come from the
+output's dtype and the benchmark's declared reduction (``kernelab.kernels.tolerances.Tolerance``:
+``|out - ref| <= atol + rtol |ref| + g (|ref| + rms(ref))``). A NaN or Inf in the output never
+passes, whatever the reference holds. Every result says the rule it was held to and where its
+terms come from (``CorrectnessResult.tolerance``; a failure's ``message`` too).
 
 Poison the output buffer (``poison_``) before a correctness run: an element the kernel forgot to
 write then shows as NaN instead of silently keeping a correct value from an earlier launch.
@@ -13,10 +16,13 @@ Imports torch (runner side only).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 
+from kernelab.kernels.precision import torch_float32_inputs
+from kernelab.kernels.tolerances import Tolerance
 from kernelab.service.schemas import CorrectnessResult
 
 _MAX_ROWS_LISTED = 5  # bad rows named in a failure message
@@ -37,19 +43,44 @@ def poison_(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.fill_(torch.iinfo(tensor.dtype).max)
 
 
-def mismatch_mask(out: torch.Tensor, ref: torch.Tensor, *, rtol: float, atol: float) -> torch.Tensor:
+def mismatch_mask(out: torch.Tensor, ref: torch.Tensor, tolerance: Tolerance) -> torch.Tensor:
     """Boolean CPU tensor of ``out``'s shape: True where the element fails.
 
-    An element fails when it is not finite or ``|out - ref| > atol + rtol * |ref|``
-    (``torch.isclose``, computed in float64 on ``out``'s device). The mask is what locates races:
-    which rows or tiles are wrong, and how that set moves between repeated runs.
+    An element fails when it is not finite or outside ``tolerance`` (``torch.isclose`` with
+    ``Tolerance.bounds`` for ``ref``'s rms, computed in float64 on ``out``'s device), as in
+    ``check_output``. The mask is what locates races: which rows or tiles are wrong, and how that
+    set moves between repeated runs.
 
     Raises ``ValueError`` when the shapes differ.
     """
     if tuple(out.shape) != tuple(ref.shape):
         raise ValueError(f"output shape {tuple(out.shape)} != reference shape {tuple(ref.shape)}")
     out64, ref64 = _as_f64(out, ref)
-    return _bad(out64, ref64, rtol=rtol, atol=atol).cpu()
+    rule = _Rule(tolerance, out, ref64)
+    return _bad(out64, ref64, rtol=rule.rtol, atol=rule.atol).cpu()
+
+
+class _Rule:
+    """``tolerance`` made concrete for one output and its float64 reference: the reference's rms
+    (finite elements), the format torch may round float32 inputs to (``Reduction.torch_op``), and
+    the resulting ``torch.isclose`` numbers and their description."""
+
+    def __init__(self, tolerance: Tolerance, out: torch.Tensor, ref64: torch.Tensor) -> None:
+        self.dtype = _dtype(out)
+        self.inputs, why = None, ""
+        op = tolerance.reduction.torch_op if tolerance.reduction is not None else None
+        if op is not None and self.dtype == "float32":
+            self.inputs, why = torch_float32_inputs(op, out.device.type)
+        self.rms = _rms(ref64) if tolerance.reduction is not None else 0.0
+        self.rtol, self.atol = tolerance.bounds(self.rms, self.dtype, self.inputs)
+        self.text = tolerance.describe(self.rms, self.dtype, self.inputs, why)
+
+
+def _rms(ref64: torch.Tensor) -> float:
+    """Root mean square of the finite elements of ``ref64``; 0 when it has none."""
+    finite = torch.isfinite(ref64)
+    n, squares = torch.stack([finite.sum().double(), torch.where(finite, ref64, 0.0).square().sum()]).tolist()
+    return 0.0 if n == 0 else math.sqrt(squares / n)
 
 
 def _bad(out64: torch.Tensor, ref64: torch.Tensor, *, rtol: float, atol: float) -> torch.Tensor:
@@ -57,17 +88,21 @@ def _bad(out64: torch.Tensor, ref64: torch.Tensor, *, rtol: float, atol: float) 
     return ~(close & torch.isfinite(out64))
 
 
-def check_output(out: Any, ref: Any, *, rtol: float, atol: float) -> CorrectnessResult:
+def check_output(out: Any, ref: Any, tolerance: Tolerance) -> CorrectnessResult:
     """Compare ``out`` (any shape, any float/int dtype, any device) with ``ref`` (same shape).
 
     Both are compared in float64 on ``out``'s device (on the CPU when the device has no room for
-    the copies). Returns a ``CorrectnessResult`` whose ``passed`` is
-    True iff the shapes agree, no output element is NaN/Inf, and every element satisfies
-    ``|out - ref| <= atol + rtol * |ref|``. ``rel_error``, ``max_abs_error`` and
-    ``cosine_similarity`` are computed over elements where both tensors are finite; they are
-    None where undefined (no such element, or a zero-norm reference / zero vector).
-    ``message`` is one line: the worst element and, for a failure, how many elements and
-    which rows fail.
+    the copies). Returns a ``CorrectnessResult`` whose ``passed`` is True iff the shapes agree, no
+    output element is NaN/Inf, and every element is within ``tolerance``: ``|out - ref| <= atol +
+    rtol * |ref|`` with ``(rtol, atol) = tolerance.bounds(rms(ref), out's dtype, ...)``, the rms
+    taken over ``ref``'s finite elements and, for a reduction computed by torch
+    (``Reduction.torch_op``) into a float32 output, the input format torch's settings allow on
+    ``out``'s device (``kernelab.kernels.precision``). The result's ``rtol``/``atol`` are those
+    numbers, its ``tolerance`` the rule spelled out with the source of each term.
+    ``rel_error``, ``max_abs_error`` and ``cosine_similarity`` are computed over elements where both
+    tensors are finite; they are None where undefined (no such element, or a zero-norm reference /
+    zero vector). ``message`` is one line: the worst element and, for a failure, how many elements
+    fail, which rows, and the rule they were held to.
 
     Raises ``TypeError`` when ``out`` or ``ref`` is not a tensor.
     """
@@ -76,14 +111,15 @@ def check_output(out: Any, ref: Any, *, rtol: float, atol: float) -> Correctness
     if tuple(out.shape) != tuple(ref.shape):
         return CorrectnessResult(
             passed=False,
-            rtol=rtol,
-            atol=atol,
+            rtol=tolerance.rtol,
+            atol=tolerance.atol,
             dtype=_dtype(out),
             message=f"FAIL: output shape {tuple(out.shape)} != reference shape {tuple(ref.shape)}",
         )
     out64, ref64 = _as_f64(out, ref)
+    rule = _Rule(tolerance, out, ref64)
     finite = torch.isfinite(out64)
-    bad = _bad(out64, ref64, rtol=rtol, atol=atol)
+    bad = _bad(out64, ref64, rtol=rule.rtol, atol=rule.atol)
     both = finite & torch.isfinite(ref64)
     o, r = torch.where(both, out64, 0.0), torch.where(both, ref64, 0.0)  # no boolean gather: one shape
     # one device-to-host transfer for all the scalars
@@ -112,11 +148,12 @@ def check_output(out: Any, ref: Any, *, rtol: float, atol: float) -> Correctness
     passed = n_bad == 0 and nonfinite == 0
     metrics = f"rel {_fmt(rel)}, max|err| {_fmt(max_abs)}, cos {_fmt(cosine)}"
     if passed:
-        message = f"ok: {metrics}; all {numel} elements within rtol={rtol:g} atol={atol:g}"
+        message = f"ok: {metrics}; all {numel} elements within rtol={rule.rtol:.3g} atol={rule.atol:.3g}"
     else:
         message = (
             f"FAIL: {n_bad}/{numel} elements ({100.0 * n_bad / max(numel, 1):.3g}%) outside "
-            f"rtol={rtol:g} atol={atol:g}, {nonfinite} NaN/Inf; {metrics}{_where(bad.cpu(), out64, ref64)}"
+            f"rtol={rule.rtol:.3g} atol={rule.atol:.3g}, {nonfinite} NaN/Inf; {metrics}"
+            f"{_where(bad.cpu(), out64, ref64)}; tolerance: {rule.text}"
         )
     return CorrectnessResult(
         passed=passed,
@@ -125,9 +162,10 @@ def check_output(out: Any, ref: Any, *, rtol: float, atol: float) -> Correctness
         cosine_similarity=cosine,
         nonfinite=nonfinite,
         message=message,
-        rtol=rtol,
-        atol=atol,
+        rtol=rule.rtol,
+        atol=rule.atol,
         dtype=_dtype(out),
+        tolerance=rule.text,
     )
 
 

@@ -10,7 +10,6 @@ batch-invariance check is B (sequences).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -18,6 +17,7 @@ from pydantic import Field, model_validator
 
 from kernelab.kernels.base import Benchmark, BenchmarkError, Params, PowerOfTwo
 from kernelab.kernels.matmul import NumWarps
+from kernelab.kernels.tolerances import Reduction
 from kernelab.service.schemas import Work
 
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
@@ -118,18 +118,16 @@ class ChunkedAttentionBenchmark(Benchmark[ChunkedAttentionParams]):
             bytes_written=float(p.B * p.H * p.S * p.D * item),
         )
 
-    def tolerances(self, params: ChunkedAttentionParams) -> tuple[float, float]:
-        """(rtol, atol): the dtype's defaults plus 6 sigma of rounding P to the dtype before P @ V.
-
-        Outputs are averages of unit-normal values (|out| ~ 1/sqrt(L) .. 1): rounding each
-        probability to the dtype (unit roundoff u: 2^-11 float16, 2^-8 bfloat16, 2^-24 float32)
-        adds errors that add like a random walk (Higham & Mary, SISC 2019), std ~ u / sqrt(3).
-        """
-        from kernelab.kernels.tolerances import default_tolerances
-
-        rtol, atol = default_tolerances(params.dtype)
-        unit = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}[params.dtype]
-        return rtol, atol + 6.0 * unit / math.sqrt(3.0)
+    def reduction(self, params: ChunkedAttentionParams) -> Reduction:
+        """Two float32 reductions per output: the scores ``q . k`` over D and ``P @ V`` with the
+        softmax's sum over the L keys; their random-walk errors add in variance, as one reduction
+        of ``L + D`` terms would. 16-bit outputs round the probabilities P to their dtype before
+        ``P @ V`` (``partials``). Float32 matmuls of SDPA follow torch's setting (``torch_op``)."""
+        return Reduction(
+            length=params.keys + params.D,
+            partials=None if params.dtype == "float32" else params.dtype,
+            torch_op="matmul",
+        )
 
     def batch_rows(self, params: ChunkedAttentionParams) -> int:
         return params.B

@@ -41,6 +41,7 @@ from pydantic import Field, model_validator
 
 from kernelab.kernels.base import Benchmark, BenchmarkError, Params
 from kernelab.kernels.matmul import DotBlock, NumWarps
+from kernelab.kernels.tolerances import Reduction
 from kernelab.service.schemas import Work
 
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
@@ -170,12 +171,15 @@ class Conv3dBenchmark(Benchmark[Conv3dParams]):
             bytes_written=float(npq * p.K * item),
         )
 
-    def tolerances(self, params: Conv3dParams) -> tuple[float, float]:
-        """The GEMM tolerances of ``MatmulBenchmark`` with reduction length ``C * ks^3``."""
-        from kernelab.kernels.matmul import MatmulBenchmark, MatmulParams
-
-        gemm = MatmulParams(M=1, N=1, K=params.C * params.ks**3, dtype=params.dtype)
-        return MatmulBenchmark().tolerances(gemm)
+    def reduction(self, params: Conv3dParams) -> Reduction:
+        """The implicit GEMM's: ``C * ks^3`` float32 sums per output (padding taps included), 16-bit
+        partial sums possibly in the output's dtype (as ``MatmulBenchmark.reduction``), float32
+        inputs as torch's convolution setting allows (cuDNN's default: TF32, ``torch_op``)."""
+        return Reduction(
+            length=params.C * params.ks**3,
+            partials=None if params.dtype == "float32" else params.dtype,
+            torch_op="conv",
+        )
 
     def output_axes(self, params: Conv3dParams) -> tuple[tuple[str, int | None], ...]:
         """y viewed as (n, channel, pixel): pixel = GEMM row within the image, tiled by BLOCK_M."""

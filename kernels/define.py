@@ -43,7 +43,10 @@ the model built from ``params``):
 * ``reference(p, **inputs) -> Tensor``: the exact answer, float64;
 * ``work(p, variant) -> kernelab.Work`` (or a mapping with ``flops``, ``bytes_read``,
   ``bytes_written``): what one launch does;
-* ``tolerances(p) -> (rtol, atol)``: optional, the dtype's defaults otherwise.
+* ``tolerances(p) -> (rtol, atol)``: optional, the dtype's defaults otherwise;
+* ``reduction(p) -> int | kernelab.Reduction | None``: optional, the terms summed into each output
+  element (``Benchmark.reduction``): the tolerance grows with it, so that an honest sum of K terms
+  passes in its dtype.
 
 ``params`` is a ``kernelab.Params`` subclass, or a mapping of field name to a default value (its
 type is the value's type), to a type (a required field), or to ``(type, default)``.
@@ -105,6 +108,7 @@ class DefinedBenchmark(Benchmark[Any]):
         self._reference: Callable[..., Any] | None = None
         self._work: Callable[..., Any] | None = None
         self._tolerances: Callable[..., tuple[float, float]] | None = None
+        self._reduction: Callable[..., Any] | None = None
         self._variants: dict[str, tuple[Callable[..., Any], bool]] = {}
         self.defined_at = ""
 
@@ -115,9 +119,9 @@ class DefinedBenchmark(Benchmark[Any]):
         self._inputs = fn
         return fn
 
-    # ``reference``, ``work`` and ``tolerances`` are both the decorators (one function argument)
-    # and the ``Benchmark`` methods the engine calls (``(params, inputs)``, ``(params, variant)``,
-    # ``(params)``): one name per concept, as the class form has.
+    # ``reference``, ``work``, ``tolerances`` and ``reduction`` are both the decorators (one
+    # function argument) and the ``Benchmark`` methods the engine calls (``(params, inputs)``,
+    # ``(params, variant)``, ``(params)``): one name per concept, as the class form has.
 
     def reference(self, *args: Any) -> Any:  # type: ignore[override]
         """``@bench.reference`` on ``fn(p, **inputs) -> float64 tensor``; called by the engine
@@ -150,6 +154,20 @@ class DefinedBenchmark(Benchmark[Any]):
         if self._tolerances is None:
             return Benchmark.tolerances(self, params)
         return self._tolerances(params)
+
+    def reduction(self, *args: Any) -> Any:  # type: ignore[override]
+        """``@bench.reduction`` on ``fn(p) -> int | kernelab.Reduction | None``; called as
+        ``reduction(params)`` (None, no reduction, when none was decorated)."""
+        if len(args) == 1 and callable(args[0]) and not isinstance(args[0], Params):
+            self._reduction = args[0]
+            return args[0]
+        (params,) = args
+        return None if self._reduction is None else self._reduction(params)
+
+    def declared(self, method: str) -> bool:
+        """True when ``method`` (``"tolerances"``, ``"reduction"``, ...) was given a decorated
+        function (``kernelab.kernels.preflight.declares``)."""
+        return getattr(self, f"_{method}", None) is not None
 
     def variant(self, name: str) -> Callable[[F], F]:
         """Decorate ``fn(p, **inputs) -> Tensor``, called once per launch, as variant ``name``."""
@@ -207,6 +225,8 @@ class DefinedBenchmark(Benchmark[Any]):
             out[(self._work, "work")] = ("p", "variant")
         if self._tolerances is not None:
             out[(self._tolerances, "tolerances")] = ("p",)
+        if self._reduction is not None:
+            out[(self._reduction, "reduction")] = ("p",)
         return out
 
     def missing(self) -> list[str]:

@@ -15,28 +15,19 @@ See ``kernelab.kernels.softmax`` for how to write a benchmark of your own.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
 from kernelab.kernels.base import Benchmark, BenchmarkError, Params, PowerOfTwo
+from kernelab.kernels.tolerances import Reduction
 from kernelab.service.schemas import Work
 
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 _MAX_TILE_ELEMS = 2**20  # Triton's TRITON_MAX_TENSOR_NUMEL (triton/_utils.py): elements per block
 DotBlock = Annotated[PowerOfTwo, Field(ge=16)]  # tl.dot needs every dimension >= 16
 NumWarps = Annotated[PowerOfTwo, Field(le=32)]  # 32 warps = 1024 threads, CUDA's block limit
-# Error model for the default tolerances (see MatmulBenchmark.tolerances).
-_SIGMAS = 6.0  # a Gaussian tail beyond 6 sigma is 2e-9: no false failure in 1e8-element outputs
-_U_FP32 = 2.0**-24  # unit roundoff of float32 accumulation
-_U_TF32 = 2.0**-11  # unit roundoff of TF32 inputs (10 explicit mantissa bits)
-# Unit roundoff of 16-bit partial sums: PyTorch lets cuBLAS reduce split-K partial sums in the
-# output's precision by default (torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction
-# and ..._bf16_..., both True; PyTorch docs, "Reduced Precision Reduction in FP16 GEMMs"). Seen on
-# an H200: torch fp16 1000x777x2050 had errors of 5 such sigmas.
-_U_REDUCTION = {"float16": 2.0**-11, "bfloat16": 2.0**-8}
 
 
 class MatmulParams(Params):
@@ -146,24 +137,22 @@ class MatmulBenchmark(Benchmark[MatmulParams]):
             bytes_written=float(params.M * params.N * item),
         )
 
-    def tolerances(self, params: MatmulParams) -> tuple[float, float]:
-        """(rtol, atol) for C: the dtype's rtol, and an atol that grows with K.
-
-        ``rtol`` covers rounding C to its dtype (``kernelab.kernels.tolerances``; ``"tf32"`` when float32
-        dots use TF32). ``atol`` adds, at ``_SIGMAS`` standard deviations, the errors of a dot
-        product of K unit-normal pairs (Higham & Mary, "A New Approach to Probabilistic Rounding
-        Error Analysis", SISC 2019: errors add like a random walk): rounding the inputs to TF32,
-        std ~ u_tf32 * sqrt(2/3) * sqrt(K); float32 accumulation, std ~ u_fp32 * K / sqrt(2)
-        (each of K additions rounds a partial sum of size ~sqrt(k)); and, for 16-bit dtypes,
-        partial sums reduced in the output's precision (PyTorch's default for cuBLAS), std ~
-        u_out * sqrt(K) (s rounded partial sums of size sqrt(K/s)). The same tolerance holds for
-        both variants: it describes the dtype's contract, not one implementation.
+    def reduction(self, params: MatmulParams) -> Reduction:
+        """Each element of C sums K products, in float32 (``tl.dot``'s and cuBLAS's accumulator
+        for every dtype here). The products are exact (16-bit factors multiply exactly in float32)
+        except with TF32 inputs (``input_precision="tf32"``; for ``"torch"``, torch's own float32
+        setting: ``torch_op``). A 16-bit C may hold partial sums in its own dtype: PyTorch lets
+        cuBLAS reduce split-K partial sums in the output's precision by default
+        (``torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction`` and ``..._bf16_...``,
+        PyTorch docs "Reduced Precision Reduction in FP16 GEMMs"; seen on an H200 for torch fp16
+        1000x777x2050, and on a CPU for bfloat16 and float16 at K = 1000..4096: errors up to 0.8
+        units of the output's roundoff times ``|ref| + rms(ref)``). The same reduction holds for
+        both variants: it describes the computation, not one implementation.
         """
-        from kernelab.kernels.tolerances import default_tolerances
-
         tf32 = params.dtype == "float32" and params.input_precision == "tf32"
-        rtol, atol = default_tolerances("tf32" if tf32 else params.dtype)
-        input_std = _U_TF32 * math.sqrt(2.0 / 3.0) * math.sqrt(params.K) if tf32 else 0.0
-        accumulate_std = _U_FP32 * params.K / math.sqrt(2.0)
-        reduction_std = _U_REDUCTION.get(params.dtype, 0.0) * math.sqrt(params.K)
-        return rtol, atol + _SIGMAS * (input_std + accumulate_std + reduction_std)
+        return Reduction(
+            length=params.K,
+            inputs="tf32" if tf32 else None,
+            partials=None if params.dtype == "float32" else params.dtype,
+            torch_op="matmul",
+        )

@@ -5,7 +5,8 @@
 ``reference(params, inputs)``, ``work(params, variant)``); a function-form benchmark
 (``kernelab.kernels.define``) has all its decorated parts. ``check_work(bench, spec, device_type)``:
 ``work`` returns a ``kernelab.Work`` for every cell and side (it is otherwise called only after a
-cell's whole measurement; ``as_work`` takes a mapping of its fields too). ``check_inputs`` and
+cell's whole measurement; ``as_work`` takes a mapping of its fields too), and ``tolerances`` and
+``reduction`` give a usable tolerance (``as_tolerances``, ``as_reduction``). ``check_inputs`` and
 ``check_prepared`` check what ``make_inputs`` and ``prepare`` return. Each raises
 ``kernelab.kernels.BenchmarkError``; the message starts with ``FILE:LINE: Class.method``.
 """
@@ -13,12 +14,15 @@ cell's whole measurement; ``as_work`` takes a mapping of its fields too). ``chec
 from __future__ import annotations
 
 import inspect
+import math
+import numbers
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from kernelab.kernels.base import Benchmark, BenchmarkError
+from kernelab.kernels.tolerances import Reduction, Tolerance, normalize_dtype_name
 from kernelab.service.schemas import JobSpec, Work
 
 CALLS: dict[str, tuple[str, ...]] = {
@@ -39,7 +43,10 @@ def where(fn: Any) -> str:
 
 def _label(bench: Benchmark[Any], method: str) -> str:
     fn = getattr(type(bench), method, None)
-    if method in ("reference", "work") and getattr(bench, "defined_at", None) is not None:
+    if (
+        method in ("reference", "work", "tolerances", "reduction")
+        and getattr(bench, "defined_at", None) is not None
+    ):
         user = getattr(bench, f"_{method}", None)
         if user is not None:
             return f"{where(user)}: {getattr(user, '__name__', method)} (@{bench.name}.{method})"
@@ -80,7 +87,8 @@ def check_benchmark(bench: Benchmark[Any]) -> None:
 def check_work(bench: Benchmark[Any], spec: JobSpec, device_type: str) -> None:
     """Call ``bench.work(params, variant)`` for each side of every cell of ``spec`` on
     ``device_type`` whose parameters validate (the others fail as their cell) and raise
-    ``BenchmarkError`` when it raises or returns anything but a ``kernelab.Work``."""
+    ``BenchmarkError`` when it raises or returns anything but a ``kernelab.Work``, or when the
+    cell's tolerance cannot be made (``kernelab.kernels.preflight.tolerance_of``)."""
     seen: set[tuple[str, str]] = set()
     for cell in spec.cells(device_type):  # type: ignore[arg-type]
         for side in (spec.baseline, spec.candidate):
@@ -102,6 +110,21 @@ def check_work(bench: Benchmark[Any], spec: JobSpec, device_type: str) -> None:
                     f"(variant {side.variant!r}, params {dict(cell)})"
                 ) from None
             as_work(bench, value)
+            _check_tolerance(bench, spec, params)
+
+
+def _check_tolerance(bench: Benchmark[Any], spec: JobSpec, params: Any) -> None:
+    """``tolerance_of`` for one cell's parameters: ``BenchmarkError`` naming the method when
+    ``tolerances`` or ``reduction`` raises or returns something unusable."""
+    try:
+        tolerance_of(bench, params, rtol=spec.correctness.rtol, atol=spec.correctness.atol)
+    except BenchmarkError:
+        raise
+    except Exception as exc:
+        raise BenchmarkError(
+            f"{_label(bench, 'tolerances')} or {_label(bench, 'reduction')} raised "
+            f"{type(exc).__name__}: {exc} (params {params!r})"
+        ) from None
 
 
 def as_work(bench: Benchmark[Any], value: Any) -> Work:
@@ -129,6 +152,86 @@ def as_work(bench: Benchmark[Any], value: Any) -> Work:
     raise BenchmarkError(
         f"{_label(bench, 'work')} returned {type(value).__name__} {_short(value)}; return "
         "kernelab.Work(flops=..., bytes_read=..., bytes_written=...)"
+    )
+
+
+def declares(bench: Any, method: str) -> bool:
+    """True when ``bench`` defines ``method`` itself (a subclass's own, or a function-form
+    benchmark's decorated part) rather than inheriting ``Benchmark``'s default."""
+    own = getattr(bench, "declared", None)
+    if callable(own):
+        return bool(own(method))
+    return getattr(type(bench), method, None) is not getattr(Benchmark, method, None)
+
+
+def tolerance_of(
+    bench: Any, params: Any, *, rtol: float | None = None, atol: float | None = None
+) -> Tolerance:
+    """The ``Tolerance`` of ``bench``'s output at ``params``: ``rtol``/``atol`` as given (a spec's
+    ``correctness``), else ``bench.tolerances(params)``, with their source; and the reduction
+    ``bench.reduction(params)`` declares (none for a benchmark without that method: one written
+    for an older kernelab). Raises ``BenchmarkError`` naming the method when either returns
+    something unusable (``as_tolerances``, ``as_reduction``). The names it uses are bound when
+    this module is imported: a revision's own ``kernelab.kernels``, mounted later
+    (``kernelab.runners.revision_worker``), does not replace them.
+    """
+    own_rtol, own_atol = as_tolerances(bench, bench.tolerances(params))
+    if not declares(bench, "tolerances"):
+        source = f"{normalize_dtype_name(str(getattr(params, 'dtype', 'float32')))} defaults of torch.testing"
+    elif callable(getattr(bench, "declared", None)):  # the function form
+        source = f"@{bench.name}.tolerances"
+    else:
+        source = f"{type(bench).__name__}.tolerances()"
+    given = [name for name, v in (("rtol", rtol), ("atol", atol)) if v is not None]
+    if given:
+        spec = f"the spec's correctness.{'/'.join(given)}"
+        source = spec if len(given) == 2 else f"{spec}, {'atol' if rtol is not None else 'rtol'}: {source}"
+    method = getattr(bench, "reduction", None)
+    reduction = as_reduction(bench, method(params)) if callable(method) else None
+    return Tolerance(
+        rtol=own_rtol if rtol is None else rtol,
+        atol=own_atol if atol is None else atol,
+        source=source,
+        reduction=reduction,
+    )
+
+
+def as_tolerances(bench: Benchmark[Any], value: Any) -> tuple[float, float]:
+    """``value`` (what ``bench.tolerances`` returned) as ``(rtol, atol)``: two finite numbers
+    >= 0. Raises ``BenchmarkError`` naming the method otherwise."""
+    if isinstance(value, tuple | list) and len(value) == 2:
+        if all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in value):
+            rtol, atol = float(value[0]), float(value[1])
+            if math.isfinite(rtol) and math.isfinite(atol) and rtol >= 0 and atol >= 0:
+                return rtol, atol
+    raise BenchmarkError(
+        f"{_label(bench, 'tolerances')} returned {_short(value)}; return (rtol, atol), two finite "
+        "numbers >= 0"
+    )
+
+
+def as_reduction(bench: Benchmark[Any], value: Any) -> Reduction | None:
+    """``value`` (what ``bench.reduction`` returned) as a ``Reduction``: None, a ``Reduction``, an
+    int (its ``length``) or a mapping of its fields. Raises ``BenchmarkError`` naming the method
+    and the field otherwise (a length below 1, an unknown dtype, a float, a string)."""
+    if value is None or isinstance(value, Reduction):
+        return value
+    if isinstance(value, BaseModel):  # a Reduction of another copy of kernelab (a revision's)
+        value = value.model_dump()
+    try:
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+            return Reduction(length=int(value))
+        if isinstance(value, Mapping):
+            return Reduction.model_validate(dict(value))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(map(str, err["loc"])) or "reduction"
+        raise BenchmarkError(
+            f"{_label(bench, 'reduction')} returned {_short(value)}: {field}: {err['msg']}"
+        ) from None
+    raise BenchmarkError(
+        f"{_label(bench, 'reduction')} returned {type(value).__name__} {_short(value)}; return the number "
+        "of terms summed into each output element (an int), a kernelab.Reduction or None"
     )
 
 

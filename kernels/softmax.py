@@ -23,7 +23,9 @@ Writing your own benchmark (this module is the template)
 4. ``reference(params, inputs)``: the exact answer in float64.
 5. ``work(params, variant)``: FLOPs and the *minimum* bytes read/written of one launch. A floor
    never makes an honest result look implausible; the runner derives throughput from it.
-6. Optionally ``tolerances(params)`` when your arithmetic needs more than the dtype's defaults.
+6. ``reduction(params)`` when each output element sums terms (here the N exponentials of a row):
+   the tolerance grows with the sum's length (``kernelab.kernels.tolerances``). Optionally
+   ``tolerances(params)`` when the result's rounding needs more than the dtype's defaults.
 7. Make it reachable: ``"mypkg.bench:MyBenchmark"`` in a spec, or a ``kernelab.benchmarks``
    entry point (see ``kernelab.kernels.base``).
 """
@@ -36,6 +38,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationInfo, field_validator
 
 from kernelab.kernels.base import Benchmark, BenchmarkError, Params, PowerOfTwo
+from kernelab.kernels.tolerances import Reduction
 from kernelab.service.schemas import Work
 
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
@@ -142,3 +145,7 @@ class SoftmaxBenchmark(Benchmark[SoftmaxParams]):
         elements = params.M * params.N
         nbytes = elements * _DTYPE_BYTES[params.dtype]
         return Work(flops=FLOPS_PER_ELEMENT * elements, bytes_read=nbytes, bytes_written=nbytes)
+
+    def reduction(self, params: SoftmaxParams) -> Reduction:
+        """Each output divides by a sum of the row's N exponentials, accumulated in float32."""
+        return Reduction(length=params.N)

@@ -25,6 +25,8 @@ from pydantic import PrivateAttr
 
 from kernelab.kernels.base import Benchmark, BenchmarkError
 from kernelab.kernels.define import DefinedBenchmark, benchmark
+from kernelab.kernels.preflight import as_reduction
+from kernelab.kernels.tolerances import Reduction
 from kernelab.service.schemas import Comparison, JobResult, JobSpec, Verdict, Work
 
 BASELINE = "baseline"
@@ -158,6 +160,7 @@ def compare(
     inputs: Mapping[str, Any] | Callable[[torch.device, int], dict[str, Any]],
     reference: Callable[..., Any] | None = None,
     work: Work | Mapping[str, float] | Callable[[str], Work] | None = None,
+    reduction: int | Reduction | None = None,
     name: str = "compare",
     measurement: Mapping[str, Any] | None = None,
     correctness: Mapping[str, Any] | None = None,
@@ -174,7 +177,9 @@ def compare(
     in float64; None compares both with the baseline's output (then "correct" means "agrees with
     the baseline within the dtype's tolerances"). ``work``: a ``kernelab.Work`` of one launch, a
     mapping of its fields, or ``fn(side) -> Work`` (side ``"baseline"``/``"candidate"``); None:
-    no throughput. ``measurement``, ``correctness``: fields of ``JobSpec.measurement`` and
+    no throughput. ``reduction``: the terms summed into each output element (``K`` of a matmul,
+    or a ``kernelab.Reduction``; ``Benchmark.reduction``), so that the tolerance grows with it;
+    None for no reduction. ``measurement``, ``correctness``: fields of ``JobSpec.measurement`` and
     ``JobSpec.correctness`` (``budget_ms``, ``order``, ``rtol``, ...). ``probes``: run the node
     probes before and after. ``device``: ``"auto"`` (the inputs' device), ``"cpu"`` or ``"cuda"``.
 
@@ -208,6 +213,9 @@ def compare(
         bench.reference(lambda p, **kw: _as_float64(baseline(**kw)))
     work_of = _as_work(work)
     bench.work(lambda p, variant: work_of(p, variant))
+    if reduction is not None:
+        as_reduction(bench, reduction)  # a bad one is refused before anything is measured
+        bench.reduction(lambda p: reduction)
     return measure(
         bench,
         BASELINE,

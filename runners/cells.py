@@ -12,7 +12,7 @@ objects prepared in the measuring process by ``LocalSides``:
 2. inputs from ``bench.make_inputs(params, device, seed=spec.measurement.seed)``, shared by both
    sides when their parameters are equal, scaled by ``correctness.input_scale``;
 3. both variants prepared (allocation and compilation happen here, outside any timing), with the
-   spec's or the benchmark's tolerances (``cell_tolerances``).
+   spec's or the benchmark's tolerances and its declared reduction (``cell_tolerance``).
 
 A cell that fails (exception, out-of-memory, compile error) keeps what it measured so far,
 records a one-line ``error`` and the job goes on; device memory is released between cells, and
@@ -38,7 +38,8 @@ import torch
 from kernelab.kernels import Benchmark, get_benchmark
 from kernelab.kernels._device import configure_triton_env
 from kernelab.kernels.check import check_output, poison_
-from kernelab.kernels.preflight import check_benchmark, check_inputs, check_prepared, check_work
+from kernelab.kernels.preflight import check_benchmark, check_inputs, check_prepared, check_work, tolerance_of
+from kernelab.kernels.tolerances import Tolerance
 from kernelab.runners import integrity
 from kernelab.runners.checks import scale_inputs
 from kernelab.runners.job import ProgressCallback, device_name, probes_enabled
@@ -120,8 +121,7 @@ def check_variant(
     ref: torch.Tensor,
     inputs: Mapping[str, Any],
     *,
-    rtol: float,
-    atol: float,
+    tolerance: Tolerance,
     device: torch.device,
 ) -> CorrectnessResult:
     """Run ``fn`` once, poison its output (NaN), run it again and compare with ``ref``.
@@ -137,7 +137,7 @@ def check_variant(
     del out
     out = fn()
     _synchronize(device)
-    return check_output(out, ref, rtol=rtol, atol=atol)
+    return check_output(out, ref, tolerance)
 
 
 class LocalSides:
@@ -205,7 +205,7 @@ class LocalSides:
         sides: dict[Side, LocalSide] = {}
         for v in order:
             side_spec = specs[v]
-            rtol, atol = cell_tolerances(bench, spec, params[v])
+            tolerance = cell_tolerance(bench, spec, params[v])
             sides[v] = LocalSide(
                 side=v,
                 bench=bench,
@@ -217,8 +217,7 @@ class LocalSides:
                 ),
                 timer=self.timer,
                 device=device,
-                rtol=rtol,
-                atol=atol,
+                tolerance=tolerance,
                 input_scale=scale,
                 cross_timers=self.cross_timers,
             )
@@ -240,13 +239,12 @@ class LocalSides:
         return {v: [compiled[f"{i}/{v}"] for i in range(len(cells))] for v in SIDES}
 
 
-def cell_tolerances(bench: Any, spec: JobSpec, params: Any) -> tuple[float, float]:
-    """``(rtol, atol)`` of a side: the spec's ``correctness`` values, else the benchmark's
-    dtype-aware defaults (``Benchmark.tolerances``)."""
-    default_rtol, default_atol = bench.tolerances(params)
-    rtol = spec.correctness.rtol if spec.correctness.rtol is not None else default_rtol
-    atol = spec.correctness.atol if spec.correctness.atol is not None else default_atol
-    return rtol, atol
+def cell_tolerance(bench: Any, spec: JobSpec, params: Any) -> Tolerance:
+    """The ``Tolerance`` of a side (``kernelab.kernels.preflight.tolerance_of``): the spec's
+    ``correctness.rtol``/``atol`` where given, else the benchmark's (``Benchmark.tolerances``, the
+    dtype's defaults unless it has its own), and the reduction the benchmark declares
+    (``Benchmark.reduction``). Raises ``BenchmarkError`` for an unusable declaration."""
+    return tolerance_of(bench, params, rtol=spec.correctness.rtol, atol=spec.correctness.atol)
 
 
 @contextlib.contextmanager

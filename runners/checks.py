@@ -29,6 +29,7 @@ import torch
 
 from kernelab.kernels import Benchmark
 from kernelab.kernels.check import check_output, mismatch_mask, poison_
+from kernelab.kernels.tolerances import Tolerance
 from kernelab.service.schemas import (
     BatchInvarianceCheck,
     BitwiseComparison,
@@ -192,8 +193,7 @@ def _repeat_check(
     *,
     seed: int,
     device: torch.device,
-    rtol: float,
-    atol: float,
+    tolerance: Tolerance,
     first: CorrectnessResult,
     first_bad: torch.Tensor,
 ) -> RepeatCheck:
@@ -209,13 +209,13 @@ def _repeat_check(
         else:
             run_inputs, run_fn, run_ref = inputs, fn, ref
         out = poisoned_run(run_fn, run_inputs, device)
-        res = check_output(out, run_ref, rtol=rtol, atol=atol)
+        res = check_output(out, run_ref, tolerance)
         if res.passed:
             continue
         failures += 1
         errors.append(res.rel_error)
         max_abs.append(res.max_abs_error)
-        bad = mismatch_mask(out, run_ref, rtol=rtol, atol=atol)
+        bad = mismatch_mask(out, run_ref, tolerance)
         union |= bad
         if prev_bad is not None:
             jaccards.append(jaccard(prev_bad, bad))
@@ -333,25 +333,21 @@ def run_checks(
     *,
     seed: int,
     device: torch.device,
-    rtol: float,
-    atol: float,
+    tolerance: Tolerance,
 ) -> tuple[CorrectnessResult, torch.Tensor]:
     """Every check ``spec`` asks for on one variant; returns the result and the first run's output.
 
-    ``fn`` is ``bench.prepare(variant, params, inputs)``; ``ref`` the reference for ``inputs``.
+    ``fn`` is ``bench.prepare(variant, params, inputs)``; ``ref`` the reference for ``inputs``;
+    ``tolerance`` what every output is held to (``kernelab.kernels.check.check_output``).
     ``passed`` is the reference comparison *and* no failure among the repeats. Determinism and
     batch invariance are reported, not folded into ``passed`` (``kernelab.service.stats`` turns a
     non-deterministic result into the ``nondeterministic`` flag). Whatever the benchmark raises
     propagates.
     """
     out = poisoned_run(fn, inputs, device)
-    result = check_output(out, ref, rtol=rtol, atol=atol)
+    result = check_output(out, ref, tolerance)
     first_out = out.detach().clone()
-    bad = (
-        mismatch_mask(out, ref, rtol=rtol, atol=atol)
-        if out.shape == ref.shape
-        else torch.zeros(0, dtype=torch.bool)
-    )
+    bad = mismatch_mask(out, ref, tolerance) if out.shape == ref.shape else torch.zeros(0, dtype=torch.bool)
     if bad.numel():
         view, axes = logical_view(bad, bench, params)
         result.where = describe_where(view, axes)
@@ -366,8 +362,7 @@ def run_checks(
             spec,
             seed=seed,
             device=device,
-            rtol=rtol,
-            atol=atol,
+            tolerance=tolerance,
             first=result,
             first_bad=bad,
         )

@@ -66,7 +66,7 @@ from pydantic import ValidationError
 from kernelab.kernels._device import configure_triton_env
 from kernelab.kernels.base import builtin_reference
 from kernelab.runners import integrity
-from kernelab.runners.cells import allocated_bytes, cell_tolerances, free_bytes, set_bytes, sets_that_fit
+from kernelab.runners.cells import allocated_bytes, cell_tolerance, free_bytes, set_bytes, sets_that_fit
 from kernelab.runners.checks import scale_inputs
 from kernelab.runners.pipeline import short_error
 from kernelab.runners.probes import node_info
@@ -250,7 +250,7 @@ class RevisionWorker:
         inputs = scale_inputs(
             bench.make_inputs(params, self.device, spec.measurement.seed), spec.correctness.input_scale
         )
-        rtol, atol = cell_tolerances(bench, spec, params)
+        tolerance = cell_tolerance(bench, spec, params)
         self.prepared = side = LocalSide(
             side=self.side,
             bench=bench,
@@ -260,8 +260,7 @@ class RevisionWorker:
             fn=bench.prepare(side_spec.variant, params, inputs),
             timer=self.timer,
             device=self.device,
-            rtol=rtol,
-            atol=atol,
+            tolerance=tolerance,
             input_scale=spec.correctness.input_scale,
         )
         wanted = spec.measurement.input_sets if spec.measurement.placement == "rotate" else 1

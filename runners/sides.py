@@ -52,6 +52,7 @@ import torch
 
 from kernelab.kernels.check import check_output, mismatch_mask, poison_
 from kernelab.kernels.preflight import as_work
+from kernelab.kernels.tolerances import Tolerance
 from kernelab.runners import integrity
 from kernelab.runners.checks import (
     bitwise_diff,
@@ -155,9 +156,9 @@ class LocalSide:
 
     ``bench``/``variant``/``params``: what ``bench.prepare`` was called with; ``inputs``: the dict
     the callable reads (refilled in place by checked samples; shared with the other side when
-    their parameters are equal); ``rtol``/``atol``: the cell's tolerances; ``input_scale``: the
-    spec's ``correctness.input_scale``, applied to the fresh inputs of checked samples as it was to
-    the cell's own. Implements the cell
+    their parameters are equal); ``tolerance``: the cell's (``kernelab.kernels.tolerances.Tolerance``);
+    ``input_scale``: the spec's ``correctness.input_scale``, applied to the fresh inputs of checked
+    samples as it was to the cell's own. Implements the cell
     pipeline's side protocol (``kernelab.runners.pipeline.CellSide``), whose first four methods
     (``time_ns``, ``launches_for``, ``timer_kind``, ``use_fallback``) are the engine's.
     """
@@ -173,14 +174,13 @@ class LocalSide:
         fn: Callable[[], Any],
         timer: Timer,
         device: torch.device,
-        rtol: float,
-        atol: float,
+        tolerance: Tolerance,
         input_scale: float = 1.0,
         cross_timers: Mapping[str, Timer] | None = None,
     ) -> None:
         self.side, self.bench, self.variant, self.params = side, bench, variant, params
         self.inputs, self.fn, self.timer, self.device = inputs, fn, timer, device
-        self.rtol, self.atol, self.input_scale = rtol, atol, input_scale
+        self.tolerance, self.input_scale = tolerance, input_scale
         # Input set 0 is (inputs, fn); ``add_input_set`` adds sets 1, 2, ... (``input_sets``, ``use_inputs``).
         self._fns: list[Callable[[], Any]] = [fn]
         self._alternate_inputs: list[dict[str, Any]] = []
@@ -299,8 +299,7 @@ class LocalSide:
             spec,
             seed=seed,
             device=self.device,
-            rtol=self.rtol,
-            atol=self.atol,
+            tolerance=self.tolerance,
         )
         found: list[Reason] = []
         if before is not None:
@@ -541,9 +540,9 @@ class LocalSide:
 
     def _check(self, out: torch.Tensor, ref: Any) -> CorrectnessResult:
         """``check_output`` of the output at the window's end, with the bad elements located."""
-        check = check_output(out, ref, rtol=self.rtol, atol=self.atol)
+        check = check_output(out, ref, self.tolerance)
         if not check.passed and isinstance(ref, torch.Tensor) and out.shape == ref.shape:
-            bad = mismatch_mask(out, ref, rtol=self.rtol, atol=self.atol)
+            bad = mismatch_mask(out, ref, self.tolerance)
             view, axes = logical_view(bad, self.bench, self.params)
             check.where = describe_where(view, axes)
         return check

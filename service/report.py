@@ -318,7 +318,8 @@ def check_summary(check: CorrectnessResult) -> str:
     """One line of a variant's correctness checks (``kernelab.runners.checks``), e.g. for the seed's conv3d:
 
     ``FAIL rel 0.543; repeats 12/200 failed, worst rel 0.3075, identical error (clobber), bad-set
-    Jaccard 1; deterministic over 20 runs; where: 9120/27648 bad (33%): ...``.
+    Jaccard 1; deterministic over 20 runs; where: 9120/27648 bad (33%): ...; tolerance: |out - ref|
+    <= ...`` (a failure names the rule it failed, ``CorrectnessResult.tolerance``).
     """
     parts = [f"{'ok' if check.passed else 'FAIL'} rel {_sci(check.rel_error)}"]
     r = check.repeats
@@ -358,6 +359,8 @@ def check_summary(check: CorrectnessResult) -> str:
     where = check.where or (r.where if r is not None else "") or (d.where if d is not None else "")
     if where:
         parts.append(f"where: {where}")
+    if not check.passed and check.tolerance:
+        parts.append(f"tolerance: {check.tolerance}")
     return "; ".join(parts)
 
 

@@ -66,11 +66,18 @@ class CorrectnessResult(_Metrics):
     rel_error: float | None = Field(default=None, description="||out-ref|| / ||ref||")
     max_abs_error: float | None = None
     cosine_similarity: float | None = None
-    rtol: float | None = None
-    atol: float | None = None
+    rtol: float | None = Field(
+        default=None, description="the isclose rtol used: the dtype's, plus a reduction's"
+    )
+    atol: float | None = Field(default=None, description="the isclose atol used, in the output's units")
     nonfinite: int = Field(default=0, ge=0, description="NaN/Inf elements in the output")
     dtype: Text | None = Field(default=None, description="the output's dtype, e.g. 'float32'")
     message: Text = ""
+    tolerance: Text = Field(
+        default="",
+        description="the rule the output was held to, with where each term comes from "
+        "(kernelab.kernels.tolerances); empty in results stored before it was recorded",
+    )
     # Results of kernelab.runners.checks; None where the check did not run.
     where: Text = Field(default="", description="bad elements in the output's logical coordinates")
     repeats: RepeatCheck | None = None

@@ -127,6 +127,7 @@ class _CountingScale(ScaleBenchmark):
 
 
 def test_sides_that_share_inputs_share_the_reference_of_a_checkpoint() -> None:
+    from kernelab.kernels.tolerances import Tolerance
     from kernelab.runners.sides import LocalSide
     from kernelab.runners.timing import CpuTimer
 
@@ -143,8 +144,7 @@ def test_sides_that_share_inputs_share_the_reference_of_a_checkpoint() -> None:
             fn=bench.prepare(v2, params, inputs),
             timer=timer,
             device=cpu,
-            rtol=1e-5,
-            atol=1e-5,
+            tolerance=Tolerance(rtol=1e-5, atol=1e-5),
         )
         for v, v2 in (("baseline", "honest"), ("candidate", "wrong"))
     ]

@@ -4,14 +4,16 @@ anything is measured: each one line naming the file and the method."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from pydantic import BaseModel
 
 import kernelab
-from kernelab.kernels.preflight import as_work, check_benchmark, check_work
+from kernelab.kernels.preflight import as_reduction, as_work, check_benchmark, check_work, tolerance_of
 from kernelab.service.schemas import JobSpec
 
 HERE = Path(__file__).name
@@ -184,3 +186,153 @@ def test_inputs_that_are_no_dict_fail_the_cell_naming_the_method() -> None:
     result = kernelab.measure(bench, "mul", "add", measurement=FAST)
     error = result.cells[0].error or ""
     assert "make_inputs" in error and "return a dict" in error
+
+
+def _matmul_bench(reduction: Any = None) -> kernelab.DefinedBenchmark:
+    """A user's float32 matmul in the function form: ``torch.matmul`` against itself."""
+    bench = kernelab.benchmark("gemm", params={"K": 1024})
+
+    @bench.inputs
+    def inputs(p, device, seed):
+        g = torch.Generator(device).manual_seed(seed)
+        return {"a": torch.randn(64, p.K, generator=g), "b": torch.randn(p.K, 64, generator=g)}
+
+    @bench.variant("torch")
+    def mm(p, a, b):
+        return a @ b
+
+    @bench.variant("again")
+    def again(p, a, b):
+        return torch.matmul(a, b)
+
+    @bench.reference
+    def reference(p, a, b):
+        return a.double() @ b.double()
+
+    @bench.work
+    def work(p, variant):
+        return kernelab.Work(flops=2 * 64 * 64 * p.K)
+
+    if reduction is not None:
+
+        @bench.reduction
+        def terms(p):
+            return reduction(p)
+
+    return bench
+
+
+def test_a_declared_reduction_lets_an_honest_float32_matmul_pass() -> None:
+    """Without a declared reduction the float32 pair of torch.testing marks an honest K = 1024
+    product wrong on this CPU, out loud and saying why; with ``@bench.reduction`` it passes."""
+    plain = kernelab.measure(_matmul_bench(), "torch", "again", measurement=FAST)
+    assert plain.verdicts() == ["incorrect"]
+    why = [r.message for r in plain.cells[0].reasons if r.code == "wrong-output"]
+    assert why and all("(float32 defaults of torch.testing); no reduction declared" in m for m in why)
+    declared = kernelab.measure(_matmul_bench(lambda p: p.K), "torch", "again", measurement=FAST)
+    assert declared.verdicts() != ["incorrect"]
+    check = declared.result.cells[0].correctness["candidate"] if declared.result else None
+    assert check is not None and check.passed and "[float32 sums of 1024]" in check.tolerance
+
+
+def test_compare_takes_the_reduction_too() -> None:
+    g = torch.Generator().manual_seed(3)
+    a, b = torch.randn(64, 1024, generator=g), torch.randn(1024, 64, generator=g)
+    kwargs: dict[str, Any] = dict(
+        inputs={"a": a, "b": b}, reference=lambda a, b: a.double() @ b.double(), measurement=FAST
+    )
+
+    def mm(a, b):
+        return torch.matmul(a, b)
+
+    assert kernelab.compare(mm, lambda a, b: a @ b, **kwargs).verdicts() == ["incorrect"]
+    assert kernelab.compare(mm, lambda a, b: a @ b, reduction=1024, **kwargs).verdicts() != ["incorrect"]
+    with pytest.raises(kernelab.BenchmarkError, match="returned 0: length: Input should be greater"):
+        kernelab.compare(mm, mm, reduction=0, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("returned", "message"),
+    [(0, "returned 0: length: Input should be greater than or equal to 1"),
+     (2.5, "returned float 2.5; return the number of terms"),
+     ({"length": 8, "accumulate": "fp128"}, "accumulate: Value error, no default tolerances for dtype")],
+)  # fmt: skip
+def test_reduction_mistakes_are_found_before_measuring(returned: Any, message: str) -> None:
+    bench = _matmul_bench(lambda p: returned)
+    with pytest.raises(
+        kernelab.BenchmarkError, match=rf"{HERE}:\d+: terms \(@gemm.reduction\) .*{re.escape(message)}"
+    ):
+        kernelab.measure(bench, "torch", "again", measurement=FAST)
+
+
+class GemmParams(kernelab.Params):
+    K: int = 64
+    dtype: str = "bfloat16"
+
+
+class OwnTolerances(Scale):
+    Params = GemmParams  # type: ignore[assignment]
+
+    def tolerances(self, params):
+        return (0.5, 1e-3)
+
+    def reduction(self, params):
+        return kernelab.Reduction(length=params.K, partials=params.dtype)
+
+
+def test_where_the_tolerance_comes_from() -> None:
+    params = GemmParams()
+    default = tolerance_of(Scale(), ScaleParams())
+    assert (default.rtol, default.atol, default.reduction) == (1.3e-6, 1e-5, None)
+    assert default.source == "float32 defaults of torch.testing"
+    own = tolerance_of(OwnTolerances(), params)
+    assert (own.rtol, own.atol, own.source) == (0.5, 1e-3, "OwnTolerances.tolerances()")
+    assert own.reduction == kernelab.Reduction(length=64, partials="bfloat16")
+    spec = tolerance_of(OwnTolerances(), params, rtol=1e-2)
+    assert (spec.rtol, spec.atol) == (1e-2, 1e-3) and spec.reduction == own.reduction
+    assert spec.source == "the spec's correctness.rtol, atol: OwnTolerances.tolerances()"
+    both = tolerance_of(Scale(), ScaleParams(), rtol=1e-2, atol=0.0)
+    assert both.source == "the spec's correctness.rtol/atol"
+    function_form = _matmul_bench(lambda p: p.K)
+
+    @function_form.tolerances
+    def loose(p):
+        return (1e-3, 1e-4)
+
+    made = tolerance_of(function_form, function_form.parse_params({}))
+    assert made.source == "@gemm.tolerances" and made.reduction == kernelab.Reduction(length=1024)
+
+
+def test_tolerances_that_are_no_pair_are_named() -> None:
+    bench = _matmul_bench()
+
+    @bench.tolerances
+    def bad(p):
+        return {"rtol": 1e-3}
+
+    with pytest.raises(
+        kernelab.BenchmarkError, match=rf"{HERE}:\d+: bad \(@gemm.tolerances\) returned .*rtol, atol"
+    ):
+        kernelab.measure(bench, "torch", "again", measurement=FAST)
+
+
+def test_a_reduction_that_raises_is_named_before_measuring() -> None:
+    def boom(p):
+        raise KeyError("K")
+
+    with pytest.raises(kernelab.BenchmarkError, match=r"@gemm.reduction\) raised KeyError: 'K'"):
+        kernelab.measure(_matmul_bench(boom), "torch", "again", measurement=FAST)
+
+
+def test_a_reduction_of_another_kernelab_copy_is_read_by_its_fields() -> None:
+    """A revision's benchmark returns its own copy's ``Reduction`` (``kernelab.runners.revision_worker``)."""
+
+    class Reduction(BaseModel):  # what another copy of kernels/tolerances.py defines
+        length: int
+        accumulate: str = "float32"
+        inputs: str | None = None
+        partials: str | None = "bfloat16"
+        torch_op: str | None = None
+
+    made = as_reduction(Scale(), Reduction(length=96))
+    assert made == kernelab.Reduction(length=96, partials="bfloat16")

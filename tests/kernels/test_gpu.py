@@ -22,6 +22,7 @@ from kernelab.kernels._device import configure_triton_env
 configure_triton_env("cuda")
 import torch
 from kernelab.kernels import get_benchmark
+from kernelab.kernels.preflight import tolerance_of
 from kernelab.kernels.check import check_output, poison_
 
 cells = json.loads(sys.argv[1])
@@ -33,8 +34,7 @@ for name, variant, values in cells:
     out = poison_(fn())
     out = fn()
     torch.cuda.synchronize()
-    rtol, atol = bench.tolerances(params)
-    res = check_output(out, bench.reference(params, inputs), rtol=rtol, atol=atol)
+    res = check_output(out, bench.reference(params, inputs), tolerance_of(bench, params))
     print(json.dumps({"cell": [name, variant, values], "passed": res.passed, "message": res.message}))
 """
 

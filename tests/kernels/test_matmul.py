@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from kernelab.kernels import BenchmarkError, get_benchmark
 from kernelab.kernels.check import check_output, poison_
 from kernelab.kernels.matmul import MatmulParams
+from kernelab.kernels.preflight import tolerance_of
 
 CPU = torch.device("cpu")
 SHAPE = {"M": 64, "N": 48, "K": 40}  # no dimension a multiple of 32: every edge is masked
@@ -24,8 +25,7 @@ def _check(variant: str, **values: Any) -> Any:
     fn = bench.prepare(variant, params, inputs)
     out = poison_(fn())
     assert fn() is out and out.shape == (params.M, params.N) and out.dtype == inputs["a"].dtype
-    rtol, atol = bench.tolerances(params)
-    return check_output(out, bench.reference(params, inputs), rtol=rtol, atol=atol), out
+    return check_output(out, bench.reference(params, inputs), tolerance_of(bench, params)), out
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
@@ -59,8 +59,7 @@ def test_a_wrong_product_fails() -> None:
     params = bench.parse_params(SHAPE)
     inputs = bench.make_inputs(params, CPU, seed=0)
     out = bench.prepare("triton", params, {"a": inputs["a"], "b": inputs["b"].roll(1, dims=0)})()
-    rtol, atol = bench.tolerances(params)
-    res = check_output(out, bench.reference(params, inputs), rtol=rtol, atol=atol)
+    res = check_output(out, bench.reference(params, inputs), tolerance_of(bench, params))
     assert not res.passed and res.cosine_similarity < 0.5
 
 
@@ -74,17 +73,18 @@ def test_work_is_the_traffic_floor() -> None:
     assert bench.work(params, "torch") == work
 
 
-def test_tolerances_grow_with_k_and_with_tf32() -> None:
+def test_the_reduction_is_k_float32_sums_with_tf32_and_16_bit_partials() -> None:
     bench = get_benchmark("matmul")
-    rtol, atol = bench.tolerances(MatmulParams(M=1, N=1, K=4096))
-    assert rtol == 1.3e-6
-    assert atol == pytest.approx(1e-5 + 6 * 2**-24 * 4096 / math.sqrt(2))
-    rtol32, atol32 = bench.tolerances(MatmulParams(M=1, N=1, K=4096, input_precision="tf32"))
-    assert rtol32 == 1e-3 and atol32 > atol + 6 * 2**-11 * 64 * 0.8
-    rtol16, atol16 = bench.tolerances(MatmulParams(M=1, N=1, K=2050, dtype="float16"))
-    assert rtol16 == 1e-3
-    assert atol16 == pytest.approx(1e-5 + 6 * (2**-24 * 2050 / math.sqrt(2) + 2**-11 * math.sqrt(2050)))
-    assert bench.tolerances(MatmulParams(M=1, N=1, K=64, dtype="bfloat16"))[0] == 1.6e-2
+    plain = bench.reduction(MatmulParams(M=1, N=1, K=4096))
+    assert (plain.length, plain.accumulate, plain.inputs, plain.partials) == (4096, "float32", None, None)
+    assert plain.torch_op == "matmul"  # torch's own float32 setting decides its inputs
+    assert bench.reduction(MatmulParams(M=1, N=1, K=64, input_precision="tf32")).inputs == "tf32"
+    assert bench.reduction(MatmulParams(M=1, N=1, K=64, input_precision="tf32x3")).inputs is None
+    assert bench.reduction(MatmulParams(M=1, N=1, K=2050, dtype="float16")).partials == "float16"
+    tolerance = tolerance_of(bench, MatmulParams(M=1, N=1, K=4096))
+    assert (tolerance.rtol, tolerance.atol) == (1.3e-6, 1e-5)  # torch.testing's float32 pair
+    assert tolerance.growth("float32") == pytest.approx(6 * math.sqrt(4096) * 2**-24)
+    assert tolerance.growth("float32", "tf32") == pytest.approx(6 * (math.sqrt(4096) * 2**-24 + 2**-11))
 
 
 def test_tf32_is_refused_for_the_torch_variant() -> None:

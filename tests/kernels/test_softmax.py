@@ -10,7 +10,9 @@ import torch
 from kernelab.kernels import BenchmarkError, get_benchmark
 from kernelab.kernels._device import import_triton_kernels
 from kernelab.kernels.check import check_output, poison_
+from kernelab.kernels.preflight import tolerance_of
 from kernelab.kernels.softmax import FLOPS_PER_ELEMENT, SoftmaxParams, launch_config
+from kernelab.kernels.tolerances import Tolerance
 
 CPU = torch.device("cpu")
 
@@ -37,8 +39,7 @@ def _run(variant: str, **values: Any) -> tuple[torch.Tensor, torch.Tensor, Softm
 def test_matches_reference(variant: str, blocks: dict[str, int], dtype: str) -> None:
     out, ref, params = _run(variant, M=61, N=200, dtype=dtype, **blocks)  # M not a multiple of BLOCK_M
     assert out.dtype == getattr(torch, dtype) and out.shape == (61, 200)
-    rtol, atol = get_benchmark("softmax").tolerances(params)
-    res = check_output(out, ref, rtol=rtol, atol=atol)
+    res = check_output(out, ref, tolerance_of(get_benchmark("softmax"), params))
     assert res.passed, res.message
     assert res.cosine_similarity > 0.9999
 
@@ -50,7 +51,7 @@ def test_unwritten_rows_show_as_nan_and_fail() -> None:
     out = poison_(torch.empty_like(x))
     kernels = import_triton_kernels("kernelab.kernels.triton_kernels.softmax", CPU)
     kernels.make_softmax(x[:-3], out[:-3], BLOCK_M=8, BLOCK_N=256, num_warps=4)()  # forgets 3 rows
-    res = check_output(out, bench.reference(params, {"x": x}), rtol=1.3e-6, atol=1e-5)
+    res = check_output(out, bench.reference(params, {"x": x}), Tolerance(rtol=1.3e-6, atol=1e-5))
     assert not res.passed
     assert res.nonfinite == 3 * 200
     assert "bad rows 3/64: 61, 62, 63" in res.message
@@ -58,9 +59,9 @@ def test_unwritten_rows_show_as_nan_and_fail() -> None:
 
 def test_wrong_normalisation_fails() -> None:
     out, ref, params = _run("triton", M=8, N=33)
-    rtol, atol = get_benchmark("softmax").tolerances(params)
-    assert check_output(out, ref, rtol=rtol, atol=atol).passed
-    assert not check_output(out * 1.001, ref, rtol=rtol, atol=atol).passed
+    tolerance = tolerance_of(get_benchmark("softmax"), params)
+    assert check_output(out, ref, tolerance).passed
+    assert not check_output(out * 1.001, ref, tolerance).passed
 
 
 def test_inputs_are_seeded_normal() -> None:

@@ -11,6 +11,7 @@ import torch
 from kernelab.kernels import Benchmark, Params
 from kernelab.kernels.bi_matmul import BatchInvariantMatmulBenchmark
 from kernelab.kernels.conv3d import Conv3dBenchmark, Conv3dParams, alias_offsets, aliases
+from kernelab.kernels.preflight import tolerance_of
 from kernelab.runners.checks import describe_where, run_checks
 from kernelab.runners.job import run_job
 from kernelab.service.report import check_summary, format_table, to_markdown
@@ -28,7 +29,6 @@ SEED_SHAPE = {"N": 1, "C": 8, "D": 4, "H": 8, "W": 9, "K": 16, "BLOCK_N": 16, "B
 def _checks(bench: Benchmark[Any], variant: str, values: dict[str, Any], spec: CorrectnessSpec):
     params = bench.parse_params(values)
     inputs = bench.make_inputs(params, CPU, 0)
-    rtol, atol = bench.tolerances(params)
     fn = bench.prepare(variant, params, inputs)
     return run_checks(
         bench,
@@ -40,8 +40,7 @@ def _checks(bench: Benchmark[Any], variant: str, values: dict[str, Any], spec: C
         spec,
         seed=0,
         device=CPU,
-        rtol=rtol,
-        atol=atol,
+        tolerance=tolerance_of(bench, params),
     )
 
 
@@ -74,6 +73,9 @@ def test_unguarded_conv3d_is_reported_with_the_clobbered_pattern() -> None:
     assert "channel 1-15 (15/16)" in bad.where and "pixel 0-95 (96/288)" in bad.where
     assert not bad.passed and not is_nondeterministic(bad)  # a deterministic clobber under the interpreter
     assert "identical error (clobber)" in check_summary(bad)
+    # the rule it failed, with its sources: float16's pair and the C * 3**3 = 216 sums
+    assert "(float16 defaults of torch.testing) + 6 (sqrt(216) 2^-24 [float32 sums of 216]" in bad.tolerance
+    assert "2^-11 [float16 partials]" in bad.tolerance and f"tolerance: {bad.tolerance}" in check_summary(bad)
 
     good, _ = _checks(bench, "triton", {**SEED_SHAPE, "row_guard": True}, spec)
     assert good.passed and good.where == "" and good.repeats is not None and good.repeats.failures == 0

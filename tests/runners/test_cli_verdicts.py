@@ -56,6 +56,8 @@ def test_fast_but_wrong_reads_incorrect_and_exits_1(tmp_path: Path) -> None:
     assert "faster" not in text and "verdicts: 2 incorrect" in text
     why = text.split("\nwhy:\n", 1)[1].splitlines()
     assert why[0].startswith("  incorrect  M=32, N=256: candidate: FAIL: 8192/8192 elements (100%) outside")
+    rule = "tolerance: |out - ref| <= 1e-05 + 1.3e-06 |ref|: rtol 1.3e-06, atol 1e-05 (float32 defaults of"
+    assert rule in why[0] and "torch.testing); no reduction declared" in why[0]
     assert result.stderr.splitlines()[-2:] == [
         "gate failed (--fail-on failed,incorrect): 2 of 2 cells",
         "  incorrect: 2 cells (M=32, N=256; M=32, N=1024)",
@@ -63,6 +65,7 @@ def test_fast_but_wrong_reads_incorrect_and_exits_1(tmp_path: Path) -> None:
     markdown = out_md.read_text()
     assert markdown.count("| ❌ **incorrect** |") == 2 and "**faster**" not in markdown
     assert "- ❌ **incorrect** · M=32, N=256: candidate: FAIL:" in markdown
+    assert "tolerance: \\|out - ref\\| \\<= 1e-05 + 1.3e-06 \\|ref\\|: rtol 1.3e-06" in markdown
 
 
 @pytest.mark.usefixtures("wrongbench")

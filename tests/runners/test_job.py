@@ -13,11 +13,13 @@ import torch
 from pydantic import Field
 
 from kernelab.kernels import Benchmark, BenchmarkError, Params
+from kernelab.kernels.tolerances import Tolerance
 from kernelab.runners.cells import check_variant, resolve_device
 from kernelab.runners.job import device_name, run_job
 from kernelab.service.schemas import JobResult, JobSpec, Work
 from kernelab.service.stats import compare
 
+EXACTISH = Tolerance(rtol=1e-6, atol=0.0)
 NO_PROBES = {"copy_bandwidth": False, "all_reduce": False, "nvml": False}
 QUICK = {"warmup_ms": 1.0, "budget_ms": 100.0, "min_rounds": 3, "max_rounds": 12, "target_ci_pct": 50.0}
 
@@ -158,7 +160,7 @@ def test_check_variant_poisons_the_output():
         torch.mul(x[:-1], 2, out=out[:-1])
         return out
 
-    result = check_variant(skips_last, ref, inputs, rtol=1e-6, atol=0.0, device=torch.device("cpu"))
+    result = check_variant(skips_last, ref, inputs, tolerance=EXACTISH, device=torch.device("cpu"))
     assert not result.passed and result.nonfinite == 1
 
 
@@ -167,7 +169,7 @@ def test_check_variant_never_poisons_an_input():
     before = x.clone()
     ref = x.to(torch.float64)
     cpu = torch.device("cpu")
-    result = check_variant(lambda: x.mul_(1.0), ref, {"x": x}, rtol=1e-6, atol=0.0, device=cpu)
+    result = check_variant(lambda: x.mul_(1.0), ref, {"x": x}, tolerance=EXACTISH, device=cpu)
     assert result.passed
     assert torch.equal(x, before)
 

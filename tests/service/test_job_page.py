@@ -26,6 +26,7 @@ from kernelab.service.schemas import (
     JobResult,
     ProbeReport,
     Reason,
+    RepeatCheck,
     SampleColumns,
     TimedCheck,
 )
@@ -273,3 +274,46 @@ def test_wrong_under_timing_reads_incorrect_with_its_reason_and_timed_checks(api
     assert row.count('class="num void-timing"') == 2 and 'class="num nowrap void-timing"' in row
     listing = api.client.get("/", headers=api.admin).text
     assert '<span class="badge verdict-incorrect" title="1 cell(s) incorrect">1 incorrect</span>' in listing
+
+
+def test_an_incorrect_cell_shows_the_tolerance_it_failed_and_old_results_their_numbers(api) -> None:  # type: ignore[no-untyped-def]
+    """The rule a failing output was held to, with its sources, in the cell's reason and in the
+    correctness table; a result stored before the rule was recorded shows its rtol and atol."""
+    import torch
+
+    from kernelab.kernels.check import check_output
+    from kernelab.kernels.tolerances import Reduction, Tolerance
+
+    runner = api.runner("node-a")
+    spec = spec_dict(sweep={"M": [4], "N": [64]})
+    job_id = api.submit(spec)
+    assert api.client.post("/api/v1/runners/claim", json={}, headers=runner).status_code == 200
+    result = job_result(job_id, spec=spec, key=f"tolerance-{job_id}")
+    ref = torch.randn(64, 64, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    rule = Tolerance(
+        rtol=1.3e-6, atol=1e-5, source="float32 defaults of torch.testing", reduction=Reduction(length=512)
+    )
+    bad = check_output((ref + 0.5).float(), ref, rule)
+    bad.repeats = RepeatCheck(runs=2, failures=2)
+    old = CorrectnessResult.model_validate(
+        {
+            "passed": True,
+            "rel_error": 1e-7,
+            "rtol": 1e-5,
+            "atol": 1e-6,
+            "message": "ok",
+            "repeats": {"runs": 2},
+        }
+    )
+    assert old.tolerance == ""  # stored before it was recorded: still readable
+    cells = [result.cells[0].model_copy(update={"correctness": {"baseline": old, "candidate": bad}})]
+    posted = api.post_result(job_id, result.model_copy(update={"cells": cells}), runner)
+    assert posted.status_code == 201, posted.text
+    comparison = api.client.get(f"/api/v1/jobs/{job_id}/comparison", headers=api.admin).json()
+    assert comparison["cells"][0]["verdict"] == "incorrect"
+
+    page = html.unescape(api.client.get(f"/jobs/{job_id}", headers=api.admin).text)
+    assert f"candidate: {bad.message}" in page and "[float32 sums of 512]" in bad.message
+    table = page.split('id="correctness-table"', 1)[1].split("</table>", 1)[0]
+    tolerances = re.findall(r'<td class="tolerance">(.*?)</td>', table, re.S)
+    assert tolerances == ["rtol 1.00e-05, atol 1.00e-06", bad.tolerance]
