@@ -41,8 +41,8 @@ def gemm32(out: Path, runs: int) -> None:
                 rel = [c.rel_error for c in cell.correctness.values()]
                 tol = cell.correctness["baseline"].tolerance if "baseline" in cell.correctness else ""
                 row = {"part": "gemm32", "run": run, "size": size, "verdict": cell.verdict, "rel": rel,
-                       "reasons": [r.code for r in cell.reasons], "messages": [r.message for r in cell.reasons],
-                       "tolerance": tol}  # fmt: skip
+                       "reasons": [r.code for r in cell.reasons], "tolerance": tol,
+                       "messages": [r.message for r in cell.reasons]}  # fmt: skip
                 log.write(json.dumps(row) + "\n")
                 print(f"| {run} | {size} | {cell.verdict} | {rel} | {tol[:80]} | {wall:.1f} |", flush=True)
 
