@@ -325,20 +325,24 @@ _CANARY_SAMPLES = 3
 
 def _canary_gbps(device: torch.device) -> float | None:
     """Device-local copy bandwidth (GB/s) measured in this process with kernelab's own timing code
-    (``kernelab.runners.probes.copy_bandwidth``, 3 samples); None off CUDA or when it cannot run."""
+    (``kernelab.runners.probes.copy_bandwidth``, 3 samples); None off CUDA or when it cannot run
+    (a CUDA error, or a reading no copy gives: events that read no time)."""
     if device.type != "cuda":
         return None
     try:
         index = device.index if device.index is not None else torch.cuda.current_device()
         return measure_cuda_copy(index, samples=_CANARY_SAMPLES).bandwidth_gbps
-    except RuntimeError:
+    except (RuntimeError, ValueError):
         logger.warning("copy-bandwidth canary failed", exc_info=True)
         return None
 
 
 def _canary_check(result: CellResult, reference_gbps: float | None, device: torch.device) -> None:
-    """After a cell: the canary again; a ``node-changed`` finding when it left the band."""
+    """After a cell: the canary again; a ``node-changed`` finding when it left the band. Not after
+    a cell whose timing functions were replaced (``timer-tampered``): the canary times with them."""
     if reference_gbps is None or result.error is not None:
+        return
+    if any(f.code == "timer-tampered" for f in result.findings):
         return
     with phase(result, "canary"):
         now = _canary_gbps(device)

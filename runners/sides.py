@@ -424,16 +424,20 @@ class LocalSide:
                 check.message += f"; not refilled (no tensor of a fixed shape): {', '.join(unfilled)}"
         return self._result(kind, rounds, seed, launches, ns, check, findings)
 
-    def _refill(self, seed: int, references: References | None) -> tuple[list[str], Any]:
-        """Refill the inputs with those of ``seed``; the keys not refilled and the float64
-        reference of the refilled inputs (computed before any call can touch them, or taken from
-        ``references`` when the other side of the cell computed it for the same inputs)."""
+    def _refill(
+        self, seed: int, references: References | None, inputs: dict[str, Any] | None = None
+    ) -> tuple[list[str], Any]:
+        """Refill the inputs (set 0's, or ``inputs``) with those of ``seed``; the keys not refilled
+        and the float64 reference of the refilled inputs (computed before any call can touch them,
+        or taken from ``references`` when the other side of the cell computed it for the same
+        inputs)."""
+        inputs = self.inputs if inputs is None else inputs
         fresh = scale_inputs(self.bench.make_inputs(self.params, self.device, seed), self.input_scale)
-        unfilled = refill_inputs(self.inputs, fresh)
-        key = (seed, id(self.inputs))
+        unfilled = refill_inputs(inputs, fresh)
+        key = (seed, id(inputs))
         if references is not None and key in references:
             return unfilled, references[key]
-        ref = self.bench.reference(self.params, self.inputs)
+        ref = self.bench.reference(self.params, inputs)
         if references is not None:
             references[key] = ref
         return unfilled, ref
@@ -466,11 +470,16 @@ class LocalSide:
         (``Timer.replay_rejected``: it holds memcpy/memset nodes), replayed once on fresh inputs and
         checked: a call that is right eagerly but wrong when its graph is replayed is wrong for a
         user who replays it (``wrong-under-graph-replay``), whatever timer times the cell."""
-        why = self.timer.rejected_graph(self.fn)
-        if why is None:
+        # the graph of whichever input set's callable was captured: once one set's capture is
+        # refused, the engine moves the side's other sets to the fallback before their capture
+        found = [
+            (k, why) for k, fn in enumerate(self._fns) if (why := self.timer.rejected_graph(fn)) is not None
+        ]
+        if not found:
             return []
-        _, ref = self._refill(seed, references)
-        out = self.timer.replay_rejected(self.fn)
+        k, why = found[0]
+        _, ref = self._refill(seed, references, self.inputs if k == 0 else self._alternate_inputs[k - 1])
+        out = self.timer.replay_rejected(self._fns[k])
         if not isinstance(out, torch.Tensor):
             return []  # not-a-tensor is told by the timed check
         check = self._check(out, ref)
