@@ -26,11 +26,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
-from fastapi.routing import APIRoute
 from pydantic import ValidationError, ValidatorFunctionWrapHandler, WrapValidator
 
 from kernelab.service import crud
 from kernelab.service.api.deps import JobId, RunnerToken, SessionDep, SettingsDep
+from kernelab.service.api.door import DoorRequest, DoorRoute
 from kernelab.service.api.errors import validate_json_body
 from kernelab.service.runner_identity import check_node
 from kernelab.service.schemas import JobResult, ResultAccepted
@@ -61,7 +61,7 @@ def _validate_into(raw: _RawJSON) -> None:
         raw.error = exc
 
 
-class _RawJSONRequest(Request):
+class _RawJSONRequest(DoorRequest):
     async def json(self) -> Any:
         """The body's bytes, validated in a worker thread (seconds of CPU for a large sweep must
         not stop the event loop: every other request of this process waits while it runs), then
@@ -94,16 +94,18 @@ def _gc_paused() -> Iterator[None]:
                 gc.enable()
 
 
-class _RawJSONRoute(APIRoute):
-    """An ``APIRoute`` whose JSON body reaches validation as bytes (FastAPI's documented custom
-    ``Request``/``APIRoute`` pattern), with the garbage collector paused for the request."""
+class _RawJSONRoute(DoorRoute):
+    """A ``DoorRoute`` whose JSON body reaches validation as bytes (``_RawJSONRequest``), with the
+    garbage collector paused for the request."""
+
+    request_class = _RawJSONRequest
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
 
         async def raw_json_handler(request: Request) -> Response:
             with _gc_paused():
-                return await handler(_RawJSONRequest(request.scope, request.receive))
+                return await handler(request)
 
         return raw_json_handler
 

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 
 from kernelab.service import crud, gangs, offers, queue, workload_store
 from kernelab.service.api.deps import AdminToken, JobId, RunnerCallDep, SessionDep
+from kernelab.service.api.door import DoorRoute
 from kernelab.service.api.errors import bounded_errors, validate_json_body
 from kernelab.service.auth import Principal
 from kernelab.service.core.config import Settings
@@ -55,7 +56,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         await watch.aclose()
 
 
-router = APIRouter(prefix="/runners", tags=["runners"], lifespan=_lifespan)
+router = APIRouter(prefix="/runners", tags=["runners"], lifespan=_lifespan, route_class=DoorRoute)
 
 
 @router.post("/register")
