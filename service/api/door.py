@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any, ClassVar
+from typing import Any
 from urllib.parse import unquote_to_bytes
 
 from fastapi import FastAPI, Request, Response
@@ -44,19 +44,19 @@ class DoorRequest(Request):
 
 
 class DoorRoute(APIRoute):
-    """An ``APIRoute`` whose handler gets a ``request_class`` request (FastAPI's documented custom
-    ``Request``/``APIRoute`` pattern): ``DoorRequest``, or a subclass of it for a route that reads
-    its body its own way. Every router of the app uses it (``route_class=DoorRoute``; a test
-    checks every route)."""
+    """An ``APIRoute`` whose handler gets the request ``make_request`` makes (FastAPI's documented
+    custom ``Request``/``APIRoute`` pattern): a ``DoorRequest``, or a subclass of it for a route
+    that reads its body its own way. Every router of the app uses it (``route_class=DoorRoute``;
+    a test checks every route)."""
 
-    request_class: ClassVar[type[Request]] = DoorRequest
+    def make_request(self, request: Request) -> Request:
+        return DoorRequest(request.scope, request.receive)
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
-        request_class = self.request_class
 
         async def door_handler(request: Request) -> Response:
-            return await handler(request_class(request.scope, request.receive))
+            return await handler(self.make_request(request))
 
         return door_handler
 

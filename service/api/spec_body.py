@@ -19,18 +19,17 @@ concurrent ``/healthz`` for 10.4 s, and every other request of the process as lo
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Annotated, Any
 
-from fastapi import HTTPException, status
+from fastapi import HTTPException, Request, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError, ValidatorFunctionWrapHandler, WrapValidator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from kernelab.service.api.door import DoorRequest, DoorRoute
-from kernelab.service.api.errors import MAX_ERRORS, bounded_errors, validate_json_body
+from kernelab.service.api.errors import MAX_ERRORS, bounded_errors, decode_json, validate_json_body
 from kernelab.service.schemas import JobSpec, WorkloadSpec, is_workload
 
 DEFAULT_MAX_SPEC_BYTES = 1024 * 1024  # KERNELAB_MAX_SPEC_BYTES's default (see the module doc)
@@ -65,7 +64,7 @@ _WORKLOAD_KIND = re.compile(rb'"kind"\s*:\s*"workload"')
 
 def _asks_workload(data: bytes) -> bool:
     try:
-        return is_workload(json.loads(data))
+        return is_workload(decode_json(data))
     except ValueError:
         return False
 
@@ -137,7 +136,8 @@ class _SpecRequest(DoorRequest):
 class SpecBodyRoute(DoorRoute):
     """A ``DoorRoute`` whose JSON body is bounded and validated off the event loop."""
 
-    request_class = _SpecRequest
+    def make_request(self, request: Request) -> Request:
+        return _SpecRequest(request.scope, request.receive)
 
 
 def _from_raw(value: Any, handler: ValidatorFunctionWrapHandler) -> JobSpec | WorkloadSpec:

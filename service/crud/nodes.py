@@ -43,7 +43,8 @@ def register_runner(*, session: Session, name: str, node: NodeInfo | None) -> tu
         runner.node_name = node.hostname
     runner.last_seen_at = now
     session.flush()
-    return runner, create_token(session, f"runner:{name}", ["runner"], runner_id=runner.id)
+    label = f"runner:{name}"[: models.Token.__table__.c.name.type.length]  # a 200-character name: 207
+    return runner, create_token(session, label, ["runner"], runner_id=runner.id)
 
 
 def runner_device_type(*, session: Session, runner_id: int) -> str | None:
