@@ -12,6 +12,7 @@ and past int64, one item more than ``maxItems`` / ``maxProperties``, NaN and Inf
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -116,10 +117,10 @@ def hostile(slot: Slot) -> list[Value]:
             if limit < TOO_LONG:
                 out.append(Value("too-long", "a" * (limit + 1)))
     elif kind == "integer":
-        if s["maximum"] < INT64:
+        if float(s["maximum"]) < float(INT64):
             out.append(Value("over-maximum", int(s["maximum"]) + 1))
         out.append(Value("over-int64", INT64 + 1))
-        if s["minimum"] > -INT64:
+        if float(s["minimum"]) > float(-INT64):
             out.append(Value("under-minimum", int(s["minimum"]) - 1))
         out.append(Value("under-int64", -INT64 - 2))
     elif kind == "number":
@@ -134,6 +135,29 @@ def hostile(slot: Slot) -> list[Value]:
         if key_limit is not None:
             out.append(Value("too-long-key", "k" * (key_limit + 1), key=True))
     return out
+
+
+def missing_bound(slot: Slot) -> str | None:
+    """What bound ``slot``'s schema lacks (None: bounded): a string's ``maxLength``, an integer's
+    ``minimum`` and ``maximum`` within int64, a list's ``maxItems``, a mapping's ``maxProperties``
+    and its keys' ``maxLength``."""
+    s = slot.schema
+    kind = s.get("type")
+    if kind == "string" and not ({"enum", "const"} & s.keys()) and s.get("format") != "date-time":
+        return None if "maxLength" in s else "maxLength"
+    if kind == "integer":  # FastAPI's OpenAPI model holds bounds as floats: int64's shows as 2.0**63
+        ok = float(-INT64) <= float(s.get("minimum", -math.inf)) and float(
+            s.get("maximum", math.inf)
+        ) <= float(INT64)
+        return None if ok else f"minimum/maximum within int64 (has {s.get('minimum')}, {s.get('maximum')})"
+    if kind == "array":
+        return None if "maxItems" in s else "maxItems"
+    if kind == "object" and isinstance(s.get("additionalProperties"), dict):
+        keys = s.get("propertyNames", {})
+        if "maxProperties" not in s:
+            return "maxProperties"
+        return None if "maxLength" in keys or "enum" in keys else "propertyNames.maxLength"
+    return None
 
 
 def _item(schema: dict[str, Any]) -> Any:

@@ -23,15 +23,16 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
 import pytest
 from factories import job_result, probe_report, spec_dict
-from hostile import INT64, Slot, Value, encode, hostile, naming_errors, put, slots
+from fastapi.routing import APIRoute, iter_route_contexts
+from hostile import INT64, Slot, Value, encode, hostile, missing_bound, naming_errors, put, slots
 
+from kernelab.service.api.door import DoorRoute
 from kernelab.service.schemas import (
     BatchInvarianceCheck,
     BitwiseComparison,
@@ -57,7 +58,12 @@ ORDER = [
     ("post", "/api/v1/runners/jobs/{job_id}/gang"), ("post", "/api/v1/runners/jobs/{job_id}/workload-result"),
     ("post", "/api/v1/jobs"), ("post", "/api/v1/jobs/{job_id}/results"),
 ]  # fmt: skip
-"""Operations with a body, cheapest first: a component is walked through the first that reaches it."""
+"""Operations with a body, cheapest first: a component's fields are walked through the first."""
+STORING = [
+    ("post", "/api/v1/runners/register"), ("post", "/api/v1/nodes/{name}/probes"), ("post", "/api/v1/tokens"),
+    ("post", "/api/v1/jobs"), ("post", "/api/v1/runners/claim"),
+]  # fmt: skip
+"""Operations posted at the maxima as they are (the others below need a fresh bisect or job each)."""
 
 
 @dataclass
@@ -108,51 +114,62 @@ class Target:
     def base(self, method: str, route: str) -> Base:
         """A valid request of ``method route`` on this target's state."""
         ids = {"job_id": self.job, "bisect_id": self.bisect, "token_id": self.token_id, "name": NODE}
-        path = {k: v for k, v in ids.items() if "{" + k + "}" in route}
-        spec_pins = (("spec",),)
-        bodies: dict[tuple[str, str], Base] = {
-            ("post", "/api/v1/runners/register"): Base(body={"name": "hostile-runner", "node": {
-                "hostname": "hostile-second", "device_type": "cpu", "device_name": "cpu", "device_count": 1,
-                "l2_bytes": 1, "driver_version": "1", "cuda_version": "1", "torch_version": "1",
-                "triton_version": "1", "python_version": "3"}}),
-            ("post", "/api/v1/nodes/{name}/probes"): Base(body=_probe(), role="runner"),
-            ("post", "/api/v1/tokens"): Base(body={"name": "hostile", "scopes": ["read"]}),
-            ("post", "/api/v1/bisects"): Base(body=self.bisect_body(),
-                                              pinned=(("good",), ("bad",), ("commits", 0, "sha"), *spec_pins)),
-            ("post", "/api/v1/bisects/{bisect_id}/steps"): Base(body={
-                "job_id": self.job, "commit": "bbbb", "outcome": "bad", "reason": "r", "cell": "c",
-                "verdict": "slower", "ratio": 1.1, "ci_low": 1.0, "ci_high": 1.2, "attempt": 1,
-                "summary": {"slower": 1}}, pinned=(("commit",),)),
-            ("post", "/api/v1/bisects/{bisect_id}/finish"): Base(
-                body={"status": "found", "first_bad": "bbbb", "message": "m"}, pinned=(("first_bad",),)),
-            ("post", "/api/v1/runners/claim"): Base(body={"wait_s": 0, "benchmarks": {"benchmarks": [{
-                "names": ["hostile-bench"], "variants": ["a"], "params_schema": {"type": "object"},
-                "code_version": "1", "description": "d"}]}}, role="runner",
-                pinned=(("benchmarks", "benchmarks", 0, "params_schema"),)),
-            ("post", "/api/v1/runners/jobs/{job_id}/heartbeat"): Base(body={"lease_s": 60, "progress": {
-                "cell": 0, "cells": 2, "cells_done": 0, "phase": "measuring", "message": "m",
-                "elapsed_s": 1.0, "eta_s": 2.0}}, role="runner"),
-            ("post", "/api/v1/runners/jobs/{job_id}/fail"): Base(body={"error": "e", "retry": False}, role="runner"),
-            ("post", "/api/v1/runners/jobs/{job_id}/gang"): Base(body={"lease_s": 60}, role="runner"),
-            ("post", "/api/v1/runners/jobs/{job_id}/workload-result"): Base(body=_workload_result(), role="runner"),
-            ("post", "/api/v1/jobs"): Base(body=spec_dict(), pinned=(
-                ("benchmark",), ("baseline", "variant"), ("candidate", "variant"), ("sweep",), ("device",))),
-            ("post", "/api/v1/jobs/{job_id}/results"): Base(body=_result(self.job), role="runner", pinned=(
-                ("job_id",), *spec_pins, ("node", "hostname"), ("node", "device_type"), ("cells", 0, "index"),
-                ("cells", 1, "index"), ("cells", 0, "params"), ("cells", 1, "params"), ("cells", 0, "samples"),
-                ("cells", 1, "samples"), ("schema_version",))),
-        }  # fmt: skip
-        base = bodies.get((method, route), Base())
-        base.path = path
-        if route.startswith(
-            ("/api/v1/runners/jobs/", "/api/v1/runners/claim", "/api/v1/runners/me")
-        ) or route.endswith(("/results", "/probes")):
-            base.role = "runner"
-        if route == "/api/v1/compare":
-            base.query = {"a": self.job, "b": self.job}
-        if route == "/api/v1/history":
-            base.query = {"benchmark": "softmax"}
+        base = self._bodies().get((method, route), Base())
+        base.path = {k: v for k, v in ids.items() if "{" + k + "}" in route}
+        runner = route.startswith(("/api/v1/runners/jobs/", "/api/v1/runners/claim", "/api/v1/runners/me"))
+        base.role = "runner" if runner or route.endswith(("/results", "/probes")) else "admin"
+        base.query = {"/api/v1/compare": {"a": self.job, "b": self.job},
+                      "/api/v1/history": {"benchmark": "softmax"}}.get(route, {})  # fmt: skip
         return base
+
+    def _bodies(self) -> dict[tuple[str, str], Base]:
+        node = {"hostname": "hostile-second", "device_type": "cpu", "device_name": "cpu", "device_count": 1,
+                "l2_bytes": 1, "driver_version": "1", "cuda_version": "1", "torch_version": "1",
+                "triton_version": "1", "python_version": "3"}  # fmt: skip
+        step = {"job_id": self.job, "commit": "bbbb", "outcome": "bad", "reason": "r", "cell": "c",
+                "verdict": "slower", "ratio": 1.1, "ci_low": 1.0, "ci_high": 1.2, "attempt": 1,
+                "summary": {"slower": 1}}  # fmt: skip
+        advert = {"names": ["hostile-bench"], "variants": ["a"], "params_schema": {"type": "object"},
+                  "code_version": "1", "description": "d"}  # fmt: skip
+        progress = {"cell": 0, "cells": 2, "cells_done": 0, "phase": "measuring", "message": "m",
+                    "elapsed_s": 1.0, "eta_s": 2.0}  # fmt: skip
+        cells = [("cells", i, k) for i in (0, 1) for k in ("index", "params", "samples")]
+        result_pins = (("job_id",), ("spec",), ("node", "hostname"), ("node", "device_type"),
+                       ("schema_version",), *cells)  # fmt: skip
+        runners = "/api/v1/runners"
+        return {
+            ("post", f"{runners}/register"): Base(body={"name": "hostile-runner", "node": node}),
+            ("post", "/api/v1/nodes/{name}/probes"): Base(body=_probe()),
+            ("post", "/api/v1/tokens"): Base(body={"name": "hostile", "scopes": ["read"]}),
+            ("post", "/api/v1/bisects"): Base(
+                body=self.bisect_body(), pinned=(("good",), ("bad",), ("commits", 0, "sha"), ("spec",))
+            ),
+            ("post", "/api/v1/bisects/{bisect_id}/steps"): Base(body=step, pinned=(("commit",),)),
+            ("post", "/api/v1/bisects/{bisect_id}/finish"): Base(
+                body={"status": "found", "first_bad": "bbbb", "message": "m"}, pinned=(("first_bad",),)
+            ),
+            ("post", f"{runners}/claim"): Base(
+                body={"wait_s": 0, "benchmarks": {"benchmarks": [advert]}},
+                pinned=(("benchmarks", "benchmarks", 0, "params_schema"),),
+            ),
+            ("post", f"{runners}/jobs/{{job_id}}/heartbeat"): Base(
+                body={"lease_s": 60, "progress": progress}
+            ),
+            ("post", f"{runners}/jobs/{{job_id}}/fail"): Base(body={"error": "e", "retry": False}),
+            ("post", f"{runners}/jobs/{{job_id}}/gang"): Base(body={"lease_s": 60}),
+            ("post", f"{runners}/jobs/{{job_id}}/workload-result"): Base(body=_workload_result()),
+            ("post", "/api/v1/jobs"): Base(
+                body=spec_dict(),
+                pinned=(
+                    ("benchmark",),
+                    ("baseline", "variant"),
+                    ("candidate", "variant"),
+                    ("sweep",),
+                    ("device",),
+                ),
+            ),  # fmt: skip
+            ("post", "/api/v1/jobs/{job_id}/results"): Base(body=_result(self.job), pinned=result_pins),
+        }
 
     def send(self, method: str, route: str, base: Base, *, path: dict[str, str] | None = None,
              query: str | None = None, body: bytes | None = None,
@@ -213,8 +230,8 @@ def _workload_result() -> dict[str, Any]:
         "baseline": {"command": ["a.py"], "env": {"A": "1"}},
         "candidate": {"function": "m:f", "args": ["x"]},
     }
-    return {"idempotency_key": "hostile-workload", "runs": [run], "node": {"hostname": NODE, "device_type": "cpu"},
-            "spec": spec, "probe_before": _probe()}  # fmt: skip
+    return {"idempotency_key": "hostile-workload", "runs": [run], "spec": spec, "probe_before": _probe(),
+            "node": {"hostname": NODE, "device_type": "cpu"}}  # fmt: skip
 
 
 def _nullable(slot: Slot) -> bool:
@@ -267,6 +284,28 @@ def test_every_operation_is_in_the_order(api) -> None:  # type: ignore[no-untype
         (m, p) for p, ops in openapi["paths"].items() for m, op in ops.items() if "requestBody" in op
     }
     assert with_body == set(ORDER), with_body ^ set(ORDER)
+
+
+def test_every_request_field_is_bounded_in_the_openapi(api) -> None:  # type: ignore[no-untyped-def]
+    """Every string, integer, list and mapping a request can carry shows its bound: the walk
+    above tries one past it, and the bound is the one that applies."""
+    openapi = api.client.app.openapi()
+    unbounded = [
+        f"{m.upper()} {p} {slot.where}:{'.'.join(map(str, slot.path))} lacks {missing}"
+        for p, ops in openapi["paths"].items()
+        for m in ops
+        for slot in slots(openapi, m, p)
+        if (missing := missing_bound(slot))
+    ]
+    assert not unbounded, "\n".join(unbounded)
+
+
+def test_every_route_is_a_door_route(api) -> None:  # type: ignore[no-untyped-def]
+    """Every route reads its body through the door (``DoorRoute``), pages and API alike."""
+    routes = [c.original_route for c in iter_route_contexts(api.client.app.routes)]
+    api_routes = [r for r in routes if isinstance(r, APIRoute)]
+    assert len(api_routes) > 40
+    assert [r.path for r in api_routes if not isinstance(r, DoorRoute)] == []
 
 
 def test_hostile_values_in_every_field(api) -> None:  # type: ignore[no-untyped-def]
@@ -366,17 +405,12 @@ def _schema_at(
     return out
 
 
-def _normal(body: Any, path: tuple[Any, ...]) -> tuple[Any, ...]:
-    """``path`` with list indices as 0 and the keys of free mappings (those ``_schema_at`` names
-    ``k``) left to the caller: tried as they are first, then as ``k``."""
-    return tuple(0 if isinstance(p, int) else p for p in path)
-
-
 def _lookup(schemas: dict[tuple[Any, ...], dict[str, Any]], path: tuple[Any, ...]) -> dict[str, Any] | None:
-    norm = _normal(None, path)
+    """The schema of the body field at ``path`` (list indices as 0; a free mapping's key as ``k``)."""
+    norm = tuple(0 if isinstance(p, int) else p for p in path)
     if norm in schemas:
         return schemas[norm]
-    for i in range(len(norm) - 1, -1, -1):  # a mapping's key is "k" in the schema's paths
+    for i in range(len(norm) - 1, -1, -1):
         guess = (*norm[:i], "k", *norm[i + 1 :])
         if guess in schemas:
             return schemas[guess]
@@ -409,14 +443,7 @@ def _at_the_maxima(target: Target, openapi: dict[str, Any]) -> None:
     client, admin = target.client, target.admin
     stored: list[str] = []
     for kind in ("string", "integer"):
-        steps: list[tuple[str, str, Callable[[Base], None]]] = [
-            ("post", "/api/v1/runners/register", lambda b: None),
-            ("post", "/api/v1/nodes/{name}/probes", lambda b: None),
-            ("post", "/api/v1/tokens", lambda b: None),
-            ("post", "/api/v1/jobs", lambda b: None),
-            ("post", "/api/v1/runners/claim", lambda b: None),
-        ]
-        for method, route, _ in steps:
+        for method, route in STORING:
             base = target.base(method, route)
             if route == "/api/v1/runners/register" and kind == "integer":
                 base.body["name"] = "hostile-runner-ints"
@@ -460,7 +487,7 @@ def _at_the_maxima(target: Target, openapi: dict[str, Any]) -> None:
              "/history?benchmark=softmax"]  # fmt: skip
     bad = []
     for url in reads:
-        r = client.get(url, headers=admin if url.startswith("/api") else {**admin})
+        r = client.get(url, headers=admin)
         if r.status_code != 200:
             bad.append(f"GET {url}: {r.status_code} {r.text[:300]}")
     assert not bad, "\n".join(bad)
