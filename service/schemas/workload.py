@@ -191,8 +191,9 @@ class DigestRecord(_Posted):
 
 
 WorkloadRecord = Annotated[PhaseRecord | MetricRecord | DigestRecord, Field(discriminator="type")]
-MAX_RUN_RECORDS = 65_536
-"""Most records of one run (phases, metrics and digests of all its ranks)."""
+MAX_RUN_RECORDS = 100_000
+"""Most records of one run (phases, metrics and digests of all its ranks): a runner keeps the first
+``MAX_RUN_RECORDS`` (``kernelab.runners.workload.records``)."""
 MAX_WORKLOAD_RUNS = 2_000
 """Most runs of one workload result: ``runs`` is at most 1,000 per arm."""
 
