@@ -1,8 +1,9 @@
 """Node-health probe readings a runner posts (``ProbeReport`` and its readings).
 
-Every list of a report is bounded by what kernelab's probes take on one node of at most
-``MAX_DEVICES`` GPUs (``kernelab.runners.probes``), so one report, and so every page that reads a
-node's history, costs at most a bounded amount however a runner filled it."""
+Every list of a report is bounded by what kernelab's full probe takes on one node of at most
+``MAX_DEVICES`` GPUs (``kernelab.runners.probes``): at most 540 readings, about twice an 8-GPU
+node's full report, so every page that reads a node's history costs at most about twice what an
+honest 8-GPU fleet costs, however a runner filled its reports."""
 
 from __future__ import annotations
 
@@ -29,18 +30,19 @@ from kernelab.service.schemas.types import (
     _Posted,
 )
 
-MAX_DEVICES = 64
-"""Most GPUs of one node (8 on an HGX board, 16 on the largest single systems): device indices are
-``0 .. MAX_DEVICES - 1``, and a report holds at most one copy, telemetry and matmul reading each."""
+MAX_DEVICES = 16
+"""Most GPUs of one node (8 on an HGX board or an MI300X platform, 4 on a GB200 tray, 16 on the
+largest single systems): device indices are ``0 .. MAX_DEVICES - 1``, and a report holds at most
+one copy, telemetry and matmul reading per GPU."""
 MAX_RANKS = 4096
 """Most ranks of one all-reduce group (``world_size``), and largest rank index + 1."""
-MAX_ALL_REDUCE_READINGS = 1024
+MAX_ALL_REDUCE_READINGS = 256
 """Most all-reduce readings of one report: the full probe's 14 sizes (8 B x 4^k to 128 MiB, then
-256 MiB: ``kernelab.runners.probes.all_reduce.full_sizes_bytes``), eager and CUDA-graph, over the
-whole node and its sub-groups (``sub_groups``: 32 pairs and 2 halves at ``MAX_DEVICES``): 14 x 2 x
-35 = 980."""
-MAX_PEER_READINGS = 1024
-"""Most peer-copy readings of one report: every ordered pair of 32 GPUs (992)."""
+256 MiB: ``kernelab.runners.probes.all_reduce.full_sizes_bytes``), eager and as a CUDA graph, over
+the whole node and its sub-groups (``sub_groups``: 8 pairs on 16 GPUs; 4 pairs and 2 halves on 8):
+14 x 2 x 9 = 252 at ``MAX_DEVICES``."""
+MAX_PEER_READINGS = MAX_DEVICES * (MAX_DEVICES - 1)
+"""Most peer-copy readings of one report: every ordered pair of GPUs (240 at ``MAX_DEVICES``)."""
 DeviceIndex = Annotated[int, Field(ge=0), AtDoor(le=MAX_DEVICES - 1)]
 """A GPU's index on its node: 0 .. ``MAX_DEVICES`` - 1 (``probe_readings.device_index``)."""
 Rank = Annotated[int, Field(ge=0), AtDoor(le=MAX_RANKS - 1)]
