@@ -392,6 +392,14 @@ def _list_bounds(model: type[BaseModel]) -> dict[str, int]:
     return out
 
 
+class _Answer(BaseModel):
+    """Base for what the server computes and answers (a workload's comparison, a gang seat): every
+    float is finite; a field this version does not know is ignored, so an older client reads a newer
+    server's answer (it is never posted: the door's refusal of unknown fields is ``_Posted``'s)."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
+
+
 def read_stored(model: type[M], data: Any) -> M:
     """``model`` of ``data`` read back from the database: ``STORED`` (the door's newer bounds are
     not applied again) and unknown fields dropped (a field an older version wrote and this one no

@@ -28,6 +28,7 @@ from kernelab.service.schemas.types import (
     Size64,
     Text,
     UtcDatetime,
+    _Answer,
     _Posted,
     _Strict,
     storable_text,
@@ -247,7 +248,7 @@ class WorkloadResult(_Posted):
 WorkloadVerdict = Literal["failed", "inconclusive", "faster", "slower", "better", "worse", "same"]
 
 
-class WorkloadReason(_Posted):
+class WorkloadReason(_Answer):
     """Why a number is what it is (a code of ``kernelab.service.workload_stats.REASONS``)."""
 
     code: Text
@@ -255,7 +256,7 @@ class WorkloadReason(_Posted):
     severity: Literal["error", "warning", "info"] = "warning"
 
 
-class SideSummary(_Posted):
+class SideSummary(_Answer):
     """One arm's values of a phase or metric across its completed runs (seconds for a phase)."""
 
     runs: int = Field(ge=0)
@@ -263,7 +264,7 @@ class SideSummary(_Posted):
     values: list[float] = Field(default_factory=list, description="per run, in run order")
 
 
-class RankTime(_Posted):
+class RankTime(_Answer):
     """A phase's median seconds per rank of one arm, and the slowest rank."""
 
     side: Literal["baseline", "candidate"]
@@ -271,7 +272,7 @@ class RankTime(_Posted):
     slowest_rank: int | None = None
 
 
-class QuantityVerdict(_Posted):
+class QuantityVerdict(_Answer):
     """A phase (lower is better: ``faster``/``slower``) or metric (``better``/``worse``) judged across
     runs: ratio candidate/baseline of the medians and its paired-bootstrap CI."""
 
@@ -290,7 +291,7 @@ class QuantityVerdict(_Posted):
     ranks: list[RankTime] = Field(default_factory=list)
 
 
-class ConsistencyRow(_Posted):
+class ConsistencyRow(_Answer):
     """A digest compared between arms (``against: "arms"``: baseline's first completed run against the
     candidate's, rank by rank) or within one arm across its runs (``against: "runs"``)."""
 
@@ -304,7 +305,7 @@ class ConsistencyRow(_Posted):
     note: Text = ""
 
 
-class RunLine(_Posted):
+class RunLine(_Answer):
     """One run on the timeline: outcome, wall time, the phases' slowest-rank seconds, and what the
     probe after it said (copy bandwidth, all-reduce, other processes on the GPUs)."""
 
@@ -319,7 +320,7 @@ class RunLine(_Posted):
     flags: list[Text] = Field(default_factory=list)
 
 
-class WorkloadComparison(_Posted):
+class WorkloadComparison(_Answer):
     """The judgement of a workload result: phase and metric verdicts, the consistency table, the
     timeline, and the node flags (``sick-node``, ``probe-changed``)."""
 
@@ -344,7 +345,7 @@ Endpoint = Annotated[
 """``host:port`` (a c10d rendezvous endpoint)."""
 
 
-class GangSeat(_Posted):
+class GangSeat(_Answer):
     """A runner's seat in a workload job's attempt: its ``node_rank`` of ``nnodes``; ``ready`` once
     every seat is taken (then ``endpoint`` is node rank 0's rendezvous ``host:port`` and the job is
     ``running``); until then the runner polls ``POST /runners/jobs/{id}/gang``, which keeps its
@@ -360,7 +361,7 @@ class GangSeat(_Posted):
     deadline: UtcDatetime | None = None
 
 
-class GangPublic(_Posted):
+class GangPublic(_Answer):
     """A workload job's gang as readers see it: the attempt it gathers or runs, the seats taken (node
     rank -> runner name), whether it waits for more, and until when."""
 
@@ -372,7 +373,7 @@ class GangPublic(_Posted):
     endpoint: Text | None = None
 
 
-class WorkloadAccepted(_Posted):
+class WorkloadAccepted(_Answer):
     """The answer to a posted workload result: stored (``duplicate`` for a repeated key), and
     whether every node of the attempt has now posted (the job is finished and queued for comparison)."""
 
