@@ -249,7 +249,7 @@ def _up_to(slot: Slot, value: Value) -> int:
     """How many trailing parts of the slot's ``loc`` a refusal may leave out: a collection's size
     checked on the whole (the sweep's cell count names ``sweep``), a union's tag (named at its
     object), a mapping's key (named as the key, then ``[key]``)."""
-    if value.kind == "too-many-items" or "const" in slot.schema or slot.schema.get("enum") == [value.value]:
+    if value.kind == "too-many-items" or "const" in slot.schema:
         return 2
     return 1 if value.kind == "too-many-keys" else 0
 
