@@ -5,10 +5,10 @@ becomes a 4xx naming the field, never a 500.
   with ``surrogateescape`` (``errors.decode_json``), so bytes that are not UTF-8 arrive in the
   field's string as lone surrogates, as a JSON ``"\\ud800"`` escape does, and the field's type
   refuses them (``kernelab.service.schemas.storable_text``) with a 422 whose ``loc`` names it.
-  FastAPI's own decoding answered bytes that are not UTF-8 with a 400 naming nothing, and let a
-  ``\\ud800`` escape through to the database driver, which cannot encode it (a 500). Routes
-  that validate their body's bytes themselves (results, specs, workload results) do the same
-  through ``errors.validate_json_body``.
+  FastAPI's own decoding answered bytes that are not UTF-8 with a 400 naming nothing, and a
+  ``\\ud800`` escape got a 422 that echoed it, which UTF-8 cannot encode (a 500). Routes that
+  validate their body's bytes themselves (results, specs, workload results) do the same through
+  ``errors.validate_json_body``.
 * **Path and query.** ``InboundTextMiddleware`` answers 422 before routing when the
   percent-decoded bytes of the path or of a query parameter are not UTF-8, naming the path
   parameter (``["path", "name"]``) or the query parameter (``["query", "benchmark"]``): Starlette
