@@ -34,6 +34,7 @@ import httpx
 from pydantic import BaseModel
 
 from kernelab.service.schemas import (
+    STORED,
     BisectCreate,
     BisectFinish,
     BisectPublic,
@@ -551,8 +552,11 @@ M = TypeVar("M", bound=BaseModel)
 
 def _model(model: type[M]) -> Callable[[httpx.Response], M]:
     """A ``parse`` for ``KernelabClient.call``: the body as ``model`` (``ValidationError``, a
-    ``ValueError``, when it is not)."""
-    return lambda resp: model.model_validate_json(resp.content)
+    ``ValueError``, when it is not), read as stored data is (``read_stored``): an answer holds
+    what the server stored, which the server's door bounded, not this client's, and a field a newer
+    server adds is ignored. (A claim is read with ``STORED`` alone: a spec field this runner does
+    not know refuses the claim, for the runner would not measure what was asked.)"""
+    return lambda resp: model.model_validate_json(resp.content, context=STORED, extra="ignore")
 
 
 def _pair_answer(resp: httpx.Response) -> tuple[JobVsJob | None, float]:
@@ -576,7 +580,7 @@ def _json_object(resp: httpx.Response) -> dict[str, Any]:
 def _claim_answer(resp: httpx.Response) -> JobClaim | None:
     if resp.status_code == 204 or not resp.content:
         return None
-    return JobClaim.model_validate_json(resp.content)
+    return JobClaim.model_validate_json(resp.content, context=STORED)
 
 
 def _text(resp: httpx.Response) -> str:

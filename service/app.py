@@ -24,6 +24,7 @@ import kernelab.web.manage
 import kernelab.web.routes
 from kernelab.service.api import api_router
 from kernelab.service.api.auth_first import AuthBeforeBodyMiddleware
+from kernelab.service.api.door import InboundTextMiddleware
 from kernelab.service.api.errors import install_error_handlers
 from kernelab.service.api.routes import health, login
 from kernelab.service.auth import ensure_token
@@ -158,6 +159,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     kernelab.web.routes.install(app)
     app.include_router(kernelab.web.manage.router)
     app.mount("/static", StaticFiles(directory=str(files("kernelab.web") / "static")), name="static")
+    app.add_middleware(InboundTextMiddleware, fastapi_app=app)  # path and query bytes, before routing
     app.add_middleware(AuthBeforeBodyMiddleware, fastapi_app=app)  # inside the 413 check: no body read yet
     app.add_middleware(MaxBodySizeMiddleware, max_bytes=settings.max_request_bytes)
     app.add_middleware(RequestLogMiddleware)  # outermost: sees the 413s too

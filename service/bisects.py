@@ -21,6 +21,7 @@ from kernelab.service.schemas import (
     BisectsPage,
     BisectStep,
     JobSpec,
+    read_stored,
 )
 from kernelab.service.schemas.bisect import MAX_BISECT_STEPS
 
@@ -89,12 +90,12 @@ def finish(session: Session, bisect_id: int, body: BisectFinish) -> Bisect:
 
 def public(row: Bisect) -> BisectPublic:
     """The API view of a bisect row."""
-    return BisectPublic(
+    return read_stored(BisectPublic, dict(
         id=row.id, name=row.name, benchmark=row.benchmark, repo=row.repo, good=row.good, bad=row.bad,
         good_ref=row.good_ref, bad_ref=row.bad_ref, commits=row.commits,
-        spec=JobSpec.model_validate(row.spec, context=STORED), steps=row.steps, status=row.status,  # type: ignore[arg-type]
+        spec=JobSpec.model_validate(row.spec, context=STORED), steps=row.steps, status=row.status,
         first_bad=row.first_bad, message=row.message, created_at=row.created_at, finished_at=row.finished_at,
-    )  # fmt: skip
+    ))  # fmt: skip
 
 
 def page(session: Session, *, offset: int = 0, limit: int = 50) -> BisectsPage:

@@ -50,7 +50,7 @@ volatile uncorrected ECC errors that grew since the previous report; and another
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -256,19 +256,44 @@ def warmup_calls(times_us: Sequence[float], cold_factor: float = COLD_FACTOR) ->
     return cold
 
 
+FiguresOf = Callable[[ProbeReport], list[Figure]]
+"""``probe_figures`` of a report under fixed thresholds (``figures_once`` computes each once)."""
+
+
+def figures_once(thresholds: Thresholds | None = None) -> FiguresOf:
+    """``probe_figures`` under ``thresholds``, computed once per report object: a node's chain
+    (``evaluate_history``) learns each report's band from the healthy reports before it, so without
+    it a report's figures were derived again for every later report (window x reports times)."""
+    t = thresholds or Thresholds()
+    memo: dict[int, tuple[ProbeReport, list[Figure]]] = {}
+
+    def figures_of(report: ProbeReport) -> list[Figure]:
+        hit = memo.get(id(report))
+        if hit is None or hit[0] is not report:  # the report is held, so its id is not reused
+            hit = memo[id(report)] = (report, probe_figures(report, t))
+        return hit[1]
+
+    return figures_of
+
+
 def learn_bands(
-    reports: Iterable[ProbeReport], thresholds: Thresholds | None = None, *, scope: str = "node"
+    reports: Iterable[ProbeReport],
+    thresholds: Thresholds | None = None,
+    *,
+    scope: str = "node",
+    figures_of: FiguresOf | None = None,
 ) -> dict[str, HealthBand]:
     """Band per figure key over ``reports`` (taken to be healthy): median, min, max, count, limit.
 
     Figures seen in fewer than ``band_min_probes`` reports get no band. ``scope`` (``"node"`` or
     ``"fleet <model>"``) is copied into each band so a reason can say which band it left.
+    ``figures_of``: a report's figures (``figures_once``; default ``probe_figures``).
     """
     t = thresholds or Thresholds()
     values: dict[str, list[float]] = {}
     meta: dict[str, Figure] = {}
     for report in reports:
-        for f in probe_figures(report, t):
+        for f in figures_of(report) if figures_of else probe_figures(report, t):
             values.setdefault(f.key, []).append(f.value)
             meta.setdefault(f.key, f)
     bands: dict[str, HealthBand] = {}
@@ -302,11 +327,15 @@ def _outside(f: Figure, band: HealthBand) -> bool:
 
 
 def band_reasons(
-    report: ProbeReport, bands: Mapping[str, HealthBand], thresholds: Thresholds | None = None
+    report: ProbeReport,
+    bands: Mapping[str, HealthBand],
+    thresholds: Thresholds | None = None,
+    *,
+    figures_of: FiguresOf | None = None,
 ) -> list[HealthReason]:
     """A ``degraded-node`` reason for every figure of ``report`` beyond its band's limit."""
     out = []
-    for f in probe_figures(report, thresholds):
+    for f in figures_of(report) if figures_of else probe_figures(report, thresholds):
         band = bands.get(f.key)
         if band is None or not _outside(f, band):
             continue
@@ -332,14 +361,16 @@ def band_reasons(
     return out
 
 
-def peer_reasons(report: ProbeReport, thresholds: Thresholds | None = None) -> list[HealthReason]:
+def peer_reasons(
+    report: ProbeReport, thresholds: Thresholds | None = None, *, figures_of: FiguresOf | None = None
+) -> list[HealthReason]:
     """``degraded-node`` for each copy figure (a GPU) or peer figure (a GPU pair) of ``report`` below
     ``peer_min_fraction`` x the median of the report's figures of that kind, when the report has at
     least ``PEER_MIN_FIGURES`` of them. Needs no history: one report with six pairs at 78-82 GB/s and
     one at 40 GB/s names the slow pair on a node's first probe."""
     t = thresholds or Thresholds()
     by_kind: dict[str, list[Figure]] = {}
-    for f in probe_figures(report, t):
+    for f in figures_of(report) if figures_of else probe_figures(report, t):
         if f.kind in ("copy", "peer"):
             by_kind.setdefault(f.kind, []).append(f)
     out = []
@@ -370,7 +401,11 @@ def peer_reasons(report: ProbeReport, thresholds: Thresholds | None = None) -> l
 
 
 def instant_reasons(
-    report: ProbeReport, previous: ProbeReport | None = None, thresholds: Thresholds | None = None
+    report: ProbeReport,
+    previous: ProbeReport | None = None,
+    thresholds: Thresholds | None = None,
+    *,
+    figures_of: FiguresOf | None = None,
 ) -> list[HealthReason]:
     """Reasons visible in ``report`` alone (or against the ``previous`` report for ECC growth).
 
@@ -403,7 +438,7 @@ def instant_reasons(
                     message=f"all-reduce over {group} of {size_label(a.size_bytes)} returned a wrong sum",
                 )
             )
-    out += peer_reasons(report, t)
+    out += peer_reasons(report, t, figures_of=figures_of)
     before = {(g.uuid or str(g.device_index)): g for g in (previous.telemetry if previous else [])}
     ignored = set(t.ignored_clock_reasons)
     if report.phase == "after":
@@ -470,13 +505,18 @@ def evaluate(
     fleet_bands: Mapping[str, HealthBand] | None = None,
     previous: ProbeReport | None = None,
     thresholds: Thresholds | None = None,
+    figures_of: FiguresOf | None = None,
 ) -> list[HealthReason]:
     """Every reason ``report`` is not healthy: instant reasons, then the node band's, then the
     fleet band's for figures the node band does not flag. Empty: healthy."""
-    reasons = instant_reasons(report, previous, thresholds)
-    node_out = band_reasons(report, node_bands or {}, thresholds)
+    reasons = instant_reasons(report, previous, thresholds, figures_of=figures_of)
+    node_out = band_reasons(report, node_bands or {}, thresholds, figures_of=figures_of)
     flagged = {r.figure for r in node_out}
-    fleet_out = [r for r in band_reasons(report, fleet_bands or {}, thresholds) if r.figure not in flagged]
+    fleet_out = [
+        r
+        for r in band_reasons(report, fleet_bands or {}, thresholds, figures_of=figures_of)
+        if r.figure not in flagged
+    ]
     return reasons + node_out + fleet_out
 
 
@@ -503,18 +543,22 @@ def evaluate_history(
     the last ``band_window`` of them (the band the next report will be judged against).
     """
     t = thresholds or Thresholds()
+    figures_of = figures_once(t)
     order = sorted(range(len(reports)), key=lambda i: reports[i].taken_at)
     out = History(reasons=[[] for _ in reports])
     previous: ProbeReport | None = None
     for i in order:
         report = reports[i]
-        bands = learn_bands(out.healthy[-t.band_window :], t)
-        reasons = evaluate(report, node_bands=bands, fleet_bands=fleet_bands, previous=previous, thresholds=t)
+        bands = learn_bands(out.healthy[-t.band_window :], t, figures_of=figures_of)
+        reasons = evaluate(
+            report, node_bands=bands, fleet_bands=fleet_bands, previous=previous, thresholds=t,
+            figures_of=figures_of,
+        )  # fmt: skip
         out.reasons[i] = reasons
         if not reasons:
             out.healthy.append(report)
         previous = report
-    out.bands = learn_bands(out.healthy[-t.band_window :], t)
+    out.bands = learn_bands(out.healthy[-t.band_window :], t, figures_of=figures_of)
     return out
 
 
@@ -524,8 +568,9 @@ def fleet_bands(
     """The fleet band of one GPU ``model`` from its nodes' recent reports, those with no instant
     reason (a median over the fleet needs no chain: a minority of slow nodes cannot move it)."""
     t = thresholds or Thresholds()
-    clean = [r for r in reports if not instant_reasons(r, None, t)]
-    return learn_bands(clean, t, scope=f"fleet {model}")
+    figures_of = figures_once(t)
+    clean = [r for r in reports if not instant_reasons(r, None, t, figures_of=figures_of)]
+    return learn_bands(clean, t, scope=f"fleet {model}", figures_of=figures_of)
 
 
 def node_health(

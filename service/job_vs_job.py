@@ -75,6 +75,7 @@ from kernelab.service.schemas import (
     RunNoisePublic,
     Side,
     SideSpec,
+    read_stored,
 )
 
 N_RESAMPLES = 1000  # bootstrap resamples of the unpaired ratio CI (module docstring)
@@ -255,7 +256,7 @@ def _stored_answer(
     if not isinstance(version, int) or version < verdicts.METHOD_VERSION:
         return None
     try:
-        answer = JobVsJob.model_validate(output["answer"])
+        answer = read_stored(JobVsJob, output["answer"])
     except (KeyError, ValueError):  # pydantic's ValidationError is a ValueError
         return None
     current = [node_health.job_judgement(session=session, job_id=j, settings=settings) for j in (a, b)]

@@ -94,12 +94,15 @@ class Base(DeclarativeBase):
     type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: JSONType, list[Any]: JSONType}
 
 
+TOKEN_NAME_CHARS = 200  # tokens.name
+
+
 class Token(Base):
     """A bearer token: only its SHA-256 hex digest is stored (tokens are 32 random bytes)."""
 
     __tablename__ = "tokens"
     id: Mapped[int] = mapped_column(primary_key=True)
-    name: Mapped[str] = mapped_column(String(200))
+    name: Mapped[str] = mapped_column(String(TOKEN_NAME_CHARS))
     token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
     scopes: Mapped[list[Any]]
     runner_id: Mapped[int | None] = mapped_column(ForeignKey("runners.id", ondelete="CASCADE"), index=True)

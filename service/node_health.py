@@ -38,6 +38,7 @@ from kernelab.service.schemas import (
     NodeHealth,
     NodeInfo,
     ProbeReport,
+    read_stored,
 )
 
 if TYPE_CHECKING:
@@ -189,7 +190,7 @@ def _fleet_bands(session: Session, model: str, settings: Settings, as_of: AsOf |
         query.order_by(models.ProbeReport.taken_at.desc(), models.ProbeReport.id.desc())
         .limit(settings.health_fleet_window)
     )  # fmt: skip
-    reports = [ProbeReport.model_validate(r) for r in rows]
+    reports = [read_stored(ProbeReport, r) for r in rows]
     return health.fleet_bands(reports, model, settings.health_thresholds())
 
 
@@ -228,7 +229,7 @@ def _node_history(
     ))[::-1]  # fmt: skip
     model = model_of(node) if node is not None else node_models(session=session).get(name)
     fleet = fleet_bands(session=session, model=model, settings=settings, as_of=as_of)
-    reports = [ProbeReport.model_validate(r.report) for r in rows]
+    reports = [read_stored(ProbeReport, r.report) for r in rows]
     history = health.evaluate_history(reports, fleet_bands=fleet, thresholds=thresholds)
     return NodeHistory([r.id for r in rows], [r.job_id for r in rows], reports, history, fleet, model)
 
@@ -376,10 +377,10 @@ def judge(
     now = utcnow()
     if trigger == "rejudge":  # the node's state up to the measurement, as far as it is known now
         when = AsOf(taken=when.taken, received=now)
-    probes = [ProbeReport.model_validate(r) for r in session.scalars(
+    probes = [read_stored(ProbeReport, r) for r in session.scalars(
         select(models.ProbeReport.report).where(models.ProbeReport.result_id == row.id)
         .order_by(models.ProbeReport.id))]  # fmt: skip
-    subject = Subject(node=NodeInfo.model_validate(row.node), probes=probes)
+    subject = Subject(node=read_stored(NodeInfo, row.node), probes=probes)
     flags, reasons = job_health(session=session, result=subject, job_id=job_id, settings=settings, as_of=when)
     notes = health.report_notes(flags, reasons)
     if trigger == "rejudge":

@@ -126,7 +126,11 @@ _FILL: dict[str, Any] = {
 }  # fmt: skip
 """Columns a client may leave out, and the value every sample then gets (as stored)."""
 _REQUIRED = ("variant", "round", "position", "duration_ns")
-_SAMPLE_ROWS = TypeAdapter(list[Sample])
+MAX_SAMPLES = _INT32_MAX
+"""Most samples of one cell (``n`` and the sample indices are int32; a request's size, 64 MiB by
+default, bounds it far below)."""
+_MAX_B64_CHARS = 4 * (8 * MAX_SAMPLES // 3 + 1)  # base64 of MAX_SAMPLES values of 8 bytes
+_SAMPLE_ROWS = TypeAdapter(Annotated[list[Sample], Field(max_length=MAX_SAMPLES)])
 
 
 class SampleListColumns(BaseModel):
@@ -135,16 +139,32 @@ class SampleListColumns(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    variant: list[Side] = Field(default_factory=list, description="one per sample: defines n")
-    round: list[_Int32] = Field(default_factory=list)
-    position: list[_Int32] = Field(default_factory=list)
-    duration_ns: list[_Duration] = Field(default_factory=list, description="ns per launch")
-    launches: list[_Launches] = Field(default_factory=list, description="left out: 1 per sample")
-    sm_clock_mhz: list[_FiniteNonNeg | None] = Field(default_factory=list, description="left out: null")
-    clock_event_reasons: list[_Reasons | None] = Field(default_factory=list, description="left out: null")
-    temperature_c: list[_Finite | None] = Field(default_factory=list, description="left out: null")
-    power_w: list[_FiniteNonNeg | None] = Field(default_factory=list, description="left out: null")
-    throttled: list[_Bool] = Field(default_factory=list, description="left out: false")
+    variant: list[Side] = Field(
+        default_factory=list, max_length=MAX_SAMPLES, description="one per sample: defines n"
+    )
+    round: list[_Int32] = Field(default_factory=list, max_length=MAX_SAMPLES)
+    position: list[_Int32] = Field(default_factory=list, max_length=MAX_SAMPLES)
+    duration_ns: list[_Duration] = Field(
+        default_factory=list, max_length=MAX_SAMPLES, description="ns per launch"
+    )
+    launches: list[_Launches] = Field(
+        default_factory=list, max_length=MAX_SAMPLES, description="left out: 1 per sample"
+    )
+    sm_clock_mhz: list[_FiniteNonNeg | None] = Field(
+        default_factory=list, max_length=MAX_SAMPLES, description="left out: null"
+    )
+    clock_event_reasons: list[_Reasons | None] = Field(
+        default_factory=list, max_length=MAX_SAMPLES, description="left out: null"
+    )
+    temperature_c: list[_Finite | None] = Field(
+        default_factory=list, max_length=MAX_SAMPLES, description="left out: null"
+    )
+    power_w: list[_FiniteNonNeg | None] = Field(
+        default_factory=list, max_length=MAX_SAMPLES, description="left out: null"
+    )
+    throttled: list[_Bool] = Field(
+        default_factory=list, max_length=MAX_SAMPLES, description="left out: false"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -204,7 +224,7 @@ class Base64Column(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     dtype: str = Field(max_length=8, description="numpy dtype of the values, e.g. '<f8'")
-    data: str = Field(description="standard base64 of n little-endian values")
+    data: str = Field(max_length=_MAX_B64_CHARS, description="standard base64 of n little-endian values")
 
 
 class SampleBase64Columns(BaseModel):

@@ -33,6 +33,7 @@ from kernelab.service.schemas import (
     WorkloadResult,
     WorkloadRun,
     WorkloadSpec,
+    read_stored,
 )
 
 
@@ -112,7 +113,7 @@ def load(session: Session, job_id: int) -> list[WorkloadResult]:
     if not rows:
         return []
     latest = rows[0][0]
-    return [WorkloadResult.model_validate(r, context=STORED) for a, r in rows if a == latest]
+    return [read_stored(WorkloadResult, r) for a, r in rows if a == latest]
 
 
 _WORST = {"crashed": 0, "timeout": 1, "not-started": 2, "ok": 3}
@@ -167,7 +168,7 @@ def comparison_state(session: Session, job_id: int) -> WorkloadState:
         return WorkloadState("comparing")
     if status == "failed" or output is None:
         return WorkloadState("failed", error=error)
-    return WorkloadState("ready", WorkloadComparison.model_validate(output, context=STORED))
+    return WorkloadState("ready", read_stored(WorkloadComparison, output))
 
 
 def is_workload_job(session: Session, job_id: int) -> bool:

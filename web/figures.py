@@ -11,6 +11,7 @@ the unit that keeps the numbers readable (ns, µs or ms, chosen from the median 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from functools import cache
@@ -362,6 +363,11 @@ def timeline_figure_dict(
     return {"data": traces, "layout": {**_layout(title, _log_layout(log_y, groups), yaxis), **axes}}
 
 
+MAX_HISTORY_TRACES = 64
+"""Most traces per panel of ``probe_history_figure`` (an 8-GPU node's full probe draws 8 copy
+traces and 39 all-reduce ones: 13 sizes over the node, its pairs and its halves)."""
+
+
 def probe_history_figure(
     readings: Sequence[ProbeReport],
     bands: Sequence[HealthBand] = (),
@@ -370,6 +376,11 @@ def probe_history_figure(
     device: str = "GPU",
 ) -> go.Figure:
     """A node's probe history: copy bandwidth (top) and all-reduce latency (bottom) over time.
+
+    One point per report and trace (the median of the report's readings of that device, or of that
+    group size and message size: the sub-groups' pairs of one report), at most
+    ``MAX_HISTORY_TRACES`` traces per panel: the figure's size follows the reports drawn, not what
+    a runner put in each.
 
     ``bands`` (``kernelab.service.health``): each copy band is drawn as a shaded area from its healthy low
     to high with a dashed line at its limit (top panel); each all-reduce latency band as a dashed
@@ -393,11 +404,14 @@ def probe_history_figure(
     )
     copy: dict[int, tuple[list, list]] = {}
     for report in ordered:
+        per_device: dict[int, list[float]] = {}
         for copy_reading in report.copy_bandwidth:
-            xs, ys = copy.setdefault(copy_reading.device_index, ([], []))
+            per_device.setdefault(copy_reading.device_index, []).append(copy_reading.bandwidth_gbps)
+        for device_index, values in per_device.items():
+            xs, ys = copy.setdefault(device_index, ([], []))
             xs.append(report.taken_at)
-            ys.append(copy_reading.bandwidth_gbps)
-    for device_index in sorted(copy):
+            ys.append(statistics.median(values))
+    for device_index in sorted(copy)[:MAX_HISTORY_TRACES]:
         xs, ys = copy[device_index]
         fig.add_trace(
             go.Scatter(
@@ -412,13 +426,17 @@ def probe_history_figure(
         )
     reduce: dict[tuple[int, int], tuple[list, list]] = {}
     for report in ordered:
+        per_key: dict[tuple[int, int], list[float]] = {}
         for reduce_reading in report.all_reduce:
-            xs, ys = reduce.setdefault((reduce_reading.world_size, reduce_reading.size_bytes), ([], []))
+            key = (reduce_reading.world_size, reduce_reading.size_bytes)
+            per_key.setdefault(key, []).append(reduce_reading.time_us)
+        for key, values in per_key.items():
+            xs, ys = reduce.setdefault(key, ([], []))
             xs.append(report.taken_at)
-            ys.append(reduce_reading.time_us)
+            ys.append(statistics.median(values))
     sizes = sorted({size for _, size in reduce})
     shown = {sizes[0], sizes[-1]} if sizes else set()
-    for world_size, size in sorted(reduce):
+    for world_size, size in sorted(reduce)[:MAX_HISTORY_TRACES]:
         xs, ys = reduce[(world_size, size)]
         fig.add_trace(
             go.Scatter(

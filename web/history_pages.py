@@ -12,12 +12,13 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse
 
 from kernelab.service import changepoints, crud, history, job_vs_job
-from kernelab.service.api.deps import DEFAULT_LIMIT, Limit, Offset, SessionDep, SettingsDep
+from kernelab.service.api.deps import DEFAULT_LIMIT, MAX_ROW_ID, Limit, Offset, SessionDep, SettingsDep
+from kernelab.service.api.door import DoorRoute
 from kernelab.service.api.routes.compare import RETRY_AFTER_S, compared
 from kernelab.service.api.routes.history import MinChangePct
 from kernelab.service.schemas import Side
 
-router = APIRouter(include_in_schema=False)
+router = APIRouter(include_in_schema=False, route_class=DoorRoute)
 
 
 def _templates():  # type: ignore[no-untyped-def]
@@ -48,7 +49,7 @@ def nodes_page(
 @router.get("/compare", response_class=HTMLResponse)
 def compare_page(
     request: Request, session: SessionDep, settings: SettingsDep,
-    a: Annotated[int, Query(ge=1, le=2**62)], b: Annotated[int, Query(ge=1, le=2**62)],
+    a: Annotated[int, Query(ge=1, le=MAX_ROW_ID)], b: Annotated[int, Query(ge=1, le=MAX_ROW_ID)],
     side: Annotated[Side, Query()] = "candidate",
 ) -> HTMLResponse:  # fmt: skip
     """Job ``b`` against job ``a`` cell by cell, both nodes' health side by side; a pair that cannot

@@ -22,14 +22,24 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from kernelab.service import bisects, models, queue
-from kernelab.service.api.deps import TOKEN_COOKIE, JobId, Limit, Offset, SessionDep, SettingsDep, authorize
+from kernelab.service.api.deps import (
+    MAX_ROW_ID,
+    TOKEN_COOKIE,
+    JobId,
+    Limit,
+    Offset,
+    SessionDep,
+    SettingsDep,
+    authorize,
+)
+from kernelab.service.api.door import DoorRoute
 from kernelab.service.api.errors import SpecInvalidError
 from kernelab.service.api.routes.jobs import rerun_job
 from kernelab.service.api.routes.login import same_origin
 from kernelab.service.auth import Principal
 from kernelab.web.routes import DashboardAccess, templates
 
-router = APIRouter(include_in_schema=False)
+router = APIRouter(include_in_schema=False, route_class=DoorRoute)
 _bearer = HTTPBearer(auto_error=False)
 
 
@@ -117,7 +127,7 @@ def bisect_page(request: Request, bisect_id: JobId, session: SessionDep) -> HTML
     if row is None:
         return _message(request, "Not found", f"There is no bisect #{bisect_id}.", 404)
     b = bisects.public(row)
-    ids = [s.job_id for s in b.steps]
+    ids = [s.job_id for s in b.steps if s.job_id <= MAX_ROW_ID]  # a step stored before ids were bounded
     jobs: list[models.Job] = (
         list(session.scalars(select(models.Job).where(models.Job.id.in_(ids)))) if ids else []
     )

@@ -30,6 +30,7 @@ from sqlalchemy import func, select
 
 from kernelab.service import crud, health, history, models, node_health
 from kernelab.service.api.deps import DEFAULT_LIMIT, Limit, Offset, SessionDep, SettingsDep, dashboard_access
+from kernelab.service.api.door import DoorRoute
 from kernelab.service.api.routes.nodes import NodeName
 from kernelab.service.models import JOB_STATUSES
 from kernelab.service.report import (
@@ -41,6 +42,8 @@ from kernelab.service.report import (
     why,
 )
 from kernelab.service.schemas import (
+    MAX_INT32,
+    AtDoor,
     JobPublic,
     JobResult,
     JobSpec,
@@ -49,6 +52,7 @@ from kernelab.service.schemas import (
     ProbeReport,
     Text,
     as_utc,
+    read_stored,
 )
 from kernelab.service.units import format_bytes, format_seconds
 from kernelab.service.verdicts import FLAG_NOTES, VERDICT_ORDER
@@ -132,7 +136,7 @@ templates = Jinja2Templates(env=_environment())
 # request: job.html's first compile took ~0.9 s when it met the ingest's background comparison.
 for _name in templates.env.list_templates(filter_func=lambda name: name.endswith(".html")):
     templates.env.get_template(_name)
-router = APIRouter(include_in_schema=False)
+router = APIRouter(include_in_schema=False, route_class=DoorRoute)
 
 
 class SignInRequired(Exception):
@@ -263,7 +267,7 @@ def jobs_page(
     offset: Offset = 0,
     limit: Limit = DEFAULT_LIMIT,
     status: Annotated[JobStatus | Literal[""] | None, Query()] = None,
-    benchmark: Annotated[Text | None, Query(max_length=500)] = None,
+    benchmark: Annotated[Annotated[Text, AtDoor(max_length=500)] | None, Query()] = None,
 ) -> HTMLResponse:
     """Jobs, newest first, with status, node and verdict counts; paginated by offset/limit and
     filtered by ``status`` and ``benchmark`` (empty: all; an unknown status is a 422 naming it)."""
@@ -283,7 +287,7 @@ def job_page(
     job_id: int,
     session: SessionDep,
     settings: SettingsDep,
-    cell: Annotated[int | None, Query(ge=0)] = None,
+    cell: Annotated[int | None, Query(ge=0, le=MAX_INT32)] = None,
     order: Annotated[CellOrder, Query()] = "index",
     offset: Offset = 0,
 ) -> HTMLResponse:
@@ -384,9 +388,9 @@ def node_page(request: Request, name: NodeName, session: SessionDep, settings: S
     if summary is None:
         return _not_found(request, f"No node named {name!r} has reported probes or results.")
     rows_db = crud.recent_probe_reports(session=session, node_name=name, limit=NODE_READINGS)
-    reports = [(r.job_id, ProbeReport.model_validate(r.report)) for r in rows_db]
+    reports = [(r.job_id, read_stored(ProbeReport, r.report)) for r in rows_db]
     readings = [report for _, report in reports]
-    node = NodeInfo.model_validate(summary.node) if summary.node else None
+    node = read_stored(NodeInfo, summary.node) if summary.node else None
     rows, small, large = _node_rows(reports)
     history = node_health.node_history(session=session, name=name, settings=settings, node=summary.node)
     state = health.node_health(
@@ -457,7 +461,7 @@ def history_page(
     request: Request,
     session: SessionDep,
     settings: SettingsDep,
-    benchmark: Annotated[Text | None, Query(min_length=1, max_length=500)] = None,
+    benchmark: Annotated[Annotated[Text, AtDoor(max_length=500)] | None, Query(min_length=1)] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = history.DEFAULT_JOBS,
     include_excluded: bool = False,
 ) -> HTMLResponse:

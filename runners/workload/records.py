@@ -9,9 +9,10 @@ from pathlib import Path
 from pydantic import TypeAdapter, ValidationError
 
 from kernelab.service.schemas import WorkloadRecord
+from kernelab.service.schemas.workload import MAX_RUN_RECORDS
 
 _RECORD = TypeAdapter(WorkloadRecord)
-MAX_RECORDS_PER_RUN = 100_000  # a run reporting more (a phase per micro-step of a long loop) is cut
+MAX_RECORDS_PER_RUN = MAX_RUN_RECORDS  # a run reporting more (a phase per micro-step of a long loop) is cut
 
 
 def parse_line(line: str) -> dict[str, object] | None:
@@ -46,7 +47,7 @@ def read_records(folder: Path | None, output: str) -> tuple[list[WorkloadRecord]
             bad += int(line.lstrip().startswith('{"kernelab"'))
             continue
         try:
-            out.append(_RECORD.validate_python(obj))
+            out.append(_RECORD.validate_python({k: v for k, v in obj.items() if k != "kernelab"}))
         except ValidationError:
             bad += 1
         if len(out) >= MAX_RECORDS_PER_RUN:

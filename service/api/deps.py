@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from kernelab.service.auth import Principal, Scope, authenticate
 from kernelab.service.core.config import Settings
+from kernelab.service.schemas.types import Hostname
 
 TOKEN_COOKIE = "kernelab_token"
 _SAFE_METHODS = frozenset({"GET", "HEAD"})
@@ -150,7 +151,7 @@ def require(scope: Scope) -> Callable[..., Principal]:
 
 def read_or_node_runner(
     request: Request,
-    name: Annotated[str, Path()],
+    name: Annotated[Hostname, Path(description="the node's hostname (NodeInfo.hostname)")],
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
     """``require("read")``, or a runner token of node ``name`` (the path's node: bound to it, or

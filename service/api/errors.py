@@ -1,7 +1,11 @@
 """Exception handlers: every error is JSON ``{"detail": ...}``, and bad input never becomes a 500.
 
-* ``RequestValidationError`` -> FastAPI's 422, with NaN/Infinity inputs written as strings and
-  every echoed input bounded to ``MAX_ECHO_CHARS`` (``bounded_errors``), at most ``MAX_ERRORS``;
+* ``RequestValidationError`` -> FastAPI's 422, with NaN/Infinity inputs written as strings,
+  every echoed input bounded to ``MAX_ECHO_CHARS`` (``bounded_errors``), at most ``MAX_ERRORS``,
+  and every text in it encodable (``encodable``: a lone surrogate an input carried is written as
+  its ``\\udXXX`` escape), so the answer to any input can be sent;
+* ``HTTPException`` -> its status and ``{"detail": ...}`` as FastAPI answers it, the detail made
+  ``encodable`` too;
 * ``SpecInvalidError`` (a spec its benchmark rejects) and ``crud.ResultInvalidError`` (a result
   that does not fit its job: cells outside the sweep, missing or repeated, another spec) -> 422 in
   FastAPI's validation format ``{"detail": [{"loc": ["body", ...field], "msg": ..., "type": ...}]}``;
@@ -21,6 +25,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from collections.abc import Sequence
@@ -29,11 +34,12 @@ from typing import Any, TypeVar
 from fastapi import FastAPI, Request, status
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 from pydantic_core import InitErrorDetails
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from kernelab.service.crud import ResultConflictError, ResultInvalidError
 from kernelab.service.queue import InvalidTransitionError, JobNotFoundError, LeaseLostError
@@ -57,8 +63,37 @@ class SpecInvalidError(Exception):
         self.errors = list(errors)
 
 
-def _json(status_code: int, detail: Any) -> JSONResponse:
-    return JSONResponse({"detail": detail}, status_code=status_code)
+def encodable(value: Any) -> Any:
+    """``value`` (a str, or dicts/lists/tuples of them, keys included) with every str that UTF-8
+    cannot encode (a lone surrogate, from a JSON ``\\ud800`` escape or bytes that are not UTF-8)
+    written with backslash escapes (``'\\ud800'``), and bytes as such text: a 422 echoing such an
+    input can be sent, and shows which character it was. Everything else is returned as it is."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+        return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "backslashreplace")
+    if isinstance(value, dict):
+        return {encodable(k): encodable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [encodable(v) for v in value]
+    return value
+
+
+def _json(status_code: int, detail: Any, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"detail": encodable(detail)}, status_code=status_code, headers=headers)
+
+
+async def _http_error(_request: Request, exc: Exception) -> Response:
+    """FastAPI's answer to an ``HTTPException`` (``{"detail": ...}``, its headers; none for a
+    status without a body), with the detail ``encodable``."""
+    assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code in (204, 304) or exc.status_code < 200:
+        return Response(status_code=exc.status_code, headers=exc.headers)
+    return _json(exc.status_code, exc.detail, dict(exc.headers or {}))
 
 
 async def _spec_invalid(_request: Request, exc: Exception) -> JSONResponse:
@@ -198,12 +233,13 @@ async def _request_invalid(_request: Request, exc: Exception) -> JSONResponse:
     NaN or infinite."""
     assert isinstance(exc, RequestValidationError)
     errors = bounded_errors(exc.errors())
-    return _json(status.HTTP_422_UNPROCESSABLE_CONTENT, _json_safe(jsonable_encoder(errors)))
+    return _json(status.HTTP_422_UNPROCESSABLE_CONTENT, _json_safe(jsonable_encoder(encodable(errors))))
 
 
 def install_error_handlers(app: FastAPI) -> None:
     """Register kernelab's exception handlers on ``app``."""
     app.add_exception_handler(RequestValidationError, _request_invalid)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(SpecInvalidError, _spec_invalid)
     app.add_exception_handler(ResultInvalidError, _spec_invalid)
     app.add_exception_handler(JobNotFoundError, _not_found)
@@ -218,9 +254,15 @@ def install_error_handlers(app: FastAPI) -> None:
 
 
 def validate_json_body(model: type[M], data: bytes) -> M:
-    """``model.model_validate_json(data)`` for a request body; a body that is not JSON at all (or
-    not UTF-8) raises a ``json_invalid`` error that does not echo the body back as its input.
-    Raises ``pydantic.ValidationError``; errors keep their ``loc`` (``("cells", 3, ...)``)."""
+    """``model.model_validate_json(data)`` for a request body. Raises ``pydantic.ValidationError``;
+    errors keep their ``loc`` (``("cells", 3, ...)``).
+
+    pydantic-core's JSON parser refuses a whole body for one string that is not UTF-8 (bytes that
+    are not UTF-8, a ``\\ud800`` escape of half a surrogate pair) with ``json_invalid`` at a line
+    and column. Such a body is parsed again as the door parses every other body
+    (``kernelab.service.api.door.decode_json``: bytes that are not UTF-8 become lone surrogates)
+    and validated, so the error names the field that holds it (``storable_text``). A body that
+    is not JSON at all raises one ``json_invalid`` error that does not echo the body back."""
     try:
         return model.model_validate_json(data)
     except ValidationError as exc:
@@ -228,5 +270,20 @@ def validate_json_body(model: type[M], data: bytes) -> M:
         if any(e["type"] != "json_invalid" for e in errors):
             raise
         ctx = errors[0].get("ctx", {})
-        line = InitErrorDetails(type="json_invalid", loc=(), input="", ctx={"error": ctx.get("error", "")})
-        raise ValidationError.from_exception_data(model.__name__, [line]) from None
+    try:
+        decoded = decode_json(data)
+    except ValueError:
+        decoded = None
+    if decoded is not None:
+        model.model_validate(decoded)  # raises, naming the field, when the field is what was wrong
+    line = InitErrorDetails(type="json_invalid", loc=(), input="", ctx={"error": ctx.get("error", "")})
+    raise ValidationError.from_exception_data(model.__name__, [line]) from None
+
+
+def decode_json(data: bytes) -> Any:
+    """The JSON value of a request body, read as the door reads every body: UTF-8, with bytes that
+    are not UTF-8 decoded to lone surrogates (``surrogateescape``, PEP 383) and ``\\ud800``
+    escapes kept as they are (Python's ``json``), so validation refuses them naming the field
+    (``kernelab.service.schemas.storable_text``) instead of a decode error naming none. Raises
+    ``ValueError`` (``json.JSONDecodeError``) for a body that is not JSON."""
+    return json.loads(data.decode("utf-8", "surrogateescape"))

@@ -19,19 +19,17 @@ concurrent ``/healthz`` for 10.4 s, and every other request of the process as lo
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
 
-from fastapi import HTTPException, Request, Response, status
+from fastapi import HTTPException, Request, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.routing import APIRoute
 from pydantic import ValidationError, ValidatorFunctionWrapHandler, WrapValidator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from kernelab.service.api.errors import MAX_ERRORS, bounded_errors, validate_json_body
+from kernelab.service.api.door import DoorRequest, DoorRoute
+from kernelab.service.api.errors import MAX_ERRORS, bounded_errors, decode_json, validate_json_body
 from kernelab.service.schemas import JobSpec, WorkloadSpec, is_workload
 
 DEFAULT_MAX_SPEC_BYTES = 1024 * 1024  # KERNELAB_MAX_SPEC_BYTES's default (see the module doc)
@@ -66,7 +64,7 @@ _WORKLOAD_KIND = re.compile(rb'"kind"\s*:\s*"workload"')
 
 def _asks_workload(data: bytes) -> bool:
     try:
-        return is_workload(json.loads(data))
+        return is_workload(decode_json(data))
     except ValueError:
         return False
 
@@ -109,7 +107,7 @@ def _too_large(limit: int) -> HTTPException:
     )
 
 
-class _SpecRequest(Request):
+class _SpecRequest(DoorRequest):
     async def body(self) -> bytes:
         """The body, read up to ``max_spec_bytes``. Raises ``HTTPException`` 413 past it (a declared
         ``Content-Length`` is refused before anything is read)."""
@@ -135,16 +133,11 @@ class _SpecRequest(Request):
         return raw
 
 
-class SpecBodyRoute(APIRoute):
-    """An ``APIRoute`` whose JSON body is bounded and validated off the event loop."""
+class SpecBodyRoute(DoorRoute):
+    """A ``DoorRoute`` whose JSON body is bounded and validated off the event loop."""
 
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handler = super().get_route_handler()
-
-        async def spec_handler(request: Request) -> Response:
-            return await handler(_SpecRequest(request.scope, request.receive))
-
-        return spec_handler
+    def make_request(self, request: Request) -> Request:
+        return _SpecRequest(request.scope, request.receive)
 
 
 def _from_raw(value: Any, handler: ValidatorFunctionWrapHandler) -> JobSpec | WorkloadSpec:

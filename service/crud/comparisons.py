@@ -12,6 +12,7 @@ from kernelab.service.compare_queue import ComparisonStatus
 from kernelab.service.models import Job, Result
 from kernelab.service.schemas import (
     Comparison,
+    read_stored,
 )
 
 
@@ -49,7 +50,7 @@ def stored_comparison(*, session: Session, job_id: int) -> StoredComparison:
         return StoredComparison("failed", error=state.error)
     if state.status == "comparing" or stored.comparison is None:
         return StoredComparison("comparing")
-    comparison = Comparison.model_validate(stored.comparison)
+    comparison = read_stored(Comparison, stored.comparison)
     if comparison.method_version < verdicts.METHOD_VERSION:  # older rules: re-queued, shown as such
         return StoredComparison("comparing")
     return StoredComparison("ready", comparison)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import TypeAdapter
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -16,26 +15,13 @@ from kernelab.service.models import Cell, Result, SampleBlock
 from kernelab.service.schemas import (
     STORED,
     CellResult,
-    CorrectnessResult,
     JobResult,
     JobSpec,
-    NodeInfo,
-    Placement,
-    ProbeReport,
     SampleColumns,
-    Side,
-    StaticComparison,
-    Work,
+    read_stored,
 )
 
 _MAX_REPORTED = 10  # mismatching cells named in one 422
-
-
-# A cell's stored per-variant JSON, validated back (keys included: each must be a ``Side``).
-_WORK_BY_VARIANT = TypeAdapter(dict[Side, Work])
-
-
-_CORRECTNESS_BY_VARIANT = TypeAdapter(dict[Side, CorrectnessResult])
 
 
 class ResultConflictError(Exception):
@@ -261,18 +247,16 @@ def load_result(
         .where(models.ProbeReport.result_id == row.id)
         .order_by(models.ProbeReport.id)
     )
-    return JobResult(
+    return read_stored(JobResult, dict(
         idempotency_key=row.idempotency_key, job_id=job_id,
         spec=JobSpec.model_validate(row.spec, context=STORED),
-        node=NodeInfo.model_validate(row.node), timer=row.timer, started_at=row.started_at,
+        node=row.node, timer=row.timer, started_at=row.started_at,
         finished_at=row.finished_at, error=row.error,
-        probes=[ProbeReport.model_validate(r) for r in reports],
+        probes=list(reports),
         cells=[
-            CellResult(
+            dict(
                 index=c.cell_index, params=c.params, baseline_params=c.baseline_params,
-                candidate_params=c.candidate_params,
-                work=_WORK_BY_VARIANT.validate_python(c.work),
-                correctness=_CORRECTNESS_BY_VARIANT.validate_python(c.correctness),
+                candidate_params=c.candidate_params, work=c.work, correctness=c.correctness,
                 samples=samples.get(c.id) or SampleColumns(), error=c.error,
                 timers=(c.context or {}).get("timers", {}),
                 contention=(c.context or {}).get("contention", []),
@@ -280,13 +264,13 @@ def load_result(
                 findings=(c.context or {}).get("findings", []),
                 phase_s=(c.context or {}).get("phase_s", {}),
                 cross_check=(c.context or {}).get("cross_check"),
-                placement=Placement.model_validate((c.context or {}).get("placement") or {}),
+                placement=(c.context or {}).get("placement") or {},
                 energy=(c.context or {}).get("energy"),
-                static=None if c.static is None else StaticComparison.model_validate(c.static),
+                static=c.static,
             )
             for c in cells
         ],
-    )  # fmt: skip
+    ))  # fmt: skip
 
 
 def result_id(*, session: Session, job_id: int) -> int | None:

@@ -20,6 +20,7 @@ from kernelab.service.schemas import (
     JobsPage,
     JobSpec,
     WorkloadSpec,
+    read_stored,
 )
 
 
@@ -45,7 +46,7 @@ def _progress(job: Job) -> JobProgress | None:
     if job.status != "running" or job.progress is None:
         return None
     try:
-        return JobProgress.model_validate(job.progress)
+        return read_stored(JobProgress, job.progress)
     except ValidationError:
         return None
 

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from kernelab.service import models
 from kernelab.service.auth import create_token
 from kernelab.service.core.clock import db_now
-from kernelab.service.models import ProbeReading, Result, Runner
+from kernelab.service.models import TOKEN_NAME_CHARS, ProbeReading, Result, Runner
 from kernelab.service.schemas import (
     NodeInfo,
     ProbeReport,
@@ -43,7 +43,8 @@ def register_runner(*, session: Session, name: str, node: NodeInfo | None) -> tu
         runner.node_name = node.hostname
     runner.last_seen_at = now
     session.flush()
-    return runner, create_token(session, f"runner:{name}", ["runner"], runner_id=runner.id)
+    label = f"runner:{name}"[:TOKEN_NAME_CHARS]  # a runner's name may have 200 characters: 207
+    return runner, create_token(session, label, ["runner"], runner_id=runner.id)
 
 
 def runner_device_type(*, session: Session, runner_id: int) -> str | None:

@@ -17,7 +17,16 @@ from pydantic import (
 )
 
 from kernelab.service.schemas.spec import JobSpec
-from kernelab.service.schemas.types import Finite, JsonObject, Text, UtcDatetime, _Strict
+from kernelab.service.schemas.types import (
+    AtDoor,
+    Finite,
+    JsonObject,
+    Message,
+    Name,
+    Text,
+    UtcDatetime,
+    _Strict,
+)
 from kernelab.service.schemas.workload import Endpoint, GangSeat, WorkloadSpec
 
 # Benchmark advertisements (what a runner can run; kernelab.service.adverts checks specs against them)
@@ -29,7 +38,7 @@ MAX_VARIANTS = 64
 MAX_SCHEMA_BYTES = 64_000  # one Params schema as compact JSON (the built-ins' are under 2 kB)
 MAX_ADVERTS_BYTES = 512_000  # a whole advertisement as compact JSON
 
-AdvertName = Annotated[Text, Field(min_length=1, max_length=500)]
+AdvertName = Annotated[Text, Field(min_length=1), AtDoor(max_length=500)]
 
 
 def canonical_json(value: Any) -> str:
@@ -62,12 +71,12 @@ class BenchmarkAdvert(_Strict):
     ``MAX_SCHEMA_BYTES``."""
 
     names: list[AdvertName] = Field(min_length=1, max_length=MAX_NAMES)
-    variants: list[Annotated[Text, Field(min_length=1, max_length=200)]] = Field(
+    variants: list[Annotated[Text, Field(min_length=1), AtDoor(max_length=200)]] = Field(
         min_length=1, max_length=MAX_VARIANTS
     )
     params_schema: JsonObject
-    code_version: Text | None = Field(default=None, max_length=200)
-    description: Text = Field(default="", max_length=2000)
+    code_version: Name | None = None
+    description: Message = ""
 
     @field_validator("params_schema")
     @classmethod
@@ -133,7 +142,7 @@ class ClaimRequest(_Strict):
     wait_s: float = Field(default=0.0, ge=0, le=60, description="long-poll for up to this long")
     lease_s: float = Field(default=120.0, ge=5, le=3600)
     benchmarks: RunnerAdverts | None = None
-    benchmarks_sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = None
+    benchmarks_sha256: Annotated[Text, Field(pattern=r"^[0-9a-f]{64}$"), AtDoor(max_length=64)] | None = None
     workloads: bool = Field(default=False, description="this runner runs workload jobs (kind: workload)")
     rdzv_endpoint: Endpoint | None = Field(
         default=None,
@@ -194,7 +203,7 @@ class JobProgress(_Strict):
     cells: int = Field(ge=0, le=MAX_PROGRESS_CELLS)
     cells_done: int = Field(default=0, ge=0, le=MAX_PROGRESS_CELLS)
     phase: ProgressPhase
-    message: Text = Field(default="", max_length=500)
+    message: Annotated[Text, AtDoor(max_length=500)] = ""
     elapsed_s: Finite = Field(default=0.0, ge=0)
     eta_s: Finite | None = Field(default=None, ge=0)
 
@@ -207,7 +216,7 @@ class Heartbeat(_Strict):
 
 
 class JobFailure(_Strict):
-    error: Text = Field(min_length=1, max_length=20_000)
+    error: Annotated[Text, Field(min_length=1), AtDoor(max_length=20_000)]
     retry: bool = False
 
 

@@ -11,7 +11,7 @@ from pydantic import (
 
 from kernelab.service.schemas.adverts import AnySpec, JobProgress
 from kernelab.service.schemas.result_job import NodeInfo
-from kernelab.service.schemas.types import JobStatus, Text, UtcDatetime, _Strict
+from kernelab.service.schemas.types import AtDoor, JobStatus, Text, UtcDatetime, _Strict
 from kernelab.service.schemas.workload import GangPublic
 
 # API payloads
@@ -85,7 +85,7 @@ class AttemptsPage(BaseModel):
 
 
 class RunnerRegister(_Strict):
-    name: Annotated[Text, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:-]+$")]
+    name: Annotated[Text, Field(min_length=1, pattern=r"^[A-Za-z0-9._:-]+$"), AtDoor(max_length=200)]
     node: NodeInfo | None = None
 
 

@@ -8,12 +8,23 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field
 
 from kernelab.service.schemas.spec import JobSpec
-from kernelab.service.schemas.types import Finite, Text, UtcDatetime, Verdict, _Strict
+from kernelab.service.schemas.types import (
+    AtDoor,
+    Count32,
+    Finite,
+    Message,
+    Name,
+    RowId,
+    Text,
+    UtcDatetime,
+    Verdict,
+    _Strict,
+)
 
 BisectStatus = Literal["running", "found", "stopped"]
 StepOutcome = Literal["good", "bad", "undecided"]
 StepRole = Literal["ends", "midpoint"]
-Sha = Annotated[Text, Field(min_length=4, max_length=64, pattern=r"^[0-9a-f]+$")]
+Sha = Annotated[Text, Field(min_length=4, pattern=r"^[0-9a-f]+$"), AtDoor(max_length=64)]
 MAX_BISECT_COMMITS = 100_000  # commits between the ends: 17 steps
 MAX_BISECT_STEPS = 200  # every step retried once: 2 x (17 + 1), with room
 
@@ -22,7 +33,7 @@ class BisectCommit(_Strict):
     """One commit of the range: its sha and subject line."""
 
     sha: Sha
-    subject: Text = Field(default="", max_length=500)
+    subject: Annotated[Text, AtDoor(max_length=500)] = ""
 
 
 class BisectCreate(_Strict):
@@ -30,12 +41,12 @@ class BisectCreate(_Strict):
     the commits after ``good`` up to and including ``bad`` (oldest first; ``bad`` last), and the
     spec every step runs (its sides' sources set per step)."""
 
-    name: Text = Field(default="", max_length=200)
-    repo: Text = Field(min_length=1, max_length=4096)
+    name: Name = ""
+    repo: Annotated[Text, Field(min_length=1), AtDoor(max_length=4096)]
     good: Sha
     bad: Sha
-    good_ref: Text = Field(min_length=1, max_length=500)
-    bad_ref: Text = Field(min_length=1, max_length=500)
+    good_ref: Annotated[Text, Field(min_length=1), AtDoor(max_length=500)]
+    bad_ref: Annotated[Text, Field(min_length=1), AtDoor(max_length=500)]
     commits: list[BisectCommit] = Field(min_length=1, max_length=MAX_BISECT_COMMITS)
     spec: JobSpec
 
@@ -49,18 +60,18 @@ class BisectStep(_Strict):
     ``reason`` says why. The deciding cell's ``ratio`` (candidate/baseline median) and its 95 %
     CI (``ci_low``, ``ci_high``), ``verdict`` and ``cell`` label; ``summary``: cells per verdict."""
 
-    job_id: int = Field(ge=1)
+    job_id: RowId = Field(description="the step's revision job (an id of jobs: at most 2**31 - 1)")
     commit: Sha
     role: StepRole = "midpoint"
     attempt: int = Field(default=1, ge=1, le=2)
     outcome: StepOutcome
-    reason: Text = Field(default="", max_length=2000)
+    reason: Message = ""
     verdict: Verdict | None = None
-    cell: Text = Field(default="", max_length=500)
+    cell: Annotated[Text, AtDoor(max_length=500)] = ""
     ratio: Finite | None = None
     ci_low: Finite | None = None
     ci_high: Finite | None = None
-    summary: dict[Annotated[Text, Field(max_length=32)], Annotated[int, Field(ge=0)]] = Field(
+    summary: dict[Annotated[Text, AtDoor(max_length=32)], Count32] = Field(
         default_factory=dict, max_length=16
     )
 
@@ -71,7 +82,7 @@ class BisectFinish(_Strict):
 
     status: Literal["found", "stopped"]
     first_bad: Sha | None = None
-    message: Text = Field(default="", max_length=4000)
+    message: Annotated[Text, AtDoor(max_length=4000)] = ""
 
 
 class BisectPublic(BaseModel):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     Field,
@@ -15,7 +15,40 @@ from kernelab.service.samples import (
     Side,
     empty_samples,
 )
-from kernelab.service.schemas.types import JsonObject, ParamValue, Severity, Text, _Posted
+from kernelab.service.schemas.probes import MAX_GPU_PROCESSES
+from kernelab.service.schemas.spec import ParamMap
+from kernelab.service.schemas.types import (
+    MAX_LIST_ITEMS,
+    AtDoor,
+    Count32,
+    ErrorText,
+    Int64,
+    JsonObject,
+    Message,
+    Positive64,
+    Severity,
+    ShortText,
+    Size64,
+    Text,
+    _Posted,
+)
+
+MAX_FINDINGS = 256
+"""Most findings of one cell or one checked sample."""
+MAX_CONTENTION_READINGS = 1024
+"""Most contention readings of one cell: one before the first round, one per CI check (a
+geometric schedule: ``kernelab.runners.engine``) and one after the last."""
+MAX_CROSS_SAMPLES = 20_000
+"""Most cross-check samples of one side: one per ABBA round, ``cross_check_rounds`` at most 10,000."""
+MAX_KERNELS = 256
+"""Most compiled kernels of one cell's static comparison."""
+MAX_KERNEL_LOOPS = 256
+MAX_OPCODES = 4096
+"""Most opcodes (or instruction classes) counted for one kernel, and changes of one kernel diff."""
+KernelName = Annotated[Text, AtDoor(max_length=1000)]
+"""A compiled kernel's name (a Triton kernel's, with its specialisation): at most 1,000 characters."""
+OpcodeCounts = Annotated[dict[ShortText, Size64], AtDoor(max_length=MAX_OPCODES)]
+OpcodeDeltas = Annotated[dict[ShortText, Int64], AtDoor(max_length=MAX_OPCODES)]
 
 # Results (what a runner posts)
 # --------------------------------------------------------------------------------------------------
@@ -40,7 +73,7 @@ class _Metrics(_Posted):
 
     _NULLABLE: ClassVar[tuple[str, ...]] = ()
 
-    nonfinite_metrics: list[Text] = Field(
+    nonfinite_metrics: Annotated[list[ShortText], AtDoor(max_length=MAX_LIST_ITEMS)] = Field(
         default_factory=list, description="metrics posted as NaN or Infinity, stored as null"
     )
 
@@ -70,16 +103,16 @@ class CorrectnessResult(_Metrics):
         default=None, description="the isclose rtol used: the dtype's, plus a reduction's"
     )
     atol: float | None = Field(default=None, description="the isclose atol used, in the output's units")
-    nonfinite: int = Field(default=0, ge=0, description="NaN/Inf elements in the output")
-    dtype: Text | None = Field(default=None, description="the output's dtype, e.g. 'float32'")
-    message: Text = ""
-    tolerance: Text = Field(
+    nonfinite: Size64 = Field(default=0, description="NaN/Inf elements in the output")
+    dtype: ShortText | None = Field(default=None, description="the output's dtype, e.g. 'float32'")
+    message: ErrorText = ""
+    tolerance: ErrorText = Field(
         default="",
         description="the rule the output was held to, with where each term comes from "
         "(kernelab.kernels.tolerances); empty in results stored before it was recorded",
     )
     # Results of kernelab.runners.checks; None where the check did not run.
-    where: Text = Field(default="", description="bad elements in the output's logical coordinates")
+    where: ErrorText = Field(default="", description="bad elements in the output's logical coordinates")
     repeats: RepeatCheck | None = None
     determinism: DeterminismCheck | None = None
     batch_invariance: BatchInvarianceCheck | None = None
@@ -93,9 +126,9 @@ class RepeatCheck(_Metrics):
 
     _NULLABLE = ("worst_rel_error", "worst_max_abs_error", "bad_set_jaccard")
 
-    runs: int = Field(ge=0)
+    runs: Count32
     inputs: Literal["fixed", "fresh"] = "fixed"
-    failures: int = Field(default=0, ge=0)
+    failures: Count32 = 0
     worst_rel_error: float | None = None
     worst_max_abs_error: float | None = None
     failure_errors_identical: bool | None = Field(
@@ -104,7 +137,7 @@ class RepeatCheck(_Metrics):
     bad_set_jaccard: float | None = Field(
         default=None, description="mean Jaccard of consecutive failures' bad-element sets (fixed inputs)"
     )
-    where: Text = ""
+    where: ErrorText = ""
 
 
 class DeterminismCheck(_Metrics):
@@ -112,15 +145,15 @@ class DeterminismCheck(_Metrics):
 
     _NULLABLE = ("max_abs_difference", "bad_set_jaccard")
 
-    runs: int = Field(ge=0)
+    runs: Count32
     deterministic: bool
-    differing_runs: int = Field(default=0, ge=0, description="runs whose bytes differ from run 0")
-    max_differing_elements: int = Field(default=0, ge=0)
+    differing_runs: Count32 = Field(default=0, description="runs whose bytes differ from run 0")
+    max_differing_elements: Size64 = 0
     max_abs_difference: float | None = None
     bad_set_jaccard: float | None = Field(
         default=None, description="mean Jaccard of consecutive differing runs' element sets (1: fixed)"
     )
-    where: Text = ""
+    where: ErrorText = ""
 
 
 class BatchInvarianceCheck(_Metrics):
@@ -128,15 +161,15 @@ class BatchInvarianceCheck(_Metrics):
 
     _NULLABLE = ("max_abs_difference",)
 
-    batch_rows: int = Field(ge=0, description="rows of the full batch")
-    rows_checked: int = Field(ge=0)
+    batch_rows: Size64 = Field(description="rows of the full batch")
+    rows_checked: Size64
     invariant: bool
-    mismatched_rows: dict[Text, int] = Field(
+    mismatched_rows: Annotated[dict[ShortText, Size64], AtDoor(max_length=MAX_LIST_ITEMS)] = Field(
         default_factory=dict, description="'alone' / 'small' -> rows not bitwise equal to the full batch"
     )
-    mismatched_elements: int = Field(default=0, ge=0)
+    mismatched_elements: Size64 = 0
     max_abs_difference: float | None = None
-    message: Text = ""
+    message: ErrorText = ""
 
 
 class BitwiseComparison(_Metrics):
@@ -145,9 +178,9 @@ class BitwiseComparison(_Metrics):
     _NULLABLE = ("max_abs_difference",)
 
     identical: bool
-    differing_elements: int = Field(default=0, ge=0)
+    differing_elements: Size64 = 0
     max_abs_difference: float | None = None
-    where: Text = ""
+    where: ErrorText = ""
 
 
 class ContentionReading(_Posted):
@@ -158,8 +191,8 @@ class ContentionReading(_Posted):
     "sm_util_pct"}``, ``own`` True for the measuring process, values None where NVML refuses.
     """
 
-    round: int = Field(ge=0, description="rounds completed when read")
-    processes: list[JsonObject] = Field(default_factory=list)
+    round: Count32 = Field(description="rounds completed when read")
+    processes: Annotated[list[JsonObject], AtDoor(max_length=MAX_GPU_PROCESSES)] = Field(default_factory=list)
 
 
 class Reason(_Posted):
@@ -168,8 +201,8 @@ class Reason(_Posted):
     or job) and a severity (``error``: decides the verdict; ``warning``/``info``: told, not
     decisive). The shape of nvbench_compare's ``DecisionReason``."""
 
-    code: Text = Field(min_length=1, max_length=64, pattern=r"^[a-z0-9-]+$")
-    message: Text = Field(max_length=2_000)
+    code: Annotated[Text, Field(min_length=1, pattern=r"^[a-z0-9-]+$"), AtDoor(max_length=64)]
+    message: Message
     side: Side | None = None
     severity: Severity = "error"
 
@@ -186,14 +219,14 @@ class TimedCheck(_Posted):
     ``findings`` holds the failures as ``Reason`` codes (``kernelab.service.verdicts.REASONS``).
     """
 
-    timer: Text = Field(max_length=64)
-    round: int = Field(ge=0, description="rounds completed when the check ran")
-    seed: int = Field(ge=0)
-    launches: int = Field(default=1, ge=1)
+    timer: ShortText
+    round: Count32 = Field(description="rounds completed when the check ran")
+    seed: Size64
+    launches: Positive64 = 1
     duration_ns: float | None = Field(default=None, ge=0, allow_inf_nan=False, description="ns per launch")
     passed: bool
     correctness: CorrectnessResult | None = None
-    findings: list[Reason] = Field(default_factory=list)
+    findings: Annotated[list[Reason], AtDoor(max_length=MAX_FINDINGS)] = Field(default_factory=list)
 
 
 class TimerCrossCheck(_Posted):
@@ -207,11 +240,13 @@ class TimerCrossCheck(_Posted):
     faithfully, it raised); then ``samples_ns`` is empty.
     """
 
-    methods: dict[Side, Text] = Field(default_factory=dict)
-    rounds: int = Field(default=0, ge=0)
-    launches: dict[Side, int] = Field(default_factory=dict)
-    samples_ns: dict[Side, list[float]] = Field(default_factory=dict)
-    error: Text | None = Field(default=None, max_length=2_000)
+    methods: Annotated[dict[Side, ShortText], AtDoor(max_length=2)] = Field(default_factory=dict)
+    rounds: Count32 = 0
+    launches: Annotated[dict[Side, Positive64], AtDoor(max_length=2)] = Field(default_factory=dict)
+    samples_ns: Annotated[
+        dict[Side, Annotated[list[float], AtDoor(max_length=MAX_CROSS_SAMPLES)]], AtDoor(max_length=2)
+    ] = Field(default_factory=dict)
+    error: ErrorText | None = None
 
     @model_validator(mode="after")
     def _finite_nonnegative(self) -> TimerCrossCheck:
@@ -233,9 +268,9 @@ class EnergyBlock(_Posted):
 
     side: Side
     joules: float = Field(ge=0, allow_inf_nan=False)
-    launches: int = Field(ge=1)
+    launches: Positive64
     seconds: float = Field(gt=0, allow_inf_nan=False)
-    ticks: int = Field(ge=1)
+    ticks: Positive64
 
 
 class EnergyMeasurement(_Posted):
@@ -248,11 +283,11 @@ class EnergyMeasurement(_Posted):
     why no energy was measured (no counter on this device, the counter did not change).
     """
 
-    counter: Text = Field(default="nvml-total-energy", max_length=64)
+    counter: ShortText = "nvml-total-energy"
     blocks: list[EnergyBlock] = Field(default_factory=list, max_length=10_000)
     step_mj: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     period_ms: float | None = Field(default=None, ge=0, allow_inf_nan=False)
-    error: Text | None = Field(default=None, max_length=2_000)
+    error: ErrorText | None = None
 
 
 PlacementSchedule = Literal["pairs", "cyclic"]
@@ -297,10 +332,10 @@ StaticVerdict = Literal["identical", "different", "only-baseline", "only-candida
 class KernelLoopStats(_Posted):
     """An innermost loop of a kernel's machine code: byte offsets (SASS) or instruction indices."""
 
-    start_offset: int = Field(ge=0)
-    end_offset: int = Field(ge=0)
-    instructions: int = Field(ge=0)
-    by_class: dict[Text, int] = Field(default_factory=dict)
+    start_offset: Size64
+    end_offset: Size64
+    instructions: Size64
+    by_class: OpcodeCounts = Field(default_factory=dict)
 
 
 class KernelStatic(_Posted):
@@ -313,24 +348,26 @@ class KernelStatic(_Posted):
     ``code_sha256`` digests the machine code (encodings; no names, no absolute addresses).
     """
 
-    name: Text
+    name: KernelName
     isa: Literal["sass", "ptx", "amdgcn"]
-    target: Text
-    num_warps: int | None = None
-    num_stages: int | None = None
-    registers: int | None = Field(default=None, ge=0, description="per thread")
-    spill_stores: int | None = Field(default=None, ge=0)
-    spill_loads: int | None = Field(default=None, ge=0)
-    stack_bytes: int | None = Field(default=None, ge=0, description="local memory per thread")
-    shared_bytes: int | None = Field(default=None, ge=0, description="per block")
-    occupancy_blocks_per_sm: int | None = Field(default=None, ge=0)
+    target: ShortText
+    num_warps: Count32 | None = None
+    num_stages: Count32 | None = None
+    registers: Size64 | None = Field(default=None, description="per thread")
+    spill_stores: Size64 | None = None
+    spill_loads: Size64 | None = None
+    stack_bytes: Size64 | None = Field(default=None, description="local memory per thread")
+    shared_bytes: Size64 | None = Field(default=None, description="per block")
+    occupancy_blocks_per_sm: Size64 | None = None
     occupancy_pct: float | None = Field(default=None, ge=0, le=100)
-    instructions: int = Field(ge=0)
-    predicated: int = Field(default=0, ge=0, description="instructions under a guard predicate")
-    by_class: dict[Text, int] = Field(default_factory=dict)
-    by_opcode: dict[Text, int] = Field(default_factory=dict)
-    loops: list[KernelLoopStats] = Field(default_factory=list, description="innermost loops")
-    code_sha256: Text = ""
+    instructions: Size64
+    predicated: Size64 = Field(default=0, description="instructions under a guard predicate")
+    by_class: OpcodeCounts = Field(default_factory=dict)
+    by_opcode: OpcodeCounts = Field(default_factory=dict)
+    loops: Annotated[list[KernelLoopStats], AtDoor(max_length=MAX_KERNEL_LOOPS)] = Field(
+        default_factory=list, description="innermost loops"
+    )
+    code_sha256: ShortText = ""
 
 
 class StaticChange(_Posted):
@@ -338,57 +375,61 @@ class StaticChange(_Posted):
     (``prologue``, ``loop``, ``epilogue``, ``between`` loops, ``body`` when loop-free)."""
 
     sign: Literal["+", "-"]
-    opcode: Text
-    count: int = Field(ge=1)
-    region: Text
+    opcode: ShortText
+    count: Positive64
+    region: ShortText
 
 
 class KernelDiff(_Posted):
     """Baseline vs candidate for one kernel: deltas are candidate - baseline."""
 
-    name: Text
+    name: KernelName
     verdict: StaticVerdict
     baseline: KernelStatic | None = None
     candidate: KernelStatic | None = None
-    class_delta: dict[Text, int] = Field(default_factory=dict)
-    opcode_delta: dict[Text, int] = Field(default_factory=dict)
-    resource_delta: dict[Text, float] = Field(default_factory=dict)
-    changes: list[StaticChange] = Field(default_factory=list)
-    summary: Text = ""
+    class_delta: OpcodeDeltas = Field(default_factory=dict)
+    opcode_delta: OpcodeDeltas = Field(default_factory=dict)
+    resource_delta: Annotated[dict[ShortText, float], AtDoor(max_length=MAX_LIST_ITEMS)] = Field(
+        default_factory=dict
+    )
+    changes: Annotated[list[StaticChange], AtDoor(max_length=MAX_OPCODES)] = Field(default_factory=list)
+    summary: ErrorText = ""
 
 
 class StaticComparison(_Posted):
     """Static comparison of one cell's kernels; ``identical`` when every kernel's code is equal."""
 
-    target: Text = ""
+    target: ShortText = ""
     verdict: Literal["identical", "different"] | None = None
-    kernels: list[KernelDiff] = Field(default_factory=list)
-    error: Text | None = None
+    kernels: Annotated[list[KernelDiff], AtDoor(max_length=MAX_KERNELS)] = Field(default_factory=list)
+    error: ErrorText | None = None
 
 
 class CellResult(_Posted):
     """All raw data measured for one sweep cell."""
 
-    index: int = Field(ge=0)
-    params: dict[Text, ParamValue]
-    baseline_params: dict[Text, ParamValue] = Field(default_factory=dict)
-    candidate_params: dict[Text, ParamValue] = Field(default_factory=dict)
-    work: dict[Side, Work] = Field(default_factory=dict)
+    index: Count32
+    params: ParamMap
+    baseline_params: ParamMap = Field(default_factory=dict)
+    candidate_params: ParamMap = Field(default_factory=dict)
+    work: Annotated[dict[Side, Work], AtDoor(max_length=2)] = Field(default_factory=dict)
     samples: SampleColumns = Field(
         default_factory=empty_samples,
         description="raw samples: base64 columns (the JSON-list columns and the row form are accepted)",
     )
-    correctness: dict[Side, CorrectnessResult] = Field(default_factory=dict)
-    error: Text | None = Field(default=None, description="set when the cell could not be measured")
-    timers: dict[Side, Text] = Field(
+    correctness: Annotated[dict[Side, CorrectnessResult], AtDoor(max_length=2)] = Field(default_factory=dict)
+    error: ErrorText | None = Field(default=None, description="set when the cell could not be measured")
+    timers: Annotated[dict[Side, ShortText], AtDoor(max_length=2)] = Field(
         default_factory=dict, description="timer that measured each variant (a graph fallback shows)"
     )
-    contention: list[ContentionReading] = Field(default_factory=list)
-    static: StaticComparison | None = None
-    timed_checks: dict[Side, list[TimedCheck]] = Field(
-        default_factory=dict, description="checked samples through the timer, per side"
+    contention: Annotated[list[ContentionReading], AtDoor(max_length=MAX_CONTENTION_READINGS)] = Field(
+        default_factory=list
     )
-    findings: list[Reason] = Field(
+    static: StaticComparison | None = None
+    timed_checks: Annotated[
+        dict[Side, Annotated[list[TimedCheck], AtDoor(max_length=MAX_LIST_ITEMS)]], AtDoor(max_length=2)
+    ] = Field(default_factory=dict, description="checked samples through the timer, per side")
+    findings: Annotated[list[Reason], AtDoor(max_length=MAX_FINDINGS)] = Field(
         default_factory=list,
         description="what the runner found about the cell's measurement (timer fallback, empty graph, "
         "patched timer, node changed during the job, ...); codes in kernelab.service.verdicts.REASONS",
@@ -400,7 +441,7 @@ class CellResult(_Posted):
     energy: EnergyMeasurement | None = Field(
         default=None, description="energy per launch from the device's energy counter (None: not asked)"
     )
-    phase_s: dict[str, float] = Field(
+    phase_s: Annotated[dict[ShortText, float], AtDoor(max_length=MAX_LIST_ITEMS)] = Field(
         default_factory=dict,
         description="wall time of the cell's phases on the runner, s: prepare, correctness, measure "
         "(the rounds), checks (the checked samples), device_work, canary",

@@ -12,10 +12,24 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from kernelab.service.schemas.probes import ProbeReport
+from kernelab.service.schemas.probes import MAX_DEVICES, ProbeReport
 from kernelab.service.schemas.result import CellResult
-from kernelab.service.schemas.spec import JobSpec
-from kernelab.service.schemas.types import DeviceType, Text, UtcDatetime, _Posted
+from kernelab.service.schemas.spec import MAX_CELLS, JobSpec
+from kernelab.service.schemas.types import (
+    MAX_LIST_ITEMS,
+    AtDoor,
+    DeviceType,
+    ErrorText,
+    Hostname,
+    Message,
+    Name,
+    RowId,
+    ShortText,
+    Size64,
+    Text,
+    UtcDatetime,
+    _Posted,
+)
 
 
 class RevisionInfo(_Posted):
@@ -27,12 +41,16 @@ class RevisionInfo(_Posted):
     absent).
     """
 
-    repo: Text = ""
-    ref: Text = ""
-    branch: Text = ""
-    subdir: Text = ""
-    sha: Text = ""
-    versions: dict[Text, Text | None] = Field(default_factory=dict)
+    repo: Annotated[Text, AtDoor(max_length=1000)] = ""
+    ref: Annotated[Text, AtDoor(max_length=250)] = ""
+    branch: Annotated[Text, AtDoor(max_length=250)] = ""
+    subdir: Annotated[Text, AtDoor(max_length=500)] = ""
+    sha: Annotated[Text, AtDoor(max_length=64)] = Field(
+        default="", description="history_points.sha: 64 characters"
+    )
+    versions: Annotated[dict[ShortText, Name | None], AtDoor(max_length=MAX_LIST_ITEMS)] = Field(
+        default_factory=dict
+    )
 
 
 class RevisionsInfo(_Posted):
@@ -46,22 +64,24 @@ class RevisionsInfo(_Posted):
     baseline: RevisionInfo
     candidate: RevisionInfo
     diff_stat: Text = ""
-    diff_shortstat: Text = ""
+    diff_shortstat: Message = ""
 
 
 class NodeInfo(_Posted):
     """What the node is: hardware and software fingerprint of a result."""
 
-    hostname: Text = Field(min_length=1, max_length=255, description="the node's name (results.node_name)")
+    hostname: Hostname = Field(description="the node's name (results.node_name)")
     device_type: DeviceType
-    device_name: Text = ""
-    device_count: int = Field(default=0, ge=0)
-    l2_bytes: int | None = None
-    driver_version: Text | None = None
-    cuda_version: Text | None = None
-    torch_version: Text | None = None
-    triton_version: Text | None = None
-    python_version: Text = ""
+    device_name: Annotated[Text, AtDoor(max_length=255)] = Field(
+        default="", description="the GPU model (history_points.gpu_model: 255 characters)"
+    )
+    device_count: Annotated[int, Field(ge=0), AtDoor(le=MAX_DEVICES)] = 0
+    l2_bytes: Size64 | None = None
+    driver_version: Name | None = None
+    cuda_version: Name | None = None
+    torch_version: Name | None = None
+    triton_version: Name | None = None
+    python_version: Name = ""
     triton_interpret: bool = False
     revisions: RevisionsInfo | None = Field(
         default=None, description="set for a job whose sides came from git revisions"
@@ -87,7 +107,14 @@ def _known_schema_version(value: int) -> int:
     return value
 
 
-SchemaVersion = Annotated[int, Strict(), Field(ge=1), AfterValidator(_known_schema_version)]
+SchemaVersion = Annotated[
+    int, Strict(), Field(ge=1), AfterValidator(_known_schema_version), AtDoor(le=RESULT_SCHEMA_VERSION)
+]
+"""A result document's version: 1 .. ``RESULT_SCHEMA_VERSION`` (a newer one: ``schema_version_newer``)."""
+MAX_RESULT_PROBES = 16
+"""Most probe reports of one result: a job probes before and after (``kernelab.runners.job``)."""
+IdempotencyKey = Annotated[Text, Field(min_length=8), AtDoor(max_length=200)]
+"""A result's idempotency key: 8 to 200 characters (``results.idempotency_key``)."""
 
 
 class ResultHeader(BaseModel):
@@ -112,16 +139,16 @@ class JobResult(_Posted):
     schema_version: SchemaVersion = Field(
         default=RESULT_SCHEMA_VERSION, description="version of this document (1 when left out)"
     )
-    idempotency_key: Text = Field(min_length=8, max_length=200)
-    job_id: int | None = None
+    idempotency_key: IdempotencyKey
+    job_id: RowId | None = None
     spec: JobSpec
     node: NodeInfo
-    timer: Text = Field(max_length=64, description="'cuda-event' or 'perf_counter'")
+    timer: ShortText = Field(description="'cuda-event' or 'perf_counter'")
     started_at: UtcDatetime
     finished_at: UtcDatetime
-    cells: list[CellResult]
-    probes: list[ProbeReport] = Field(default_factory=list)
-    error: Text | None = None
+    cells: Annotated[list[CellResult], AtDoor(max_length=MAX_CELLS)]
+    probes: Annotated[list[ProbeReport], AtDoor(max_length=MAX_RESULT_PROBES)] = Field(default_factory=list)
+    error: ErrorText | None = None
 
 
 # --------------------------------------------------------------------------------------------------

@@ -25,12 +25,14 @@ from kernelab.service.schemas.types import (
     MAX_RTOL,
     MAX_SEED,
     MIN_INPUT_SCALE,
+    AtDoor,
     DeviceType,
+    Name,
     ParamValue,
     Text,
-    _refuse_nul,
     _Strict,
     at_door,
+    storable_text,
 )
 
 # Job specification (what a user submits)
@@ -88,7 +90,7 @@ def _benchmark_ref(value: str, info: ValidationInfo) -> str:
 BenchmarkRef = Annotated[
     str,
     StringConstraints(min_length=1, max_length=500),
-    AfterValidator(_refuse_nul),
+    AfterValidator(storable_text),
     AfterValidator(_benchmark_ref),
     Field(description="registry name (e.g. 'matmul') or 'module.path:ClassName'"),
 ]
@@ -113,11 +115,13 @@ class SourceSpec(_Strict):
     subdir.
     """
 
-    repo: Text = Field(min_length=1, max_length=1000)
-    ref: Text = Field(min_length=1, max_length=250, pattern=_GIT_REF)
-    branch: Text = Field(default="", max_length=250, description="label for the history per branch")
-    subdir: Text = Field(default="", max_length=500)
-    install: list[Text] = Field(default_factory=list, max_length=20)
+    repo: Annotated[Text, Field(min_length=1), AtDoor(max_length=1000)]
+    ref: Annotated[Text, Field(min_length=1, pattern=_GIT_REF), AtDoor(max_length=250)]
+    branch: Annotated[Text, AtDoor(max_length=250)] = Field(
+        default="", description="label for the history per branch"
+    )
+    subdir: Annotated[Text, AtDoor(max_length=500)] = ""
+    install: list[Annotated[Text, AtDoor(max_length=4000)]] = Field(default_factory=list, max_length=20)
 
     @field_validator("ref")
     @classmethod
@@ -144,7 +148,7 @@ class SideSpec(_Strict):
     revision instead of the installed packages (see ``SourceSpec``).
     """
 
-    variant: Text = Field(min_length=1, max_length=200)
+    variant: Annotated[Text, Field(min_length=1), AtDoor(max_length=200)]
     params: ParamMap = Field(default_factory=dict)
     source: SourceSpec | None = None
 
@@ -166,9 +170,8 @@ class MeasurementSpec(_Strict):
         default=1, ge=1, le=1_000, description="samples of each variant per round (ABBA uses 2 rounds of A,B)"
     )
     order: Literal["abba", "random"] = "abba"
-    seed: Annotated[int, AfterValidator(lambda v, info: _at_most(v, MAX_SEED, info))] = Field(
+    seed: Annotated[int, Field(ge=0), AtDoor(le=MAX_SEED)] = Field(
         default=0,
-        ge=0,
         description="seeds the inputs (torch.Generator.manual_seed), the round order and the bootstrap; at "
         "most 2**62, so the seeds the runner derives from it (seed + i, seed + 7919 (k + 1)) stay in int64",
     )
@@ -347,7 +350,9 @@ class StaticMetricsSpec(_Strict):
     """
 
     enabled: bool = False
-    target: Text | None = Field(default=None, pattern=r"^sm_\d{2,3}a?$", description="e.g. sm_90a")
+    target: Annotated[Text, Field(pattern=r"^sm_\d{2,3}a?$"), AtDoor(max_length=16)] | None = Field(
+        default=None, description="e.g. sm_90a"
+    )
 
 
 def _float_within(value: float, low: float, high: float, info: ValidationInfo) -> float:
@@ -360,18 +365,6 @@ def _float_within(value: float, low: float, high: float, info: ValidationInfo) -
         raise PydanticCustomError(
             "less_than_equal", "Input should be less than or equal to {le}", {"le": high}
         )
-    return value
-
-
-def _at_most(value: Any, bound: int, info: ValidationInfo) -> Any:
-    """``value`` (an int, or a mapping: its number of keys) at most ``bound`` at the door."""
-    if isinstance(value, int):
-        if at_door(info) and value > bound:  # pydantic's own error for ``le``
-            raise PydanticCustomError(
-                "less_than_equal", "Input should be less than or equal to {le}", {"le": bound}
-            )
-    elif at_door(info) and len(value) > bound:
-        raise ValueError(f"{len(value)} keys; at most {bound}")
     return value
 
 
@@ -389,9 +382,9 @@ MAX_PARAM_KEYS = 64
 a spec's expansion to ``MAX_CELLS`` cells of a few ``MAX_PARAM_KEYS`` keys (a benchmark's
 parameter model has about ten fields; ``kernelab.kernels.matmul`` has nine)."""
 
-ParamName = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(_refuse_nul)]
+ParamName = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(storable_text)]
 """A parameter's name (a field of a benchmark's ``Params``)."""
-_MaxKeys = AfterValidator(lambda v, info: _at_most(v, MAX_PARAM_KEYS, info))
+_MaxKeys = AtDoor(max_length=MAX_PARAM_KEYS)
 ParamMap = Annotated[dict[ParamName, ParamValue], _MaxKeys]
 SweepGrid = Annotated[
     dict[ParamName, Annotated[list[ParamValue], Field(max_length=MAX_CELLS), AfterValidator(_at_least_one)]],
@@ -422,13 +415,15 @@ class JobSpec(_Strict):
     benchmark itself where it is imported (``kernelab.kernels.validate_spec``).
     """
 
-    name: Text = Field(default="", max_length=200)
+    name: Name = ""
     benchmark: BenchmarkRef
     baseline: SideSpec
     candidate: SideSpec
     params: ParamMap = Field(default_factory=dict)
     sweep: SweepGrid = Field(default_factory=dict)
-    sweep_by_device: dict[DeviceType, SweepGrid] = Field(default_factory=dict)
+    sweep_by_device: Annotated[dict[DeviceType, SweepGrid], AtDoor(max_length=2)] = Field(
+        default_factory=dict
+    )
     measurement: MeasurementSpec = Field(default_factory=MeasurementSpec)
     probes: ProbeSpec = Field(default_factory=ProbeSpec)
     correctness: CorrectnessSpec = Field(default_factory=CorrectnessSpec)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import math
+import re
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar, get_origin
 
 from pydantic import (
     AfterValidator,
@@ -12,10 +15,18 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
     Strict,
     StringConstraints,
     ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    model_validator,
 )
+from pydantic.json_schema import JsonSchemaValue, WithJsonSchema
+from pydantic_core import CoreSchema, PydanticCustomError, core_schema
+
+M = TypeVar("M", bound=BaseModel)
 
 TimingVerdict = Literal["faster", "slower", "same", "inconclusive"]
 """What the timing alone says of a cell (``kernelab.service.verdicts.timing_verdict``)."""
@@ -51,41 +62,187 @@ Flag = Literal[
 Severity = Literal["error", "warning", "info"]
 
 # --------------------------------------------------------------------------------------------------
-# The types every inbound schema uses: text, timestamps, JSON objects, finite numbers
+# The types every inbound schema uses: bounds, text, timestamps, JSON objects, finite numbers
 # --------------------------------------------------------------------------------------------------
+
+MAX_INT_VALUE = 2**63 - 1
+"""Largest magnitude of an integer parameter value, sweep value or seed: int64, the widest integer
+that torch (tensor shapes, ``torch.Generator.manual_seed``), numpy and both databases hold. A
+benchmark's own ``Params`` narrows its parameters further (``kernelab.kernels.base.MAX_INT_PARAM``, int32)."""
+MAX_INT32 = 2**31 - 1
+"""Largest value of an INTEGER column (int4 on PostgreSQL; SQLite's integers are 64-bit): every
+id, and every count or index a request carries into a column of that type."""
+
+STORED: dict[str, Any] = {"stored": True}
+"""Validation context for data read back from the database (``JobSpec.model_validate(row.spec,
+context=STORED)``): the bounds a newer version applies at the door (``at_door``) are not applied
+again to what an older version stored, so nothing stored makes a later read fail; everything a
+stored value needs to be used (types, finiteness) is still checked."""
+
+
+def at_door(info: ValidationInfo | None) -> bool:
+    """True unless ``info``'s context is ``STORED``: a door-only bound applies."""
+    return not (info is not None and isinstance(info.context, dict) and info.context.get("stored"))
+
+
+_LENGTH_KEYWORD = {"string": "maxLength", "array": "maxItems", "object": "maxProperties"}
+
+
+@dataclass(frozen=True, slots=True)
+class AtDoor:
+    """A bound applied at the door and shown in the JSON Schema (so in the OpenAPI document), but
+    not to data read back with ``STORED`` (``at_door``): what an older version stored under looser
+    bounds still reads. Written in the type, ``Annotated[Text, AtDoor(max_length=200)]``,
+    ``Annotated[int, AtDoor(ge=0, le=MAX_INT32)]``, ``Annotated[list[X], AtDoor(max_length=64)]``.
+
+    ``max_length``: characters of a str, items of a list, keys of a dict, checked on the input before
+    its items are validated (JSON Schema ``maxLength`` / ``maxItems`` / ``maxProperties``);
+    ``ge``/``le``: an integer's range (``minimum`` / ``maximum``). Errors have pydantic's own types
+    (``string_too_long``, ``too_long``, ``greater_than_equal``, ``less_than_equal``), so a 422 reads
+    as for a built-in constraint and its ``loc`` names the field."""
+
+    max_length: int | None = None
+    ge: int | None = None
+    le: int | None = None
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return core_schema.with_info_wrap_validator_function(self._validate, handler(source))
+
+    def __get_pydantic_json_schema__(
+        self, schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        out = handler(schema)
+        target = handler.resolve_ref_schema(out)
+        keyword = _LENGTH_KEYWORD.get(str(target.get("type")))
+        if self.max_length is not None and keyword is not None:
+            target[keyword] = self.max_length
+        if self.ge is not None:
+            target["minimum"] = self.ge
+        if self.le is not None:
+            target["maximum"] = self.le
+        return out
+
+    def _validate(self, value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> Any:
+        door = at_door(info)
+        if door and self.max_length is not None and isinstance(value, str | list | tuple | dict):
+            if len(value) > self.max_length:
+                raise _too_long(value, self.max_length)
+        out = handler(value)
+        if door and isinstance(out, int) and not isinstance(out, bool):
+            if self.ge is not None and out < self.ge:
+                raise PydanticCustomError(
+                    "greater_than_equal", "Input should be greater than or equal to {ge}", {"ge": self.ge}
+                )
+            if self.le is not None and out > self.le:
+                raise PydanticCustomError(
+                    "less_than_equal", "Input should be less than or equal to {le}", {"le": self.le}
+                )
+        return out
+
+
+def _too_long(value: str | list[Any] | tuple[Any, ...] | dict[Any, Any], limit: int) -> PydanticCustomError:
+    if isinstance(value, str):
+        return PydanticCustomError(
+            "string_too_long", "String should have at most {max_length} characters", {"max_length": limit}
+        )
+    what = "Dictionary" if isinstance(value, dict) else "List"
+    return PydanticCustomError(
+        "too_long",
+        "{what} should have at most {max_length} items, not {actual_length}",
+        {"what": what, "max_length": limit, "actual_length": len(value)},
+    )
+
+
+Int64 = Annotated[int, AtDoor(ge=-MAX_INT_VALUE, le=MAX_INT_VALUE)]
+"""An integer that int64 holds (a JSON number stored in a JSON document, read by numpy and torch)."""
+Size64 = Annotated[int, AtDoor(ge=0, le=MAX_INT_VALUE)]
+"""A count, size or offset >= 0 that int64 holds (bytes, elements, instructions, a BIGINT column)."""
+Positive64 = Annotated[int, AtDoor(ge=1, le=MAX_INT_VALUE)]
+"""An integer >= 1 that int64 holds (launches, matrix dimensions)."""
+Count32 = Annotated[int, AtDoor(ge=0, le=MAX_INT32)]
+"""A count or index >= 0 that an INTEGER column holds (``MAX_INT32``)."""
+RowId = Annotated[int, AtDoor(ge=1, le=MAX_INT32)]
+"""The id of a row (a job, a bisect, a token): primary keys are INTEGER columns (``MAX_INT32``)."""
+
 
 TEXT_MAX_CHARS = 1_000_000
 """Longest inbound text field, characters (fields with a column of their own have tighter bounds)."""
 
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
-def _refuse_nul(value: str) -> str:
-    if "\x00" in value:
+
+def storable_text(value: str) -> str:
+    """``value`` when both databases can store it: no U+0000 (PostgreSQL's text and JSON types
+    cannot hold it) and no lone surrogate (U+D800..U+DFFF: UTF-8 cannot encode one, so neither
+    database driver, nor a JSON answer, can carry it; a JSON ``"\\ud800"`` escape and bytes that
+    are not UTF-8, decoded by the door with ``surrogateescape``, arrive as one). Raises
+    ``ValueError`` naming the character's position and code point, never quoting it."""
+    bad = _UNSTORABLE.search(value)
+    if bad is None:
+        return value
+    if bad.group() == "\x00":
         raise ValueError("text cannot contain the NUL character (U+0000)")
-    return value
+    raise ValueError(
+        f"text must be UTF-8: character {bad.start()} is U+{ord(bad.group()):04X}, a lone surrogate "
+        "(a JSON \\u escape of half a pair, or bytes that are not UTF-8)"
+    )
 
 
-Text = Annotated[str, StringConstraints(max_length=TEXT_MAX_CHARS), AfterValidator(_refuse_nul)]
-"""Inbound text: a str of at most ``TEXT_MAX_CHARS`` characters without U+0000. PostgreSQL's text
-and JSON types cannot store NUL (SQLite can): refusing it here makes the answer a 422 whose ``loc``
-names the field, the same on both databases, instead of a database error that names none."""
+Text = Annotated[str, StringConstraints(max_length=TEXT_MAX_CHARS), AfterValidator(storable_text)]
+"""Inbound text: a str of at most ``TEXT_MAX_CHARS`` characters that both databases can store
+(``storable_text``: no U+0000, no lone surrogate). Refusing it here makes the answer a 422 whose
+``loc`` names the field, the same on both databases, instead of a database (or encoding) error
+that names none. A field with a tighter bound writes it beside the type:
+``Annotated[Text, AtDoor(max_length=200)]`` (a ``Field(max_length=...)`` given as the default
+does not take: pydantic keeps the annotation's own ``max_length``)."""
 
 
-def _nul_free(value: Any) -> bool:
-    """Whether no text in ``value`` (a str, or dicts/lists of them, keys included) holds U+0000."""
+ShortText = Annotated[Text, AtDoor(max_length=64)]
+"""A code, dtype, timer, backend or probe name: at most 64 characters (the 64-character columns
+``results.timer`` and ``history_points.timer`` take a timer)."""
+Name = Annotated[Text, AtDoor(max_length=200)]
+"""A name, a label, a version string or a mapping's key: at most 200 characters (``jobs.name``,
+``tokens.name``, ``runners.name`` are 200-character columns)."""
+Hostname = Annotated[Text, Field(min_length=1), AtDoor(max_length=255)]
+"""A node's name: 1 to 255 characters (a DNS name's limit, RFC 1035; the ``node_name`` columns)."""
+Message = Annotated[Text, AtDoor(max_length=2_000)]
+"""One message for a person: at most 2,000 characters."""
+ErrorText = Annotated[Text, AtDoor(max_length=100_000)]
+"""An error or a check's report from a runner (a traceback, a tail of output): at most 100,000
+characters (``kernelab.runners.redact`` cuts a job's failure to 6,000)."""
+MAX_LIST_ITEMS = 64
+"""Most items of a short list (names, notes, flags) and keys of a small mapping in a request."""
+
+
+def _storable_tree(value: Any) -> str | None:
+    """What makes ``value`` (a str, or dicts/lists of them, keys included) unstorable, or None."""
     if isinstance(value, str):
-        return "\x00" not in value
+        try:
+            storable_text(value)
+        except ValueError as exc:
+            return str(exc)
+        return None
     if isinstance(value, dict):
-        return all(_nul_free(k) and _nul_free(v) for k, v in value.items())
-    if isinstance(value, list | tuple):
-        return all(_nul_free(v) for v in value)
-    return True
+        for k, v in value.items():
+            problem = _storable_tree(k) or _storable_tree(v)
+            if problem:
+                return problem
+    elif isinstance(value, list | tuple):
+        for v in value:
+            problem = _storable_tree(v)
+            if problem:
+                return problem
+    return None
 
 
 def _json_safe(value: dict[str, Any]) -> dict[str, Any]:
-    if not _nul_free(value):
-        raise ValueError("text cannot contain the NUL character (U+0000)")
+    problem = _storable_tree(value)
+    if problem:
+        raise ValueError(problem)
     if not _finite_tree(value):
         raise ValueError("numbers must be finite (no NaN or Infinity)")
+    if _int_out_of_range(value):
+        raise ValueError(f"integers must be within +-{MAX_INT_VALUE} (int64)")
     return value
 
 
@@ -99,9 +256,22 @@ def _finite_tree(value: Any) -> bool:
     return True
 
 
-JsonObject = Annotated[dict[Text, Any], AfterValidator(_json_safe)]
-"""An inbound free-form JSON object (e.g. an NVML process entry): keys and nested text as ``Text``
-(no U+0000), nested numbers finite."""
+def _int_out_of_range(value: Any) -> bool:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return abs(value) > MAX_INT_VALUE
+    if isinstance(value, dict):
+        return any(_int_out_of_range(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return any(_int_out_of_range(v) for v in value)
+    return False
+
+
+MAX_JSON_OBJECT_KEYS = 64
+"""Most keys of a free-form inbound JSON object (an NVML process entry has four)."""
+JsonObject = Annotated[dict[Text, Any], AtDoor(max_length=MAX_JSON_OBJECT_KEYS), AfterValidator(_json_safe)]
+"""An inbound free-form JSON object (e.g. an NVML process entry): at most ``MAX_JSON_OBJECT_KEYS``
+keys, keys and nested text storable (``storable_text``), nested numbers finite, nested integers
+within int64."""
 
 
 def as_utc(value: datetime) -> datetime:
@@ -128,12 +298,6 @@ Number = Annotated[float, Strict(), Field(allow_inf_nan=False)]
 Count = Annotated[int, Strict()]
 """A JSON integer: ``true``, ``2.0`` and ``"2"`` are refused."""
 
-MAX_INT_VALUE = 2**63 - 1
-"""Largest magnitude of an integer parameter value, sweep value or seed: int64, the widest integer
-that torch (tensor shapes, ``torch.Generator.manual_seed``), numpy and both databases hold. A
-benchmark's own ``Params`` narrows its parameters further (``kernelab.kernels.base.MAX_INT_PARAM``, int32)."""
-
-
 MAX_SEED = 2**62
 """Largest ``seed``: the seeds the runner derives from it (``seed + i``, ``seed + 7919 (k + 1)``)
 stay within int64, which ``torch.Generator.manual_seed`` takes."""
@@ -155,17 +319,6 @@ above float16's smallest normal (2**-14, IEEE 754 binary16) instead of flushing 
 zero. ``1e308`` overflowed every input to ``inf`` and ``5e-324`` rounded every input to 0, so the
 correctness check compared nothing; both were accepted at the door and failed on the runner."""
 
-STORED: dict[str, Any] = {"stored": True}
-"""Validation context for data read back from the database (``JobSpec.model_validate(row.spec,
-context=STORED)``): the bounds a newer version applies at the door (``at_door``) are not applied
-again to what an older version stored, so nothing stored makes a later read fail; everything a
-stored value needs to be used (types, finiteness) is still checked."""
-
-
-def at_door(info: ValidationInfo | None) -> bool:
-    """True unless ``info``'s context is ``STORED``: a door-only bound applies."""
-    return not (info is not None and isinstance(info.context, dict) and info.context.get("stored"))
-
 
 def _int64(value: Any, info: ValidationInfo) -> Any:
     if (
@@ -178,25 +331,80 @@ def _int64(value: Any, info: ValidationInfo) -> Any:
     return value
 
 
-ParamValue = Annotated[int | Finite | Text | bool, AfterValidator(_int64)]
+MAX_PARAM_TEXT_CHARS = 1_000
+"""Longest text parameter value (a dtype, a mode, a layout name)."""
+_ParamInt = Annotated[
+    int, WithJsonSchema({"type": "integer", "minimum": -MAX_INT_VALUE, "maximum": MAX_INT_VALUE})
+]
+ParamValue = Annotated[
+    _ParamInt | Finite | Annotated[Text, AtDoor(max_length=MAX_PARAM_TEXT_CHARS)] | bool,
+    AfterValidator(_int64),
+]
 """One parameter value: an integer within int64 (``MAX_INT_VALUE``: a larger one would be refused
-only on the runner, by every cell), a finite float, text or a boolean."""
+only on the runner, by every cell; checked on the union, so 2**63 is never read as a float), a
+finite float, text of at most ``MAX_PARAM_TEXT_CHARS`` characters or a boolean."""
 
 
 class _Strict(BaseModel):
     """Base for inbound schemas a person writes (specs, requests): unknown fields are an error that
-    names the field; numbers are finite. Text fields are ``Text`` (no U+0000)."""
+    names the field; numbers are finite. Text fields are ``Text`` (storable, bounded)."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class _Posted(BaseModel):
-    """Base for what a runner posts (results, probe reports): every float is finite (NaN/Infinity:
-    422 naming the field). Unknown fields are ignored, so a newer runner can post to an older
-    server, except in samples (``Sample``, ``SampleColumns``), where a unit or a field the server
-    does not know would change what a number means."""
+    """Base for what a runner posts (results, probe reports, workload results): every float is
+    finite (NaN/Infinity: 422 naming the field), and a field the server does not know is a 422
+    naming it (``extra_forbidden``), as in samples (``Sample``, ``SampleColumns``): a ``"unit":
+    "ms"`` the server ignored would leave every number 1000x wrong, with nothing said.
+
+    A runner newer than its server that writes a new field bumps the document's ``schema_version``
+    (``RESULT_SCHEMA_VERSION``, ``WORKLOAD_SCHEMA_VERSION``), which an older server refuses by name
+    (``schema_version_newer``); the runner keeps such a document in its spool's ``rejected/``
+    folder with the server's answer. Data read back from the database is read with
+    ``read_stored`` (unknown fields of an older version are dropped there, not refused)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stored_lists_to_bound(cls, data: Any, info: ValidationInfo) -> Any:
+        """Read back (``STORED``), a list longer than its field's ``AtDoor`` bound (stored before
+        the bound) is read up to the bound: a page that reads it costs what the door admits."""
+        if at_door(info) or not isinstance(data, dict):
+            return data
+        over = {
+            k: data[k][:n]
+            for k, n in _list_bounds(cls).items()
+            if isinstance(data.get(k), list) and len(data[k]) > n
+        }
+        return {**data, **over} if over else data
+
+
+@functools.cache
+def _list_bounds(model: type[BaseModel]) -> dict[str, int]:
+    """``model``'s list fields with an ``AtDoor`` length: field name -> most items."""
+    out = {}
+    for name, field in model.model_fields.items():
+        bounds = [m.max_length for m in field.metadata if isinstance(m, AtDoor) and m.max_length is not None]
+        if bounds and get_origin(field.annotation) is list:
+            out[name] = min(bounds)
+    return out
+
+
+class _Answer(BaseModel):
+    """Base for what the server computes and answers (a workload's comparison, a gang seat): every
+    float is finite; a field this version does not know is ignored, so an older client reads a newer
+    server's answer (it is never posted: the door's refusal of unknown fields is ``_Posted``'s)."""
 
     model_config = ConfigDict(allow_inf_nan=False)
+
+
+def read_stored(model: type[M], data: Any) -> M:
+    """``model`` of ``data`` read back from the database: ``STORED`` (the door's newer bounds are
+    not applied again) and unknown fields dropped (a field an older version wrote and this one no
+    longer has). Raises ``pydantic.ValidationError`` for data no version could have stored."""
+    return model.model_validate(data, context=STORED, extra="ignore")
 
 
 # --------------------------------------------------------------------------------------------------

@@ -14,10 +14,25 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, StringConstraints, model_validator
 
-from kernelab.service.schemas.probes import ProbeReport
+from kernelab.service.schemas.probes import ProbeReport, Rank
 from kernelab.service.schemas.result_job import NodeInfo
 from kernelab.service.schemas.spec import BenchmarkRef
-from kernelab.service.schemas.types import MAX_SEED, Text, UtcDatetime, _Posted, _refuse_nul, _Strict
+from kernelab.service.schemas.types import (
+    MAX_SEED,
+    AtDoor,
+    Count32,
+    ErrorText,
+    Int64,
+    Name,
+    RowId,
+    Size64,
+    Text,
+    UtcDatetime,
+    _Answer,
+    _Posted,
+    _Strict,
+    storable_text,
+)
 
 WORKLOAD_SCHEMA_VERSION = 1
 """Version of ``WorkloadResult`` and of the record lines (``kernelab.workload.RECORD_VERSION``)."""
@@ -42,7 +57,7 @@ def _env_name(value: str) -> str:
 
 
 EnvName = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(_env_name)]
-Arg = Annotated[str, StringConstraints(max_length=4000), AfterValidator(_refuse_nul)]
+Arg = Annotated[str, StringConstraints(max_length=4000), AfterValidator(storable_text)]
 
 
 class WorkloadSide(_Strict):
@@ -97,7 +112,7 @@ class WorkloadSpec(_Strict):
     (``WorkloadSide``), a budget shorter than one run's timeout."""
 
     kind: Literal["workload"]
-    name: Text = Field(default="", max_length=200)
+    name: Name = ""
     baseline: WorkloadSide
     candidate: WorkloadSide
     launch: LaunchSpec = Field(default_factory=LaunchSpec)
@@ -134,13 +149,17 @@ def is_workload(data: Any) -> bool:
 # Records (what the ranks report)
 # --------------------------------------------------------------------------------------------------
 
+RecordName = Annotated[Text, Field(min_length=1), AtDoor(max_length=200)]
+MAX_DIGEST_B64_CHARS = 4 * ((64 << 20) // 3 + 1)
+"""Longest ``values_b64``: base64 of ``digest_max_bytes``' largest value, 64 MiB."""
+
 
 class PhaseRecord(_Posted):
     """One timed phase of one rank: ``seconds`` between two device syncs (``time.perf_counter``)."""
 
     type: Literal["phase"]
-    name: Text = Field(min_length=1, max_length=200)
-    rank: int = Field(default=0, ge=0)
+    name: RecordName
+    rank: Rank = 0
     seconds: float = Field(ge=0)
     synced: bool = Field(default=False, description="a CUDA sync at both edges")
 
@@ -149,10 +168,10 @@ class MetricRecord(_Posted):
     """One value a rank reports (e.g. ``tokens_per_gpu_s``); ``better`` says which way is good."""
 
     type: Literal["metric"]
-    name: Text = Field(min_length=1, max_length=200)
-    rank: int = Field(default=0, ge=0)
+    name: RecordName
+    rank: Rank = 0
     value: float
-    unit: Text = Field(default="", max_length=50)
+    unit: Annotated[Text, AtDoor(max_length=50)] = ""
     better: Literal["higher", "lower"] = "higher"
 
 
@@ -162,15 +181,22 @@ class DigestRecord(_Posted):
     float dtype up to float64 and integers up to 2**53) base64-encoded little-endian."""
 
     type: Literal["digest"]
-    name: Text = Field(min_length=1, max_length=200)
-    rank: int = Field(default=0, ge=0)
-    dtype: Text = Field(max_length=50)
-    shape: list[int] = Field(max_length=32)
-    sha256: Text = Field(pattern=r"^[0-9a-f]{64}$")
-    values_b64: str | None = Field(default=None, description="float64 little-endian, or None past the cap")
+    name: RecordName
+    rank: Rank = 0
+    dtype: Annotated[Text, AtDoor(max_length=50)]
+    shape: list[Size64] = Field(max_length=32)
+    sha256: Annotated[Text, Field(pattern=r"^[0-9a-f]{64}$"), AtDoor(max_length=64)]
+    values_b64: Annotated[Text, AtDoor(max_length=MAX_DIGEST_B64_CHARS)] | None = Field(
+        default=None, description="float64 little-endian, or None past the cap"
+    )
 
 
 WorkloadRecord = Annotated[PhaseRecord | MetricRecord | DigestRecord, Field(discriminator="type")]
+MAX_RUN_RECORDS = 100_000
+"""Most records of one run (phases, metrics and digests of all its ranks): a runner keeps the first
+``MAX_RUN_RECORDS`` (``kernelab.runners.workload.records``)."""
+MAX_WORKLOAD_RUNS = 2_000
+"""Most runs of one workload result: ``runs`` is at most 1,000 per arm."""
 
 
 # Results
@@ -183,15 +209,15 @@ class WorkloadRun(_Posted):
     """One whole run of one arm: its position in the interleaved order, wall time, outcome, the
     records of its ranks, a bounded tail of its output, and the probe taken after it."""
 
-    index: int = Field(ge=0, description="position in the interleaved order")
+    index: Count32 = Field(description="position in the interleaved order")
     side: Literal["baseline", "candidate"]
     started_at: UtcDatetime
     wall_s: float = Field(ge=0)
     outcome: RunOutcome
-    exit_code: int | None = None
-    error: Text = ""
+    exit_code: Int64 | None = None
+    error: ErrorText = ""
     log: Text = Field(default="", description="head and tail of the run's output, at most log_max_bytes")
-    records: list[WorkloadRecord] = Field(default_factory=list)
+    records: Annotated[list[WorkloadRecord], AtDoor(max_length=MAX_RUN_RECORDS)] = Field(default_factory=list)
     probe_after: ProbeReport | None = None
 
 
@@ -201,19 +227,19 @@ class WorkloadResult(_Posted):
     ``idempotency_key`` and, in a job of several nodes, its ``node_rank``: each node posts the
     records of its own ranks (``kernelab.service.workload_store.merge`` joins them)."""
 
-    schema_version: int = WORKLOAD_SCHEMA_VERSION
+    schema_version: Annotated[int, Field(ge=1), AtDoor(le=WORKLOAD_SCHEMA_VERSION)] = WORKLOAD_SCHEMA_VERSION
     kind: Literal["workload"] = "workload"
-    job_id: int | None = None
-    idempotency_key: Text | None = Field(
-        default=None, min_length=8, max_length=200, description="a runner's post: the server stores the first"
+    job_id: RowId | None = None
+    idempotency_key: Annotated[Text, Field(min_length=8), AtDoor(max_length=200)] | None = Field(
+        default=None, description="a runner's post: the server stores the first"
     )
     node_rank: int = Field(default=0, ge=0, le=63, description="which node of an nnodes > 1 job measured it")
     spec: WorkloadSpec
     node: NodeInfo
     probe_before: ProbeReport | None = None
-    runs: list[WorkloadRun]
+    runs: Annotated[list[WorkloadRun], AtDoor(max_length=MAX_WORKLOAD_RUNS)]
     stopped: Literal["all-runs", "budget"] = "all-runs"
-    error: Text | None = None
+    error: ErrorText | None = None
 
 
 # Comparison
@@ -222,7 +248,7 @@ class WorkloadResult(_Posted):
 WorkloadVerdict = Literal["failed", "inconclusive", "faster", "slower", "better", "worse", "same"]
 
 
-class WorkloadReason(_Posted):
+class WorkloadReason(_Answer):
     """Why a number is what it is (a code of ``kernelab.service.workload_stats.REASONS``)."""
 
     code: Text
@@ -230,7 +256,7 @@ class WorkloadReason(_Posted):
     severity: Literal["error", "warning", "info"] = "warning"
 
 
-class SideSummary(_Posted):
+class SideSummary(_Answer):
     """One arm's values of a phase or metric across its completed runs (seconds for a phase)."""
 
     runs: int = Field(ge=0)
@@ -238,7 +264,7 @@ class SideSummary(_Posted):
     values: list[float] = Field(default_factory=list, description="per run, in run order")
 
 
-class RankTime(_Posted):
+class RankTime(_Answer):
     """A phase's median seconds per rank of one arm, and the slowest rank."""
 
     side: Literal["baseline", "candidate"]
@@ -246,7 +272,7 @@ class RankTime(_Posted):
     slowest_rank: int | None = None
 
 
-class QuantityVerdict(_Posted):
+class QuantityVerdict(_Answer):
     """A phase (lower is better: ``faster``/``slower``) or metric (``better``/``worse``) judged across
     runs: ratio candidate/baseline of the medians and its paired-bootstrap CI."""
 
@@ -265,7 +291,7 @@ class QuantityVerdict(_Posted):
     ranks: list[RankTime] = Field(default_factory=list)
 
 
-class ConsistencyRow(_Posted):
+class ConsistencyRow(_Answer):
     """A digest compared between arms (``against: "arms"``: baseline's first completed run against the
     candidate's, rank by rank) or within one arm across its runs (``against: "runs"``)."""
 
@@ -279,7 +305,7 @@ class ConsistencyRow(_Posted):
     note: Text = ""
 
 
-class RunLine(_Posted):
+class RunLine(_Answer):
     """One run on the timeline: outcome, wall time, the phases' slowest-rank seconds, and what the
     probe after it said (copy bandwidth, all-reduce, other processes on the GPUs)."""
 
@@ -294,7 +320,7 @@ class RunLine(_Posted):
     flags: list[Text] = Field(default_factory=list)
 
 
-class WorkloadComparison(_Posted):
+class WorkloadComparison(_Answer):
     """The judgement of a workload result: phase and metric verdicts, the consistency table, the
     timeline, and the node flags (``sick-node``, ``probe-changed``)."""
 
@@ -319,7 +345,7 @@ Endpoint = Annotated[
 """``host:port`` (a c10d rendezvous endpoint)."""
 
 
-class GangSeat(_Posted):
+class GangSeat(_Answer):
     """A runner's seat in a workload job's attempt: its ``node_rank`` of ``nnodes``; ``ready`` once
     every seat is taken (then ``endpoint`` is node rank 0's rendezvous ``host:port`` and the job is
     ``running``); until then the runner polls ``POST /runners/jobs/{id}/gang``, which keeps its
@@ -335,7 +361,7 @@ class GangSeat(_Posted):
     deadline: UtcDatetime | None = None
 
 
-class GangPublic(_Posted):
+class GangPublic(_Answer):
     """A workload job's gang as readers see it: the attempt it gathers or runs, the seats taken (node
     rank -> runner name), whether it waits for more, and until when."""
 
@@ -347,7 +373,7 @@ class GangPublic(_Posted):
     endpoint: Text | None = None
 
 
-class WorkloadAccepted(_Posted):
+class WorkloadAccepted(_Answer):
     """The answer to a posted workload result: stored (``duplicate`` for a repeated key), and
     whether every node of the attempt has now posted (the job is finished and queued for comparison)."""
 

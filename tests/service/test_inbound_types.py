@@ -214,3 +214,96 @@ def test_nul_in_query_and_path_text_is_a_422_naming_it(api, url: str) -> None:  
     assert r.status_code == 422, r.text
     where = "query" if "?" in url else "path"
     assert (where, "benchmark" if where == "query" else "name") in _locs(r)
+
+
+@pytest.mark.parametrize("where", [("cells", 0), ("cells", 0, "correctness", "baseline"), ("node",), ()],
+                         ids=["cell", "check", "node", "result"])  # fmt: skip
+def test_a_unit_the_server_does_not_know_is_a_422_naming_it(api, where: tuple[Any, ...]) -> None:  # type: ignore[no-untyped-def]
+    """``"unit": "ms"`` anywhere in a posted result would leave its numbers 1000x wrong if ignored:
+    refused by name, nothing stored (posted models refuse unknown fields)."""
+    job_id, runner = _claimed(api)
+    body = json.loads(job_result(job_id).model_dump_json())
+    _set(body, (*where, "unit"), "ms")
+    r = _post(api, job_id, runner, body)
+    assert r.status_code == 422, r.text
+    assert [e["type"] for e in r.json()["detail"]] == ["extra_forbidden"]
+    assert ("body", *where, "unit") in _locs(r)
+    assert _stored(api) == (0, 0, 0)
+
+
+def test_an_unknown_field_of_a_probe_report_is_a_422_naming_it(api) -> None:  # type: ignore[no-untyped-def]
+    runner = api.runner("node-a")
+    body = probe_report().model_dump(mode="json")
+    body["copy_bandwidth"][0]["bandwidth_unit"] = "GiB/s"
+    r = api.client.post("/api/v1/nodes/node-a/probes", json=body, headers=runner)
+    assert r.status_code == 422, r.text
+    assert ("body", "copy_bandwidth", 0, "bandwidth_unit") in _locs(r)
+    assert _stored(api) == (0, 0, 0)
+
+
+def test_stored_documents_read_whatever_an_older_version_wrote() -> None:
+    """``read_stored``: a field a version no longer has is dropped, and a list longer than today's
+    door admits is read up to the bound (a page costs what the door admits), where the door
+    refuses both by name."""
+    from pydantic import ValidationError
+
+    from kernelab.service.schemas import ProbeReport, read_stored
+    from kernelab.service.schemas.types import MAX_LIST_ITEMS
+
+    old = probe_report().model_dump(mode="json")
+    old |= {"retired_field": 1, "notes": ["skipped"] * (MAX_LIST_ITEMS + 5)}
+    with pytest.raises(ValidationError) as refused:
+        ProbeReport.model_validate(old)
+    assert {e["loc"] for e in refused.value.errors()} == {("retired_field",), ("notes",)}
+    read = read_stored(ProbeReport, old)
+    assert len(read.notes) == MAX_LIST_ITEMS and read.copy_bandwidth == probe_report().copy_bandwidth
+
+
+@pytest.mark.parametrize(
+    "value", ["\ud800", "a\udfffb", "\udc80"], ids=["high", "low-inside", "escaped-byte"]
+)
+def test_a_lone_surrogate_is_a_422_naming_the_field_that_can_be_sent(api, value: str) -> None:  # type: ignore[no-untyped-def]
+    """A ``\\ud800`` escape (half a surrogate pair) answered 500: the 422 echoed the input, which UTF-8
+    cannot encode. Now refused by name; the echo writes the code point as an escape."""
+    body = json.dumps({"name": value, "scopes": ["read"]})  # ensure_ascii: the escape itself
+    r = api.client.post(
+        "/api/v1/tokens", content=body, headers={**api.admin, "content-type": "application/json"}
+    )
+    assert r.status_code == 422, r.text
+    assert ("body", "name") in _locs(r)
+    assert "\\ud" in r.text.lower() or "\\\\ud" in r.text.lower()
+    with api.factory() as session:
+        assert session.scalar(select(func.count()).select_from(Token)) == 1  # the bootstrap admin's
+
+
+def test_bytes_that_are_not_utf8_name_their_field_in_every_door(api) -> None:  # type: ignore[no-untyped-def]
+    """Raw bytes that are not UTF-8 inside a JSON string: FastAPI's door answered 400 naming
+    nothing, pydantic's own parser a 422 at a line and column; both doors now name the field."""
+    job_id, runner = _claimed(api)
+    token = b'{"name": "\xff\xfe", "scopes": ["read"]}'
+    r = api.client.post(
+        "/api/v1/tokens", content=token, headers={**api.admin, "content-type": "application/json"}
+    )
+    assert r.status_code == 422 and ("body", "name") in _locs(r), r.text
+    result = job_result(job_id).model_dump_json().replace('"timer":"perf_counter"', '"timer":"\x01"').encode()
+    r = _post_bytes(api, job_id, runner, result.replace(b"\x01", b"\xed\xa0\x80"))
+    assert r.status_code == 422 and ("body", "timer") in _locs(r), r.text
+    assert _stored(api) == (0, 0, 0)
+
+
+def _post_bytes(api, job_id: int, runner: dict[str, str], body: bytes):  # type: ignore[no-untyped-def]
+    return api.client.post(f"/api/v1/jobs/{job_id}/results", content=body,
+                           headers={**runner, "content-type": "application/json"})  # fmt: skip
+
+
+@pytest.mark.parametrize(("url", "loc"), [
+    ("/api/v1/jobs?benchmark=%FF%FE", ("query", "benchmark")),
+    ("/api/v1/history?benchmark=soft%ED%A0%80max", ("query", "benchmark")),
+    ("/api/v1/nodes/node%FF", ("path", "name")),
+    ("/nodes/node%C3", ("path", "name")),
+])  # fmt: skip
+def test_path_and_query_bytes_not_utf8_are_refused_by_name(api, url: str, loc: tuple[str, str]) -> None:  # type: ignore[no-untyped-def]
+    """Starlette reads them with ``errors="replace"`` (U+FFFD): refused by name before routing."""
+    r = api.client.get(url, headers=api.admin)
+    assert r.status_code == 422, r.text
+    assert loc in _locs(r)

@@ -10,7 +10,7 @@ import pytest
 from test_report import _comparison
 
 from kernelab.service import report
-from kernelab.service.schemas import RevisionInfo, RevisionsInfo
+from kernelab.service.schemas import RevisionInfo, RevisionsInfo, read_stored
 
 markdown_it = pytest.importorskip("markdown_it")
 
@@ -23,8 +23,10 @@ def _render(md: str) -> str:
 
 def _with_revisions(**sides: str) -> str:
     c = _comparison(mode="pipes")
-    side = RevisionInfo(repo=sides.get("repo", HOSTILE), ref=HOSTILE, branch=HOSTILE, subdir=HOSTILE,
-                        sha=sides.get("sha", HOSTILE), versions={"torch": HOSTILE})  # fmt: skip
+    # read as stored: a sha longer than the door's 64 characters, as an older version took it
+    fields = dict(repo=sides.get("repo", HOSTILE), ref=HOSTILE, branch=HOSTILE, subdir=HOSTILE,
+                  sha=sides.get("sha", HOSTILE), versions={"torch": HOSTILE})  # fmt: skip
+    side = read_stored(RevisionInfo, fields)
     revisions = RevisionsInfo(baseline=side, candidate=side, diff_stat=f"a.py | 2 +-\n```\n{HOSTILE}",
                               diff_shortstat=HOSTILE)  # fmt: skip
     node = c.node.model_copy(update={"revisions": revisions, "hostname": HOSTILE})

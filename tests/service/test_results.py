@@ -233,7 +233,7 @@ def test_probe_reports_and_nodes(api) -> None:  # type: ignore[no-untyped-def]
 
 def test_garbage_collection_pauses_during_an_ingest_and_resumes(api) -> None:  # type: ignore[no-untyped-def]
     """The results route pauses the cyclic collector while it runs (nestable) and restores it."""
-    from kernelab.service.api.routes.results import _gc_paused
+    from kernelab.service.api.raw_body import gc_paused as _gc_paused
 
     assert gc.isenabled()
     with _gc_paused():

@@ -17,9 +17,10 @@ from kernelab.service.api.deps import (
     SubmitToken,
     page_headers,
 )
+from kernelab.service.api.door import DoorRoute
 from kernelab.service.schemas import BisectCreate, BisectFinish, BisectPublic, BisectsPage, BisectStep
 
-router = APIRouter(prefix="/bisects", tags=["bisects"])
+router = APIRouter(prefix="/bisects", tags=["bisects"], route_class=DoorRoute)
 
 
 @router.post("", status_code=status.HTTP_201_CREATED)

@@ -13,9 +13,10 @@ from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
 from kernelab.service.api.deps import _bearer, require
+from kernelab.service.api.door import DoorRoute
 from kernelab.service.observability import render_metrics
 
-router = APIRouter(tags=["health"])
+router = APIRouter(tags=["health"], route_class=DoorRoute)
 
 
 @router.get("/healthz")

@@ -17,10 +17,11 @@ from pydantic import AfterValidator, StringConstraints
 
 from kernelab.service import changepoints, history
 from kernelab.service.api.deps import ReadToken, SessionDep, SettingsDep
-from kernelab.service.schemas import RegressionsPage, Text
-from kernelab.service.schemas.types import _refuse_nul
+from kernelab.service.api.door import DoorRoute
+from kernelab.service.schemas import AtDoor, RegressionsPage, Text
+from kernelab.service.schemas.types import storable_text
 
-router = APIRouter(prefix="/history", tags=["history"])
+router = APIRouter(prefix="/history", tags=["history"], route_class=DoorRoute)
 
 MinChangePct = Annotated[
     float, Query(ge=0.0, le=1000.0, description="smallest shift (percent) reported as a change point")
@@ -30,7 +31,7 @@ CELL_FILTER_MAX_CHARS = 2_000
 The whole request line must fit what servers take (RFC 9110, section 4.1, recommends supporting
 URIs of at least 8,000 octets; uvicorn's h11 parser allows 16 KiB for the request head), so a query
 item is bounded far below ``TEXT_MAX_CHARS``."""
-CellItem = Annotated[str, StringConstraints(max_length=CELL_FILTER_MAX_CHARS), AfterValidator(_refuse_nul)]
+CellItem = Annotated[str, StringConstraints(max_length=CELL_FILTER_MAX_CHARS), AfterValidator(storable_text)]
 CellFilter = Annotated[
     list[CellItem] | None,
     Query(max_length=64, description="keep lines whose cell has these parameters: k=v"),
@@ -68,12 +69,12 @@ def get_history(
     _: ReadToken,
     session: SessionDep,
     settings: SettingsDep,
-    benchmark: Annotated[Text, Query(min_length=1, max_length=500)],
+    benchmark: Annotated[Text, AtDoor(max_length=500), Query(min_length=1)],
     include_excluded: bool = False,
     limit: Annotated[int, Query(ge=1, le=500)] = history.DEFAULT_JOBS,
     min_change_pct: MinChangePct = changepoints.DEFAULT_MIN_CHANGE_PCT,
     cell: CellFilter = None,
-    gpu_model: Annotated[Text | None, Query(max_length=255)] = None,
+    gpu_model: Annotated[Annotated[Text, AtDoor(max_length=255)] | None, Query()] = None,
 ) -> history.HistoryPage:
     """The lines of ``benchmark`` over its ``limit`` latest results, revision and ordinary jobs
     alike, each with its points' medians and 95% CIs and its change points (PELT; ``method``

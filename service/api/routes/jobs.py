@@ -23,6 +23,7 @@ from kernelab.service.api.deps import (
     SubmitToken,
     page_headers,
 )
+from kernelab.service.api.door import DoorRoute
 from kernelab.service.api.errors import SpecInvalidError
 from kernelab.service.api.spec_body import JobSpecBody, SpecBodyRoute
 from kernelab.service.core.config import Settings
@@ -30,6 +31,7 @@ from kernelab.service.downloads import DownloadSlots, SlotStreamingResponse, fet
 from kernelab.service.repo_address import source_errors
 from kernelab.service.schemas import (
     STORED,
+    AtDoor,
     AttemptsPage,
     Comparison,
     HealthJudgements,
@@ -42,7 +44,7 @@ from kernelab.service.schemas import (
     WorkloadSpec,
 )
 
-router = APIRouter(prefix="/jobs", tags=["jobs"])
+router = APIRouter(prefix="/jobs", tags=["jobs"], route_class=DoorRoute)
 
 MAX_SAMPLE_PAGE = 1_000_000  # largest ?limit= of /jobs/{id}/samples
 
@@ -102,7 +104,7 @@ def list_jobs(
     offset: Offset = 0,
     limit: Limit = DEFAULT_LIMIT,
     status: JobStatus | None = None,
-    benchmark: Annotated[Text | None, Query(max_length=500)] = None,
+    benchmark: Annotated[Annotated[Text, AtDoor(max_length=500)] | None, Query()] = None,
 ) -> JobsPage:
     """Jobs, newest first, optionally filtered by status and benchmark. Headers ``X-Total-Count``
     and, while jobs remain, ``Link: <...>; rel="next"``."""

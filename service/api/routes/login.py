@@ -19,9 +19,10 @@ from fastapi import APIRouter, Form, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from kernelab.service.api.deps import TOKEN_COOKIE, SessionDep
+from kernelab.service.api.door import DoorRoute
 from kernelab.service.auth import authenticate
 
-router = APIRouter(tags=["session"], include_in_schema=False)
+router = APIRouter(tags=["session"], include_in_schema=False, route_class=DoorRoute)
 COOKIE_MAX_AGE_S = 30 * 24 * 3600  # 30 days
 MAX_TOKEN_CHARS = 200  # longer than any token this server issues (43) or accepts at start-up
 LOGIN_FORM_MAX_BYTES = 4096  # a sign-in form is one short field: larger bodies are a 413 before parsing

@@ -24,12 +24,13 @@ from kernelab.service.api.deps import (
     SettingsDep,
     page_headers,
 )
+from kernelab.service.api.door import DoorRoute
 from kernelab.service.runner_identity import check_node
-from kernelab.service.schemas import NodeHealth, ProbeReport, Text
+from kernelab.service.schemas import Hostname, NodeHealth, ProbeReport, read_stored
 
-router = APIRouter(prefix="/nodes", tags=["nodes"])
+router = APIRouter(prefix="/nodes", tags=["nodes"], route_class=DoorRoute)
 
-NodeName = Annotated[Text, Path(min_length=1, max_length=255)]
+NodeName = Annotated[Hostname, Path(description="the node's hostname (NodeInfo.hostname)")]
 
 
 class ProbeStored(BaseModel):
@@ -110,7 +111,7 @@ def get_node(
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"node {name!r} has sent no probe report or result")
     rows = crud.recent_probe_reports(session=session, node_name=name, limit=limit)
     probes = [
-        ProbeReportPublic(id=r.id, job_id=r.job_id, report=ProbeReport.model_validate(r.report)) for r in rows
+        ProbeReportPublic(id=r.id, job_id=r.job_id, report=read_stored(ProbeReport, r.report)) for r in rows
     ]
     node_state = node_health.node_health(session=session, name=name, settings=settings, node=summary.node)
     return NodeDetail(**vars(summary), probes=probes, health=node_state)

@@ -1,124 +1,35 @@
 """``POST /jobs/{id}/results``: a runner posts the whole ``JobResult`` of the job it leases.
 
-The body (tens of MiB for a large sweep) is validated straight from its bytes by pydantic-core
-(``JobResult.model_validate_json``) instead of FastAPI's ``json.loads`` followed by validation of
-the Python objects: a 1,000-cell, 600,000-sample result parses in ~0.4 s instead of ~1 s on a
-2-core machine, and no 6 million Python objects are built. ``_RawJSONRoute`` hands the bytes on;
-the request schema, the OpenAPI document and the 422 errors (``loc`` from ``body``) are unchanged.
-The validation runs in a worker thread (``_RawJSONRequest.json``), not on the event loop, so the
-process keeps answering heartbeats and claims while a large result is parsed.
-
-The cyclic garbage collector is paused while such a request runs (``_gc_paused``): the parsed result
-holds millions of Python numbers in lists, and one full collection that traverses them costs
-0.2-0.4 s on a 2-core machine (measured with ``gc.callbacks``); the allocations of the ingest itself
-usually trigger one. Reference counting still frees everything; collection resumes right after.
+The body (tens of MiB for a large sweep) is validated straight from its bytes in a worker thread,
+with the garbage collector paused (``kernelab.service.api.raw_body``: ~0.4 s instead of ~1 s for a
+1,000-cell, 600,000-sample result on a 2-core machine); the request schema, the OpenAPI document
+and the 422 errors (``loc`` from ``body``) are FastAPI's.
 """
 
 from __future__ import annotations
 
-import gc
 import logging
-import threading
 import time
-from collections.abc import Callable, Coroutine, Iterator
-from contextlib import contextmanager
-from typing import Annotated, Any
+from typing import Annotated
 
-from fastapi import APIRouter, Request, Response, status
-from fastapi.concurrency import run_in_threadpool
-from fastapi.routing import APIRoute
-from pydantic import ValidationError, ValidatorFunctionWrapHandler, WrapValidator
+from fastapi import APIRouter, Response, status
+from pydantic import WrapValidator
 
 from kernelab.service import crud
 from kernelab.service.api.deps import JobId, RunnerToken, SessionDep, SettingsDep
-from kernelab.service.api.errors import validate_json_body
+from kernelab.service.api.raw_body import RawJSONRoute, from_raw_json
 from kernelab.service.runner_identity import check_node
 from kernelab.service.schemas import JobResult, ResultAccepted
 
 log = logging.getLogger(__name__)
 
 
-class _RawJSON:
-    """A JSON request body: its bytes, and the outcome of validating them in a worker thread (the
-    ``JobResult``, or the ``ValidationError`` to raise)."""
-
-    __slots__ = ("data", "error", "parsed")
-
-    def __init__(self, data: bytes):
-        self.data = data
-        self.parsed: JobResult | None = None
-        self.error: ValidationError | None = None
+class _ResultRoute(RawJSONRoute):
+    model = JobResult
 
 
-def _validate_bytes(data: bytes) -> JobResult:
-    return validate_json_body(JobResult, data)
-
-
-def _validate_into(raw: _RawJSON) -> None:
-    try:
-        raw.parsed = _validate_bytes(raw.data)
-    except ValidationError as exc:
-        raw.error = exc
-
-
-class _RawJSONRequest(Request):
-    async def json(self) -> Any:
-        """The body's bytes, validated in a worker thread (seconds of CPU for a large sweep must
-        not stop the event loop: every other request of this process waits while it runs), then
-        wrapped for ``_from_raw_json``."""
-        raw = _RawJSON(await self.body())
-        await run_in_threadpool(_validate_into, raw)
-        return raw
-
-
-_gc_lock = threading.Lock()
-_gc_pausers = 0
-_gc_was_enabled = False
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """No cyclic garbage collection while any caller is inside (nestable, thread-safe)."""
-    global _gc_pausers, _gc_was_enabled
-    with _gc_lock:
-        if _gc_pausers == 0:
-            _gc_was_enabled = gc.isenabled()
-            gc.disable()
-        _gc_pausers += 1
-    try:
-        yield
-    finally:
-        with _gc_lock:
-            _gc_pausers -= 1
-            if _gc_pausers == 0 and _gc_was_enabled:
-                gc.enable()
-
-
-class _RawJSONRoute(APIRoute):
-    """An ``APIRoute`` whose JSON body reaches validation as bytes (FastAPI's documented custom
-    ``Request``/``APIRoute`` pattern), with the garbage collector paused for the request."""
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handler = super().get_route_handler()
-
-        async def raw_json_handler(request: Request) -> Response:
-            with _gc_paused():
-                return await handler(_RawJSONRequest(request.scope, request.receive))
-
-        return raw_json_handler
-
-
-def _from_raw_json(value: Any, handler: ValidatorFunctionWrapHandler) -> JobResult:
-    if not isinstance(value, _RawJSON):
-        result: JobResult = handler(value)
-        return result
-    if value.error is not None:
-        raise value.error
-    return value.parsed if value.parsed is not None else _validate_bytes(value.data)
-
-
-JobResultBody = Annotated[JobResult, WrapValidator(_from_raw_json)]
-router = APIRouter(prefix="/jobs", tags=["results"], route_class=_RawJSONRoute)
+JobResultBody = Annotated[JobResult, WrapValidator(from_raw_json)]
+router = APIRouter(prefix="/jobs", tags=["results"], route_class=_ResultRoute)
 
 
 @router.post(

@@ -12,16 +12,17 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Annotated
 
 from fastapi import APIRouter, FastAPI, HTTPException, Request, Response, status
-from fastapi.concurrency import run_in_threadpool
-from pydantic import ValidationError
+from pydantic import ValidationError, WrapValidator
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from kernelab.service import crud, gangs, offers, queue, workload_store
 from kernelab.service.api.deps import AdminToken, JobId, RunnerCallDep, SessionDep
-from kernelab.service.api.errors import bounded_errors, validate_json_body
+from kernelab.service.api.door import DoorRoute
+from kernelab.service.api.raw_body import RawJSONRoute, from_raw_json
 from kernelab.service.auth import Principal
 from kernelab.service.core.config import Settings
 from kernelab.service.models import Runner
@@ -55,7 +56,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         await watch.aclose()
 
 
-router = APIRouter(prefix="/runners", tags=["runners"], lifespan=_lifespan)
+router = APIRouter(prefix="/runners", tags=["runners"], lifespan=_lifespan, route_class=DoorRoute)
 
 
 @router.post("/register")
@@ -267,21 +268,23 @@ async def keep_seat(job_id: JobId, body: Heartbeat, call: RunnerCallDep) -> Gang
     return answer
 
 
-@router.post("/jobs/{job_id}/workload-result", status_code=status.HTTP_201_CREATED)
-async def post_workload_result(job_id: JobId, request: Request, call: RunnerCallDep) -> WorkloadAccepted:
+class _WorkloadResultRoute(RawJSONRoute):
+    model = WorkloadResult
+
+
+WorkloadResultBody = Annotated[WorkloadResult, WrapValidator(from_raw_json)]
+
+
+async def post_workload_result(job_id: JobId, result: WorkloadResultBody, call: RunnerCallDep,
+                               request: Request) -> WorkloadAccepted:  # fmt: skip
     """Store this node's ``WorkloadResult`` of the running workload job (``kernelab.service.
     workload_store.store``): 201, also for a repeated ``idempotency_key`` (``duplicate``: nothing
     stored again); ``complete`` when it was the last node's and the job has finished (its
     comparison then queued for a compare worker). 409 when this runner holds no seat of the
     running attempt (lease lost, re-queued, cancelled); 422 naming the field for a body that is
     no ``WorkloadResult`` or does not fit the job (spec, node rank). A database fault is a 503 the
-    runner retries (its result stays spooled)."""
-    data = await request.body()
-    try:
-        result = await run_in_threadpool(validate_json_body, WorkloadResult, data)
-    except ValidationError as exc:
-        errors = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, bounded_errors(errors)) from None
+    runner retries (its result stays spooled). The body is validated from its bytes in a worker
+    thread (``kernelab.service.api.raw_body``)."""
     max_attempts = request.app.state.settings.compare_max_attempts
 
     def work(session: Session, principal: Principal) -> WorkloadAccepted:
@@ -294,3 +297,9 @@ async def post_workload_result(job_id: JobId, request: Request, call: RunnerCall
             raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail) from None
 
     return await call.run(work)
+
+
+router.add_api_route(
+    "/jobs/{job_id}/workload-result", post_workload_result, methods=["POST"],
+    status_code=status.HTTP_201_CREATED, route_class_override=_WorkloadResultRoute,
+)  # fmt: skip

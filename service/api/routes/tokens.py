@@ -26,10 +26,11 @@ from kernelab.service.api.deps import (
     SessionDep,
     page_headers,
 )
+from kernelab.service.api.door import DoorRoute
 from kernelab.service.auth import Scope, create_token, hash_token, revoke_token
-from kernelab.service.schemas import Text
+from kernelab.service.schemas import AtDoor, Text
 
-router = APIRouter(prefix="/tokens", tags=["tokens"])
+router = APIRouter(prefix="/tokens", tags=["tokens"], route_class=DoorRoute)
 
 TokenId = Annotated[int, Path(ge=1, le=MAX_ROW_ID, description="token id")]
 
@@ -54,7 +55,7 @@ class TokenCreate(BaseModel):
     """A new token: ``name`` (who holds it) and ``scopes`` (``read`` ⊂ ``submit`` ⊂ ``admin``)."""
 
     model_config = {"extra": "forbid"}
-    name: Text = Field(min_length=1, max_length=200)
+    name: Annotated[Text, Field(min_length=1), AtDoor(max_length=200)]
     scopes: list[Scope] = Field(min_length=1, max_length=4)
 
 
