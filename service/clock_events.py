@@ -44,6 +44,17 @@ NAMES: dict[int, str] = {
 """nvml.h's clock-event reason bits and kernelab's names for them."""
 THROTTLE_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
 """sw_power_cap | hw_slowdown | sw_thermal | hw_thermal | hw_power_brake."""
+POWER_CAP = 0x4
+SAMPLE_THROTTLE_MASK = THROTTLE_MASK & ~POWER_CAP
+"""The reasons that make a *sample* throttled whatever its clock (``kernelab.service.estimators.
+throttled_mask``): every throttle reason but ``sw_power_cap``. That one alone is the power limiter
+holding the board at its limit under the kernel's own load, the state a long, dense kernel runs in
+however the samples are spaced: on an H200, 8192^3 bf16 matmuls in one process read 0x4 on every
+sample at 1635-1650 MHz (83% of 1980 MHz), so 8 of 10 A/A jobs kept no sample and had no verdict
+(``docs/results/2026-12-04-h200-honest.md``). For it the clock decides, as nvbench decides
+throttling by the clock alone (a sample below 75% of the expected SM clock,
+``kernelab.runners.engine.THROTTLE_CLOCK_FRACTION``); node health ignores it alone too
+(``kernelab.service.health.IGNORED_CLOCK_REASONS``)."""
 THROTTLE_NAMES: frozenset[str] = frozenset(NAMES[b] for b in NAMES if b & THROTTLE_MASK)
 INFORMATIONAL_NAMES: frozenset[str] = frozenset(NAMES.values()) - THROTTLE_NAMES
 DCGM_INT64_BLANK = 0x7FFFFFFFFFFFFFF0

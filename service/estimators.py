@@ -34,16 +34,17 @@ _SIDES: tuple[Side, Side] = ("baseline", "candidate")
 
 def throttled_mask(samples: SampleColumns) -> np.ndarray:
     """``(n,)`` bool: True where a sample was taken while throttled: marked ``throttled`` by the
-    runner (its clock below the expected one), or holding a throttle reason in its NVML
-    clock-event mask (``kernelab.service.clock_events.THROTTLE_MASK``: power, thermal, hardware slowdown),
-    whatever its clock. A DCGM blank placeholder mask is no data (``clock_events.is_placeholder``);
-    a null mask (-1) is no data either."""
+    runner (its clock below 75% of the expected one), or holding a throttle reason in its NVML
+    clock-event mask other than the power cap alone (``kernelab.service.clock_events.
+    SAMPLE_THROTTLE_MASK``: thermal, hardware slowdown, power brake), whatever its clock. A DCGM
+    blank placeholder mask is no data (``clock_events.is_placeholder``); a null mask (-1) is no
+    data either."""
     marked = np.asarray(samples.throttled, dtype=bool)
     masks = np.asarray(samples.clock_event_reasons, dtype=np.int64)
     readable = (masks >= 0) & (masks < clock_events.DCGM_INT64_BLANK)
     if not readable.any():
         return marked
-    return marked | (readable & ((masks & clock_events.THROTTLE_MASK) != 0))
+    return marked | (readable & ((masks & clock_events.SAMPLE_THROTTLE_MASK) != 0))
 
 
 def kept_mask(

@@ -61,8 +61,8 @@ read ``faster``, a sample throttled by its clock-event reasons counted as clean;
 cross-check, no input-set placement strata; version 4: a verdict the input placements disagreed on
 stood, a side's median was the pooled one; version 5: no power state, SM clock or energy per launch
 in the comparison; version 6: at most two input sets, no CI across placements; version 7: a
-change claimed at 95%, whatever the CI's width against the threshold) and is recomputed from its
-raw result."""
+change claimed at 95%, whatever the CI's width against the threshold, a sample power-capped at
+its full clock left out as throttled) and is recomputed from its raw result."""
 
 VERDICT_ORDER: tuple[Verdict, ...] = get_args(Verdict)
 """Every verdict, highest precedence first (the order of ``schemas.Verdict``)."""

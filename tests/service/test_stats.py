@@ -527,3 +527,30 @@ def test_labels():
 def test_compare_is_deterministic():
     result = make_result([make_cell(0, make_samples(rounds=50, ratio=1.02, seed=30))])
     assert stats.compare(result) == stats.compare(result)
+
+
+def test_a_power_capped_sample_is_throttled_by_its_clock_alone() -> None:
+    """``sw_power_cap`` (0x4) alone is the power limiter under the kernel's own load (an H200 bf16
+    8192^3 matmul: 0x4 on every sample at 1650 MHz, 83% of 1980): kept; marked throttled by the
+    runner's clock rule (below 75%) it is dropped; hw_thermal (0x40) drops a sample whatever its
+    clock; a mask of 0x4 | 0x40 too."""
+    from kernelab.service.samples import SampleColumns
+
+    n = 8
+    base = {
+        "variant": np.array([0, 1] * (n // 2), dtype=np.int8), "round": np.repeat(np.arange(n // 2), 2),
+        "position": np.tile([0, 1], n // 2), "duration_ns": np.full(n, 1000.0),
+        "launches": np.ones(n, dtype=np.int64),
+        "sm_clock_mhz": np.full(n, 1650.0), "temperature_c": np.full(n, 60.0), "power_w": np.full(n, 700.0),
+    }  # fmt: skip
+
+    def columns(masks: list[int], marked: list[bool]) -> SampleColumns:
+        return SampleColumns.from_arrays(**base, clock_event_reasons=np.array(masks, dtype=np.int64),
+                                         throttled=np.array(marked, dtype=bool))  # fmt: skip
+
+    capped = columns([0x4] * n, [False] * n)
+    assert not estimators.throttled_mask(capped).any()
+    clocked = columns([0x4] * n, [True] + [False] * (n - 1))
+    assert estimators.throttled_mask(clocked).tolist() == [True] + [False] * (n - 1)
+    hot = columns([0x40, 0x4 | 0x40] + [0x4] * (n - 2), [False] * n)
+    assert estimators.throttled_mask(hot).tolist() == [True, True] + [False] * (n - 2)
