@@ -173,3 +173,43 @@ def test_a_clock_replaced_for_everyone_at_import_ends_each_cell_before_its_first
         assert len(cell.samples) == 0 and cell.correctness == {} and "measure" not in cell.phase_s
         assert judged.reasons[0].code == "timer-tampered"
         assert "time.perf_counter_ns" in judged.reasons[0].message
+
+
+def test_a_graph_the_timer_refused_is_replayed_and_checked() -> None:
+    """The graph-replay check through the CPU (no CUDA here): a timer that, as the auto timer does
+    for a capture holding memcpy nodes, refused the graph of the side's input set 1 and replays it
+    as stale output. The checked sample of set 0, timed by the fallback and right, reports
+    ``wrong-under-graph-replay`` naming why the graph was refused; a timer with no refused graph
+    (the CPU timer) adds nothing."""
+    from kernelab.kernels.tolerances import Tolerance
+    from kernelab.runners.sides import LocalSide
+    from kernelab.runners.timing import CpuTimer
+
+    class RefusingTimer(CpuTimer):
+        def __init__(self, refused: Any) -> None:
+            super().__init__()
+            self.refused, self.replays = refused, 0
+
+        def rejected_graph(self, fn: Any) -> str | None:
+            return "the captured graph holds 1 memcpy node" if fn is self.refused else None
+
+        def replay_rejected(self, fn: Any) -> Any:
+            self.replays += 1
+            return torch.zeros(8, 8)  # what a replay of stale buffers leaves
+
+    bench, cpu = ScaleBenchmark(), torch.device("cpu")
+    params = bench.parse_params({"M": 8, "N": 8, "work": 1})
+    sets = [bench.make_inputs(params, cpu, s) for s in (0, 1)]
+    fns = [bench.prepare("honest", params, inputs) for inputs in sets]
+    for timer, expected in ((RefusingTimer(fns[1]), ["wrong-under-graph-replay"]), (CpuTimer(), [])):
+        tolerance = Tolerance(rtol=1e-5, atol=1e-5)
+        side = LocalSide(side="candidate", bench=bench, variant="honest", params=params, inputs=sets[0],
+                         fn=fns[0], timer=timer, device=cpu, tolerance=tolerance)  # fmt: skip
+        side.add_input_set(sets[1], fns[1])
+        side.time_ns(1)
+        check = side.checked_sample(seed=5, rounds=1, launches=1)
+        assert check.correctness is not None and check.correctness.passed  # the timed sample is right
+        assert [f.code for f in check.findings] == expected and check.passed == (not expected)
+        if expected:
+            assert "memcpy node" in check.findings[0].message and "candidate" in check.findings[0].message
+            assert timer.replays == 1  # type: ignore[attr-defined]
