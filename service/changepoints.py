@@ -19,10 +19,18 @@ of changes).
 
 A change is reported only when (i) each side of it has at least ``MIN_SEGMENT`` points (``min_size``
 of PELT: one odd point is an outlier, not a change), (ii) the segment medians differ by at least
-``min_change_pct`` (the measurement's threshold, default 1%), and (iii) the two segments' points do
+``min_change_pct`` (the measurement's threshold, default 1%), (iii) the two segments' points do
 not overlap in their CIs' consensus: the median of the later segment lies outside the range of the
 earlier segment's CIs and vice versa where the points have CIs (a shift within the points' own
-uncertainty is no change). A cut of PELT that fails (ii) or (iii) is dropped, the weakest first,
+uncertainty is no change), and (iv) the segments' mean ln medians differ by more than
+``_t_scan(n)`` standard errors of the run-to-run noise, ``sigma * sqrt(1/n_before + 1/n_after)``
+(``sigma`` the larger of the first differences' robust estimate and the pooled spread within the
+segments; ``_t_scan``: Student's t at the two-sided 0.2% of every verdict, ``DECISION_ALPHA``,
+split over the n - 1 places a change could be): the points' CIs hold
+only what varied within each run, ``sigma`` what varies between runs (a shift of a loaded node's
+own drift is no change of the code). Each point is one run: a job whose two sides ran the same
+code is one point of its line (``kernelab.service.history.lines``).
+A cut of PELT that fails (ii), (iii) or (iv) is dropped, the weakest first,
 and its neighbours are judged again over the merged segments. Change points are looked for within
 runs of one driver only (the history's rule: a change of the platform is no change of the code).
 
@@ -44,12 +52,27 @@ DEFAULT_MIN_CHANGE_PCT = 1.0  # measurement.threshold_pct's default
 MIN_SIGMA_LOG = 1e-3  # 0.1 %: the smallest point-to-point noise assumed, in ln units
 _MAD_TO_SIGMA = 0.6745  # MAD of a standard normal
 _Z95 = 1.959963984540054  # z(0.975)
+DECISION_ALPHA = 0.002
+"""Two-sided level at which a change is claimed (``kernelab.service.verdicts.DECISION_CONFIDENCE``)."""
+
+
+def _t_scan(n: int) -> float:
+    """The quantile a shift between two segments of a line of ``n`` runs must exceed, in standard
+    errors of the run-to-run noise: ``DECISION_ALPHA`` split over the n - 1 places a change could
+    be (Bonferroni: PELT chose the place that fits best, so the shift found is the largest of n - 1
+    chances), of Student's t with n - 2 degrees of freedom (the noise is estimated from the same
+    n runs; 20 runs: 5.0, 8 runs: 10.6)."""
+    from scipy import stats  # noqa: PLC0415 (imported where a line is judged)
+
+    return float(stats.t.ppf(1 - DECISION_ALPHA / 2 / max(n - 1, 1), max(n - 2, 1)))
+
 
 METHOD = (
     "PELT (Killick, Fearnhead & Eckley 2012, JASA 107:1590) from the ruptures library, l2 cost on "
     "ln(median), BIC penalty 2·σ²·ln n (Yao 1988) with σ from the MAD of first differences, at least "
-    f"{MIN_SEGMENT} points on each side and a shift of at least the measurement's threshold outside "
-    "the points' CIs; per line and driver"
+    f"{MIN_SEGMENT} points on each side, a shift of at least the measurement's threshold outside "
+    "the points' CIs and beyond the line's run-to-run noise (Student t at 0.2% over the places a "
+    "change could be), one point per job; per line and driver"
 )
 
 
@@ -62,6 +85,20 @@ def noise_sigma(y: np.ndarray, half_widths: np.ndarray) -> float:
     sigma = mad / (_MAD_TO_SIGMA * math.sqrt(2))
     own = float(np.median(half_widths)) / _Z95 if half_widths.size else 0.0
     return max(sigma, own, MIN_SIGMA_LOG)
+
+
+def _within_segments_sigma(y: np.ndarray, cuts: Sequence[int]) -> float:
+    """The pooled standard deviation of ``y`` within the segments ``cuts`` leave (n - segments
+    degrees of freedom; 0 with none left): the run-to-run noise once the steps are taken out, a
+    floor under the first differences' estimate, which a few runs can put far too low."""
+    bounds = [0, *cuts, y.size]
+    ss = sum(
+        float(np.sum((y[a:b] - np.mean(y[a:b])) ** 2))
+        for a, b in zip(bounds, bounds[1:], strict=False)
+        if b > a
+    )
+    dof = y.size - (len(bounds) - 1)
+    return math.sqrt(ss / dof) if dof > 0 else 0.0
 
 
 def _half_widths(points: Sequence[HistoryPoint]) -> np.ndarray:
@@ -94,15 +131,22 @@ def _shift_pct(medians: np.ndarray, cuts: Sequence[int], i: int) -> float:
 
 
 def _judge(
-    points: Sequence[HistoryPoint], medians: np.ndarray, cuts: Sequence[int], i: int, min_change_pct: float
-) -> ChangePoint | None:
+    points: Sequence[HistoryPoint], medians: np.ndarray, cuts: Sequence[int], i: int, min_change_pct: float,
+    sigma: float = 0.0,
+) -> ChangePoint | None:  # fmt: skip
     """The ``i``-th cut as a ``ChangePoint`` between its neighbouring cuts, or None when its shift
-    is below ``min_change_pct`` or within the points' CIs."""
+    is below ``min_change_pct``, within the points' CIs, or within the line's run-to-run noise
+    (``sigma``, ln units: the segments' mean ln medians less than ``_t_scan`` standard errors
+    apart)."""
     start, cut, stop = _segments(cuts, i, medians.size)
     before, after = points[start:cut], points[cut:stop]
     b, a = float(np.median(medians[start:cut])), float(np.median(medians[cut:stop]))
     pct = (a / b - 1) * 100
     if abs(pct) < min_change_pct or not _outside_cis(before, after, b, a):
+        return None
+    y = np.log(medians)
+    gap = abs(float(np.mean(y[cut:stop])) - float(np.mean(y[start:cut])))
+    if gap <= _t_scan(medians.size) * sigma * math.sqrt(1 / len(before) + 1 / len(after)):
         return None
     return ChangePoint(
         at=points[cut].measured_at, index=cut, before_ns=b, after_ns=a, change_pct=pct,
@@ -131,7 +175,8 @@ def detect(
     ends = ruptures.Pelt(model="l2", min_size=MIN_SEGMENT, jump=1).fit(y.reshape(-1, 1)).predict(pen=penalty)
     cuts = list(ends[:-1])  # ruptures returns segment ends, the last one len(y)
     while True:  # drop the weakest failing cut and judge the merged segments again
-        judged = [_judge(points, medians, cuts, i, min_change_pct) for i in range(len(cuts))]
+        noise = max(sigma, _within_segments_sigma(y, cuts))
+        judged = [_judge(points, medians, cuts, i, min_change_pct, noise) for i in range(len(cuts))]
         failing = [i for i, cp in enumerate(judged) if cp is None]
         if not failing:
             break

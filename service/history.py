@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -221,10 +222,42 @@ def lines(
                 p.change_reason = None if p.change_pct is not None else "first-point"
             previous = p
         shown = [p for p in pts if p.excluded is None]
-        found = changepoints.detect_by_driver(shown, min_change_pct=min_change_pct)
+        runs, first = _one_run_per_job(shown)
+        found = [
+            cp.model_copy(update={"index": first[cp.index]})
+            for cp in changepoints.detect_by_driver(runs, min_change_pct=min_change_pct)
+        ]
         out.append(Series(code=code, cell=cell, gpu_model=model, timer=timer, state=state, points=pts,  # type: ignore[arg-type]
                           params=pts[-1].params, change_points=found))  # fmt: skip
     return out
+
+
+def _one_run_per_job(points: Sequence[HistoryPoint]) -> tuple[list[HistoryPoint], list[int]]:
+    """``points`` with each job's points merged into one (a job whose two sides ran the same code,
+    an A/A job, gives its line two points of one run: their medians' geometric mean, the hull of
+    their CIs), and for each run the position of its first point in ``points``. Change points are
+    detected over runs: two points of one run would halve the first differences the run-to-run
+    noise is estimated from (``changepoints.noise_sigma``)."""
+    runs: list[HistoryPoint] = []
+    first: list[int] = []
+    by_job: dict[int, int] = {}
+    for i, p in enumerate(points):
+        k = by_job.get(p.job_id) if p.job_id is not None else None
+        if k is None:
+            if p.job_id is not None:
+                by_job[p.job_id] = len(runs)
+            runs.append(p)
+            first.append(i)
+            continue
+        run = runs[k]
+        lows = [x for x in (run.ci_low_ns, p.ci_low_ns) if x is not None]
+        highs = [x for x in (run.ci_high_ns, p.ci_high_ns) if x is not None]
+        runs[k] = run.model_copy(update={
+            "median_ns": math.sqrt(run.median_ns * p.median_ns), "n": run.n + p.n,
+            "ci_low_ns": min(lows) if len(lows) == 2 else None,
+            "ci_high_ns": max(highs) if len(highs) == 2 else None,
+        })  # fmt: skip
+    return runs, first
 
 
 def history(

@@ -70,3 +70,36 @@ def test_a_driver_change_is_never_a_change_point() -> None:
 def test_a_non_positive_median_is_refused() -> None:
     with pytest.raises(ValueError, match="positive"):
         changepoints.detect(_points([1000.0] * 4 + [0.0]))
+
+
+def test_a_drifting_line_of_unchanged_code_has_no_change_point() -> None:
+    """Runs of unchanged code whose level drifts from run to run by 2% (a loaded node), each run's
+    own CI ±0.2%: the CIs alone would pass a shift of a few percent, but the run-to-run noise does
+    not (the segments must lie ``_t_scan(n)`` standard errors of it apart: Student's t at the 0.2%
+    of a verdict over the n - 1 places a change could be). Over 400 lines of 20 runs at most 4
+    have a change point (0 here, 1 in 1,000 for 8, 20 or 40 runs; with the points' CIs alone 14 of
+    200); a 15% step is still found."""
+    false = sum(bool(changepoints.detect(_points(_noisy(20, 1000.0, seed, rel=0.02), rel_ci=0.002)))
+                for seed in range(400))  # fmt: skip
+    assert false <= 4, false
+    stepped = _noisy(10, 1000.0, 1, rel=0.02) + _noisy(10, 1150.0, 2, rel=0.02)
+    (cp,) = changepoints.detect(_points(stepped, rel_ci=0.002))
+    assert cp.index == 10 and cp.direction == "slower"
+
+
+def test_an_a_a_jobs_two_points_are_one_run_of_its_line() -> None:
+    """Both sides of an A/A job are points of one line, nearly equal (one run); 10 such jobs that
+    drift by 2% between runs. Read as 20 points, half the first differences are within a run, the
+    run-to-run noise looks half as large and drift reads as change points (4 on one line of a CPU
+    A/A of 2026-12-04); as runs of their jobs (``history.lines``), none."""
+    from kernelab.service.history import lines
+
+    medians = _noisy(10, 1000.0, 3, rel=0.02)
+    points = []
+    for job, m in enumerate(medians):
+        for side, wobble in (("baseline", 0.9995), ("candidate", 1.0005)):
+            p = _points([m * wobble], rel_ci=0.002)[0]
+            points.append(p.model_copy(update={"job_id": job + 1, "side": side,
+                                               "measured_at": T0 + timedelta(hours=job)}))  # fmt: skip
+    (line,) = lines(points)
+    assert len(line.points) == 20 and line.change_points == []
