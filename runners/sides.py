@@ -450,20 +450,8 @@ class LocalSide:
         out = self.fn()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-        if not isinstance(out, torch.Tensor):
-            return []  # not-a-tensor is told by the timed check
-        check = self._check(out, ref)
-        if check.passed:
-            return []
-        return [
-            reason(
-                "wrong-output",
-                f"{self.side}: one call right after its inputs changed (fresh inputs, "
-                f"seed {seed}) returned a wrong output: {check.message}"
-                + (f"; where: {check.where}" if check.where else ""),
-                side=self.side,
-            )
-        ]
+        what = f"one call right after its inputs changed (fresh inputs, seed {seed}) returned a wrong output"
+        return self._finding("wrong-output", out, ref, what)
 
     def _rejected_graph(self, seed: int, references: References | None) -> list[Reason]:
         """The CUDA graph the auto timer captured from this side's calls but would not time with
@@ -472,28 +460,28 @@ class LocalSide:
         user who replays it (``wrong-under-graph-replay``), whatever timer times the cell."""
         # the graph of whichever input set's callable was captured: once one set's capture is
         # refused, the engine moves the side's other sets to the fallback before their capture
-        found = [
-            (k, why) for k, fn in enumerate(self._fns) if (why := self.timer.rejected_graph(fn)) is not None
-        ]
+        rejected = [(k, self.timer.rejected_graph(fn)) for k, fn in enumerate(self._fns)]
+        found = [(k, why) for k, why in rejected if why is not None]
         if not found:
             return []
         k, why = found[0]
         _, ref = self._refill(seed, references, self.inputs if k == 0 else self._alternate_inputs[k - 1])
         out = self.timer.replay_rejected(self._fns[k])
+        what = (f"right when called, wrong when the CUDA graph captured from its calls is replayed (fresh "
+                f"inputs, seed {seed}; the cell was timed by {self.timer_kind}, since {why})")  # fmt: skip
+        return self._finding("wrong-under-graph-replay", out, ref, what)
+
+    def _finding(self, code: str, out: Any, ref: Any, what: str) -> list[Reason]:
+        """A ``code`` finding naming this side when ``out`` fails its check against ``ref``
+        (``what`` the sentence before the check's message); none for a right output or one that
+        is no tensor (the timed check tells ``not-a-tensor``)."""
         if not isinstance(out, torch.Tensor):
-            return []  # not-a-tensor is told by the timed check
+            return []
         check = self._check(out, ref)
         if check.passed:
             return []
-        return [
-            reason(
-                "wrong-under-graph-replay",
-                f"{self.side}: right when called, wrong when the CUDA graph captured from its calls is "
-                f"replayed (fresh inputs, seed {seed}; the cell was timed by {self.timer_kind}, since "
-                f"{why}): {check.message}" + (f"; where: {check.where}" if check.where else ""),
-                side=self.side,
-            )
-        ]
+        where = f"; where: {check.where}" if check.where else ""
+        return [reason(code, f"{self.side}: {what}: {check.message}{where}", side=self.side)]
 
     def _after_window(
         self, out: torch.Tensor, kind: str, launches: int, threads: set[threading.Thread], idle_ns: float
