@@ -5,7 +5,8 @@
 A bisect step (``kernelab bisect``) is one revision job: the midpoint against the good end, each
 side built from its commit in a worker process of its own, interleaved in one job. This makes a
 git repository of a small CPU benchmark (``y = 2 x + 1`` over 100,000 floats, module
-``revpkg.bench``: the end-to-end tests' ``tests/e2e/revision_repo.py``), and runs ``--jobs`` revision jobs whose two sides are the same commit
+``revpkg.bench``: the end-to-end tests' ``tests/e2e/revision_repo.py``), and runs ``--jobs``
+revision jobs whose two sides are the same commit
 (``kernelab.runners.revision_job.run_revision_job``, as the runner runs them), ``--load N`` busy
 processes beside them; every ``faster``/``slower`` is false. Then one job of the commit that does
 the work four times against the first (a real step) must read ``slower``. Writes
@@ -30,6 +31,7 @@ from kernelab.runners.revision_job import run_revision_job  # noqa: E402
 from kernelab.runners.revisions import AllowList  # noqa: E402
 from kernelab.service.schemas import JobSpec  # noqa: E402
 from kernelab.service.stats import compare  # noqa: E402
+
 
 def _repo(path: Path) -> tuple[str, str]:
     """The revision repository of the end-to-end tests (``tests/e2e/revision_repo.py``): commits
