@@ -505,3 +505,25 @@ def test_an_assignment_with_too_few_rounds_gives_no_verdict() -> None:
     assert "over 2 of the 8 input-set assignments, the fewest 3" in short.reasons[0].message
     enough = compare_cell(job(spec, cell(48)), cell(48), {})
     assert enough.verdict == "slower", [r.message for r in enough.reasons]
+
+
+def test_the_median_says_which_median_it_is() -> None:
+    """Under rotation a side's ``median_ns`` is the set-balanced median (the geometric mean of the
+    assignments' medians, which the ratio is formed from), named so in ``estimator``, with the
+    pooled median beside it; the table and the Markdown say what "median" means when they differ.
+    One input set: a plain median, equal to the pooled one, and no note."""
+    from kernelab.service.report import estimator_note, format_table, to_markdown
+    from kernelab.service.stats import compare
+
+    comparison, cell, _ = _cell(8, 0.0, 4)
+    assert comparison.baseline.estimator == comparison.candidate.estimator == "set-balanced median"
+    kept = np.asarray(cell.samples.duration_ns)[np.asarray(cell.samples.variant) == 0]
+    assert comparison.baseline.pooled_median_ns == pytest.approx(float(np.median(kept)))
+    assert comparison.baseline.median_ns != comparison.baseline.pooled_median_ns
+    whole = compare(job(settings(cross_check=False, input_sets=8), cell))
+    note = estimator_note(whole)
+    assert note is not None and "set-balanced" in note and "pooled" in note
+    assert note in format_table(whole) and "set-balanced median" in to_markdown(whole)
+    fixed, fixed_cell, _ = _cell(8, 0.0, 4, placement="fixed")
+    assert fixed.baseline.estimator == "median" and fixed.baseline.median_ns == fixed.baseline.pooled_median_ns
+    assert estimator_note(compare(job(settings(cross_check=False, placement="fixed"), fixed_cell))) is None
