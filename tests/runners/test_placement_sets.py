@@ -525,5 +525,6 @@ def test_the_median_says_which_median_it_is() -> None:
     assert note is not None and "set-balanced" in note and "pooled" in note
     assert note in format_table(whole) and "set-balanced median" in to_markdown(whole)
     fixed, fixed_cell, _ = _cell(8, 0.0, 4, placement="fixed")
-    assert fixed.baseline.estimator == "median" and fixed.baseline.median_ns == fixed.baseline.pooled_median_ns
+    assert fixed.baseline.estimator == "median"
+    assert fixed.baseline.median_ns == fixed.baseline.pooled_median_ns
     assert estimator_note(compare(job(settings(cross_check=False, placement="fixed"), fixed_cell))) is None
