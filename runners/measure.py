@@ -43,7 +43,13 @@ from typing import IO, TYPE_CHECKING
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
-from kernelab.runners.nodefault import EXIT_NODE_FAULT, NODE_FAULT_MARK, NodeFault, node_fault
+from kernelab.runners.nodefault import (
+    EXIT_NODE_FAULT,
+    NODE_FAULT_LINE,
+    NODE_FAULT_MARK,
+    NodeFault,
+    node_fault,
+)
 from kernelab.runners.reaper import PARENT_PID_ENV, die_with_parent
 from kernelab.runners.spool import atomic_write_text
 from kernelab.service.schemas import CellResult, JobSpec, NodeInfo, ProbeReport
@@ -160,7 +166,8 @@ def _run_child(
                 start_new_session=True,
                 env=_child_env(),
             )
-            relay = threading.Thread(target=_relay, args=(proc.stdout, progress), daemon=True)
+            said: list[str] = []  # the child's node-fault line, on stdout: its stderr may be on a full disk
+            relay = threading.Thread(target=_relay, args=(proc.stdout, progress, said), daemon=True)
             relay.start()
             try:
                 code = proc.wait(timeout=timeout_s)
@@ -181,7 +188,7 @@ def _run_child(
         if code == EXIT_BENCHMARK:
             raise BenchmarkError(_last_line(tail, "measure: benchmark: "))
         if code == EXIT_NODE_FAULT:
-            why = _last_line(tail, f"measure: {NODE_FAULT_MARK}") or "its stderr could not be written either"
+            why = (said or [_last_line(tail, f"measure: {NODE_FAULT_MARK}") or "(it said no more)"])[-1]
             raise NodeFault(f"the {what} process could not write on this node: {why}")
         if code != EXIT_OK or not out_path.exists():
             why = _last_line(tail, "measure: failed: ") or f"the {what} process exited with status {code}"
@@ -221,10 +228,13 @@ def _tail(path: Path) -> str:
         return ""
 
 
-def _relay(stream: IO[str] | None, progress: ProgressFn | None) -> None:
+def _relay(stream: IO[str] | None, progress: ProgressFn | None, said: list[str]) -> None:
     if stream is None:
         return
     for line in stream:
+        if line.startswith(NODE_FAULT_LINE):
+            said.append(line[len(NODE_FAULT_LINE) :].strip())
+            continue
         head, _, message = line.rstrip("\n").partition(" ")
         if head != "progress:" or progress is None:
             continue
@@ -277,6 +287,15 @@ def _say(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
 
+def _node_fault_exit(fault: str) -> int:
+    """Say ``fault`` on stdout (the parent's pipe) and stderr (where it can); ``EXIT_NODE_FAULT``."""
+    text = " ".join(fault.split())
+    with contextlib.suppress(OSError):
+        print(NODE_FAULT_LINE + text, flush=True)
+    _say(f"measure: {NODE_FAULT_MARK}{text}")
+    return EXIT_NODE_FAULT
+
+
 def main(argv: list[str] | None = None) -> int:
     """Measure the cells or take the probes of ``SPEC_JSON`` (module docstring); the exit status."""
     die_with_parent(signal.SIGKILL)
@@ -285,8 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         spec = JobSpec.model_validate_json(args.spec_json.read_text(encoding="utf-8"))
     except (OSError, ValidationError) as exc:
         if node_fault(exc):
-            _say(f"measure: {NODE_FAULT_MARK}{node_fault(exc)}")
-            return EXIT_NODE_FAULT
+            return _node_fault_exit(node_fault(exc))
         _say(f"measure: failed: cannot read spec {args.spec_json}: {exc}")
         return EXIT_BAD_INPUT
     t0 = time.perf_counter()
@@ -314,8 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # the job's own failure (reported, never hidden), or the node's
         fault = node_fault(exc)
         if fault:
-            _say(f"measure: {NODE_FAULT_MARK}{' '.join(fault.split())}")
-            return EXIT_NODE_FAULT
+            return _node_fault_exit(fault)
         with contextlib.suppress(OSError):
             traceback.print_exc(file=sys.stderr)
         _say(f"measure: failed: {type(exc).__name__}: {' '.join(str(exc).split())}")

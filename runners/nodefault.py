@@ -26,6 +26,7 @@ import re
 
 EXIT_NODE_FAULT = 4  # worker and measuring child: the node could not take the job's writes
 NODE_FAULT_MARK = "node fault: "  # the line on stderr that says which (after the process's prefix)
+NODE_FAULT_LINE = "kernelab-node-fault: "  # the same on stdout, a pipe to the parent: never full
 NODE_ERRNOS = {
     errno.ENOSPC: "ENOSPC",
     errno.EDQUOT: "EDQUOT",

@@ -23,7 +23,8 @@ when the daemon dies.
 Exit status: 0 on success; 2 for unusable arguments or an invalid spec file; 1 when the job raised;
 4 (``kernelab.runners.nodefault.EXIT_NODE_FAULT``) when the node, not the job, made it fail (the
 disk or the file table full while a process of the job wrote: a line ``worker: node fault: <why>``
-on stderr where it can be written; no result is handed over, the job is measured again). The
+on stderr where it can be written, and ``NODE_FAULT_LINE`` + why on stdout; no result is handed
+over, the job is measured again). The
 error goes to stderr (the daemon posts its tail as the job's failure message).
 """
 
@@ -39,7 +40,13 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from kernelab.runners.nodefault import EXIT_NODE_FAULT, NODE_FAULT_MARK, node_fault, node_fault_text
+from kernelab.runners.nodefault import (
+    EXIT_NODE_FAULT,
+    NODE_FAULT_LINE,
+    NODE_FAULT_MARK,
+    node_fault,
+    node_fault_text,
+)
 from kernelab.runners.reaper import become_subreaper, die_with_parent, kill_descendants
 from kernelab.runners.spool import atomic_write_text
 from kernelab.service.schemas import JobResult, JobSpec
@@ -99,6 +106,16 @@ def _say(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
 
+def _node_fault_exit(fault: str) -> int:
+    """Say ``fault`` on stdout (the daemon's pipe: ``NODE_FAULT_LINE``) and on stderr (where it
+    can); ``EXIT_NODE_FAULT``."""
+    text = " ".join(fault.split())
+    with contextlib.suppress(OSError):
+        print(NODE_FAULT_LINE + text, flush=True)
+    _say(f"worker: {NODE_FAULT_MARK}{text}")
+    return EXIT_NODE_FAULT
+
+
 def cells_node_fault(result: JobResult) -> str:
     """The first error of ``result``'s cells (or of their static metrics) that names a fault of the
     node (``kernelab.runners.nodefault.node_fault_text``: a cell whose Triton cache or scratch write
@@ -132,8 +149,7 @@ def _run(args: argparse.Namespace) -> int:
         spec = JobSpec.model_validate_json(args.spec_json.read_text(encoding="utf-8"))
     except (OSError, ValidationError) as exc:
         if node_fault(exc):
-            _say(f"worker: {NODE_FAULT_MARK}{node_fault(exc)}")
-            return EXIT_NODE_FAULT
+            return _node_fault_exit(node_fault(exc))
         _say(f"worker: cannot read spec {args.spec_json}: {exc}")
         return EXIT_BAD_INPUT
 
@@ -159,8 +175,7 @@ def _run(args: argparse.Namespace) -> int:
     except Exception as exc:  # the node's fault, or the job's own failure: report it, never hide it
         fault = node_fault(exc)
         if fault:
-            _say(f"worker: {NODE_FAULT_MARK}{' '.join(fault.split())}")
-            return EXIT_NODE_FAULT
+            return _node_fault_exit(fault)
         if isinstance(exc, RevisionError):  # a known, user-facing failure: the message says it all
             _say(f"worker: job failed: {exc}")
             return EXIT_JOB_FAILED
@@ -170,8 +185,7 @@ def _run(args: argparse.Namespace) -> int:
         return EXIT_JOB_FAILED
     fault = cells_node_fault(result)
     if fault:  # measured on a node that could not write: not this job's result
-        _say(f"worker: {NODE_FAULT_MARK}{' '.join(fault.split())}")
-        return EXIT_NODE_FAULT
+        return _node_fault_exit(fault)
     changed = _node_changed(result)
     if changed:  # the daemon probes the node again before its next job
         print(NODE_CHANGED_MARK + " ".join(changed.split()), flush=True)

@@ -58,30 +58,37 @@ def keep_at_shutdown(daemon: RunnerDaemon) -> None:
 
 
 def _wait(daemon: RunnerDaemon) -> None:
-    """Try to post or spool the held results for up to ``daemon.grace_s`` seconds, saying why."""
+    """Try to post or spool the held results for up to ``daemon.grace_s`` seconds, saying why (each
+    post tried once: the wait is the retry)."""
+    error = daemon._post_error
+    if daemon._now.is_set() or (isinstance(error, KernelabAPIError) and error.status_code in (401, 403)):
+        return  # a second signal, or a refused token: no wait will post them
     deadline = time.monotonic() + daemon.grace_s
     said_at = float("-inf")
-    while daemon.held and not daemon._now.is_set():
-        try:
-            daemon.flush_spool()
-        except Exception as exc:  # a shutdown must reach the writing-out below
-            log.error("runner %s: posting at shutdown failed: %s", daemon.name, exc)
-        error = daemon._post_error
-        if not daemon.held or time.monotonic() >= deadline:
-            return
-        if isinstance(error, KernelabAPIError) and error.status_code in (401, 403):
-            return  # the token is refused: no wait will post them
-        if time.monotonic() - said_at >= 10 * WAIT_POLL_S:
-            said_at = time.monotonic()
-            log.warning(
-                "runner %s: shutdown waits: %d measured result(s) are held in memory only (the work dir "
-                "%s cannot take them: %s; the server: %s); trying again every %.0f s for up to %.0f s "
-                "more, then they are written to %s (a second signal: now)",
-                daemon.name, len(daemon.held), daemon.work_dir, daemon.write_problem or "full",
-                error or "unreachable", WAIT_POLL_S, deadline - time.monotonic(),
-                ", ".join(map(str, daemon.fallback_dirs)) or "stderr",
-            )  # fmt: skip
-        daemon._now.wait(WAIT_POLL_S)
+    retries, daemon.client.retries = daemon.client.retries, 0
+    try:
+        while daemon.held and not daemon._now.is_set() and time.monotonic() < deadline:
+            if time.monotonic() - said_at >= 10 * WAIT_POLL_S:
+                said_at = time.monotonic()
+                log.warning(
+                    "runner %s: shutdown waits: %d measured result(s) are held in memory only (the work "
+                    "dir %s cannot take them: %s; the server: %s); trying every %.0f s for up to %.0f s "
+                    "more, then they are written to %s (a second signal: now)",
+                    daemon.name, len(daemon.held), daemon.work_dir, daemon.write_problem or "full",
+                    daemon._post_error or "not tried yet", WAIT_POLL_S, deadline - time.monotonic(),
+                    ", ".join(map(str, daemon.fallback_dirs)) or "stderr",
+                )  # fmt: skip
+            try:
+                daemon.flush_spool()
+            except Exception as exc:  # a shutdown must reach the writing-out below
+                log.error("runner %s: posting at shutdown failed: %s", daemon.name, exc)
+            error = daemon._post_error
+            if isinstance(error, KernelabAPIError) and error.status_code in (401, 403):
+                return
+            if daemon.held:
+                daemon._now.wait(WAIT_POLL_S)
+    finally:
+        daemon.client.retries = retries
 
 
 def _to_fallback(daemon: RunnerDaemon, result: JobResult, *, refused: str | None) -> Path | None:

@@ -779,13 +779,13 @@ class RunnerDaemon:
 
     def _node_fault_of(self, run: WorkerRun) -> str:
         """Why the node, not the job, ended ``run`` badly, or ``""``: the worker said so (exit status
-        ``EXIT_NODE_FAULT``, its ``node fault:`` line), or the node is at fault now
+        ``EXIT_NODE_FAULT``, its node-fault line on stdout or stderr), or the node is at fault now
         (``_work_dir_problem``: the job may have died of it, e.g. killed when a write failed)."""
         problem = self._work_dir_problem()
         if run.why == "exited" and run.returncode == EXIT_NODE_FAULT:
             tail = stderr_tail(run.err_path, 2000)
             said = [line for line in tail.splitlines() if NODE_FAULT_MARK in line]
-            reason = said[-1].partition(NODE_FAULT_MARK)[2].strip() if said else ""
+            reason = run.node_fault or (said[-1].partition(NODE_FAULT_MARK)[2].strip() if said else "")
             return reason or problem or "the worker could not write on this node"
         if problem is None:
             return ""

@@ -45,6 +45,7 @@ from kernelab.runners.client import KernelabAPIError, KernelabClient, KernelabUn
 from kernelab.runners.daemon.host import HostRunners
 from kernelab.runners.daemon.probe_pool import ProbePoolManager
 from kernelab.runners.jobenv import check_names, job_env
+from kernelab.runners.nodefault import NODE_FAULT_LINE
 from kernelab.runners.progress import ProgressTracker, parse_line
 from kernelab.runners.reaper import PARENT_PID_ENV
 from kernelab.runners.spool import atomic_write_text
@@ -69,7 +70,8 @@ class JobNotStarted(Exception):
 class WorkerRun:
     """How one job's worker ended. ``why``: ``"exited"`` (by itself, with ``returncode``),
     ``"timeout"``, ``"lost"`` (lease lost) or ``"shutdown"`` (killed after the grace period).
-    ``handed``: results the worker sent on stdout because it could not write ``out_path``."""
+    ``handed``: results the worker sent on stdout because it could not write ``out_path``.
+    ``node_fault``: what the worker said on stdout of a fault of the node (``""``: nothing)."""
 
     why: str
     returncode: int | None
@@ -78,6 +80,7 @@ class WorkerRun:
     handed: list[JobResult]
     heartbeat: threading.Thread
     key: str  # the claim's idempotency key: names the result's spool file
+    node_fault: str = ""
 
     def failure_message(self, spec: JobSpec, node: str, grace_s: float) -> str:
         """What went wrong, for the server: the worker's own reason first (its ``JOB_FAILED_MARK``
@@ -157,6 +160,7 @@ class JobSupervisor:
         self.isolated: bool | None = None  # decided by check_isolation() at start-up
         self.running_spec: JobSpec | None = None
         self.reprobe: JobSpec | None = None
+        self._node_fault_said: dict[str, str] = {}  # idempotency key -> the worker's node-fault line
         self._stop_at: float | None = None
 
     def stop(self, *, now: bool = False) -> None:
@@ -332,7 +336,8 @@ class JobSupervisor:
                 reader.join(timeout=5.0)
                 if proc.stdout is not None:
                     proc.stdout.close()
-        return WorkerRun(why, proc.returncode, out_path, err_path, handed, beater, key)
+        said = self._node_fault_said.pop(key, "")
+        return WorkerRun(why, proc.returncode, out_path, err_path, handed, beater, key, said)
 
     def _supervise(self, proc: subprocess.Popen[str], timeout_s: float, lease_lost: threading.Event) -> str:
         deadline = time.monotonic() + timeout_s
@@ -372,10 +377,16 @@ class JobSupervisor:
         self, proc: subprocess.Popen[str], job_id: int, key: str, handed: list[JobResult]
     ) -> None:
         """Log the worker's stdout lines; a ``RESULT_MARK`` line (the result the worker could not
-        write to its file) for this job and key goes into ``handed`` instead, and a
-        ``NODE_CHANGED_MARK`` line sets ``reprobe`` to the running job's spec."""
+        write to its file) for this job and key goes into ``handed`` instead, a
+        ``NODE_CHANGED_MARK`` line sets ``reprobe`` to the running job's spec, and a
+        ``NODE_FAULT_LINE`` is the run's ``node_fault``."""
         assert proc.stdout is not None
         for line in proc.stdout:
+            if line.startswith(NODE_FAULT_LINE):
+                self._node_fault_said[key] = line[len(NODE_FAULT_LINE) :].strip()
+                log.warning("job %d: the node could not take its writes: %s", job_id,
+                            self._node_fault_said[key])  # fmt: skip
+                continue
             if line.startswith(NODE_CHANGED_MARK):
                 log.warning("job %d changed the node: %s", job_id, line[len(NODE_CHANGED_MARK) :].strip())
                 self.reprobe = self.running_spec
