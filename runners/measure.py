@@ -22,7 +22,8 @@ be written); 1 anything else raised (``measure: failed: <error>`` on stderr).
 
 Each child dies with the process that started it (``kernelab.runners.reaper.die_with_parent``:
 ``SIGKILL`` when its parent dies), so a worker killed in the middle of a job leaves no measuring
-process behind.
+process behind, and kills what the benchmark started and left running before it exits (it is
+their child subreaper).
 """
 
 from __future__ import annotations
@@ -50,7 +51,13 @@ from kernelab.runners.nodefault import (
     NodeFault,
     node_fault,
 )
-from kernelab.runners.reaper import PARENT_PID_ENV, die_with_parent
+from kernelab.runners.reaper import (
+    PARENT_PID_ENV,
+    become_subreaper,
+    die_with_parent,
+    kill_descendants,
+    kill_pipe_holders,
+)
 from kernelab.runners.spool import atomic_write_text
 from kernelab.service.schemas import CellResult, JobSpec, NodeInfo, ProbeReport
 
@@ -62,6 +69,7 @@ EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_BENCHMARK = 3
 _KILL_WAIT_S = 5.0
+_RELAY_WAIT_S = 2.0  # how long the end of a child's output may lag behind its exit
 _STDERR_TAIL_CHARS = 4_000
 SCHEMA_VERSION = 1
 ProgressFn = Callable[[int, int, str], None]
@@ -181,9 +189,7 @@ def _run_child(
                 _kill_group(proc)
                 raise
             finally:
-                relay.join(timeout=5.0)
-                if proc.stdout is not None:
-                    proc.stdout.close()
+                _end_relay(proc, relay)
         tail = _tail(err_path)
         if code == EXIT_BENCHMARK:
             raise BenchmarkError(_last_line(tail, "measure: benchmark: "))
@@ -218,6 +224,18 @@ def _child_env() -> dict[str, str]:
             PARENT_PID_ENV: str(os.getpid()),
         }
     )
+
+
+def _end_relay(proc: subprocess.Popen[str], relay: threading.Thread) -> None:
+    """Wait for the end of the child's output and close it. Processes the child left behind that
+    still hold its output open are killed first (``kernelab.runners.reaper.kill_pipe_holders``): a
+    pipe a thread still reads cannot be closed (the close would wait for that thread)."""
+    relay.join(timeout=_RELAY_WAIT_S)
+    if relay.is_alive() and proc.stdout is not None:
+        kill_pipe_holders(proc.stdout.fileno())
+        relay.join(timeout=_RELAY_WAIT_S)
+    if not relay.is_alive() and proc.stdout is not None:
+        proc.stdout.close()
 
 
 def _tail(path: Path) -> str:
@@ -297,8 +315,18 @@ def _node_fault_exit(fault: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Measure the cells or take the probes of ``SPEC_JSON`` (module docstring); the exit status."""
+    """Measure the cells or take the probes of ``SPEC_JSON`` (module docstring); the exit status.
+    What the benchmark started and left running is killed before it returns
+    (``kernelab.runners.reaper``)."""
     die_with_parent(signal.SIGKILL)
+    become_subreaper()
+    try:
+        return _main(argv)
+    finally:
+        kill_descendants()
+
+
+def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
     try:
         spec = JobSpec.model_validate_json(args.spec_json.read_text(encoding="utf-8"))

@@ -17,6 +17,11 @@ needs a privilege or a namespace (``prctl(2)``):
   the parent named in ``PARENT_PID_ENV`` is still the parent after the call, so a parent that died
   just before it is not missed.
 
+A process left behind that holds the job's output pipe open would keep the reader of that pipe
+waiting for its end (and closing a pipe that a thread reads blocks on that thread): the readers
+(``kernelab.runners.measure``, ``kernelab.runners.daemon.supervisor``) kill the holders of the
+pipe (``kill_pipe_holders``) when the process they started has ended but its output has not.
+
 What this does not cover: a job process that kills the worker first (job code runs as the
 runner's user and may signal its processes) is re-parented to ``init`` once the worker is gone.
 A PID namespace would close that too, but hides the PIDs that kernelab's NVML checks of a GPU's
@@ -119,6 +124,35 @@ def kill_descendants(timeout_s: float = REAP_TIMEOUT_S) -> list[int]:
         _reap()
         if time.monotonic() > deadline:
             return killed
+
+
+def pipe_holders(fd: int) -> list[int]:
+    """The other processes that hold the pipe ``fd`` (this process's end of it) open: every pid
+    with a file descriptor on the same pipe (``/proc/PID/fd``, where readable)."""
+    try:
+        target = f"pipe:[{os.fstat(fd).st_ino}]"
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    out = []
+    for name in entries:
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        with contextlib.suppress(OSError):
+            if any(os.readlink(f"/proc/{name}/fd/{n}") == target for n in os.listdir(f"/proc/{name}/fd")):
+                out.append(int(name))
+    return out
+
+
+def kill_pipe_holders(fd: int) -> list[int]:
+    """``SIGKILL`` every other process that holds the pipe ``fd`` open (``pipe_holders``): the
+    processes a job left behind that keep its output open after it ended, so a reader waiting for
+    the end of that output is not kept waiting; the pids killed."""
+    holders = pipe_holders(fd)
+    for pid in holders:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    return holders
 
 
 def _zombie(pid: int) -> bool:

@@ -47,7 +47,7 @@ from kernelab.runners.daemon.probe_pool import ProbePoolManager
 from kernelab.runners.jobenv import check_names, job_env
 from kernelab.runners.nodefault import NODE_FAULT_LINE
 from kernelab.runners.progress import ProgressTracker, parse_line
-from kernelab.runners.reaper import PARENT_PID_ENV
+from kernelab.runners.reaper import PARENT_PID_ENV, kill_pipe_holders
 from kernelab.runners.spool import atomic_write_text
 from kernelab.runners.worker import NODE_CHANGED_MARK, RESULT_MARK
 from kernelab.service.schemas import JobClaim, JobResult, JobSpec
@@ -334,7 +334,12 @@ class JobSupervisor:
                     kill_group(proc)
                 finished.set()  # the heartbeat thread ends after the call it may be in
                 reader.join(timeout=5.0)
-                if proc.stdout is not None:
+                if reader.is_alive() and proc.stdout is not None:  # left-behind processes hold it
+                    killed = kill_pipe_holders(proc.stdout.fileno())
+                    log.warning("runner %s: job %d: killed %d process(es) it left behind holding its "
+                                "output: %s", self.name, job_id, len(killed), killed)  # fmt: skip
+                    reader.join(timeout=5.0)
+                if not reader.is_alive() and proc.stdout is not None:  # else closing would wait on it
                     proc.stdout.close()
         said = self._node_fault_said.pop(key, "")
         return WorkerRun(why, proc.returncode, out_path, err_path, handed, beater, key, said)
