@@ -384,8 +384,8 @@ class RunnerDaemon:
             unposted = self.unposted()
             if unposted:  # posted first: its job may be queued again, and a claim would measure it twice
                 error = self._post_error
-                if isinstance(error, KernelabAPIError) and error.status_code in TOKEN_REFUSED_STATUS:
-                    raise error
+                if isinstance(error, KernelabAPIError) and error.status_code == 401:
+                    raise error  # the token is refused: as on a claim (a 403 names the node: kept)
                 if self.once:
                     if error is not None:
                         raise error

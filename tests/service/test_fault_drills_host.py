@@ -67,7 +67,8 @@ class Thief(SoftmaxBenchmark):
 '''
 
 LEAKER = '''
-"""Job code that leaves processes behind: a setsid one and a double-forked daemon, at import."""
+"""Job code that leaves processes behind at import: a setsid one (holding the job's output open)
+and a double-forked daemon (its stdio on /dev/null, as daemon(3) does)."""
 import os, subprocess, sys
 
 from kernelab.kernels.softmax import SoftmaxBenchmark
@@ -81,11 +82,13 @@ _DAEMONIZE = (  # the classic double fork; returns once the daemon wrote its pid
     "    os._exit(0)\\n"
     "os.setsid()\\n"
     "if os.fork():\\n    os._exit(0)\\n"
+    "null = os.open(os.devnull, os.O_RDWR)\\n"
+    "for fd in (0, 1, 2):\\n    os.dup2(null, fd)\\n"  # as daemon(3) does: no pipe of the job's held
     "open(os.path.join(sys.argv[1], 'daemon-%d' % os.getpid()), 'w').close()\\n"
     "time.sleep(600)\\n"
 )
 _dir = os.environ["LEAK_DIR"]
-_setsid = subprocess.Popen(["setsid", sys.executable, "-c", "import time; time.sleep(600)"])
+_setsid = subprocess.Popen(["setsid", sys.executable, "-c", "import time; time.sleep(600)"])  # holds stdout
 open(os.path.join(_dir, f"setsid-{_setsid.pid}"), "w").close()
 subprocess.run([sys.executable, "-c", _DAEMONIZE, _dir], check=True)
 
