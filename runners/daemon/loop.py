@@ -10,7 +10,8 @@ say what became of the job; signals, back-off and the work dir's health.
   disk takes it again).
 * **Server faults.** The daemon survives any answer: a claim that fails (5xx, garbled answer,
   unreachable server, any refusal but of its token) is retried after a back-off that doubles from
-  ``MIN_IDLE_S`` up to ``poll_s``. Only a refused token (401/403 on a claim) stops it.
+  ``MIN_IDLE_S`` up to ``poll_s``. Only a refused token (401/403 on a claim, 401 on a result's
+  post) stops it.
 * **A result measured is posted before the next claim.** While a result (spooled or in memory)
   has not reached the server, the daemon claims nothing: its job may have been re-queued (its
   lease ran out while the server was away) and a claim would measure it a second time. It retries
@@ -307,7 +308,8 @@ class RunnerDaemon:
 
                 self.status_server = StatusServer(self, self.status_host, self.status_port)
                 log.info("runner %s: status on %s/status and /metrics", self.name, self.status_server.url)
-            self._join_host()
+            if not self._join_host():
+                return  # stopped while it waited: nothing written in its work dir
             self.supervisor.check_isolation()
             self.advertise()
             self.ensure_token()
@@ -339,18 +341,18 @@ class RunnerDaemon:
                     signal.signal(sig, handler)
                 log.info("runner %s stopped: %r", self.name, self)
 
-    def _join_host(self) -> None:
+    def _join_host(self) -> bool:
         """Register the work dir with the host's runners (``kernelab.runners.daemon.host``) before
         anything secret is read or written there; a work dir new to the registry waits for the
-        jobs other runners started before it, which could see it."""
+        jobs other runners started before it, which could see it. False when stopped meanwhile."""
         if not self.host.register():
-            return
+            return True
         if self.token_file.exists():
             log.warning("runner %s: %s existed before its work dir was registered with this host's "
                         "runners: jobs of other runners of this host may have read it; rotate the token "
                         "(`kernelab token rotate ID`)", self.name, self.token_file)  # fmt: skip
         self.state = "waiting"
-        self.host.wait_for_older_jobs(self._stop)
+        return self.host.wait_for_older_jobs(self._stop)
 
     def status(self) -> dict[str, Any]:
         """What the daemon does now and what keeps it from claiming (``kernelab.runners.daemon.status``
