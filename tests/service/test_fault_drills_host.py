@@ -10,7 +10,7 @@ code of one runner can reach on the host.
   process is gone when the job ends (a success, a timeout), when the advertisement child ends, and
   when the daemon itself is killed with SIGKILL mid-job; with and without the namespace.
 
-``-s`` shows each drill's tally, the figures of ``docs/results/2026-12-04-node-drills.md``.
+``-s`` shows each drill's tally, the figures of ``docs/results/2026-12-04-fault-drills.md``.
 """
 
 from __future__ import annotations

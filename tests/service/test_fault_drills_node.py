@@ -11,7 +11,7 @@ loopback: faults of the node are never the job's, and no measurement is lost or 
   runner claims again: the job is measured once.
 
 ``-s`` shows each drill's tally (jobs, lost, measured twice), the figures of
-``docs/results/2026-12-04-node-drills.md``.
+``docs/results/2026-12-04-fault-drills.md``.
 """
 
 from __future__ import annotations
