@@ -19,6 +19,7 @@ import functools
 import hashlib
 import inspect
 import logging
+import signal
 import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
@@ -32,6 +33,7 @@ from kernelab.kernels.base import (
     get_benchmark,
     params_json_schema,
 )
+from kernelab.runners.reaper import become_subreaper, die_with_parent, kill_descendants
 from kernelab.service.adverts import BUILTIN_ADVERTS, BenchmarkAdvert, RunnerAdverts
 
 log = logging.getLogger(__name__)
@@ -132,11 +134,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     ``--check``: exit 1 when it differs from the code."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["--print"]:
+        # benchmark modules' import-time code runs here: what it starts and detaches dies with this
+        # process, which dies with the daemon (kernelab.runners.reaper)
+        become_subreaper()
+        die_with_parent(signal.SIGKILL)
         try:
             adverts = runner_adverts(args[1:])
         except BenchmarkError as exc:
             print(f"benchmark: {exc}", file=sys.stderr)
             return 2
+        finally:
+            kill_descendants()
         sys.stdout.write(adverts.model_dump_json() + "\n")
         return 0
     path, text = _shipped_path(), shipped_text()

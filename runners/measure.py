@@ -15,8 +15,15 @@ rename):
   ``kernelab.runners.cells.probe_reports``; a JSON list of ``ProbeReport``.
 
 Exit status: 0 done; 2 unusable arguments or spec file; 3 the benchmark cannot be loaded
-(``kernelab.kernels.BenchmarkError``, message on stderr after ``measure: benchmark: ``); 1 anything else
-raised (``measure: failed: <error>`` on stderr).
+(``kernelab.kernels.BenchmarkError``, message on stderr after ``measure: benchmark: ``); 4 a fault of
+the node, not of the job (``kernelab.runners.nodefault``: the disk full, the file table full, while
+measuring or writing ``OUT_JSON``; ``measure: node fault: <error>`` on stderr, where stderr can still
+be written); 1 anything else raised (``measure: failed: <error>`` on stderr).
+
+Each child dies with the process that started it (``kernelab.runners.reaper.die_with_parent``:
+``SIGKILL`` when its parent dies), so a worker killed in the middle of a job leaves no measuring
+process behind, and kills what the benchmark started and left running before it exits (it is
+their child subreaper).
 """
 
 from __future__ import annotations
@@ -37,6 +44,20 @@ from typing import IO, TYPE_CHECKING
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
+from kernelab.runners.nodefault import (
+    EXIT_NODE_FAULT,
+    NODE_FAULT_LINE,
+    NODE_FAULT_MARK,
+    NodeFault,
+    node_fault,
+)
+from kernelab.runners.reaper import (
+    PARENT_PID_ENV,
+    become_subreaper,
+    die_with_parent,
+    kill_descendants,
+    kill_pipe_holders,
+)
 from kernelab.runners.spool import atomic_write_text
 from kernelab.service.schemas import CellResult, JobSpec, NodeInfo, ProbeReport
 
@@ -48,6 +69,7 @@ EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_BENCHMARK = 3
 _KILL_WAIT_S = 5.0
+_RELAY_WAIT_S = 2.0  # how long the end of a child's output may lag behind its exit
 _STDERR_TAIL_CHARS = 4_000
 SCHEMA_VERSION = 1
 ProgressFn = Callable[[int, int, str], None]
@@ -80,8 +102,11 @@ def measure_in_child(
     and return ``(cells, node, timer label)`` as ``kernelab.runners.cells.measure_cells`` does.
     ``progress(index, count, message)`` gets the child's progress lines. The child (its whole
     process group) is killed after ``timeout_s`` seconds or when this call is interrupted. Raises
-    ``kernelab.kernels.BenchmarkError`` when the benchmark cannot be loaded, ``MeasureError`` for any other
-    failure of the child (the message holds its last stderr line)."""
+    ``kernelab.kernels.BenchmarkError`` when the benchmark cannot be loaded,
+    ``kernelab.runners.nodefault.NodeFault`` when the child could not write for want of disk space
+    or file descriptors (its exit status 4), ``OSError`` when this process cannot write the child's
+    spec, ``MeasureError`` for any other failure of the child (the message holds its last stderr
+    line)."""
     args = ["cells", "--device", str(device)] + (["--timer-kind", timer_kind] if timer_kind else [])
     text = _run_child(spec, args, progress=progress, timeout_s=timeout_s, what="measurement")
     measured = MeasuredCells.model_validate_json(text)
@@ -93,7 +118,8 @@ def probes_in_child(spec: JobSpec, *, phase: str, device_type: str, timeout_s: f
     ``python -m kernelab.runners.measure probes``
     process (a process that never imports benchmark code). A child that fails or overruns
     ``timeout_s`` gives one report holding the error (a probe failure is a finding about the
-    node, never a lost job)."""
+    node, never a lost job); a node fault (``NodeFault``, ``OSError``) is raised, as in
+    ``measure_in_child``."""
     from datetime import UTC, datetime
 
     try:
@@ -148,7 +174,8 @@ def _run_child(
                 start_new_session=True,
                 env=_child_env(),
             )
-            relay = threading.Thread(target=_relay, args=(proc.stdout, progress), daemon=True)
+            said: list[str] = []  # the child's node-fault line, on stdout: its stderr may be on a full disk
+            relay = threading.Thread(target=_relay, args=(proc.stdout, progress, said), daemon=True)
             relay.start()
             try:
                 code = proc.wait(timeout=timeout_s)
@@ -162,12 +189,13 @@ def _run_child(
                 _kill_group(proc)
                 raise
             finally:
-                relay.join(timeout=5.0)
-                if proc.stdout is not None:
-                    proc.stdout.close()
-        tail = err_path.read_text(encoding="utf-8", errors="replace")[-_STDERR_TAIL_CHARS:]
+                _end_relay(proc, relay)
+        tail = _tail(err_path)
         if code == EXIT_BENCHMARK:
             raise BenchmarkError(_last_line(tail, "measure: benchmark: "))
+        if code == EXIT_NODE_FAULT:
+            why = (said or [_last_line(tail, f"measure: {NODE_FAULT_MARK}") or "(it said no more)"])[-1]
+            raise NodeFault(f"the {what} process could not write on this node: {why}")
         if code != EXIT_OK or not out_path.exists():
             why = _last_line(tail, "measure: failed: ") or f"the {what} process exited with status {code}"
             raise MeasureError(why)
@@ -189,13 +217,42 @@ def _child_env() -> dict[str, str]:
     if os.environ.get("KERNELAB_JOBNS") != "1":
         paths.append(os.getcwd())
     own = ",".join(filter(None, (os.environ.get(OWN_PIDS_ENV, ""), str(os.getpid()))))
-    return job_env({"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)), OWN_PIDS_ENV: own})
+    return job_env(
+        {
+            "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)),
+            OWN_PIDS_ENV: own,
+            PARENT_PID_ENV: str(os.getpid()),
+        }
+    )
 
 
-def _relay(stream: IO[str] | None, progress: ProgressFn | None) -> None:
+def _end_relay(proc: subprocess.Popen[str], relay: threading.Thread) -> None:
+    """Wait for the end of the child's output and close it. Processes the child left behind that
+    still hold its output open are killed first (``kernelab.runners.reaper.kill_pipe_holders``): a
+    pipe a thread still reads cannot be closed (the close would wait for that thread)."""
+    relay.join(timeout=_RELAY_WAIT_S)
+    if relay.is_alive() and proc.stdout is not None:
+        kill_pipe_holders(proc.stdout.fileno())
+        relay.join(timeout=_RELAY_WAIT_S)
+    if not relay.is_alive() and proc.stdout is not None:
+        proc.stdout.close()
+
+
+def _tail(path: Path) -> str:
+    """The last ``_STDERR_TAIL_CHARS`` characters of the child's stderr file (``""`` unreadable)."""
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")[-_STDERR_TAIL_CHARS:]
+    except OSError:
+        return ""
+
+
+def _relay(stream: IO[str] | None, progress: ProgressFn | None, said: list[str]) -> None:
     if stream is None:
         return
     for line in stream:
+        if line.startswith(NODE_FAULT_LINE):
+            said.append(line[len(NODE_FAULT_LINE) :].strip())
+            continue
         head, _, message = line.rstrip("\n").partition(" ")
         if head != "progress:" or progress is None:
             continue
@@ -241,37 +298,74 @@ def _print_progress(index: int, total: int, message: str) -> None:
     print(f"progress: {index} {total} {' '.join(message.split())}", flush=True)
 
 
+def _say(text: str) -> None:
+    """``text`` on stderr, unless stderr (a file beside the job's, on a disk that may be full)
+    cannot take it: the exit status still says what happened."""
+    with contextlib.suppress(OSError):
+        print(text, file=sys.stderr, flush=True)
+
+
+def _node_fault_exit(fault: str) -> int:
+    """Say ``fault`` on stdout (the parent's pipe) and stderr (where it can); ``EXIT_NODE_FAULT``."""
+    text = " ".join(fault.split())
+    with contextlib.suppress(OSError):
+        print(NODE_FAULT_LINE + text, flush=True)
+    _say(f"measure: {NODE_FAULT_MARK}{text}")
+    return EXIT_NODE_FAULT
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Measure the cells or take the probes of ``SPEC_JSON`` (module docstring); the exit status."""
+    """Measure the cells or take the probes of ``SPEC_JSON`` (module docstring); the exit status.
+    What the benchmark started and left running is killed before it returns
+    (``kernelab.runners.reaper``)."""
+    die_with_parent(signal.SIGKILL)
+    become_subreaper()
+    try:
+        return _main(argv)
+    finally:
+        kill_descendants()
+
+
+def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
     try:
         spec = JobSpec.model_validate_json(args.spec_json.read_text(encoding="utf-8"))
     except (OSError, ValidationError) as exc:
-        print(f"measure: failed: cannot read spec {args.spec_json}: {exc}", file=sys.stderr)
+        if node_fault(exc):
+            return _node_fault_exit(node_fault(exc))
+        _say(f"measure: failed: cannot read spec {args.spec_json}: {exc}")
         return EXIT_BAD_INPUT
-    import torch
-
-    from kernelab.kernels import BenchmarkError
-    from kernelab.runners.cells import measure_cells, probe_reports
-
     t0 = time.perf_counter()
     try:
-        if args.what == "probes":
-            reports = probe_reports(spec, args.phase, args.device_type)
-            atomic_write_text(args.out_json, _PROBE_REPORTS.dump_json(reports).decode())
-            return EXIT_OK
-        cells, node, timer = measure_cells(
-            spec, device=torch.device(args.device), progress=_print_progress, timer_kind=args.timer_kind
-        )
-    except BenchmarkError as exc:
-        print(f"measure: benchmark: {exc}", file=sys.stderr)
-        return EXIT_BENCHMARK
-    except Exception as exc:  # the job's own failure: reported, never hidden
-        traceback.print_exc(file=sys.stderr)
-        print(f"measure: failed: {type(exc).__name__}: {' '.join(str(exc).split())}", file=sys.stderr)
+        import torch
+
+        from kernelab.kernels import BenchmarkError
+        from kernelab.runners.cells import measure_cells, probe_reports
+
+        try:
+            if args.what == "probes":
+                reports = probe_reports(spec, args.phase, args.device_type)
+                atomic_write_text(args.out_json, _PROBE_REPORTS.dump_json(reports).decode())
+                return EXIT_OK
+            cells, node, timer = measure_cells(
+                spec, device=torch.device(args.device), progress=_print_progress, timer_kind=args.timer_kind
+            )
+        except BenchmarkError as exc:
+            if node_fault(exc):  # the import failed for want of disk space or descriptors
+                raise
+            _say(f"measure: benchmark: {exc}")
+            return EXIT_BENCHMARK
+        text = MeasuredCells(cells=cells, node=node, timer=timer).model_dump_json()
+        atomic_write_text(args.out_json, text)
+    except Exception as exc:  # the job's own failure (reported, never hidden), or the node's
+        fault = node_fault(exc)
+        if fault:
+            return _node_fault_exit(fault)
+        with contextlib.suppress(OSError):
+            traceback.print_exc(file=sys.stderr)
+        _say(f"measure: failed: {type(exc).__name__}: {' '.join(str(exc).split())}")
         return EXIT_FAILED
-    atomic_write_text(args.out_json, MeasuredCells(cells=cells, node=node, timer=timer).model_dump_json())
-    print(f"measure: {len(cells)} cells in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    _say(f"measure: {len(cells)} cells in {time.perf_counter() - t0:.1f} s")
     return EXIT_OK
 
 

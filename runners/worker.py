@@ -15,10 +15,17 @@ context cannot take the daemon down, and so that a hard timeout can kill it. The
 
 SIGTERM (the daemon stopping a cancelled, lost or timed-out job) raises ``SystemExit`` here, so
 the measuring and probe children, which run in sessions of their own, are killed with this
-process (``kernelab.runners.measure``) instead of measuring on, orphaned.
+process (``kernelab.runners.measure``) instead of measuring on, orphaned. The worker is the
+reaper of every process of its job (``kernelab.runners.reaper``): whatever job code started and
+detached (``setsid``, a double fork) is killed when the worker ends, and the worker gets SIGTERM
+when the daemon dies.
 
-Exit status: 0 on success; 2 for unusable arguments or an invalid spec file; 1 when the job raised.
-The error goes to stderr (the daemon posts its tail as the job's failure message).
+Exit status: 0 on success; 2 for unusable arguments or an invalid spec file; 1 when the job raised;
+4 (``kernelab.runners.nodefault.EXIT_NODE_FAULT``) when the node, not the job, made it fail (the
+disk or the file table full while a process of the job wrote: a line ``worker: node fault: <why>``
+on stderr where it can be written, and ``NODE_FAULT_LINE`` + why on stdout; no result is handed
+over, the job is measured again). The
+error goes to stderr (the daemon posts its tail as the job's failure message).
 """
 
 from __future__ import annotations
@@ -33,6 +40,14 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from kernelab.runners.nodefault import (
+    EXIT_NODE_FAULT,
+    NODE_FAULT_LINE,
+    NODE_FAULT_MARK,
+    node_fault,
+    node_fault_text,
+)
+from kernelab.runners.reaper import become_subreaper, die_with_parent, kill_descendants
 from kernelab.runners.spool import atomic_write_text
 from kernelab.service.schemas import JobResult, JobSpec
 
@@ -84,15 +99,58 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)  # unwinds through measure's cleanup, which kills its child
 
 
+def _say(text: str) -> None:
+    """``text`` on stderr, unless stderr (a file in the job's folder, on a disk that may be full)
+    cannot take it: the exit status still says what happened."""
+    with contextlib.suppress(OSError):
+        print(text, file=sys.stderr, flush=True)
+
+
+def _node_fault_exit(fault: str) -> int:
+    """Say ``fault`` on stdout (the daemon's pipe: ``NODE_FAULT_LINE``) and on stderr (where it
+    can); ``EXIT_NODE_FAULT``."""
+    text = " ".join(fault.split())
+    with contextlib.suppress(OSError):
+        print(NODE_FAULT_LINE + text, flush=True)
+    _say(f"worker: {NODE_FAULT_MARK}{text}")
+    return EXIT_NODE_FAULT
+
+
+def cells_node_fault(result: JobResult) -> str:
+    """The first error of ``result``'s cells (or of their static metrics) that names a fault of the
+    node (``kernelab.runners.nodefault.node_fault_text``: a cell whose Triton cache or scratch write
+    found the disk full), or ``""``."""
+    for cell in result.cells:
+        for text in (cell.error, cell.static.error if cell.static is not None else None):
+            found = node_fault_text(text or "")
+            if found:
+                return f"cell {cell.index}: {found}"
+    return ""
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the worker with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
+    """Run the worker with ``argv`` (default ``sys.argv[1:]``); return the exit status. Every
+    process the job left behind is killed before it returns (``kernelab.runners.reaper``)."""
     args = _parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    become_subreaper()
+    die_with_parent(signal.SIGTERM)
+    try:
+        return _run(args)
+    finally:
+        left = kill_descendants()
+        if left:
+            _say(f"worker: killed {len(left)} process(es) the job left behind: {left}")
+
+
+def _run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         spec = JobSpec.model_validate_json(args.spec_json.read_text(encoding="utf-8"))
     except (OSError, ValidationError) as exc:
-        print(f"worker: cannot read spec {args.spec_json}: {exc}", file=sys.stderr)
+        if node_fault(exc):
+            return _node_fault_exit(node_fault(exc))
+        _say(f"worker: cannot read spec {args.spec_json}: {exc}")
         return EXIT_BAD_INPUT
 
     from kernelab.runners.job import run_job  # torch is imported by the measuring child, not here
@@ -114,13 +172,20 @@ def main(argv: list[str] | None = None) -> int:
             result = run_job(
                 spec, job_id=args.job_id, idempotency_key=args.idempotency_key, progress=_print_progress
             )
-    except RevisionError as exc:  # a known, user-facing failure: the message says it all
-        print(f"worker: job failed: {exc}", file=sys.stderr)
+    except Exception as exc:  # the node's fault, or the job's own failure: report it, never hide it
+        fault = node_fault(exc)
+        if fault:
+            return _node_fault_exit(fault)
+        if isinstance(exc, RevisionError):  # a known, user-facing failure: the message says it all
+            _say(f"worker: job failed: {exc}")
+            return EXIT_JOB_FAILED
+        with contextlib.suppress(OSError):
+            traceback.print_exc(file=sys.stderr)
+        _say(f"worker: job failed: {type(exc).__name__}: {exc}")
         return EXIT_JOB_FAILED
-    except Exception as exc:  # the job's own failure: report it, never hide it
-        traceback.print_exc(file=sys.stderr)
-        print(f"worker: job failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return EXIT_JOB_FAILED
+    fault = cells_node_fault(result)
+    if fault:  # measured on a node that could not write: not this job's result
+        return _node_fault_exit(fault)
     changed = _node_changed(result)
     if changed:  # the daemon probes the node again before its next job
         print(NODE_CHANGED_MARK + " ".join(changed.split()), flush=True)

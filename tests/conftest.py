@@ -98,6 +98,16 @@ class LiveServer:
     process: ServerProcess
 
 
+@pytest.fixture(autouse=True)
+def runner_registry(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A registry of the host's runners (``kernelab.runners.daemon.host``) of this test's own: the
+    daemons of one test see each other, never those of tests running beside it (a daemon whose
+    work dir is new waits for the older jobs of every runner it sees)."""
+    root = tmp_path_factory.mktemp("runner-registry")
+    monkeypatch.setenv("KERNELAB_RUNNER_REGISTRY", str(root))
+    return root
+
+
 @pytest.fixture(scope="session")
 def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     """The one real server process of this test process (an xdist worker has its own): ``kernelab

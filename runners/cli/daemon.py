@@ -106,6 +106,28 @@ def runner(
             "kernelab.benchmarks entry points (repeatable); the server routes its jobs here",
         ),
     ] = None,
+    spool_fallback: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--spool-fallback",
+            metavar="DIR",
+            help="where a result held in memory (the work dir's disk full) is written at shutdown "
+            "when the server cannot take it (repeatable, tried in order; best on another disk); "
+            "posted at the next start. Last resort: stderr",
+        ),
+    ] = None,
+    status_port: Annotated[
+        int | None,
+        typer.Option(
+            "--status-port",
+            min=0,
+            max=65535,
+            help="serve /status (JSON) and /metrics (Prometheus) on this port (0: a free one, logged)",
+        ),
+    ] = None,
+    status_host: Annotated[
+        str, typer.Option("--status-host", help="the address --status-port listens on")
+    ] = "127.0.0.1",
 ) -> None:
     """Run the runner daemon: claim jobs, run them in a child process, post results.
 
@@ -164,6 +186,9 @@ def runner(
             benchmarks=benchmark or [],
             workloads=workloads,
             rdzv_host=rdzv_host,
+            fallback_dirs=spool_fallback or [],
+            status_port=status_port,
+            status_host=status_host,
         )
     except ValueError as exc:
         client.close()
@@ -181,10 +206,17 @@ def runner(
         raise fail(str(exc)) from None
     except AdvertError as exc:
         raise fail(str(exc), EXIT_BAD_INPUT) from None
+    except OSError as exc:  # the --status-port cannot be bound
+        raise fail(f"runner {name}: {exc}") from None
     finally:
         daemon.close()
         client.close()
     typer.echo(repr(daemon), err=True)
+    if daemon.on_stderr:
+        raise fail(
+            f"runner {name}: {daemon.on_stderr} measured result(s) could be written only to stderr "
+            "(lines starting with 'kernelab-result-json: '): save them into the spool to post them"
+        )
 
 
 def _token_out_of_argv(token: str) -> None:

@@ -10,11 +10,20 @@ say what became of the job; signals, back-off and the work dir's health.
   disk takes it again).
 * **Server faults.** The daemon survives any answer: a claim that fails (5xx, garbled answer,
   unreachable server, any refusal but of its token) is retried after a back-off that doubles from
-  ``MIN_IDLE_S`` up to ``poll_s``. Only a refused token (401/403 on a claim) stops it.
-* **Disk full.** Before each claim the work dir must take a small write and have
-  ``MIN_FREE_BYTES`` free; otherwise the daemon says why and claims nothing until it does. A
-  job whose scratch folder cannot be written after all is released at once (failed with
-  ``retry=True``: re-queued while it has attempts left).
+  ``MIN_IDLE_S`` up to ``poll_s``. Only a refused token (401/403 on a claim, 401 on a result's
+  post) stops it.
+* **A result measured is posted before the next claim.** While a result (spooled or in memory)
+  has not reached the server, the daemon claims nothing: its job may have been re-queued (its
+  lease ran out while the server was away) and a claim would measure it a second time. It retries
+  the post with the claim's back-off and says why (``post_problem``).
+* **Faults of the node are never the job's** (``kernelab.runners.nodefault``). Before each claim
+  the work dir must take a small write and have ``MIN_FREE_BYTES`` free, and the process must be
+  able to open files; otherwise the daemon says why (log, ``status()``, ``/status`` and
+  ``/metrics`` of ``--status-port``: ``kernelab.runners.daemon.status``) and claims nothing until
+  it can. A job whose scratch folder cannot be written is released at once (failed with
+  ``retry=True``: re-queued while it has attempts left), and so is a job whose worker reported a
+  node fault (exit status 4: the disk or the file table full while it measured) or ended badly
+  while the node was at fault: its scratch folder is removed, the reason goes with it.
 * **Leases.** A lost lease stops the worker and nothing is posted. A finished job's result is
   posted at once, without waiting for a heartbeat in flight (the server takes a late result
   while no other runner took the job over).
@@ -22,7 +31,12 @@ say what became of the job; signals, back-off and the work dir's health.
 * **Timeouts.** A worker killed for its timeout fails the job with a message saying so.
 * **Shutdown** (SIGTERM/SIGINT, arq's behaviour): stop claiming, let the running job finish within
   ``grace_s`` seconds (a second signal ends the grace at once), else kill it and fail the job with
-  ``retry=True`` so another node takes it.
+  ``retry=True`` so another node takes it. A result still held in memory is never dropped
+  (``kernelab.runners.daemon.keep``): the daemon waits up to ``grace_s`` more for the disk or the
+  server, saying why, then writes it to a ``fallback_dirs`` spool or, as a last resort, to stderr.
+* **Runners sharing a host** (``kernelab.runners.daemon.host``): the work dir is registered
+  before anything secret is written in it, and every job's namespace hides every registered work
+  dir; a work dir new to the registry waits for the older jobs of other runners first.
 * **Burst mode** (``once=True``, arq's ``burst``): drain the queue, then exit.
 * A failure message is redacted (the daemon's tokens and environment,
   ``kernelab.runners.redact``) and bounded before it leaves the node.
@@ -30,6 +44,7 @@ say what became of the job; signals, back-off and the work dir's health.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -47,6 +62,8 @@ from pydantic import ValidationError
 
 from kernelab.runners import jobns
 from kernelab.runners.client import KernelabAPIError, KernelabClient, KernelabUnavailable
+from kernelab.runners.daemon.host import HostRunners
+from kernelab.runners.daemon.keep import keep_at_shutdown
 from kernelab.runners.daemon.probe_pool import ProbePoolManager
 from kernelab.runners.daemon.supervisor import (
     HEARTBEAT_S,
@@ -57,6 +74,8 @@ from kernelab.runners.daemon.supervisor import (
 )
 from kernelab.runners.daemon.tokens import TokenStore
 from kernelab.runners.jobenv import job_env
+from kernelab.runners.nodefault import EXIT_NODE_FAULT, NODE_FAULT_MARK
+from kernelab.runners.reaper import PARENT_PID_ENV
 from kernelab.runners.redact import redact, secret_values
 from kernelab.runners.spool import (
     REFUSED_FOR_GOOD,
@@ -73,6 +92,7 @@ DEFAULT_WORK_DIR = Path.home() / ".kernelab"
 MIN_IDLE_S = 1.0  # least time between two empty claims, against a server that does not long-poll
 TOKEN_REFUSED_STATUS = frozenset({401, 403})  # a claim answered so: the daemon's token is no good
 MIN_FREE_BYTES = 64 * 2**20  # 64 MiB free in the work dir before a claim (spec, stderr, result)
+FREE_FDS = 32  # file descriptors the daemon must be able to open before a claim (EMFILE/ENFILE)
 RUNNER_NAME = re.compile(r"^[A-Za-z0-9._:-]{1,200}$")  # kernelab.service.schemas.RunnerRegister.name
 
 
@@ -100,8 +120,14 @@ class RunnerDaemon:
     c10d rendezvous endpoint should this runner be node rank 0 of a gang. Counters: ``done``,
     ``failed``, ``lost``
     (lease lost), ``released`` (jobs handed back because the work dir could not take them),
-    ``posted`` (results acknowledged, including re-sent spooled ones). ``held``: results the full
-    disk could not take, by idempotency key, re-posted from memory.
+    ``posted`` (results acknowledged, including re-sent spooled ones), ``node_faults`` (jobs handed
+    back because the node could not take their writes). ``held``: results the full disk could not
+    take, by idempotency key, re-posted from memory. ``fallback_dirs``: where a result held in memory
+    goes at shutdown when the work dir still cannot take it (a spool ``DIR/<name>/`` in each, tried in
+    order; flushed like the work dir's spool at every start), before stderr. ``status_port``: serve
+    ``/status`` (JSON) and ``/metrics`` (Prometheus) on ``status_host:status_port`` while running
+    (``kernelab.runners.daemon.status``; 0: a free port, None: none). ``host_registry``: the
+    registry of this host's runners (``kernelab.runners.daemon.host.registry_root()`` by default).
 
     Raises ``ValueError`` for a name outside ``[A-Za-z0-9._:-]{1,200}`` (the server's rule; the
     name is also a folder name), an unknown ``probe_pool`` or ``job_isolation`` mode or a
@@ -130,6 +156,10 @@ class RunnerDaemon:
         heartbeat_s: float = HEARTBEAT_S,
         workloads: bool = False,
         rdzv_host: str = "127.0.0.1",
+        fallback_dirs: Sequence[Path] = (),
+        status_port: int | None = None,
+        status_host: str = "127.0.0.1",
+        host_registry: Path | None = None,
     ):
         if not RUNNER_NAME.match(name):
             raise ValueError(f"runner name {name!r} must match {RUNNER_NAME.pattern}")
@@ -138,6 +168,7 @@ class RunnerDaemon:
             Path(work_dir).expanduser().resolve()
         )  # jobs and adverts chdir: a relative one would be joined twice
         self.tokens = TokenStore(self.work_dir / f"runner-{name}.json", name)
+        self.host = HostRunners(self.work_dir, name, host_registry)
         self.probe_pool = ProbePoolManager(probe_pool, name)
         self.supervisor = JobSupervisor(
             name,
@@ -151,6 +182,7 @@ class RunnerDaemon:
             job_isolation=job_isolation,
             job_hide=job_hide,
             heartbeat_s=heartbeat_s,
+            host=self.host,
         )
         self.min_free_bytes = int(min_free_bytes)
         self.benchmark_refs = list(benchmarks)
@@ -172,10 +204,23 @@ class RunnerDaemon:
         self.lost = 0
         self.posted = 0
         self.released = 0
+        self.node_faults = 0
         self.held: dict[str, JobResult] = {}  # idempotency key -> result the full disk could not take
         self.refused_in_memory: list[tuple[JobResult, str]] = []  # refused for good, not writable
+        self.fallback_dirs = [Path(d).expanduser().resolve() for d in fallback_dirs]
+        self.on_stderr = 0  # results written to stderr at shutdown (nowhere else took them)
+        self.status_port = status_port
+        self.status_host = status_host
+        self.status_server: Any = None  # kernelab.runners.daemon.status.StatusServer while running
+        self.state = "starting"  # what status() says the daemon does
+        self.running_job: int | None = None
+        self.write_problem: str | None = None  # why the node cannot take a job's writes now
+        self.write_problem_since: float | None = None  # Unix time it began
+        self.post_problem: str | None = None  # why measured results wait to be posted
+        self._post_error: KernelabAPIError | KernelabUnavailable | None = None  # the last "later"
         self._newer_seen: set[Path] = set()  # spool files of a newer schema_version, logged once
         self._stop = threading.Event()
+        self._now = threading.Event()  # a second signal: no more waiting at shutdown
         self._own_client: KernelabClient | None = None
         self._token_saved = False  # the token in use came from the token file
 
@@ -187,7 +232,8 @@ class RunnerDaemon:
     def __repr__(self) -> str:
         return (
             f"<RunnerDaemon name={self.name} done={self.done} failed={self.failed} lost={self.lost} "
-            f"pending={len(self.spool.pending()) + len(self.held)}>"
+            f"node_faults={self.node_faults} pending={len(self.spool.pending()) + len(self.held)}"
+            f"{f' on_stderr={self.on_stderr}' if self.on_stderr else ''}>"
         )
 
     # ---------------------------------------------------------------------------------------------
@@ -233,6 +279,7 @@ class RunnerDaemon:
         if self._stop.is_set():  # a second signal: no more grace
             log.warning("runner %s: second %s; stopping the running job now", self.name, name)
             self.supervisor.stop(now=True)
+            self._now.set()
             return
         log.info(
             "runner %s: %s received; no new claims, running job gets %.0f s (again: stop it now)",
@@ -256,6 +303,13 @@ class RunnerDaemon:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 previous[sig] = signal.signal(sig, self._on_signal)
         try:
+            if self.status_port is not None:
+                from kernelab.runners.daemon.status import StatusServer  # prometheus_client
+
+                self.status_server = StatusServer(self, self.status_host, self.status_port)
+                log.info("runner %s: status on %s/status and /metrics", self.name, self.status_server.url)
+            if not self._join_host():
+                return  # stopped while it waited: nothing written in its work dir
             self.supervisor.check_isolation()
             self.advertise()
             self.ensure_token()
@@ -274,16 +328,83 @@ class RunnerDaemon:
                 )
             raise
         finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-            log.info("runner %s stopped: %r", self.name, self)
+            self.state = "stopping"
+            try:
+                keep_at_shutdown(self)
+            finally:
+                self.host.close()
+                self.state = "stopped"
+                if self.status_server is not None:
+                    self.status_server.close()
+                    self.status_server = None
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+                log.info("runner %s stopped: %r", self.name, self)
+
+    def _join_host(self) -> bool:
+        """Register the work dir with the host's runners (``kernelab.runners.daemon.host``) before
+        anything secret is read or written there; a work dir new to the registry waits for the
+        jobs other runners started before it, which could see it. False when stopped meanwhile."""
+        if not self.host.register():
+            return True
+        if self.token_file.exists():
+            log.warning("runner %s: %s existed before its work dir was registered with this host's "
+                        "runners: jobs of other runners of this host may have read it; rotate the token "
+                        "(`kernelab token rotate ID`)", self.name, self.token_file)  # fmt: skip
+        self.state = "waiting"
+        return self.host.wait_for_older_jobs(self._stop)
+
+    def status(self) -> dict[str, Any]:
+        """What the daemon does now and what keeps it from claiming (``kernelab.runners.daemon.status``
+        serves it): ``state``, ``can_write``, ``write_problem`` (and since when, Unix time),
+        ``post_problem``, the counters, ``unposted`` (results measured, not yet acknowledged) and
+        ``in_memory`` (of those, held in memory only)."""
+        return {
+            "name": self.name, "state": self.state, "running_job": self.running_job,
+            "can_write": self.write_problem is None, "write_problem": self.write_problem,
+            "write_problem_since": self.write_problem_since, "post_problem": self.post_problem,
+            "done": self.done, "failed": self.failed, "lost": self.lost, "released": self.released,
+            "node_faults": self.node_faults, "posted": self.posted, "unposted": self.unposted(),
+            "in_memory": len(self.held) + len(self.refused_in_memory), "on_stderr": self.on_stderr,
+        }  # fmt: skip
+
+    def _set_write_problem(self, problem: str | None) -> None:
+        if problem is None:
+            if self.write_problem is not None:
+                log.info("runner %s: the work dir takes writes again", self.name)
+            self.write_problem = self.write_problem_since = None
+            return
+        if self.write_problem is None:
+            self.write_problem_since = time.time()
+        self.write_problem = problem
 
     def _loop(self) -> None:
-        failures = 0  # claims in a row that failed: the back-off doubles with each
+        failures = 0  # claims (or posts) in a row that failed: the back-off doubles with each
         while not self._stop.is_set():
+            self.state = "claiming"
             self.flush_spool()
+            unposted = self.unposted()
+            if unposted:  # posted first: its job may be queued again, and a claim would measure it twice
+                error = self._post_error
+                if isinstance(error, KernelabAPIError) and error.status_code == 401:
+                    raise error  # the token is refused: as on a claim (a 403 names the node: kept)
+                if self.once:
+                    if error is not None:
+                        raise error
+                    break
+                failures += 1
+                delay = min(self.poll_s, MIN_IDLE_S * 2 ** min(failures - 1, 16))
+                self.state = "not-claiming"
+                self.post_problem = f"{unposted} measured result(s) not posted yet: {error}"
+                log.warning("runner %s: not claiming: %s; posting again in %.1f s", self.name,
+                            self.post_problem, delay)  # fmt: skip
+                self._stop.wait(delay)
+                continue
+            self.post_problem = None
             problem = self._work_dir_problem()
+            self._set_write_problem(problem)
             if problem is not None:
+                self.state = "not-claiming"
                 log.warning("runner %s: not claiming: %s%s", self.name, problem,
                             "" if self.once else f"; checking again in {self.poll_s:g} s")  # fmt: skip
                 if self.once:
@@ -338,7 +459,8 @@ class RunnerDaemon:
             log.warning("runner %s: could not probe the node again: %s", self.name, exc)
 
     def _work_dir_problem(self) -> str | None:
-        """Why the work dir cannot take a job now (disk full, not writable), or None."""
+        """Why this node cannot take a job now, or None: the work dir full or not writable, or no
+        file descriptor to spare (``FREE_FDS`` cannot be opened: EMFILE, ENFILE)."""
         check = self.work_dir / "jobs" / ".write-check"
         try:
             free = shutil.disk_usage(self.work_dir).free
@@ -349,6 +471,15 @@ class RunnerDaemon:
             check.unlink()
         except OSError as exc:
             return f"work dir {self.work_dir} cannot be written: {exc}"
+        opened: list[int] = []
+        try:
+            for _ in range(FREE_FDS):
+                opened.append(os.open(os.devnull, os.O_RDONLY))
+        except OSError as exc:
+            return f"no file descriptor to spare ({len(opened)} of {FREE_FDS} opened): {exc}"
+        finally:
+            for fd in opened:
+                os.close(fd)
         return None
 
     # ---------------------------------------------------------------------------------------------
@@ -384,12 +515,14 @@ class RunnerDaemon:
         """Post every spooled result, then every result held in memory; return how many the
         server acknowledged.
 
-        Held results are first moved into the spool when the disk takes them again. Stops at the
+        Held results are first moved into the spool when the disk takes them again. The spools of
+        ``fallback_dirs`` (results a shutdown wrote there) are posted too. Stops at the
         first failure that says "later" (unreachable server, 5xx, ...; the rest stay pending) or
-        a refused token (401/403: kept too). A result the server refuses for good
-        (``REFUSED_FOR_GOOD``: 400/404/409/413/422) is moved to ``rejected/`` (kept in memory,
-        in ``refused_in_memory``, when even that cannot be written).
+        a refused token (401/403: kept too); ``unposted()`` then says how many wait. A result the
+        server refuses for good (``REFUSED_FOR_GOOD``: 400/404/409/413/422) is moved to
+        ``rejected/`` (kept in memory, in ``refused_in_memory``, when even that cannot be written).
         """
+        self._post_error = None
         for key, result in list(self.held.items()):
             try:
                 self.spool.put(result)
@@ -397,7 +530,9 @@ class RunnerDaemon:
                 break  # still full: post them from memory below
             del self.held[key]
         sent = 0
-        for spool, post in ((self.spool, "post_result_json"), (self.workload_spool, "post_workload_json")):
+        spools = [(self.spool, "post_result_json"), (self.workload_spool, "post_workload_json")]
+        spools += [(fallback, "post_result_json") for fallback in self.fallback_spools()]
+        for spool, post in spools:
             for path in spool.pending():
                 try:
                     job_id, body = spool.read(path)
@@ -435,6 +570,26 @@ class RunnerDaemon:
                     self.refused_in_memory.append((result, outcome))
         return sent
 
+    def fallback_spools(self) -> list[Spool]:
+        """The spools ``DIR/<name>/`` of ``fallback_dirs`` that exist (a shutdown made them)."""
+        out = []
+        for folder in self.fallback_dirs:
+            root = folder / self.name
+            if root.is_dir():
+                with contextlib.suppress(OSError):
+                    out.append(Spool(root))
+        return out
+
+    def unposted(self) -> int:
+        """Results measured and not yet acknowledged by the server that this kernelab can post:
+        spooled (a file of a newer ``schema_version`` is not counted) or held in memory."""
+        files = [self.spool, self.workload_spool, *self.fallback_spools()]
+        pending = 0
+        for spool in files:
+            with contextlib.suppress(OSError):
+                pending += sum(1 for p in spool.pending() if p not in self._newer_seen)
+        return pending + len(self.held)
+
     def _post(self, job_id: int, body: bytes, *, where: str, post: str = "post_result_json") -> str:
         """Post the ``JobResult`` document ``body`` of ``job_id`` as it is (``post``: the client's
         method, ``post_workload_json`` for a ``WorkloadResult``): ``"stored"`` (acknowledged),
@@ -443,11 +598,13 @@ class RunnerDaemon:
             accepted = getattr(self.client, post)(job_id, body)
         except KernelabUnavailable as exc:
             log.warning("runner %s: result of job %d stays in %s: %s", self.name, job_id, where, exc)
+            self._post_error = exc
             return "later"
         except KernelabAPIError as exc:
             if exc.status_code not in REFUSED_FOR_GOOD:  # 401/403: the token, not the result
                 log.error("runner %s: result of job %d refused (%s); kept in %s",
                           self.name, job_id, exc, where)  # fmt: skip
+                self._post_error = exc
                 return "later"
             log.error("runner %s: server refused result of job %d: %s", self.name, job_id, exc)
             return str(exc)
@@ -467,14 +624,17 @@ class RunnerDaemon:
         scratch = self.work_dir / "adverts"
         scratch.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-P", "-m", "kernelab.runners.adverts", "--print", *self.benchmark_refs]
+        self.host.job_started()  # benchmark modules' import-time code runs there: job code
         try:
-            env = job_env({}, names=self.supervisor.job_env_names)
+            env = job_env({PARENT_PID_ENV: str(os.getpid())}, names=self.supervisor.job_env_names)
             done = subprocess.run(self.supervisor.job_command(cmd, scratch), capture_output=True, text=True,
                                   cwd=scratch, timeout=ADVERT_TIMEOUT_S, env=env)  # fmt: skip
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise AdvertError(
                 f"runner {self.name}: the benchmarks it offers cannot be listed: {exc}"
             ) from exc
+        finally:
+            self.host.job_ended()
         if done.returncode != 0:
             why = self._clean(
                 done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"
@@ -531,16 +691,20 @@ class RunnerDaemon:
         ``"failed"`` (worker failed: non-zero exit or timeout; the job was failed on the server),
         ``"lost"`` (lease lost; nothing posted), ``"shutdown"`` (killed after the grace period;
         failed with retry), ``"released"`` (the job's scratch folder or worker could not be made,
-        e.g. a full disk: failed with retry, so it is re-queued while it has attempts left).
+        e.g. a full disk, or the node could not take the job's writes while it ran
+        (``node_faults``): failed with retry, so it is re-queued while it has attempts left).
         """
         if claim.gang is not None:
             from kernelab.runners.daemon.workload import run_workload_claim
 
             return run_workload_claim(self, claim)
+        self.state, self.running_job = "running", claim.job_id
         try:
             run = self.supervisor.run(claim, self.client)
         except JobNotStarted as exc:
             return self._release(claim, str(exc))
+        finally:
+            self.state, self.running_job = "claiming", None
         outcome = self._finish(claim, run)
         run.heartbeat.join(
             timeout=self.supervisor.heartbeat_s
@@ -595,6 +759,10 @@ class RunnerDaemon:
             last = (stderr_tail(run.err_path, 500).splitlines() or [""])[-1]
             return self._release(claim, f"its private namespace could not be made ({last})")
         finished = run.why == "exited" and run.returncode == 0
+        if not finished and run.why in ("exited", "timeout"):
+            fault = self._node_fault_of(run)
+            if fault:
+                return self._node_fault(claim, run, fault)
         where = self._keep(run.out_path, run.handed, job_id=job_id, key=run.key) if finished else ""
         if where:
             log.info("runner %s: job %d measured; result kept in %s", self.name, job_id, where)
@@ -610,3 +778,26 @@ class RunnerDaemon:
         except (KernelabAPIError, KernelabUnavailable) as exc:
             log.error("runner %s: could not report the failure of job %d: %s", self.name, job_id, exc)
         return "shutdown" if run.why == "shutdown" else "failed"
+
+    def _node_fault_of(self, run: WorkerRun) -> str:
+        """Why the node, not the job, ended ``run`` badly, or ``""``: the worker said so (exit status
+        ``EXIT_NODE_FAULT``, its node-fault line on stdout or stderr), or the node is at fault now
+        (``_work_dir_problem``: the job may have died of it, e.g. killed when a write failed)."""
+        problem = self._work_dir_problem()
+        if run.why == "exited" and run.returncode == EXIT_NODE_FAULT:
+            tail = stderr_tail(run.err_path, 2000)
+            said = [line for line in tail.splitlines() if NODE_FAULT_MARK in line]
+            reason = run.node_fault or (said[-1].partition(NODE_FAULT_MARK)[2].strip() if said else "")
+            return reason or problem or "the worker could not write on this node"
+        if problem is None:
+            return ""
+        ended = "timed out" if run.why == "timeout" else f"exited with status {run.returncode}"
+        return f"the worker {ended} while {problem}"
+
+    def _node_fault(self, claim: JobClaim, run: WorkerRun, why: str) -> str:
+        """Hand back a job the node could not run (``_release``), say that this node cannot write
+        (``write_problem``, until ``_work_dir_problem`` finds it can again) and free its scratch."""
+        self.node_faults += 1
+        self._set_write_problem(f"job {claim.job_id}: {why}")
+        shutil.rmtree(run.out_path.parent, ignore_errors=True)  # room for the next job; nothing to keep
+        return self._release(claim, f"the node could not take the job's writes: {why}")

@@ -16,7 +16,11 @@ environment, its lease heartbeat, its stdout, its timeout and the grace it gets 
   operator's ``job_env`` names), never ``KERNELAB_TOKEN``; with ``job_isolation`` ``"auto"``
   (default) or ``"namespace"`` the worker runs in a private user + mount namespace
   (``kernelab.runners.jobns``) where the work dir shows only the job's scratch folder and the
-  revision cache, so the token file and the spool cannot be read.
+  revision cache, so the token file and the spool cannot be read; the work dirs of every other
+  kernelab runner of the host (``kernelab.runners.daemon.host``) and the registry that lists them
+  are hidden too.
+* **Children die with the job** (``kernelab.runners.reaper``): the worker reaps and kills whatever
+  the job started and detached, and gets SIGTERM should the daemon die.
 """
 
 from __future__ import annotations
@@ -38,9 +42,12 @@ from pydantic import ValidationError
 
 from kernelab.runners import jobns
 from kernelab.runners.client import KernelabAPIError, KernelabClient, KernelabUnavailable
+from kernelab.runners.daemon.host import HostRunners
 from kernelab.runners.daemon.probe_pool import ProbePoolManager
 from kernelab.runners.jobenv import check_names, job_env
+from kernelab.runners.nodefault import NODE_FAULT_LINE
 from kernelab.runners.progress import ProgressTracker, parse_line
+from kernelab.runners.reaper import PARENT_PID_ENV, kill_pipe_holders
 from kernelab.runners.spool import atomic_write_text
 from kernelab.runners.worker import NODE_CHANGED_MARK, RESULT_MARK
 from kernelab.service.schemas import JobClaim, JobResult, JobSpec
@@ -63,7 +70,8 @@ class JobNotStarted(Exception):
 class WorkerRun:
     """How one job's worker ended. ``why``: ``"exited"`` (by itself, with ``returncode``),
     ``"timeout"``, ``"lost"`` (lease lost) or ``"shutdown"`` (killed after the grace period).
-    ``handed``: results the worker sent on stdout because it could not write ``out_path``."""
+    ``handed``: results the worker sent on stdout because it could not write ``out_path``.
+    ``node_fault``: what the worker said on stdout of a fault of the node (``""``: nothing)."""
 
     why: str
     returncode: int | None
@@ -72,6 +80,7 @@ class WorkerRun:
     handed: list[JobResult]
     heartbeat: threading.Thread
     key: str  # the claim's idempotency key: names the result's spool file
+    node_fault: str = ""
 
     def failure_message(self, spec: JobSpec, node: str, grace_s: float) -> str:
         """What went wrong, for the server: the worker's own reason first (its ``JOB_FAILED_MARK``
@@ -109,6 +118,9 @@ class JobSupervisor:
     ``jobns.IsolationError`` without), ``"none"`` never; another value raises ``ValueError``.
     ``probe_pool``: whose pool each worker is handed. ``reprobe``: the spec of a job whose worker
     said it changed the node (the daemon probes again before its next claim and clears it).
+    ``host``: the registry of this host's runners (``kernelab.runners.daemon.host``), whose work
+    dirs every job's namespace hides and where each job's start is recorded; None: this work dir
+    only.
     """
 
     def __init__(
@@ -125,6 +137,7 @@ class JobSupervisor:
         job_isolation: str = "auto",
         job_hide: Sequence[Path] = (),
         heartbeat_s: float = HEARTBEAT_S,
+        host: HostRunners | None = None,
     ) -> None:
         if job_isolation not in jobns.ISOLATION_MODES:
             raise ValueError(
@@ -143,9 +156,11 @@ class JobSupervisor:
         self.job_env_names = check_names(job_env_names)
         self.job_isolation = job_isolation
         self.job_hide = [Path(p) for p in job_hide]
+        self.host = host
         self.isolated: bool | None = None  # decided by check_isolation() at start-up
         self.running_spec: JobSpec | None = None
         self.reprobe: JobSpec | None = None
+        self._node_fault_said: dict[str, str] = {}  # idempotency key -> the worker's node-fault line
         self._stop_at: float | None = None
 
     def stop(self, *, now: bool = False) -> None:
@@ -186,18 +201,41 @@ class JobSupervisor:
 
     def job_command(self, cmd: list[str], job_dir: Path) -> list[str]:
         """``cmd`` through ``kernelab.runners.jobns`` when jobs are isolated, else as it is: the
-        work dir (and ``job_hide``) hidden but ``job_dir`` and the revision cache, and the places a
-        job could leave something for later jobs or for the daemon's next start read-only
-        (``_frozen``)."""
+        work dir, every other registered runner's work dir and the registry (``hidden``) hidden
+        but ``job_dir`` and the revision cache, and the places a job could leave something for
+        later jobs or for the daemon's next start read-only (``_frozen``)."""
         if not self.check_isolation():
             return cmd
         self.revision_cache.mkdir(parents=True, exist_ok=True)
+        readonly = [*_frozen(), *_local_repos(self.allowed_repos)]
         return jobns.wrap(
             cmd,
-            hide=[self.work_dir, *self.job_hide],
+            hide=self.hidden(readonly),
             keep=[job_dir, self.revision_cache],
-            readonly=[*_frozen(), *_local_repos(self.allowed_repos)],
+            readonly=readonly,
         )
+
+    def hidden(self, needed: Sequence[Path]) -> list[Path]:
+        """The folders a job's namespace hides: this work dir, ``job_hide``, the work dirs of the
+        host's other runners and their registry (``host``), but never one that holds a folder of
+        ``needed`` (the Python installation, kernelab's code, the home: hiding it would hide
+        what the job runs; logged)."""
+        own = [self.work_dir, *self.job_hide]
+        others: list[Path] = []
+        if self.host is not None:
+            others = [d for d in self.host.work_dirs() if d.resolve() != self.work_dir.resolve()]
+            if self.host.root.is_dir():
+                others.append(self.host.root)
+        out = list(own)
+        for folder in others:
+            real = folder.resolve()
+            inside = [n for n in needed if real == n.resolve() or real in n.resolve().parents]
+            if inside:
+                log.warning("runner %s: another runner's work dir %s holds %s, which jobs need: not "
+                            "hidden from them", self.name, folder, inside[0])  # fmt: skip
+                continue
+            out.append(folder)
+        return out
 
     def run(self, claim: JobClaim, client: KernelabClient) -> WorkerRun:
         """Run ``claim``'s worker to its end, heartbeating the lease through ``client``.
@@ -205,6 +243,15 @@ class JobSupervisor:
         Raises ``JobNotStarted`` when the job's scratch folder or worker cannot be made. The
         returned run's heartbeat thread may still be in its last call: join it after posting.
         """
+        if self.host is not None:
+            self.host.job_started()
+        try:
+            return self._run(claim, client)
+        finally:
+            if self.host is not None:
+                self.host.job_ended()
+
+    def _run(self, claim: JobClaim, client: KernelabClient) -> WorkerRun:
         job_id = claim.job_id
         assert isinstance(claim.spec, JobSpec), "a workload claim runs in kernelab.runners.daemon.workload"
         self.running_spec = claim.spec
@@ -251,6 +298,7 @@ class JobSupervisor:
         with err_fh:
             try:
                 overrides = self.probe_pool.env_for(claim.spec)
+                overrides[PARENT_PID_ENV] = str(os.getpid())  # the worker dies with this daemon
                 if self.isolated:  # its install steps and benchmark code nest a read-only revision cache
                     overrides[jobns.JOBNS_ENV] = "1"
                     # HOME is read-only there: compiled kernels and temporary files in the job's folder
@@ -286,9 +334,15 @@ class JobSupervisor:
                     kill_group(proc)
                 finished.set()  # the heartbeat thread ends after the call it may be in
                 reader.join(timeout=5.0)
-                if proc.stdout is not None:
+                if reader.is_alive() and proc.stdout is not None:  # left-behind processes hold it
+                    killed = kill_pipe_holders(proc.stdout.fileno())
+                    log.warning("runner %s: job %d: killed %d process(es) it left behind holding its "
+                                "output: %s", self.name, job_id, len(killed), killed)  # fmt: skip
+                    reader.join(timeout=5.0)
+                if not reader.is_alive() and proc.stdout is not None:  # else closing would wait on it
                     proc.stdout.close()
-        return WorkerRun(why, proc.returncode, out_path, err_path, handed, beater, key)
+        said = self._node_fault_said.pop(key, "")
+        return WorkerRun(why, proc.returncode, out_path, err_path, handed, beater, key, said)
 
     def _supervise(self, proc: subprocess.Popen[str], timeout_s: float, lease_lost: threading.Event) -> str:
         deadline = time.monotonic() + timeout_s
@@ -328,10 +382,16 @@ class JobSupervisor:
         self, proc: subprocess.Popen[str], job_id: int, key: str, handed: list[JobResult]
     ) -> None:
         """Log the worker's stdout lines; a ``RESULT_MARK`` line (the result the worker could not
-        write to its file) for this job and key goes into ``handed`` instead, and a
-        ``NODE_CHANGED_MARK`` line sets ``reprobe`` to the running job's spec."""
+        write to its file) for this job and key goes into ``handed`` instead, a
+        ``NODE_CHANGED_MARK`` line sets ``reprobe`` to the running job's spec, and a
+        ``NODE_FAULT_LINE`` is the run's ``node_fault``."""
         assert proc.stdout is not None
         for line in proc.stdout:
+            if line.startswith(NODE_FAULT_LINE):
+                self._node_fault_said[key] = line[len(NODE_FAULT_LINE) :].strip()
+                log.warning("job %d: the node could not take its writes: %s", job_id,
+                            self._node_fault_said[key])  # fmt: skip
+                continue
             if line.startswith(NODE_CHANGED_MARK):
                 log.warning("job %d changed the node: %s", job_id, line[len(NODE_CHANGED_MARK) :].strip())
                 self.reprobe = self.running_spec

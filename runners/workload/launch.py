@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from kernelab.runners.reaper import descendants  # torchrun's ranks are in sessions of their own
 from kernelab.service.schemas import LaunchSpec, RunOutcome, WorkloadSide, WorkloadSpec
 
 MONITOR_INTERVAL_S = 0.2  # torchrun's check of its workers (its own default differs between releases)
@@ -160,33 +161,6 @@ def launch(
             f" (signal {-code})" if code is not None and code < 0 else ""
         )
     return Launched(outcome, code, wall, output, error)
-
-
-def descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (children, theirs, ...), read from Linux's ``/proc`` (empty
-    elsewhere). torchrun starts each rank in a session of its own (``start_new_session`` in
-    ``torch.distributed.elastic``), so the launcher's process group does not hold the ranks."""
-    children: dict[int, list[int]] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    for name in entries:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", encoding="ascii", errors="replace") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])  # after "(comm)": state, ppid
-        children.setdefault(ppid, []).append(int(name))
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
 
 
 def kill_group(proc: subprocess.Popen[str]) -> None:
