@@ -35,7 +35,7 @@ from kernelab.runners.nodefault import (
     node_fault,
     node_fault_text,
 )
-from kernelab.runners.reaper import descendants, kill_descendants
+from kernelab.runners.reaper import descendants
 from kernelab.runners.worker import RESULT_MARK
 from kernelab.service.schemas import JobResult, JobSpec
 
@@ -134,7 +134,11 @@ def test_kill_descendants_reaps_a_setsid_grandchild(tmp_path: Path) -> None:
 
 
 def test_kill_descendants_returns_at_once_with_nothing_below() -> None:
-    assert kill_descendants(timeout_s=1.0) == []
+    """In a fresh process with no children (never in the test process: under pytest-xdist it has
+    children of its own, the module-scoped servers other tests share)."""
+    code = "from kernelab.runners.reaper import kill_descendants; print(kill_descendants(timeout_s=1.0))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["[]"], done.stdout + done.stderr
 
 
 def test_the_registry_knows_every_work_dir_and_which_jobs_are_older(tmp_path: Path) -> None:
