@@ -22,7 +22,10 @@ Every request is classified by what happened:
 
 * ``claim_ready``: a claim answered with a job that was already queued when the claim was sent;
 * ``claim_woken``: a long poll answered with a job submitted while it waited; ``dispatch_ms`` is
-  the time from that job's submit answer to the claim answer;
+  the time from that job's submit answer to the claim answer. With a notified wake-up the claim's
+  answer can arrive before the submit's own answer (the job is claimable once its transaction
+  commits, the submit's answer is sent after that): such a claim is woken with ``dispatch_ms`` 0
+  and counted in ``woken_before_submit_answer``;
 * ``claim_empty``: a long poll that ended with 204; ``overshoot_ms`` = its time minus ``wait_s``;
 * ``heartbeat``, ``fail`` (ends a job), ``submit``.
 
@@ -70,6 +73,9 @@ class Load:
         self.retried: Counter[str] = Counter()  # transport errors of idempotent calls, sent again
         self.claimed: Counter[int] = Counter()
         self.submitted_at: dict[int, float] = {}  # job id -> monotonic time its submit was answered
+        # job id -> (claim sent, claim answered, claim ms) of a claim answered before its job's submit
+        self.claimed_early: dict[int, tuple[float, float, float]] = {}
+        self.woken_early = 0  # of them, claims sent before the submit: woken, dispatch_ms 0
         self.queued = 0  # submitted, not yet claimed (the client's view of the queue)
         self.requests = 0
 
@@ -129,7 +135,9 @@ async def _claim(load: Load, http: httpx.AsyncClient, wait_s: float, lease_s: fl
     load.claimed[job_id] += 1
     load.queued -= 1
     submitted = load.submitted_at.get(job_id)
-    if submitted is not None and submitted > sent:
+    if submitted is None:  # the claim beat its job's submit answer: classified when that comes
+        load.claimed_early[job_id] = (sent, time.monotonic(), ms)
+    elif submitted > sent:
         load.record("claim_woken", ms)
         load.record("claim_woken_dispatch", (time.monotonic() - submitted) * 1e3)
     else:
@@ -196,10 +204,18 @@ async def saturation_runner(
 
 
 async def _submit(load: Load, http: httpx.AsyncClient) -> None:
-    r, ms, _ = await _post(load, http, "submit", "/api/v1/jobs", SPEC, (201,))
+    r, ms, sent = await _post(load, http, "submit", "/api/v1/jobs", SPEC, (201,))
     if r is not None:
         load.record("submit", ms)
-        load.submitted_at[int(r.json()["id"])] = time.monotonic()
+        job_id = int(r.json()["id"])
+        load.submitted_at[job_id] = time.monotonic()
+        early = load.claimed_early.pop(job_id, None)
+        if early is not None:  # its claim was answered first: it waited when the job came
+            claim_sent, _answered, claim_ms = early
+            load.record("claim_woken" if claim_sent < sent else "claim_ready", claim_ms)
+            if claim_sent < sent:
+                load.record("claim_woken_dispatch", 0.0)
+                load.woken_early += 1
 
 
 def _fed(args: argparse.Namespace, elapsed_s: float) -> bool:
@@ -318,6 +334,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "jobs_submitted": len(load.submitted_at),
         "jobs_claimed": len(load.claimed),
         "claimed_twice": twice,
+        "woken_before_submit_answer": load.woken_early,
         "errors": sum(load.errors.values()),
         "error_kinds": dict(load.errors),
         "retried": dict(load.retried),

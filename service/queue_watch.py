@@ -1,15 +1,27 @@
-"""Where long-polling claims wait: one database poll per server process, not one per runner.
+"""Where long-polling claims wait: one queue read per server process and wake-up, not one per runner.
 
 A claim that finds no job registers a waiter here (``QueueWatch.wait``). While any waiter exists,
-one asyncio task of the process reads ``queue.claimable`` every ``poll_s`` seconds (one indexed
-query, however many runners wait) and wakes as many waiters as there are claimable jobs their
-device can run, the longest-waiting first. A woken waiter tries one claim; when another process
-took the job first it waits again. With no waiter the task ends, so an idle server queries nothing.
+one asyncio task of the process reads ``queue.claimable`` (one indexed query, however many
+runners wait) and wakes as many waiters as there are claimable jobs their device can run, the
+longest-waiting first. A woken waiter tries one claim; when another process took the job first it
+waits again. With no waiter the task ends, so an idle server queries nothing.
 
-The cost is ``processes / poll_s`` queries per second instead of ``waiting runners / poll_s``
-claim transactions (200 idle runners at a 0.25 s poll were 800 transactions/s); a job submitted
-while runners wait is claimed within about ``poll_s``. Works the same on SQLite and PostgreSQL
-and with any number of uvicorn workers, since every process watches the database itself.
+The task reads the queue when the database says a job became queued, and at the latest every
+``poll_s`` seconds (a lease that ran out makes a job claimable without any write):
+
+* PostgreSQL: a trigger of ``jobs`` (migration ``0020_queue_notify``) sends
+  ``NOTIFY kernelab_queue`` when a row is inserted or updated with ``status = 'queued'``;
+  PostgreSQL delivers it when the writing transaction commits, to every listening session. Each
+  server process keeps one ``LISTEN kernelab_queue`` connection (psycopg's ``notifies()``), so a
+  submit through any process, the CLI or SQL wakes waiting claims in every process.
+* SQLite: every connection of a server process has TEMP triggers that call a function of the
+  process (``kernelab.service.core.db``); after the writing session commits, the process's
+  watches read the queue. This covers one server process (``kernelab up``, ``kernelab serve``
+  with one worker); a job written by another process is seen within ``poll_s``.
+
+Submit to claim took p50 a few ms with 200 simulated runners on PostgreSQL on a 2-core machine
+(``benchmarks/server_load.py``; the figures are in ``docs/results/``). Sources: PostgreSQL
+manual, "NOTIFY" and "LISTEN"; psycopg 3, "Asynchronous notifications".
 """
 
 from __future__ import annotations
@@ -17,16 +29,37 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import weakref
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 from fastapi.concurrency import run_in_threadpool
+from sqlalchemy import event
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from kernelab.service import queue
+from kernelab.service.core import db
 
 log = logging.getLogger(__name__)
+
+CHANNEL = "kernelab_queue"
+"""The PostgreSQL notification channel of the ``jobs`` trigger (migration ``0020_queue_notify``)."""
+HEAD_START_KEYS = 4  # a notification wakes the longest waiter of at most this many keys at once
+LISTEN_RETRY_S = (0.5, 5.0)  # reconnect back-off of a lost LISTEN connection: first, longest
+
+_WATCHES: weakref.WeakSet[QueueWatch] = weakref.WeakSet()  # this process's watches (SQLite pokes)
+
+
+@event.listens_for(Session, "after_commit")
+def _after_commit(_session: Session) -> None:
+    """A SQLite transaction of this process that queued a job committed: every watch reads the
+    queue now (``db.QUEUE_CHANGED`` is set by the TEMP triggers of ``db.make_engine``)."""
+    if db.QUEUE_CHANGED.is_set():
+        db.QUEUE_CHANGED.clear()
+        for watch in list(_WATCHES):
+            watch.poke()
 
 
 WatchKey = tuple[str | None, tuple[tuple[str, str], ...] | None]
@@ -52,12 +85,22 @@ class QueueWatch:
         self.poll_s = float(poll_s)
         self.loop = asyncio.get_running_loop()
         self.polls = 0  # reads of the queue so far (for tests and debugging)
+        self.notified = 0  # wake-ups from the database (NOTIFY or a SQLite trigger) so far
+        self.listening = False  # a PostgreSQL LISTEN connection is open
         self._waiters: list[_Waiter] = []  # arrival order
         self._task: asyncio.Task[None] | None = None
         self._closing = asyncio.Event()
+        self._kick = asyncio.Event()  # read the queue now (a notification, or closing)
+        self._listener: asyncio.Task[None] | None = None
+        engine = factory.kw.get("bind")
+        if engine is not None and engine.dialect.name == "postgresql":
+            conninfo = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+            self._listener = asyncio.create_task(self._listen(conninfo), name="kernelab-queue-listen")
+        _WATCHES.add(self)
 
     def __repr__(self) -> str:
-        return f"<QueueWatch waiting={len(self._waiters)} polls={self.polls} poll_s={self.poll_s:g}>"
+        return (f"<QueueWatch waiting={len(self._waiters)} polls={self.polls} notified={self.notified} "
+                f"listening={self.listening} poll_s={self.poll_s:g}>")  # fmt: skip
 
     @property
     def waiting(self) -> int:
@@ -84,14 +127,67 @@ class QueueWatch:
                 self._waiters.remove(waiter)
         return waiter.woken.is_set() and not self._closing.is_set()
 
+    def poke(self) -> None:
+        """The queue changed: read it now instead of at the next ``poll_s`` tick. Safe from any
+        thread; a no-op once the watch's event loop is closed."""
+        try:
+            self.loop.call_soon_threadsafe(self._notify)
+        except RuntimeError:  # the loop is closed (an app whose server stopped)
+            pass
+
+    def _notify(self) -> None:
+        """A job became queued: wake the longest waiter of each waiting key now, ahead of the read
+        (which then wakes as many more as there are jobs); a waiter that finds no job waits again."""
+        self.notified += 1
+        self._kick.set()
+        heads: dict[WatchKey, _Waiter] = {}
+        for waiter in self._waiters:
+            if len(heads) == HEAD_START_KEYS:
+                break
+            heads.setdefault(waiter.key, waiter)
+        for waiter in heads.values():
+            self._waiters.remove(waiter)
+            waiter.woken.set()
+
     async def aclose(self) -> None:
-        """Stop: waiting claims return (``wait`` answers False) and the poll task ends after its
-        read in flight, if any, so no pooled connection outlives the app's engine."""
+        """Stop: waiting claims return (``wait`` answers False), the LISTEN connection closes and
+        the poll task ends after its read in flight, if any, so no connection outlives the app's
+        engine."""
         self._closing.set()
+        self._kick.set()
+        _WATCHES.discard(self)
         for waiter in self._waiters:
             waiter.woken.set()
+        if self._listener is not None:
+            self._listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._listener
         if self._task is not None:
             await self._task
+
+    async def _listen(self, conninfo: str) -> None:
+        """Hold ``LISTEN kernelab_queue`` and poke on every notification; reconnect after a lost
+        connection (the database restarted): meanwhile the ``poll_s`` reads go on."""
+        import psycopg  # the PostgreSQL driver; only a PostgreSQL server gets here
+
+        retry_s = LISTEN_RETRY_S[0]
+        while not self._closing.is_set():
+            try:
+                connection: Any = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
+                async with connection:
+                    await connection.execute(f"LISTEN {CHANNEL}")
+                    self.listening, retry_s = True, LISTEN_RETRY_S[0]
+                    self._kick.set()  # read once: a job queued before LISTEN took effect
+                    async for _ in connection.notifies():
+                        self._notify()
+            except (psycopg.Error, OSError) as exc:
+                log.warning("queue watch: LISTEN %s failed (%s); polling every %g s meanwhile",
+                            CHANNEL, exc, self.poll_s)  # fmt: skip
+            finally:
+                self.listening = False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), retry_s)
+            retry_s = min(retry_s * 2, LISTEN_RETRY_S[1])
 
     def _read(self, wanted: dict[WatchKey, int]) -> dict[WatchKey, int]:
         """How many claimable jobs there are for each waiting key, up to the number of its
@@ -106,8 +202,9 @@ class QueueWatch:
     async def _poll(self) -> None:
         try:
             while self._waiters and not self._closing.is_set():
-                with contextlib.suppress(TimeoutError):  # sleep poll_s, or less when closing
-                    await asyncio.wait_for(self._closing.wait(), self.poll_s)
+                with contextlib.suppress(TimeoutError):  # poll_s, or less: a notification, closing
+                    await asyncio.wait_for(self._kick.wait(), self.poll_s)
+                self._kick.clear()  # a notification during the read below sets it again
                 if not self._waiters or self._closing.is_set():
                     break
                 wanted = Counter(w.key for w in self._waiters)

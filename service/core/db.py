@@ -6,10 +6,16 @@ block the writer) and a busy timeout so that several processes wait for the writ
 of failing. pysqlite's default transaction mode is kept: it opens a transaction before the first
 write of a unit of work, which is what the queue's conditional ``UPDATE ... WHERE status='queued'``
 claim relies on.
+
+Every SQLite connection also gets TEMP triggers on ``jobs`` that set ``QUEUE_CHANGED`` when a row
+is inserted or updated with ``status = 'queued'`` (``kernelab.service.queue_watch`` wakes waiting
+claims of this process after the commit; PostgreSQL has a real trigger and NOTIFY instead).
 """
 
 from __future__ import annotations
 
+import sqlite3
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib.resources import files
@@ -40,7 +46,35 @@ def _ensure_sqlite_folder(url: str) -> None:
         Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
 
 
-def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
+QUEUE_CHANGED = threading.Event()
+"""Set by a SQLite connection of this process that inserted or updated a job to ``queued``; cleared
+by ``kernelab.service.queue_watch`` once the session committed."""
+
+_QUEUE_TRIGGERS = (
+    "CREATE TEMP TRIGGER IF NOT EXISTS kernelab_job_queued AFTER INSERT ON main.jobs"
+    " WHEN NEW.status = 'queued' BEGIN SELECT kernelab_queue_changed(); END",
+    "CREATE TEMP TRIGGER IF NOT EXISTS kernelab_job_requeued AFTER UPDATE OF status ON main.jobs"
+    " WHEN NEW.status = 'queued' BEGIN SELECT kernelab_queue_changed(); END",
+)
+
+
+def _sqlite_queue_triggers(dbapi_connection: Any, record: Any) -> None:
+    """Give the connection its TEMP triggers once ``jobs`` exists (a connection opened before the
+    first migration gets them at a later checkout)."""
+    if record.info.get("kernelab_queue_triggers"):
+        return
+    cursor = dbapi_connection.cursor()
+    try:
+        for statement in _QUEUE_TRIGGERS:
+            cursor.execute(statement)
+    except sqlite3.OperationalError:  # no jobs table yet
+        return
+    finally:
+        cursor.close()
+    record.info["kernelab_queue_triggers"] = True
+
+
+def _sqlite_on_connect(dbapi_connection: Any, record: Any) -> None:
     cursor = dbapi_connection.cursor()
     try:
         cursor.execute("PRAGMA foreign_keys=ON")
@@ -48,6 +82,12 @@ def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
         cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
     finally:
         cursor.close()
+    dbapi_connection.create_function("kernelab_queue_changed", 0, QUEUE_CHANGED.set)
+    _sqlite_queue_triggers(dbapi_connection, record)
+
+
+def _sqlite_on_checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+    _sqlite_queue_triggers(dbapi_connection, record)
 
 
 def make_engine(url: str, **kwargs: Any) -> Engine:
@@ -63,6 +103,7 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
         connect_args.update(kwargs.pop("connect_args", {}))
         engine = create_engine(url, connect_args=connect_args, **kwargs)
         event.listen(engine, "connect", _sqlite_on_connect)
+        event.listen(engine, "checkout", _sqlite_on_checkout)
         return engine
     kwargs.setdefault("pool_pre_ping", True)
     return create_engine(url, **kwargs)

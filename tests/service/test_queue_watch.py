@@ -164,3 +164,74 @@ def test_two_workers_hand_jobs_submitted_during_long_polls_out_once(pg_fleet: Fl
     assert sorted(j for j in claimed if j is not None) == sorted(submitted)
     assert Counter(claimed).most_common(1)[0][1] == 1  # no job handed out twice
     assert "Traceback" not in pg_fleet.log_path.read_text()
+
+
+@pytest.fixture
+def slow_poll_api(migrated_url: str):  # type: ignore[no-untyped-def]
+    """An app whose queue reads come only from notifications within a test: ``claim_poll_s`` 10 s,
+    longer than any wait below, so a claim answered with a job was woken by the database."""
+    from fastapi.testclient import TestClient
+
+    from conftest import ADMIN_TOKEN, Api
+    from kernelab.service.app import create_app
+    from kernelab.service.core.config import Settings
+
+    settings = Settings(database_url=migrated_url, admin_token=ADMIN_TOKEN, claim_poll_s=10, claim_wait_max_s=8)
+    with TestClient(create_app(settings)) as client:
+        yield Api(client)
+
+
+def _claim_when_waiting(api, header: dict[str, str], action) -> tuple[int, float]:  # type: ignore[no-untyped-def]
+    """One long poll (wait 8 s); ``action`` runs once it waits. Its status and seconds."""
+    worker = api.when_claims_wait(1, action)
+    t0 = time.monotonic()
+    r = api.client.post("/api/v1/runners/claim", json={"wait_s": 8.0}, headers=header)
+    worker.join()
+    return r.status_code, time.monotonic() - t0
+
+
+def test_a_submit_wakes_a_waiting_claim_before_the_next_poll(slow_poll_api) -> None:  # type: ignore[no-untyped-def]
+    """Through the app's own process: the SQLite TEMP trigger, or PostgreSQL's NOTIFY."""
+    api = slow_poll_api
+    runner = api.runner("woken")
+    status, waited_s = _claim_when_waiting(api, runner, api.submit)
+    watch = api.client.app.state.queue_watch
+    assert status == 200 and watch.notified >= 1
+    assert waited_s < 8.0  # the wait ended on the job, not on wait_s (the poll is 10 s away)
+
+
+@pytest.mark.postgres
+def test_a_job_queued_by_another_process_wakes_a_waiting_claim(slow_poll_api, migrated_url: str) -> None:  # type: ignore[no-untyped-def]
+    """PostgreSQL: a job inserted over another connection (another server process, the CLI, SQL)
+    wakes the claim through ``NOTIFY kernelab_queue``, also after the LISTEN connection was lost
+    and made again."""
+    if not migrated_url.startswith("postgresql"):
+        pytest.skip("LISTEN/NOTIFY is PostgreSQL's; on SQLite one server process is covered")
+    api = slow_poll_api
+    runner = api.runner("listener")
+    engine = make_engine(migrated_url)
+    try:
+        other = make_session_factory(engine)
+
+        def queue_elsewhere() -> None:
+            with other.begin() as session:
+                queue.submit(session, JobSpec.model_validate(spec_dict()), max_attempts=1)
+
+        assert _claim_when_waiting(api, runner, queue_elsewhere)[0] == 200
+        watch = api.client.app.state.queue_watch
+        assert watch.listening
+        with other.begin() as session:  # the database drops the LISTEN session (a restart, a failover)
+            from sqlalchemy import text
+
+            killed = session.execute(text(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE query LIKE 'LISTEN kernelab_queue%' AND datname = current_database()"
+            )).scalars().all()  # fmt: skip
+        assert killed == [True]
+        deadline = time.monotonic() + 30
+        while not watch.listening and time.monotonic() < deadline:
+            time.sleep(0.05)  # reconnects after LISTEN_RETRY_S[0]
+        assert watch.listening
+        assert _claim_when_waiting(api, runner, queue_elsewhere)[0] == 200
+    finally:
+        engine.dispose()
