@@ -291,7 +291,8 @@ def _claim_rows(claims: dict[str, Any]) -> list[tuple[str, str]]:
         ("job end (fail endpoint), p50/p95/p99 ms", ms("fail")),
         ("submit, p50/p95/p99 ms", ms("submit")),
         (
-            "long poll woken by a new job: submit answer -> claim answer, p50/p95/p99 ms (target p50 <= 20, p99 <= 100)",
+            "long poll woken by a new job: submit answer -> claim answer, p50/p95/p99 ms "
+            "(target p50 <= 20, p99 <= 100)",
             ms("claim_woken_dispatch"),
         ),
         (f"long poll ended empty: ms past wait_s={c['poll_s']:g} s", ms("claim_empty_overshoot")),

@@ -77,7 +77,11 @@ class Settings(BaseSettings):
     )
     claim_wait_max_s: float = Field(default=30.0, ge=0, le=60, description="longest claim long-poll")
     claim_poll_s: float = Field(
-        default=0.25, gt=0, le=10, description="while claims wait, a process reads the queue this often (s)"
+        default=0.25,
+        gt=0,
+        le=10,
+        description="while claims wait, a process reads the queue at least this often (s); a job queued "
+        "meanwhile wakes them at once (PostgreSQL NOTIFY; on SQLite within one server process)",
     )
     max_request_bytes: int = Field(
         default=64 * 1024 * 1024, ge=1024, description="larger request bodies are refused with 413"

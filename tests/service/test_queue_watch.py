@@ -167,17 +167,15 @@ def test_two_workers_hand_jobs_submitted_during_long_polls_out_once(pg_fleet: Fl
 
 
 @pytest.fixture
-def slow_poll_api(migrated_url: str):  # type: ignore[no-untyped-def]
+def slow_poll_api(settings, client_class):  # type: ignore[no-untyped-def]
     """An app whose queue reads come only from notifications within a test: ``claim_poll_s`` 10 s,
     longer than any wait below, so a claim answered with a job was woken by the database."""
-    from fastapi.testclient import TestClient
+    from conftest import Api
 
-    from conftest import ADMIN_TOKEN, Api
     from kernelab.service.app import create_app
-    from kernelab.service.core.config import Settings
 
-    settings = Settings(database_url=migrated_url, admin_token=ADMIN_TOKEN, claim_poll_s=10, claim_wait_max_s=8)
-    with TestClient(create_app(settings)) as client:
+    slow = settings.model_copy(update={"claim_poll_s": 10.0, "claim_wait_max_s": 8.0})
+    with client_class(create_app(slow)) as client:
         yield Api(client)
 
 

@@ -164,9 +164,10 @@ async def claim(body: ClaimRequest, call: RunnerCallDep, request: Request) -> Jo
     ``advert_required`` naming ``benchmarks``; an invalid advertisement a 422 naming the field.
 
     The lease is ``lease_s`` seconds (``KERNELAB_LEASE_S`` when the body does not set it). The
-    first attempt runs at once; then the claim waits in this process's ``QueueWatch``, which
-    reads the queue every ``KERNELAB_CLAIM_POLL_S`` seconds for all waiting claims together and
-    wakes this one when a job for its device is there; a claim lost to another runner waits again.
+    first attempt runs at once; then the claim waits in this process's ``QueueWatch``, which is
+    woken when a job becomes queued (PostgreSQL ``NOTIFY``, a SQLite trigger) and reads the queue
+    at least every ``KERNELAB_CLAIM_POLL_S`` seconds for all waiting claims together, waking this
+    one when a job for its device is there; a claim lost to another runner waits again.
     Every attempt checks the token again, in the attempt's transaction: a token revoked while
     the claim waited gets 401 and no job.
     """
