@@ -27,28 +27,73 @@ no server), ``jobs`` (``submit``, ``report``: a server's client),
 (``bisect``: revision jobs over a commit range), ``tokens`` (``token ...``: an
 administrator's), ``daemon`` (``runner``: the runner daemon), ``server`` (``serve``, ``up``).
 This module joins them into the typer ``app`` (the ``kernelab`` entry point and
-``python -m kernelab.runners.cli``).
+``python -m kernelab.runners.cli``), importing a command's module only when it runs
+(``COMMANDS``).
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+import importlib
+from typing import Annotated, Any
 
+import click
 import typer
+from typer.core import TyperGroup
 
-from kernelab.runners.cli.bisect import bisect
-from kernelab.runners.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_NO_VERDICT, EXIT_OK
-from kernelab.runners.cli.daemon import runner
-from kernelab.runners.cli.history import compare_jobs, history
-from kernelab.runners.cli.init import init
-from kernelab.runners.cli.jobs import report, submit
-from kernelab.runners.cli.local import probe, run, static, validate
-from kernelab.runners.cli.manage import cancel, jobs, rerun
-from kernelab.runners.cli.output import gate
-from kernelab.runners.cli.server import compare_worker, serve, up
-from kernelab.runners.cli.tokens import token_app
+from kernelab.runners.cli.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_NO_VERDICT, EXIT_OK
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_NO_VERDICT", "EXIT_OK", "app", "gate"]
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "init": ("kernelab.runners.cli.init", "init"),
+    "run": ("kernelab.runners.cli.local", "run"),
+    "validate": ("kernelab.runners.cli.local", "validate"),
+    "probe": ("kernelab.runners.cli.local", "probe"),
+    "static": ("kernelab.runners.cli.local", "static"),
+    "submit": ("kernelab.runners.cli.jobs", "submit"),
+    "report": ("kernelab.runners.cli.jobs", "report"),
+    "history": ("kernelab.runners.cli.history", "history"),
+    "jobs": ("kernelab.runners.cli.manage", "jobs"),
+    "cancel": ("kernelab.runners.cli.manage", "cancel"),
+    "rerun": ("kernelab.runners.cli.manage", "rerun"),
+    "bisect": ("kernelab.runners.cli.bisect", "bisect"),
+    "compare-jobs": ("kernelab.runners.cli.history", "compare_jobs"),
+    "token": ("kernelab.runners.cli.tokens", "token_app"),
+    "runner": ("kernelab.runners.cli.daemon", "runner"),
+    "serve": ("kernelab.runners.cli.server", "serve"),
+    "compare-worker": ("kernelab.runners.cli.server", "compare_worker"),
+    "up": ("kernelab.runners.cli.server", "up"),
+}
+"""Every subcommand, in ``--help`` order: name -> (module, attribute: a typer command function or
+a ``typer.Typer`` group). A command's module is imported when the command is invoked (or
+``--help`` lists them all), so ``kernelab --version`` and each command pay only for what they use:
+the click pattern of lazily loaded subcommands (click documentation, "Complex Applications")."""
+
+
+def _load(name: str) -> click.Command:
+    module, attribute = COMMANDS[name]
+    target = getattr(importlib.import_module(module), attribute)
+    if isinstance(target, typer.Typer):
+        command: click.Command = typer.main.get_group(target)
+    else:
+        single = typer.Typer()
+        single.command(name)(target)
+        command = typer.main.get_command(single)
+    command.name = name
+    return command
+
+
+class LazyCommands(TyperGroup):
+    """typer's group whose subcommands (``COMMANDS``) are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [*COMMANDS, *(name for name in super().list_commands(ctx) if name not in COMMANDS)]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in COMMANDS and cmd_name not in self.commands:
+            self.commands[cmd_name] = _load(cmd_name)
+        return super().get_command(ctx, cmd_name)
+
 
 app = typer.Typer(
     name="kernelab",
@@ -56,7 +101,16 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=True,
     pretty_exceptions_enable=False,
+    cls=LazyCommands,
 )
+
+
+def __getattr__(name: str) -> Any:  # PEP 562: ``gate`` loads the output module on first use
+    if name == "gate":
+        from kernelab.runners.cli.output import gate
+
+        return gate
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _version(value: bool) -> None:
@@ -87,16 +141,5 @@ def main(
     except ConfigError as exc:
         typer.echo(f"config: {exc}", err=True)
         raise typer.Exit(EXIT_BAD_INPUT) from None
-    if values and hasattr(ctx.command, "commands"):
+    if values and hasattr(ctx.command, "commands"):  # the invoked command is loaded by now
         ctx.default_map = default_map(ctx.command, values)
-
-
-# in this order in --help
-for command in (init, run, validate, probe, static, submit, report, history, jobs, cancel, rerun, bisect):
-    app.command()(command)
-app.command("compare-jobs")(compare_jobs)
-app.add_typer(token_app, name="token")
-app.command()(runner)
-app.command()(serve)
-app.command("compare-worker")(compare_worker)
-app.command()(up)

@@ -20,10 +20,9 @@ from kernelab.runners.specfile import SpecFileError, load_any_spec, load_spec
 from kernelab.service.schemas import JobSpec, Verdict, WorkloadSpec
 from kernelab.service.verdicts import VERDICT_ORDER
 
-EXIT_OK = 0
-EXIT_FAILED = 1  # a cell's verdict is in --fail-on, or the job failed
-EXIT_BAD_INPUT = 2
-EXIT_NO_VERDICT = 3  # run/submit/report: server unreachable or refusing, wait timed out, job cancelled
+from kernelab.runners.cli.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_NO_VERDICT, EXIT_OK
+
+__all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_NO_VERDICT", "EXIT_OK"]
 
 GATE_VERDICTS: tuple[Verdict, ...] = tuple(v for v in VERDICT_ORDER if v not in ("faster", "same"))
 """Verdicts ``--fail-on`` may name (a faster or unchanged cell is never a failure)."""
