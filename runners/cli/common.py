@@ -15,12 +15,11 @@ from typing import Annotated, Any
 
 import typer
 
+from kernelab.runners.cli.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_NO_VERDICT, EXIT_OK
 from kernelab.runners.client import KernelabClient
 from kernelab.runners.specfile import SpecFileError, load_any_spec, load_spec
 from kernelab.service.schemas import JobSpec, Verdict, WorkloadSpec
 from kernelab.service.verdicts import VERDICT_ORDER
-
-from kernelab.runners.cli.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_NO_VERDICT, EXIT_OK
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_NO_VERDICT", "EXIT_OK"]
 
