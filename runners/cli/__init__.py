@@ -36,7 +36,6 @@ from __future__ import annotations
 import importlib
 from typing import Annotated, Any
 
-import click
 import typer
 from typer.core import TyperGroup
 
@@ -70,11 +69,11 @@ a ``typer.Typer`` group). A command's module is imported when the command is inv
 the click pattern of lazily loaded subcommands (click documentation, "Complex Applications")."""
 
 
-def _load(name: str) -> click.Command:
+def _load(name: str) -> Any:  # a click command of typer's (typer 0.29 vendors click)
     module, attribute = COMMANDS[name]
     target = getattr(importlib.import_module(module), attribute)
     if isinstance(target, typer.Typer):
-        command: click.Command = typer.main.get_group(target)
+        command: Any = typer.main.get_group(target)
     else:
         single = typer.Typer()
         single.command(name)(target)
@@ -86,10 +85,10 @@ def _load(name: str) -> click.Command:
 class LazyCommands(TyperGroup):
     """typer's group whose subcommands (``COMMANDS``) are imported on first use."""
 
-    def list_commands(self, ctx: click.Context) -> list[str]:
+    def list_commands(self, ctx: Any) -> list[str]:
         return [*COMMANDS, *(name for name in super().list_commands(ctx) if name not in COMMANDS)]
 
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
         if cmd_name in COMMANDS and cmd_name not in self.commands:
             self.commands[cmd_name] = _load(cmd_name)
         return super().get_command(ctx, cmd_name)
