@@ -15,6 +15,7 @@ a CUDA build without a loadable driver), so on such a node a runner's job costs 
 from __future__ import annotations
 
 import ast
+import contextlib
 import ctypes
 import importlib.util
 import re
@@ -146,6 +147,19 @@ def _probes(spec: JobSpec, phase: Literal["before", "after"], device_type: str) 
     return probes_in_child(spec, phase=phase, device_type=device_type, timeout_s=_PROBE_TIMEOUT_S)
 
 
+def _fork_server(children: int) -> contextlib.AbstractContextManager[object]:
+    """The job's fork server when it starts two or more children (one interpreter and one
+    ``import torch`` for all of them: ``kernelab.runners.forkserver``); for one child a plain
+    process is as quick. ``KERNELAB_FORK_SERVER=0`` turns it off."""
+    import os
+
+    if children < 2 or os.environ.get("KERNELAB_FORK_SERVER", "1") == "0":
+        return contextlib.nullcontext()
+    from kernelab.runners.measure import job_fork_server
+
+    return job_fork_server()
+
+
 def run_job(
     spec: JobSpec,
     *,
@@ -180,28 +194,31 @@ def run_job(
         configure_triton_env(dev_type)
     cells = spec.cell_count(dev_type)  # type: ignore[arg-type]
     report: ProgressCallback = progress if progress is not None else (lambda i, n, msg: None)
-    report(0, cells, "probes before the cells")
-    probes = _probes(spec, "before", dev_type)
-    if isolate and bench is None:
-        from kernelab.runners.measure import measure_in_child
+    in_child = isolate and bench is None
+    children = 2 * probes_enabled(spec, dev_type) + in_child
+    with _fork_server(children):
+        report(0, cells, "probes before the cells")
+        probes = _probes(spec, "before", dev_type)
+        if in_child:
+            from kernelab.runners.measure import measure_in_child
 
-        results, node, timer_label = measure_in_child(
-            spec,
-            device=dev,
-            progress=progress,
-            timer_kind=timer_kind,
-            timeout_s=spec.timeout_s,
-        )
-    else:
-        import torch
+            results, node, timer_label = measure_in_child(
+                spec,
+                device=dev,
+                progress=progress,
+                timer_kind=timer_kind,
+                timeout_s=spec.timeout_s,
+            )
+        else:
+            import torch
 
-        from kernelab.runners.cells import measure_cells
+            from kernelab.runners.cells import measure_cells
 
-        results, node, timer_label = measure_cells(
-            spec, device=torch.device(dev), progress=progress, timer_kind=timer_kind, bench=bench
-        )
-    report(max(0, cells - 1), cells, "probes after the cells")
-    probes += _probes(spec, "after", dev_type)
+            results, node, timer_label = measure_cells(
+                spec, device=torch.device(dev), progress=progress, timer_kind=timer_kind, bench=bench
+            )
+        report(max(0, cells - 1), cells, "probes after the cells")
+        probes += _probes(spec, "after", dev_type)
     return JobResult(
         idempotency_key=idempotency_key or uuid.uuid4().hex,
         job_id=job_id,

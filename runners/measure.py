@@ -64,6 +64,8 @@ from kernelab.service.schemas import CellResult, JobSpec, NodeInfo, ProbeReport
 if TYPE_CHECKING:
     import torch
 
+    from kernelab.runners.forkserver import ForkedChild
+
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -165,15 +167,7 @@ def _run_child(
             *args[1:],
         ]
         with err_path.open("w", encoding="utf-8") as err:
-            proc = subprocess.Popen(
-                cmd,
-                stdout=subprocess.PIPE,
-                stderr=err,
-                stdin=subprocess.DEVNULL,
-                text=True,
-                start_new_session=True,
-                env=_child_env(),
-            )
+            proc = _start(cmd, err)
             said: list[str] = []  # the child's node-fault line, on stdout: its stderr may be on a full disk
             relay = threading.Thread(target=_relay, args=(proc.stdout, progress, said), daemon=True)
             relay.start()
@@ -202,6 +196,40 @@ def _run_child(
         return out_path.read_text(encoding="utf-8")
 
 
+def _start(cmd: list[str], err: IO[str]) -> subprocess.Popen[str] | ForkedChild:
+    """The child: forked by the job's fork server where one runs (``kernelab.runners.forkserver``:
+    torch already imported), else a new interpreter; both in a new session, stdout a pipe."""
+    from kernelab.runners import forkserver
+
+    server = forkserver.active()
+    if server is not None:
+        try:
+            return server.spawn(cmd[cmd.index("kernelab.runners.measure") + 1 :], err)
+        except forkserver.ForkServerError as exc:  # measured cold instead; the job goes on
+            _say(f"measure: the job's fork server failed, starting the child cold: {exc}")
+    return subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=err,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+        env=_child_env(),
+    )
+
+
+def job_fork_server() -> contextlib.AbstractContextManager[object]:
+    """A fork server for the children of one job (``kernelab.runners.forkserver.ForkServer``, made
+    active until the block ends), or a do-nothing block where one cannot be started."""
+    from kernelab.runners.forkserver import ForkServer
+
+    try:
+        return ForkServer(_child_env())
+    except OSError as exc:
+        _say(f"measure: no fork server ({exc}); each child starts its own interpreter")
+        return contextlib.nullcontext()
+
+
 def _child_env() -> dict[str, str]:
     """The job environment (``kernelab.runners.jobenv.job_env``: allow-listed, no credentials) with
     ``PYTHONPATH`` set to this process's ``sys.path`` (the child imports the benchmark modules this
@@ -226,7 +254,7 @@ def _child_env() -> dict[str, str]:
     )
 
 
-def _end_relay(proc: subprocess.Popen[str], relay: threading.Thread) -> None:
+def _end_relay(proc: subprocess.Popen[str] | ForkedChild, relay: threading.Thread) -> None:
     """Wait for the end of the child's output and close it. Processes the child left behind that
     still hold its output open are killed first (``kernelab.runners.reaper.kill_pipe_holders``): a
     pipe a thread still reads cannot be closed (the close would wait for that thread)."""
@@ -267,7 +295,7 @@ def _last_line(text: str, mark: str) -> str:
     return lines[-1] if lines else ""
 
 
-def _kill_group(proc: subprocess.Popen[str]) -> None:
+def _kill_group(proc: subprocess.Popen[str] | ForkedChild) -> None:
     """SIGTERM the child's process group, SIGKILL it after ``_KILL_WAIT_S`` seconds."""
     for sig, wait_s in ((signal.SIGTERM, _KILL_WAIT_S), (signal.SIGKILL, None)):
         with contextlib.suppress(ProcessLookupError, PermissionError):

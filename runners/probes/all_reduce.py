@@ -40,6 +40,7 @@ itself, hence the ``cuda-events`` default.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -185,25 +186,32 @@ class AllReduceRun:
     Use as a context manager or call ``close()``: the ranks are killed if still running.
     """
 
-    def __init__(self, config: dict[str, Any], env: dict[str, str]):
+    def __init__(self, config: dict[str, Any], env: dict[str, str], *, fork: bool = False):
         from torch.distributed import TCPStore
 
         self.config = config
         self._deadline = time.monotonic() + config["timeout_s"]
-        self._store = TCPStore("127.0.0.1", 0, None, True, timedelta(seconds=config["timeout_s"]),
-                               wait_for_workers=False)  # fmt: skip
         self._tmp = tempfile.TemporaryDirectory(prefix="kernelab-allreduce-")
         tmp = Path(self._tmp.name)
-        self.config.update(port=self._store.port, result_dir=str(tmp))
-        self._procs: list[subprocess.Popen[bytes]] = []
-        self._logs: list[Path] = []
+        self._procs: list[subprocess.Popen[bytes] | _ForkedRank] = []
+        self._logs = [tmp / f"rank{rank}.log" for rank in range(config["world_size"])]
         self.started_at = time.time()
         # Per rank, seconds from construction to each stage ("imported", "initialised", "ready",
         # "go", "measured"), filled by ``wait``: where the probe's wall time goes.
         self.timeline: list[dict[str, float]] = []
-        for rank in range(config["world_size"]):
-            log = tmp / f"rank{rank}.log"
-            self._logs.append(log)
+        self.config.update(result_dir=str(tmp))
+        # Forked ranks are made before the store, whose server thread must not be forked; they
+        # read its port from a pipe.
+        ports = [_ForkedRank.start(rank, self.config, env, self._logs[rank]) for rank in
+                 range(config["world_size"])] if fork else []  # fmt: skip
+        self._procs.extend(ports)
+        self._store = TCPStore("127.0.0.1", 0, None, True, timedelta(seconds=config["timeout_s"]),
+                               wait_for_workers=False)  # fmt: skip
+        self.config.update(port=self._store.port)
+        for forked in ports:
+            forked.send_port(self._store.port)
+        for rank in range(config["world_size"]) if not fork else ():
+            log = self._logs[rank]
             rank_env = {**env, _CONFIG_ENV: json.dumps({**self.config, "rank": rank})}
             with log.open("wb") as out:
                 self._procs.append(
@@ -268,6 +276,74 @@ class AllReduceRun:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _ForkedRank:
+    """A gloo rank forked from this process instead of a new interpreter (``import torch`` again
+    cost 1.6-1.9 CPU-s per rank on a 2-core machine). Only for CPU ranks, forked from a process with
+    one thread and no CUDA context (``start_all_reduce``); the part of ``subprocess.Popen`` that
+    ``AllReduceRun`` uses."""
+
+    def __init__(self, pid: int, port_w: int):
+        self.pid = pid
+        self._port_w = port_w
+        self.returncode: int | None = None
+
+    @classmethod
+    def start(cls, rank: int, config: dict[str, Any], env: Mapping[str, str], log: Path) -> _ForkedRank:
+        port_r, port_w = os.pipe()
+        parent = os.getpid()
+        pid = os.fork()
+        if pid == 0:  # the rank: never returns
+            code = 1
+            try:
+                os.close(port_w)
+                out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                devnull = os.open(os.devnull, os.O_RDONLY)
+                for fd, target in ((devnull, 0), (out, 1), (out, 2)):
+                    os.dup2(fd, target)
+                from kernelab.runners.reaper import PARENT_PID_ENV, die_with_parent
+
+                os.environ.clear()
+                os.environ.update({**env, PARENT_PID_ENV: str(parent)})
+                die_with_parent(signal.SIGKILL)
+                torch.set_num_threads(1)  # OMP_NUM_THREADS=1 of a fresh rank: one core per rank
+                with os.fdopen(port_r, "r") as pipe:  # one line: a later rank holds this pipe too
+                    port = int(pipe.readline() or 0)
+                os.environ[_CONFIG_ENV] = json.dumps({**config, "port": port, "rank": rank})
+                _child_main()
+                code = 0
+            except BaseException:
+                import traceback
+
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        os.close(port_r)
+        return cls(pid, port_w)
+
+    def send_port(self, port: int) -> None:
+        with os.fdopen(self._port_w, "w") as pipe:
+            pipe.write(f"{port}\n")
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            done, status = os.waitpid(self.pid, os.WNOHANG)
+            if done:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            _, status = os.waitpid(self.pid, 0)
+            self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
 
 
 def _pid_running(pid: int) -> bool:
@@ -523,7 +599,20 @@ def start_all_reduce(
     env = job_env({**(extra_env or {}), **_FORCED_ENV})  # no credentials in the ranks (docs/security.md)
     if config["device_type"] == "cpu":
         env.setdefault("OMP_NUM_THREADS", "1")  # one core per rank: ranks must not fight for cores
-    return AllReduceRun(config, env)
+    return AllReduceRun(config, env, fork=_may_fork(config["device_type"]))
+
+
+def _may_fork(device_type: str) -> bool:
+    """Whether the ranks may be forked from this process: CPU ranks, from a process with no other
+    Python thread (a lock one holds would stay held in the rank) and no CUDA context. The native
+    pools of the libraries (OpenBLAS, torch's intra-op threads) restart in a forked child by their
+    own ``pthread_atfork`` handlers, as for torch's forked ``DataLoader`` workers.
+    ``KERNELAB_FORK_RANKS=0`` turns it off."""
+    import threading
+
+    if device_type != "cpu" or os.environ.get("KERNELAB_FORK_RANKS", "1") == "0":
+        return False
+    return hasattr(os, "fork") and threading.active_count() == 1 and not torch.cuda.is_initialized()
 
 
 def measure_all_reduce(
