@@ -213,6 +213,8 @@ def _child(argv: list[str], fds: list[int]) -> None:
         os.dup2(fds[1], 2)
         for fd in (devnull, *fds):
             os.close(fd)
+        sys.stdout = open(1, "w", encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
         from kernelab.runners.measure import main
 
         code = main(argv)

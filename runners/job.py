@@ -174,7 +174,8 @@ def run_job(
     """Run ``spec`` on this node and return every raw result (see the module docstring).
 
     The probes before and after, and the cells, each run in a fresh child process (``python -m
-    kernelab.runners.measure``; this process never touches the GPU); the measuring child is killed once
+    kernelab.runners.measure``, forked from the job's fork server: ``kernelab.runners.forkserver``;
+    this process never touches the GPU); the measuring child is killed once
     ``spec.timeout_s`` has passed. With ``isolate`` False the cells are measured in this process
     (tests of the engine). ``bench``, a ``Benchmark`` object in place of ``spec.benchmark`` (the
     Python API), is always measured in this process (an object cannot be handed to a child), so

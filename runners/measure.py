@@ -2,12 +2,14 @@
 
 ``kernelab.runners.job.run_job`` orchestrates a job without touching the GPU (or importing torch)
 itself: it probes the node in one fresh process (``probes``), measures the cells in another
-(``cells``) and probes again in a third. A benchmark module that patches a timing function, sets a
-cache policy in its CUDA context or leaves threads behind reaches only the measuring process, which
-ends with its cells; the probes never share a process with benchmark code, and only one of the job's
-processes holds the GPU at a time (NVML then sees no other tenant of ours). Each child reads the
-``JobSpec`` JSON file ``SPEC_JSON`` and writes its answer to ``OUT_JSON`` atomically (temp file +
-rename):
+(``cells``) and probes again in a third. Where a job starts two or more, they are forked from the
+job's fork server (``kernelab.runners.forkserver``: one interpreter and one ``import torch`` per
+job, no benchmark code, no CUDA context), else each is a new interpreter. A benchmark module that
+patches a timing function, sets a cache policy in its CUDA context or leaves threads behind reaches
+only the measuring process, which ends with its cells; the probes never share a process with
+benchmark code, and only one of the job's processes holds the GPU at a time (NVML then sees no other
+tenant of ours). Each child reads the ``JobSpec`` JSON file ``SPEC_JSON`` and writes its answer to
+``OUT_JSON`` atomically (temp file + rename):
 
 * ``cells --device D [--timer-kind K]``: ``kernelab.runners.cells.measure_cells``, one line ``progress:
   <cell index> <cell count> <message>`` per step on stdout; ``MeasuredCells`` JSON;

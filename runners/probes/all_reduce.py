@@ -302,6 +302,9 @@ class _ForkedRank:
                 devnull = os.open(os.devnull, os.O_RDONLY)
                 for fd, target in ((devnull, 0), (out, 1), (out, 2)):
                     os.dup2(fd, target)
+                # the caller's sys.stdout/stderr may not be fds 1 and 2 (a test's capture)
+                sys.stdout = open(1, "w", encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
+                sys.stderr = open(2, "w", encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
                 from kernelab.runners.reaper import PARENT_PID_ENV, die_with_parent
 
                 os.environ.clear()

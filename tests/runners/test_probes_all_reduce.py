@@ -50,11 +50,45 @@ def test_gloo_three_processes_bus_bandwidth_factor() -> None:
 
 
 @pytest.mark.slow
-def test_hung_or_slow_ranks_are_killed_at_the_deadline() -> None:
+def test_hung_or_slow_ranks_are_killed_at_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernelab.runners.probes import all_reduce
+
+    # The CPU ranks are forked from this process, so they run this module's code as patched here:
+    # a rank that never returns.
+    monkeypatch.setattr(all_reduce, "_child_main", lambda: time.sleep(600))
+    assert all_reduce._may_fork("cpu")
     t0 = time.monotonic()
     with pytest.raises(TimeoutError, match="did not finish"):
-        measure_all_reduce("cpu", sizes_bytes=[8], timeout_s=0.3)
+        measure_all_reduce("cpu", sizes_bytes=[8], timeout_s=0.5)
     assert time.monotonic() - t0 < 5.0
+
+
+def test_cpu_ranks_are_forked_only_from_a_process_without_other_threads() -> None:
+    """Forked ranks (no second ``import torch``) where no other Python thread could hold a lock;
+    fresh interpreters otherwise, and for CUDA always. Both measure the same way."""
+    import threading
+
+    from kernelab.runners.probes import all_reduce
+
+    assert all_reduce._may_fork("cpu") and not all_reduce._may_fork("cuda")
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        assert not all_reduce._may_fork("cpu")
+        with all_reduce.start_all_reduce("cpu", sizes_bytes=[8], warmup_iters=1, iters=2) as fresh:
+            assert all(isinstance(p, subprocess.Popen) for p in fresh._procs)
+            fresh.go()
+            (from_fresh,), _ = fresh.wait()
+    finally:
+        stop.set()
+        other.join()
+    with all_reduce.start_all_reduce("cpu", sizes_bytes=[8], warmup_iters=1, iters=2) as forked:
+        assert not any(isinstance(p, subprocess.Popen) for p in forked._procs)
+        forked.go()
+        (from_forked,), _ = forked.wait()
+    assert from_fresh.correct and from_forked.correct
+    assert from_fresh.size_bytes == from_forked.size_bytes == 8
 
 
 @pytest.mark.slow

@@ -1,0 +1,115 @@
+"""A job's children fork from one warm process (``kernelab.runners.forkserver``): the probes
+before, the cells and the probes after each run in a child of their own, as fresh of benchmark
+code as a new interpreter, and a child that overruns, fails or cannot load its benchmark is
+reported as before. A server that dies leaves the job to start its children cold."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_job import double_spec
+
+from kernelab.kernels import BenchmarkError
+from kernelab.runners import forkserver
+from kernelab.runners.job import run_job
+from kernelab.runners.measure import MeasureError, _child_env, measure_in_child, probes_in_child
+
+pytestmark = pytest.mark.timeout(300)
+
+PROBES = {"copy_bandwidth": True, "all_reduce": True, "nvml": True}
+
+
+def test_a_job_with_probes_forks_its_three_children_from_one_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    made: list[forkserver.ForkServer] = []
+    real = forkserver.ForkServer.__init__
+
+    def remember(self: forkserver.ForkServer, env: dict[str, str]) -> None:
+        real(self, env)
+        made.append(self)
+
+    monkeypatch.setattr(forkserver.ForkServer, "__init__", remember)
+    result = run_job(double_spec(probes=PROBES))
+    assert [p.phase for p in result.probes] == ["before", "after"]
+    assert all(p.errors == {} for p in result.probes), [p.errors for p in result.probes]
+    assert all(p.all_reduce and all(r.correct for r in p.all_reduce) for p in result.probes)
+    assert result.error is None and len(result.cells) == 1
+    (server,) = made
+    assert server.forked == 3 and not server.alive()  # probes, cells, probes; closed with the job
+    assert forkserver.active() is None
+
+
+def test_a_job_without_probes_starts_one_plain_child(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("no fork server for a single child")
+
+    monkeypatch.setattr(forkserver.ForkServer, "__init__", refuse)
+    assert run_job(double_spec()).error is None
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(p) for p in text.split()]
+
+
+def test_an_overrunning_child_is_killed_and_the_server_serves_the_next() -> None:
+    spec = double_spec(params={"n": 64}, measurement={"warmup_ms": 1.0, "budget_ms": 60_000.0,
+                       "min_rounds": 3, "max_rounds": 100_000, "target_ci_pct": 0.0001})  # fmt: skip
+    with forkserver.ForkServer(_child_env()) as server:
+        t0 = time.monotonic()
+        with pytest.raises(MeasureError, match="timed out"):
+            measure_in_child(spec, device="cpu", timeout_s=3.0)
+        assert time.monotonic() - t0 < 20
+        assert _children(server.proc.pid) == []  # the child and its group are gone
+        cells, _node, _timer = measure_in_child(double_spec(), device="cpu", timeout_s=120)
+        assert len(cells) == 1 and server.forked == 2
+
+
+def test_a_benchmark_that_cannot_load_is_reported_through_the_server() -> None:
+    with forkserver.ForkServer(_child_env()), pytest.raises(BenchmarkError, match="no_such_module"):
+        measure_in_child(double_spec(benchmark="no_such_module:Bench"), device="cpu", timeout_s=120)
+
+
+def test_a_dead_server_leaves_the_children_to_start_cold(capfd: pytest.CaptureFixture[str]) -> None:
+    with forkserver.ForkServer(_child_env()) as server:
+        os.kill(server.proc.pid, signal.SIGKILL)
+        server.proc.wait()
+        spec = double_spec(probes=PROBES)
+        reports = probes_in_child(spec, phase="before", device_type="cpu", timeout_s=120)
+        assert reports[0].errors == {} and reports[0].copy_bandwidth
+        assert server.forked == 0
+
+
+def test_the_server_dies_with_the_process_that_started_it(tmp_path: Path) -> None:
+    """A job's process killed with -9 leaves no fork server behind (its death signal, and the end
+    of its control socket)."""
+    code = (
+        "import sys, time\n"
+        "from kernelab.runners import forkserver\n"
+        "from kernelab.runners.measure import _child_env\n"
+        "server = forkserver.ForkServer(_child_env())\n"
+        "print(server.proc.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    with subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) as parent:
+        assert parent.stdout is not None
+        server_pid = int(parent.stdout.readline())
+        time.sleep(1.0)  # the server has set its death signal (its first statement) by now
+        parent.kill()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.kill(server_pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail(f"fork server {server_pid} outlived its parent")
