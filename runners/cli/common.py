@@ -96,20 +96,20 @@ def configure_for_spec(spec: JobSpec, path: Path) -> None:
     """Make this process import ``spec``'s benchmark as its measuring process will: the current
     directory and the spec file's directory (a benchmark module beside its spec) on ``sys.path``,
     and ``TRITON_INTERPRET`` set when the spec runs on this machine's CPU
-    (``kernelab.kernels._device.configure_triton_env``: triton fixes its mode at its first import).
-    Touches no GPU (``torch.cuda.is_available`` reads the driver only)."""
+    (``kernelab.kernels.triton_mode.configure_triton_env``: triton fixes its mode at its first
+    import). Touches no GPU, and imports torch only where the installed build cannot say whether it
+    sees one (``kernelab.runners.job.torch_sees_cuda``)."""
     for folder in (os.getcwd(), str(Path(path).resolve().parent)):
         if folder not in sys.path:
             sys.path.append(folder)
     if "triton" in sys.modules:
         return
-    from kernelab.kernels._device import configure_triton_env
+    from kernelab.kernels.triton_mode import configure_triton_env
+    from kernelab.runners.job import torch_sees_cuda
 
     device = spec.device
     if device == "auto":
-        import torch
-
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+        device = "cuda" if torch_sees_cuda() else "cpu"
     configure_triton_env(device)
 
 
