@@ -11,14 +11,21 @@ preallocated numpy columns (``_SampleBuffer``: no object per sample); the cell's
 
 Stop rule: never before ``min_rounds``; then stop as soon as the ratio's confidence interval
 (``kernelab.service.estimators.ratio_ci``, bootstrap over whole rounds) has a half-width below
-``target_ci_pct`` of the ratio *and* the samples cover at least ``min_time_ms`` of timed device
-time (both variants, ``duration_ns * launches`` summed: nvbench's ``--min-time``, 0.5 s by
-default, which lets the GPU reach its sustained clock and power state before the CI may end the
-cell; H200 figures: 32 launches right after an idle spin read 9% faster than sustained), or
-another round would overrun ``budget_ms`` (measured from the end of the warm-up; the budget caps
-the minimum time), or ``max_rounds`` is reached. The CI is checked on a geometric schedule
-(at ``min_rounds``, then each time the round count has grown by 20%, at least 4 rounds), so its
-cost stays a small fraction of the budget.
+``target_ci_pct`` of the ratio *and* the samples cover at least ``min_time_ms`` of timed device time
+(both variants, ``duration_ns * launches`` summed: nvbench's ``--min-time``, 0.5 s by default, which
+lets the GPU reach its sustained clock and power state before the CI may end the cell; H200 figures:
+32 launches right after an idle spin read 9% faster than sustained), or another round would overrun
+``budget_ms`` (measured from the end of the warm-up; the budget caps the minimum time), or
+``max_rounds`` is reached. Past the same minimum time the cell also stops as soon as its verdict is
+decided (``stop_rule: decided``, the default; ``decided``): the stop check's interval, widened by
+``DECIDED_MARGIN``, gives ``faster``, ``slower`` or ``same`` under the server's rule
+(``kernelab.service.verdicts.timing_verdict``, its 99.8% decision interval included), so a clear
+change, or a clear absence of one, does not wait for the target width. The margin keeps the server's
+own interval (more resamples, the same samples) on the same side of the threshold; the looks are few
+(the geometric schedule) and a change needs a 99.8% interval beyond the threshold, so stopping when
+decided adds little to an A/A's false-change rate (repeated significance tests: Armitage, McPherson
+& Rowe 1969). The CI is checked on a geometric schedule (at ``min_rounds``, then each time the round
+count has grown by 20%, at least 4 rounds), so its cost stays a small fraction of the budget.
 
 Placement (``measurement.placement: rotate``): when both sides were prepared on K >= 2 input sets
 (``kernelab.runners.sides.LocalSide.add_input_set``; each set its own inputs and whatever the
@@ -186,6 +193,24 @@ def ci_half_width(
     if not (ratio > 0 and math.isfinite(low) and math.isfinite(high)):
         return None
     return ratio, (high - low) / 2.0 / ratio
+
+
+DECIDED_MARGIN = 1.25
+"""The stop check's interval is widened by this before ``decided`` reads a verdict from it."""
+
+
+def decided(ci: tuple[float, float], threshold_pct: float) -> bool:
+    """Whether the stop check's ``(ratio, relative 95% half-width)`` already decides the cell's
+    verdict at ``threshold_pct`` (module docstring): ``timing_verdict`` of the interval widened by
+    ``DECIDED_MARGIN`` is ``faster``, ``slower`` or ``same``."""
+    from kernelab.service.verdicts import timing_verdict
+
+    ratio, half = ci
+    half *= DECIDED_MARGIN
+    if not (ratio > 0 and 0 <= half < 1):
+        return False
+    verdict, _ = timing_verdict(ratio, ratio * (1 - half), ratio * (1 + half), threshold_pct)
+    return verdict != "inconclusive"
 
 
 class PairTimer(Protocol):
@@ -883,7 +908,9 @@ def measure_interleaved(
                 per_sample = f"{launches['baseline']}/{launches['candidate']} launches per sample"
                 timed = f"{timed_ns / _NS_PER_MS:.0f}/{settings.min_time_ms:g} ms min time"
                 progress(f"round {rounds}: {text} ({per_sample}, {timed})")
-            if ci is not None and ci[1] < target and timed_ns >= min_time_ns and rounds >= cycle_rounds:
+            may_stop = ci is not None and timed_ns >= min_time_ns and rounds >= cycle_rounds
+            early = settings.stop_rule == "decided" and ci is not None and decided(ci, settings.threshold_pct)
+            if may_stop and ci is not None and (ci[1] < target or early):
                 break
             next_check = rounds + max(_MIN_CHECK_INTERVAL_ROUNDS, math.ceil(_CHECK_GROWTH * rounds))
     if monitor is not None:

@@ -196,6 +196,12 @@ class MeasurementSpec(_Strict):
         description="timed device time (both variants) before the CI may stop sampling (nvbench "
         "--min-time); budget_ms still caps",
     )
+    stop_rule: Literal["decided", "target-ci"] = Field(
+        default="decided",
+        description="'decided': after min_time_ms, stop once the CI is narrower than target_ci_pct or "
+        "already decides the verdict (faster, slower or same at threshold_pct, with a margin); "
+        "'target-ci': only once it is narrower than target_ci_pct (kernelab.runners.engine)",
+    )
     timer: Literal["auto", "cuda-event", "cuda-graph", "perf_counter"] = Field(
         default="auto",
         description="'auto': CUDA-graph replay on a GPU (cuda-event for a callable that cannot be "

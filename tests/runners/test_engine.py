@@ -67,8 +67,10 @@ def timed_ns(samples: SampleColumns) -> float:
 
 
 def settings(**kw) -> MeasurementSpec:
-    # min_time_ms 0: these tests are about the other stop rules (test_timing_defaults.py covers min time)
-    base = {"warmup_ms": 0.0, "budget_ms": 60_000.0, "target_ci_pct": 1e-6, "min_time_ms": 0.0}
+    # min_time_ms 0: these tests are about the other stop rules (test_timing_defaults.py covers min time);
+    # stop_rule target-ci: a decided verdict would end these cells first (test_stop_when_decided_*)
+    base = {"warmup_ms": 0.0, "budget_ms": 60_000.0, "target_ci_pct": 1e-6, "min_time_ms": 0.0,
+            "stop_rule": "target-ci"}  # fmt: skip
     return MeasurementSpec(**{**base, **kw})
 
 
@@ -378,3 +380,45 @@ def test_a_sample_the_schema_refuses_fails_the_cell_naming_column_and_index():
     with pytest.raises(ValidationError) as info:
         measure_interleaved(CountingPair(bad_at=2, bad_ns=-1.0), settings(min_rounds=4, max_rounds=4))
     assert [e["loc"] for e in info.value.errors()] == [("duration_ns", 2)]
+
+
+@pytest.mark.parametrize(
+    ("candidate_ns", "verdict"),
+    [(200_000, "slower"), (50_000, "faster"), (100_000, "same")],
+)
+def test_stop_when_decided_ends_a_cell_whose_verdict_is_clear(candidate_ns: float, verdict: str) -> None:
+    """``stop_rule: decided`` (the default): a clear change, and a clear absence of one, end the cell
+    long before a target width nobody can reach (1e-6 %); the server's verdict of those samples is
+    the one the stop read. ``target-ci`` runs the same pair to its budget."""
+    from kernelab.runners.engine import DECIDED_MARGIN, decided
+    from kernelab.service.estimators import ratio_ci
+    from kernelab.service.verdicts import timing_verdict
+
+    spread = 2_000  # +-2% of the baseline's 100 us
+    spec = settings(budget_ms=20_000.0, stop_rule="decided", threshold_pct=5.0)
+    quick, _ = fake_pair(
+        uniform(100_000, spread, 1), uniform(candidate_ns, spread * candidate_ns / 1e5, 2), spec
+    )
+    full, _ = fake_pair(uniform(100_000, spread, 1), uniform(candidate_ns, spread * candidate_ns / 1e5, 2),
+                        spec.model_copy(update={"stop_rule": "target-ci"}))  # fmt: skip
+    assert timed_ns(full) > 0.9 * 20_000e6  # the budget ended it
+    assert timed_ns(quick) < 0.05 * timed_ns(full)
+    ratio, low, high = ratio_ci(quick, confidence=0.95, n_resamples=2000, seed=0)
+    assert timing_verdict(ratio, low, high, 5.0)[0] == verdict
+    assert decided((ratio, (high - low) / 2 / ratio / DECIDED_MARGIN), 5.0)
+
+
+def test_stop_when_decided_waits_while_the_interval_straddles_the_threshold() -> None:
+    """An interval across the threshold, or a change that excludes 1 but not the threshold, decides
+    nothing: such a cell runs to its budget, as before."""
+    from kernelab.runners.engine import decided
+
+    assert not decided((1.05, 0.01), 5.0)  # 1.05 +- 1.25%: straddles 1 + 5%
+    assert not decided((1.03, 0.03), 5.0)  # excludes 1 at 95%, not beyond the threshold
+    assert decided((1.20, 0.01), 5.0) and decided((1.0, 0.01), 5.0) and decided((0.8, 0.01), 5.0)
+    assert not decided((1.0, 0.045), 5.0)  # same needs the widened interval inside +-5%
+    # noisy samples (+-90%, one launch each) at the threshold: the interval stays across 1.05
+    spec = settings(budget_ms=200.0, stop_rule="decided", threshold_pct=5.0)
+    samples, _ = fake_pair(uniform(1_000_000, 900_000, 1), uniform(1_050_000, 945_000, 2), spec,
+                           min_window_ns=1.0, max_launches=1)  # fmt: skip
+    assert timed_ns(samples) > 0.9 * 200e6
