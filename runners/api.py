@@ -27,17 +27,13 @@ from kernelab.kernels.base import Benchmark, BenchmarkError
 from kernelab.kernels.define import DefinedBenchmark, benchmark
 from kernelab.kernels.preflight import as_reduction
 from kernelab.kernels.tolerances import Reduction
-from kernelab.service.schemas import Comparison, JobResult, JobSpec, Verdict, Work
+from kernelab.service.schemas import Comparison, JobResult, JobSpec, ProbeSpec, Verdict, Work
 
 BASELINE = "baseline"
 CANDIDATE = "candidate"
-PROBES_OFF = {
-    "copy_bandwidth": False,
-    "all_reduce": False,
-    "nvml": False,
-    "matmul_peak": False,
-    "canary": False,
-}
+PROBES_OFF = ProbeSpec.off().model_dump(
+    include={"copy_bandwidth", "all_reduce", "nvml", "matmul_peak", "canary"}
+)
 """``JobSpec.probes`` with every probe off (the API's default: a notebook wants the comparison)."""
 DEFAULT_FAIL_ON: frozenset[Verdict] = frozenset({"failed", "incorrect"})
 

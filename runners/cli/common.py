@@ -18,7 +18,7 @@ import typer
 from kernelab.runners.cli.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_NO_VERDICT, EXIT_OK
 from kernelab.runners.client import KernelabClient
 from kernelab.runners.specfile import SpecFileError, load_any_spec, load_spec
-from kernelab.service.schemas import JobSpec, Verdict, WorkloadSpec
+from kernelab.service.schemas import JobSpec, ProbeSpec, Verdict, WorkloadSpec
 from kernelab.service.verdicts import VERDICT_ORDER
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_NO_VERDICT", "EXIT_OK"]
@@ -90,6 +90,19 @@ def read_spec(path: Path, *, check_benchmark: bool = True) -> JobSpec:
         return load_spec(path)
     except SpecFileError as exc:
         raise fail(exc.render(), EXIT_BAD_INPUT) from None
+
+
+NoProbesOpt = Annotated[
+    bool, typer.Option("--no-probes", help="skip the node-health probes before and after")
+]
+
+
+def without_probes(spec: JobSpec | WorkloadSpec) -> Any:
+    """``spec`` with no probe: a job's before and after (``ProbeSpec.off``), or a workload's before
+    the first run and between runs."""
+    if isinstance(spec, WorkloadSpec):
+        return spec.model_copy(update={"probes": spec.probes.model_copy(update={"between_runs": False})})
+    return spec.model_copy(update={"probes": ProbeSpec.off()})
 
 
 def configure_for_spec(spec: JobSpec, path: Path) -> None:

@@ -18,6 +18,7 @@ from kernelab.runners.cli.common import (
     BaselineRefOpt,
     CandidateRefOpt,
     FailOnOpt,
+    NoProbesOpt,
     RepoOpt,
     ServerOpt,
     SpecArg,
@@ -26,6 +27,7 @@ from kernelab.runners.cli.common import (
     client_for,
     fail,
     read_spec,
+    without_probes,
 )
 from kernelab.runners.cli.output import parse_fail_on, show_job, wait_and_show
 from kernelab.runners.client import KernelabAPIError, KernelabUnavailable
@@ -74,6 +76,7 @@ def submit(
     json_path: Annotated[
         Path | None, typer.Option("--json", help="with --wait: write the Comparison JSON here")
     ] = None,
+    no_probes: NoProbesOpt = False,
 ) -> None:
     """Queue a job; print its id, and on stderr why it waits when no live runner offers its
     benchmark (the job's ``waiting_for``; with --wait, also the comparison table).
@@ -92,6 +95,8 @@ def submit(
     spec = workload or apply_refs(
         read_spec(spec_path, check_benchmark=not refs), spec_path, repo, baseline_ref, candidate_ref
     )
+    if no_probes:
+        spec = without_probes(spec)
     with client_for(server, token) as client:
         try:
             job = client.submit(spec)

@@ -20,6 +20,7 @@ from kernelab.runners.cli.common import (
     BaselineRefOpt,
     CandidateRefOpt,
     FailOnOpt,
+    NoProbesOpt,
     RepoOpt,
     SpecArg,
     TokenOpt,
@@ -29,6 +30,7 @@ from kernelab.runners.cli.common import (
     fail,
     print_cell_progress,
     read_spec,
+    without_probes,
 )
 from kernelab.runners.cli.output import gate, parse_fail_on, print_comparison
 from kernelab.runners.client import KernelabAPIError, KernelabUnavailable
@@ -37,9 +39,6 @@ from kernelab.service.schemas import Comparison, JobResult, JobSpec, ProbeSpec, 
 SpecsArg = Annotated[list[Path], typer.Argument(help="job spec(s), YAML or JSON", show_default=False)]
 QuietOpt = Annotated[
     bool, typer.Option("--quiet", "-q", help="no progress lines, only the table and the gate")
-]
-NoProbesOpt = Annotated[
-    bool, typer.Option("--no-probes", help="skip the node-health probes before and after")
 ]
 
 
@@ -91,10 +90,8 @@ def run(
     if workload is not None:
         from kernelab.runners.cli.workload import run_workload_spec
 
-        if no_probes:  # no probe before the first run nor between runs
-            workload = workload.model_copy(
-                update={"probes": workload.probes.model_copy(update={"between_runs": False})}
-            )
+        if no_probes:
+            workload = without_probes(workload)
 
         raise typer.Exit(
             run_workload_spec(
@@ -116,9 +113,7 @@ def run(
         if spec.baseline.source is None and spec.candidate.source is None:
             check_benchmark_code(spec, spec_path)
         if no_probes:
-            from kernelab.runners.api import PROBES_OFF
-
-            spec = spec.model_copy(update={"probes": ProbeSpec.model_validate(PROBES_OFF)})
+            spec = without_probes(spec)
         specs.append((spec_path, spec))
     comparisons, results, status = [], [], EXIT_OK
     for spec_path, spec in specs:
@@ -254,7 +249,7 @@ def probe(
     from kernelab.runners.probes import node_info, run_probes
     from kernelab.runners.probes.format import format_probe_report, format_verdict
     from kernelab.service import health
-    from kernelab.service.schemas import HealthBand, ProbeSpec
+    from kernelab.service.schemas import HealthBand
 
     if mode not in ("quick", "full"):
         raise fail(f"--mode must be 'quick' or 'full', got {mode!r}", EXIT_BAD_INPUT)

@@ -306,6 +306,12 @@ class ProbeSpec(_Strict):
         "and after every cell; a cell after which it moved by more than 15% is node-changed",
     )
 
+    @classmethod
+    def off(cls) -> ProbeSpec:
+        """Every probe off, the in-process copy canary included (``kernelab run --no-probes``,
+        ``kernelab submit --no-probes``, the Python API's default)."""
+        return cls(copy_bandwidth=False, all_reduce=False, nvml=False, matmul_peak=False, canary=False)
+
 
 class CorrectnessSpec(_Strict):
     """Correctness checks against the benchmark's higher-precision reference."""

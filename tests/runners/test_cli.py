@@ -286,3 +286,25 @@ def test_submit_says_why_the_job_waits_when_no_runner_offers_its_benchmark(
     waited = _invoke("submit", str(spec), "--server", url, "--token", token, "--wait", "--timeout-s", "2")
     assert waited.exit_code == 3
     assert waited.stderr.count("no live runner advertises it") == 1, waited.stderr
+
+
+@pytest.mark.slow  # a server process of its own
+def test_submit_no_probes_queues_the_job_with_every_probe_off(
+    own_server: tuple[str, str], tmp_path: Path
+) -> None:
+    """``submit --no-probes`` as ``run --no-probes``: the stored spec has every probe off."""
+    import httpx
+
+    url, token = own_server
+    spec = _write(tmp_path, "benchmark: softmax\nbaseline: {variant: torch}\ncandidate: {variant: torch}\n"
+                  "sweep: {M: [8], N: [16]}\ndevice: cpu\n")  # fmt: skip
+    ids = {}
+    for flag in ((), ("--no-probes",)):
+        result = _invoke("submit", str(spec), "--server", url, "--token", token, *flag)
+        assert result.exit_code == 0, result.output
+        ids[flag] = result.stdout.strip()
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}) as http:
+        probes = {flag: http.get(f"/api/v1/jobs/{i}").json()["spec"]["probes"] for flag, i in ids.items()}
+    assert probes[()]["copy_bandwidth"] and probes[()]["all_reduce"]
+    off = probes[("--no-probes",)]
+    assert not any(off[k] for k in ("copy_bandwidth", "all_reduce", "nvml", "matmul_peak", "canary"))
