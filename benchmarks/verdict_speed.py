@@ -5,7 +5,7 @@
 
 For each sweep size, ``kernelab run`` (the CLI, as a user runs it: process start, spec checks,
 probes, every cell in the measuring child, the comparison, the table) on a softmax sweep of that
-many cells (rows ``M`` from a list of sizes, ``N`` 1024 on a GPU and 256 on a CPU), timed from the
+many cells (``sweep``: rows ``M``, columns ``N``, dtypes), timed from the
 command's start to its exit. The raw ``JobResult`` (``--result``) gives where the time went: the
 probes' own wall time (``ProbeReport.wall_s``) and each cell's ``phase_s`` (``prepare``,
 ``correctness``, ``measure``: warm-up and rounds, ``checks``: timed correctness checks,
@@ -40,17 +40,14 @@ PHASES = ("prepare", "correctness", "measure", "checks", "cross_check", "device_
 
 
 def sweep(cells: int, device: str) -> dict[str, list[Any]]:
-    """A softmax sweep of exactly ``cells`` cells: rows x columns x dtypes from fixed lists."""
-    columns = [1024, 4096] if device == "cuda" else [256, 512]
-    dtypes = ["float32", "bfloat16"] if device == "cuda" else ["float32"]
-    per_row = len(columns) * len(dtypes)
+    """A softmax sweep of exactly ``cells`` cells: up to 17 cells vary ``M`` alone (``N`` 1024,
+    float32); more are 10 per row (``N`` 512-8192, float32 and bfloat16), ``cells`` a multiple of 10."""
     if cells <= len(ROWS):
-        return {"M": ROWS[:cells], "N": columns[:1], "dtype": dtypes[:1]}
-    rows = -(-cells // per_row)
-    if rows > len(ROWS) or rows * per_row != cells:
-        raise SystemExit(
-            f"--cells {cells}: use <= {len(ROWS)} or a multiple of {per_row} up to {len(ROWS) * per_row}"
-        )
+        return {"M": ROWS[:cells], "N": [1024], "dtype": ["float32"]}
+    columns, dtypes = [512, 1024, 2048, 4096, 8192], ["float32", "bfloat16"]
+    rows, rest = divmod(cells, len(columns) * len(dtypes))
+    if rest or rows > len(ROWS):
+        raise SystemExit(f"--cells {cells}: at most {len(ROWS)}, or a multiple of 10 up to {10 * len(ROWS)}")
     return {"M": ROWS[:rows], "N": columns, "dtype": dtypes}
 
 
