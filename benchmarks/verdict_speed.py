@@ -75,25 +75,46 @@ def run_cli(cells: int, args: argparse.Namespace, out: Path) -> dict[str, Any]:
     folder.mkdir(parents=True, exist_ok=True)
     spec_path = folder / "spec.yaml"
     spec_path.write_text(yaml.safe_dump(spec_for(cells, args)), encoding="utf-8")
-    cmd = [sys.executable, "-m", "kernelab.runners.cli", "run", str(spec_path), "--quiet",
+    cmd = [sys.executable, "-m", "kernelab.runners.cli", "run", str(spec_path),
            "--result", str(folder / "result.json"), "--json", str(folder / "comparison.json")]  # fmt: skip
     t0 = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    lines: list[tuple[float, str]] = []  # (s since start, line): the progress lines say where time goes
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1"}) as proc:  # fmt: skip
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append((time.perf_counter() - t0, line.rstrip("\n")))
     wall = time.perf_counter() - t0
-    (folder / "stdout.txt").write_text(done.stdout + done.stderr, encoding="utf-8")
+    (folder / "timeline.txt").write_text("".join(f"{t:8.3f} {text}\n" for t, text in lines), encoding="utf-8")
     if not (folder / "result.json").exists():
-        raise SystemExit(f"kernelab run failed ({done.returncode}):\n{done.stderr[-3000:]}")
+        raise SystemExit(f"kernelab run failed ({proc.returncode}):\n" + "\n".join(t for _, t in lines[-40:]))
+
+    def first(mark: str) -> float | None:
+        return next((t for t, text in lines if mark in text), None)
+
     result = json.loads((folder / "result.json").read_text())
     comparison = json.loads((folder / "comparison.json").read_text())
     phases = {p: sum(c.get("phase_s", {}).get(p, 0.0) for c in result["cells"]) for p in PHASES}
     probes = sum(p.get("wall_s") or 0.0 for p in result.get("probes", []))
     inside = probes + sum(phases.values())
     verdicts: dict[str, int] = {}
+    reasons: dict[str, int] = {}
     for cell in comparison["cells"]:
         verdicts[cell["verdict"]] = verdicts.get(cell["verdict"], 0) + 1
+        for r in cell.get("reasons", []):
+            reasons[r["code"]] = reasons.get(r["code"], 0) + 1
     return {
         "cells": cells,
-        "exit": done.returncode,
+        "exit": proc.returncode,
+        "reasons": reasons,
+        # seconds from the command's start: its first line, the first cell, the probes after, the table
+        "marks_s": {
+            "first_line": lines[0][0] if lines else None,
+            "probes_before": first("probes before"),
+            "first_cell": first("cell 1/"),
+            "probes_after": first("probes after"),
+            "table": first("baseline ("),
+        },  # fmt: skip
         "wall_s": wall,
         "per_cell_s": wall / cells,
         "probes_s": probes,
@@ -176,7 +197,8 @@ def main() -> None:
     for r in rows:
         cols = [str(r["cells"]), f"{r['wall_s']:.1f}", f"{r['per_cell_s']:.2f}", f"{r['probes_s']:.2f}",
                 *(f"{r['phase_s'][p]:.2f}" for p in PHASES), f"{r['outside_s']:.1f}",
-                ", ".join(f"{n} {v}" for v, n in sorted(r["verdicts"].items()))]  # fmt: skip
+                ", ".join(f"{n} {v}" for v, n in sorted(r["verdicts"].items()))
+                + "".join(f" ({n} {c})" for c, n in sorted(r["reasons"].items()))]  # fmt: skip
         if args.quick_tools:
             cols += [f"{r['quick_tool_s']:.1f}", f"{r['nvbench_like_s']:.1f}"]
         print("| " + " | ".join(cols) + " |")

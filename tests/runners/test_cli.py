@@ -308,3 +308,35 @@ def test_submit_no_probes_queues_the_job_with_every_probe_off(
     assert probes[()]["copy_bandwidth"] and probes[()]["all_reduce"]
     off = probes[("--no-probes",)]
     assert not any(off[k] for k in ("copy_bandwidth", "all_reduce", "nvml", "matmul_peak", "canary"))
+
+
+def test_version_and_each_command_import_only_what_they_use() -> None:
+    """``kernelab --version`` loads no command module, no schema, torch or scipy; a command loads
+    its own module and not the others' (``kernelab.runners.cli.COMMANDS``)."""
+    import subprocess
+    import sys
+
+    heavy = ("torch", "scipy", "httpx", "kernelab.service.schemas", "kernelab.runners.cli.local",
+             "kernelab.runners.cli.server", "kernelab.runners.cli.daemon")  # fmt: skip
+    code = (
+        "import sys\n"
+        "from kernelab.runners.cli import app\n"
+        "sys.argv = ['kernelab', *sys.argv[1:]]\n"
+        "try:\n    app()\nexcept SystemExit:\n    pass\n"
+        f"print([m for m in {heavy!r} if m in sys.modules])\n"
+    )
+    version = subprocess.run(
+        [sys.executable, "-c", code, "--version"], capture_output=True, text=True, timeout=120
+    )
+    assert version.stdout.splitlines() == [f"kernelab {kernelab_version()}", "[]"], version.stderr
+    jobs = subprocess.run([sys.executable, "-c", code, "token", "--help"], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    loaded = eval(jobs.stdout.splitlines()[-1])  # noqa: S307 (our own print of a list of names)
+    assert "kernelab.runners.cli.local" not in loaded and "kernelab.runners.cli.server" not in loaded
+    assert "torch" not in loaded
+
+
+def kernelab_version() -> str:
+    from kernelab import __version__
+
+    return __version__

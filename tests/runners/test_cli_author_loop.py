@@ -237,10 +237,14 @@ def test_the_config_file_reaches_every_client_command_and_no_runner(tmp_path: Pa
     from kernelab.runners.cli.config import NOT_CLIENT_COMMANDS, default_map
 
     group = typer.main.get_command(app)
+    ctx = typer.Context(group)
+    # the commands load lazily (kernelab.runners.cli.COMMANDS); the invoked one is loaded by the time
+    # the group's callback builds the default map, here all of them are
+    loaded = {name: group.get_command(ctx, name) for name in group.list_commands(ctx)}  # type: ignore[attr-defined]
     values = {"server": "http://127.0.0.1:1", "token": "t" * 20}
     given = default_map(group, values)
     clients = []
-    for name, command in group.commands.items():  # type: ignore[attr-defined]
+    for name, command in loaded.items():
         subs = getattr(command, "commands", None) or {name: command}
         for sub_name, sub in subs.items():
             takes = {p.name for p in sub.params} & {"server", "token"}
