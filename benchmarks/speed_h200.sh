@@ -21,7 +21,7 @@ if [ "$part" = a ]; then
   step speed-1-10; timeout 150 python3 benchmarks/verdict_speed.py "$out/vs" --device cuda --cells 1,10 --quick-tools > "$out/speed_small.txt" 2>&1
   step speed-100;  timeout 280 python3 benchmarks/verdict_speed.py "$out/vs100" --device cuda --cells 100 > "$out/speed_100.txt" 2>&1
   files="pytest_gpu speed_small speed_100"
-else
+elif [ "$part" = b ]; then
   step gpu-tests; timeout 200 python3 -m pytest -q -rf --tb=short -p no:cacheprovider tests/runners/test_timing.py tests/runners/test_job.py tests/runners/test_forkserver.py tests/kernels/test_gpu.py > "$out/pytest_gpu.txt" 2>&1
   step timeline;  timeout 60 python3 benchmarks/verdict_speed.py "$out/vs1" --device cuda --cells 1 > "$out/speed_1.txt" 2>&1; cp "$out/vs1/cells-1/timeline.txt" "$out/timeline_1.txt"
   step aa-one;  timeout 100 $T aa one 20 --in-process > "$out/aa_one.txt" 2>&1
