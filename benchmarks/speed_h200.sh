@@ -30,7 +30,8 @@ elif [ "$part" = b ]; then
   step sens;    timeout 150 $T sens 20 --in-process --budget-ms 3000 > "$out/sens.txt" 2>&1
   files="pytest_gpu speed_1 timeline_1 aa_one aa_copy aa_mm sens"
 elif [ "$part" = c ]; then
-  step cheats;  timeout 280 python3 -m pytest -q -rf --tb=line -m gpu -p no:cacheprovider tests/adversarial/test_cheats_gpu.py > "$out/cheats.txt" 2>&1
-  files="cheats"
+  step timeline;  timeout 60 python3 benchmarks/verdict_speed.py "$out/vs1" --device cuda --cells 1 > "$out/speed_1.txt" 2>&1; cp "$out/vs1/cells-1/timeline.txt" "$out/timeline_1.txt"
+  step cheats;  timeout 300 python3 -m pytest -q -rf --tb=line -m gpu -p no:cacheprovider tests/adversarial/test_cheats_gpu.py > "$out/cheats.txt" 2>&1
+  files="speed_1 cheats"
 fi
 for f in $files; do echo "=== $f"; tail -16 "$out/$f.txt"; done

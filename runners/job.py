@@ -86,7 +86,8 @@ def torch_sees_cuda() -> bool:
     False at once for a build of torch with neither CUDA nor ROCm (``torch_build``: a CPU or XPU
     wheel) and, on Linux, for a CUDA build where the driver library cannot be loaded (torch's CUDA
     runtime would find no driver either); otherwise torch is imported (already imported: used) and
-    asked, which also counts ``CUDA_VISIBLE_DEVICES`` and the driver's own answer. The build is read
+    asked (``torch.cuda.device_count``: NVML where it answers, so this process never initialises
+    CUDA), which also counts ``CUDA_VISIBLE_DEVICES``. The build is read
     even where torch is imported already, so a benchmark that patched ``torch.cuda`` in this process
     cannot turn a CPU build into a CUDA device."""
     build = torch_build()  # even with torch imported: benchmark code may have patched torch.cuda
@@ -97,7 +98,10 @@ def torch_sees_cuda() -> bool:
             return False
     import torch
 
-    return bool(torch.cuda.is_available())
+    # device_count() asks NVML (and reads CUDA_VISIBLE_DEVICES) where it can, without cuInit: the
+    # orchestrating process must not initialise CUDA, and on an H200 node cudaGetDeviceCount's
+    # driver start cost this process seconds that each child pays again anyway
+    return torch.cuda.device_count() > 0
 
 
 def device_name(requested: str | torch.device | None, spec_device: str = "auto") -> str:
