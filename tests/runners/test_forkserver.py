@@ -62,7 +62,8 @@ def _children(pid: int) -> list[int]:
 
 def test_an_overrunning_child_is_killed_and_the_server_serves_the_next() -> None:
     spec = double_spec(params={"n": 64}, measurement={"warmup_ms": 1.0, "budget_ms": 60_000.0,
-                       "min_rounds": 3, "max_rounds": 100_000, "target_ci_pct": 0.0001})  # fmt: skip
+                       "min_rounds": 3, "max_rounds": 100_000, "target_ci_pct": 0.0001,
+                       "stop_rule": "target-ci"})  # fmt: skip
     with forkserver.ForkServer(_child_env()) as server:
         t0 = time.monotonic()
         with pytest.raises(MeasureError, match="timed out"):

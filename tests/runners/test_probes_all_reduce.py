@@ -49,46 +49,50 @@ def test_gloo_three_processes_bus_bandwidth_factor() -> None:
     assert reading.busbw_gbps == pytest.approx(reading.algbw_gbps * 4 / 3, rel=1e-9)
 
 
-@pytest.mark.slow
-def test_hung_or_slow_ranks_are_killed_at_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
-    from kernelab.runners.probes import all_reduce
+def _in_a_fresh_process(code: str) -> None:
+    """Run ``code`` in a new interpreter: a pytest-xdist worker has threads of its own, where
+    ``all_reduce`` never forks its ranks (``_may_fork``)."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
 
-    # The CPU ranks are forked from this process, so they run this module's code as patched here:
+
+@pytest.mark.slow
+def test_hung_or_slow_ranks_are_killed_at_the_deadline() -> None:
+    # The CPU ranks are forked from the measuring process, so they run its code as patched there:
     # a rank that never returns.
-    monkeypatch.setattr(all_reduce, "_child_main", lambda: time.sleep(600))
-    assert all_reduce._may_fork("cpu")
-    t0 = time.monotonic()
-    with pytest.raises(TimeoutError, match="did not finish"):
-        measure_all_reduce("cpu", sizes_bytes=[8], timeout_s=0.5)
-    assert time.monotonic() - t0 < 5.0
+    _in_a_fresh_process(
+        "import time, pytest\n"
+        "from kernelab.runners.probes import all_reduce\n"
+        "all_reduce._child_main = lambda: time.sleep(600)\n"
+        "assert all_reduce._may_fork('cpu')\n"
+        "t0 = time.monotonic()\n"
+        "with pytest.raises(TimeoutError, match='did not finish'):\n"
+        "    all_reduce.measure_all_reduce('cpu', sizes_bytes=[8], timeout_s=0.5)\n"
+        "assert time.monotonic() - t0 < 5.0\n"
+    )
 
 
 def test_cpu_ranks_are_forked_only_from_a_process_without_other_threads() -> None:
     """Forked ranks (no second ``import torch``) where no other Python thread could hold a lock;
     fresh interpreters otherwise, and for CUDA always. Both measure the same way."""
-    import threading
-
-    from kernelab.runners.probes import all_reduce
-
-    assert all_reduce._may_fork("cpu") and not all_reduce._may_fork("cuda")
-    stop = threading.Event()
-    other = threading.Thread(target=stop.wait)
-    other.start()
-    try:
-        assert not all_reduce._may_fork("cpu")
-        with all_reduce.start_all_reduce("cpu", sizes_bytes=[8], warmup_iters=1, iters=2) as fresh:
-            assert all(isinstance(p, subprocess.Popen) for p in fresh._procs)
-            fresh.go()
-            (from_fresh,), _ = fresh.wait()
-    finally:
-        stop.set()
-        other.join()
-    with all_reduce.start_all_reduce("cpu", sizes_bytes=[8], warmup_iters=1, iters=2) as forked:
-        assert not any(isinstance(p, subprocess.Popen) for p in forked._procs)
-        forked.go()
-        (from_forked,), _ = forked.wait()
-    assert from_fresh.correct and from_forked.correct
-    assert from_fresh.size_bytes == from_forked.size_bytes == 8
+    _in_a_fresh_process(
+        "import subprocess, threading\n"
+        "from kernelab.runners.probes import all_reduce\n"
+        "assert all_reduce._may_fork('cpu') and not all_reduce._may_fork('cuda')\n"
+        "def one(fresh):\n"
+        "    with all_reduce.start_all_reduce('cpu', sizes_bytes=[8], warmup_iters=1, iters=2) as run:\n"
+        "        assert all(isinstance(p, subprocess.Popen) == fresh for p in run._procs)\n"
+        "        run.go()\n"
+        "        (reading,), _ = run.wait()\n"
+        "    assert reading.correct and reading.size_bytes == 8\n"
+        "stop = threading.Event()\n"
+        "other = threading.Thread(target=stop.wait)\n"
+        "other.start()\n"
+        "assert not all_reduce._may_fork('cpu')\n"
+        "one(fresh=True)\n"
+        "stop.set(); other.join()\n"
+        "one(fresh=False)\n"
+    )
 
 
 @pytest.mark.slow

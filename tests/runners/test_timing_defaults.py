@@ -42,8 +42,10 @@ def rounds_of(samples: SampleColumns) -> int:
 
 
 def spec(**kw: Any) -> MeasurementSpec:
-    # target 50%: the CI condition holds from the first check, so only the minimum time decides.
-    base = {"warmup_ms": 0.0, "budget_ms": 60_000.0, "target_ci_pct": 50.0, "min_rounds": 4}
+    # target 50%: the CI condition holds from the first check, so only the minimum time decides;
+    # stop_rule target-ci: where a test sets an unreachable target, a decided verdict must not end it
+    base = {"warmup_ms": 0.0, "budget_ms": 60_000.0, "target_ci_pct": 50.0, "min_rounds": 4,
+            "stop_rule": "target-ci"}  # fmt: skip
     return MeasurementSpec(**{**base, **kw})
 
 
