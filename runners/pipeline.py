@@ -49,6 +49,7 @@ from typing import Any, Protocol
 
 import torch
 
+from kernelab.kernels.triton_mode import interpreter_launches
 from kernelab.runners.engine import (
     Checkpoint,
     ClockSampler,
@@ -231,7 +232,10 @@ def _eager_checks(spec: JobSpec, result: CellResult, sides: Mapping[Side, CellSi
     for side in sides.values():
         side.take_reference()  # before any side runs: the two may share their inputs
     for v, side in sides.items():
+        launched = interpreter_launches()
         result.correctness[v], found = side.eager_check(spec.correctness, seed=spec.measurement.seed)
+        if interpreter_launches() > launched:  # its calls ran Triton kernels in the interpreter
+            result.interpreted.append(v)
         _add(result, found)
     if spec.correctness.bitwise_vs_baseline:
         candidate = result.correctness["candidate"]

@@ -182,9 +182,10 @@ def why(cell: CellComparison) -> str:
 
 
 def void_timing(cell: CellComparison) -> bool:
-    """True when the cell's timing numbers are no result (its verdict is in ``PROBLEM_VERDICTS``):
-    renderers show them marked (parentheses, greyed), never as a speed-up."""
-    return cell.verdict in PROBLEM_VERDICTS
+    """True when the cell's timing numbers are no result (its verdict is in ``PROBLEM_VERDICTS``,
+    or a side was timed in Triton's interpreter: reason ``interpreted``): renderers show them marked
+    (parentheses, greyed), never as a speed-up."""
+    return cell.verdict in PROBLEM_VERDICTS or any(r.code == "interpreted" for r in cell.reasons)
 
 
 class WhyGroup(NamedTuple):

@@ -358,7 +358,8 @@ def _compare_kept(
         flags.append("noisy")
     if verdicts.contention_seen(cell.contention):
         flags.append("contended")
-    found = [*extra, *verdicts.correctness_reasons(result, cell), *verdicts.timer_reasons(cell)]
+    found = [*extra, *verdicts.correctness_reasons(result, cell), *verdicts.timer_reasons(cell),
+             *verdicts.interpreted_reasons(cell)]  # fmt: skip
     cross = verdicts.cross_check_summary(
         cell, stats, raw_numbers["ratio"], m.cross_check_pct, m.threshold_pct, _cross_ci(cell, seed)
     )

@@ -54,7 +54,7 @@ from kernelab.service.schemas import (
     Verdict,
 )
 
-METHOD_VERSION = 8
+METHOD_VERSION = 9
 """Version of these rules. A stored ``Comparison`` with a lower ``method_version`` was judged by
 older rules (version 1: a wrong kernel could read ``faster``; version 2: two samples per side could
 read ``faster``, a sample throttled by its clock-event reasons counted as clean; version 3: no timer
@@ -62,7 +62,8 @@ cross-check, no input-set placement strata; version 4: a verdict the input place
 stood, a side's median was the pooled one; version 5: no power state, SM clock or energy per launch
 in the comparison; version 6: at most two input sets, no CI across placements; version 7: a
 change claimed at 95%, whatever the CI's width against the threshold, a sample power-capped at
-its full clock left out as throttled) and is recomputed from its raw result."""
+its full clock left out as throttled; version 8: a Triton kernel timed in Triton's interpreter got
+a timing verdict) and is recomputed from its raw result."""
 
 VERDICT_ORDER: tuple[Verdict, ...] = get_args(Verdict)
 """Every verdict, highest precedence first (the order of ``schemas.Verdict``)."""
@@ -169,6 +170,12 @@ REASONS: dict[str, ReasonKind] = {
     ),
     "timer-mismatch": ReasonKind(
         "inconclusive", "timer-mismatch", "the two sides were timed by different methods"
+    ),
+    "interpreted": ReasonKind(
+        "inconclusive",
+        None,
+        "a side's Triton kernels ran in Triton's interpreter (a CPU node): its time is the interpreter's, "
+        "not the kernel's; its correctness was checked",
     ),
     "no-run-noise": ReasonKind(
         "inconclusive",
@@ -660,6 +667,23 @@ def timer_reasons(cell: CellResult) -> list[Reason]:
             )
         ]
     return []
+
+
+def interpreted_reasons(cell: CellResult) -> list[Reason]:
+    """``interpreted`` for each side whose calls ran Triton kernels in Triton's interpreter
+    (``CellResult.interpreted``, ``TRITON_INTERPRET=1`` on a CPU node): a timing of the interpreter
+    against a native side (or another interpreted one) says nothing about the kernels, so the cell
+    gets no timing verdict; its correctness verdicts still stand."""
+    return [
+        reason(
+            "interpreted",
+            f"{side}: its Triton kernels ran in Triton's interpreter (no GPU: TRITON_INTERPRET=1), so its "
+            "time is Python's, not the kernel's; the output was checked. Run it on a GPU node to time it",
+            side=side,
+        )
+        for side in _SIDES
+        if side in cell.interpreted
+    ]
 
 
 def _relative_iqr(values: Sequence[float]) -> float:

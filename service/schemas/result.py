@@ -422,6 +422,11 @@ class CellResult(_Posted):
     timers: Annotated[dict[Side, ShortText], AtDoor(max_length=2)] = Field(
         default_factory=dict, description="timer that measured each variant (a graph fallback shows)"
     )
+    interpreted: Annotated[list[Side], AtDoor(max_length=2)] = Field(
+        default_factory=list,
+        description="sides whose calls ran Triton kernels in Triton's interpreter (TRITON_INTERPRET=1, "
+        "a CPU node): their time is the interpreter's, so the cell gets no timing verdict",
+    )
     contention: Annotated[list[ContentionReading], AtDoor(max_length=MAX_CONTENTION_READINGS)] = Field(
         default_factory=list
     )

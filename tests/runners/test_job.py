@@ -106,6 +106,7 @@ def test_softmax_job_on_cpu():
     assert torch.get_num_threads() == threads  # the single-thread setting is restored
     assert [c.params for c in result.cells] == [{"M": 2, "N": 8}, {"M": 2, "N": 33}]
     for cell in result.cells:
+        assert cell.interpreted == ["candidate"]  # the Triton side, not the eager one
         assert cell.error is None
         assert cell.correctness["baseline"].passed and cell.correctness["candidate"].passed
         assert {s.variant for s in cell.samples.rows()} == {"baseline", "candidate"}
@@ -120,6 +121,9 @@ def test_softmax_job_on_cpu():
     comparison = compare(again)
     assert len(comparison.cells) == 2
     assert all(c.ratio is not None for c in comparison.cells)
+    # the interpreter's time is no timing verdict: never "1,900x slower" as a headline
+    assert {c.verdict for c in comparison.cells} == {"inconclusive"}
+    assert all("interpreted" in {r.code for r in c.reasons} for c in comparison.cells)
 
 
 def test_a_failing_cell_is_recorded_and_the_job_goes_on():

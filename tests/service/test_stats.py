@@ -557,3 +557,26 @@ def test_a_power_capped_sample_is_throttled_by_its_clock_alone() -> None:
     assert estimators.throttled_mask(clocked).tolist() == [True] + [False] * (n - 1)
     hot = columns([0x40, 0x4 | 0x40] + [0x4] * (n - 2), [False] * n)
     assert estimators.throttled_mask(hot).tolist() == [True, True] + [False] * (n - 2)
+
+
+def test_a_side_timed_in_the_triton_interpreter_gets_no_timing_verdict() -> None:
+    """A cell whose candidate ran its Triton kernels in the interpreter (a CPU node) is
+    ``inconclusive`` with reason ``interpreted`` however large the ratio, its timing marked void in
+    every renderer; a wrong output still reads ``incorrect`` (correctness outranks it)."""
+    from factories import job_result
+
+    from kernelab.service.report import void_timing
+
+    result = job_result(1)
+    plain = stats.compare(result, n_resamples=200)
+    assert plain.cells[0].verdict == "faster" and not void_timing(plain.cells[0])
+    for cell in result.cells:
+        cell.interpreted = ["candidate"]
+    judged = stats.compare(result, n_resamples=200)
+    for cell in judged.cells:
+        assert cell.verdict == "inconclusive" and cell.timing_verdict == "faster"
+        assert [r.code for r in cell.reasons if r.code == "interpreted"] == ["interpreted"]
+        assert void_timing(cell)
+    result.cells[0].correctness["candidate"].passed = False
+    result.cells[0].correctness["candidate"].message = "wrong"
+    assert stats.compare(result, n_resamples=200).cells[0].verdict == "incorrect"
