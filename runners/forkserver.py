@@ -67,6 +67,17 @@ class ForkedChild:
             return self.wait(0)
         return None
 
+    def abandon(self) -> None:
+        """The server does not answer for this child (stopped, hung): kill the server's process
+        group; the child and its own children die with it (their death signal). The job's next
+        children start cold (``active()`` is None from then on)."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._server.proc.pid, signal.SIGKILL)
+        self._server.proc.wait()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)
+        self.returncode = -signal.SIGKILL
+
 
 class ForkServerError(RuntimeError):
     """The fork server is gone or answered nonsense; its log's tail is in the message."""
@@ -118,6 +129,11 @@ class ForkServer:
         stdout = open(read_end, encoding="utf-8", errors="replace")  # noqa: SIM115 (the child's, closed by the caller)
         try:
             reply = self._receive(_START_TIMEOUT_S, waiting_for="a fork")
+        except subprocess.TimeoutExpired:  # still importing, or stuck: cold starts from here on
+            stdout.close()
+            self.kill()
+            why = f"the fork server did not fork within {_START_TIMEOUT_S:g} s and was killed"
+            raise ForkServerError(f"{why}: {self._log_tail()}") from None
         except BaseException:
             stdout.close()
             raise
@@ -128,7 +144,7 @@ class ForkServer:
         self._sock.settimeout(timeout)
         try:
             data = self._sock.recv(_MAX_PACKET)
-        except TimeoutError:
+        except (TimeoutError, BlockingIOError):  # BlockingIOError: timeout 0 (a poll)
             raise subprocess.TimeoutExpired(f"fork server: {waiting_for}", timeout or 0.0) from None
         except OSError as exc:
             raise ForkServerError(f"the fork server is gone ({exc}): {self._log_tail()}") from None
@@ -142,6 +158,12 @@ class ForkServer:
             return self.log_path.read_text(encoding="utf-8", errors="replace")[-chars:].strip()
         except OSError:
             return ""
+
+    def kill(self) -> None:
+        """Kill the server's process group at once (a request it will never answer in time)."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
 
     def close(self) -> None:
         """End the server (it has no child by then: each request waits for its child). Idempotent."""

@@ -207,7 +207,7 @@ def _start(cmd: list[str], err: IO[str]) -> subprocess.Popen[str] | ForkedChild:
     if server is not None:
         try:
             return server.spawn(cmd[cmd.index("kernelab.runners.measure") + 1 :], err)
-        except forkserver.ForkServerError as exc:  # measured cold instead; the job goes on
+        except forkserver.ForkServerError as exc:  # gone or too slow: measured cold; the job goes on
             _say(f"measure: the job's fork server failed, starting the child cold: {exc}")
     return subprocess.Popen(
         cmd,
@@ -298,15 +298,21 @@ def _last_line(text: str, mark: str) -> str:
 
 
 def _kill_group(proc: subprocess.Popen[str] | ForkedChild) -> None:
-    """SIGTERM the child's process group, SIGKILL it after ``_KILL_WAIT_S`` seconds."""
-    for sig, wait_s in ((signal.SIGTERM, _KILL_WAIT_S), (signal.SIGKILL, None)):
+    """SIGTERM the child's process group, SIGKILL it after ``_KILL_WAIT_S`` seconds. A forked child
+    whose server does not report its end (benchmark code stopped the server) is abandoned with the
+    server (``ForkedChild.abandon``), so a timeout always ends the job's wait."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, sig)
         try:
-            proc.wait(timeout=wait_s)
+            proc.wait(timeout=_KILL_WAIT_S)
             return
         except subprocess.TimeoutExpired:
             continue
+    abandon = getattr(proc, "abandon", None)
+    if abandon is not None:
+        abandon()
+        return
     proc.wait()
 
 

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -114,3 +115,82 @@ def test_the_server_dies_with_the_process_that_started_it(tmp_path: Path) -> Non
         time.sleep(0.05)
     else:
         pytest.fail(f"fork server {server_pid} outlived its parent")
+
+
+STOPPER = """
+import os, signal, time
+import torch
+import kernelab
+
+bench = kernelab.benchmark("stopper", params={"n": 64})
+
+
+@bench.inputs
+def inputs(p, device, seed):
+    return {"x": torch.randn(p.n, generator=torch.Generator().manual_seed(seed)).to(device)}
+
+
+@bench.prepared("stop")
+def stop(p, x):
+    os.kill(os.getppid(), signal.SIGSTOP)  # the process that forked this one: the fork server
+    time.sleep(600)
+    return lambda: torch.neg(x)
+
+
+@bench.variant("plain")
+def plain(p, x):
+    return -x
+
+
+@bench.reference
+def reference(p, x):
+    return -x.double()
+
+
+@bench.work
+def work(p, variant):
+    return kernelab.Work(bytes_read=4 * p.n, bytes_written=4 * p.n)
+"""
+
+
+def test_a_child_that_stops_its_server_still_ends_at_the_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Benchmark code that SIGSTOPs the fork server (which would never report its child's end) and
+    hangs: the job's timeout still ends the wait, the server is killed with the child, and the
+    job's next child starts cold."""
+    (tmp_path / "kl_stopper.py").write_text(STOPPER, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = double_spec(benchmark="kl_stopper:bench", baseline={"variant": "stop"},
+                       candidate={"variant": "plain"}, params={"n": 64})  # fmt: skip
+    with forkserver.ForkServer(_child_env()) as server:
+        t0 = time.monotonic()
+        with pytest.raises(MeasureError, match="timed out"):
+            measure_in_child(spec, device="cpu", timeout_s=3.0)
+        assert time.monotonic() - t0 < 3.0 + 2 * 5.0 + 10  # timeout, TERM and KILL grace, slack
+        assert not server.alive() and forkserver.active() is None
+        cells, _node, _timer = measure_in_child(double_spec(), device="cpu", timeout_s=120)  # cold
+        assert len(cells) == 1 and server.forked == 1
+
+
+def test_a_server_too_slow_to_fork_leaves_the_job_to_cold_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server whose imports outlast the fork wait (a loaded node) is killed, and the job's
+    children start cold: the job succeeds, no child is forked later from the queued request."""
+    monkeypatch.setattr(forkserver, "_START_TIMEOUT_S", 0.001)
+    result = run_job(double_spec(probes=PROBES))
+    assert result.error is None and len(result.cells) == 1
+    assert all(p.errors == {} for p in result.probes), [p.errors for p in result.probes]
+
+
+def test_poll_of_a_running_child_is_none() -> None:
+    spec = double_spec(measurement={"warmup_ms": 1.0, "budget_ms": 3_000.0, "min_rounds": 3,
+                       "max_rounds": 100_000, "target_ci_pct": 0.0001, "stop_rule": "target-ci"})  # fmt: skip
+    with forkserver.ForkServer(_child_env()) as server, tempfile.TemporaryDirectory() as tmp:
+        spec_path, out_path = Path(tmp, "spec.json"), Path(tmp, "out.json")
+        spec_path.write_text(spec.model_dump_json(), encoding="utf-8")
+        with Path(tmp, "err").open("w") as err:
+            child = server.spawn(["cells", str(spec_path), str(out_path), "--device", "cpu"], err)
+            assert child.poll() is None  # running (Popen.poll's answer), not an error
+            assert child.wait(timeout=120) == 0 and child.poll() == 0
+            assert child.stdout is not None
+            child.stdout.close()
