@@ -112,6 +112,13 @@ def __getattr__(name: str) -> Any:  # PEP 562: ``gate`` loads the output module 
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def _reads_config(command: Any) -> bool:
+    """Whether ``command`` (a click command or group) takes the file's ``server`` or ``token``."""
+    if hasattr(command, "commands"):
+        return True
+    return any(p.name in ("server", "token") for p in command.params)
+
+
 def _version(value: bool) -> None:
     if value:
         from kernelab import __version__
@@ -135,6 +142,9 @@ def main(
     """
     from kernelab.runners.cli.config import ConfigError, default_map, load_config
 
+    invoked = getattr(ctx.command, "commands", {}).get(ctx.invoked_subcommand or "")
+    if invoked is not None and not _reads_config(invoked):
+        return  # run, validate, init, ...: a broken file is no concern of a command that never reads it
     try:
         values = load_config()
     except ConfigError as exc:

@@ -278,6 +278,12 @@ def test_a_bad_config_file_is_named_and_exits_2(tmp_path: Path) -> None:
     assert result.exit_code == 2 and f"{config}: unknown key(s) sevrer" in result.output
     result = CliRunner().invoke(app, ["report", "1"], env={"KERNELAB_CONFIG": str(tmp_path / "none.toml")})
     assert result.exit_code == 2 and "no such file" in result.output
+    # a command that reads neither server nor token never reads the file
+    spec = tmp_path / "ok.yaml"
+    spec.write_text("benchmark: softmax\nbaseline: {variant: torch}\ncandidate: {variant: torch}\n"
+                    "sweep: {M: [8], N: [16]}\ndevice: cpu\n", encoding="utf-8")  # fmt: skip
+    checked = CliRunner().invoke(app, ["validate", str(spec)], env={"KERNELAB_CONFIG": str(config)})
+    assert checked.exit_code == 0 and "ok" in checked.output, checked.output
 
 
 @pytest.mark.slow
