@@ -234,7 +234,8 @@ def _eager_checks(spec: JobSpec, result: CellResult, sides: Mapping[Side, CellSi
     for v, side in sides.items():
         launched = interpreter_launches()
         result.correctness[v], found = side.eager_check(spec.correctness, seed=spec.measurement.seed)
-        if interpreter_launches() > launched:  # its calls ran Triton kernels in the interpreter
+        # its calls ran Triton kernels in the interpreter: here, or in its revision worker
+        if interpreter_launches() > launched or getattr(side, "interpreted", False):
             result.interpreted.append(v)
         _add(result, found)
     if spec.correctness.bitwise_vs_baseline:

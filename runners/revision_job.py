@@ -169,6 +169,7 @@ class WorkerSide:
     def __init__(self, side: Side, channel: WorkerChannel, scratch: Path, input_sets: int = 1) -> None:
         self.side, self.channel, self.scratch = side, channel, scratch
         self.input_sets = input_sets  # the input sets the worker prepared (the engine's placement)
+        self.interpreted = False  # the worker's eager check ran Triton kernels in the interpreter
 
     def __repr__(self) -> str:
         return f"<WorkerSide {self.side} {self.channel.label!r} pid={self.channel.proc.pid}>"
@@ -205,6 +206,7 @@ class WorkerSide:
     def eager_check(self, spec: CorrectnessSpec, *, seed: int) -> tuple[CorrectnessResult, list[Reason]]:
         answer = self._ask("check", correctness=spec.model_dump(mode="json"), seed=seed)
         found = [Reason.model_validate(f) for f in answer["findings"]]
+        self.interpreted = bool(answer.get("interpreted"))  # its Triton kernels ran in the interpreter
         return CorrectnessResult.model_validate(answer["correctness"]), found
 
     def first_output(self) -> Path:

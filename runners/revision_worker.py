@@ -299,9 +299,13 @@ class RevisionWorker:
 
 
 def _check(side: LocalSide, request: dict[str, Any]) -> dict[str, Any]:
+    from kernelab.kernels.triton_mode import interpreter_launches
+
     spec = CorrectnessSpec.model_validate(request["correctness"])
+    launched = interpreter_launches()
     result, found = side.eager_check(spec, seed=int(request["seed"]))
-    return {"correctness": result.model_dump(mode="json"), "findings": _dump(found)}
+    return {"correctness": result.model_dump(mode="json"), "findings": _dump(found),
+            "interpreted": interpreter_launches() > launched}  # fmt: skip
 
 
 def _output(side: LocalSide, request: dict[str, Any]) -> dict[str, Any]:

@@ -183,9 +183,9 @@ def store_result(
 
 def _cell_context(cell: CellResult) -> dict[str, Any]:
     """``cells.context``: how the cell was measured: the timer kind per variant, the contention
-    readings, the checked samples through the timer, the runner's findings, the timer cross-check,
-    the input-set placement and the energy blocks (JSON; a key a result stored before it lacks
-    reads as its default)."""
+    readings, the checked samples through the timer, the runner's findings, the timer cross-check, the
+    input-set placement, the energy blocks and the sides timed in Triton's interpreter (JSON; a key a
+    result stored before it lacks reads as its default)."""
     return {
         "cross_check": None if cell.cross_check is None else cell.cross_check.model_dump(mode="json"),
         "placement": cell.placement.model_dump(mode="json"),
@@ -195,6 +195,7 @@ def _cell_context(cell: CellResult) -> dict[str, Any]:
         "timed_checks": {v: [t.model_dump(mode="json") for t in ts] for v, ts in cell.timed_checks.items()},
         "findings": [f.model_dump(mode="json") for f in cell.findings],
         "phase_s": dict(cell.phase_s),
+        "interpreted": list(cell.interpreted),
     }
 
 
@@ -263,6 +264,7 @@ def load_result(
                 timed_checks=(c.context or {}).get("timed_checks", {}),
                 findings=(c.context or {}).get("findings", []),
                 phase_s=(c.context or {}).get("phase_s", {}),
+                interpreted=(c.context or {}).get("interpreted", []),
                 cross_check=(c.context or {}).get("cross_check"),
                 placement=(c.context or {}).get("placement") or {},
                 energy=(c.context or {}).get("energy"),
