@@ -380,6 +380,9 @@ def _main(argv: list[str] | None) -> int:
 
         try:
             if args.what == "probes":
+                from kernelab.runners.probes.all_reduce import allow_forked_ranks
+
+                allow_forked_ranks()  # this process only probes: its CPU ranks may be forked from it
                 reports = probe_reports(spec, args.phase, args.device_type)
                 atomic_write_text(args.out_json, _PROBE_REPORTS.dump_json(reports).decode())
                 return EXIT_OK

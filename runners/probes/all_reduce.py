@@ -605,15 +605,26 @@ def start_all_reduce(
     return AllReduceRun(config, env, fork=_may_fork(config["device_type"]))
 
 
+_FORK_ALLOWED = [False]  # set by allow_forked_ranks() in a process that does nothing but probe
+
+
+def allow_forked_ranks() -> None:
+    """Let this process fork its CPU ranks (``_may_fork``): called by the job's probing child
+    (``kernelab.runners.measure probes``), a process that holds nothing else. Elsewhere (a runner
+    that probes between a workload's runs in its own process, holding its rendezvous store and the
+    runs' pipes) the ranks stay new interpreters, which inherit none of that."""
+    _FORK_ALLOWED[0] = True
+
+
 def _may_fork(device_type: str) -> bool:
-    """Whether the ranks may be forked from this process: CPU ranks, from a process with no other
-    Python thread (a lock one holds would stay held in the rank) and no CUDA context. The native
-    pools of the libraries (OpenBLAS, torch's intra-op threads) restart in a forked child by their
-    own ``pthread_atfork`` handlers, as for torch's forked ``DataLoader`` workers.
-    ``KERNELAB_FORK_RANKS=0`` turns it off."""
+    """Whether the ranks may be forked from this process: CPU ranks, from a process that allowed it
+    (``allow_forked_ranks``), with no other Python thread (a lock one holds would stay held in the
+    rank) and no CUDA context. The native pools of the libraries (OpenBLAS, torch's intra-op
+    threads) restart in a forked child by their own ``pthread_atfork`` handlers, as for torch's
+    forked ``DataLoader`` workers. ``KERNELAB_FORK_RANKS=0`` turns it off."""
     import threading
 
-    if device_type != "cpu" or os.environ.get("KERNELAB_FORK_RANKS", "1") == "0":
+    if not _FORK_ALLOWED[0] or device_type != "cpu" or os.environ.get("KERNELAB_FORK_RANKS", "1") == "0":
         return False
     return hasattr(os, "fork") and threading.active_count() == 1 and not torch.cuda.is_initialized()
 

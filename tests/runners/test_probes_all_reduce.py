@@ -64,6 +64,7 @@ def test_hung_or_slow_ranks_are_killed_at_the_deadline() -> None:
         "import time, pytest\n"
         "from kernelab.runners.probes import all_reduce\n"
         "all_reduce._child_main = lambda: time.sleep(600)\n"
+        "all_reduce.allow_forked_ranks()\n"
         "assert all_reduce._may_fork('cpu')\n"
         "t0 = time.monotonic()\n"
         "with pytest.raises(TimeoutError, match='did not finish'):\n"
@@ -78,6 +79,8 @@ def test_cpu_ranks_are_forked_only_from_a_process_without_other_threads() -> Non
     _in_a_fresh_process(
         "import subprocess, threading\n"
         "from kernelab.runners.probes import all_reduce\n"
+        "assert not all_reduce._may_fork('cpu')  # only a process that allowed it (a probing child)\n"
+        "all_reduce.allow_forked_ranks()\n"
         "assert all_reduce._may_fork('cpu') and not all_reduce._may_fork('cuda')\n"
         "def one(fresh):\n"
         "    with all_reduce.start_all_reduce('cpu', sizes_bytes=[8], warmup_iters=1, iters=2) as run:\n"
