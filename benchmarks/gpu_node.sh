@@ -9,3 +9,10 @@ else
 fi
 export PYTHONUNBUFFERED=1
 step() { echo; echo "=== $* ($(date -u +%H:%M:%S))"; }
+# node_env OUT: NVLink multicast off, and the GPU, driver and library versions into OUT/env.txt.
+node_env() {
+  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+  { nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm --format=csv,noheader
+    python3 -c 'import torch, triton, sys; print(sys.version.split()[0], torch.__version__, torch.version.cuda, triton.__version__)'; } > "$1/env.txt" 2>&1
+  cat "$1/env.txt"
+}

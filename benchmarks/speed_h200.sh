@@ -11,11 +11,8 @@ set -uo pipefail
 out=${1:?usage: speed_h200.sh OUT [a|b]}; part=${2:-a}
 mkdir -p "$out"
 source benchmarks/gpu_node.sh
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+node_env "$out"
 T="python3 benchmarks/timing_artefacts_h200.py $out"
-{ nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm --format=csv,noheader
-  python3 -c 'import torch, triton, sys; print(sys.version.split()[0], torch.__version__, torch.version.cuda, triton.__version__)'; } > "$out/env.txt" 2>&1
-cat "$out/env.txt"
 if [ "$part" = a ]; then
   step gpu-tests; timeout 150 python3 -m pytest -q -p no:cacheprovider tests/runners/test_timing.py tests/runners/test_job.py tests/runners/test_forkserver.py tests/runners/test_engine.py tests/kernels/test_gpu.py > "$out/pytest_gpu.txt" 2>&1
   step speed-1-10; timeout 150 python3 benchmarks/verdict_speed.py "$out/vs" --device cuda --cells 1,10 --quick-tools > "$out/speed_small.txt" 2>&1
