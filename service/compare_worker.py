@@ -171,6 +171,15 @@ class CompareWorker:
             except SQLAlchemyError as exc:  # the next beat retries; the lease may expire meanwhile
                 log.warning("compare worker %s: heartbeat of task %d failed: %s", self.name, task.id, exc)
 
+    def _stopped_meanwhile(self, exc: Exception) -> None:
+        """Raise ``StopRequested`` when a stop came while the task was computed: the signal's
+        ``StopRequested`` can surface as another exception (raised inside a C extension's module
+        initialisation it becomes ``ImportError: initialization failed``, its cause the stop), which
+        says nothing about the task. The task is then handed back, not failed; a real fault of the
+        task raises again on the next worker's attempt."""
+        if self._stopping.is_set():
+            raise StopRequested from exc
+
     def _release(self, task: TaskLease) -> None:
         self._ending.set()
         try:
@@ -199,6 +208,7 @@ class CompareWorker:
         try:
             comparison = compare(result, job_id=job_id)
         except Exception as exc:  # a bug in the statistics: the same samples would raise again
+            self._stopped_meanwhile(exc)
             log.exception("compare worker %s: comparing job %s failed", self.name, job_id)
             self._end(task, error=f"{type(exc).__name__}: {exc}")
             return
@@ -253,6 +263,7 @@ class CompareWorker:
                 self._end(task, error=exc.message)
                 return
             except Exception as exc:  # a bug in the statistics: the same samples would raise again
+                self._stopped_meanwhile(exc)
                 session.rollback()
                 log.exception("compare worker %s: job vs job task %d failed", self.name, task.id)
                 self._end(task, error=f"{type(exc).__name__}: {exc}")
@@ -290,6 +301,7 @@ class CompareWorker:
         try:
             comparison = compare_workload(workload_store.merge(results)).model_copy(update={"job_id": job_id})
         except Exception as exc:  # a bug in the statistics: the same results would raise again
+            self._stopped_meanwhile(exc)
             log.exception("compare worker %s: comparing workload job %s failed", self.name, job_id)
             self._end(task, error=f"{type(exc).__name__}: {exc}")
             return

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 GANG_POLL_S = 1.0  # how often a seated runner asks whether its gang is complete
+RUN_LOG_TAIL_LINES = 20  # lines of a run's output the runner log shows when the run did not finish
 
 
 def _wait_for_gang(daemon: RunnerDaemon, seat: GangSeat) -> GangSeat | None:
@@ -144,6 +145,11 @@ def run_workload_claim(daemon: RunnerDaemon, claim: JobClaim, *, gpus: list[int]
             "runner %s: lease of workload job %d lost; runs stopped, nothing posted", daemon.name, job_id
         )
         return "lost"
+    for run in result.runs:  # a run that did not finish is the operator's to see, with its cause
+        if run.outcome != "ok":
+            log.warning("runner %s: workload job %d run %d (%s): %s: %s; its output ends:\n%s", daemon.name,
+                        job_id, run.index, run.side, run.outcome, run.error or "no error given",
+                        "\n".join(run.log.splitlines()[-RUN_LOG_TAIL_LINES:]))  # fmt: skip
     key = f"{daemon.name}-j{job_id}-a{seat.attempt}-n{seat.node_rank}-{uuid.uuid4().hex[:12]}"
     result = result.model_copy(update={"idempotency_key": key, "node_rank": seat.node_rank})
     path = daemon.workload_spool.put_document(job_id, key, result.model_dump_json())

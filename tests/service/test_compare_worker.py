@@ -236,6 +236,30 @@ def test_a_lease_out_of_attempts_fails_the_task(factory) -> None:  # type: ignor
     assert task is not None and task.status == "failed" and "expired on attempt 1/1" in (task.error or "")
 
 
+def test_a_stop_that_surfaces_as_another_error_hands_the_task_back(
+    factory, migrated_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """SIGTERM's ``StopRequested`` raised inside a C extension's module initialisation (the first
+    ``import scipy.stats`` of a comparison) reaches the worker as ``ImportError: initialization
+    failed``: the task is handed back (queued, the attempt not counted), never failed."""
+    job_id = _stored_big(factory, cells=2)
+    settings = Settings(database_url=migrated_url, compare_poll_s=0.05)
+    worker = CompareWorker(factory, settings, name="stopped-worker")
+
+    def interrupted_import(*_: Any, **__: Any) -> Any:
+        try:
+            worker.on_signal(15, None)  # what SIGTERM runs in the main thread
+        except BaseException as stop:
+            raise ImportError("initialization failed") from stop
+        raise AssertionError("on_signal did not raise while the worker was busy")
+
+    monkeypatch.setattr(stats, "compare", interrupted_import)
+    worker.run()
+    assert (worker.done, worker.failed) == (0, 0)
+    left = _task(factory, job_id)
+    assert left is not None and (left.status, left.attempts, left.worker) == ("queued", 0, None)
+
+
 @pytest.fixture
 def server_db(db_url: str) -> str:
     upgrade(db_url)

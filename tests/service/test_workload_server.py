@@ -66,7 +66,7 @@ def test_example_workload_through_server_and_runner(
         )
         runners.append(Runner(server.url, token, "wl-a", tmp_path / "wl-a").start())
         out, err = waiting.communicate(timeout=600)  # kernelab submit --wait: until compared
-        assert waiting.returncode == 0, err[-3000:]
+        assert waiting.returncode == 0, (err[-3000:], runners[0].log()[-6000:])
         assert out.splitlines()[0] == str(job_id) and "Phases and metrics" in out and "Consistency" in out
         assert "waiting for 1 runner(s) that run workloads" in err  # said while no runner was there
         job = client.get_job(job_id)
@@ -79,7 +79,7 @@ def test_example_workload_through_server_and_runner(
         assert marker.exists()
         c = client.workload(job_id).model_dump(mode="json")
         outcomes = [line["outcome"] for line in c["timeline"]]
-        assert sorted(outcomes) == ["crashed", "ok", "ok", "ok"]
+        assert sorted(outcomes) == ["crashed", "ok", "ok", "ok"], runners[0].log()[-6000:]
         assert all(line["copy_gbps"] is not None for line in c["timeline"])  # the probe after each run
         phases = {q["name"]: q for q in c["quantities"] if q["kind"] == "phase"}
         assert list(phases) == PHASES
