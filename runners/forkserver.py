@@ -39,7 +39,7 @@ from typing import IO, Any
 
 _MAX_PACKET = 1 << 16
 _START_TIMEOUT_S = 120.0  # the server's imports, at most (then the job's children start cold)
-PRELOAD = ("torch", "numpy", "scipy.stats", "triton", "kernelab.runners.cells", "kernelab.runners.probes")
+PRELOAD = ("torch", "numpy", "scipy.special", "triton", "kernelab.runners.cells", "kernelab.runners.probes")
 """What the server imports before it forks: libraries and kernelab's own engine, never a benchmark
 (``triton`` where installed; the job's ``TRITON_INTERPRET`` is in the server's environment)."""
 

@@ -91,11 +91,11 @@ def with_run_noise(
     """The 95% interval of a ratio of one side's medians across two runs (> 0): ``exp(ln ratio -+
     t(df, 0.975) * sqrt(2) * sigma_ln)``, widened to hold ``unpaired`` (the two jobs' rounds
     resampled independently) where given. Raises ValueError for a ratio that is not positive."""
-    from scipy import stats  # noqa: PLC0415 (the server imports this module; scipy only when used)
+    from kernelab.service.estimators import t_quantile  # noqa: PLC0415
 
     if not ratio > 0:
         raise ValueError(f"a ratio must be positive, got {ratio}")
-    half = float(stats.t.ppf(0.975, noise.df)) * math.sqrt(2.0) * noise.sigma_ln
+    half = t_quantile(0.975, noise.df) * math.sqrt(2.0) * noise.sigma_ln
     low, high = ratio * math.exp(-half), ratio * math.exp(half)
     if unpaired is not None:
         low, high = min(low, unpaired[0]), max(high, unpaired[1])

@@ -62,9 +62,9 @@ def _t_scan(n: int) -> float:
     be (Bonferroni: PELT chose the place that fits best, so the shift found is the largest of n - 1
     chances), of Student's t with n - 2 degrees of freedom (the noise is estimated from the same
     n runs; 20 runs: 5.0, 8 runs: 10.6)."""
-    from scipy import stats  # noqa: PLC0415 (imported where a line is judged)
+    from kernelab.service.estimators import t_quantile  # noqa: PLC0415
 
-    return float(stats.t.ppf(1 - DECISION_ALPHA / 2 / max(n - 1, 1), max(n - 2, 1)))
+    return t_quantile(1 - DECISION_ALPHA / 2 / max(n - 1, 1), max(n - 2, 1))
 
 
 METHOD = (

@@ -55,6 +55,7 @@ from kernelab.service.estimators import (
     _median,
     _resampled_medians,
     _round_matrix,
+    bh_adjusted,
     hodges_lehmann,
     kept_arrays,
     mann_whitney_p,
@@ -316,9 +317,7 @@ def _compare(
     ]  # fmt: skip
     tested = [c for c in cells if c.p_value is not None]
     if tested:
-        from scipy.stats import false_discovery_control
-
-        adjusted = np.atleast_1d(false_discovery_control([c.p_value for c in tested], method="bh")).tolist()
+        adjusted = bh_adjusted([p for c in tested if (p := c.p_value) is not None])
         for c, p_adj in zip(tested, adjusted, strict=True):
             c.p_adjusted = float(p_adj)
     notes = []

@@ -7,8 +7,9 @@ timing verdict ``faster``/``slower``/``same``/``inconclusive`` against the spec'
 the cell's verdict by the precedence of ``kernelab.service.verdicts`` (a wrong or failed side, an
 implausible time outrank any speed); flags that make a number untrustworthy travel with it.
 
-Pure functions over numpy/scipy; no database, no web framework (``scipy.stats`` is imported
-inside ``compare``).
+Pure functions over numpy/scipy; no database, no web framework (``scipy.special`` is imported
+inside ``compare``; ``scipy.stats`` only for an energy interval or a small sample's exact
+Mann-Whitney test).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from kernelab.service import verdicts
 from kernelab.service.estimators import (
     BETWEEN_STRATA_MIN_SETS,
     KeptSamples,
+    bh_adjusted,
     cluster_cis,
     hodges_lehmann,
     is_candidate,
@@ -445,7 +447,7 @@ def compare(
     ``peaks``: optional ``{"copy_gbps": GB/s, "matmul_tflops": TFLOP/s}`` for the plausibility
     guard (see ``node_peaks``; by default the probes' best copy and bf16 matmul readings).
     ``job_id`` overrides ``result.job_id``. p-values are Benjamini-Hochberg adjusted across the
-    sweep's cells that have one (``scipy.stats.false_discovery_control``). Job flags are the union
+    sweep's cells that have one (``estimators.bh_adjusted``). Job flags are the union
     of the cells' flags, ``contended`` from the probes, and ``failed`` when the job has an error.
     Deterministic for a given ``seed``. Raises nothing for well-formed results: cells that cannot
     be compared are ``inconclusive`` with the reason in their flags.
@@ -454,8 +456,6 @@ def compare(
     probes left its healthy band) are added to every cell and to the job; ``notes`` are sentences the
     comparison carries (e.g. that history views exclude such a result).
     """
-    from scipy.stats import false_discovery_control
-
     bounds = verdicts.node_peaks(result, peaks)
     changed = node_change_reasons(result.probes, device_type=result.node.device_type)
     exclude_throttled = result.spec.measurement.exclude_throttled
@@ -474,8 +474,8 @@ def compare(
     ]
     tested = [c for c in cells if c.p_value is not None]
     if tested:
-        adjusted = false_discovery_control([c.p_value for c in tested], method="bh")
-        for c, p_adj in zip(tested, np.atleast_1d(adjusted).tolist(), strict=True):
+        adjusted = bh_adjusted([p for c in tested if (p := c.p_value) is not None])
+        for c, p_adj in zip(tested, adjusted, strict=True):
             c.p_adjusted = float(p_adj)
     node_flags = list(health_flags)
     if node_flags:
