@@ -8,7 +8,6 @@ import json
 from functools import lru_cache
 from typing import Annotated, Any, Literal
 
-import jsonschema
 from pydantic import (
     BaseModel,
     Field,
@@ -50,7 +49,10 @@ def canonical_json(value: Any) -> str:
 def _schema_problem(schema_json: str) -> str | None:
     """Why a schema (compact JSON) is no valid Draft 2020-12 JSON Schema, or None. Cached: a
     fleet's runners advertise the same schemas, and checking one against the metaschema costs
-    ~30 ms."""
+    ~30 ms. ``jsonschema`` is imported here, where an advert is checked (40 ms of every
+    ``import kernelab.service.schemas`` otherwise: the runner's children and ``kernelab.compare``)."""
+    import jsonschema  # noqa: PLC0415
+
     try:
         jsonschema.Draft202012Validator.check_schema(json.loads(schema_json))
     except jsonschema.SchemaError as exc:
