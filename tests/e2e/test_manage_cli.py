@@ -15,6 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
+pytestmark = pytest.mark.slow  # the slow tier: processes and servers (docs/testing.md, "Tiers")
+
 SPEC = """\
 name: managed softmax
 benchmark: softmax

@@ -169,6 +169,7 @@ def test_describe_where_names_rows_modulo_the_tile() -> None:
     assert describe_where(torch.zeros(3, dtype=torch.bool), [("x", None)]) == ""
 
 
+@pytest.mark.slow  # a whole job in a measuring process: the slow tier
 def test_chunked_attention_schedules_bitwise_equal_through_run_job() -> None:
     spec = JobSpec.model_validate(
         {

@@ -44,6 +44,7 @@ def _write(tmp_path: Path, text: str, name: str = "spec.yaml") -> Path:
     return path
 
 
+@pytest.mark.slow  # kernelab run with its probes and measuring processes: the slow tier
 def test_run_softmax_example_writes_comparison_json(tmp_path: Path) -> None:
     out_json, out_md = tmp_path / "out.json", tmp_path / "out.md"
     proc = subprocess.run(

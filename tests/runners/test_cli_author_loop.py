@@ -18,6 +18,8 @@ from kernelab.runners.cli import app
 from kernelab.runners.local import free_port
 from kernelab.service.schemas import Comparison
 
+pytestmark = pytest.mark.slow  # the slow tier: processes and servers (docs/testing.md, "Tiers")
+
 KERNELAB = str(Path(sys.executable).parent / "kernelab")  # the console script, as a user runs it
 
 TRITON_MODULE = """

@@ -11,6 +11,9 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
+
+pytestmark = pytest.mark.slow  # the slow tier: processes and servers (docs/testing.md, "Tiers")
 
 KERNELAB = str(Path(sys.executable).parent / "kernelab")
 

@@ -24,6 +24,8 @@ from kernelab.service.report import format_duration_ns
 from kernelab.service.schemas import Comparison
 from tests.wrong_kernels.cases import FAST_WRONG, FORGOTTEN_MASK, RAISES, WRONG_DIR, write_spec
 
+pytestmark = pytest.mark.slow  # the slow tier: processes and servers (docs/testing.md, "Tiers")
+
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -21,7 +21,7 @@ from kernelab.runners import forkserver
 from kernelab.runners.job import run_job
 from kernelab.runners.measure import MeasureError, _child_env, measure_in_child, probes_in_child
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 PROBES = {"copy_bandwidth": True, "all_reduce": True, "nvml": True}
 

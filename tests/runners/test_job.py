@@ -19,6 +19,8 @@ from kernelab.runners.job import device_name, run_job
 from kernelab.service.schemas import JobResult, JobSpec, Work
 from kernelab.service.stats import compare
 
+pytestmark = pytest.mark.slow  # the slow tier: processes and servers (docs/testing.md, "Tiers")
+
 EXACTISH = Tolerance(rtol=1e-6, atol=0.0)
 NO_PROBES = {"copy_bandwidth": False, "all_reduce": False, "nvml": False}
 QUICK = {"warmup_ms": 1.0, "budget_ms": 100.0, "min_rounds": 3, "max_rounds": 12, "target_ci_pct": 50.0}

@@ -13,6 +13,8 @@ import pytest
 
 from kernelab.service.schemas import Comparison
 
+pytestmark = pytest.mark.slow  # the slow tier: processes and servers (docs/testing.md, "Tiers")
+
 pytest_plugins = ["pytester"]
 
 BENCH_TESTS = """

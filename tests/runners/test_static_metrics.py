@@ -16,6 +16,8 @@ from kernelab.runners.static_metrics import KernelCode, compile_kernels
 from kernelab.runners.static_metrics.diff import compare
 from kernelab.service.schemas import JobSpec
 
+pytestmark = pytest.mark.slow  # the slow tier: processes and servers (docs/testing.md, "Tiers")
+
 TARGET = "sm_90a"
 HERE = Path(__file__).parent
 _X = {"tensor": [4096], "dtype": "float32"}

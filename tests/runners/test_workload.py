@@ -31,6 +31,8 @@ from kernelab.service.schemas import (
     WorkloadSpec,
 )
 
+pytestmark = pytest.mark.slow  # the slow tier: processes and servers (docs/testing.md, "Tiers")
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "workload"
 

@@ -41,7 +41,7 @@ from kernelab.service.schemas import (
     RepeatCheck,
 )
 
-pytestmark = [pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 NODE = "hostile-node"
 NULLABLE_METRICS = {

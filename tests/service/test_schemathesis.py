@@ -35,6 +35,7 @@ MAX_EXAMPLES = 12  # per operation and database
 RUNNER_PATHS = ("/api/v1/runners/claim", "/api/v1/runners/jobs/", "/results", "/probes")
 
 pytestmark = [
+    pytest.mark.slow,
     pytest.mark.timeout(240),
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
 ]

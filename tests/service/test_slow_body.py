@@ -20,7 +20,7 @@ import pytest
 
 from tests.servers import serve_process
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 LIMIT = 10  # KERNELAB_MAX_CONNECTIONS of the server
 SLOW = 15  # slow sockets, more than the limit
