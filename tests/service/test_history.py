@@ -4,7 +4,7 @@ SQLite and PostgreSQL, results posted as a runner posts them."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from factories import T0, job_result, probe_report, spec_dict
@@ -170,7 +170,8 @@ def test_a_result_is_judged_once_and_rejudged_explicitly(api) -> None:  # type: 
     assert r.status_code == 200, r.text
     body = r.json()
     assert [j["trigger"] for j in body["data"]] == ["ingest", "rejudge"]
-    assert body["current"]["judged_at"] > body["data"][0]["judged_at"]
+    at = datetime.fromisoformat  # instants, not text: RFC 3339 leaves out a zero fraction
+    assert at(body["current"]["judged_at"]) > at(body["data"][0]["judged_at"])
     notes = api.client.get(f"/api/v1/jobs/{job_id}/comparison", headers=api.admin).json()["notes"]
     assert "5 healthy probes" in notes[0] and "re-judged on" in notes[-1] and "first judged" in notes[-1]
     page = api.client.get(f"/jobs/{job_id}", headers=api.admin).text

@@ -5,7 +5,7 @@ runners' names; scopes (401 without a token, 403 for a runner token); 404 for an
 from __future__ import annotations
 
 import typing
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from factories import job_result
 from sqlalchemy import delete, update
@@ -45,7 +45,9 @@ def test_expired_then_succeeded_attempts_in_order(api) -> None:  # type: ignore[
         (2, "node-b", "succeeded"),
     ]
     assert all(x["claimed_at"] and x["ended_at"] for x in rows)
-    assert rows[0]["claimed_at"] <= rows[1]["claimed_at"]
+    # as instants: RFC 3339 text leaves out a zero fraction ("...:03Z" sorts after "...:03.010000Z")
+    claimed = [datetime.fromisoformat(x["claimed_at"]) for x in rows]
+    assert claimed[0] <= claimed[1]
     assert "expired" in rows[0]["error"] and rows[1]["error"] is None
     job = api.client.get(f"/api/v1/jobs/{job_id}", headers=read).json()
     assert (job["status"], job["attempts"]) == ("succeeded", 2)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from factories import spec_dict
@@ -41,7 +41,8 @@ def test_claim_heartbeat_and_lease_loss(api) -> None:  # type: ignore[no-untyped
     assert api.client.post("/api/v1/runners/claim", json={}, headers=b).status_code == 204
     before = claim.json()["lease_expires_at"]
     hb = api.client.post(f"/api/v1/runners/jobs/{job_id}/heartbeat", json={"lease_s": 600}, headers=a)
-    assert hb.status_code == 200 and hb.json()["lease_expires_at"] > before
+    at = datetime.fromisoformat  # instants, not text: RFC 3339 leaves out a zero fraction
+    assert hb.status_code == 200 and at(hb.json()["lease_expires_at"]) > at(before)
     assert api.client.post(f"/api/v1/runners/jobs/{job_id}/heartbeat", json={}, headers=b).status_code == 409
     job = api.client.get(f"/api/v1/jobs/{job_id}", headers=api.admin).json()
     assert (job["status"], job["node"]) == ("running", "a")
@@ -81,7 +82,8 @@ def test_heartbeat_answers_the_lease_and_marks_only_the_holder_seen(api) -> None
     body = hb.json()
     assert set(body) == {"job_id", "attempt", "lease_expires_at"}
     assert (body["job_id"], body["attempt"]) == (job_id, claim["attempt"])
-    assert body["lease_expires_at"] > claim["lease_expires_at"]
+    at = datetime.fromisoformat  # instants, not text: RFC 3339 leaves out a zero fraction
+    assert at(body["lease_expires_at"]) > at(claim["lease_expires_at"])
     assert _last_seen(api, "a") > long_ago + timedelta(hours=23)  # the holder's heartbeat marks it seen
     refused = api.client.post(f"/api/v1/runners/jobs/{job_id}/heartbeat", json={}, headers=b)
     assert refused.status_code == 409
