@@ -381,7 +381,8 @@ class RunnerDaemon:
     def _loop(self) -> None:
         failures = 0  # claims (or posts) in a row that failed: the back-off doubles with each
         while not self._stop.is_set():
-            self.state = "claiming"
+            # the state stays what it was while spooled results are posted: "claiming" only once
+            # nothing holds the claim back (a status read during a retried post said "claiming")
             self.flush_spool()
             unposted = self.unposted()
             if unposted:  # posted first: its job may be queued again, and a claim would measure it twice
@@ -411,6 +412,7 @@ class RunnerDaemon:
                     break
                 self._stop.wait(self.poll_s)
                 continue
+            self.state = "claiming"
             if self.supervisor.reprobe is not None:
                 self._probe_again(self.supervisor.reprobe)
                 self.supervisor.reprobe = None
