@@ -32,7 +32,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
 
-from revision_repo import BENCH, _git  # noqa: E402
+from revision_repo import make_bisect_repo  # noqa: E402
 
 from kernelab.runners.client import KernelabClient  # noqa: E402
 from kernelab.runners.local import ServerProcess, admin_token, free_port  # noqa: E402
@@ -51,23 +51,8 @@ measurement: {{threshold_pct: {threshold}}}
 
 def make_repo(path: Path, commits: int, planted: int) -> tuple[str, list[str]]:
     """The good end (tag ``v1``) and ``commits`` commits after it; commit ``planted`` (1-based) and
-    every later one compute the output 16 times. Returns (good sha, the commits' shas)."""
-    (path / "revpkg").mkdir(parents=True)
-    _git(path, "init", "-q", "-b", "main")
-    (path / "revpkg" / "__init__.py").write_text("")
-    bench = path / "revpkg" / "bench.py"
-    bench.write_text(BENCH)
-    _git(path, "add", "-A")
-    _git(path, "commit", "-q", "-m", "good end")
-    _git(path, "tag", "v1")
-    good, shas, text = _git(path, "rev-parse", "HEAD"), [], BENCH
-    for i in range(1, commits + 1):
-        if i == planted:
-            text = text.replace("REPEATS = 1", "REPEATS = 16")
-        bench.write_text(text + f"\n# change {i}\n")
-        _git(path, "commit", "-q", "-am", "slow down: compute it 16 times" if i == planted else f"tidy {i}")
-        shas.append(_git(path, "rev-parse", "HEAD"))
-    return good, shas
+    every later one compute the output 16 times (``revision_repo.make_bisect_repo``)."""
+    return make_bisect_repo(path, commits, planted - 1)
 
 
 def one_bisect(out: Path, args: argparse.Namespace, n: int) -> dict[str, Any]:

@@ -87,3 +87,26 @@ def make_repo(path: Path) -> dict[str, str]:
         if name == "slow":
             _git(path, "branch", "slow")
     return shas
+
+
+def make_bisect_repo(path: Path, commits: int, planted: int) -> tuple[str, list[str]]:
+    """A repository for ``kernelab bisect``: the good end (tag ``v1``) and ``commits`` commits after
+    it, each touching a comment; commit index ``planted`` (0-based) sets ``REPEATS = 16`` (16x the
+    work), which the later ones keep. Returns (good sha, the commits' shas, oldest first)."""
+    (path / "revpkg").mkdir(parents=True)
+    _git(path, "init", "-q", "-b", "main")
+    (path / "revpkg" / "__init__.py").write_text("")
+    bench = path / "revpkg" / "bench.py"
+    bench.write_text(BENCH)
+    _git(path, "add", "-A")
+    _git(path, "commit", "-q", "-m", "good end")
+    _git(path, "tag", "v1")
+    good = _git(path, "rev-parse", "HEAD")
+    shas, text = [], BENCH
+    for i in range(commits):
+        if i == planted:
+            text = text.replace("REPEATS = 1", "REPEATS = 16")
+        bench.write_text(text + f"\n# change {i}\n")
+        _git(path, "commit", "-q", "-am", "slow down: compute it 16 times" if i == planted else f"tidy {i}")
+        shas.append(_git(path, "rev-parse", "HEAD"))
+    return good, shas

@@ -18,7 +18,7 @@ import pytest
 
 from kernelab.runners.bisect import steps_needed
 from kernelab.runners.client import KernelabClient
-from tests.e2e.revision_repo import BENCH, _git
+from tests.e2e.revision_repo import make_bisect_repo
 
 pytestmark = [pytest.mark.slow]
 
@@ -40,25 +40,8 @@ PLANTED = 4  # the 5th of the 7 commits after the good end makes it 16x slower (
 
 
 def _repo(path: Path) -> tuple[str, list[str]]:
-    """The good end (``v1``) and seven commits after it, each touching a comment; the one at
-    ``PLANTED`` sets ``REPEATS = 16`` (16x the work), which the later ones keep."""
-    (path / "revpkg").mkdir(parents=True)
-    _git(path, "init", "-q", "-b", "main")
-    (path / "revpkg" / "__init__.py").write_text("")
-    bench = path / "revpkg" / "bench.py"
-    bench.write_text(BENCH)
-    _git(path, "add", "-A")
-    _git(path, "commit", "-q", "-m", "good end")
-    _git(path, "tag", "v1")
-    good = _git(path, "rev-parse", "HEAD")
-    shas, text = [], BENCH
-    for i in range(7):
-        if i == PLANTED:
-            text = text.replace("REPEATS = 1", "REPEATS = 16")
-        bench.write_text(text + f"\n# change {i}\n")
-        _git(path, "commit", "-q", "-am", "slow down: compute it 16 times" if i == PLANTED else f"tidy {i}")
-        shas.append(_git(path, "rev-parse", "HEAD"))
-    return good, shas
+    """The good end (``v1``) and seven commits after it; the one at ``PLANTED`` is 16x slower."""
+    return make_bisect_repo(path, 7, PLANTED)
 
 
 @pytest.mark.timeout(900)
