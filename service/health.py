@@ -1,10 +1,14 @@
 """Node-health verdicts: healthy bands learned from probe history, and the reasons a node is not healthy.
 
 Pure functions over ``kernelab.service.schemas``: no database, no web framework, so the runner's CLI
-(``kernelab probe``) evaluates a fresh report with the same code as the server.
+(``kernelab probe``) evaluates a fresh report with the same code as the server. The rules of each
+probe (its figures, its instant reasons) are declared by the probe's module in
+``kernelab.service.probes`` (``kernelab.service.schemas.probe_protocol``); this module applies them
+all, probe by probe in report order, and owns what is common: bands, peers, the chain, errors.
 
 Figures. A probe report yields *figures*, one number per thing a healthy node should reproduce
-(``probe_figures``):
+(``probe_figures``; each with the factor of its band's limit and, for copy and peer figures, the
+noun of its peers in one report). Today's:
 
 * ``copy GPU <i>`` — device-local copy bandwidth of GPU i, GB/s (read + written), higher is better;
 * ``peer <i>-><j>`` — peer copy bandwidth, GB/s, higher is better;
@@ -17,7 +21,8 @@ Figures. A probe report yields *figures*, one number per thing a healthy node sh
 Bands. A node's band per figure is the median, min and max of that figure over its own last
 ``band_window`` *healthy* reports (``band_min_probes`` at least, else no band). The limit is
 ``copy_min_fraction`` x median for bandwidths (``busbw_min_fraction`` for all-reduce busbw) and
-``latency_max_factor`` x median for times; defaults 0.90, 0.85 and 1.5 (``Thresholds``).
+``latency_max_factor`` x median for times (the figure's ``limit_factor``); defaults 0.90, 0.85 and
+1.5 (``Thresholds``).
 Medians, not means: a band stays put when a minority of its reports were bad. The fleet's band
 per GPU model is the same over the healthy reports of every node of that model (``fleet_bands``).
 
@@ -54,206 +59,60 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from kernelab.service import clock_events
 from kernelab.service.schemas import (
-    AllReduceReading,
     Flag,
     HealthBand,
     HealthReason,
     NodeHealth,
     ProbeReport,
 )
-from kernelab.service.verdicts import foreign_processes
+from kernelab.service.schemas.probe_protocol import (
+    BAND_MIN_PROBES,
+    BAND_WINDOW,
+    BUSBW_MIN_BYTES,
+    BUSBW_MIN_FRACTION,
+    COLD_FACTOR,
+    COPY_MIN_FRACTION,
+    FLEET_WINDOW,
+    IGNORED_CLOCK_REASONS,
+    LATENCY_MAX_BYTES,
+    LATENCY_MAX_FACTOR,
+    LOAD_CLOCK_REASONS,
+    MIB,
+    PEER_MIN_FIGURES,
+    PEER_MIN_FRACTION,
+    Better,
+    Figure,
+    Thresholds,
+    probes_with,
+    size_label,
+    warmup_calls,
+)
 
-MIB = 1024**2
-# Defaults: the node-health issue (#4) of this project.
-COPY_MIN_FRACTION = 0.90
-BUSBW_MIN_FRACTION = 0.85
-LATENCY_MAX_FACTOR = 1.5
-BAND_WINDOW = 20
-BAND_MIN_PROBES = 3
-FLEET_WINDOW = 500
-LATENCY_MAX_BYTES = 1 * MIB
-BUSBW_MIN_BYTES = 64 * MIB
-IGNORED_CLOCK_REASONS: tuple[str, ...] = ("sw_power_cap",)
-"""Throttle reasons (``clock_events.THROTTLE_NAMES``) that still do not degrade a node, in any probe;
-informational reasons never do, whatever this says. By default ``sw_power_cap`` (NVML 0x4): the
-power limiter holding the board at its limit under load, the probe's own (its copy and matmul-peak
-kernels load the GPU) or a job's (an H200 running 8192^3 bf16 matmuls: 557 W, 1635 MHz,
-``sw_power_cap``, every other figure of the probe within its band;
-docs/results/2026-11-30-h200x2-probe-accuracy.md). Public health checks read it the same way:
-azurehpc-health-checks (``customTests/azure_gpu_clock_throttling.nhc`` in Azure/azurehpc-health-checks)
-warns on every active reason but none, ``gpu_idle`` and ``sw_power_cap`` alone. A node whose power
-delivery is at fault shows ``hw_slowdown``/``hw_power_brake`` (judged), and one capped too low
-shows in its copy and all-reduce bands. ``KERNELAB_HEALTH_IGNORED_CLOCK_REASONS=[]`` judges it
-again (except in ``after`` probes: ``LOAD_CLOCK_REASONS``)."""
-PEER_MIN_FRACTION = 0.75
-"""A GPU's copy or a pair's peer bandwidth below this x the median of its peers in the same report is
-degraded. GPUs of one node are one model and, on NVLink/NVSwitch nodes, every pair has the same
-links: a healthy report's peers lie within a few percent of each other (the 2xH200 node of
-docs/results/2026-11-30-h200x2-probe-accuracy.md: 387.5 and 387.0 GB/s), while a link that trained
-at half width or fell back to PCIe reads ~50%. On a PCIe tree mixing switch-local and
-cross-socket pairs, lower it (``KERNELAB_HEALTH_PEER_MIN_FRACTION``)."""
-PEER_MIN_FIGURES = 3  # with two figures there is no majority to say which one is off
-COLD_FACTOR = 10.0
-"""A leading call of a series slower than this x the median of the calls after it is warm-up: a
-cold first call (connection set-up) is orders of magnitude slower, noise of a warm link is not."""
-# Reasons a job's own load raises: an H200 running dense bf16 matmuls reaches its 700 W board limit
-# and NVML reports sw_power_cap (seen 2026-11-30: 557 W, 1635 MHz in the probe right after an
-# 8192^3 matmul job; docs/results/2026-11-30-h200x2-probe-accuracy.md). In an "after" probe they
-# describe the job, not the node; the job's samples carry their own clocks and throttle marks.
-LOAD_CLOCK_REASONS: tuple[str, ...] = ("sw_power_cap",)
-
-Better = Literal["higher", "lower"]
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """Where a figure leaves its band; see the module docstring. Fractions and factors are
-    dimensionless; sizes in bytes. Raises ``ValueError`` for fractions outside (0, 1], a factor
-    below 1 or counts below 1."""
-
-    copy_min_fraction: float = COPY_MIN_FRACTION
-    busbw_min_fraction: float = BUSBW_MIN_FRACTION
-    latency_max_factor: float = LATENCY_MAX_FACTOR
-    band_window: int = BAND_WINDOW
-    band_min_probes: int = BAND_MIN_PROBES
-    latency_max_bytes: int = LATENCY_MAX_BYTES
-    busbw_min_bytes: int = BUSBW_MIN_BYTES
-    ignored_clock_reasons: tuple[str, ...] = IGNORED_CLOCK_REASONS
-    after_job_clock_reasons: tuple[str, ...] = LOAD_CLOCK_REASONS
-    peer_min_fraction: float = PEER_MIN_FRACTION
-    cold_factor: float = COLD_FACTOR
-
-    def __post_init__(self) -> None:
-        for name in ("copy_min_fraction", "busbw_min_fraction", "peer_min_fraction"):
-            if not 0 < getattr(self, name) <= 1:
-                raise ValueError(f"{name} must lie in (0, 1], got {getattr(self, name)}")
-        if self.latency_max_factor < 1:
-            raise ValueError(f"latency_max_factor must be >= 1, got {self.latency_max_factor}")
-        if self.cold_factor < 1:
-            raise ValueError(f"cold_factor must be >= 1, got {self.cold_factor}")
-        if self.band_window < 1 or self.band_min_probes < 1:
-            raise ValueError("band_window and band_min_probes must be >= 1")
-
-
-@dataclass(frozen=True)
-class Figure:
-    """One number a probe report yields: ``key`` names it across reports (and nodes of a model)."""
-
-    key: str
-    value: float
-    unit: str
-    better: Better
-    kind: Literal["copy", "peer", "latency", "busbw"]
-    device_index: int | None = None
-    ranks: tuple[int, ...] = ()
-    readings: int = 1  # readings of the report summarised (a series), warm-up left out
-    warmup: int = 0  # leading cold readings of the series left out
-
-
-def size_label(n: int) -> str:
-    """``8`` -> ``"8 B"``, ``1048576`` -> ``"1 MiB"``: whole binary units only, else bytes."""
-    for unit, scale in (("GiB", 1024**3), ("MiB", MIB), ("KiB", 1024)):
-        if n >= scale and n % scale == 0:
-            return f"{n // scale} {unit}"
-    return f"{n} B"
-
-
-def _group_label(ranks: Sequence[int], world_size: int) -> str:
-    return f"[{','.join(map(str, ranks))}]" if ranks else f"x{world_size}"
+__all__ = [
+    "BAND_MIN_PROBES", "BAND_WINDOW", "BUSBW_MIN_BYTES", "BUSBW_MIN_FRACTION", "COLD_FACTOR",
+    "COPY_MIN_FRACTION", "FLEET_WINDOW", "IGNORED_CLOCK_REASONS", "LATENCY_MAX_BYTES",
+    "LATENCY_MAX_FACTOR", "LOAD_CLOCK_REASONS", "MIB", "PEER_MIN_FIGURES", "PEER_MIN_FRACTION", "Better",
+    "Figure", "History", "Thresholds", "band_reasons", "evaluate", "evaluate_history", "figures_once",
+    "flags_of", "fleet_bands", "instant_reasons", "learn_bands", "node_health", "peer_reasons",
+    "probe_figures", "report_notes", "size_label", "status_of", "warmup_calls",
+]  # fmt: skip
 
 
 def probe_figures(report: ProbeReport, thresholds: Thresholds | None = None) -> list[Figure]:
-    """The figures of ``report`` (module docstring), in report order.
+    """The figures of ``report``: each registered probe's ``figures`` rule over its readings
+    (``kernelab.service.probes``), probe by probe in report order, each probe's in reading order.
 
-    gloo all-reduce readings (CPU mode) yield none. All-reduce sizes between ``latency_max_bytes``
-    and ``busbw_min_bytes`` (exclusive) yield no figure: neither their time nor their bandwidth is
-    a stable health signal. CUDA-graph readings get their own keys (``... graph``), since their
-    times differ from eager ones.
+    Today: ``copy GPU <i>``, ``all-reduce ...`` (gloo readings and one-rank groups yield none; sizes
+    between ``latency_max_bytes`` and ``busbw_min_bytes`` exclusive yield none; CUDA-graph readings
+    get their own keys, ``... graph``), ``peer <i>-><j>``.
     """
     t = thresholds or Thresholds()
     out: list[Figure] = []
-    for c in report.copy_bandwidth:
-        out.append(
-            Figure(
-                f"copy GPU {c.device_index}",
-                c.bandwidth_gbps,
-                "GB/s",
-                "higher",
-                "copy",
-                device_index=c.device_index,
-            )
-        )
-    for p in report.peer_copy:
-        if p.peer_access and p.bandwidth_gbps > 0:
-            out.append(
-                Figure(
-                    f"peer {p.src_device}->{p.dst_device}",
-                    p.bandwidth_gbps,
-                    "GB/s",
-                    "higher",
-                    "peer",
-                    ranks=(p.src_device, p.dst_device),
-                )
-            )
-    series: dict[str, list[AllReduceReading]] = {}
-    for a in report.all_reduce:
-        if a.world_size < 2:
-            continue  # one rank moves no data: its "all-reduce" says nothing about the links
-        if a.backend == "gloo":
-            # gloo between processes of one CPU-only host (kernelab's CPU mode) times the host's
-            # scheduler, not a link: on a loaded 2-core machine it swings 2x between probes.
-            continue
-        stem = f"all-reduce {_group_label(a.ranks, a.world_size)} {size_label(a.size_bytes)}"
-        stem += " graph" if a.cuda_graph else ""
-        # A host-clock reading of NCCL (before 2026-11-30, or asked for) times torch's dispatch too
-        # (kernelab.runners.probes.all_reduce): it gets its own band, never mixed with event-timed readings.
-        stem += " host-clock" if a.timed_by == "host-clock" and not a.cuda_graph else ""
-        series.setdefault(stem, []).append(a)
-    for stem, calls in series.items():
-        a = calls[0]
-        warm = calls[warmup_calls([c.time_us for c in calls], t.cold_factor) :]
-        time_us = statistics.median(c.time_us for c in warm)
-        busbw = statistics.median(c.busbw_gbps for c in warm)
-        n, cold = len(calls), len(calls) - len(warm)
-        if a.size_bytes <= t.latency_max_bytes:
-            out.append(
-                Figure(
-                    f"{stem} time",
-                    time_us,
-                    "us",
-                    "lower",
-                    "latency",
-                    ranks=tuple(a.ranks),
-                    readings=n,
-                    warmup=cold,
-                )
-            )
-        if a.size_bytes >= t.busbw_min_bytes:
-            out.append(
-                Figure(
-                    f"{stem} busbw",
-                    busbw,
-                    "GB/s",
-                    "higher",
-                    "busbw",
-                    ranks=tuple(a.ranks),
-                    readings=n,
-                    warmup=cold,
-                )
-            )
+    for probe in probes_with("figures"):
+        assert probe.figures is not None
+        out += probe.figures(probe.readings(report), t)
     return out
-
-
-def warmup_calls(times_us: Sequence[float], cold_factor: float = COLD_FACTOR) -> int:
-    """How many leading calls of a series (times in call order, us) are warm-up: each slower than
-    ``cold_factor`` x the median of the calls after it. 0 for a single call; at least one call is
-    always kept. E.g. ``[214477, 4.1, 4.0, 3.9]`` -> 1."""
-    cold = 0
-    while cold < len(times_us) - 1 and times_us[cold] > cold_factor * statistics.median(times_us[cold + 1 :]):
-        cold += 1
-    return cold
 
 
 FiguresOf = Callable[[ProbeReport], list[Figure]]
@@ -302,12 +161,7 @@ def learn_bands(
             continue
         f = meta[key]
         median = statistics.median(vs)
-        if f.kind == "latency":
-            limit = median * t.latency_max_factor
-        elif f.kind == "busbw":
-            limit = median * t.busbw_min_fraction
-        else:
-            limit = median * t.copy_min_fraction
+        limit = median * f.limit_factor
         bands[key] = HealthBand(
             figure=key,
             unit=f.unit,
@@ -371,7 +225,7 @@ def peer_reasons(
     t = thresholds or Thresholds()
     by_kind: dict[str, list[Figure]] = {}
     for f in figures_of(report) if figures_of else probe_figures(report, t):
-        if f.kind in ("copy", "peer"):
+        if f.peers is not None:
             by_kind.setdefault(f.kind, []).append(f)
     out = []
     for kind, figures in by_kind.items():
@@ -379,7 +233,7 @@ def peer_reasons(
             continue
         median = statistics.median(f.value for f in figures)
         limit = t.peer_min_fraction * median
-        what = "GPUs" if kind == "copy" else "GPU pairs"
+        what = figures[0].peers
         for f in figures:
             if f.value < limit:
                 out.append(
@@ -418,70 +272,20 @@ def instant_reasons(
     """
     t = thresholds or Thresholds()
     out: list[HealthReason] = []
-    for probe, text in sorted(report.errors.items()):
+    for name, text in sorted(report.errors.items()):
         out.append(
             HealthReason(
                 code="probe-failed",
                 flag="degraded-node",
-                figure=probe,
-                message=f"the {probe} probe failed: {text}",
+                figure=name,
+                message=f"the {name} probe failed: {text}",
             )
         )
-    for a in report.all_reduce:
-        if not a.correct:
-            group = _group_label(a.ranks, a.world_size)
-            out.append(
-                HealthReason(
-                    code="all-reduce-wrong",
-                    flag="degraded-node",
-                    figure=f"all-reduce {group} {size_label(a.size_bytes)}",
-                    message=f"all-reduce over {group} of {size_label(a.size_bytes)} returned a wrong sum",
-                )
-            )
     out += peer_reasons(report, t, figures_of=figures_of)
-    before = {(g.uuid or str(g.device_index)): g for g in (previous.telemetry if previous else [])}
-    ignored = set(t.ignored_clock_reasons)
-    if report.phase == "after":
-        ignored |= set(t.after_job_clock_reasons)
-    for g in report.telemetry:
-        reasons = [r for r in clock_events.throttle_reasons(g.clock_event_reasons) if r not in ignored]
-        if reasons:
-            out.append(
-                HealthReason(
-                    code="clock-event",
-                    flag="degraded-node",
-                    device_index=g.device_index,
-                    message=f"GPU {g.device_index}: clock-event reasons {', '.join(reasons)}",
-                )
-            )
-        old = before.get(g.uuid or str(g.device_index))
-        old_ecc = old.ecc_volatile_uncorrected if old is not None else None
-        new_ecc = g.ecc_volatile_uncorrected
-        if old_ecc is not None and new_ecc is not None and new_ecc > old_ecc:
-            out.append(
-                HealthReason(
-                    code="ecc-growth",
-                    flag="degraded-node",
-                    device_index=g.device_index,
-                    value=float(new_ecc),
-                    limit=float(old_ecc),
-                    message=(
-                        f"GPU {g.device_index}: volatile uncorrected ECC errors grew from "
-                        f"{old_ecc} to {new_ecc}"
-                    ),
-                )
-            )
-        foreign = foreign_processes(g.other_processes)
-        if foreign:
-            out.append(
-                HealthReason(
-                    code="other-tenant",
-                    flag="contended",
-                    device_index=g.device_index,
-                    value=float(foreign),
-                    message=f"GPU {g.device_index}: {foreign} other compute process(es)",
-                )
-            )
+    for probe in probes_with("instant"):
+        assert probe.instant is not None
+        before = probe.readings(previous) if previous is not None else None
+        out += probe.instant(probe.readings(report), before, report.phase, t)
     return out
 
 

@@ -63,6 +63,7 @@ from kernelab.service.estimators import (
 )
 from kernelab.service.models import HistoryPoint as PointRow
 from kernelab.service.models import Job
+from kernelab.service.probes.copy_bandwidth import PROBE as COPY
 from kernelab.service.schemas import (
     CellComparison,
     CellResult,
@@ -161,7 +162,7 @@ def _side(job_id: int, result: JobResult, comparison: Comparison, side: Side, he
     spec = result.spec
     copies: dict[str, list[float]] = {}
     for report in comparison.probes:
-        copies.setdefault(report.phase, []).extend(c.bandwidth_gbps for c in report.copy_bandwidth)
+        copies.setdefault(report.phase, []).extend(c.bandwidth_gbps for c in COPY.readings(report))
     return JobSide(
         job_id=job_id, name=spec.name, node_name=result.node.hostname, node=result.node, timer=result.timer,
         label=comparison.baseline_label if side == "baseline" else comparison.candidate_label,

@@ -32,6 +32,7 @@ from kernelab.service.schemas import (
     StaticComparison,
     Verdict,
 )
+from kernelab.service.schemas.probe_protocol import probes_with
 from kernelab.service.units import format_bytes
 from kernelab.service.verdicts import FLAG_NOTES, PROBLEM_VERDICTS, REASONS, VERDICT_ORDER, deciding_class
 
@@ -247,20 +248,12 @@ def job_reason_lines(c: Comparison) -> list[str]:
 
 
 def probe_summary(p: ProbeReport) -> str:
-    """One line per probe report: copy GB/s, all-reduce time per size, NVML status, errors."""
+    """One line per probe report: each registered probe's ``summary`` parts in report order (copy
+    GB/s, all-reduce time per size, NVML status), then errors."""
     parts = []
-    if p.copy_bandwidth:
-        bw = sorted(r.bandwidth_gbps for r in p.copy_bandwidth)
-        span = f"{bw[0]:.1f}" if len(bw) == 1 else f"{bw[0]:.1f}-{bw[-1]:.1f}"
-        parts.append(f"copy {span} GB/s" + (f" ({len(bw)} devices)" if len(bw) > 1 else ""))
-    groups: dict[tuple[str, int, tuple[int, ...]], list[str]] = {}
-    for r in sorted(p.all_reduce, key=lambda r: r.size_bytes):
-        key = (r.backend, r.world_size, tuple(r.ranks))
-        mark = "" if r.correct else " WRONG"
-        groups.setdefault(key, []).append(f"{format_bytes(r.size_bytes)} {r.time_us:.1f} µs{mark}")
-    for (backend, world, _), sizes in groups.items():
-        parts.append(f"all-reduce {backend} x{world}: " + ", ".join(sizes))
-    parts.append(f"NVML {p.nvml_status}")
+    for probe in probes_with("summary"):
+        assert probe.summary is not None
+        parts += probe.summary(p, probe.readings(p))
     parts += [f"{name} error: {_one_line(err)}" for name, err in sorted(p.errors.items())]
     return f"probes {p.phase}: " + "; ".join(parts)
 

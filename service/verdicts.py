@@ -36,6 +36,7 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple, get_args
 
+from kernelab.service.probes.telemetry import foreign_processes
 from kernelab.service.schemas import (
     MAX_DURATION_NS,
     BatchInvarianceCheck,
@@ -53,6 +54,7 @@ from kernelab.service.schemas import (
     TimingVerdict,
     Verdict,
 )
+from kernelab.service.schemas.probe_protocol import probes_with
 
 METHOD_VERSION = 9
 """Version of these rules. A stored ``Comparison`` with a lower ``method_version`` was judged by
@@ -929,17 +931,18 @@ def node_peaks(result: JobResult, peaks: Mapping[str, float] | None = None) -> d
 
 
 def probe_peaks(probes: Iterable[ProbeReport]) -> dict[str, float]:
-    """The node's probed peaks: ``copy_gbps``, the highest device-local copy reading of ``probes``
-    (read + written, GB/s), and ``matmul_tflops``, the highest matmul reading
+    """The node's probed peaks: per registered probe that declares a ``peak`` (``kernelab.service.probes``)
+    the highest positive reading of ``probes`` under its key: ``copy_gbps``, the highest device-local
+    copy reading (read + written, GB/s), and ``matmul_tflops``, the highest matmul reading
     (``kernelab.runners.probes.peak``, TFLOP/s); a key is missing when no positive reading exists."""
     out: dict[str, float] = {}
-    probes = list(probes)
-    readings = [r.bandwidth_gbps for p in probes for r in p.copy_bandwidth if r.bandwidth_gbps > 0]
-    if readings:
-        out["copy_gbps"] = max(readings)
-    matmul = [r.tflops for p in probes for r in p.matmul_peak if r.tflops > 0]
-    if matmul:
-        out["matmul_tflops"] = max(matmul)
+    reports = list(probes)
+    for probe in probes_with("peak"):
+        assert probe.peak is not None
+        key, rate = probe.peak
+        values = [v for report in reports for r in probe.readings(report) if (v := rate(r)) > 0]
+        if values:
+            out[key] = max(out.get(key, 0.0), *values)
     return out
 
 
@@ -984,20 +987,6 @@ def implausible_reasons(
     return out
 
 
-def foreign_processes(processes: Sequence[Mapping[str, object]]) -> int:
-    """Compute processes on one GPU that are not kernelab's own: the one rule for ``contended``,
-    in a cell's comparison (``contention_seen``, ``probe_flags``) and in node health
-    (``kernelab.service.health``).
-
-    Telemetry marks our process ``own``; inside a container NVML may report host PIDs so that no
-    entry matches, in which case one unmarked process is presumed to be ours.
-    """
-    foreign = sum(1 for p in processes if not p.get("own"))
-    if any(p.get("own") for p in processes):
-        return foreign
-    return max(foreign - 1, 0)
-
-
 def contention_seen(readings: Iterable[ContentionReading]) -> bool:
     """True when a reading taken during the cell shows a process that is not kernelab's own.
 
@@ -1008,10 +997,15 @@ def contention_seen(readings: Iterable[ContentionReading]) -> bool:
 
 
 def probe_flags(probes: Iterable[ProbeReport]) -> list[Flag]:
-    """Job-level flags from node-health probes: ``contended`` when a GPU ran another process."""
+    """Job-level flags from node-health probes: ``contended`` when a registered probe's ``contended``
+    rule saw another tenant (the telemetry probe: a GPU ran another process)."""
     flags: list[Flag] = []
-    if any(foreign_processes(t.other_processes) for p in probes for t in p.telemetry):
-        flags.append("contended")
+    reports = list(probes)
+    for probe in probes_with("contended"):
+        rule = probe.contended
+        if rule is not None and any(rule(probe.readings(p)) for p in reports):
+            flags.append("contended")
+            break
     return flags
 
 

@@ -37,6 +37,9 @@ import numpy as np
 
 from kernelab.service.estimators import ratio_ci_arrays
 from kernelab.service.node_change import node_change_reasons
+from kernelab.service.probes.all_reduce import PROBE as ALL_REDUCE
+from kernelab.service.probes.copy_bandwidth import PROBE as COPY
+from kernelab.service.probes.telemetry import PROBE as TELEMETRY
 from kernelab.service.schemas import (
     ConsistencyRow,
     DigestRecord,
@@ -126,9 +129,10 @@ def _sick_runs(runs: Sequence[WorkloadRun]) -> dict[int, str]:
 
 
 def _others(report: ProbeReport | None) -> int | None:
-    if report is None or not report.telemetry:
+    telemetry = TELEMETRY.readings(report) if report is not None else []
+    if not telemetry:
         return None
-    return sum(len(t.other_processes) for t in report.telemetry)
+    return sum(len(t.other_processes) for t in telemetry)
 
 
 def _probe_changes(result: WorkloadResult) -> dict[int, list[str]]:
@@ -362,10 +366,9 @@ def _timeline(result: WorkloadResult, sick: dict[int, str], changed: dict[int, l
     out = []
     for run in result.runs:
         p = run.probe_after
-        copy = [c.bandwidth_gbps for c in p.copy_bandwidth] if p is not None else []
-        ar = [a for a in (p.all_reduce if p is not None else []) if a.size_bytes == 1 << 20] or (
-            p.all_reduce[:1] if p is not None else []
-        )
+        copy = [c.bandwidth_gbps for c in COPY.readings(p)] if p is not None else []
+        reduce = ALL_REDUCE.readings(p) if p is not None else []
+        ar = [a for a in reduce if a.size_bytes == 1 << 20] or reduce[:1]
         flags = (["sick-node"] if run.index in sick else []) + (
             ["probe-changed"] if run.index in changed else []
         )

@@ -36,7 +36,7 @@ from kernelab.service.schemas import (
     Series,
     Side,
 )
-from kernelab.service.units import format_bytes
+from kernelab.service.schemas.probe_protocol import Panel, Probe, probes_with
 
 # Colours of the two sides everywhere on the dashboard (the CSS badges use the same pair).
 VARIANT_COLOURS: dict[Side, str] = {"baseline": "#5b6b7f", "candidate": "#d9622b"}
@@ -375,87 +375,74 @@ def probe_history_figure(
     *,
     device: str = "GPU",
 ) -> go.Figure:
-    """A node's probe history: copy bandwidth (top) and all-reduce latency (bottom) over time.
+    """A node's probe history: one panel per registered probe that declares a ``panel``
+    (``kernelab.service.probes``), in report order, over time; today copy bandwidth (top) and
+    all-reduce latency (bottom, log y).
 
-    One point per report and trace (the median of the report's readings of that device, or of that
-    group size and message size: the sub-groups' pairs of one report), at most
+    One point per report and trace: the median of the report's readings of that trace's key (that
+    device; that group size and message size: the sub-groups' pairs of one report), at most
     ``MAX_HISTORY_TRACES`` traces per panel: the figure's size follows the reports drawn, not what
-    a runner put in each.
+    a runner put in each. Traces are named by the probe (``{device}``: ``"GPU"``, or ``"CPU"`` on a
+    CPU node), e.g. ``"copy GPU 0"`` (device-local copy, GB/s, bytes read + written) and
+    ``"all-reduce ×2 1 MiB"`` (µs per op); those the panel's ``shown`` leaves out (all-reduce: all
+    but the smallest and largest message sizes) start hidden in the legend.
 
-    ``bands`` (``kernelab.service.health``): each copy band is drawn as a shaded area from its healthy low
-    to high with a dashed line at its limit (top panel); each all-reduce latency band as a dashed
-    limit line (bottom panel). ``unhealthy``: ``(report, status)`` pairs marked with a red cross on
-    the top panel at the report's mean copy bandwidth, the reasons in the hover text.
+    ``bands`` (``kernelab.service.health``): each band a panel's ``band`` rule takes is drawn on it,
+    as a shaded area from its healthy low to high with a dashed line at its limit (copy) or as a
+    dashed limit line alone (all-reduce latency). ``unhealthy``: ``(report, status)`` pairs marked
+    with a red cross on the top panel at the mean of the report's values there, the reasons in the
+    hover text.
 
-    ``readings`` may come in any order; they are drawn by ``taken_at``. Top panel: one trace per
-    device, named ``"copy {device} {index}"`` (``device``: ``"GPU"``, or ``"CPU"`` on a CPU node;
-    device-local copy, GB/s, bytes read + written). Bottom panel (log y): one trace per all-reduce
-    group size and message size (µs per op); the smallest and largest message sizes are shown, the
-    others start hidden in the legend. Readings without a probe contribute nothing to it; with no
-    readings at all the figure carries a "no probe readings" note and no traces.
+    ``readings`` may come in any order; they are drawn by ``taken_at``. Readings without a probe
+    contribute nothing to a panel; with no readings at all the figure carries a "no probe readings"
+    note and no traces.
     """
     ordered = sorted(readings, key=lambda r: r.taken_at)
+    probes = [p for p in probes_with("panel") if p.panel is not None]
+    panels = [p.panel for p in probes if p.panel is not None]
     fig = make_subplots(
-        rows=2,
+        rows=max(len(panels), 1),
         cols=1,
         shared_xaxes=True,
         vertical_spacing=0.12,
-        subplot_titles=("Device-local copy bandwidth (GB/s)", "All-reduce time per op (µs)"),
+        subplot_titles=tuple(panel.title for panel in panels),
     )
-    copy: dict[int, tuple[list, list]] = {}
-    for report in ordered:
-        per_device: dict[int, list[float]] = {}
-        for copy_reading in report.copy_bandwidth:
-            per_device.setdefault(copy_reading.device_index, []).append(copy_reading.bandwidth_gbps)
-        for device_index, values in per_device.items():
-            xs, ys = copy.setdefault(device_index, ([], []))
-            xs.append(report.taken_at)
-            ys.append(statistics.median(values))
-    for device_index in sorted(copy)[:MAX_HISTORY_TRACES]:
-        xs, ys = copy[device_index]
-        fig.add_trace(
-            go.Scatter(
-                name=f"copy {device} {device_index}",
-                x=xs,
-                y=ys,
-                mode="lines+markers",
-                hovertemplate="%{y:.1f} GB/s<extra>%{fullData.name}</extra>",
-            ),
-            row=1,
-            col=1,
-        )
-    reduce: dict[tuple[int, int], tuple[list, list]] = {}
-    for report in ordered:
-        per_key: dict[tuple[int, int], list[float]] = {}
-        for reduce_reading in report.all_reduce:
-            key = (reduce_reading.world_size, reduce_reading.size_bytes)
-            per_key.setdefault(key, []).append(reduce_reading.time_us)
-        for key, values in per_key.items():
-            xs, ys = reduce.setdefault(key, ([], []))
-            xs.append(report.taken_at)
-            ys.append(statistics.median(values))
-    sizes = sorted({size for _, size in reduce})
-    shown = {sizes[0], sizes[-1]} if sizes else set()
-    for world_size, size in sorted(reduce)[:MAX_HISTORY_TRACES]:
-        xs, ys = reduce[(world_size, size)]
-        fig.add_trace(
-            go.Scatter(
-                name=f"all-reduce ×{world_size} {format_bytes(size)}",
-                x=xs,
-                y=ys,
-                mode="lines+markers",
-                visible=True if size in shown else "legendonly",
-                hovertemplate="%{y:.1f} µs<extra>%{fullData.name}</extra>",
-            ),
-            row=2,
-            col=1,
-        )
-    _draw_bands(fig, bands, unhealthy)
-    fig.update_yaxes(type="log", row=2, col=1)
+    for row, (probe, panel) in enumerate(zip(probes, panels, strict=True), start=1):
+        traces: dict[tuple[Any, ...], tuple[str, list[datetime], list[float]]] = {}
+        for report in ordered:
+            per_key: dict[tuple[Any, ...], tuple[str, list[float]]] = {}
+            for reading in probe.readings(report):
+                key, name = panel.trace(reading)
+                per_key.setdefault(key, (name, []))[1].append(panel.value(reading))
+            for key, (name, values) in per_key.items():
+                _, xs, ys = traces.setdefault(key, (name, [], []))
+                xs.append(report.taken_at)
+                ys.append(statistics.median(values))
+        keys = sorted(traces)[:MAX_HISTORY_TRACES]
+        shown = panel.shown(sorted(traces)) if panel.shown is not None else set(keys)
+        for key in keys:
+            name, xs, ys = traces[key]
+            fig.add_trace(
+                go.Scatter(
+                    name=name.format(device=device),
+                    x=xs,
+                    y=ys,
+                    mode="lines+markers",
+                    visible=True if key in shown else "legendonly",
+                    hovertemplate=f"{panel.hover}<extra>%{{fullData.name}}</extra>",
+                ),
+                row=row,
+                col=1,
+            )
+        _draw_bands(fig, row, panel, bands)
+        if panel.log:
+            fig.update_yaxes(type="log", row=row, col=1)
+    if probes:
+        _mark_unhealthy(fig, probes[0], unhealthy)
     fig.update_layout(
         **{**_LAYOUT, "legend": dict(orientation="v"), "margin": dict(l=60, r=20, t=40, b=40)},
         template="plotly_white",
-        height=560,
+        height=280 * max(len(panels), 2),
     )
     if not ordered:
         fig.add_annotation(
@@ -464,24 +451,22 @@ def probe_history_figure(
     return fig
 
 
-def _draw_bands(
-    fig: go.Figure, bands: Sequence[HealthBand], unhealthy: Sequence[tuple[ProbeReport, str]]
-) -> None:
-    """Healthy bands and unhealthy reports onto ``probe_history_figure``'s two panels."""
+def _draw_bands(fig: go.Figure, row: int, panel: Panel[Any], bands: Sequence[HealthBand]) -> None:
+    """The healthy bands ``panel.band`` takes onto row ``row`` of ``probe_history_figure``."""
     for band in bands:
-        row = 1 if band.unit == "GB/s" and band.figure.startswith("copy") else 2 if band.unit == "us" else 0
-        if row == 0:
-            continue  # peer copy and busbw bands have no panel of their own
-        if row == 1:
+        how = panel.band(band)
+        if how is None:
+            continue
+        if how == "area":
             fig.add_hrect(
-                y0=band.low, y1=band.high, row=1, col=1, fillcolor=_BAND_COLOUR, line_width=0, layer="below"
+                y0=band.low, y1=band.high, row=row, col=1, fillcolor=_BAND_COLOUR, line_width=0, layer="below"
             )
         fig.add_hline(
             y=band.limit, row=row, col=1, line_dash="dash", line_color=_THROTTLED_COLOUR, line_width=1
         )
         # Plotly places annotations on a log axis in log10 units (shapes take data units), so the
-        # label of the log panel's limit line gets y = log10(limit).
-        label_y = band.limit if row == 1 else math.log10(band.limit) if band.limit > 0 else None
+        # label of a log panel's limit line gets y = log10(limit).
+        label_y = band.limit if not panel.log else math.log10(band.limit) if band.limit > 0 else None
         if label_y is not None:
             fig.add_annotation(
                 text=f"{band.figure} limit ({band.scope})",
@@ -495,10 +480,16 @@ def _draw_bands(
                 row=row,
                 col=1,
             )
+
+
+def _mark_unhealthy(fig: go.Figure, probe: Probe[Any], unhealthy: Sequence[tuple[ProbeReport, str]]) -> None:
+    """Unhealthy reports as red crosses on the top panel (``probe``'s) at the mean of their values."""
+    panel = probe.panel
+    assert panel is not None
     marks = [
-        (r, status, sum(c.bandwidth_gbps for c in r.copy_bandwidth) / len(r.copy_bandwidth))
+        (r, status, sum(values) / len(values))
         for r, status in unhealthy
-        if r.copy_bandwidth
+        if (values := [panel.value(x) for x in probe.readings(r)])
     ]
     if marks:
         fig.add_trace(

@@ -33,6 +33,8 @@ from kernelab.service.api.deps import DEFAULT_LIMIT, Limit, Offset, SessionDep, 
 from kernelab.service.api.door import DoorRoute
 from kernelab.service.api.routes.nodes import NodeName
 from kernelab.service.models import JOB_STATUSES
+from kernelab.service.probes.all_reduce import PROBE as ALL_REDUCE
+from kernelab.service.probes.copy_bandwidth import PROBE as COPY
 from kernelab.service.report import (
     EXPLAINED_VERDICTS,
     STATE_NOTES,
@@ -54,6 +56,7 @@ from kernelab.service.schemas import (
     as_utc,
     read_stored,
 )
+from kernelab.service.schemas.probe_protocol import probes_with
 from kernelab.service.units import format_bytes, format_seconds
 from kernelab.service.verdicts import FLAG_NOTES, VERDICT_ORDER
 from kernelab.web import figures, job_view, sweep_view
@@ -188,42 +191,49 @@ def device_word(device_type: str | None) -> str:
 
 
 def probe_tables(reports: Iterable[ProbeReport], device_type: str | None = None) -> dict[str, Any]:
-    """Probe readings pivoted for the templates: one row per device / all-reduce size, one column per phase.
+    """Probe readings pivoted for the templates: per registered probe that declares a ``pivot``
+    (``kernelab.service.probes``), one row per reading key, one group of columns per phase.
 
-    Returns ``{"phases": [...], "reports": [...], "copy_rows": [...], "reduce_rows": [...],
-    "device": device_word(device_type)}``: phases
-    in before/after/adhoc order (reports too); ``copy_rows`` ``{device_index, size_bytes, by_phase}``,
-    ``reduce_rows`` ``{backend, world_size, size_bytes, by_phase}`` where ``by_phase`` maps a
-    phase to its reading. When a phase was probed twice the later report wins.
+    Returns ``{"phases": [...], "reports": [...], "tables": [...], "device": device_word(device_type)}``:
+    phases in before/after/adhoc order (reports too); each table ``{"probe", "id", "caption",
+    "headers", "rows"}`` in report order, with ``headers`` the label headers (``{device}``
+    replaced) and then ``f"{phase}{suffix}"`` per phase and value suffix, and each row
+    ``{"key", "labels", "by_phase", "cells"}`` sorted by key: ``by_phase`` maps a phase to its
+    reading, ``cells`` to its value cells (``probe_protocol.Cell``; a phase without a reading has
+    none). A probe with no readings in any report has no table. When a phase was probed twice the
+    later report wins.
     """
     ordered = sorted(reports, key=lambda r: (PHASE_ORDER[r.phase], r.taken_at))
-    copy: dict[tuple[int, int], dict[str, Any]] = {}
-    reduce: dict[tuple[str, int, int], dict[str, Any]] = {}
-    for report in ordered:
-        for c in report.copy_bandwidth:
-            row = copy.setdefault(
-                (c.device_index, c.size_bytes),
-                {"device_index": c.device_index, "size_bytes": c.size_bytes, "by_phase": {}},
-            )
-            row["by_phase"][report.phase] = c
-        for a in report.all_reduce:
-            row = reduce.setdefault(
-                (a.backend, a.world_size, a.size_bytes),
-                {
-                    "backend": a.backend,
-                    "world_size": a.world_size,
-                    "size_bytes": a.size_bytes,
-                    "by_phase": {},
-                },
-            )
-            row["by_phase"][report.phase] = a
-    return {
-        "phases": list(dict.fromkeys(r.phase for r in ordered)),
-        "reports": ordered,
-        "copy_rows": [copy[k] for k in sorted(copy)],
-        "reduce_rows": [reduce[k] for k in sorted(reduce)],
-        "device": device_word(device_type),
-    }
+    phases = list(dict.fromkeys(r.phase for r in ordered))
+    word = device_word(device_type)
+    tables = []
+    for probe in probes_with("pivot"):
+        pivot = probe.pivot
+        assert pivot is not None
+        rows: dict[tuple[Any, ...], dict[str, Any]] = {}
+        for report in ordered:
+            for reading in probe.readings(report):
+                key = pivot.key(reading)
+                row = rows.setdefault(
+                    key, {"key": key, "labels": pivot.labels(reading), "by_phase": {}, "cells": {}}
+                )
+                row["by_phase"][report.phase] = reading
+                row["cells"][report.phase] = pivot.values(reading)
+        if not rows:
+            continue
+        headers = [h.format(device=word) for h in pivot.label_headers]
+        tables.append(
+            {
+                "probe": probe.name,
+                "id": pivot.table_id,
+                "caption": pivot.caption,
+                "label_headers": headers,
+                "value_headers": [f"{phase}{suffix}" for phase in phases for suffix in pivot.value_suffixes],
+                "width": len(pivot.value_suffixes),
+                "rows": [rows[k] for k in sorted(rows)],
+            }
+        )
+    return {"phases": phases, "reports": ordered, "tables": tables, "device": word}
 
 
 def _workload_page(request: Request, session: Any, job: JobPublic) -> HTMLResponse:
@@ -438,12 +448,12 @@ def _node_rows(
 ) -> tuple[list[dict[str, Any]], int | None, int | None]:
     """Table rows (newest first) with the mean copy GB/s, the smallest all-reduce size's time and
     the largest size's bus bandwidth; also returns those two sizes in bytes (None without data)."""
-    sizes = sorted({a.size_bytes for _, r in reports for a in r.all_reduce})
+    sizes = sorted({a.size_bytes for _, r in reports for a in ALL_REDUCE.readings(r)})
     small, large = (sizes[0], sizes[-1]) if sizes else (None, None)
     rows = []
     for job_id, report in sorted(reports, key=lambda jr: jr[1].taken_at, reverse=True):
-        copies = [c.bandwidth_gbps for c in report.copy_bandwidth]
-        by_size = {a.size_bytes: a for a in report.all_reduce}
+        copies = [c.bandwidth_gbps for c in COPY.readings(report)]
+        by_size = {a.size_bytes: a for a in ALL_REDUCE.readings(report)}
         rows.append(
             {
                 "job_id": job_id,

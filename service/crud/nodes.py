@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
@@ -17,6 +17,7 @@ from kernelab.service.schemas import (
     NodeInfo,
     ProbeReport,
 )
+from kernelab.service.schemas.probe_protocol import probes_with
 
 
 def register_runner(*, session: Session, name: str, node: NodeInfo | None) -> tuple[Runner, str]:
@@ -57,7 +58,8 @@ def store_probe_report(
     *, session: Session, report: ProbeReport, node_name: str, runner_id: int | None,
     job_id: int | None = None, result_id: int | None = None,
 ) -> models.ProbeReport:  # fmt: skip
-    """Store a probe report whole (JSON) and its readings flat (``probe_readings``)."""
+    """Store a probe report whole (JSON) and the readings of every probe that declares ``flat`` in
+    the flat table (``probe_readings``: kind = the probe's name, one of ``models.READING_KINDS``)."""
     row = models.ProbeReport(
         runner_id=runner_id, node_name=node_name, job_id=job_id, result_id=result_id, phase=report.phase,
         taken_at=report.taken_at, wall_s=report.wall_s, nvml_status=report.nvml_status,
@@ -66,15 +68,11 @@ def store_probe_report(
     session.add(row)
     session.flush()
     readings: list[dict[str, Any]] = [
-        {"report_id": row.id, "kind": "copy_bandwidth", "device_index": r.device_index, "world_size": None,
-         "size_bytes": r.size_bytes, "time_us": r.time_us, "value_gbps": r.bandwidth_gbps, "busbw_gbps": None}
-        for r in report.copy_bandwidth
-    ] + [
-        {"report_id": row.id, "kind": "all_reduce", "device_index": None, "world_size": r.world_size,
-         "size_bytes": r.size_bytes, "time_us": r.time_us, "value_gbps": r.algbw_gbps,
-         "busbw_gbps": r.busbw_gbps}
-        for r in report.all_reduce
-    ]  # fmt: skip
+        {"report_id": row.id, "kind": probe.name, **asdict(flat(r))}
+        for probe in probes_with("flat")
+        if (flat := probe.flat) is not None
+        for r in probe.readings(report)
+    ]
     if readings:
         session.execute(insert(ProbeReading), readings)
     return row

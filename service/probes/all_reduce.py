@@ -102,7 +102,10 @@ def figures(readings: Sequence[AllReduceReading], t: Thresholds) -> list[Figure]
 
 
 def instant(
-    readings: Sequence[AllReduceReading], previous: Sequence[AllReduceReading] | None, phase: str, t: Thresholds
+    readings: Sequence[AllReduceReading],
+    previous: Sequence[AllReduceReading] | None,
+    phase: str,
+    t: Thresholds,
 ) -> list[HealthReason]:
     """``all-reduce-wrong`` (``degraded-node``) for every reading whose sum was wrong."""
     out = []
@@ -118,6 +121,18 @@ def instant(
                 )
             )
     return out
+
+
+def summary(report: Any, readings: Sequence[AllReduceReading]) -> list[str]:
+    """``all-reduce nccl x2: 8 B 8.9 µs, 1 MiB 20.1 µs WRONG`` per group, sizes ascending."""
+    groups: dict[tuple[str, int, tuple[int, ...]], list[str]] = {}
+    for r in sorted(readings, key=lambda r: r.size_bytes):
+        key = (r.backend, r.world_size, tuple(r.ranks))
+        mark = "" if r.correct else " WRONG"
+        groups.setdefault(key, []).append(f"{format_bytes(r.size_bytes)} {r.time_us:.1f} µs{mark}")
+    return [
+        f"all-reduce {backend} x{world}: " + ", ".join(sizes) for (backend, world, _), sizes in groups.items()
+    ]
 
 
 def _title(report: Any, readings: Sequence[AllReduceReading]) -> str:
@@ -146,8 +161,13 @@ PROBE = register(
         text=TextSection(
             title=_title,
             columns=(
-                Column("group", lambda r: (",".join(map(str, r.ranks)) or f"x{r.world_size}")
-                       + (" graph" if r.cuda_graph else "")),  # fmt: skip
+                Column(
+                    "group",
+                    lambda r: (
+                        (",".join(map(str, r.ranks)) or f"x{r.world_size}")
+                        + (" graph" if r.cuda_graph else "")
+                    ),
+                ),  # fmt: skip
                 Column("size", lambda r: format_bytes(r.size_bytes)),
                 Column("time us", lambda r: format(r.time_us, ".2f")),
                 Column("algbw GB/s", lambda r: format(r.algbw_gbps, ".2f")),
@@ -155,6 +175,7 @@ PROBE = register(
                 Column("correct", lambda r: "yes" if r.correct else "NO"),
             ),
         ),
+        summary=summary,
         pivot=Pivot(
             table_id="probe-allreduce",
             caption="All-reduce: time per op (µs) / bus bandwidth (GB/s)",
@@ -172,7 +193,10 @@ PROBE = register(
         ),
         panel=Panel(
             title="All-reduce time per op (µs)",
-            trace=lambda r: ((r.world_size, r.size_bytes), f"all-reduce ×{r.world_size} {format_bytes(r.size_bytes)}"),
+            trace=lambda r: (
+                (r.world_size, r.size_bytes),
+                f"all-reduce ×{r.world_size} {format_bytes(r.size_bytes)}",
+            ),
             value=lambda r: r.time_us,
             hover="%{y:.1f} µs",
             log=True,
@@ -180,7 +204,10 @@ PROBE = register(
             band=lambda b: "line" if b.unit == "us" else None,
         ),
         flat=lambda r: Flat(
-            world_size=r.world_size, size_bytes=r.size_bytes, time_us=r.time_us, value_gbps=r.algbw_gbps,
+            world_size=r.world_size,
+            size_bytes=r.size_bytes,
+            time_us=r.time_us,
+            value_gbps=r.algbw_gbps,
             busbw_gbps=r.busbw_gbps,
         ),  # fmt: skip
     )

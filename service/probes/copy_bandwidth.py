@@ -55,6 +55,15 @@ def figures(readings: Sequence[CopyBandwidthReading], t: Thresholds) -> list[Fig
     ]
 
 
+def summary(report: object, readings: Sequence[CopyBandwidthReading]) -> list[str]:
+    """``copy 4190.1-4196.5 GB/s (2 devices)``; nothing without readings."""
+    if not readings:
+        return []
+    bw = sorted(r.bandwidth_gbps for r in readings)
+    span = f"{bw[0]:.1f}" if len(bw) == 1 else f"{bw[0]:.1f}-{bw[-1]:.1f}"
+    return [f"copy {span} GB/s" + (f" ({len(bw)} devices)" if len(bw) > 1 else "")]
+
+
 PROBE = register(
     Probe(
         name="copy_bandwidth",
@@ -76,6 +85,7 @@ PROBE = register(
                 Column("GB/s", lambda r: format(r.bandwidth_gbps, ".1f")),
             ),
         ),
+        summary=summary,
         pivot=Pivot(
             table_id="probe-copy",
             caption="Device-local copy bandwidth (GB/s, read + written)",
@@ -93,7 +103,10 @@ PROBE = register(
             band=lambda b: "area" if b.unit == "GB/s" and b.figure.startswith("copy") else None,
         ),
         flat=lambda r: Flat(
-            device_index=r.device_index, size_bytes=r.size_bytes, time_us=r.time_us, value_gbps=r.bandwidth_gbps
+            device_index=r.device_index,
+            size_bytes=r.size_bytes,
+            time_us=r.time_us,
+            value_gbps=r.bandwidth_gbps,
         ),
     )
 )

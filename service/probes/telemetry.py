@@ -149,8 +149,14 @@ PROBE = register(
         label="NVML telemetry",
         reading=GpuTelemetry,
         units={
-            "sm_clock_mhz": "MHz", "mem_clock_mhz": "MHz", "max_sm_clock_mhz": "MHz", "temperature_c": "°C",
-            "memory_temperature_c": "°C", "power_w": "W", "power_limit_w": "W", "utilization_pct": "%",
+            "sm_clock_mhz": "MHz",
+            "mem_clock_mhz": "MHz",
+            "max_sm_clock_mhz": "MHz",
+            "temperature_c": "°C",
+            "memory_temperature_c": "°C",
+            "power_w": "W",
+            "power_limit_w": "W",
+            "utilization_pct": "%",
             "memory_used_bytes": "B",
         },  # fmt: skip
         max_readings=MAX_DEVICES,
@@ -160,6 +166,7 @@ PROBE = register(
         error_key="nvml",
         instant=instant,
         contended=lambda readings: any(foreign_processes(t.other_processes) for t in readings),
+        summary=lambda report, readings: [f"NVML {report.nvml_status}"],
         text=TextSection(
             title=_title,
             show_empty=True,

@@ -84,12 +84,14 @@ from kernelab.service.schemas.health import (
     Series,
 )
 from kernelab.service.schemas.job_vs_job import JobSide, JobVsJob, JobVsJobCell, RunNoisePublic
-from kernelab.service.schemas.probes import ProbeReport  # isort: skip  (imports every probe first)
-from kernelab.service.probes.all_reduce import AllReduceReading
-from kernelab.service.probes.copy_bandwidth import CopyBandwidthReading
-from kernelab.service.probes.matmul_peak import MatmulPeakReading
-from kernelab.service.probes.peer_copy import PeerCopyReading
-from kernelab.service.probes.telemetry import GpuTelemetry
+from kernelab.service.schemas.probes import (
+    AllReduceReading,
+    CopyBandwidthReading,
+    GpuTelemetry,
+    MatmulPeakReading,
+    PeerCopyReading,
+    ProbeReport,
+)
 from kernelab.service.schemas.result import (
     BatchInvarianceCheck,
     BitwiseComparison,

@@ -18,6 +18,8 @@ which builds ``ProbeReport`` from the registry) that calls ``register(Probe(...)
   for the plausibility guard: ``kernelab.service.verdicts.probe_peaks``), ``contended`` (another
   tenant seen: ``verdicts.probe_flags``);
 * how it is shown: ``label``, ``text`` (the section of ``kernelab probe``'s plain-text report),
+  ``summary`` (its parts of the report's one-line summary: ``kernelab.service.report.probe_summary``,
+  called with the report and its readings, empty ones included),
   ``pivot`` (the dashboard's table, one column per phase), ``panel`` (the node page's history
   figure), ``flat`` (a row of the flat ``probe_readings`` table, for probes whose ``name`` is one of
   ``kernelab.service.models.READING_KINDS``).
@@ -267,6 +269,7 @@ class Probe(Generic[R]):
     peak: tuple[str, Callable[[R], float]] | None = None
     contended: Callable[[Sequence[R]], bool] | None = None
     text: TextSection[R] | None = None
+    summary: Callable[[ProbeReport, Sequence[R]], list[str]] | None = None
     pivot: Pivot[R] | None = None
     panel: Panel[R] | None = None
     flat: Callable[[R], Flat] | None = None

@@ -94,8 +94,14 @@ def _build() -> type[_CommonFields]:
                 Annotated[list[p.reading], AtDoor(max_length=p.max_readings)],  # type: ignore[name-defined]
                 Field(default_factory=list),
             )
-    model: type[_CommonFields] = create_model(  # type: ignore[call-overload]
-        "ProbeReport", __base__=_Posted, __module__=__name__, __doc__=_CommonFields.__doc__, **fields
+    # The built model is no subclass of _CommonFields (fields keep their positions): the type checker
+    # sees it as one (TYPE_CHECKING below), with a probe's readings reached through Probe.readings.
+    model: type[_CommonFields] = create_model(
+        "ProbeReport",
+        __base__=_Posted,  # type: ignore[arg-type]
+        __module__=__name__,
+        __doc__=_CommonFields.__doc__,
+        **fields,
     )
     probe_protocol.mark_built()
     return model
@@ -106,3 +112,17 @@ if TYPE_CHECKING:
     ProbeReport = _CommonFields
 else:
     ProbeReport = _build()
+
+# The built-in probes' readings, where they were before probes were modules of their own (imported
+# after ProbeReport is built: importing them first would build it while one of them is half-imported).
+from kernelab.service.probes.all_reduce import AllReduceReading  # noqa: E402
+from kernelab.service.probes.copy_bandwidth import CopyBandwidthReading  # noqa: E402
+from kernelab.service.probes.matmul_peak import MatmulPeakReading  # noqa: E402
+from kernelab.service.probes.peer_copy import PeerCopyReading  # noqa: E402
+from kernelab.service.probes.telemetry import GpuTelemetry  # noqa: E402
+
+__all__ = [
+    "MAX_ALL_REDUCE_READINGS", "MAX_DEVICES", "MAX_GPU_PROCESSES", "MAX_PEER_READINGS", "MAX_RANKS",
+    "AllReduceReading", "CopyBandwidthReading", "DeviceIndex", "GpuTelemetry", "MatmulPeakReading",
+    "PeerCopyReading", "ProbeReport", "Rank", "discover",
+]  # fmt: skip
