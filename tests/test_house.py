@@ -4,7 +4,8 @@
   runner (``kernelab.runners``): specs are checked against what runners advertise;
 * benchmarks (``kernels/``) know no database and no engine: of kernelab they import the wire
   contract only (``kernelab.service.schemas``, ``kernelab.service.samples``) and themselves;
-* the wire contract knows no database: it imports pydantic, numpy and itself;
+* the wire contract knows no database: it imports pydantic, numpy and itself (the probes'
+  declarations, ``service/probes/``, and ``service/units.py`` are part of it);
 * judgement is pure: the statistics and verdict modules import no ORM, database or route.
 """
 
@@ -17,7 +18,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-CONTRACT = ("kernelab.service.schemas", "kernelab.service.samples", "kernelab.service.clock_events")
+CONTRACT = (
+    "kernelab.service.schemas",
+    "kernelab.service.samples",
+    "kernelab.service.clock_events",
+    "kernelab.service.units",
+    "kernelab.service.probes",
+)
 JUDGEMENT = (
     "service/stats.py",
     "service/estimators.py",
@@ -88,6 +95,8 @@ def test_the_contract_knows_no_database() -> None:
     contract = [p for p in _files("service") if p.name == "samples.py" and p.parent.name == "service"]
     schemas = ROOT / "service" / "schemas"
     contract += sorted(schemas.rglob("*.py")) if schemas.is_dir() else [ROOT / "service" / "schemas.py"]
+    contract += sorted((ROOT / "service" / "probes").rglob("*.py"))  # the probes' declarations
+    contract += [ROOT / "service" / "units.py"]
     bad = _broken(contract, lambda n: not _within(n, CONTRACT))
     assert bad == []
 

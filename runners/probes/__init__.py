@@ -12,6 +12,8 @@ first used, so a job's orchestrating process stays without it (``kernelab.runner
 
 from __future__ import annotations
 
+import functools
+import importlib
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING, Any, get_args
 from kernelab.runners.probes.format import format_probe_report
 from kernelab.runners.probes.telemetry import ContextSampler, read_telemetry
 from kernelab.service.schemas import ProbeReport, ProbeSpec
+from kernelab.service.schemas.probe_protocol import Probe, registered, runs_generically
 
 if TYPE_CHECKING:
     from kernelab.runners.probes.node import node_info
@@ -37,6 +40,17 @@ def _capture(errors: dict[str, str], name: str, fn: Callable[[], None]) -> None:
         errors[name] = f"{type(exc).__name__}: {exc}"
 
 
+def runner_function(probe: Probe[Any]) -> Callable[..., Any]:
+    """The measuring function ``probe.runner`` names (``"module:function"``), imported here.
+    Raises ``ImportError``/``AttributeError`` naming it when it is not there."""
+    module, _, name = probe.runner.partition(":")
+    return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
+
+
+def _run_generic(probe: Probe[Any], spec: ProbeSpec, device_type: str, fields: dict[str, Any]) -> None:
+    fields[probe.name] = list(runner_function(probe)(spec, device_type))
+
+
 def run_probes(spec: ProbeSpec, phase: str = "adhoc", *, device_type: str | None = None) -> ProbeReport:
     """Run the probes ``spec`` enables on this node and return their readings.
 
@@ -44,14 +58,16 @@ def run_probes(spec: ProbeSpec, phase: str = "adhoc", *, device_type: str | None
     bandwidth (every GPU, or the host) while the all-reduce ranks start, then all-reduce (every GPU;
     gloo x2 on the CPU; none on one GPU, said in ``notes``), see ``probes.links`` for ``spec.mode``
     (quick / full: sub-groups, peer copy, CUDA graphs), then the
-    bf16 matmul peak of the current GPU (CUDA only; measured once per process, ``probes.peak``).
+    bf16 matmul peak of the current GPU (CUDA only; measured once per process, ``probes.peak``),
+    then every registered probe with ``generic_runner`` (``kernelab.service.probes``), whose
+    ``runner`` function is called as ``function(spec, device_type)`` when ``spec`` enables any probe.
     ``phase`` is ``"before"``, ``"after"`` or ``"adhoc"``; ``device_type`` ``"cuda"`` or ``"cpu"``
     (None: CUDA when torch sees a GPU). ``wall_s`` is the report's own wall time in seconds
     (``time.perf_counter``). ``nvml_status`` is ``"disabled"`` when ``spec.nvml`` is off.
 
     Never raises for a probe's failure (an impossible ``device_type`` included): the failure is
-    recorded in ``errors`` under ``"nvml"``, ``"copy_bandwidth"``, ``"all_reduce"`` or
-    ``"matmul_peak"``. Raises
+    recorded in ``errors`` under ``"nvml"``, ``"copy_bandwidth"``, ``"all_reduce"``,
+    ``"matmul_peak"`` or a generic probe's ``errors_key``. Raises
     ``ValueError`` only for an unknown ``phase``, a caller's bug.
     """
     if phase not in _PHASES:
@@ -85,6 +101,14 @@ def run_probes(spec: ProbeSpec, phase: str = "adhoc", *, device_type: str | None
             fields["matmul_peak"] = [cached_matmul_peak(torch.cuda.current_device())]
 
         _capture(errors, "matmul_peak", matmul_peak)
+    if runs_generically(spec):
+        for probe in registered():
+            if probe.generic_runner:
+                _capture(
+                    errors,
+                    probe.errors_key,
+                    functools.partial(_run_generic, probe, spec, device_type, fields),
+                )
 
     return ProbeReport(
         phase=phase,  # type: ignore[arg-type]

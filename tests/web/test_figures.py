@@ -112,7 +112,23 @@ def test_probe_tables_pivot_phases_side_by_side() -> None:
     after = make_probe("after", T0 + timedelta(seconds=5), copy_gbps=20.0)
     tables = probe_tables([after, make_probe("before", T0, copy_gbps=40.0)])
     assert tables["phases"] == ["before", "after"]
-    [copy_row] = tables["copy_rows"]
+    copy, reduce = tables["tables"]
+    assert (copy["id"], reduce["id"]) == ("probe-copy", "probe-allreduce")
+    [copy_row] = copy["rows"]
     assert {p: r.bandwidth_gbps for p, r in copy_row["by_phase"].items()} == {"before": 40.0, "after": 20.0}
-    assert [r["size_bytes"] for r in tables["reduce_rows"]] == [8, 1 << 20, 64 << 20]
-    assert set(tables["reduce_rows"][0]["by_phase"]) == {"before", "after"}
+    assert [c.text for c in copy_row["cells"]["before"]] == ["40.0"]
+    assert copy["label_headers"] == ["device", "size"]
+    assert copy["value_headers"] == ["before", "after"]
+    assert [r["key"][2] for r in reduce["rows"]] == [8, 1 << 20, 64 << 20]
+    assert set(reduce["rows"][0]["by_phase"]) == {"before", "after"}
+    assert reduce["value_headers"] == ["before µs", "before busbw", "after µs", "after busbw"]
+
+
+def test_probe_tables_leave_out_a_probe_without_readings_and_name_the_device() -> None:
+    from kernelab.web.routes import probe_tables
+
+    report = make_probe("before", T0, copy_gbps=40.0).model_copy(update={"all_reduce": []})
+    tables = probe_tables([report], "cpu")
+    assert [t["probe"] for t in tables["tables"]] == ["copy_bandwidth"]
+    assert tables["tables"][0]["label_headers"] == ["CPU", "size"]
+    assert probe_tables([])["tables"] == []
