@@ -31,6 +31,9 @@ from kernelab.service.schemas import HealthBand, HealthReason, ProbeReport, Reas
 from kernelab.service.verdicts import reason
 
 TOLERANCE: dict[str, float] = {"copy": 0.10, "peer": 0.10, "busbw": 0.15, "latency": 0.50}
+DEFAULT_TOLERANCE = 0.50
+"""A figure of a kind ``TOLERANCE`` does not name, without a ``Figure.change_tolerance`` of its own
+(a probe added later): the loosest of the kinds above."""
 LATENCY_FLOOR_US = 2.0
 BAND_SPREAD_FACTOR = 3.0
 
@@ -41,7 +44,7 @@ def _phase(probes: Sequence[ProbeReport], phase: str) -> ProbeReport | None:
 
 
 def _tolerance(f: Figure, band: HealthBand | None) -> float:
-    tol = TOLERANCE[f.kind]
+    tol = f.change_tolerance if f.change_tolerance is not None else TOLERANCE.get(f.kind, DEFAULT_TOLERANCE)
     if band is not None and band.median > 0:
         tol = max(tol, BAND_SPREAD_FACTOR * (band.high - band.low) / band.median)
     return tol

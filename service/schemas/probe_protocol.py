@@ -137,6 +137,9 @@ class Figure:
     warmup: int = 0  # leading cold readings of the series left out
     limit_factor: float = field(default=COPY_MIN_FRACTION, compare=False)
     peers: str | None = field(default=None, compare=False)
+    change_tolerance: float | None = field(default=None, compare=False)
+    """Relative change of an after-probe against the before-probe beyond which the node changed
+    (``kernelab.service.node_change``); None: that module's tolerance of the figure's ``kind``."""
 
 
 def size_label(n: int) -> str:
