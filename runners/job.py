@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from kernelab.kernels.triton_mode import configure_triton_env
-from kernelab.service.schemas import JobResult, JobSpec, ProbeReport
+from kernelab.service.schemas import CellResult, JobResult, JobSpec, NodeInfo, ProbeReport
 from kernelab.service.verdicts import all_cells_failed
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from kernelab.kernels import Benchmark
     from kernelab.runners.timing import TimerKind
 
-__all__ = ["ProgressCallback", "device_name", "probes_enabled", "run_job", "torch_sees_cuda"]
+__all__ = ["ProgressCallback", "device_name", "job_result", "probes_enabled", "run_job", "torch_sees_cuda"]
 ProgressCallback = Callable[[int, int, str], None]
 _PROBE_TIMEOUT_S = 600.0  # a probe process that takes longer is killed; its report says so
 
@@ -164,6 +164,40 @@ def _fork_server(children: int) -> contextlib.AbstractContextManager[object]:
     return job_fork_server()
 
 
+def job_result(
+    spec: JobSpec,
+    *,
+    job_id: int | None,
+    idempotency_key: str | None,
+    node: NodeInfo,
+    timer: str,
+    started_at: datetime,
+    cells: list[CellResult],
+    probes: list[ProbeReport],
+) -> JobResult:
+    """The ``JobResult`` envelope of a job that ran, built the one way for every kind of job
+    (``run_job`` and ``kernelab.runners.revision_job.run_revision_job``).
+
+    ``idempotency_key``: a fresh ``uuid4().hex`` (32 hex digits) when None; ``timer``: the timer's
+    label (``'cuda-event'`` or ``'perf_counter'``); ``started_at``: a UTC datetime;
+    ``finished_at`` is now (UTC) and ``error`` is ``kernelab.service.verdicts.all_cells_failed``
+    of ``cells`` (None unless every cell failed); ``schema_version`` is the schema's default
+    (``RESULT_SCHEMA_VERSION``). Raises ``pydantic.ValidationError`` for a field the schema
+    refuses (an idempotency key under 8 characters, a naive ``started_at``)."""
+    return JobResult(
+        idempotency_key=idempotency_key or uuid.uuid4().hex,
+        job_id=job_id,
+        spec=spec,
+        node=node,
+        timer=timer,
+        started_at=started_at,
+        finished_at=datetime.now(UTC),
+        cells=cells,
+        probes=probes,
+        error=all_cells_failed(cells),
+    )
+
+
 def run_job(
     spec: JobSpec,
     *,
@@ -224,15 +258,13 @@ def run_job(
             )
         report(max(0, cells - 1), cells, "probes after the cells")
         probes += _probes(spec, "after", dev_type)
-    return JobResult(
-        idempotency_key=idempotency_key or uuid.uuid4().hex,
+    return job_result(
+        spec,
         job_id=job_id,
-        spec=spec,
+        idempotency_key=idempotency_key,
         node=node,
         timer=timer_label,
         started_at=started_at,
-        finished_at=datetime.now(UTC),
         cells=results,
         probes=probes,
-        error=all_cells_failed(results),
     )

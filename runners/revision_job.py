@@ -41,7 +41,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -53,7 +52,7 @@ import kernelab
 from kernelab.kernels._device import configure_triton_env
 from kernelab.runners import jobns
 from kernelab.runners.cells import resolve_device
-from kernelab.runners.job import ProgressCallback, _probes
+from kernelab.runners.job import ProgressCallback, _probes, job_result
 from kernelab.runners.jobenv import job_env
 from kernelab.runners.pipeline import CellMonitor, Compiled, OutputRef, SideError, run_cells
 from kernelab.runners.probes import node_info
@@ -75,7 +74,6 @@ from kernelab.service.schemas import (
     TimedCheck,
     Work,
 )
-from kernelab.service.verdicts import all_cells_failed
 
 log = logging.getLogger(__name__)
 
@@ -444,15 +442,13 @@ def run_revision_job(
         diff_stat=diff_stat,
         diff_shortstat=shortstat,
     )
-    return JobResult(
-        idempotency_key=idempotency_key or uuid.uuid4().hex,
+    return job_result(
+        spec,
         job_id=job_id,
-        spec=spec,
+        idempotency_key=idempotency_key,
         node=node,
         timer=timer_label,
         started_at=started_at,
-        finished_at=datetime.now(UTC),
         cells=results,
         probes=probes,
-        error=all_cells_failed(results),
     )

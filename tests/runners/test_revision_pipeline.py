@@ -6,6 +6,7 @@ call in seven, wrong for |x| > 2 (right once ``input_scale`` keeps the inputs sm
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -291,6 +292,15 @@ def test_a_revision_job_fills_what_an_in_process_job_fills(
         "keys": shape(good_local)["keys"] | {"contention"}
     }
     assert local.timer == result.timer == "perf_counter"
+
+    def envelope(job: JobResult) -> dict[str, Any]:  # the fields around the cells (runners.job.job_result)
+        dumped = job.model_dump(mode="json", exclude={"cells", "spec", "node", "probes"})
+        return {"filled": sorted(k for k, v in dumped.items() if v not in (None, [], {})),
+                "schema_version": job.schema_version, "error": job.error,
+                "key": bool(re.fullmatch(r"[0-9a-f]{32}", job.idempotency_key)),
+                "ordered": job.started_at <= job.finished_at, "cells": len(job.cells)}  # fmt: skip
+
+    assert envelope(result) == envelope(local)
 
 
 def test_a_revision_job_rotates_input_sets_between_its_workers(revision_job) -> None:

@@ -139,3 +139,13 @@ def list_form(result: JobResult) -> dict[str, Any]:
     for cell, posted in zip(body["cells"], result.cells, strict=True):
         cell["samples"] = posted.samples.model_dump()
     return body
+
+
+def wrong_candidate(result: JobResult, message: str = "FAIL: rows 0-3") -> JobResult:
+    """``result`` with the candidate failing its correctness check in every cell (``passed``
+    False, ``message``); the baseline and the samples unchanged."""
+    cells = []
+    for c in result.cells:
+        bad = c.correctness["candidate"].model_copy(update={"passed": False, "message": message})
+        cells.append(c.model_copy(update={"correctness": {**c.correctness, "candidate": bad}}))
+    return result.model_copy(update={"cells": cells})

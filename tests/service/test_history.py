@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from factories import T0, job_result, probe_report, spec_dict
+from factories import T0, job_result, probe_report, spec_dict, wrong_candidate
 from health_fixtures import h200x2_report
 
 from kernelab.service import stats
@@ -130,13 +130,6 @@ def test_a_result_on_a_flagged_node_is_excluded_from_history_as_its_note_says(ap
 
 
 def test_a_wrong_side_is_left_out_of_history(api) -> None:  # type: ignore[no-untyped-def]
-    def wrong_candidate(result: JobResult) -> JobResult:
-        cells = []
-        for c in result.cells:
-            bad = c.correctness["candidate"].model_copy(update={"passed": False, "message": "FAIL: rows 0-3"})
-            cells.append(c.model_copy(update={"correctness": {**c.correctness, "candidate": bad}}))
-        return result.model_copy(update={"cells": cells})
-
     job_id = _post_job(api, hostname="h200-a", model=H200, base_ns=1000.0, days=0, mutate=wrong_candidate)
     history = _history(api)
     assert history["excluded"] == {"problem-verdict": 2}

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from factories import wrong_candidate
 from test_history import H200, _post_job
 
 from kernelab.service import job_vs_job
@@ -105,13 +106,6 @@ def test_without_a_control_the_stored_runs_decide_or_nothing_does(api) -> None: 
 
 
 def test_a_wrong_side_in_either_job_outranks_its_speed(api) -> None:  # type: ignore[no-untyped-def]
-    def wrong_candidate(result: JobResult) -> JobResult:
-        cells = []
-        for c in result.cells:
-            bad = c.correctness["candidate"].model_copy(update={"passed": False, "message": "FAIL: rows 0-3"})
-            cells.append(c.model_copy(update={"correctness": {**c.correctness, "candidate": bad}}))
-        return result.model_copy(update={"cells": cells})
-
     a = _post_job(api, hostname="h200-a", model=H200, base_ns=1000.0, days=0)
     b = _post_job(api, hostname="h200-a", model=H200, base_ns=1000.0, days=1,
                   mutate=lambda r: wrong_candidate(_scaled("candidate", 0.5)(r)))  # fmt: skip

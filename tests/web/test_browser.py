@@ -12,13 +12,8 @@ Set ``KERNELAB_UPDATE_SCREENSHOTS=1`` to write ``docs/screenshots/job-page.png``
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 import pytest
@@ -27,29 +22,15 @@ import pytest
 pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the dev extra)")
 import compare_wait  # noqa: E402
 from browser_signin import sign_in  # noqa: E402
-from playwright.sync_api import Browser, Page, sync_playwright  # noqa: E402
+from dashboard_server import ADMIN_TOKEN, REPO, Dashboard, signed_in_page  # noqa: E402
+from playwright.sync_api import Browser, Page  # noqa: E402
 
-from kernelab.service.core.db import upgrade
 from kernelab.service.report import cell_speedup
 from kernelab.service.schemas import Comparison, JobResult, JobSpec
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-CHROMIUM = os.environ.get("KERNELAB_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 XSS_NAME = "<script>alert(1)</script> softmax"
-ADMIN_TOKEN = "browser-test-admin-token-0123456789"
-REPO = Path(__file__).resolve().parents[2]
-SERVER_START_S = 60.0
 
 
 @dataclass
@@ -59,26 +40,6 @@ class Site:
     queued_job_id: int
     result: JobResult
     comparison: Comparison
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _wait_ready(base_url: str, proc: subprocess.Popen[bytes], log_path: Path) -> None:
-    deadline = time.monotonic() + SERVER_START_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the server exited with {proc.returncode}: {log_path.read_text()}")
-        try:
-            if httpx.get(f"{base_url}/readyz", timeout=1.0).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"the server did not become ready within {SERVER_START_S} s")
 
 
 def _tiny_spec() -> JobSpec:
@@ -128,71 +89,15 @@ def _seed(base_url: str) -> Site:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
-    folder = tmp_path_factory.mktemp("server")
-    db_url = f"sqlite:///{folder / 'kernelab.db'}"
-    log_path = folder / "server.log"
-    upgrade(db_url)
-    port = _free_port()
-    base_url = f"http://127.0.0.1:{port}"
-    env = {
-        **os.environ,
-        "KERNELAB_DATABASE_URL": db_url,
-        "KERNELAB_ADMIN_TOKEN": ADMIN_TOKEN,
-        "KERNELAB_PUBLIC_DASHBOARD": "false",
-    }
-    with log_path.open("wb") as log:  # the server's output; a failing test's log points here
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "--factory",
-                "kernelab.service.app:create_app",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--log-level",
-                "warning",
-            ],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        worker = compare_wait.start(env, log)
-        try:
-            _wait_ready(base_url, proc, log_path)
-            yield _seed(base_url)
-        finally:
-            compare_wait.stop(worker)
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
+def site(dashboard: Dashboard) -> Site:
+    return _seed(dashboard.url)
 
 
 @pytest.fixture
 def page(site: Site, browser: Browser) -> Iterator[Page]:
     """A signed-in page (the ``/login`` form sets the cookie) that fails the test on any dialog."""
-    context = browser.new_context(viewport={"width": 1400, "height": 900})
-    page = context.new_page()
-    dialogs: list[str] = []
-    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
-    sign_in(page, site.base_url, ADMIN_TOKEN)
-    yield page
-    context.close()
-    assert dialogs == [], f"a dialog fired: {dialogs}"
+    with signed_in_page(browser, site.base_url) as page:
+        yield page
 
 
 def test_pages_need_a_token(site: Site, browser: Browser) -> None:

@@ -13,14 +13,10 @@ show what the API says.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -28,16 +24,15 @@ import pytest
 
 pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the dev extra)")
 import compare_wait  # noqa: E402
-from browser_signin import sign_in  # noqa: E402
-from playwright.sync_api import Browser, Page, sync_playwright  # noqa: E402
+from dashboard_server import ADMIN_TOKEN, Dashboard, DashboardConfig, signed_in_page  # noqa: E402
+from playwright.sync_api import Browser, Page  # noqa: E402
 from sqlalchemy import create_engine, select, text  # noqa: E402
 from sqlalchemy.engine import make_url  # noqa: E402
 from sqlalchemy.exc import OperationalError  # noqa: E402
-from test_browser import ADMIN_TOKEN, CHROMIUM, CHROMIUM_ARGS, _free_port, _wait_ready  # noqa: E402
 from web_factory import T0, make_probe, make_result, make_spec  # noqa: E402
 
 from kernelab.service import crud  # noqa: E402
-from kernelab.service.core.db import make_engine, make_session_factory, upgrade  # noqa: E402
+from kernelab.service.core.db import make_engine, make_session_factory  # noqa: E402
 from kernelab.service.models import Runner  # noqa: E402
 from kernelab.service.schemas import (  # noqa: E402
     AllReduceReading,
@@ -71,10 +66,12 @@ class Site:
 # --------------------------------------------------------------------------------------------------
 
 
-@contextmanager
-def _database(kind: str, folder: Path) -> Iterator[str]:
-    if kind == "sqlite":
-        yield f"sqlite:///{folder / 'kernelab.db'}"
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def dashboard_config(request: pytest.FixtureRequest) -> Iterator[DashboardConfig]:
+    """The module's server on a temp SQLite file, then on a fresh PostgreSQL database of its own
+    (created here, dropped after)."""
+    if request.param == "sqlite":
+        yield DashboardConfig()
         return
     admin = create_engine(PG_URL, isolation_level="AUTOCOMMIT")
     name = f"kl_browser_{uuid.uuid4().hex[:12]}"
@@ -87,42 +84,20 @@ def _database(kind: str, folder: Path) -> Iterator[str]:
             pytest.fail(f"PostgreSQL at {PG_URL} is not reachable: {exc.orig}")
         pytest.skip(f"PostgreSQL at {PG_URL} is not reachable: {exc.orig}")
     try:
-        yield make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
+        yield DashboardConfig(
+            database_url=make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
+        )
     finally:
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
 
 
-@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def site(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
-    folder = tmp_path_factory.mktemp(f"cases-{request.param}")
-    with _database(request.param, folder) as db_url:
-        upgrade(db_url)
-        base_url = f"http://127.0.0.1:{_free_port()}"
-        env = {**os.environ, "KERNELAB_DATABASE_URL": db_url, "KERNELAB_ADMIN_TOKEN": ADMIN_TOKEN,
-               "KERNELAB_PUBLIC_DASHBOARD": "false"}  # fmt: skip
-        log_path = folder / "server.log"
-        with log_path.open("wb") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "uvicorn", "--factory", "kernelab.service.app:create_app",
-                 "--host", "127.0.0.1", "--port", base_url.rsplit(":", 1)[1], "--log-level", "warning"],
-                env=env, stdout=log, stderr=subprocess.STDOUT,
-            )  # fmt: skip
-            worker = compare_wait.start(env, log)
-            try:
-                _wait_ready(base_url, proc, log_path)
-                site = Site(base_url, db_url)
-                _seed(site)
-                yield site
-            finally:
-                compare_wait.stop(worker)
-                proc.terminate()
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+@pytest.fixture(scope="module")
+def site(dashboard: Dashboard) -> Site:
+    site = Site(dashboard.url, dashboard.database_url)
+    _seed(site)
+    return site
 
 
 # --------------------------------------------------------------------------------------------------
@@ -302,26 +277,11 @@ def _seed(site: Site) -> None:
 # --------------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
-
-
 @pytest.fixture
 def page(site: Site, browser: Browser) -> Iterator[Page]:
     """A signed-in page that fails the test on a dialog or a script error."""
-    context = browser.new_context(viewport={"width": 1400, "height": 900})
-    page = context.new_page()
-    problems: list[str] = []
-    page.on("dialog", lambda d: (problems.append(d.message), d.dismiss()))
-    page.on("pageerror", lambda e: problems.append(str(e)))
-    sign_in(page, site.base_url, ADMIN_TOKEN)
-    yield page
-    context.close()
-    assert problems == [], f"a dialog or script error: {problems}"
+    with signed_in_page(browser, site.base_url, watch=("dialog", "pageerror")) as page:
+        yield page
 
 
 def _api(site: Site, path: str) -> Any:

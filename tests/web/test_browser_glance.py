@@ -15,8 +15,6 @@ import csv
 import io
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,11 +27,9 @@ import pytest
 pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the dev extra)")
 import compare_wait  # noqa: E402
 import glance_factory as gf  # noqa: E402
-from browser_signin import sign_in  # noqa: E402
-from playwright.sync_api import Browser, Page, sync_playwright  # noqa: E402
-from test_browser import ADMIN_TOKEN, CHROMIUM, CHROMIUM_ARGS, REPO, _free_port, _wait_ready  # noqa: E402
+from dashboard_server import ADMIN_TOKEN, REPO, Dashboard, DashboardConfig, signed_in_page  # noqa: E402
+from playwright.sync_api import Browser, Page  # noqa: E402
 
-from kernelab.service.core.db import upgrade  # noqa: E402
 from kernelab.service.report import format_speedup  # noqa: E402
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -88,54 +84,21 @@ def _seed(base_url: str, log_path: Path) -> Site:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
-    folder = tmp_path_factory.mktemp("glance-server")
-    db_url = f"sqlite:///{folder / 'kernelab.db'}"
-    upgrade(db_url)
-    base_url = f"http://127.0.0.1:{_free_port()}"
-    env = {**os.environ, "KERNELAB_DATABASE_URL": db_url, "KERNELAB_ADMIN_TOKEN": ADMIN_TOKEN,
-           "KERNELAB_PUBLIC_DASHBOARD": "false", "KERNELAB_LOG_FORMAT": "json",
-           "KERNELAB_LOG_LEVEL": "INFO"}  # fmt: skip
-    log_path = folder / "server.log"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "--factory", "kernelab.service.app:create_app", "--host",
-             "127.0.0.1", "--port", base_url.rsplit(":", 1)[1], "--no-access-log"],
-            env=env, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        worker = compare_wait.start(env, log)
-        try:
-            _wait_ready(base_url, proc, log_path)
-            yield _seed(base_url, log_path)
-        finally:
-            compare_wait.stop(worker)
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+def dashboard_config() -> DashboardConfig:
+    """JSON logs at INFO (the tests read the server's render times from its log), no access log."""
+    return DashboardConfig(env={"KERNELAB_LOG_FORMAT": "json", "KERNELAB_LOG_LEVEL": "INFO"},
+                           uvicorn_args=("--no-access-log",))  # fmt: skip
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
+def site(dashboard: Dashboard) -> Site:
+    return _seed(dashboard.url, dashboard.log_path)
 
 
 @pytest.fixture
 def page(site: Site, browser: Browser) -> Iterator[Page]:
-    context = browser.new_context(viewport={"width": 1400, "height": 900})
-    context.set_default_timeout(PAGE_TIMEOUT_MS)
-    page = context.new_page()
-    dialogs: list[str] = []
-    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
-    sign_in(page, site.base_url, ADMIN_TOKEN)
-    yield page
-    context.close()
-    assert dialogs == [], f"a dialog fired: {dialogs}"
+    with signed_in_page(browser, site.base_url, timeout_ms=PAGE_TIMEOUT_MS) as page:
+        yield page
 
 
 def _shot(page: Page, selector: str, name: str) -> None:

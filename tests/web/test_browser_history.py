@@ -15,49 +15,21 @@ Set ``KERNELAB_UPDATE_SCREENSHOTS=1`` to write ``docs/screenshots/history.png``,
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
-import httpx
 import pytest
 
 pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the dev extra)")
-import compare_wait  # noqa: E402
 import history_seed  # noqa: E402
-from browser_signin import sign_in  # noqa: E402
-from playwright.sync_api import Browser, Page, sync_playwright  # noqa: E402
-from test_browser import CHROMIUM, CHROMIUM_ARGS, REPO, _free_port  # noqa: E402
-
-from kernelab.service.core.db import upgrade
+from dashboard_server import ADMIN_TOKEN, REPO, Dashboard, signed_in_page  # noqa: E402
+from playwright.sync_api import Browser, Page  # noqa: E402
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-ADMIN_TOKEN = "browser-history-admin-token-0123456789"
 GPU = "Browser-GPU"
 OTHER_GPU = "Browser-GPU-B"
 SHOTS = os.environ.get("KERNELAB_UPDATE_SCREENSHOTS") == "1"
-
-
-SERVER_START_S = 240.0  # a loaded 2-core CI machine (load 24 seen) imports the app slowly
-
-
-def _wait_ready(base_url: str, proc: subprocess.Popen[bytes], log_path: Path) -> None:
-    """Poll ``/readyz`` (the protocol) until 200; fail when the server exits or after ``SERVER_START_S``."""
-    deadline = time.monotonic() + SERVER_START_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the server exited with {proc.returncode}: {log_path.read_text()}")
-        try:
-            if httpx.get(f"{base_url}/readyz", timeout=1.0).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"the server did not become ready within {SERVER_START_S} s")
 
 
 @dataclass
@@ -68,67 +40,29 @@ class Site:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
-    folder = tmp_path_factory.mktemp("history-server")
-    db_url = f"sqlite:///{folder / 'kernelab.db'}"
-    log_path = folder / "server.log"
-    upgrade(db_url)
-    port = _free_port()
-    base_url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "KERNELAB_DATABASE_URL": db_url, "KERNELAB_ADMIN_TOKEN": ADMIN_TOKEN,
-           "KERNELAB_PUBLIC_DASHBOARD": "false"}  # fmt: skip
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "--factory", "kernelab.service.app:create_app", "--host",
-             "127.0.0.1", "--port", str(port), "--log-level", "warning"],
-            env=env, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        worker = compare_wait.start(env, log)
-        try:
-            _wait_ready(base_url, proc, log_path)
-            steps = [1000.0] * 4 + [1500.0] * 4
-            # the candidate's own step against the baseline every job ran (at 1000 ns)
-            jobs = history_seed.seed(base_url, ADMIN_TOKEN, steps, node="browser-hist-a", gpu_model=GPU,
-                                     baseline_ns=1000.0)  # fmt: skip
-            (other,) = history_seed.seed(
-                base_url,
-                ADMIN_TOKEN,
-                [900.0],
-                node="browser-hist-b",
-                gpu_model=OTHER_GPU,
-                name="other node",
-                baseline_ns=1000.0,
-            )
-            history_seed.wait_compared(base_url, ADMIN_TOKEN, [*jobs, other])
-            yield Site(base_url, jobs, other)
-        finally:
-            compare_wait.stop(worker)
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
+def site(dashboard: Dashboard) -> Site:
+    base_url = dashboard.url
+    steps = [1000.0] * 4 + [1500.0] * 4
+    # the candidate's own step against the baseline every job ran (at 1000 ns)
+    jobs = history_seed.seed(base_url, ADMIN_TOKEN, steps, node="browser-hist-a", gpu_model=GPU,
+                             baseline_ns=1000.0)  # fmt: skip
+    (other,) = history_seed.seed(
+        base_url,
+        ADMIN_TOKEN,
+        [900.0],
+        node="browser-hist-b",
+        gpu_model=OTHER_GPU,
+        name="other node",
+        baseline_ns=1000.0,
+    )
+    history_seed.wait_compared(base_url, ADMIN_TOKEN, [*jobs, other])
+    return Site(base_url, jobs, other)
 
 
 @pytest.fixture
 def page(site: Site, browser: Browser) -> Iterator[Page]:
-    context = browser.new_context(viewport={"width": 1400, "height": 900})
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    sign_in(page, site.base_url, ADMIN_TOKEN)
-    yield page
-    context.close()
-    assert errors == [], f"a script failed: {errors}"
+    with signed_in_page(browser, site.base_url, watch=("pageerror",)) as page:
+        yield page
 
 
 def _shot(page: Page, name: str) -> None:

@@ -8,11 +8,8 @@ Set ``KERNELAB_UPDATE_SCREENSHOTS=1`` to write ``docs/screenshots/job-progress.p
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -20,15 +17,12 @@ import pytest
 
 pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the dev extra)")
 from browser_signin import sign_in  # noqa: E402
-from playwright.sync_api import Browser, Page, expect, sync_playwright  # noqa: E402
-from test_browser import CHROMIUM, CHROMIUM_ARGS, _free_port, _wait_ready  # noqa: E402
-
-from kernelab.service.core.db import upgrade  # noqa: E402
+from dashboard_server import ADMIN_TOKEN, REPO, Dashboard, DashboardConfig  # noqa: E402
+from playwright.sync_api import Browser, Page, expect  # noqa: E402
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-ADMIN = "manage-browser-admin-token-0123456789"
-SHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+SHOTS = REPO / "docs" / "screenshots"
 SPEC = {
     "name": "softmax rows",
     "benchmark": "softmax",
@@ -67,60 +61,20 @@ class Site:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
-    folder = tmp_path_factory.mktemp("manage-server")
-    db_url = f"sqlite:///{folder / 'kernelab.db'}"
-    upgrade(db_url)
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = {
-        **os.environ,
-        "KERNELAB_DATABASE_URL": db_url,
-        "KERNELAB_ADMIN_TOKEN": ADMIN,
-        "KERNELAB_PUBLIC_DASHBOARD": "false",
-    }
-    log_path = folder / "server.log"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "--factory",
-                "kernelab.service.app:create_app",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--log-level",
-                "warning",
-            ],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            _wait_ready(url, proc, log_path)
-            with httpx.Client(
-                base_url=f"{url}/api/v1", headers={"Authorization": f"Bearer {ADMIN}"}, timeout=30
-            ) as api:
-                reg = api.post("/runners/register", json={"name": "manage-runner"})
-                assert reg.status_code == 200, reg.text
-                yield Site(url, api, {"Authorization": f"Bearer {reg.json()['token']}"})
-        finally:
-            proc.terminate()
-            proc.wait(timeout=10)
+def dashboard_config() -> DashboardConfig:
+    return DashboardConfig(compare_worker=False)  # no job here posts a result
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
+def site(dashboard: Dashboard) -> Iterator[Site]:
+    admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    with httpx.Client(base_url=f"{dashboard.url}/api/v1", headers=admin, timeout=30) as api:
+        reg = api.post("/runners/register", json={"name": "manage-runner"})
+        assert reg.status_code == 200, reg.text
+        yield Site(dashboard.url, api, {"Authorization": f"Bearer {reg.json()['token']}"})
 
 
-def _page(site: Site, browser: Browser, token: str = ADMIN) -> Page:
+def _page(site: Site, browser: Browser, token: str = ADMIN_TOKEN) -> Page:
     context = browser.new_context(viewport={"width": 1400, "height": 900})
     page = context.new_page()
     page.on("dialog", lambda d: pytest.fail(f"a dialog fired: {d.message}"))
@@ -233,6 +187,17 @@ def _bisect(site: Site, commits: list[str]) -> int:
     return int(r.json()["id"])
 
 
+def _step(site: Site, bid: int, job_id: int, step: tuple[str, str, str, str, float]) -> None:
+    """Post one judged step ``(commit, role, outcome, verdict, ratio)`` of bisect ``bid`` for
+    ``job_id`` (cell ``M=4, N=64``, a ±2% interval around ``ratio``)."""
+    sha, role, outcome, verdict, ratio = step
+    body = {"job_id": job_id, "commit": sha, "role": role, "outcome": outcome, "verdict": verdict,
+            "cell": "M=4, N=64", "ratio": ratio, "ci_low": ratio * 0.98, "ci_high": ratio * 1.02,
+            "summary": {verdict: 4}, "reason": f"M=4, N=64: {verdict}"}  # fmt: skip
+    r = site.api.post(f"/bisects/{bid}/steps", json=body)
+    assert r.status_code == 200, r.text
+
+
 def test_bisect_page_shows_steps_as_they_come_and_the_first_bad_commit(site: Site, browser: Browser) -> None:
     commits = [f"{i:x}" * 40 for i in range(1, 8)]
     bid = _bisect(site, commits)
@@ -248,42 +213,12 @@ def test_bisect_page_shows_steps_as_they_come_and_the_first_bad_commit(site: Sit
         (commits[1], "midpoint", "good", "same", 1.01),
         (commits[2], "midpoint", "good", "same", 0.99),
     ]
-    for (sha, role, outcome, verdict, ratio), job_id in zip(steps[:1], job_ids, strict=False):
-        site.api.post(
-            f"/bisects/{bid}/steps",
-            json={
-                "job_id": job_id,
-                "commit": sha,
-                "role": role,
-                "outcome": outcome,
-                "verdict": verdict,
-                "cell": "M=4, N=64",
-                "ratio": ratio,
-                "ci_low": ratio * 0.98,
-                "ci_high": ratio * 1.02,
-                "summary": {verdict: 4},
-                "reason": f"M=4, N=64: {verdict}",
-            },
-        )
+    for step, job_id in zip(steps[:1], job_ids, strict=False):
+        _step(site, bid, job_id, step)
     expect(page.locator("#steps-table tbody tr")).to_have_count(1, timeout=15_000)
     assert page.evaluate("window.__kept") == 7  # the steps came in place
-    for (sha, role, outcome, verdict, ratio), job_id in zip(steps[1:], job_ids[1:], strict=True):
-        site.api.post(
-            f"/bisects/{bid}/steps",
-            json={
-                "job_id": job_id,
-                "commit": sha,
-                "role": role,
-                "outcome": outcome,
-                "verdict": verdict,
-                "cell": "M=4, N=64",
-                "ratio": ratio,
-                "ci_low": ratio * 0.98,
-                "ci_high": ratio * 1.02,
-                "summary": {verdict: 4},
-                "reason": f"M=4, N=64: {verdict}",
-            },
-        )
+    for step, job_id in zip(steps[1:], job_ids[1:], strict=True):
+        _step(site, bid, job_id, step)
     site.api.post(f"/bisects/{bid}/finish", json={"status": "found", "first_bad": commits[3]})
     expect(page.locator("#bisect-status")).to_have_text("found", timeout=15_000)
     expect(page.locator("#bisect-result")).to_contain_text(f"First bad commit: {commits[3]} change 3")

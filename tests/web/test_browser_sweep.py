@@ -9,22 +9,16 @@ previous/next links.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import httpx
 import pytest
 
 pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the dev extra)")
-import compare_wait  # noqa: E402
-from browser_signin import sign_in  # noqa: E402
-from playwright.sync_api import Page, sync_playwright  # noqa: E402
-from test_browser import ADMIN_TOKEN, CHROMIUM, CHROMIUM_ARGS, _free_port, _wait_ready  # noqa: E402
+from dashboard_server import ADMIN_TOKEN, Dashboard, signed_in_page  # noqa: E402
+from playwright.sync_api import Browser, Page  # noqa: E402
 from web_factory import make_result, make_spec  # noqa: E402
 
-from kernelab.service.core.db import upgrade  # noqa: E402
 from kernelab.web import job_view, routes  # noqa: E402
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -35,46 +29,9 @@ COMPARISON_WAIT_MS = 120_000
 
 
 @pytest.fixture(scope="module")
-def sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
+def sweep(dashboard: Dashboard) -> tuple[str, int]:
     """``(base_url, job_id)`` of a server holding one large sweep result."""
-    folder = tmp_path_factory.mktemp("sweep-server")
-    db_url = f"sqlite:///{folder / 'kernelab.db'}"
-    upgrade(db_url)
-    base_url = f"http://127.0.0.1:{_free_port()}"
-    env = {**os.environ, "KERNELAB_DATABASE_URL": db_url, "KERNELAB_ADMIN_TOKEN": ADMIN_TOKEN,
-           "KERNELAB_PUBLIC_DASHBOARD": "false"}  # fmt: skip
-    log_path = folder / "server.log"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "--factory",
-                "kernelab.service.app:create_app",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                base_url.rsplit(":", 1)[1],
-                "--log-level",
-                "warning",
-            ],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        worker = compare_wait.start(env, log)
-        try:
-            _wait_ready(base_url, proc, log_path)
-            yield base_url, _post_sweep(base_url)
-        finally:
-            compare_wait.stop(worker)
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    return dashboard.url, _post_sweep(dashboard.url)
 
 
 def _post_sweep(base_url: str) -> int:
@@ -95,17 +52,9 @@ def _post_sweep(base_url: str) -> int:
 
 
 @pytest.fixture
-def page(sweep: tuple[str, int]) -> Iterator[Page]:
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        context = browser.new_context(viewport={"width": 1400, "height": 900})
-        page = context.new_page()
-        dialogs: list[str] = []
-        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
-        sign_in(page, sweep[0], ADMIN_TOKEN)
+def page(sweep: tuple[str, int], browser: Browser) -> Iterator[Page]:
+    with signed_in_page(browser, sweep[0]) as page:
         yield page
-        browser.close()
-        assert dialogs == [], f"a dialog fired: {dialogs}"
 
 
 def test_large_sweep_page_in_the_browser(sweep: tuple[str, int], page: Page) -> None:

@@ -10,8 +10,6 @@ measured by ``kernelab.runners.job.run_job`` on this CPU and posted with a runne
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -20,11 +18,9 @@ import pytest
 
 pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the dev extra)")
 import compare_wait  # noqa: E402
-from browser_signin import sign_in  # noqa: E402
-from playwright.sync_api import Page, sync_playwright  # noqa: E402
-from test_browser import ADMIN_TOKEN, CHROMIUM, CHROMIUM_ARGS, REPO, _free_port, _wait_ready  # noqa: E402
+from dashboard_server import ADMIN_TOKEN, REPO, Dashboard, DashboardConfig, signed_in_page  # noqa: E402
+from playwright.sync_api import Browser, Page  # noqa: E402
 
-from kernelab.service.core.db import upgrade  # noqa: E402
 from kernelab.service.schemas import Comparison, JobSpec  # noqa: E402
 from tests.wrong_kernels.cases import FAST_WRONG, RAISES, SPEC, WRONG_DIR  # noqa: E402
 
@@ -79,65 +75,22 @@ def _seed(base_url: str) -> Jobs:
 
 
 @pytest.fixture(scope="module")
-def jobs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Jobs]:
-    folder = tmp_path_factory.mktemp("verdict-server")
-    db_url = f"sqlite:///{folder / 'kernelab.db'}"
-    upgrade(db_url)
-    port = _free_port()
-    base_url = f"http://127.0.0.1:{port}"
+def dashboard_config() -> DashboardConfig:
     path = os.pathsep.join([str(WRONG_DIR), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    env = {
-        **os.environ,
-        "KERNELAB_DATABASE_URL": db_url,
-        "KERNELAB_ADMIN_TOKEN": ADMIN_TOKEN,
-        "KERNELAB_PUBLIC_DASHBOARD": "false",
-        "PYTHONPATH": path,
-    }  # the server imports wrongbench
-    log_path = folder / "server.log"
-    with log_path.open("wb") as log, pytest.MonkeyPatch.context() as mp:
+    return DashboardConfig(env={"PYTHONPATH": path})  # the server imports wrongbench
+
+
+@pytest.fixture(scope="module")
+def jobs(dashboard: Dashboard) -> Iterator[Jobs]:
+    with pytest.MonkeyPatch.context() as mp:
         mp.syspath_prepend(str(WRONG_DIR))  # run_job here imports it too
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "--factory",
-                "kernelab.service.app:create_app",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--log-level",
-                "warning",
-            ],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        worker = compare_wait.start(env, log)
-        try:
-            _wait_ready(base_url, proc, log_path)
-            yield _seed(base_url)
-        finally:
-            compare_wait.stop(worker)
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        yield _seed(dashboard.url)
 
 
 @pytest.fixture
-def page(jobs: Jobs) -> Iterator[Page]:
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        context = browser.new_context(viewport={"width": 1400, "height": 900})
-        page = context.new_page()
-        sign_in(page, jobs.base_url, ADMIN_TOKEN)
+def page(jobs: Jobs, browser: Browser) -> Iterator[Page]:
+    with signed_in_page(browser, jobs.base_url, watch=()) as page:
         yield page
-        context.close()
-        browser.close()
 
 
 def _style(locator, prop: str) -> str:  # type: ignore[no-untyped-def]
