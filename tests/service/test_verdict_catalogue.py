@@ -14,11 +14,10 @@ from __future__ import annotations
 import html
 import re
 from datetime import UTC, datetime
-from typing import get_args
+from typing import TYPE_CHECKING, get_args
 
 import pytest
 import typer
-from conftest import Api
 
 from kernelab.runners import bisect
 from kernelab.runners.cli import common, github, output
@@ -40,6 +39,9 @@ from kernelab.service.schemas import (
     verdict_css_class,
 )
 from kernelab.web import routes, sweep, verdict_style
+
+if TYPE_CHECKING:
+    from conftest import Api  # tests/service/conftest.py (a name other conftest modules share)
 
 ENTRIES = pytest.mark.parametrize("entry", VERDICT_CATALOGUE, ids=[e.name for e in VERDICT_CATALOGUE])
 HEX = re.compile(r"#(?:[0-9a-f]{3}|[0-9a-f]{6})")
