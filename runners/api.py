@@ -27,7 +27,15 @@ from kernelab.kernels.base import Benchmark, BenchmarkError
 from kernelab.kernels.define import DefinedBenchmark, benchmark
 from kernelab.kernels.preflight import as_reduction
 from kernelab.kernels.tolerances import Reduction
-from kernelab.service.schemas import Comparison, JobResult, JobSpec, ProbeSpec, Verdict, Work
+from kernelab.service.schemas import (
+    VERDICT_CATALOGUE,
+    Comparison,
+    JobResult,
+    JobSpec,
+    ProbeSpec,
+    Verdict,
+    Work,
+)
 
 BASELINE = "baseline"
 CANDIDATE = "candidate"
@@ -35,7 +43,8 @@ PROBES_OFF = ProbeSpec.off().model_dump(
     include={"copy_bandwidth", "all_reduce", "nvml", "matmul_peak", "canary"}
 )
 """``JobSpec.probes`` with every probe off (the API's default: a notebook wants the comparison)."""
-DEFAULT_FAIL_ON: frozenset[Verdict] = frozenset({"failed", "incorrect"})
+DEFAULT_FAIL_ON: frozenset[Verdict] = frozenset(e.name for e in VERDICT_CATALOGUE if e.gate == "default")
+"""``Result.failing``'s default: the verdicts ``--fail-on`` names by default (``VerdictEntry.gate``)."""
 
 
 class Result(Comparison):

@@ -33,10 +33,22 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Literal
 
-from kernelab.service.schemas import BisectCommit, BisectStep, CellComparison, Comparison, JobPublic, Verdict
+from kernelab.service.schemas import (
+    VERDICT_CATALOGUE,
+    BisectCommit,
+    BisectStep,
+    CellComparison,
+    Comparison,
+    JobPublic,
+    Verdict,
+)
 
-PROBLEM_VERDICTS: frozenset[Verdict] = frozenset({"failed", "incorrect", "nondeterministic", "implausible"})
-GOOD_VERDICTS: frozenset[Verdict] = frozenset({"same", "faster"})
+PROBLEM_VERDICTS: frozenset[Verdict] = frozenset(e.name for e in VERDICT_CATALOGUE if e.kind == "problem")
+"""A cell of one makes the step undecided whatever the other cells say (correctness outranks speed)."""
+BAD_VERDICTS: frozenset[Verdict] = frozenset(e.name for e in VERDICT_CATALOGUE if e.bisect == "bad")
+"""A cell of one makes the step bad (``slower``), unless a cell is a problem."""
+GOOD_VERDICTS: frozenset[Verdict] = frozenset(e.name for e in VERDICT_CATALOGUE if e.bisect == "good")
+"""The step is good when every cell is one of these (``same``, ``faster``)."""
 MAX_ATTEMPTS = 2  # an undecided step is run once more, then the bisect stops
 
 
@@ -125,10 +137,10 @@ def judge(job: JobPublic, comparison: Comparison | None) -> Judgement:
     if problems:
         c = problems[0]
         return Judgement("undecided", f"{c.label}: {c.verdict}: {why(c)}", summary=summary, **_evidence(c))  # type: ignore[arg-type]
-    slower = [c for c in cells if c.verdict == "slower"]
-    if slower:
-        c = max(slower, key=lambda x: x.ratio or 0.0)
-        return Judgement("bad", f"{c.label}: slower, {_ratio_text(c)}", summary=summary, **_evidence(c))  # type: ignore[arg-type]
+    bad = [c for c in cells if c.verdict in BAD_VERDICTS]
+    if bad:
+        c = max(bad, key=lambda x: x.ratio or 0.0)
+        return Judgement("bad", f"{c.label}: {c.verdict}, {_ratio_text(c)}", summary=summary, **_evidence(c))  # type: ignore[arg-type]
     pending = [c for c in cells if c.verdict not in GOOD_VERDICTS]
     if pending:
         c = pending[0]

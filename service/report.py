@@ -20,6 +20,8 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from kernelab.service.schemas import (
+    VERDICT_CATALOGUE,
+    VERDICT_INFO,
     CellComparison,
     Comparison,
     CorrectnessResult,
@@ -49,18 +51,27 @@ backslash, which a code span cannot escape)."""
 Paint = Callable[[str, Verdict], str]
 """Styles the text of a verdict (e.g. red on a terminal) without changing its visible width."""
 
-EXPLAINED_VERDICTS: frozenset[Verdict] = PROBLEM_VERDICTS | {"inconclusive"}
-"""Verdicts whose deciding reason is told with the table (``why_groups``)."""
-RED_VERDICTS: frozenset[Verdict] = frozenset({"failed", "incorrect"})
-"""Verdicts shown in red (a terminal, the dashboard) and marked ❌ in Markdown."""
+EXPLAINED_VERDICTS: frozenset[Verdict] = frozenset(e.name for e in VERDICT_CATALOGUE if e.kind != "decided")
+"""Verdicts whose deciding reason is told with the table (``why_groups``): a ``problem`` or an
+``undecided`` one (``VerdictEntry.kind``)."""
 WHY_GROUPS = 20
 """Most lines of reasons told under a table; the other cells are counted by verdict and code."""
 WHY_LABELS = 4
 """Most cell labels named on one line of reasons shared by several cells."""
+
+
+def word_list(words: Sequence[str], last: str = "or") -> str:
+    """``"a, b, c or d"`` (``last`` joins the last two); ``""`` for none."""
+    if len(words) < 2:
+        return "".join(words)
+    return f"{', '.join(words[:-1])} {last} {words[-1]}"
+
+
 VOID_TIMING_NOTE = (
-    "numbers in ( ): the timing of a failed, incorrect, nondeterministic or implausible cell, kept "
-    "for reference: never a speed-up"
+    f"numbers in ( ): the timing of a {word_list([v for v in VERDICT_ORDER if v in PROBLEM_VERDICTS])} "
+    "cell, kept for reference: never a speed-up"
 )
+"""Under a table with a problem cell's timing (``PROBLEM_VERDICTS`` in precedence order)."""
 
 
 def format_duration_ns(ns: float | None) -> str:
@@ -174,12 +185,17 @@ def why(cell: CellComparison) -> str:
     reason; the meaning of its verdict class as the last resort."""
     r = deciding_reason(cell)
     if r is None:
-        return _one_line(cell.error or f"no reason recorded for {cell.verdict}")
+        return _one_line(cell.error or f"no reason recorded: {cell.verdict} means {_meaning(cell.verdict)}")
     others = sum(1 for x in cell.reasons if x is not r and deciding_class(x) is not None)
     text = _one_line(r.message)
     if not text:
         text = REASONS[r.code].meaning if r.code in REASONS else r.code
     return text + (f" (+{others} more reason{'s' if others > 1 else ''})" if others else "")
+
+
+def _meaning(verdict: Verdict) -> str:
+    entry = VERDICT_INFO.get(verdict)
+    return verdict if entry is None else entry.meaning
 
 
 def void_timing(cell: CellComparison) -> bool:
@@ -606,20 +622,16 @@ def revisions_markdown(r: RevisionsInfo) -> list[str]:
 
 
 def md_verdict(verdict: Verdict) -> str:
-    """A verdict in Markdown: ``❌ **incorrect**``/``❌ **failed**``, ``⚠️ **implausible**``/
-    ``⚠️ **nondeterministic**``, ``inconclusive`` plain, a timing verdict in bold."""
-    if verdict in RED_VERDICTS:
-        return f"❌ **{verdict}**"
-    if verdict in PROBLEM_VERDICTS:
-        return f"⚠️ **{verdict}**"
-    return verdict if verdict == "inconclusive" else f"**{verdict}**"
+    """A verdict in Markdown: its sign (``VerdictEntry.mark``: ``❌ **incorrect**``,
+    ``⚠️ **implausible**``), in bold where its entry says ``bold`` (``inconclusive`` is plain).
+    Raises ``KeyError`` for a name that is no verdict."""
+    return _md_mark(verdict) + (f"**{verdict}**" if VERDICT_INFO[verdict].bold else verdict)
 
 
 def _md_mark(verdict: Verdict) -> str:
     """The sign ``md_verdict`` puts before a verdict (``"❌ "``, ``"⚠️ "``), ``""`` for none."""
-    if verdict in RED_VERDICTS:
-        return "❌ "
-    return "⚠️ " if verdict in PROBLEM_VERDICTS else ""
+    mark = VERDICT_INFO[verdict].mark
+    return f"{mark} " if mark else ""
 
 
 def _md_summary(c: Comparison) -> str:

@@ -1,6 +1,7 @@
 """Verdict policy: what a cell's timing, correctness checks and findings add up to.
 
-Correctness outranks speed. A cell's verdict is the highest class among its deciding reasons::
+Correctness outranks speed. A cell's verdict is the highest class among its deciding reasons, in
+the order of ``schemas.VERDICT_CATALOGUE`` (whose entries say what each verdict means)::
 
     failed > incorrect > nondeterministic > implausible > inconclusive > faster / slower / same
 
@@ -39,6 +40,7 @@ from typing import NamedTuple, get_args
 from kernelab.service.probes.telemetry import foreign_processes
 from kernelab.service.schemas import (
     MAX_DURATION_NS,
+    VERDICT_CATALOGUE,
     BatchInvarianceCheck,
     CellResult,
     ContentionReading,
@@ -67,10 +69,11 @@ change claimed at 95%, whatever the CI's width against the threshold, a sample p
 its full clock left out as throttled; version 8: a Triton kernel timed in Triton's interpreter got
 a timing verdict) and is recomputed from its raw result."""
 
-VERDICT_ORDER: tuple[Verdict, ...] = get_args(Verdict)
-"""Every verdict, highest precedence first (the order of ``schemas.Verdict``)."""
-PROBLEM_VERDICTS: frozenset[Verdict] = frozenset({"failed", "incorrect", "nondeterministic", "implausible"})
-"""Verdicts under which the cell's timing is not a result: numbers greyed, shown in red."""
+VERDICT_ORDER: tuple[Verdict, ...] = tuple(e.name for e in VERDICT_CATALOGUE)
+"""Every verdict, highest precedence first (the order of ``schemas.VERDICT_CATALOGUE``)."""
+PROBLEM_VERDICTS: frozenset[Verdict] = frozenset(e.name for e in VERDICT_CATALOGUE if e.kind == "problem")
+"""Verdicts under which the cell's timing is not a result (``VerdictEntry.kind`` ``problem``):
+numbers greyed, never a speed-up."""
 
 
 MIN_ROUNDS = 5

@@ -59,7 +59,7 @@ from kernelab.service.schemas import (
 from kernelab.service.schemas.probe_protocol import probes_with
 from kernelab.service.units import format_bytes, format_seconds
 from kernelab.service.verdicts import FLAG_NOTES, VERDICT_ORDER
-from kernelab.web import figures, job_view, sweep_view
+from kernelab.web import figures, job_view, sweep_view, verdict_style
 from kernelab.web.job_view import CellOrder
 
 API_PREFIX = "/api/v1"
@@ -121,7 +121,9 @@ def _environment() -> jinja2.Environment:
     )
     env.filters.update(duration=_duration, pct=_pct, sci=_sci, num=_num, dt=_dt, bytes=format_bytes, why=why,
                        speedup=cell_speedup, rate=_rate, seconds=format_seconds)  # fmt: skip
+    env.filters.update(verdict_style.template_filters())
     env.tests.update(void_timing=void_timing, explained=lambda cell: cell.verdict in EXPLAINED_VERDICTS)
+    env.globals.update(verdict_style.template_globals())
     env.globals.update(
         static_url=STATIC_URL,
         plotly_js_url=PLOTLY_JS_URL,

@@ -30,21 +30,12 @@ from kernelab.service.cell_table import (
     side_rates,
 )
 from kernelab.service.report import cell_speedup, format_speedup, void_timing
-from kernelab.service.schemas import CellComparison, Comparison, ParamValue, Side
+from kernelab.service.schemas import VERDICT_CATALOGUE, CellComparison, Comparison, ParamValue, Side
 from kernelab.service.verdicts import VERDICT_ORDER
 from kernelab.web.figures import _LAYOUT, VARIANT_COLOURS, _template
 
-# The dashboard's verdict colours (web/static/kernelab.css: --green, --red, amber, greys).
-VERDICT_COLOURS: dict[str, str] = {
-    "faster": "#1f7a3d",
-    "slower": "#b3261e",
-    "same": "#6b7585",
-    "inconclusive": "#aab2bf",
-    "implausible": "#e0a800",
-    "nondeterministic": "#c77c00",
-    "incorrect": "#7a0f0a",
-    "failed": "#1d2430",
-}
+VERDICT_COLOURS: dict[str, str] = {e.name: e.plot for e in VERDICT_CATALOGUE}
+"""Each verdict's colour in the figures (``VerdictEntry.plot``)."""
 _BAND = "rgba(107, 117, 133, 0.14)"  # the "same" band
 FOREST_ROW_PX = 16  # height per cell row of the forest plot
 FOREST_MAX_PX = 4000  # the forest plot of a 1,000-cell sweep: rows of 4 px, labels thinned by plotly

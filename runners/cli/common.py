@@ -18,14 +18,17 @@ import typer
 from kernelab.runners.cli.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_NO_VERDICT, EXIT_OK
 from kernelab.runners.client import KernelabClient
 from kernelab.runners.specfile import SpecFileError, load_any_spec, load_spec
-from kernelab.service.schemas import JobSpec, ProbeSpec, Verdict, WorkloadSpec
-from kernelab.service.verdicts import VERDICT_ORDER
+from kernelab.service.schemas import VERDICT_CATALOGUE, JobSpec, ProbeSpec, Verdict, WorkloadSpec
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_NO_VERDICT", "EXIT_OK"]
 
-GATE_VERDICTS: tuple[Verdict, ...] = tuple(v for v in VERDICT_ORDER if v not in ("faster", "same"))
-"""Verdicts ``--fail-on`` may name (a faster or unchanged cell is never a failure)."""
-DEFAULT_FAIL_ON = "failed,incorrect"
+GATE_VERDICTS: tuple[Verdict, ...] = tuple(e.name for e in VERDICT_CATALOGUE if e.gate != "never")
+"""Verdicts ``--fail-on`` may name, in precedence order (``VerdictEntry.gate``: a faster or
+unchanged cell is never a failure)."""
+DEFAULT_GATE: frozenset[Verdict] = frozenset(e.name for e in VERDICT_CATALOGUE if e.gate == "default")
+"""The verdicts ``--fail-on`` names by default (``failed``, ``incorrect``)."""
+DEFAULT_FAIL_ON = ",".join(v for v in GATE_VERDICTS if v in DEFAULT_GATE)
+"""``DEFAULT_GATE`` as ``--fail-on``'s text: ``"failed,incorrect"``."""
 
 FailOnOpt = Annotated[
     str,

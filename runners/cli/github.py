@@ -3,11 +3,12 @@
 ``summary(comparison, link)``: the pull-request Markdown of ``kernelab.service.report.to_markdown``
 with a first line that gates (pass/fail and the verdict counts) and a link back to the job's
 dashboard page. ``annotation_lines(comparison, fail_on, link)``: one workflow command per cell whose
-verdict is ``failed``, ``incorrect``, ``nondeterministic``, ``implausible``, ``inconclusive`` or
-``slower`` (``::error`` when the verdict is in ``--fail-on``, ``::warning`` otherwise), with the
-cell's deciding reason. Workflow-command escaping follows the GitHub Actions runner
-(``actions/toolkit`` ``packages/core/src/command.ts``: ``%``, CR and LF in the message; also ``:``
-and ``,`` in a property).
+verdict is annotated (``ANNOTATED``, from ``VERDICT_CATALOGUE``: ``failed``, ``incorrect``,
+``nondeterministic``, ``implausible``, ``inconclusive``, ``slower``): ``::error`` when the verdict is
+in ``--fail-on``, else its entry's level (``::warning``), with the cell's deciding reason.
+Workflow-command escaping follows the GitHub Actions runner (``actions/toolkit``
+``packages/core/src/command.ts``: ``%``, CR and LF in the message; also ``:`` and ``,`` in a
+property).
 
 ``write_github(comparison, fail_on, link)`` appends the summary to ``$GITHUB_STEP_SUMMARY`` when
 that is set (stdout otherwise) and prints the annotations on stdout, where the runner reads
@@ -21,16 +22,10 @@ from pathlib import Path
 
 import typer
 
-from kernelab.service.schemas import Comparison, Verdict
+from kernelab.service.schemas import VERDICT_CATALOGUE, VERDICT_INFO, Comparison, Verdict
 
-ANNOTATED: tuple[Verdict, ...] = (
-    "failed",
-    "incorrect",
-    "nondeterministic",
-    "implausible",
-    "inconclusive",
-    "slower",
-)
+ANNOTATED: tuple[Verdict, ...] = tuple(e.name for e in VERDICT_CATALOGUE if e.github is not None)
+"""Verdicts whose cells are annotated (``VerdictEntry.github`` is a level), in precedence order."""
 
 
 def escape_data(text: str) -> str:
@@ -69,7 +64,7 @@ def annotation_lines(comparison: Comparison, fail_on: frozenset[Verdict], link: 
     for cell in comparison.cells:
         if cell.verdict not in ANNOTATED:
             continue
-        level = "error" if cell.verdict in fail_on else "warning"
+        level = "error" if cell.verdict in fail_on else VERDICT_INFO[cell.verdict].github
         title = escape_property(f"kernelab {comparison.benchmark}: {cell.verdict}")
         delta = "" if void_timing(cell) else f" {format_delta(cell)}"  # a wrong result's timing is no change
         message = f"{cell.label}: {cell.verdict}{delta}"

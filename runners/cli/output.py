@@ -12,6 +12,7 @@ from pathlib import Path
 import typer
 
 from kernelab.runners.cli.common import (
+    DEFAULT_GATE,
     EXIT_BAD_INPUT,
     EXIT_FAILED,
     EXIT_NO_VERDICT,
@@ -21,16 +22,13 @@ from kernelab.runners.cli.common import (
 )
 from kernelab.runners.client import KernelabAPIError, KernelabClient, is_settled
 from kernelab.runners.progress import describe
-from kernelab.service.schemas import CellComparison, Comparison, JobPublic, Verdict
+from kernelab.service.schemas import VERDICT_CATALOGUE, CellComparison, Comparison, JobPublic, Verdict
 
 VERDICT_COLORS: dict[Verdict, tuple[str, bool]] = {
-    "failed": ("red", True),
-    "incorrect": ("red", True),
-    "nondeterministic": ("yellow", False),
-    "implausible": ("yellow", False),
-    "faster": ("green", False),
+    e.name: (e.terminal, e.terminal_bold) for e in VERDICT_CATALOGUE if e.terminal is not None
 }
-"""Terminal colour (click colour name) and boldness of a verdict; the others are plain."""
+"""Terminal colour (click colour name) and boldness of a verdict (``VerdictEntry.terminal``); the
+others are plain."""
 
 
 def parse_fail_on(text: str) -> frozenset[Verdict]:
@@ -154,7 +152,7 @@ def wait_and_show(
     *,
     timeout_s: float,
     progress_log: Path | None = None,
-    fail_on: frozenset[Verdict] = frozenset({"failed", "incorrect"}),
+    fail_on: frozenset[Verdict] = DEFAULT_GATE,
     json_path: Path | None = None,
 ) -> int:
     """Wait for ``job`` to finish and its comparison to be computed (``comparison_status`` no longer

@@ -15,6 +15,7 @@ from kernelab.service.schemas.types import (
     Message,
     Name,
     RowId,
+    StepOutcome,
     Text,
     UtcDatetime,
     Verdict,
@@ -22,7 +23,6 @@ from kernelab.service.schemas.types import (
 )
 
 BisectStatus = Literal["running", "found", "stopped"]
-StepOutcome = Literal["good", "bad", "undecided"]
 StepRole = Literal["ends", "midpoint"]
 Sha = Annotated[Text, Field(min_length=4, pattern=r"^[0-9a-f]+$"), AtDoor(max_length=64)]
 MAX_BISECT_COMMITS = 100_000  # commits between the ends: 17 steps

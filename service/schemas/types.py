@@ -1,4 +1,6 @@
-"""The types every inbound schema uses: text, timestamps, JSON objects, finite numbers, verdict names."""
+"""The types every inbound schema uses: text, timestamps, JSON objects, finite numbers; the verdicts
+and their catalogue (``VERDICT_CATALOGUE``: everything shown of each verdict, from which every view
+of verdicts derives)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import math
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal, TypeVar, get_origin
+from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin
 
 from pydantic import (
     AfterValidator,
@@ -28,8 +30,6 @@ from pydantic_core import CoreSchema, PydanticCustomError, core_schema
 
 M = TypeVar("M", bound=BaseModel)
 
-TimingVerdict = Literal["faster", "slower", "same", "inconclusive"]
-"""What the timing alone says of a cell (``kernelab.service.verdicts.timing_verdict``)."""
 Verdict = Literal[
     "failed",
     "incorrect",
@@ -40,7 +40,172 @@ Verdict = Literal[
     "slower",
     "same",
 ]
-"""A cell's verdict, highest precedence first (``kernelab.service.verdicts``): correctness outranks speed."""
+"""A cell's verdict, highest precedence first: correctness outranks speed. Its name is its stored
+form (the database, the JSON); everything else about it is its ``VERDICT_CATALOGUE`` entry, in the
+same order (checked when this module is imported)."""
+TimingVerdict = Literal["faster", "slower", "same", "inconclusive"]
+"""What the timing alone says of a cell (``kernelab.service.verdicts.timing_verdict``): every
+verdict whose ``VerdictEntry.kind`` is not ``problem`` (checked when this module is imported)."""
+VerdictKind = Literal["problem", "undecided", "decided"]
+"""``problem``: the cell's timing is no result (kept, greyed, never a speed-up); ``undecided``: the
+numbers stand but cannot decide; ``decided``: the timing decided."""
+Gate = Literal["never", "on-request", "default"]
+"""Whether a verdict fails a ``--fail-on`` gate (exit status 1): ``never`` (it may not be named),
+``on-request`` (when named), ``default`` (when named, and named by default)."""
+StepOutcome = Literal["good", "bad", "undecided"]
+"""A bisect step's outcome (``kernelab.runners.bisect.judge``)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VerdictEntry:
+    """Everything about one verdict that is not its judgement (``kernelab.service.verdicts``
+    decides which verdict a cell gets): every view of verdicts (order, colours, CSS, gate, bisect,
+    GitHub, Markdown, terminal) is derived from ``VERDICT_CATALOGUE``, so a new verdict is one entry
+    there (and its name in ``Verdict``).
+
+    * ``name``: the stored form; ``meaning``: what it says of a cell, one sentence (told where a
+      cell of it has no recorded reason);
+    * ``kind`` (``VerdictKind``): ``problem`` verdicts void the timing (``PROBLEM_VERDICTS``) and
+      make a bisect step undecided whatever else a cell says; a ``problem`` or ``undecided`` cell
+      has its deciding reason told under the table (``EXPLAINED_VERDICTS``);
+    * ``gate`` (``Gate``): ``--fail-on``'s names and default; ``bisect`` (``StepOutcome``): what a
+      cell of it makes of a bisect step;
+    * ``github``: the level of a GitHub Actions annotation of a cell of it when the verdict is not
+      in ``--fail-on`` (in it, ``error``); None: no annotation;
+    * ``mark``: the sign before it in Markdown (``""``: none), ``bold``: bold in Markdown;
+    * ``terminal``: its colour on a terminal (a click colour name; None: plain), ``terminal_bold``;
+    * colours, ``#rrggbb``: ``plot`` (its points and tiles in the dashboard's figures), ``badge`` and
+      ``badge_text`` (its badge), ``stripe`` and ``stripe_px`` (the left stripe of its table row; None:
+      none), ``ink`` (the verdict word of its reason line; None: the page's text colour).
+    """
+
+    name: Verdict
+    meaning: str
+    kind: VerdictKind
+    gate: Gate
+    bisect: StepOutcome
+    github: Literal["warning", "notice"] | None
+    mark: str
+    bold: bool
+    terminal: str | None
+    terminal_bold: bool = False
+    plot: str
+    badge: str
+    badge_text: str
+    stripe: str | None
+    stripe_px: int = 3
+    ink: str | None
+
+
+# The dashboard's palette (web/static/kernelab.css: --red, --red-bg, --green, --green-bg, --amber,
+# --grey-bg, --muted). Correctness outranks speed: a failed or wrong cell is solid red, not the pale
+# red of ``slower``.
+_RED, _RED_BG, _GREEN, _GREEN_BG = "#b3261e", "#fbe4e2", "#1f7a3d", "#e3f4e8"
+_AMBER, _AMBER_TEXT, _AMBER_BADGE, _AMBER_BADGE_TEXT = "#e0a800", "#8a5a00", "#f0b400", "#3d2800"
+_GREY_BG, _MUTED, _LIGHT_GREY = "#eceff3", "#6b7585", "#aab2bf"
+
+VERDICT_CATALOGUE: tuple[VerdictEntry, ...] = (
+    VerdictEntry(
+        name="failed",
+        meaning="a side raised or timed out, or the measurement cannot be trusted at all (kernelab's "
+        "timing functions were replaced while the job ran)",
+        kind="problem", gate="default", bisect="undecided", github="warning",
+        mark="❌", bold=True, terminal="red", terminal_bold=True,
+        plot="#1d2430", badge=_RED, badge_text="#ffffff", stripe=_RED, stripe_px=5, ink=_RED,
+    ),
+    VerdictEntry(
+        name="incorrect",
+        meaning="a side's output was wrong (eager check, the timed method or a CUDA-graph replay), or "
+        "the call did something a kernel must not (modified its inputs, left work running after the "
+        "timed window, returned a lazy output)",
+        kind="problem", gate="default", bisect="undecided", github="warning",
+        mark="❌", bold=True, terminal="red", terminal_bold=True,
+        plot="#7a0f0a", badge=_RED, badge_text="#ffffff", stripe=_RED, stripe_px=5, ink=_RED,
+    ),
+    VerdictEntry(
+        name="nondeterministic",
+        meaning="a bitwise reproducibility the spec asked for does not hold (repeated runs on the same "
+        "inputs, or a row computed in another batch, differed bitwise)",
+        kind="problem", gate="on-request", bisect="undecided", github="warning",
+        mark="⚠️", bold=True, terminal="yellow",
+        plot="#c77c00", badge=_AMBER_BADGE, badge_text=_AMBER_BADGE_TEXT, stripe=_AMBER, stripe_px=5,
+        ink=_AMBER_TEXT,
+    ),
+    VerdictEntry(
+        name="implausible",
+        meaning="a rate above the node's measured peak, a time per launch below what any launch takes "
+        "on the device, or a timed call that launched no device work",
+        kind="problem", gate="on-request", bisect="undecided", github="warning",
+        mark="⚠️", bold=True, terminal="yellow",
+        plot=_AMBER, badge=_AMBER_BADGE, badge_text=_AMBER_BADGE_TEXT, stripe=_AMBER, stripe_px=5,
+        ink=_AMBER_TEXT,
+    ),
+    VerdictEntry(
+        name="inconclusive",
+        meaning="the numbers stand but cannot decide (no confidence interval, a CI that straddles the "
+        "threshold, sides timed by different methods, a node that changed during the job, a candidate "
+        "far less accurate than the baseline)",
+        kind="undecided", gate="on-request", bisect="undecided", github="warning",
+        mark="", bold=False, terminal=None,
+        plot=_LIGHT_GREY, badge=_GREY_BG, badge_text=_MUTED, stripe=_LIGHT_GREY, ink=_MUTED,
+    ),
+    VerdictEntry(
+        name="faster",
+        meaning="the candidate is faster beyond the threshold, and the decision interval shows it",
+        kind="decided", gate="never", bisect="good", github=None,
+        mark="", bold=True, terminal="green",
+        plot=_GREEN, badge=_GREEN_BG, badge_text=_GREEN, stripe=_GREEN, ink=None,
+    ),
+    VerdictEntry(
+        name="slower",
+        meaning="the candidate is slower beyond the threshold, and the decision interval shows it",
+        kind="decided", gate="on-request", bisect="bad", github="warning",
+        mark="", bold=True, terminal=None,
+        plot=_RED, badge=_RED_BG, badge_text=_RED, stripe=_RED, ink=None,
+    ),
+    VerdictEntry(
+        name="same",
+        meaning="the whole 95% CI of the ratio lies within the threshold: no change that matters",
+        kind="decided", gate="never", bisect="good", github=None,
+        mark="", bold=True, terminal=None,
+        plot=_MUTED, badge=_GREY_BG, badge_text="#445", stripe=None, ink=None,
+    ),
+)  # fmt: skip
+"""Every verdict, in ``Verdict``'s order (precedence, highest first: also the display order), with
+everything shown of it (``VerdictEntry``). Colours are the dashboard's palette."""
+
+VERDICT_INFO: dict[Verdict, VerdictEntry] = {e.name: e for e in VERDICT_CATALOGUE}
+"""``VERDICT_CATALOGUE`` by name."""
+
+
+_CSS_NAME = re.compile("[a-z][a-z-]*")
+
+
+def verdict_css_class(name: str, role: Literal["badge", "row", "reason"] = "badge") -> str:
+    """The dashboard's CSS class of verdict ``name`` in ``role``: its badge (``verdict-NAME``), its
+    table row (``verdict-row-NAME``), the cell of its reason line (``reason-NAME``). ``name`` may be
+    a word that is no ``Verdict`` (a workload's ``better``, a change point's direction): the class
+    is then unstyled. Raises ``ValueError`` for a name that is no CSS identifier."""
+    if not _CSS_NAME.fullmatch(name):
+        raise ValueError(f"verdict name {name!r} is no CSS class name (lowercase letters and '-')")
+    return {"badge": "verdict-", "row": "verdict-row-", "reason": "reason-"}[role] + name
+
+
+def _check_catalogue() -> None:
+    """Raises ``TypeError`` when ``VERDICT_CATALOGUE`` and the ``Verdict``/``TimingVerdict`` types
+    disagree (a verdict added to one and not the other, or in another order)."""
+    names = tuple(e.name for e in VERDICT_CATALOGUE)
+    if names != get_args(Verdict):
+        raise TypeError(f"VERDICT_CATALOGUE {names} must list Verdict's names {get_args(Verdict)}, in order")
+    timing = {e.name for e in VERDICT_CATALOGUE if e.kind != "problem"}
+    if timing != set(get_args(TimingVerdict)):
+        raise TypeError(
+            f"TimingVerdict {get_args(TimingVerdict)} must be the verdicts of no problem kind {timing}"
+        )
+
+
+_check_catalogue()
+
 DeviceType = Literal["cpu", "cuda"]
 JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 # Flags that travel with every number; their meaning is ``kernelab.service.verdicts.FLAG_NOTES``.

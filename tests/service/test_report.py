@@ -10,6 +10,7 @@ import pytest
 
 from kernelab.service import report, stats
 from kernelab.service.schemas import (
+    VERDICT_INFO,
     AllReduceReading,
     CellResult,
     Comparison,
@@ -383,9 +384,8 @@ def test_markdown_verdict_line_reads_count_then_verdict_for_every_verdict(verdic
     )
     line = next(ln for ln in report.to_markdown(c).splitlines() if ln.startswith("**Verdicts:**"))
     summary = line.removeprefix("**Verdicts:** ").split(" · ")[0]
-    sign = {"failed": "❌ ", "incorrect": "❌ ", "nondeterministic": "⚠️ ", "implausible": "⚠️ "}.get(
-        verdict, ""
-    )
+    mark = VERDICT_INFO[verdict].mark  # the catalogue's sign: ❌ failed/incorrect, ⚠️ nondeterministic/...
+    sign = f"{mark} " if mark else ""
     parts = summary.split(", ")
     assert f"{sign}2 {verdict}" in parts
     assert all(re.fullmatch(r"(❌ |⚠️ )?\d+ [a-z]+", p) for p in parts), summary

@@ -26,7 +26,7 @@ from tests.wrong_kernels.cases import FAST_WRONG, RAISES, SPEC, WRONG_DIR  # noq
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-RED = "rgb(179, 38, 30)"  # --red of web/static/kernelab.css
+RED = "rgb(179, 38, 30)"  # the red of failed/incorrect (schemas.VERDICT_CATALOGUE), --red of kernelab.css
 WHITE = "rgb(255, 255, 255)"
 GREYED = "rgb(163, 171, 184)"  # td.void-timing
 
