@@ -120,7 +120,7 @@ def test_only_the_app_factory_imports_the_dashboard() -> None:
 
 
 def test_the_app_factory_mounts_the_pages_of_web() -> None:
-    """The factory is the one door between the rooms: it imports the dashboard's routers (sign-in included)."""
+    """The factory is the one door between the rooms: it imports the dashboard's routers, sign-in too."""
     assert {"kernelab.web.login", "kernelab.web.routes", "kernelab.web.manage"} <= set(imports(APP_FACTORY))
 
 
