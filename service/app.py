@@ -20,13 +20,14 @@ from fastapi.staticfiles import StaticFiles
 from sqlalchemy.exc import IntegrityError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+import kernelab.web.login
 import kernelab.web.manage
 import kernelab.web.routes
 from kernelab.service.api import api_router
 from kernelab.service.api.auth_first import AuthBeforeBodyMiddleware
 from kernelab.service.api.door import InboundTextMiddleware
 from kernelab.service.api.errors import install_error_handlers
-from kernelab.service.api.routes import health, login
+from kernelab.service.api.routes import health
 from kernelab.service.auth import ensure_token
 from kernelab.service.core.config import Settings
 from kernelab.service.core.db import check_at_head, make_engine, make_session_factory
@@ -154,7 +155,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     app.include_router(api_router, prefix="/api/v1")
     app.include_router(health.router)
-    app.include_router(login.router)
+    app.include_router(kernelab.web.login.router)
     app.include_router(kernelab.web.routes.router)
     kernelab.web.routes.install(app)
     app.include_router(kernelab.web.manage.router)

@@ -93,6 +93,7 @@ METHOD = (
     "a failed or incorrect side in either job outranks any speed"
 )
 NOISE_RESULTS = 200  # latest results of the benchmark whose stored runs give the between-run noise
+RETRY_AFTER_S = 2  # a pending pair's Retry-After, s: a worker claims within compare_poll_s (1 s)
 
 
 class JobVsJobError(Exception):

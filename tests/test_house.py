@@ -4,9 +4,12 @@
   runner (``kernelab.runners``): specs are checked against what runners advertise;
 * benchmarks (``kernels/``) know no database and no engine: of kernelab they import the wire
   contract only (``kernelab.service.schemas``, ``kernelab.service.samples``) and themselves;
-* the wire contract knows no database: it imports pydantic, numpy and itself (the probes'
-  declarations, ``service/probes/``, and ``service/units.py`` are part of it);
-* judgement is pure: the statistics and verdict modules import no ORM, database or route.
+* the wire contract knows no database: it imports pydantic, numpy and itself;
+* judgement is pure: the statistics and verdict modules import no ORM, database or route;
+* pages live in ``web/`` and read through the functions the API's routes call (``kernelab.service.crud``,
+  ``history``, ``job_vs_job``, ...), never through a route module (``kernelab.service.api.routes``);
+* of ``service/``, only the app factory (``service/app.py``) imports the dashboard (``kernelab.web``),
+  to mount its pages: no service<->web import cycle.
 """
 
 from __future__ import annotations
@@ -18,13 +21,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-CONTRACT = (
-    "kernelab.service.schemas",
-    "kernelab.service.samples",
-    "kernelab.service.clock_events",
-    "kernelab.service.units",
-    "kernelab.service.probes",
-)
+CONTRACT = ("kernelab.service.schemas", "kernelab.service.samples", "kernelab.service.clock_events")
 JUDGEMENT = (
     "service/stats.py",
     "service/estimators.py",
@@ -95,8 +92,6 @@ def test_the_contract_knows_no_database() -> None:
     contract = [p for p in _files("service") if p.name == "samples.py" and p.parent.name == "service"]
     schemas = ROOT / "service" / "schemas"
     contract += sorted(schemas.rglob("*.py")) if schemas.is_dir() else [ROOT / "service" / "schemas.py"]
-    contract += sorted((ROOT / "service" / "probes").rglob("*.py"))  # the probes' declarations
-    contract += [ROOT / "service" / "units.py"]
     bad = _broken(contract, lambda n: not _within(n, CONTRACT))
     assert bad == []
 
@@ -105,6 +100,44 @@ def test_the_contract_knows_no_database() -> None:
 def test_judgement_is_pure(module: str) -> None:
     bad = _broken([ROOT / module], lambda n: _within(n, SERVER_ONLY))
     assert bad == []
+
+
+ROUTES = ("kernelab.service.api.routes",)
+WEB = ("kernelab.web",)
+APP_FACTORY = ROOT / "service" / "app.py"
+
+
+def test_pages_never_import_a_route_module() -> None:
+    bad = _broken(_files("web"), lambda n: _within(n, ROUTES))
+    assert bad == []
+
+
+def test_only_the_app_factory_imports_the_dashboard() -> None:
+    service = [p for p in _files("service") if p != APP_FACTORY]
+    assert APP_FACTORY.is_file() and len(service) > 50
+    bad = _broken(service, lambda n: _within(n, WEB))
+    assert bad == []
+
+
+def test_the_app_factory_mounts_the_pages_of_web() -> None:
+    """The factory is the one door between the rooms: it imports the dashboard's routers, sign-in too."""
+    assert {"kernelab.web.login", "kernelab.web.routes", "kernelab.web.manage"} <= set(imports(APP_FACTORY))
+
+
+def test_the_page_rules_catch_what_they_forbid(tmp_path: Path) -> None:
+    """A route import in any form ``imports`` reads is caught; the API's shared parts are not."""
+    page = tmp_path / "page.py"
+    page.write_text(
+        "from kernelab.service.api import routes\n"
+        "from kernelab.service.api.deps import SessionDep\n"
+        "def f():\n    from kernelab.service.api.routes.login import same_origin\n"
+    )
+    assert [n for n in imports(page) if _within(n, ROUTES)] == [
+        "kernelab.service.api.routes",
+        "kernelab.service.api.routes.login",
+        "kernelab.service.api.routes.login.same_origin",
+    ]
+    assert _within("kernelab.web.login", WEB) and not _within("kernelab.webhooks", WEB)
 
 
 def test_the_bare_packages_import_nothing_of_kernelab_when_run() -> None:

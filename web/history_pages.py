@@ -2,20 +2,27 @@
 change point made them slower), ``/nodes`` (every node, linking to its page) and ``/compare``
 (job vs job). ``router`` is included by ``kernelab.web.routes``; templates, filters and the
 dashboard-access dependency are that module's. Pages only reshape what
-``kernelab.service.history`` and ``kernelab.service.job_vs_job`` return."""
+``kernelab.service.history`` and ``kernelab.service.job_vs_job`` return: the functions the API's
+routes call too (``/api/v1/history/regressions``, ``/api/v1/compare``), never the routes."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
 from kernelab.service import changepoints, crud, history, job_vs_job
-from kernelab.service.api.deps import DEFAULT_LIMIT, MAX_ROW_ID, Limit, Offset, SessionDep, SettingsDep
+from kernelab.service.api.deps import (
+    DEFAULT_LIMIT,
+    MAX_ROW_ID,
+    Limit,
+    MinChangePct,
+    Offset,
+    SessionDep,
+    SettingsDep,
+)
 from kernelab.service.api.door import DoorRoute
-from kernelab.service.api.routes.compare import RETRY_AFTER_S, compared
-from kernelab.service.api.routes.history import MinChangePct
 from kernelab.service.schemas import Side
 
 router = APIRouter(include_in_schema=False, route_class=DoorRoute)
@@ -55,12 +62,11 @@ def compare_page(
     """Job ``b`` against job ``a`` cell by cell, both nodes' health side by side; a pair that cannot
     be compared answers its status with the reason on the page."""
     try:
-        result = compared(session, settings, a, b, side)
-    except HTTPException as exc:
-        message = exc.detail[0]["msg"] if isinstance(exc.detail, list) else str(exc.detail)
-        return _templates().TemplateResponse(request, "not_found.html", {"message": message},
-                                             status_code=exc.status_code)  # fmt: skip
+        result = job_vs_job.request(session=session, a=a, b=b, settings=settings, side=side)
+    except job_vs_job.JobVsJobError as exc:
+        return _templates().TemplateResponse(request, "not_found.html", {"message": exc.message},
+                                             status_code=exc.status)  # fmt: skip
     if isinstance(result, job_vs_job.Pending):
-        context = {"a": a, "b": b, "pending": result, "retry_s": RETRY_AFTER_S}
+        context = {"a": a, "b": b, "pending": result, "retry_s": job_vs_job.RETRY_AFTER_S}
         return _templates().TemplateResponse(request, "compare_pending.html", context, status_code=202)
     return _templates().TemplateResponse(request, "compare.html", {"cmp": result})

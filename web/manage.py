@@ -21,7 +21,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from kernelab.service import bisects, models, queue
+from kernelab.service import bisects, crud, models, queue
 from kernelab.service.api.deps import (
     MAX_ROW_ID,
     TOKEN_COOKIE,
@@ -33,10 +33,8 @@ from kernelab.service.api.deps import (
     authorize,
 )
 from kernelab.service.api.door import DoorRoute
-from kernelab.service.api.errors import SpecInvalidError
-from kernelab.service.api.routes.jobs import rerun_job
-from kernelab.service.api.routes.login import same_origin
 from kernelab.service.auth import Principal
+from kernelab.web.login import same_origin
 from kernelab.web.routes import DashboardAccess, templates
 
 router = APIRouter(include_in_schema=False, route_class=DoorRoute)
@@ -92,16 +90,18 @@ def cancel_button(request: Request, job_id: JobId, session: SessionDep, credenti
 def rerun_button(
     request: Request, job_id: JobId, session: SessionDep, settings: SettingsDep, credentials: Bearer
 ) -> Response:
-    """The job page's Re-run button: queue the spec again (``POST /api/v1/jobs/{id}/rerun``'s rules),
-    then to the new job's page (303)."""
+    """The job page's Re-run button: queue the spec again (``kernelab.service.crud.rerun_job``, as
+    ``POST /api/v1/jobs/{id}/rerun`` does), then to the new job's page (303)."""
     principal = _submitter(request, session, credentials)
     if isinstance(principal, HTMLResponse):
         return principal
     try:
-        job = rerun_job(job_id, principal, session, settings)
+        job = crud.rerun_job(
+            session=session, job_id=job_id, submitted_by=principal.token_id, settings=settings
+        )
     except queue.JobNotFoundError:
         return _message(request, "Not found", f"There is no job #{job_id}.", 404)
-    except SpecInvalidError as exc:
+    except crud.SpecInvalidError as exc:
         errors = "; ".join(
             f"{'.'.join(str(p) for p in e.get('loc', []))}: {e.get('msg')}" for e in exc.errors
         )

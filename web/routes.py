@@ -29,9 +29,16 @@ from fastapi.templating import Jinja2Templates
 from sqlalchemy import func, select
 
 from kernelab.service import crud, health, history, models, node_health
-from kernelab.service.api.deps import DEFAULT_LIMIT, Limit, Offset, SessionDep, SettingsDep, dashboard_access
+from kernelab.service.api.deps import (
+    DEFAULT_LIMIT,
+    Limit,
+    NodeName,
+    Offset,
+    SessionDep,
+    SettingsDep,
+    dashboard_access,
+)
 from kernelab.service.api.door import DoorRoute
-from kernelab.service.api.routes.nodes import NodeName
 from kernelab.service.models import JOB_STATUSES
 from kernelab.service.probes.all_reduce import PROBE as ALL_REDUCE
 from kernelab.service.probes.copy_bandwidth import PROBE as COPY
@@ -169,7 +176,7 @@ def page_access(
 
 async def sign_in_page(request: Request, exc: Exception) -> HTMLResponse:
     """The sign-in form for ``SignInRequired``, returning to the page asked for after signing in."""
-    from kernelab.service.api.routes.login import sign_in_form
+    from kernelab.web.login import sign_in_form  # login renders this module's templates: imported late
 
     assert isinstance(exc, SignInRequired)
     asked = request.url.path + (f"?{request.url.query}" if request.url.query else "")

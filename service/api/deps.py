@@ -40,6 +40,12 @@ DEFAULT_LIMIT = 50
 Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT, description="rows per page")]
 """``?limit=`` of a paginated list (default ``DEFAULT_LIMIT``), with ``Offset`` and ``page_headers``
 the one way every list of the API and the dashboard pages."""
+NodeName = Annotated[Hostname, Path(description="the node's hostname (NodeInfo.hostname)")]
+"""A node's name in the path (``/nodes/{name}``, the API's and the dashboard's)."""
+MinChangePct = Annotated[
+    float, Query(ge=0.0, le=1000.0, description="smallest shift (percent) reported as a change point")
+]
+"""``?min_change_pct=`` of the regressions list (the API's and the dashboard's), in percent."""
 
 _bearer = HTTPBearer(auto_error=False, description="kernelab token (scopes read, submit, admin, runner)")
 
@@ -151,7 +157,7 @@ def require(scope: Scope) -> Callable[..., Principal]:
 
 def read_or_node_runner(
     request: Request,
-    name: Annotated[Hostname, Path(description="the node's hostname (NodeInfo.hostname)")],
+    name: NodeName,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
     """``require("read")``, or a runner token of node ``name`` (the path's node: bound to it, or

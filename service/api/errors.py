@@ -6,7 +6,7 @@
   its ``\\udXXX`` escape), so the answer to any input can be sent;
 * ``HTTPException`` -> its status and ``{"detail": ...}`` as FastAPI answers it, the detail made
   ``encodable`` too;
-* ``SpecInvalidError`` (a spec its benchmark rejects) and ``crud.ResultInvalidError`` (a result
+* ``crud.SpecInvalidError`` (a spec its benchmark rejects) and ``crud.ResultInvalidError`` (a result
   that does not fit its job: cells outside the sweep, missing or repeated, another spec) -> 422 in
   FastAPI's validation format ``{"detail": [{"loc": ["body", ...field], "msg": ..., "type": ...}]}``;
 * ``queue.JobNotFoundError`` -> 404; ``queue.LeaseLostError`` and ``InvalidTransitionError`` -> 409;
@@ -41,7 +41,7 @@ from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, InterfaceError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from kernelab.service.crud import ResultConflictError, ResultInvalidError
+from kernelab.service.crud import ResultConflictError, ResultInvalidError, SpecInvalidError
 from kernelab.service.queue import InvalidTransitionError, JobNotFoundError, LeaseLostError
 
 log = logging.getLogger(__name__)
@@ -52,15 +52,6 @@ MAX_LOC_CHARS = 100  # one part of a 422's `loc` (a dict key of the body can be 
 MAX_MSG_CHARS = 500  # a 422's `msg` (custom validators may quote the input)
 MAX_ERRORS = 50  # errors listed in one 422; the rest are counted in one more line
 M = TypeVar("M", bound=BaseModel)
-
-
-class SpecInvalidError(Exception):
-    """A job spec that parsed but that its benchmark rejects (``kernelab.service.offers.check_spec``
-    errors)."""
-
-    def __init__(self, errors: Sequence[dict[str, Any]]):
-        super().__init__("; ".join(str(e.get("msg", "")) for e in errors))
-        self.errors = list(errors)
 
 
 def encodable(value: Any) -> Any:

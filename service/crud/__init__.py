@@ -8,7 +8,7 @@ once, so a result is stored whole or not at all. Queue state changes live in
   back as a ``JobResult``;
 * ``samples``: raw samples read in blocks and rows (exports, figures);
 * ``comparisons``: the stored comparison of a result and its state;
-* ``jobs``: jobs and their attempts as API views;
+* ``jobs``: jobs and their attempts as API views; a spec checked as a submission, a job re-run;
 * ``nodes``: runners and nodes: registration, probe reports, node summaries.
 
 This package re-exports every name, so callers write ``crud.store_result(...)``.
@@ -30,10 +30,13 @@ from kernelab.service.crud.ingest import (
     store_result,
 )
 from kernelab.service.crud.jobs import (
+    SpecInvalidError,
+    accept_spec,
     attempts_page,
     job_benchmarks,
     job_public,
     list_jobs,
+    rerun_job,
 )
 from kernelab.service.crud.nodes import (
     NodeSummary,
@@ -65,7 +68,9 @@ __all__ = [
     "ResultInvalidError",
     "SAMPLE_COLUMNS",
     "SampleBatch",
+    "SpecInvalidError",
     "StoredComparison",
+    "accept_spec",
     "attempts_page",
     "base_comparison",
     "check_result_fits_job",
@@ -85,6 +90,7 @@ __all__ = [
     "read_sample_batch",
     "recent_probe_reports",
     "register_runner",
+    "rerun_job",
     "result_id",
     "runner_device_type",
     "sample_batches",

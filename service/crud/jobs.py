@@ -1,15 +1,20 @@
-"""Jobs and their attempts as API views (``JobPublic``, ``JobsPage``, ``AttemptsPage``)."""
+"""Jobs and their attempts as API views (``JobPublic``, ``JobsPage``, ``AttemptsPage``); a spec
+checked as a submission is (``accept_spec``), and a job's stored spec queued again (``rerun_job``:
+``POST /api/v1/jobs/{id}/rerun`` and the job page's Re-run button)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from pydantic import ValidationError
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from kernelab.service import compare_queue, gangs, offers
+from kernelab.service import compare_queue, gangs, offers, queue
+from kernelab.service.core.config import Settings
 from kernelab.service.models import Job, JobAttempt, Result, Runner
+from kernelab.service.repo_address import source_errors
 from kernelab.service.schemas import (
     STORED,
     AttemptPublic,
@@ -22,6 +27,17 @@ from kernelab.service.schemas import (
     WorkloadSpec,
     read_stored,
 )
+
+
+class SpecInvalidError(Exception):
+    """A job spec that parsed but that its benchmark rejects (``kernelab.service.offers.check_spec``
+    errors, or a side's ``source.repo`` in a refused form): ``errors`` are pydantic-style dicts
+    (``loc``, ``msg``, ``type``), answered as a 422 naming the field
+    (``kernelab.service.api.errors``)."""
+
+    def __init__(self, errors: Sequence[dict[str, Any]]):
+        super().__init__("; ".join(str(e.get("msg", "")) for e in errors))
+        self.errors = list(errors)
 
 
 def _runner_names(session: Session, job_ids: Sequence[int]) -> dict[int, tuple[str, str | None]]:
@@ -155,3 +171,39 @@ def job_benchmarks(*, session: Session, limit: int = 200) -> list[str]:
     """The distinct benchmarks of the stored jobs, sorted (at most ``limit``): the jobs list's filter."""
     rows = session.scalars(select(Job.benchmark).distinct().order_by(Job.benchmark).limit(limit))
     return list(rows)
+
+
+def accept_spec(*, session: Session, spec: JobSpec, require_offered: bool) -> offers.Accepted:
+    """``spec`` checked as ``POST /jobs`` checks it: each side's ``source.repo``
+    (``kernelab.service.repo_address.source_errors``), then the benchmark's advertised schemas
+    (``kernelab.service.offers.check_spec``; ``require_offered``: ``Settings.require_offered_benchmark``).
+    Returns the accepted ``offers.Accepted`` (no errors); raises ``SpecInvalidError`` naming the field."""
+    errors = source_errors({"baseline": spec.baseline, "candidate": spec.candidate})
+    accepted = None if errors else offers.check_spec(session, spec, require_offered=require_offered)
+    if errors or (accepted is not None and accepted.errors):
+        raise SpecInvalidError(errors or (accepted.errors if accepted is not None else []))
+    assert accepted is not None
+    return accepted
+
+
+def rerun_job(*, session: Session, job_id: int, submitted_by: int | None, settings: Settings) -> JobPublic:
+    """Queue job ``job_id``'s stored spec again as a new job whose ``rerun_of`` is ``job_id``, in
+    whatever status the original is, and return its API view. A benchmark spec is checked again as
+    a submission is (``accept_spec``, against today's advertised schemas), a workload spec queued
+    for a gang (``kernelab.service.gangs.submit``). ``submitted_by``: the token id of the caller.
+    Raises ``queue.JobNotFoundError`` (unknown job) and ``SpecInvalidError`` (the spec no longer
+    fits). Flushes, never commits."""
+    original = queue.get_job(session, job_id)
+    if original.kind == "workload":
+        job = gangs.submit(session, WorkloadSpec.model_validate(original.spec, context=STORED),
+                           max_attempts=settings.max_attempts, submitted_by=submitted_by)  # fmt: skip
+        job.rerun_of = job_id
+        session.flush()
+        return job_public(session=session, job=job, alive_s=settings.runner_alive_s)
+    spec = JobSpec.model_validate(original.spec, context=STORED)
+    accepted = accept_spec(session=session, spec=spec, require_offered=settings.require_offered_benchmark)
+    job = queue.rerun(
+        session, job_id, spec, max_attempts=settings.max_attempts, submitted_by=submitted_by,
+        needs_benchmark=accepted.needs_benchmark, schema_sha256=accepted.schema_sha256,
+    )  # fmt: skip
+    return job_public(session=session, job=job, alive_s=settings.runner_alive_s)

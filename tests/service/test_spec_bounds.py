@@ -234,10 +234,10 @@ def test_spec_validation_against_the_benchmark_runs_off_the_event_loop(
     api,
     monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
 ) -> None:
-    import kernelab.service.api.routes.jobs as jobs_routes
+    from kernelab.service import offers  # POST /jobs checks the spec through crud.accept_spec -> offers
 
     seen: list[bool] = []
-    real = jobs_routes.offers.check_spec
+    real = offers.check_spec
 
     def probe(session: Any, spec: JobSpec, **kwargs: Any) -> Any:
         try:
@@ -247,7 +247,7 @@ def test_spec_validation_against_the_benchmark_runs_off_the_event_loop(
             seen.append(False)
         return real(session, spec, **kwargs)
 
-    monkeypatch.setattr(jobs_routes.offers, "check_spec", probe)
+    monkeypatch.setattr(offers, "check_spec", probe)
     assert _post(api, spec_dict()).status_code == 201
     assert seen == [False]
 

@@ -17,12 +17,12 @@ from kernelab.service import job_vs_job
 from kernelab.service.api.deps import MAX_ROW_ID, ReadToken, SessionDep, SettingsDep
 from kernelab.service.api.door import DoorRoute
 from kernelab.service.core.config import Settings
+from kernelab.service.job_vs_job import RETRY_AFTER_S
 from kernelab.service.schemas import JobVsJob, Side
 
 router = APIRouter(prefix="/compare", tags=["compare"], route_class=DoorRoute)
 
 JobIdQuery = Annotated[int, Query(ge=1, le=MAX_ROW_ID)]
-RETRY_AFTER_S = 2  # a pending pair's Retry-After: a worker claims within compare_poll_s (1 s)
 
 
 def compared(

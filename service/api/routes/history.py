@@ -16,16 +16,13 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import AfterValidator, StringConstraints
 
 from kernelab.service import changepoints, history
-from kernelab.service.api.deps import ReadToken, SessionDep, SettingsDep
+from kernelab.service.api.deps import MinChangePct, ReadToken, SessionDep, SettingsDep
 from kernelab.service.api.door import DoorRoute
 from kernelab.service.schemas import AtDoor, RegressionsPage, Text
 from kernelab.service.schemas.types import storable_text
 
 router = APIRouter(prefix="/history", tags=["history"], route_class=DoorRoute)
 
-MinChangePct = Annotated[
-    float, Query(ge=0.0, le=1000.0, description="smallest shift (percent) reported as a change point")
-]
 CELL_FILTER_MAX_CHARS = 2_000
 """Longest ``cell`` item (``k=v``): a parameter name (at most 200 characters) and a value as text.
 The whole request line must fit what servers take (RFC 9110, section 4.1, recommends supporting

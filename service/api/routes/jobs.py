@@ -9,7 +9,7 @@ from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from fastapi.responses import PlainTextResponse, StreamingResponse
 from sqlalchemy.orm import Session
 
-from kernelab.service import crud, gangs, offers, queue, sample_export, workload_store
+from kernelab.service import crud, gangs, queue, sample_export, workload_store
 from kernelab.service.api.deps import (
     DEFAULT_LIMIT,
     AdminToken,
@@ -24,20 +24,16 @@ from kernelab.service.api.deps import (
     page_headers,
 )
 from kernelab.service.api.door import DoorRoute
-from kernelab.service.api.errors import SpecInvalidError
 from kernelab.service.api.spec_body import JobSpecBody, SpecBodyRoute
 from kernelab.service.core.config import Settings
 from kernelab.service.downloads import DownloadSlots, SlotStreamingResponse, fetched
-from kernelab.service.repo_address import source_errors
 from kernelab.service.schemas import (
-    STORED,
     AtDoor,
     AttemptsPage,
     Comparison,
     HealthJudgements,
     JobPublic,
     JobsPage,
-    JobSpec,
     JobStatus,
     Text,
     WorkloadComparison,
@@ -47,20 +43,6 @@ from kernelab.service.schemas import (
 router = APIRouter(prefix="/jobs", tags=["jobs"], route_class=DoorRoute)
 
 MAX_SAMPLE_PAGE = 1_000_000  # largest ?limit= of /jobs/{id}/samples
-
-
-def _accept(spec: JobSpec, session: Session, settings: Settings) -> offers.Accepted:
-    """``spec`` checked as ``POST /jobs`` checks it; raises ``SpecInvalidError`` (422) naming the field."""
-    errors = source_errors({"baseline": spec.baseline, "candidate": spec.candidate})
-    accepted = (
-        None
-        if errors
-        else offers.check_spec(session, spec, require_offered=settings.require_offered_benchmark)
-    )
-    if errors or (accepted is not None and accepted.errors):
-        raise SpecInvalidError(errors or (accepted.errors if accepted is not None else []))
-    assert accepted is not None
-    return accepted
 
 
 def submit_job(
@@ -82,7 +64,9 @@ def submit_job(
     if isinstance(spec, WorkloadSpec):
         job = gangs.submit(session, spec, max_attempts=settings.max_attempts, submitted_by=principal.token_id)
         return crud.job_public(session=session, job=job, alive_s=settings.runner_alive_s)
-    accepted = _accept(spec, session, settings)
+    accepted = crud.accept_spec(
+        session=session, spec=spec, require_offered=settings.require_offered_benchmark
+    )
     job = queue.submit(
         session, spec, max_attempts=settings.max_attempts, submitted_by=principal.token_id,
         needs_benchmark=accepted.needs_benchmark, schema_sha256=accepted.schema_sha256,
@@ -153,20 +137,8 @@ def rerun_job(job_id: JobId, principal: SubmitToken, session: SessionDep, settin
     """Queue job ``job_id``'s stored spec again as a new job (``rerun_of`` names the original), in
     whatever status the original is; submit scope. The spec is checked as a submission is, against
     today's advertised schema (422 naming the field when it no longer fits); 404 for an unknown job."""
-    original = queue.get_job(session, job_id)
-    if original.kind == "workload":
-        job = gangs.submit(session, WorkloadSpec.model_validate(original.spec, context=STORED),
-                           max_attempts=settings.max_attempts, submitted_by=principal.token_id)  # fmt: skip
-        job.rerun_of = job_id
-        session.flush()
-        return crud.job_public(session=session, job=job, alive_s=settings.runner_alive_s)
-    spec = JobSpec.model_validate(original.spec, context=STORED)
-    accepted = _accept(spec, session, settings)
-    job = queue.rerun(
-        session, job_id, spec, max_attempts=settings.max_attempts, submitted_by=principal.token_id,
-        needs_benchmark=accepted.needs_benchmark, schema_sha256=accepted.schema_sha256,
-    )  # fmt: skip
-    return crud.job_public(session=session, job=job, alive_s=settings.runner_alive_s)
+    # crud.rerun_job: the dashboard's Re-run button (kernelab.web.manage) calls it too
+    return crud.rerun_job(session=session, job_id=job_id, submitted_by=principal.token_id, settings=settings)
 
 
 router.add_api_route("/{job_id}/rerun", rerun_job, methods=["POST"], status_code=status.HTTP_201_CREATED)

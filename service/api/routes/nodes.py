@@ -7,15 +7,16 @@ A node is named by its hostname (``NodeInfo.hostname``), the name results carry.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, HTTPException, Path, Request, Response, status
+from fastapi import APIRouter, HTTPException, Request, Response, status
 from pydantic import BaseModel
 
 from kernelab.service import crud, node_health
 from kernelab.service.api.deps import (
     DEFAULT_LIMIT,
     Limit,
+    NodeName,
     NodeReaderToken,
     Offset,
     ReadToken,
@@ -26,11 +27,9 @@ from kernelab.service.api.deps import (
 )
 from kernelab.service.api.door import DoorRoute
 from kernelab.service.runner_identity import check_node
-from kernelab.service.schemas import Hostname, NodeHealth, ProbeReport, read_stored
+from kernelab.service.schemas import NodeHealth, ProbeReport, read_stored
 
 router = APIRouter(prefix="/nodes", tags=["nodes"], route_class=DoorRoute)
-
-NodeName = Annotated[Hostname, Path(description="the node's hostname (NodeInfo.hostname)")]
 
 
 class ProbeStored(BaseModel):

@@ -7,6 +7,8 @@ would let any link on another site sign a visitor in as the attacker (login CSRF
 is refused with 403 (``same_origin``); browsers send ``Origin`` on every form POST, and clients
 without one (curl, scripts) are no CSRF victims. ``GET /login?token=`` sets nothing any more.
 
+A dashboard page, so it lives in ``web/`` with the other pages and renders their templates
+(``kernelab.web.routes.templates``); the token it checks is the API's (``kernelab.service.auth``).
 Mounted at the site root (not under ``/api/v1``) by ``kernelab.service.app.create_app``.
 """
 
@@ -21,6 +23,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from kernelab.service.api.deps import TOKEN_COOKIE, SessionDep
 from kernelab.service.api.door import DoorRoute
 from kernelab.service.auth import authenticate
+from kernelab.web.routes import templates
 
 router = APIRouter(tags=["session"], include_in_schema=False, route_class=DoorRoute)
 COOKIE_MAX_AGE_S = 30 * 24 * 3600  # 30 days
@@ -62,8 +65,6 @@ def sign_in_form(
     request: Request, *, message: str = "", status_code: int = status.HTTP_200_OK, next_url: str = "/"
 ) -> HTMLResponse:
     """The sign-in page (``login.html``) with ``message`` (empty: none) and the page to return to."""
-    from kernelab.web.routes import templates  # the dashboard's template environment (web imports service)
-
     context = {"message": message, "next_url": safe_next(next_url)}
     return templates.TemplateResponse(request, "login.html", context, status_code=status_code)
 
