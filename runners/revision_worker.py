@@ -226,6 +226,10 @@ class RevisionWorker:
 
 
 def _check(side: LocalSide, request: dict[str, Any]) -> dict[str, Any]:
+    # Not heavy, no cycle: imported at call time as it always was, so after ``setup`` mounted a
+    # kernelab revision's library as ``kernelab.kernels`` (``revision_reference``) this is that
+    # revision's copy, and a revision older than ``triton_mode`` fails the check here. Importing the
+    # installed copy at the top would change that behaviour; not done in a move of imports.
     from kernelab.kernels.triton_mode import interpreter_launches
 
     spec = CorrectnessSpec.model_validate(request["correctness"])
