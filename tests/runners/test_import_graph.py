@@ -111,7 +111,8 @@ def test_the_runner_imports_in_one_direction() -> None:
 
 
 def test_the_job_path_runs_from_the_daemon_down_to_the_timer() -> None:
-    """The modules of the brief, each above the next: no import of any of them leads back up."""
+    """The job path's modules, each above the next (module docstring): nothing one of them imports,
+    directly or through others, leads back to it or to a module above it."""
     graph = import_graph(ROOT / "runners", PACKAGE)
     order = ["daemon.loop", "worker", "job", "children", "forkserver", "measure", "cells", "pipeline",
              "engine", "timing"]  # fmt: skip
