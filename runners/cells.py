@@ -42,7 +42,7 @@ from kernelab.kernels.preflight import check_benchmark, check_inputs, check_prep
 from kernelab.kernels.tolerances import Tolerance
 from kernelab.runners import integrity
 from kernelab.runners.checks import scale_inputs
-from kernelab.runners.job import ProgressCallback, device_name, probes_enabled
+from kernelab.runners.devices import device_name
 from kernelab.runners.pipeline import (
     CHECK_SEED_STRIDE,
     SIDES,
@@ -52,10 +52,11 @@ from kernelab.runners.pipeline import (
     run_cells,
     short_error,
 )
-from kernelab.runners.probes import node_info, run_probes
+from kernelab.runners.probes import node_info, probes_enabled, run_probes
 from kernelab.runners.probes.contention import GpuContentionMonitor
 from kernelab.runners.probes.copy_bandwidth import measure_cuda_copy
 from kernelab.runners.probes.telemetry import ContextSampler
+from kernelab.runners.progress import ProgressCallback
 from kernelab.runners.sides import LocalSide
 from kernelab.runners.static_metrics import compile_kernels, default_target, side_items
 from kernelab.runners.timing import Timer, TimerKind, make_cross_timers, make_timer
@@ -84,7 +85,7 @@ __all__ = [
 
 
 def resolve_device(requested: str | torch.device | None, spec_device: str = "auto") -> torch.device:
-    """``torch.device(kernelab.runners.job.device_name(requested, spec_device))``: the device a job
+    """``torch.device(kernelab.runners.devices.device_name(requested, spec_device))``: the device a job
     runs on (``"auto"``: ``cuda:0`` when torch sees a GPU, else the CPU). Raises ``RuntimeError``
     for a CUDA device on a node without CUDA."""
     return torch.device(device_name(requested, spec_device))

@@ -37,6 +37,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from kernelab.runners import measure
+from kernelab.runners.reaper import PARENT_PID_ENV, die_with_parent
+
 _MAX_PACKET = 1 << 16
 _START_TIMEOUT_S = 120.0  # the server's imports, at most (then the job's children start cold)
 PRELOAD = ("torch", "numpy", "scipy.special", "triton", "kernelab.runners.cells", "kernelab.runners.probes")
@@ -46,7 +49,7 @@ PRELOAD = ("torch", "numpy", "scipy.special", "triton", "kernelab.runners.cells"
 
 class ForkedChild:
     """A child forked by the server, with the part of ``subprocess.Popen`` that
-    ``kernelab.runners.measure`` uses: ``pid``, ``stdout`` (text), ``wait(timeout)``, ``poll()``,
+    ``kernelab.runners.children`` uses: ``pid``, ``stdout`` (text), ``wait(timeout)``, ``poll()``,
     ``returncode``."""
 
     def __init__(self, server: ForkServer, pid: int, stdout: IO[str]):
@@ -85,7 +88,7 @@ class ForkServerError(RuntimeError):
 
 class ForkServer:
     """The job's fork server (module docstring). ``env``: the children's environment (the job's,
-    ``kernelab.runners.measure._child_env``). Use as a context manager or call ``close()``; while it
+    ``kernelab.runners.children._child_env``). Use as a context manager or call ``close()``; while it
     lives, ``active()`` returns it. Raises ``OSError`` when the process cannot be started."""
 
     def __init__(self, env: Mapping[str, str]):
@@ -198,8 +201,6 @@ def active() -> ForkServer | None:
 
 def _serve(control_fd: int) -> int:
     """The server: preload, then fork one child per request until the parent closes the socket."""
-    from kernelab.runners.reaper import PARENT_PID_ENV, die_with_parent
-
     die_with_parent(signal.SIGKILL)
     for name in PRELOAD:
         with contextlib.suppress(ImportError):
@@ -237,9 +238,7 @@ def _child(argv: list[str], fds: list[int]) -> None:
             os.close(fd)
         sys.stdout = open(1, "w", encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
         sys.stderr = open(2, "w", encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
-        from kernelab.runners.measure import main
-
-        code = main(argv)
+        code = measure.main(argv)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:

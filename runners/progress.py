@@ -38,6 +38,9 @@ PHASE_WORDS: dict[str, ProgressPhase] = {
 """First word of a progress message -> phase (``probes before``/``probes after`` by ``phase_of``)."""
 _LINE = re.compile(r"progress: \[(\d+)/(\d+)\] (.*)")
 MESSAGE_CHARS = 500  # JobProgress.message's bound
+ProgressCallback = Callable[[int, int, str], None]
+"""``progress(cell index (0-based), cell count, message)``: how the measuring code reports a step
+(``run_job``, ``measure_cells``, ``run_revision_job``; a measuring child's ``progress:`` lines)."""
 
 
 def phase_of(message: str) -> ProgressPhase | None:

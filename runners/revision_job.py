@@ -52,12 +52,14 @@ import kernelab
 from kernelab.kernels._device import configure_triton_env
 from kernelab.runners import jobns
 from kernelab.runners.cells import resolve_device
-from kernelab.runners.job import ProgressCallback, _probes, job_result
+from kernelab.runners.children import phase_probes
+from kernelab.runners.job import job_result
 from kernelab.runners.jobenv import job_env
 from kernelab.runners.pipeline import CellMonitor, Compiled, OutputRef, SideError, run_cells
 from kernelab.runners.probes import node_info
 from kernelab.runners.probes.contention import GpuContentionMonitor
 from kernelab.runners.probes.telemetry import ContextSampler, register_own_pids, unregister_own_pids
+from kernelab.runners.progress import ProgressCallback
 from kernelab.runners.revisions import AllowList, Checkout, RevisionCache, RevisionError
 from kernelab.runners.static_metrics import kernel_code_from_json
 from kernelab.runners.timing import TimerKind
@@ -409,7 +411,7 @@ def run_revision_job(
         monitor = GpuContentionMonitor(dev.index)
     cells = len(spec.cells(dev.type))  # type: ignore[arg-type]
     report(0, cells, "probes before the cells")
-    probes = _probes(spec, "before", dev.type)
+    probes = phase_probes(spec, "before", dev.type)
     with _workers(spec, checkouts, cache, deadline) as (channels, scratch):
         setup: dict[Side, dict[str, Any]] = {}
         for side in SIDES:
@@ -435,7 +437,7 @@ def run_revision_job(
         timer_label = pair.timer_label()
     node = node_info(dev)
     report(max(0, cells - 1), cells, "probes after the cells")
-    probes += _probes(spec, "after", dev.type)
+    probes += phase_probes(spec, "after", dev.type)
     node.revisions = RevisionsInfo(
         baseline=_revision_info(spec, "baseline", base, setup["baseline"]["versions"]),
         candidate=_revision_info(spec, "candidate", cand, setup["candidate"]["versions"]),

@@ -48,8 +48,6 @@ the benchmark comes from the revision, so both sides are measured by the same co
 from __future__ import annotations
 
 import gc
-import importlib
-import importlib.util
 import json
 import os
 import sys
@@ -64,92 +62,21 @@ from pydantic import ValidationError
 # Everything of the installed kernelab is imported before a revision goes on sys.path: a kernelab
 # revision's benchmark library then replaces the installed one for the benchmark only.
 from kernelab.kernels._device import configure_triton_env
-from kernelab.kernels.base import builtin_reference
 from kernelab.runners import integrity
 from kernelab.runners.cells import allocated_bytes, cell_tolerance, free_bytes, set_bytes, sets_that_fit
 from kernelab.runners.checks import scale_inputs
 from kernelab.runners.pipeline import short_error
 from kernelab.runners.probes import node_info
+from kernelab.runners.revision_benchmark import (
+    WorkerError,
+    load_benchmark,
+    purge_shadowed,
+    revision_reference,
+)
 from kernelab.runners.sides import LocalSide
 from kernelab.runners.static_metrics import compile_kernels, default_target, kernel_code_json, side_items
 from kernelab.runners.timing import make_timer
 from kernelab.service.schemas import CorrectnessSpec, JobSpec, Reason, Side
-
-_BENCHMARK_METHODS = ("variants", "make_inputs", "prepare", "reference", "work", "parse_params", "tolerances")
-
-
-class WorkerError(Exception):
-    """A request this worker cannot serve; its message is the answer's ``error``."""
-
-
-def _purge_shadowed(top: str, path: Path) -> None:
-    """Forget imported modules of package ``top`` when the revision at ``path`` has its own."""
-    if top == "kernelab" or not ((path / top).is_dir() or (path / f"{top}.py").is_file()):
-        return  # the installed kernelab (the measurement framework) is never replaced
-    for name in [n for n in sys.modules if n == top or n.startswith(top + ".")]:
-        del sys.modules[name]
-    importlib.invalidate_caches()
-
-
-_LIBRARY = "kernelab.kernels"
-
-
-def revision_reference(ref: str, path: Path | None) -> str:
-    """The ``module:object`` to load for ``ref`` when the revision's checkout is at ``path``.
-
-    A benchmark of kernelab's own library (a built-in name or ``kernelab.kernels.*``) measured on a
-    revision of kernelab itself comes from that revision: a checkout of today's layout (a
-    ``kernelab/`` package beside ``kernels/``) gets its ``kernels/`` folder mounted as
-    ``kernelab.kernels`` (the installed one is forgotten first; the framework keeps what it
-    imported); an older checkout (a top-level ``kernels`` package) is loaded under its own name.
-    Any other reference, or a revision that is not a kernelab checkout, is returned unchanged.
-    """
-    target = ref if ":" in ref else builtin_reference(ref)
-    if target is None or path is None or not target.startswith(_LIBRARY + "."):
-        return ref
-    library = path / "kernels"
-    if not (library / "__init__.py").is_file():
-        return target
-    if (path / "kernelab" / "__init__.py").is_file():
-        for name in [n for n in sys.modules if n == _LIBRARY or n.startswith(_LIBRARY + ".")]:
-            del sys.modules[name]
-        spec = importlib.util.spec_from_file_location(
-            _LIBRARY, library / "__init__.py", submodule_search_locations=[str(library)]
-        )
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[_LIBRARY] = module
-        sys.modules["kernelab"].kernels = module  # type: ignore[attr-defined]
-        spec.loader.exec_module(module)
-        return target
-    _purge_shadowed("kernels", path)
-    return target.removeprefix("kernelab.")
-
-
-def load_benchmark(ref: str) -> Any:
-    """The benchmark object named by ``ref`` (``module:object`` or a built-in name), instantiated.
-
-    Checked by its methods, not by ``isinstance``: a benchmark from a kernelab revision subclasses
-    that revision's ``Benchmark`` class. Raises ``WorkerError`` naming the reference.
-    """
-    target = ref if ":" in ref else builtin_reference(ref)
-    if target is None:
-        raise WorkerError(f"benchmark {ref!r}: name it as 'module:object'")
-    module_name, _, attr = target.partition(":")
-    try:
-        obj: Any = importlib.import_module(module_name)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-    except ImportError as exc:
-        raise WorkerError(f"cannot import benchmark module {module_name!r}: {exc}") from exc
-    except AttributeError:
-        raise WorkerError(f"module {module_name!r} has no attribute {attr!r}") from None
-    if isinstance(obj, type):
-        obj = obj()
-    missing = [m for m in _BENCHMARK_METHODS if not hasattr(obj, m)]
-    if missing:
-        raise WorkerError(f"{target!r} is not a kernelab benchmark (missing {', '.join(missing)})")
-    return obj
 
 
 class RevisionWorker:
@@ -199,7 +126,7 @@ class RevisionWorker:
         for entry in (request.get("site"), request.get("path")):  # path ends up first
             if entry:
                 sys.path.insert(0, entry)
-                _purge_shadowed(top, Path(entry))
+                purge_shadowed(top, Path(entry))
         path = request.get("path")
         self.revision = {"path": path, "site": request.get("site")}
         self.bench = load_benchmark(revision_reference(spec.benchmark, Path(path) if path else None))
@@ -299,6 +226,10 @@ class RevisionWorker:
 
 
 def _check(side: LocalSide, request: dict[str, Any]) -> dict[str, Any]:
+    # Not heavy, no cycle: imported at call time as it always was, so after ``setup`` mounted a
+    # kernelab revision's library as ``kernelab.kernels`` (``revision_reference``) this is that
+    # revision's copy, and a revision older than ``triton_mode`` fails the check here. Importing the
+    # installed copy at the top would change that behaviour; not done in a move of imports.
     from kernelab.kernels.triton_mode import interpreter_launches
 
     spec = CorrectnessSpec.model_validate(request["correctness"])

@@ -114,14 +114,14 @@ def configure_for_spec(spec: JobSpec, path: Path) -> None:
     and ``TRITON_INTERPRET`` set when the spec runs on this machine's CPU
     (``kernelab.kernels.triton_mode.configure_triton_env``: triton fixes its mode at its first
     import). Touches no GPU, and imports torch only where the installed build cannot say whether it
-    sees one (``kernelab.runners.job.torch_sees_cuda``)."""
+    sees one (``kernelab.runners.devices.torch_sees_cuda``)."""
     for folder in (os.getcwd(), str(Path(path).resolve().parent)):
         if folder not in sys.path:
             sys.path.append(folder)
     if "triton" in sys.modules:
         return
     from kernelab.kernels.triton_mode import configure_triton_env
-    from kernelab.runners.job import torch_sees_cuda
+    from kernelab.runners.devices import torch_sees_cuda
 
     device = spec.device
     if device == "auto":

@@ -313,7 +313,7 @@ def static(
     chosen = target or default_target("cuda" if _has_cuda() else "cpu")
     if chosen is None:
         raise fail("no CUDA GPU here: name the target, e.g. --target sm_90a")
-    from kernelab.runners.static_metrics.aot import parse_target
+    from kernelab.runners.static_metrics.target import parse_target
 
     try:
         parse_target(chosen)

@@ -439,11 +439,12 @@ class RunnerDaemon:
 
     def _probe_again(self, spec: JobSpec) -> None:
         """After a job that changed the node (its worker said so): probe the node in a fresh
-        process (``kernelab.runners.measure.probes_in_child``; the job's probes, or the default
+        process (``kernelab.runners.children.probes_in_child``; the job's probes, or the default
         ones when the job had none) and post the report, so the node's health reflects the node as
         the next job finds it. Failures are logged; the next claim goes ahead."""
-        from kernelab.runners.job import device_name, probes_enabled
-        from kernelab.runners.measure import probes_in_child
+        from kernelab.runners.children import probes_in_child
+        from kernelab.runners.devices import device_name
+        from kernelab.runners.probes import probes_enabled
         from kernelab.service.schemas import ProbeSpec
 
         try:

@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING, Any, get_args
 
 from kernelab.runners.probes.format import format_probe_report
 from kernelab.runners.probes.telemetry import ContextSampler, read_telemetry
-from kernelab.service.schemas import ProbeReport, ProbeSpec
+from kernelab.service.schemas import JobSpec, ProbeReport, ProbeSpec
 from kernelab.service.schemas.probe_protocol import Probe, registered, runs_generically
 
 if TYPE_CHECKING:
     from kernelab.runners.probes.node import node_info
 
-__all__ = ["ContextSampler", "format_probe_report", "node_info", "run_probes"]
+__all__ = ["ContextSampler", "format_probe_report", "node_info", "probes_enabled", "run_probes"]
 
 _PHASES = get_args(ProbeReport.model_fields["phase"].annotation)
 NVML_DISABLED = "disabled"
@@ -49,6 +49,18 @@ def runner_function(probe: Probe[Any]) -> Callable[..., Any]:
 
 def _run_generic(probe: Probe[Any], spec: ProbeSpec, device_type: str, fields: dict[str, Any]) -> None:
     fields[probe.name] = list(runner_function(probe)(spec, device_type))
+
+
+def probes_enabled(spec: JobSpec, device_type: str) -> bool:
+    """Whether ``spec`` asks for any probe report on a ``device_type`` node: only the on/off
+    switches count (not ``mode``, not the in-process ``canary``); the matmul peak counts on CUDA
+    only (``run_probes`` measures no CPU peak)."""
+    enabled = {k: v for k, v in spec.probes.model_dump().items() if isinstance(v, bool)}
+    enabled.pop("canary")
+    enabled.pop("cuda_graph")
+    if device_type != "cuda":
+        enabled.pop("matmul_peak", None)
+    return any(enabled.values())
 
 
 def run_probes(spec: ProbeSpec, phase: str = "adhoc", *, device_type: str | None = None) -> ProbeReport:

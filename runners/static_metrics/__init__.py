@@ -31,6 +31,7 @@ from typing import Any
 from kernelab.runners.jobenv import job_env
 from kernelab.runners.static_metrics.diff import KernelCode, compare
 from kernelab.runners.static_metrics.isa import Loop
+from kernelab.runners.static_metrics.target import parse_target
 from kernelab.service.schemas import CellResult, JobSpec, KernelStatic, ParamValue, Side, StaticComparison
 
 __all__ = [
@@ -57,7 +58,7 @@ class StaticMetricsError(RuntimeError):
 def default_target(device: Any) -> str | None:
     """``sm_<major><minor>`` (with ``a`` for 9.0, as Triton compiles for it) of a CUDA ``device``;
     None for any other device."""
-    import torch
+    import torch  # heavy: importing this package imports no torch (its compile child starts light)
 
     dev = torch.device(device)
     if dev.type != "cuda":
@@ -104,8 +105,6 @@ def compile_kernels(
     is its ``error``; raises ``StaticMetricsError`` when the child fails as a whole (timeout,
     crash) and ``ValueError`` for a malformed ``target``.
     """
-    from kernelab.runners.static_metrics.aot import parse_target
-
     parse_target(target)
     env = {k: v for k, v in job_env().items() if k != "TRITON_INTERPRET"}  # no credentials (jobenv)
     request = json.dumps({"target": target, "items": list(items), "revision": dict(revision or {})})

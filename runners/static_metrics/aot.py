@@ -25,9 +25,9 @@ Without those tools the PTX is analysed instead (no registers, no spills).
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -35,21 +35,13 @@ import traceback
 from pathlib import Path
 from typing import Any, Literal
 
+from kernelab.kernels import get_benchmark
+from kernelab.runners.revision_benchmark import load_benchmark, revision_reference
 from kernelab.runners.static_metrics import isa
+from kernelab.runners.static_metrics.target import parse_target
 from kernelab.service.schemas import KernelLoopStats, KernelStatic
 
 _TOOL_TIMEOUT_S = 120.0  # one nvdisasm/cuobjdump call on a large cubin takes about a second
-
-
-def parse_target(name: str) -> tuple[str, int, int]:
-    """``"sm_90a"`` → ``("cuda", 90, 32)``: backend, compute capability, warp size.
-
-    Raises ``ValueError`` for anything but ``sm_<capability>[a]``.
-    """
-    m = re.fullmatch(r"sm_(\d{2,3})a?", name)
-    if not m:
-        raise ValueError(f"unknown target {name!r}: expected e.g. sm_80, sm_90a, sm_100a")
-    return "cuda", int(m.group(1)), 32
 
 
 def _run_tool(args: list[str]) -> str:
@@ -60,7 +52,7 @@ def _run_tool(args: list[str]) -> str:
 
 
 def _tools() -> tuple[str, str] | None:
-    from triton import knobs
+    from triton import knobs  # heavy, optional: triton (imported only once ``main`` set its mode)
 
     try:
         nvdisasm, cuobjdump = knobs.nvidia.nvdisasm.path, knobs.nvidia.cuobjdump.path
@@ -142,6 +134,8 @@ def analyze(kernel: Any, target: str) -> dict[str, Any]:
 
 
 def _install_driver(target: str) -> None:
+    # heavy: torch and triton, imported only after ``main`` dropped TRITON_INTERPRET (triton fixes
+    # compiled vs interpreted mode at its import)
     import torch
     from triton.backends.compiler import GPUTarget
     from triton.backends.driver import DriverBase
@@ -181,7 +175,7 @@ def _install_driver(target: str) -> None:
 
 
 def _to_meta(value: Any) -> Any:
-    import torch
+    import torch  # heavy: after ``main`` set triton's mode (module docstring)
 
     if isinstance(value, torch.Tensor):
         return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device="meta")
@@ -194,10 +188,10 @@ def _to_meta(value: Any) -> Any:
 
 def _arg(value: Any) -> Any:
     """A JSON argument: ``{"tensor": [shape], "dtype": "float16"}`` → meta tensor; else as is."""
-    import torch
+    import torch  # heavy: after ``main`` set triton's mode (module docstring)
 
     if isinstance(value, dict) and "tensor" in value:
-        from kernelab.kernels._device import torch_dtype
+        from kernelab.kernels._device import torch_dtype  # heavy: imports torch and triton
 
         return torch.empty(
             tuple(value["tensor"]), dtype=torch_dtype(value.get("dtype", "float32")), device="meta"
@@ -217,24 +211,18 @@ def _use_revision(revision: dict[str, Any]) -> str | None:
 
 def _benchmark(ref: str, revision_path: str | None) -> Any:
     """The benchmark ``ref`` names: the installed one, or the revision's at ``revision_path``
-    (``kernelab.runners.revision_worker.revision_reference``: a built-in name on a kernelab
+    (``kernelab.runners.revision_benchmark.revision_reference``: a built-in name on a kernelab
     revision is that revision's)."""
     if revision_path is None:
-        from kernelab.kernels import get_benchmark
-
         return get_benchmark(ref)
-    from kernelab.runners.revision_worker import load_benchmark, revision_reference
-
     return load_benchmark(revision_reference(ref, Path(revision_path)))
 
 
 def _run_item(item: dict[str, Any], revision_path: str | None = None) -> None:
     """Compile what one request item names (kernels are caught by the hook)."""
-    import torch
+    import torch  # heavy: after ``main`` set triton's mode (module docstring)
 
     if "kernel" in item:
-        import importlib
-
         module, _, attr = item["kernel"].partition(":")
         fn = getattr(importlib.import_module(module), attr)
         args = [_arg(a) for a in item.get("args", [])]
@@ -254,7 +242,7 @@ def main() -> int:
     os.environ.pop("TRITON_INTERPRET", None)
     revision_path = _use_revision(request.get("revision") or {})
     _install_driver(target)
-    import triton
+    import triton  # heavy: only now, without TRITON_INTERPRET and with the driver installed
 
     caught: list[tuple[Any, Any]] = []
     seen_functions: list[Any] = []

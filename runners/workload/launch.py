@@ -81,7 +81,7 @@ def run_env(
     no credentials, this process's ``sys.path`` as ``PYTHONPATH``), the side's ``env``, the record
     folder, the digest cap, the arm's name, and ``CUDA_VISIBLE_DEVICES`` = the GPUs handed over
     (the first ``nproc_per_node`` of ``gpus``; ``""`` on a CPU run, so a rank never picks a GPU)."""
-    from kernelab.runners.measure import _child_env
+    from kernelab.runners.children import _child_env
     from kernelab.workload import ENV_DIGEST_MAX_BYTES, ENV_RECORDS
 
     env = _child_env()

@@ -21,7 +21,7 @@ def probe_between(probes: WorkloadProbes, device_type: str) -> ProbeReport:
     context of the runner stays behind), on a CPU in this process (nothing to hold, and a child's
     torch import costs seconds). A failing probe gives a report holding the error (a probe
     failure is a finding, never a lost job)."""
-    from kernelab.runners.measure import _child_env
+    from kernelab.runners.children import _child_env
 
     if device_type == "cpu":
         from kernelab.runners.probes import run_probes

@@ -18,8 +18,8 @@ from test_job import double_spec
 
 from kernelab.kernels import BenchmarkError
 from kernelab.runners import forkserver
+from kernelab.runners.children import MeasureError, _child_env, measure_in_child, probes_in_child
 from kernelab.runners.job import run_job
-from kernelab.runners.measure import MeasureError, _child_env, measure_in_child, probes_in_child
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -96,7 +96,7 @@ def test_the_server_dies_with_the_process_that_started_it(tmp_path: Path) -> Non
     code = (
         "import sys, time\n"
         "from kernelab.runners import forkserver\n"
-        "from kernelab.runners.measure import _child_env\n"
+        "from kernelab.runners.children import _child_env\n"
         "server = forkserver.ForkServer(_child_env())\n"
         "print(server.proc.pid, flush=True)\n"
         "time.sleep(600)\n"

@@ -15,7 +15,8 @@ from pydantic import Field
 from kernelab.kernels import Benchmark, BenchmarkError, Params
 from kernelab.kernels.tolerances import Tolerance
 from kernelab.runners.cells import check_variant, resolve_device
-from kernelab.runners.job import device_name, run_job
+from kernelab.runners.devices import device_name
+from kernelab.runners.job import run_job
 from kernelab.service.schemas import JobResult, JobSpec, Work
 from kernelab.service.stats import compare
 
@@ -243,7 +244,8 @@ def test_device_name_without_torch_names_what_torch_would():
 
 _ORCHESTRATOR_SCRIPT = """
 import json, sys
-from kernelab.runners.job import run_job, torch_sees_cuda
+from kernelab.runners.devices import torch_sees_cuda
+from kernelab.runners.job import run_job
 from kernelab.service.schemas import JobSpec
 seen = torch_sees_cuda()
 before = "torch" in sys.modules
@@ -283,14 +285,14 @@ def test_the_orchestrating_process_never_imports_torch_on_a_cpu_build() -> None:
 def test_a_patched_torch_cuda_does_not_turn_a_cpu_build_into_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
     """Benchmark code imported in the orchestrating process (``kernelab run`` checks the benchmark
     before measuring) may patch ``torch.cuda``: the build still decides."""
-    from kernelab.runners.job import torch_sees_cuda
+    from kernelab.runners.devices import torch_sees_cuda
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert torch_sees_cuda() is False and device_name(None, "auto") == "cpu"
 
 
 def test_torch_build_reads_the_version_file_without_importing(tmp_path) -> None:
-    from kernelab.runners.job import torch_build
+    from kernelab.runners.devices import torch_build
 
     installed = torch_build()
     assert installed is not None
