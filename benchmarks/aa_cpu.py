@@ -5,7 +5,7 @@ cells that read ``faster`` or ``slower`` (every one is false: the two sides run 
 
 Each job is ``examples/softmax.yaml``'s CPU sweep with ``torch`` on both sides (4 cells: M in
 {64, 256} x N in {200, 1000}, float32), measured by ``kernelab.runners.job.run_job`` in this
-process (the jobs share it, as a runner's jobs do) and judged by ``kernelab.service.stats.compare``.
+process (the jobs share it, as a runner's jobs do) and judged by ``kernelab.service.judge.stats.compare``.
 Per cell it records the verdict, the timing alone's verdict (``timing_verdict``) and whether
 ``placement-disagreement`` decided it, so one run gives both counts: false verdicts of the
 timing alone with the input-set rotation (``before``: the rule off) and of the verdict (``after``).
@@ -23,8 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kernelab.runners.job import run_job  # noqa: E402
-from kernelab.service.schemas import JobSpec  # noqa: E402
-from kernelab.service.stats import compare  # noqa: E402
+from kernelab.service.contract.schemas import JobSpec  # noqa: E402
+from kernelab.service.judge.stats import compare  # noqa: E402
 
 SPEC = {
     "name": "a-a softmax", "benchmark": "softmax", "device": "cpu",

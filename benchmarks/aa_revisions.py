@@ -29,8 +29,8 @@ sys.path.insert(0, str(REPO))
 
 from kernelab.runners.revision_job import run_revision_job  # noqa: E402
 from kernelab.runners.revisions import AllowList  # noqa: E402
-from kernelab.service.schemas import JobSpec  # noqa: E402
-from kernelab.service.stats import compare  # noqa: E402
+from kernelab.service.contract.schemas import JobSpec  # noqa: E402
+from kernelab.service.judge.stats import compare  # noqa: E402
 
 
 def _repo(path: Path) -> tuple[str, str]:

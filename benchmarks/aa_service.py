@@ -8,7 +8,7 @@
    (an A/A: every ``faster``/``slower`` is false), submitted one after another;
    ``--load N`` keeps N busy-looping processes running meanwhile (a loaded node).
 2. Job vs job over consecutive pairs (1 vs 2, 2 vs 3, ...), the candidate side: both jobs ran the
-   same baseline, so the control applies (``kernelab.service.between_runs``); and the baseline
+   same baseline, so the control applies (``kernelab.service.judge.between_runs``); and the baseline
    side of the same pairs (the candidate, also unchanged, is its control).
 3. The benchmark's history: change points found on the A/A lines (every one is false).
 4. ``--slow-candidate``: two more jobs of ``aa_service_bench:DoubledSoftmax`` (a function-form

@@ -25,8 +25,8 @@ from cheats import CHEATS, GPU_CHEATS, GPU_OVERRIDES  # noqa: E402
 from cheats_node_state import STATE_CHEATS  # noqa: E402
 
 from kernelab.runners.job import run_job  # noqa: E402
-from kernelab.service.schemas import JobResult, JobSpec  # noqa: E402
-from kernelab.service.stats import compare  # noqa: E402
+from kernelab.service.contract.schemas import JobResult, JobSpec  # noqa: E402
+from kernelab.service.judge.stats import compare  # noqa: E402
 
 QUICK = {"warmup_ms": 5.0, "budget_ms": 400.0, "min_rounds": 4, "max_rounds": 400, "min_time_ms": 50.0}
 NO_PROBES = {"copy_bandwidth": False, "all_reduce": False, "nvml": False, "matmul_peak": False}

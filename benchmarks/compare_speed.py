@@ -1,4 +1,4 @@
-"""How long ``kernelab.service.stats.compare`` takes (a compare worker's work per result).
+"""How long ``kernelab.service.judge.stats.compare`` takes (a compare worker's work per result).
 
 Usage: ``python benchmarks/compare_speed.py [--cells 1000] [--rounds 300] [--per-round 1] [--abba]
 [--repeats 3]``; ``--realistic`` measures the two shapes of real jobs in turn: 1,000 cells x 300
@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from server_load import sweep_result, sweep_spec  # noqa: E402
 
-from kernelab.service import stats  # noqa: E402
-from kernelab.service.schemas import JobSpec  # noqa: E402
+from kernelab.service.contract.schemas import JobSpec  # noqa: E402
+from kernelab.service.judge import stats  # noqa: E402
 
 REALISTIC = ((1000, 300, 1), (1, 1900, 1))  # (cells, rounds, samples per side per round), ABBA
 

@@ -25,8 +25,8 @@ from pathlib import Path
 import torch
 
 from kernelab.runners.job import run_job
-from kernelab.service.schemas import JobSpec
-from kernelab.service.stats import compare
+from kernelab.service.contract.schemas import JobSpec
+from kernelab.service.judge.stats import compare
 
 GIB_ELEMENTS = 2**28  # float32 elements in 1 GiB
 

@@ -24,8 +24,8 @@ def main(out_dir: Path) -> None:
     sys.path.insert(0, str(ROOT))
     from kernelab.runners.job import run_job
     from kernelab.runners.specfile import load_spec
-    from kernelab.service.report import check_summary, format_table, to_markdown
-    from kernelab.service.stats import compare
+    from kernelab.service.judge.report import check_summary, format_table, to_markdown
+    from kernelab.service.judge.stats import compare
 
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = []

@@ -12,8 +12,8 @@ on this machine:
   its JSON document (``JobResult.model_dump_json``), the time to write it and to validate it back
   (``JobResult.model_validate_json``: what the server does with a body; ``parse_lists_s``: the
   same result as a version-1 body, JSON-list samples, as older runners post it), the time to encode its
-  sample blocks (``kernelab.service.sample_blocks.encode``: what the ingest stores), to decode them
-  (what a read does) and ``kernelab.service.stats.compare`` over the first ``--compare-cells`` cells
+  sample blocks (``kernelab.service.contract.sample_blocks.encode``: what the ingest stores), to decode them
+  (what a read does) and ``kernelab.service.judge.stats.compare`` over the first ``--compare-cells`` cells
   read back (its bootstrap dominates and does not depend on the sample form).
 
 The other figures are the median CPU time of ``--repeats`` runs after one warm-up. The script only uses the
@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 
 from kernelab.runners.engine import measure_interleaved
-from kernelab.service import sample_blocks, stats
-from kernelab.service.schemas import (
+from kernelab.service.contract import sample_blocks
+from kernelab.service.contract.schemas import (
     CellResult,
     JobResult,
     JobSpec,
@@ -43,6 +43,7 @@ from kernelab.service.schemas import (
     SampleColumns,
     Side,
 )
+from kernelab.service.judge import stats
 
 
 def median_s(fn: Callable[[], object], repeats: int) -> float:

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 from kernelab.runners.job import run_job
-from kernelab.service.schemas import JobSpec
-from kernelab.service.stats import compare
+from kernelab.service.contract.schemas import JobSpec
+from kernelab.service.judge.stats import compare
 
 PROBES_OFF = {"copy_bandwidth": False, "all_reduce": False, "nvml": False, "matmul_peak": False}
 

@@ -45,10 +45,10 @@ from sqlalchemy import select
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.server_load import TOKEN, Server, _page, fresh_database, sweep_result, sweep_spec  # noqa: E402
-from kernelab.service import models  # noqa: E402
-from kernelab.service.core.config import Settings  # noqa: E402
-from kernelab.service.core.db import make_engine, make_session_factory  # noqa: E402
-from kernelab.service.schemas import JobSpec  # noqa: E402
+from kernelab.service.contract.schemas import JobSpec  # noqa: E402
+from kernelab.service.server import models  # noqa: E402
+from kernelab.service.server.core.config import Settings  # noqa: E402
+from kernelab.service.server.core.db import make_engine, make_session_factory  # noqa: E402
 
 COMPARISON_WAIT_S = 600.0  # give up waiting for the background comparison after 10 min
 
@@ -121,7 +121,7 @@ def profile_render(url: str, job: int, top: int) -> tuple[float, float, str]:
     ``(cold wall ms, warm wall ms, top functions of the cold render)``."""
     from starlette.requests import Request
 
-    from kernelab.service.app import create_app
+    from kernelab.app import create_app
     from kernelab.web.routes import job_page
 
     settings = Settings(database_url=url, admin_token=SecretStr(TOKEN), public_dashboard=True)

@@ -13,7 +13,7 @@ Targets (reference readings in ``tests/service/fixtures``):
 * quick probe wall time <= 3 s, full probe <= 30 s (each the second run, the first pays the
   parent's CUDA start-up; both recorded);
 * drill: another process runs a loop of bf16 8192^3 matmuls on the last GPU while a quick probe
-  runs; judged by ``kernelab.service.health`` against the band of the healthy quick probes measured just
+  runs; judged by ``kernelab.service.judge.health`` against the band of the healthy quick probes measured just
   before, the probe must name that GPU (other tenant and/or copy below its band), and a softmax job
   measured during the drill must carry ``contended`` or ``degraded-node``.
 
@@ -40,8 +40,8 @@ import torch  # noqa: E402
 
 from kernelab.runners.probes import run_probes  # noqa: E402
 from kernelab.runners.probes.all_reduce import measure_all_reduce  # noqa: E402
-from kernelab.service import health, stats  # noqa: E402
-from kernelab.service.schemas import JobSpec, ProbeReport, ProbeSpec  # noqa: E402
+from kernelab.service.contract.schemas import JobSpec, ProbeReport, ProbeSpec  # noqa: E402
+from kernelab.service.judge import health, stats  # noqa: E402
 
 MIB = 1024**2
 NCCL_8B_US = 19.5  # nccl-tests all_reduce_perf, 2xH200, 8 B (in-place 19.26, out-of-place 20.12)

@@ -40,7 +40,7 @@ def part_timeline(repeats: int, out: dict[str, Any]) -> list[str]:
     from kernelab.runners.probes import run_probes
     from kernelab.runners.probes.all_reduce import start_all_reduce
     from kernelab.runners.probes.copy_bandwidth import measure_copy_bandwidth
-    from kernelab.service.schemas import ProbeSpec
+    from kernelab.service.contract.schemas import ProbeSpec
 
     rows = []
     for i in range(repeats):
@@ -97,7 +97,7 @@ def part_pool(repeats: int, out: dict[str, Any]) -> list[str]:
     """Quick probes as a runner's jobs get them: with the daemon's ``AllReducePool`` (ranks up)."""
     from kernelab.runners.probes import run_probes
     from kernelab.runners.probes.all_reduce import AllReducePool, set_pool
-    from kernelab.service.schemas import ProbeSpec
+    from kernelab.service.contract.schemas import ProbeSpec
 
     t0 = time.perf_counter()
     with AllReducePool("cuda") as pool:

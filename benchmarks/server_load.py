@@ -46,8 +46,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from kernelab.runners.local import free_port, wait_healthy
-from kernelab.service.core.db import upgrade
-from kernelab.service.schemas import (
+from kernelab.service.contract.schemas import (
     CellResult,
     CorrectnessResult,
     JobResult,
@@ -57,6 +56,7 @@ from kernelab.service.schemas import (
     Side,
     Work,
 )
+from kernelab.service.server.core.db import upgrade
 
 TOKEN = "server-load-admin-token-0123456789abcdef"
 SPEC = {
@@ -468,7 +468,8 @@ _FILL_PER_CELL = 600  # samples per filler cell: 2 variants x 3 rounds x 100
 
 def _filler_blocks(rng: np.random.Generator, cells: int, per_cell: int) -> list[dict[str, Any]]:
     """``sample_blocks`` columns of ``cells`` cells of GPU-like samples (every column filled: SM
-    clock, clock-event reasons, temperature, power), encoded as ``kernelab.service.sample_blocks`` does,
+    clock, clock-event reasons, temperature, power), encoded as ``kernelab.service.contract.sample_blocks``
+    does,
     without building Python lists (numpy straight to bytes)."""
     half = per_cell // 2
     const = {
@@ -499,13 +500,16 @@ def fill_samples(url: str, n: int, *, seed: int = 0) -> dict[str, Any]:
     results shaped like the 1,000-cell sweep (1,000 cells x 600 GPU-like samples, every column
     filled: 54 bytes a sample), one transaction each, written straight into ``jobs``/``results``
     (one row each, a valid spec and node), ``cells`` and ``sample_blocks`` with psycopg's binary
-    ``COPY`` (``kernelab.service.bulk``, as the ingest does on PostgreSQL); not through the HTTP API (that
+    ``COPY`` (``kernelab.service.server.bulk``, as the ingest does on PostgreSQL); not through the HTTP API
+    (that
     would also run 167 background comparisons, ~10 s of CPU each on this machine). Each block
-    decodes with ``kernelab.service.sample_blocks.decode`` (checked on the first). Then ``VACUUM ANALYZE``.
+    decodes with ``kernelab.service.contract.sample_blocks.decode`` (checked on the first). Then ``VACUUM
+    ANALYZE``.
     Returns the samples added and in total, the seconds taken and the database and table sizes."""
-    from kernelab.service import bulk, sample_blocks
-    from kernelab.service.core.db import make_session_factory
-    from kernelab.service.models import Cell, Job, Result, SampleBlock
+    from kernelab.service.contract import sample_blocks
+    from kernelab.service.server import bulk
+    from kernelab.service.server.core.db import make_session_factory
+    from kernelab.service.server.models import Cell, Job, Result, SampleBlock
 
     per_result = _FILL_CELLS * _FILL_PER_CELL
     results = -(-n // per_result)

@@ -19,8 +19,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kernelab.runners.static_metrics import default_target, static_comparisons  # noqa: E402
-from kernelab.service.report import format_static, static_table_rows  # noqa: E402
-from kernelab.service.schemas import JobSpec  # noqa: E402
+from kernelab.service.contract.schemas import JobSpec  # noqa: E402
+from kernelab.service.judge.report import format_static, static_table_rows  # noqa: E402
 
 MATMUL = {
     "name": "matmul tiles",

@@ -1,4 +1,4 @@
-"""How long ``kernelab.service.stats`` takes: ``ratio_ci`` (the engine's adaptive stop) and ``compare``.
+"""How long ``kernelab.service.judge.stats`` takes: ``ratio_ci`` (the engine's adaptive stop) and ``compare``.
 
 Usage: ``python benchmarks/stats_speed.py [--rounds 200] [--repeats 20]``. Prints the median wall
 time of ``ratio_ci`` over ``rounds`` ABBA rounds (target: < 20 ms for 200 rounds, 2000 resamples,
@@ -14,8 +14,8 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from kernelab.service import estimators, stats
-from kernelab.service.schemas import CellResult, JobResult, JobSpec, NodeInfo, Sample, SampleColumns
+from kernelab.service.contract.schemas import CellResult, JobResult, JobSpec, NodeInfo, Sample, SampleColumns
+from kernelab.service.judge import estimators, stats
 
 
 def synthetic_samples(rounds: int, seed: int) -> list[Sample]:

@@ -107,7 +107,7 @@ def _kernelab_ns(
     from kernelab.runners.engine import measure_pair
     from kernelab.runners.probes.telemetry import ContextSampler
     from kernelab.runners.timing import CudaGraphTimer, make_timer
-    from kernelab.service.schemas import MeasurementSpec
+    from kernelab.service.contract.schemas import MeasurementSpec
 
     # The spec's defaults (min_time_ms 500, target CI 1%) with a 750 ms budget per pair, so that
     # 10 processes fit the GPU session's time limit.
@@ -256,7 +256,7 @@ def _fmt_ns(ns: float) -> str:
 
 
 def _softmax_spec(baseline_m: int, candidate_m: int, budget_ms: float, seed: int) -> Any:
-    from kernelab.service.schemas import JobSpec
+    from kernelab.service.contract.schemas import JobSpec
 
     return JobSpec.model_validate(
         {
@@ -274,7 +274,7 @@ def _softmax_spec(baseline_m: int, candidate_m: int, budget_ms: float, seed: int
 
 def part_verdicts(runs: int, log: Any) -> str:
     from kernelab.runners.job import run_job
-    from kernelab.service.stats import compare
+    from kernelab.service.judge.stats import compare
 
     out = []
     for label, cand_m, budget in (("A/A", 16384, 2000.0), ("3% slower", 16876, 10_000.0)):
@@ -322,8 +322,8 @@ def part_verdicts(runs: int, log: Any) -> str:
 
 def part_guard(log: Any) -> str:
     from kernelab.runners.job import run_job
-    from kernelab.service.schemas import JobSpec
-    from kernelab.service.stats import compare
+    from kernelab.service.contract.schemas import JobSpec
+    from kernelab.service.judge.stats import compare
 
     spec = JobSpec.model_validate(
         {

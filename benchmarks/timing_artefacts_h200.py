@@ -37,7 +37,7 @@ _PROBES_OFF = {"copy_bandwidth": False, "all_reduce": False, "nvml": False, "mat
 
 
 def _spec(kernel: str, seed: int, placement: str = "rotate", **measurement: Any) -> Any:
-    from kernelab.service.schemas import JobSpec
+    from kernelab.service.contract.schemas import JobSpec
 
     m = {"seed": seed, "placement": placement, **measurement}
     if kernel == "one":
@@ -71,8 +71,8 @@ def _job(
     """One job of ``kernel``: in a fresh measuring process (``isolate``, what a runner does) or in
     this process (``run_job(isolate=False)``: several jobs share one CUDA context and allocator)."""
     from kernelab.runners.job import run_job
-    from kernelab.service.report import cross_check_line
-    from kernelab.service.stats import compare
+    from kernelab.service.judge.report import cross_check_line
+    from kernelab.service.judge.stats import compare
 
     t0 = time.time()
     result = run_job(_spec(kernel, seed, placement, **measurement), isolate=isolate)
@@ -102,7 +102,7 @@ def _strata(cell: Any) -> list[dict[str, Any]]:
     first finds state the other assignments' buffers and graphs evicted), and the ratio."""
     import numpy as np
 
-    from kernelab.service.estimators import placement_strata
+    from kernelab.service.judge.estimators import placement_strata
 
     s = cell.samples
     if not len(s):
@@ -276,8 +276,8 @@ def cmd_engine(args: argparse.Namespace, log: Any) -> str:
     bf16 matmul A/A cold and sustained with energy, the 1 GiB copy and its 3%-more-bytes candidate
     with energy; each row has the medians, the SM clocks, the energy line."""
     from kernelab.runners.job import run_job
-    from kernelab.service.report import energy_line, side_time
-    from kernelab.service.stats import compare
+    from kernelab.service.judge.report import energy_line, side_time
+    from kernelab.service.judge.stats import compare
 
     lines = []
     for kernel, state in (("mm", "cold"), ("mm", "sustained"), ("copy", "cold"), ("copy3", "cold"),

@@ -30,9 +30,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kernelab.runners.workload import run_workload  # noqa: E402
-from kernelab.service.schemas import WorkloadComparison, WorkloadSpec  # noqa: E402
-from kernelab.service.workload_report import format_workload, workload_markdown  # noqa: E402
-from kernelab.service.workload_stats import compare_workload  # noqa: E402
+from kernelab.service.contract.schemas import WorkloadComparison, WorkloadSpec  # noqa: E402
+from kernelab.service.judge.workload_report import format_workload, workload_markdown  # noqa: E402
+from kernelab.service.judge.workload_stats import compare_workload  # noqa: E402
 
 _CUDA_HOG = """
 import torch, time

@@ -10,7 +10,9 @@ Everything kernelab installs lives under this one package, so a user's own ``ker
   ``metric``, ``digest``; ``docs/workloads.md``).
 * ``kernelab.kernels``: the benchmark library (``Benchmark``, the built-in benchmarks).
 * ``kernelab.runners``: the measurement engine, probes, checks, the runner daemon and the CLI.
-* ``kernelab.service``: the FastAPI server, its database and statistics.
+* ``kernelab.service``: three rooms, ``contract`` (what runner and server exchange), ``judge``
+  (statistics, verdicts, health rules, reports) and ``server`` (API, database, queue, workers).
+* ``kernelab.app``: the server's FastAPI app factory (the API and the dashboard's pages).
 * ``kernelab.web``: the dashboard; ``kernelab.migrations``: the Alembic scripts.
 
 In a checkout those are the top-level folders ``kernels/``, ``runners/``, ``service/``, ``web/``
@@ -40,15 +42,15 @@ _EXPORTS = {
     "Reduction": "kernelab.kernels.tolerances",
     "available_benchmarks": "kernelab.kernels.base",
     "get_benchmark": "kernelab.kernels.base",
-    "JobSpec": "kernelab.service.schemas",
-    "Work": "kernelab.service.schemas",
+    "JobSpec": "kernelab.service.contract.schemas",
+    "Work": "kernelab.service.contract.schemas",
     "KernelabClient": "kernelab.runners.client",
     "benchmark": "kernelab.kernels.define",
     "DefinedBenchmark": "kernelab.kernels.define",
     "compare": "kernelab.runners.api",
     "measure": "kernelab.runners.api",
     "Result": "kernelab.runners.api",
-    "Comparison": "kernelab.service.schemas",
+    "Comparison": "kernelab.service.contract.schemas",
 }
 
 __all__ = [
@@ -84,7 +86,7 @@ if TYPE_CHECKING:
     from kernelab.kernels.tolerances import Reduction
     from kernelab.runners.api import Result, compare, measure
     from kernelab.runners.client import KernelabClient
-    from kernelab.service.schemas import Comparison, JobSpec, Work
+    from kernelab.service.contract.schemas import Comparison, JobSpec, Work
 
 
 def __getattr__(name: str) -> Any:

@@ -32,7 +32,7 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
 from kernelab.kernels.tolerances import Reduction
-from kernelab.service.schemas import (
+from kernelab.service.contract.schemas import (
     BENCHMARK_OBJECT_REF,
     JobSpec,
     ParamValue,
@@ -90,7 +90,7 @@ lists the powers of two within int32, so a server holding only the schema refuse
 class ParamsJsonSchema(GenerateJsonSchema):
     """pydantic's JSON Schema generator, with ``Params``' int32 bound (``MAX_INT_PARAM``) on every
     integer that declares no tighter one: the schema a runner advertises
-    (``kernelab.service.adverts``) then refuses what ``Params._fits_int32`` refuses."""
+    (``kernelab.service.contract.adverts``) then refuses what ``Params._fits_int32`` refuses."""
 
     def int_schema(self, schema: core_schema.IntSchema) -> JsonSchemaValue:
         value = super().int_schema(schema)
@@ -289,9 +289,11 @@ def load_object(ref: str) -> Any:
     """Import ``'package.module:attr'`` (``attr`` may be dotted: ``'mod:Outer.Inner'``).
 
     Raises ``BenchmarkError`` naming the reference when it is not of that form (dotted Python
-    identifiers on both sides, ``kernelab.service.schemas.BENCHMARK_OBJECT_REF``: no relative import, no
+    identifiers on both sides, ``kernelab.service.contract.schemas.BENCHMARK_OBJECT_REF``: no relative import,
+    no
     empty segment; no ``__main__`` module, none of the standard library:
-    ``kernelab.service.schemas.benchmark_ref_problem``), when the module cannot be imported (any exception
+    ``kernelab.service.contract.schemas.benchmark_ref_problem``), when the module cannot be imported (any
+    exception
     its import raises but ``KeyboardInterrupt``, e.g. a ``SyntaxError``, a ``RuntimeError`` of its
     own or a ``SystemExit``, is reported on one line), or when it lacks the attribute.
     """

@@ -18,7 +18,7 @@ from pydantic import Field, model_validator
 from kernelab.kernels.base import Benchmark, BenchmarkError, Params
 from kernelab.kernels.matmul import DotBlock, MatmulBenchmark, MatmulParams, NumWarps
 from kernelab.kernels.tolerances import Reduction
-from kernelab.service.schemas import Work
+from kernelab.service.contract.schemas import Work
 
 
 class BatchInvariantMatmulParams(Params):

@@ -23,7 +23,7 @@ import torch
 
 from kernelab.kernels.precision import torch_float32_inputs
 from kernelab.kernels.tolerances import Tolerance
-from kernelab.service.schemas import CorrectnessResult
+from kernelab.service.contract.schemas import CorrectnessResult
 
 _MAX_ROWS_LISTED = 5  # bad rows named in a failure message
 

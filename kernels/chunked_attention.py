@@ -18,7 +18,7 @@ from pydantic import Field, model_validator
 from kernelab.kernels.base import Benchmark, BenchmarkError, Params, PowerOfTwo
 from kernelab.kernels.matmul import NumWarps
 from kernelab.kernels.tolerances import Reduction
-from kernelab.service.schemas import Work
+from kernelab.service.contract.schemas import Work
 
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 

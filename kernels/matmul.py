@@ -22,7 +22,7 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from kernelab.kernels.base import Benchmark, BenchmarkError, Params, PowerOfTwo
 from kernelab.kernels.tolerances import Reduction
-from kernelab.service.schemas import Work
+from kernelab.service.contract.schemas import Work
 
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 _MAX_TILE_ELEMS = 2**20  # Triton's TRITON_MAX_TENSOR_NUMEL (triton/_utils.py): elements per block

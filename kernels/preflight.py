@@ -23,7 +23,7 @@ from pydantic import BaseModel, ValidationError
 
 from kernelab.kernels.base import Benchmark, BenchmarkError
 from kernelab.kernels.tolerances import Reduction, Tolerance, normalize_dtype_name
-from kernelab.service.schemas import JobSpec, Work
+from kernelab.service.contract.schemas import JobSpec, Work
 
 CALLS: dict[str, tuple[str, ...]] = {
     "make_inputs": ("params", "device", "seed"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection
 
-from kernelab.service.models import Base
+from kernelab.service.server.models import Base
 
 config = context.config
 target_metadata = Base.metadata
@@ -32,7 +32,7 @@ def run_migrations_online() -> None:
     if connection is not None:
         _run(connection)
         return
-    from kernelab.service.core.db import make_engine
+    from kernelab.service.server.core.db import make_engine
 
     url = config.get_main_option("sqlalchemy.url")
     if not url:

@@ -4,13 +4,13 @@ A runner offers the built-in benchmarks, every benchmark of the ``kernelab.bench
 entry-point group installed beside it, and the ``module:object`` references it was started with
 (``kernelab runner --benchmark mypkg.bench:MyBenchmark``, or ``KERNELAB_BENCHMARKS``, a comma
 list). Each is imported here, on the runner, and described by
-``kernelab.service.adverts.BenchmarkAdvert``; the server checks specs against these descriptions
+``kernelab.service.contract.adverts.BenchmarkAdvert``; the server checks specs against these descriptions
 and never imports benchmark code.
 
 The daemon never imports benchmark code itself: it runs ``python -m kernelab.runners.adverts
 --print REF...`` as a child process, isolated as its jobs are (``Runner.advertise``), and reads the
 advertisement from its stdout. ``--write`` regenerates the built-ins' advertisement that ships
-with the server (``service/builtin_adverts.json``); ``--check`` exits 1 when it is stale.
+with the server (``service/contract/builtin_adverts.json``); ``--check`` exits 1 when it is stale.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from kernelab.kernels.base import (
     params_json_schema,
 )
 from kernelab.runners.reaper import become_subreaper, die_with_parent, kill_descendants
-from kernelab.service.adverts import BUILTIN_ADVERTS, BenchmarkAdvert, RunnerAdverts
+from kernelab.service.contract.adverts import BUILTIN_ADVERTS, BenchmarkAdvert, RunnerAdverts
 
 log = logging.getLogger(__name__)
 
@@ -117,15 +117,15 @@ def runner_adverts(refs: Sequence[str] = ()) -> RunnerAdverts:
 
 
 def shipped_text() -> str:
-    """The text of ``service/builtin_adverts.json`` as the code describes the built-ins now."""
+    """The text of ``service/contract/builtin_adverts.json`` as the code describes the built-ins now."""
     adverts = RunnerAdverts(benchmarks=builtin_adverts(with_version=False))
     return adverts.model_dump_json(indent=1, exclude_defaults=False) + "\n"
 
 
 def _shipped_path() -> Path:
-    import kernelab.service
+    import kernelab.service.contract
 
-    return Path(kernelab.service.__file__).resolve().parent / BUILTIN_ADVERTS
+    return Path(kernelab.service.contract.__file__).resolve().parent / BUILTIN_ADVERTS
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -4,7 +4,7 @@ called from a script, a notebook or a test.
 Both build a ``kernelab.JobSpec``, run it with ``kernelab.runners.job.run_job`` in this process
 (the same interleaved rounds, correctness checks, timed checks and verdict rules as ``kernelab
 run`` and the runner; node-health probes off unless ``probes=True``) and return a ``Result``: the
-``kernelab.service.schemas.Comparison`` that ``kernelab run --json`` writes, which prints as the
+``kernelab.service.contract.schemas.Comparison`` that ``kernelab run --json`` writes, which prints as the
 table (``str``), renders as HTML in a notebook (``_repr_html_``) and gives the pull-request
 Markdown (``to_markdown``).
 
@@ -27,7 +27,7 @@ from kernelab.kernels.base import Benchmark, BenchmarkError
 from kernelab.kernels.define import DefinedBenchmark, benchmark
 from kernelab.kernels.preflight import as_reduction
 from kernelab.kernels.tolerances import Reduction
-from kernelab.service.schemas import (
+from kernelab.service.contract.schemas import (
     VERDICT_CATALOGUE,
     Comparison,
     JobResult,
@@ -65,13 +65,13 @@ class Result(Comparison):
         return self._raw
 
     def __str__(self) -> str:
-        from kernelab.service.report import format_table
+        from kernelab.service.judge.report import format_table
 
         return format_table(self)
 
     def to_markdown(self) -> str:
-        """The pull-request Markdown of ``kernelab run --markdown`` (``kernelab.service.report``)."""
-        from kernelab.service.report import to_markdown
+        """The pull-request Markdown of ``kernelab run --markdown`` (``kernelab.service.judge.report``)."""
+        from kernelab.service.judge.report import to_markdown
 
         return to_markdown(self)
 
@@ -263,7 +263,7 @@ def measure(
     """
     from kernelab.kernels.base import get_benchmark
     from kernelab.runners.job import run_job
-    from kernelab.service.stats import compare as compare_result
+    from kernelab.service.judge.stats import compare as compare_result
 
     obj = get_benchmark(bench) if isinstance(bench, str) else bench
     sides = {
@@ -303,7 +303,7 @@ def _spec_name(bench: Benchmark[Any]) -> str:
     for attr, value in vars(module).items() if module is not None else ():
         if value is bench or value is type(bench):
             ref = f"{module.__name__}:{attr}"  # type: ignore[union-attr]
-            from kernelab.service.schemas import benchmark_ref_problem
+            from kernelab.service.contract.schemas import benchmark_ref_problem
 
             if benchmark_ref_problem(ref) is None:
                 return ref

@@ -33,7 +33,7 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Literal
 
-from kernelab.service.schemas import (
+from kernelab.service.contract.schemas import (
     VERDICT_CATALOGUE,
     BisectCommit,
     BisectStep,
@@ -124,7 +124,7 @@ def _ratio_text(cell: CellComparison) -> str:
 
 def judge(job: JobPublic, comparison: Comparison | None) -> Judgement:
     """A finished step's outcome (module docstring) from its job and comparison (None: none)."""
-    from kernelab.service.report import why
+    from kernelab.service.judge.report import why
 
     if job.status != "succeeded" or comparison is None or not comparison.cells:
         what = job.error.splitlines()[0][:300] if job.error else "no comparison"

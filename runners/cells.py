@@ -60,7 +60,7 @@ from kernelab.runners.progress import ProgressCallback
 from kernelab.runners.sides import LocalSide
 from kernelab.runners.static_metrics import compile_kernels, default_target, side_items
 from kernelab.runners.timing import Timer, TimerKind, make_cross_timers, make_timer
-from kernelab.service.schemas import (
+from kernelab.service.contract.schemas import (
     CellResult,
     CorrectnessResult,
     JobSpec,
@@ -69,7 +69,7 @@ from kernelab.service.schemas import (
     ProbeReport,
     Side,
 )
-from kernelab.service.verdicts import reason
+from kernelab.service.judge.verdicts import reason
 
 logger = logging.getLogger(__name__)
 

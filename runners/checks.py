@@ -30,7 +30,7 @@ import torch
 from kernelab.kernels import Benchmark
 from kernelab.kernels.check import check_output, mismatch_mask, poison_
 from kernelab.kernels.tolerances import Tolerance
-from kernelab.service.schemas import (
+from kernelab.service.contract.schemas import (
     BatchInvarianceCheck,
     BitwiseComparison,
     CorrectnessResult,
@@ -340,7 +340,7 @@ def run_checks(
     ``fn`` is ``bench.prepare(variant, params, inputs)``; ``ref`` the reference for ``inputs``;
     ``tolerance`` what every output is held to (``kernelab.kernels.check.check_output``).
     ``passed`` is the reference comparison *and* no failure among the repeats. Determinism and
-    batch invariance are reported, not folded into ``passed`` (``kernelab.service.stats`` turns a
+    batch invariance are reported, not folded into ``passed`` (``kernelab.service.judge.stats`` turns a
     non-deterministic result into the ``nondeterministic`` flag). Whatever the benchmark raises
     propagates.
     """

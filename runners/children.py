@@ -30,7 +30,7 @@ from kernelab.runners.probes import probes_enabled
 from kernelab.runners.probes.telemetry import OWN_PIDS_ENV
 from kernelab.runners.progress import ProgressCallback
 from kernelab.runners.reaper import PARENT_PID_ENV, kill_pipe_holders
-from kernelab.service.schemas import CellResult, JobSpec, NodeInfo, ProbeReport
+from kernelab.service.contract.schemas import CellResult, JobSpec, NodeInfo, ProbeReport
 
 if TYPE_CHECKING:
     import torch

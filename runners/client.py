@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import BaseModel
 
-from kernelab.service.schemas import (
+from kernelab.service.contract.schemas import (
     STORED,
     BisectCreate,
     BisectFinish,

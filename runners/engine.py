@@ -10,7 +10,7 @@ preallocated numpy columns (``_SampleBuffer``: no object per sample); the cell's
 ``SampleColumns`` is validated once, after the last round.
 
 Stop rule: never before ``min_rounds``; then stop as soon as the ratio's confidence interval
-(``kernelab.service.estimators.ratio_ci``, bootstrap over whole rounds) has a half-width below
+(``kernelab.service.judge.estimators.ratio_ci``, bootstrap over whole rounds) has a half-width below
 ``target_ci_pct`` of the ratio *and* the samples cover at least ``min_time_ms`` of timed device time
 (both variants, ``duration_ns * launches`` summed: nvbench's ``--min-time``, 0.5 s by default, which
 lets the GPU reach its sustained clock and power state before the CI may end the cell; H200 figures:
@@ -19,7 +19,7 @@ lets the GPU reach its sustained clock and power state before the CI may end the
 ``max_rounds`` is reached. Past the same minimum time the cell also stops as soon as its verdict is
 decided (``stop_rule: decided``, the default; ``decided``): the stop check's interval, widened by
 ``DECIDED_MARGIN``, gives ``faster``, ``slower`` or ``same`` under the server's rule
-(``kernelab.service.verdicts.timing_verdict``, its 99.8% decision interval included), so a clear
+(``kernelab.service.judge.verdicts.timing_verdict``, its 99.8% decision interval included), so a clear
 change, or a clear absence of one, does not wait for the target width. The margin keeps the server's
 own interval (more resamples, the same samples) on the same side of the threshold; the looks are few
 (the geometric schedule) and a change needs a 99.8% interval beyond the threshold, so stopping when
@@ -36,7 +36,7 @@ crossover), so a set's placement effect falls on both sides alike, and each side
 sit at K places. K is what both sides offer, at most ``measurement.input_sets``, and after the
 warm-up at most what lets the rounds cover every assignment twice within half of ``budget_ms``
 (``sets_for_budget``). The stop check's ratio is stratified by assignment, and with K >= 3 its CI
-spans how much the two sides differ set by set (``kernelab.service.estimators.paired_sets_ci``),
+spans how much the two sides differ set by set (``kernelab.service.judge.estimators.paired_sets_ci``),
 so the CI may end the cell only once every assignment ran twice. After the rounds, ``cross_check`` times both
 sides briefly with the other timing method (``measurement.cross_check``).
 
@@ -50,7 +50,7 @@ the absolute times differ (bf16 8192^3 matmul on an H200: ``docs/results/``). En
 (``measurement.energy``): ``energy_check`` after the rounds.
 
 Sources: ABBA interleaving (each round runs A B B A, so a linear drift falls equally on both
-sides) and the round-level bootstrap of ``kernelab.service.estimators.ratio_ci`` (Davison &
+sides) and the round-level bootstrap of ``kernelab.service.judge.estimators.ratio_ci`` (Davison &
 Hinkley 1997, section 3.8); the 75% clock rule from nvbench (a sample whose SM clock is below
 75% of the default clock is throttled).
 """
@@ -65,9 +65,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from kernelab.runners.timing import Timer
-from kernelab.service.estimators import BETWEEN_STRATA_MIN_SETS, candidate_set, kept_samples, ratio_ci
-from kernelab.service.samples import NULL_REASONS, SAMPLE_FIELDS, memory_dtype
-from kernelab.service.schemas import (
+from kernelab.service.contract.samples import NULL_REASONS, SAMPLE_FIELDS, memory_dtype
+from kernelab.service.contract.schemas import (
     EnergyBlock,
     EnergyMeasurement,
     MeasurementSpec,
@@ -76,6 +75,7 @@ from kernelab.service.schemas import (
     Side,
     TimerCrossCheck,
 )
+from kernelab.service.judge.estimators import BETWEEN_STRATA_MIN_SETS, candidate_set, kept_samples, ratio_ci
 
 THROTTLE_CLOCK_FRACTION = 0.75  # nvbench: below 75% of the expected SM clock is throttled
 _MIN_WARMUP_PASSES = 2  # the first pass pays one-time costs (compilation, allocation)
@@ -171,7 +171,7 @@ def ci_half_width(
 ) -> tuple[float, float] | None:
     """``(ratio, relative CI half-width)`` of candidate/baseline over ``samples``, or None.
 
-    Uses ``kernelab.service.estimators.ratio_ci`` (bootstrap resampling whole rounds, 95%, seeded with
+    Uses ``kernelab.service.judge.estimators.ratio_ci`` (bootstrap resampling whole rounds, 95%, seeded with
     ``settings.seed``; stratified by input-set assignment under a rotating ``placement``);
     throttled samples are left out when ``settings.exclude_throttled``. None when ``ratio_ci``
     cannot form an interval or the ratio is not positive.
@@ -203,7 +203,7 @@ def decided(ci: tuple[float, float], threshold_pct: float) -> bool:
     """Whether the stop check's ``(ratio, relative 95% half-width)`` already decides the cell's
     verdict at ``threshold_pct`` (module docstring): ``timing_verdict`` of the interval widened by
     ``DECIDED_MARGIN`` is ``faster``, ``slower`` or ``same``."""
-    from kernelab.service.verdicts import timing_verdict
+    from kernelab.service.judge.verdicts import timing_verdict
 
     ratio, half = ci
     half *= DECIDED_MARGIN
@@ -369,7 +369,7 @@ def input_set(
     """The input set ``variant`` runs in round ``round_index`` under a rotating placement of
     ``input_sets`` (K, even) sets: with assignment a = ``(round_index // swap_every_rounds) % K``
     the baseline runs set a and the candidate set ``a XOR 1`` (the ``pairs`` schedule,
-    ``kernelab.service.estimators.candidate_set``: a 2x2 crossover within each pair of sets, so
+    ``kernelab.service.judge.estimators.candidate_set``: a 2x2 crossover within each pair of sets, so
     that at every change of assignment both sides move alike; over K assignments each side meets
     each set once, and each set serves both sides; with K = 2 the 2x2 crossover, the candidate on
     set 1 - a)."""

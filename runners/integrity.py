@@ -26,8 +26,8 @@ from typing import Any
 
 import torch  # noqa: F401  # loaded before the snapshot, so torch.cuda resolves
 
-from kernelab.service.schemas import Reason
-from kernelab.service.verdicts import reason
+from kernelab.service.contract.schemas import Reason
+from kernelab.service.judge.verdicts import reason
 
 # (module, dotted attribute path) of every function the timing and checking path calls.
 _WATCHED: tuple[tuple[str, str], ...] = (
@@ -57,10 +57,10 @@ _OWN_MODULES = (
     "kernelab.runners.probes.copy_bandwidth",
     "kernelab.runners.probes.telemetry",
     "kernelab.kernels.check",
-    "kernelab.service.estimators",
-    "kernelab.service.verdicts",
-    "kernelab.service.stats",
-    "kernelab.service.schemas",
+    "kernelab.service.judge.estimators",
+    "kernelab.service.judge.verdicts",
+    "kernelab.service.judge.stats",
+    "kernelab.service.contract.schemas",
 )
 
 

@@ -31,8 +31,8 @@ from kernelab.runners.children import job_fork_server, measure_in_child, phase_p
 from kernelab.runners.devices import device_name
 from kernelab.runners.probes import probes_enabled
 from kernelab.runners.progress import ProgressCallback
-from kernelab.service.schemas import CellResult, JobResult, JobSpec, NodeInfo, ProbeReport
-from kernelab.service.verdicts import all_cells_failed
+from kernelab.service.contract.schemas import CellResult, JobResult, JobSpec, NodeInfo, ProbeReport
+from kernelab.service.judge.verdicts import all_cells_failed
 
 if TYPE_CHECKING:
     import torch
@@ -68,7 +68,7 @@ def job_result(
 
     ``idempotency_key``: a fresh ``uuid4().hex`` (32 hex digits) when None; ``timer``: the timer's
     label (``'cuda-event'`` or ``'perf_counter'``); ``started_at``: a UTC datetime;
-    ``finished_at`` is now (UTC) and ``error`` is ``kernelab.service.verdicts.all_cells_failed``
+    ``finished_at`` is now (UTC) and ``error`` is ``kernelab.service.judge.verdicts.all_cells_failed``
     of ``cells`` (None unless every cell failed); ``schema_version`` is the schema's default
     (``RESULT_SCHEMA_VERSION``). Raises ``pydantic.ValidationError`` for a field the schema
     refuses (an idempotency key under 8 characters, a naive ``started_at``)."""

@@ -9,7 +9,8 @@ Everything lives in ``data_dir`` (default ``./kernelab-data``)::
     runner/          the runner's work dir (its token, spool, job scratch folders)
 
 The server gets the token through ``KERNELAB_ADMIN_TOKEN`` (stored hashed at start-up, see
-``kernelab.service.core.config.Settings.admin_token``) and the runner through ``KERNELAB_TOKEN``, so no token
+``kernelab.service.server.core.config.Settings.admin_token``) and the runner through ``KERNELAB_TOKEN``, so no
+token
 appears on a command line (``ps`` shows command lines to every user). ``ServerProcess`` is also
 what the end-to-end tests start.
 """

@@ -49,7 +49,7 @@ from kernelab.kernels import BenchmarkError
 from kernelab.runners.nodefault import EXIT_NODE_FAULT, NODE_FAULT_LINE, NODE_FAULT_MARK, node_fault
 from kernelab.runners.reaper import become_subreaper, die_with_parent, kill_descendants
 from kernelab.runners.spool import atomic_write_text
-from kernelab.service.schemas import CellResult, JobSpec, NodeInfo, ProbeReport
+from kernelab.service.contract.schemas import CellResult, JobSpec, NodeInfo, ProbeReport
 
 EXIT_OK = 0
 EXIT_FAILED = 1

@@ -15,7 +15,7 @@ line, git's message), in its text: Python's ``[Errno N]`` form or the C library'
 one of those numbers (``os.strerror``).
 
 ``EMFILE`` counts although a job can cause it itself (a leak of file descriptors): the job is then
-re-queued until its attempts are used up, never retried for ever (``kernelab.service.queue.fail``).
+re-queued until its attempts are used up, never retried for ever (``kernelab.service.server.queue.fail``).
 """
 
 from __future__ import annotations

@@ -66,7 +66,7 @@ from kernelab.runners.static_metrics import (
     no_target_message,
     pair_comparisons,
 )
-from kernelab.service.schemas import (
+from kernelab.service.contract.schemas import (
     BitwiseComparison,
     CellResult,
     CorrectnessResult,
@@ -99,7 +99,7 @@ class SideError(RuntimeError):
 
 def short_error(exc: BaseException) -> str:
     """``Type: first line`` of ``exc`` (a ``SideError``: its message), at most 500 characters; a NUL
-    character (which no stored text may hold, ``kernelab.service.schemas.Text``) is written
+    character (which no stored text may hold, ``kernelab.service.contract.schemas.Text``) is written
     ``\\x00``, so a benchmark's message can never make the job's other cells unreadable."""
     lines = str(exc).replace("\x00", "\\x00").strip().splitlines()
     first = lines[0] if lines else ""

@@ -19,9 +19,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from kernelab.service.schemas import JobProgress
-from kernelab.service.schemas.adverts import ProgressPhase
-from kernelab.service.units import format_seconds
+from kernelab.service.contract.schemas import JobProgress
+from kernelab.service.contract.schemas.adverts import ProgressPhase
+from kernelab.service.contract.units import format_seconds
 
 PHASE_WORDS: dict[str, ProgressPhase] = {
     "fetching": "fetching",

@@ -143,7 +143,7 @@ def _failing_text(result: Any, gate: frozenset[str], failing: list[str]) -> str:
     """``"incorrect: n=4096"``: the verdicts that trip the gate first (precedence order, so the
     short summary's cut line names them), then the cells; each cell's verdict after it when
     several verdicts trip. ``"job"`` (every cell failed) counts as ``failed``."""
-    from kernelab.service.verdicts import VERDICT_ORDER
+    from kernelab.service.judge.verdicts import VERDICT_ORDER
 
     by_label = {cell.label: cell.verdict for cell in result.cells if cell.verdict in gate}
     verdicts = {by_label.get(label, "failed") for label in failing}
@@ -174,7 +174,7 @@ def _threshold(value: float | None) -> float | None:
         return None
     from pydantic import ValidationError
 
-    from kernelab.service.schemas import MeasurementSpec
+    from kernelab.service.contract.schemas import MeasurementSpec
 
     try:
         MeasurementSpec(threshold_pct=value)

@@ -63,7 +63,7 @@ from kernelab.runners.progress import ProgressCallback
 from kernelab.runners.revisions import AllowList, Checkout, RevisionCache, RevisionError
 from kernelab.runners.static_metrics import kernel_code_from_json
 from kernelab.runners.timing import TimerKind
-from kernelab.service.schemas import (
+from kernelab.service.contract.schemas import (
     BitwiseComparison,
     CorrectnessResult,
     CorrectnessSpec,

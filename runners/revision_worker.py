@@ -76,7 +76,7 @@ from kernelab.runners.revision_benchmark import (
 from kernelab.runners.sides import LocalSide
 from kernelab.runners.static_metrics import compile_kernels, default_target, kernel_code_json, side_items
 from kernelab.runners.timing import make_timer
-from kernelab.service.schemas import CorrectnessSpec, JobSpec, Reason, Side
+from kernelab.service.contract.schemas import CorrectnessSpec, JobSpec, Reason, Side
 
 
 class RevisionWorker:

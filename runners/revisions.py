@@ -1,9 +1,10 @@
 """Source revisions on a runner: the allow-list, a cached clone per repository, a worktree per commit.
 
-A spec side with a ``source`` (``kernelab.service.schemas.SourceSpec``) runs the code of one git revision.
+A spec side with a ``source`` (``kernelab.service.contract.schemas.SourceSpec``) runs the code of one git
+revision.
 The runner
 
-1. brings the repository address to its canonical form (``kernelab.service.repo_address``: ``..``,
+1. brings the repository address to its canonical form (``kernelab.service.contract.repo_address``: ``..``,
    encoded forms, credentials, remote helpers refused) and checks it against its allow-list
    (``AllowList``; runner option ``--allow-repo`` or ``KERNELAB_ALLOWED_REPOS``), segment by
    segment; nothing is fetched from a repository that is not on it, and what git fetches is the
@@ -44,8 +45,14 @@ from pathlib import Path
 
 from kernelab.runners import jobns
 from kernelab.runners.jobenv import job_env
-from kernelab.service.repo_address import RepoAddressError, address_kind, canonical_repo, matches, transport
-from kernelab.service.schemas import JobSpec, SideSpec, SourceSpec
+from kernelab.service.contract.repo_address import (
+    RepoAddressError,
+    address_kind,
+    canonical_repo,
+    matches,
+    transport,
+)
+from kernelab.service.contract.schemas import JobSpec, SideSpec, SourceSpec
 
 ALLOWED_REPOS_ENV = "KERNELAB_ALLOWED_REPOS"  # entries separated by whitespace or commas
 GIT_TIMEOUT_S = 300.0  # one clone/fetch/worktree command
@@ -73,7 +80,8 @@ class RevisionError(RuntimeError):
 
 def normalize_repo(repo: str) -> str:
     """The canonical form a repository is matched, cached and fetched under
-    (``kernelab.service.repo_address.canonical_repo``): a URL with scheme and host lower-cased, no trailing
+    (``kernelab.service.contract.repo_address.canonical_repo``): a URL with scheme and host lower-cased, no
+    trailing
     ``/`` or ``.git``; a local path absolute with symlinks resolved (``~`` expanded).
 
     Raises ``RevisionError`` for a refused form (``..``, encoded ``.``/``/``, a password, ...).
@@ -108,7 +116,8 @@ def _git_options(canonical: str | None = None) -> list[str]:
 
 
 class AllowList:
-    """Repositories a runner may fetch: canonical addresses or patterns (``kernelab.service.repo_address``).
+    """Repositories a runner may fetch: canonical addresses or patterns
+    (``kernelab.service.contract.repo_address``).
 
     Entries are canonicalised like repositories, so ``.`` or ``~/src/x`` name the absolute folder;
     ``*`` matches within one path segment (``https://github.com/org/*`` allows every repository of

@@ -25,7 +25,7 @@ after the window, are all caught by looking at what the timed method produced. P
 4. right after the window: the output is copied on the timing stream (``at_stop``), then the
    device is drained and the time the drain took is measured; threads the call started and left
    running are listed and joined (up to ``_THREAD_JOIN_S``); the output is read again (``at_rest``);
-5. findings (``kernelab.service.verdicts.REASONS`` codes, each ending the cell ``incorrect``):
+5. findings (``kernelab.service.judge.verdicts.REASONS`` codes, each ending the cell ``incorrect``):
    ``not-a-tensor`` (the call returned no plain ``torch.Tensor``: a wrapped, lazy or deferred
    output), ``wrong-under-timing`` (``at_stop`` differs from the reference; the message names the
    method: "under cuda-graph replay", "in a timed cuda-event window", ...), ``output-after-window``
@@ -64,7 +64,7 @@ from kernelab.runners.checks import (
 )
 from kernelab.runners.devicework import device_work_per_call
 from kernelab.runners.timing import Timer
-from kernelab.service.schemas import (
+from kernelab.service.contract.schemas import (
     BitwiseComparison,
     CorrectnessResult,
     CorrectnessSpec,
@@ -73,7 +73,7 @@ from kernelab.service.schemas import (
     TimedCheck,
     Work,
 )
-from kernelab.service.verdicts import reason
+from kernelab.service.judge.verdicts import reason
 
 _DRAIN_SLACK_NS = 100_000  # 100 us: an idle device's synchronize returns in ~2-20 us
 _DRAIN_IDLE_FACTOR = 20.0

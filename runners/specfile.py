@@ -25,7 +25,7 @@ import yaml
 from pydantic import ValidationError
 
 from kernelab.runners import spec_yaml
-from kernelab.service.schemas import JobSpec, WorkloadSpec, is_workload
+from kernelab.service.contract.schemas import JobSpec, WorkloadSpec, is_workload
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ A file is named from the claim it answers (``path_for(job_id, key)``: the job id
 idempotency key the daemon made for that attempt, which holds the attempt number), never by
 reading the result, and its bytes are posted as they are (``read``): the runner parses a result
 once, at most (the ``held`` results the full disk could not take). Every file carries
-``schema_version`` (``kernelab.service.schemas.RESULT_SCHEMA_VERSION``): ``read`` checks it, and a
+``schema_version`` (``kernelab.service.contract.schemas.RESULT_SCHEMA_VERSION``): ``read`` checks it, and a
 file of a newer version (written by a newer kernelab, then downgraded) is kept where it is, with
 a log line, never posted or deleted (``NewerResultFile``); an older one is posted as it is (the
 server reads every older version).
@@ -40,7 +40,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from kernelab.service.schemas import RESULT_SCHEMA_VERSION, JobResult, ResultHeader
+from kernelab.service.contract.schemas import RESULT_SCHEMA_VERSION, JobResult, ResultHeader
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
 _NAME = re.compile(r"^(\d+)-[A-Za-z0-9._-]+\.json$")

@@ -49,7 +49,7 @@ from typing import Any, ClassVar, Literal
 
 import torch
 
-from kernelab.service.schemas import MeasurementSpec
+from kernelab.service.contract.schemas import MeasurementSpec
 
 TimerKind = Literal["auto", "perf_counter", "cuda-event", "cuda-graph"]
 logger = logging.getLogger(__name__)

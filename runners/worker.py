@@ -49,7 +49,7 @@ from kernelab.runners.nodefault import (
 )
 from kernelab.runners.reaper import become_subreaper, die_with_parent, kill_descendants
 from kernelab.runners.spool import atomic_write_text
-from kernelab.service.schemas import JobResult, JobSpec
+from kernelab.service.contract.schemas import JobResult, JobSpec
 
 EXIT_OK = 0
 EXIT_JOB_FAILED = 1
@@ -87,7 +87,7 @@ def _print_progress(index: int, total: int, message: str) -> None:
 def _node_changed(result: JobResult) -> str:
     """The first ``node-changed`` reason of ``result`` (its probes after against before, or a cell's
     in-process canary), or ``""``."""
-    from kernelab.service.node_change import node_change_reasons
+    from kernelab.service.judge.node_change import node_change_reasons
 
     found = node_change_reasons(result.probes, device_type=result.node.device_type) + [
         f for c in result.cells for f in c.findings if f.code == "node-changed"

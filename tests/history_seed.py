@@ -15,7 +15,15 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import numpy as np
 
-from kernelab.service.schemas import CellResult, CorrectnessResult, JobResult, JobSpec, NodeInfo, Sample, Work
+from kernelab.service.contract.schemas import (
+    CellResult,
+    CorrectnessResult,
+    JobResult,
+    JobSpec,
+    NodeInfo,
+    Sample,
+    Work,
+)
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 ROUNDS = 12

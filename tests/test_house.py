@@ -1,43 +1,77 @@
-"""The house's rules, held against every import of the tree (read with ``ast``, nothing imported).
+"""The house's rules, held against every import of the tree (read with ``ast``, nothing imported;
+imports inside functions count too).
 
-* the server (``service/``, ``web/``) never imports benchmark code (``kernelab.kernels``) nor the
-  runner (``kernelab.runners``): specs are checked against what runners advertise;
-* benchmarks (``kernels/``) know no database and no engine: of kernelab they import the wire
-  contract only (``kernelab.service.schemas``, ``kernelab.service.samples``) and themselves;
-* the wire contract knows no database: it imports pydantic, numpy and itself;
-* judgement is pure: the statistics and verdict modules import no ORM, database or route;
-* pages live in ``web/`` and read through the functions the API's routes call (``kernelab.service.crud``,
-  ``history``, ``job_vs_job``, ...), never through a route module (``kernelab.service.api.routes``);
-* of ``service/``, only the app factory (``service/app.py``) imports the dashboard (``kernelab.web``),
-  to mount its pages: no service<->web import cycle.
+The package ``kernelab`` is made of rooms, one folder each (``docs/architecture.md``, "Rooms"):
+
+* ``service/contract/``: the wire contract, what runner and server exchange. It imports itself only;
+* ``service/judge/``: pure judgement (statistics, verdicts, health rules, reports). It imports the
+  contract and itself: no ORM, database or route;
+* ``service/server/``: the API, database, queue and workers. It imports the contract and the judge,
+  never the pages, the runner or benchmark code (specs are checked against what runners advertise);
+* ``web/``: every page. It imports the server's crud and queries (never a route module), the judge
+  and the contract;
+* ``kernels/``: benchmarks. Of kernelab they import the contract and themselves: no database, no
+  engine;
+* ``runners/``: engine, probes, daemon, CLI. They talk to the server over HTTP; only the CLI's
+  server commands (``runners/cli/server.py``: ``serve``, ``compare-worker``, token admin) import
+  the server, inside those commands;
+* ``migrations/``: the database's history, over the server's models;
+* the root package ``kernelab/``: the public names (loaded on first use), ``python -m kernelab``
+  and the app factory (``kernelab/app.py``, the API and the pages put together), above every room;
+  ``kernelab/workload.py`` (what a workload process imports) is a leaf that imports no room.
+
+No cycle runs between the rooms.
 """
 
 from __future__ import annotations
 
 import ast
+import graphlib
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-CONTRACT = ("kernelab.service.schemas", "kernelab.service.samples", "kernelab.service.clock_events")
-JUDGEMENT = (
-    "service/stats.py",
-    "service/estimators.py",
-    "service/verdicts.py",
-    "service/health.py",
-    "service/report.py",
-    "service/node_change.py",
-    "service/units.py",
-    "service/clock_events.py",
-)
-SERVER_ONLY = (
-    "kernelab.service.models",
-    "kernelab.service.crud",
-    "kernelab.service.core",
-    "kernelab.service.api",
-)
+# Room of a file, by the longest matching path prefix; of a module, by its dotted name.
+ROOMS = {
+    "service/contract/": "contract",
+    "service/judge/": "judge",
+    "service/server/": "server",
+    "web/": "web",
+    "kernels/": "kernels",
+    "runners/": "runners",
+    "migrations/": "migrations",
+    "kernelab/workload.py": "workload",
+    "kernelab/": "root",
+}
+MODULE_ROOMS = {
+    "kernelab.service.contract": "contract",
+    "kernelab.service.judge": "judge",
+    "kernelab.service.server": "server",
+    "kernelab.web": "web",
+    "kernelab.kernels": "kernels",
+    "kernelab.runners": "runners",
+    "kernelab.migrations": "migrations",
+    "kernelab.workload": "workload",
+}
+# What each room may import (besides itself).
+ALLOWED = {
+    "contract": set(),
+    "judge": {"contract"},
+    "server": {"contract", "judge"},
+    "web": {"contract", "judge", "server"},
+    "kernels": {"contract"},
+    "runners": {"contract", "judge", "kernels", "workload"},
+    "migrations": {"server"},
+    "workload": set(),
+    "root": {"contract", "judge", "server", "web", "kernels", "runners", "migrations", "workload"},
+}
+# The one door from the runner's CLI into the server: the commands that run it.
+RUNNER_SERVER_DOOR = "runners/cli/server.py"
+# Packages whose ``__init__`` imports nothing of kernelab when run (checked below): importing a
+# module of them runs only that ``__init__``, so they are no edge of the house.
+BARE_PACKAGES = ("kernelab", "kernelab.service")
 
 
 def imports(path: Path) -> list[str]:
@@ -52,92 +86,105 @@ def imports(path: Path) -> list[str]:
     return names
 
 
-# Packages whose ``__init__`` imports nothing of kernelab (checked below): importing a module from
-# them runs only that ``__init__``.
-BARE_PACKAGES = ("kernelab", "kernelab.service")
+def room_of_file(path: Path) -> str | None:
+    rel = path.relative_to(ROOT).as_posix()
+    for prefix in sorted(ROOMS, key=len, reverse=True):
+        if rel == prefix or rel.startswith(prefix):
+            return ROOMS[prefix]
+    return None
 
 
-def _within(name: str, prefixes: tuple[str, ...]) -> bool:
-    return any(name == p or name.startswith(p + ".") for p in prefixes)
+def room_of_module(name: str) -> str | None:
+    if name in BARE_PACKAGES or not name.startswith("kernelab"):
+        return None
+    for prefix in sorted(MODULE_ROOMS, key=len, reverse=True):
+        if name == prefix or name.startswith(prefix + "."):
+            return MODULE_ROOMS[prefix]
+    module = name.split(".")[1]
+    if (ROOT / "kernelab" / f"{module}.py").exists():
+        return "root"
+    return None  # a name of the bare package itself (``from kernelab import __version__``)
 
 
-def _files(*folders: str) -> list[Path]:
+def _house_files() -> list[Path]:
+    files: list[Path] = []
+    for folder in ("service", "web", "kernels", "runners", "migrations"):
+        files += sorted((ROOT / folder).rglob("*.py"))
+    return files + sorted((ROOT / "kernelab").glob("*.py"))
+
+
+def edges() -> list[tuple[Path, str, str, str]]:
+    """``(file, its room, imported module, that module's room)`` for every kernelab import between
+    two rooms."""
     out = []
-    for folder in folders:
-        base = ROOT / folder
-        out += sorted(base.rglob("*.py")) if base.is_dir() else [base]
+    for path in _house_files():
+        here = room_of_file(path)
+        for name in imports(path):
+            there = room_of_module(name)
+            if here and there and there != here:
+                out.append((path, here, name, there))
     return out
 
 
-def _broken(files: list[Path], forbidden) -> list[str]:
-    return [
+def test_every_file_has_a_room() -> None:
+    service_top = [p.name for p in (ROOT / "service").glob("*.py") if p.name != "__init__.py"]
+    assert service_top == [], "a module of service/ belongs in contract/, judge/ or server/"
+    bare = [ROOT / "service" / "__init__.py"]
+    assert [p for p in _house_files() if room_of_file(p) is None and p not in bare] == []
+
+
+def test_each_room_imports_only_what_it_may() -> None:
+    bad = [
+        f"{path.relative_to(ROOT)} ({here}) imports {name} ({there})"
+        for path, here, name, there in edges()
+        if there not in ALLOWED[here]
+        and not (there == "server" and path.relative_to(ROOT).as_posix() == RUNNER_SERVER_DOOR)
+    ]
+    assert bad == []
+
+
+def test_the_runner_reaches_the_server_only_inside_its_server_commands() -> None:
+    door = ROOT / RUNNER_SERVER_DOOR
+    top_level = [
+        n.module
+        for n in ast.parse(door.read_text(encoding="utf-8")).body
+        if isinstance(n, ast.ImportFrom) and n.module
+    ]
+    assert [m for m in top_level if room_of_module(m) == "server"] == []
+
+
+def test_pages_read_through_crud_not_routes() -> None:
+    bad = [
         f"{path.relative_to(ROOT)} imports {name}"
-        for path in files
+        for path, here, name, _ in edges()
+        if here == "web" and name.startswith("kernelab.service.server.api.routes")
+    ]
+    assert bad == []
+
+
+def test_no_cycle_between_rooms() -> None:
+    graph: dict[str, set[str]] = {room: set() for room in ALLOWED}
+    for _, here, _, there in edges():
+        graph[here].add(there)
+    try:
+        order = list(graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as cycle:
+        pytest.fail(f"rooms import each other in a circle: {' -> '.join(cycle.args[1])}")
+    assert order[0] in {"contract", "workload"} and order[-1] == "root"
+
+
+@pytest.mark.parametrize("room", ["judge", "contract"])
+def test_judgement_and_contract_are_pure(room: str) -> None:
+    """No ORM, database, web framework or HTTP client: these rooms are data and functions."""
+    server_libs = ("sqlalchemy", "fastapi", "starlette", "alembic", "psycopg", "uvicorn", "httpx", "torch")
+    bad = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in _house_files()
+        if room_of_file(path) == room
         for name in imports(path)
-        if name.startswith("kernelab") and name not in BARE_PACKAGES and forbidden(name)
+        if name.split(".")[0] in server_libs
     ]
-
-
-def test_the_server_never_imports_benchmark_or_runner_code() -> None:
-    bad = _broken(_files("service", "web"), lambda n: _within(n, ("kernelab.kernels", "kernelab.runners")))
     assert bad == []
-
-
-def test_benchmarks_import_only_the_contract_and_themselves() -> None:
-    bad = _broken(_files("kernels"), lambda n: not _within(n, ("kernelab.kernels", *CONTRACT)))
-    assert bad == []
-
-
-def test_the_contract_knows_no_database() -> None:
-    contract = [p for p in _files("service") if p.name == "samples.py" and p.parent.name == "service"]
-    schemas = ROOT / "service" / "schemas"
-    contract += sorted(schemas.rglob("*.py")) if schemas.is_dir() else [ROOT / "service" / "schemas.py"]
-    bad = _broken(contract, lambda n: not _within(n, CONTRACT))
-    assert bad == []
-
-
-@pytest.mark.parametrize("module", JUDGEMENT)
-def test_judgement_is_pure(module: str) -> None:
-    bad = _broken([ROOT / module], lambda n: _within(n, SERVER_ONLY))
-    assert bad == []
-
-
-ROUTES = ("kernelab.service.api.routes",)
-WEB = ("kernelab.web",)
-APP_FACTORY = ROOT / "service" / "app.py"
-
-
-def test_pages_never_import_a_route_module() -> None:
-    bad = _broken(_files("web"), lambda n: _within(n, ROUTES))
-    assert bad == []
-
-
-def test_only_the_app_factory_imports_the_dashboard() -> None:
-    service = [p for p in _files("service") if p != APP_FACTORY]
-    assert APP_FACTORY.is_file() and len(service) > 50
-    bad = _broken(service, lambda n: _within(n, WEB))
-    assert bad == []
-
-
-def test_the_app_factory_mounts_the_pages_of_web() -> None:
-    """The factory is the one door between the rooms: it imports the dashboard's routers, sign-in too."""
-    assert {"kernelab.web.login", "kernelab.web.routes", "kernelab.web.manage"} <= set(imports(APP_FACTORY))
-
-
-def test_the_page_rules_catch_what_they_forbid(tmp_path: Path) -> None:
-    """A route import in any form ``imports`` reads is caught; the API's shared parts are not."""
-    page = tmp_path / "page.py"
-    page.write_text(
-        "from kernelab.service.api import routes\n"
-        "from kernelab.service.api.deps import SessionDep\n"
-        "def f():\n    from kernelab.service.api.routes.login import same_origin\n"
-    )
-    assert [n for n in imports(page) if _within(n, ROUTES)] == [
-        "kernelab.service.api.routes",
-        "kernelab.service.api.routes.login",
-        "kernelab.service.api.routes.login.same_origin",
-    ]
-    assert _within("kernelab.web.login", WEB) and not _within("kernelab.webhooks", WEB)
 
 
 def test_the_bare_packages_import_nothing_of_kernelab_when_run() -> None:
@@ -151,7 +198,39 @@ def test_the_bare_packages_import_nothing_of_kernelab_when_run() -> None:
         assert [n for n in names if n.startswith("kernelab")] == [], path
 
 
+def test_the_rules_catch_a_wrong_import(tmp_path: Path) -> None:
+    """The rule table is not vacuous: a judge module importing the server, and the contract
+    importing the judge, are both refused by ``ALLOWED``."""
+    assert "server" not in ALLOWED["judge"] and "judge" not in ALLOWED["contract"]
+    assert room_of_module("kernelab.service.server.models") == "server"
+    assert room_of_module("kernelab.service.judge.verdicts") == "judge"
+    assert room_of_module("kernelab.app") == "root"
+    assert room_of_file(ROOT / "kernelab" / "workload.py") == "workload"
+
+
 def test_imports_reads_every_form(tmp_path: Path) -> None:
     probe = tmp_path / "probe.py"
     probe.write_text("import a.b\nfrom c import d\nfrom . import e\ndef f():\n    import g\n")
     assert imports(probe) == ["a.b", "c", "c.d", "g"]
+
+
+def room_graph() -> dict[tuple[str, str], int]:
+    """How many imports run from each room to each other room, as the tree stands."""
+    counts: dict[tuple[str, str], int] = {}
+    for _, here, _, there in edges():
+        counts[here, there] = counts.get((here, there), 0) + 1
+    return counts
+
+
+if __name__ == "__main__":  # python tests/test_house.py [--dot]: the rooms' imports as they stand
+    import sys
+
+    graph = room_graph()
+    if "--dot" in sys.argv[1:]:
+        print("digraph house {")
+        for (here, there), n in sorted(graph.items()):
+            print(f'  "{here}" -> "{there}" [label="{n}"];')
+        print("}")
+    else:
+        for (here, there), n in sorted(graph.items()):
+            print(f"{here:>10} -> {there:<10} {n:4d} imports")

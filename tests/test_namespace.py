@@ -78,7 +78,7 @@ def test_a_user_package_named_kernels_does_not_disturb_kernelab(
             sys.executable,
             "-c",
             "import sys\n"
-            "from kernelab.service.app import create_app\n"
+            "from kernelab.app import create_app\n"
             "import kernelab.runners.daemon, kernelab.web.routes, kernelab.migrations\n"
             "create_app\n"
             f"print(sorted(set(sys.modules) & {set(ROOMS)!r}))\n",
@@ -119,7 +119,7 @@ def test_the_wheel_installs_only_the_kernelab_package(tmp_path: Path) -> None:
     assert tops == {"kernelab", f"kernelab-{kernelab.__version__}.dist-info"}
     # the rooms are real folders in the wheel, with their package data
     for path in (
-        "kernelab/service/app.py",
+        "kernelab/kernelab/app.py",
         "kernelab/web/templates/base.html",
         "kernelab/migrations/alembic.ini",
         "kernelab/migrations/versions/0001_initial.py",

@@ -1,6 +1,7 @@
 """Plotly figure builders for the dashboard: pure functions from schemas to figures.
 
-No database access and no I/O: every builder takes pydantic objects from ``kernelab.service.schemas`` and
+No database access and no I/O: every builder takes pydantic objects from ``kernelab.service.contract.schemas``
+and
 returns a ``plotly.graph_objects.Figure``. The routes serialise figures with ``figure_json`` (which
 makes the JSON safe to embed in an HTML ``<script>`` element) and plotly.js draws them.
 
@@ -24,9 +25,8 @@ import plotly.io as pio
 from markupsafe import Markup
 from plotly.subplots import make_subplots
 
-from kernelab.service import estimators, stats
-from kernelab.service.samples import VARIANT_NAMES
-from kernelab.service.schemas import (
+from kernelab.service.contract.samples import VARIANT_NAMES
+from kernelab.service.contract.schemas import (
     CellResult,
     Comparison,
     HealthBand,
@@ -36,7 +36,8 @@ from kernelab.service.schemas import (
     Series,
     Side,
 )
-from kernelab.service.schemas.probe_protocol import Panel, Probe, probes_with
+from kernelab.service.contract.schemas.probe_protocol import Panel, Probe, probes_with
+from kernelab.service.judge import estimators, stats
 
 # Colours of the two sides everywhere on the dashboard (the CSS badges use the same pair).
 VARIANT_COLOURS: dict[Side, str] = {"baseline": "#5b6b7f", "candidate": "#d9622b"}
@@ -201,7 +202,7 @@ def samples_figure_dict(data: JobResult | Comparison, *, log_y: bool | None = No
     """Per-cell distributions of baseline vs candidate, side by side, as a plotly figure dict.
 
     ``data`` is either a ``JobResult`` (raw samples: one box per cell and variant with every kept
-    sample drawn as a jittered point; the kept samples are those ``kernelab.service.stats`` uses) or a
+    sample drawn as a jittered point; the kept samples are those ``kernelab.service.judge.stats`` uses) or a
     ``Comparison`` (no raw samples: the median per cell and variant with its interquartile range as
     an error bar). Either way the figure has exactly two traces, ``baseline`` then ``candidate``,
     with the cells along x in sweep order. Durations are per launch, shown in the unit chosen by
@@ -376,7 +377,7 @@ def probe_history_figure(
     device: str = "GPU",
 ) -> go.Figure:
     """A node's probe history: one panel per registered probe that declares a ``panel``
-    (``kernelab.service.probes``), in report order, over time; today copy bandwidth (top) and
+    (``kernelab.service.contract.probes``), in report order, over time; today copy bandwidth (top) and
     all-reduce latency (bottom, log y).
 
     One point per report and trace: the median of the report's readings of that trace's key (that
@@ -387,7 +388,7 @@ def probe_history_figure(
     ``"all-reduce ×2 1 MiB"`` (µs per op); those the panel's ``shown`` leaves out (all-reduce: all
     but the smallest and largest message sizes) start hidden in the legend.
 
-    ``bands`` (``kernelab.service.health``): each band a panel's ``band`` rule takes is drawn on it,
+    ``bands`` (``kernelab.service.judge.health``): each band a panel's ``band`` rule takes is drawn on it,
     as a shaded area from its healthy low to high with a dashed line at its limit (copy) or as a
     dashed limit line alone (all-reduce latency). ``unhealthy``: ``(report, status)`` pairs marked
     with a red cross on the top panel at the mean of the report's values there, the reasons in the
@@ -527,7 +528,8 @@ def figure_json(fig: go.Figure | Mapping[str, Any]) -> Markup:
 
 
 def history_figure(series: Sequence[Series]) -> go.Figure:
-    """Median time per launch over time, one line per ``kernelab.service.history.Series`` (code, cell, GPU
+    """Median time per launch over time, one line per ``kernelab.service.server.history.Series`` (code, cell,
+    GPU
     model, timer, state: results on different hardware never share a line); hover shows commit,
     side, job, node, driver and the change against the line's previous point; error bars are the
     points' 95% CIs, an ``x`` marks the first point after each change point (red: slower, green:

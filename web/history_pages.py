@@ -2,7 +2,7 @@
 change point made them slower), ``/nodes`` (every node, linking to its page) and ``/compare``
 (job vs job). ``router`` is included by ``kernelab.web.routes``; templates, filters and the
 dashboard-access dependency are that module's. Pages only reshape what
-``kernelab.service.history`` and ``kernelab.service.job_vs_job`` return: the functions the API's
+``kernelab.service.server.history`` and ``kernelab.service.server.job_vs_job`` return: the functions the API's
 routes call too (``/api/v1/history/regressions``, ``/api/v1/compare``), never the routes."""
 
 from __future__ import annotations
@@ -12,8 +12,10 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
-from kernelab.service import changepoints, crud, history, job_vs_job
-from kernelab.service.api.deps import (
+from kernelab.service.contract.schemas import Side
+from kernelab.service.judge import changepoints
+from kernelab.service.server import crud, history, job_vs_job
+from kernelab.service.server.api.deps import (
     DEFAULT_LIMIT,
     MAX_ROW_ID,
     Limit,
@@ -22,8 +24,7 @@ from kernelab.service.api.deps import (
     SessionDep,
     SettingsDep,
 )
-from kernelab.service.api.door import DoorRoute
-from kernelab.service.schemas import Side
+from kernelab.service.server.api.door import DoorRoute
 
 router = APIRouter(include_in_schema=False, route_class=DoorRoute)
 

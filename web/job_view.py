@@ -3,13 +3,14 @@
 A stored result never changes and its comparison (``results.comparison``, without node-health
 flags) is stored once, so the parsed comparison, the samples figure and each cell's timeline
 figure are cached per result, keyed by ``(result id, received_at)``. Node-health flags come from
-the result's stored judgement (``kernelab.service.node_health.job_judgement``: judged once, re-judged only
+the result's stored judgement (``kernelab.service.server.node_health.job_judgement``: judged once, re-judged
+only
 when asked), read on every render; the comparison with them is cached under the flags and notes it
 got, so an explicit re-judgement shows at once.
 
 The cache lives on the app (``JobPageCache.of(app)``): one per process and per database, bounded
 to the ``PAGE_CACHE_RESULTS`` most recently shown results. Nothing here computes statistics that
-are not stored: a comparison is computed by a compare worker (``kernelab.service.compare_worker``);
+are not stored: a comparison is computed by a compare worker (``kernelab.service.server.compare_worker``);
 until it is stored the page says "comparing…".
 """
 
@@ -26,10 +27,7 @@ from markupsafe import Markup
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from kernelab.service import crud, models, node_health
-from kernelab.service.core.config import Settings
-from kernelab.service.report import cross_check_line, energy_line
-from kernelab.service.schemas import (
+from kernelab.service.contract.schemas import (
     CellComparison,
     Comparison,
     CorrectnessResult,
@@ -37,6 +35,9 @@ from kernelab.service.schemas import (
     Side,
     TimedCheck,
 )
+from kernelab.service.judge.report import cross_check_line, energy_line
+from kernelab.service.server import crud, models, node_health
+from kernelab.service.server.core.config import Settings
 from kernelab.web import figures
 
 PAGE_CACHE_RESULTS = 16  # results whose page data a process keeps (a 1,000-cell one: ~10 MB)

@@ -8,8 +8,8 @@ is refused with 403 (``same_origin``); browsers send ``Origin`` on every form PO
 without one (curl, scripts) are no CSRF victims. ``GET /login?token=`` sets nothing any more.
 
 A dashboard page, so it lives in ``web/`` with the other pages and renders their templates
-(``kernelab.web.routes.templates``); the token it checks is the API's (``kernelab.service.auth``).
-Mounted at the site root (not under ``/api/v1``) by ``kernelab.service.app.create_app``.
+(``kernelab.web.routes.templates``); the token it checks is the API's (``kernelab.service.server.auth``).
+Mounted at the site root (not under ``/api/v1``) by ``kernelab.app.create_app``.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from urllib.parse import urlsplit
 from fastapi import APIRouter, Form, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from kernelab.service.api.deps import TOKEN_COOKIE, SessionDep
-from kernelab.service.api.door import DoorRoute
-from kernelab.service.auth import authenticate
+from kernelab.service.server.api.deps import TOKEN_COOKIE, SessionDep
+from kernelab.service.server.api.door import DoorRoute
+from kernelab.service.server.auth import authenticate
 from kernelab.web.routes import templates
 
 router = APIRouter(tags=["session"], include_in_schema=False, route_class=DoorRoute)

@@ -7,7 +7,7 @@
   ``Sec-Fetch-Site``, as the sign-in form is guarded), besides the cookie's ``SameSite=Lax``.
   A bearer header works too (scripts). They answer 303 to the job page (the new job for a re-run).
 * ``GET /bisects`` and ``GET /bisects/{id}``: the record ``kernelab bisect`` keeps on the server
-  (``kernelab.service.bisects``); a running bisect's page refreshes its steps in place
+  (``kernelab.service.server.bisects``); a running bisect's page refreshes its steps in place
   (``static/live.js``).
 """
 
@@ -21,8 +21,8 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from kernelab.service import bisects, crud, models, queue
-from kernelab.service.api.deps import (
+from kernelab.service.server import bisects, crud, models, queue
+from kernelab.service.server.api.deps import (
     MAX_ROW_ID,
     TOKEN_COOKIE,
     JobId,
@@ -32,8 +32,8 @@ from kernelab.service.api.deps import (
     SettingsDep,
     authorize,
 )
-from kernelab.service.api.door import DoorRoute
-from kernelab.service.auth import Principal
+from kernelab.service.server.api.door import DoorRoute
+from kernelab.service.server.auth import Principal
 from kernelab.web.login import same_origin
 from kernelab.web.routes import DashboardAccess, templates
 
@@ -90,7 +90,7 @@ def cancel_button(request: Request, job_id: JobId, session: SessionDep, credenti
 def rerun_button(
     request: Request, job_id: JobId, session: SessionDep, settings: SettingsDep, credentials: Bearer
 ) -> Response:
-    """The job page's Re-run button: queue the spec again (``kernelab.service.crud.rerun_job``, as
+    """The job page's Re-run button: queue the spec again (``kernelab.service.server.crud.rerun_job``, as
     ``POST /api/v1/jobs/{id}/rerun`` does), then to the new job's page (303)."""
     principal = _submitter(request, session, credentials)
     if isinstance(principal, HTMLResponse):

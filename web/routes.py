@@ -1,12 +1,12 @@
 """Dashboard pages: jobs list, job page, node page (server-rendered Jinja2, plotly figures).
 
-``router`` is included by ``kernelab.service.app.create_app``, which also mounts ``/static`` from
-``web/static``. Every page depends on the dashboard-access dependency of ``kernelab.service.api.deps``;
+``router`` is included by ``kernelab.app.create_app``, which also mounts ``/static`` from
+``web/static``. Every page depends on the dashboard-access dependency of ``kernelab.service.server.api.deps``;
 plotly.js itself is served from the plotly Python package at ``/assets/plotly.min.js`` (no CDN:
 nodes may be offline). Autoescaping is on for every template; figures are embedded as JSON made
 safe for ``<script>`` by ``kernelab.web.figures.figure_json``.
 
-Pages read the database through ``kernelab.service.crud``. The job page shows the comparison a
+Pages read the database through ``kernelab.service.server.crud``. The job page shows the comparison a
 compare worker stored (``results.comparison``; "comparing…" until then, never computed here) with
 node-health flags applied on read; what it derives from a result is cached per process
 (``kernelab.web.job_view``), since a stored result never changes. The view helpers here only
@@ -28,29 +28,9 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.templating import Jinja2Templates
 from sqlalchemy import func, select
 
-from kernelab.service import crud, health, history, models, node_health
-from kernelab.service.api.deps import (
-    DEFAULT_LIMIT,
-    Limit,
-    NodeName,
-    Offset,
-    SessionDep,
-    SettingsDep,
-    dashboard_access,
-)
-from kernelab.service.api.door import DoorRoute
-from kernelab.service.models import JOB_STATUSES
-from kernelab.service.probes.all_reduce import PROBE as ALL_REDUCE
-from kernelab.service.probes.copy_bandwidth import PROBE as COPY
-from kernelab.service.report import (
-    EXPLAINED_VERDICTS,
-    STATE_NOTES,
-    cell_speedup,
-    estimator_note,
-    void_timing,
-    why,
-)
-from kernelab.service.schemas import (
+from kernelab.service.contract.probes.all_reduce import PROBE as ALL_REDUCE
+from kernelab.service.contract.probes.copy_bandwidth import PROBE as COPY
+from kernelab.service.contract.schemas import (
     MAX_INT32,
     AtDoor,
     JobPublic,
@@ -63,9 +43,30 @@ from kernelab.service.schemas import (
     as_utc,
     read_stored,
 )
-from kernelab.service.schemas.probe_protocol import probes_with
-from kernelab.service.units import format_bytes, format_seconds
-from kernelab.service.verdicts import FLAG_NOTES, VERDICT_ORDER
+from kernelab.service.contract.schemas.probe_protocol import probes_with
+from kernelab.service.contract.units import format_bytes, format_seconds
+from kernelab.service.judge import health
+from kernelab.service.judge.report import (
+    EXPLAINED_VERDICTS,
+    STATE_NOTES,
+    cell_speedup,
+    estimator_note,
+    void_timing,
+    why,
+)
+from kernelab.service.judge.verdicts import FLAG_NOTES, VERDICT_ORDER
+from kernelab.service.server import crud, history, models, node_health
+from kernelab.service.server.api.deps import (
+    DEFAULT_LIMIT,
+    Limit,
+    NodeName,
+    Offset,
+    SessionDep,
+    SettingsDep,
+    dashboard_access,
+)
+from kernelab.service.server.api.door import DoorRoute
+from kernelab.service.server.models import JOB_STATUSES
 from kernelab.web import figures, job_view, sweep_view, verdict_style
 from kernelab.web.job_view import CellOrder
 
@@ -201,7 +202,7 @@ def device_word(device_type: str | None) -> str:
 
 def probe_tables(reports: Iterable[ProbeReport], device_type: str | None = None) -> dict[str, Any]:
     """Probe readings pivoted for the templates: per registered probe that declares a ``pivot``
-    (``kernelab.service.probes``), one row per reading key, one group of columns per phase.
+    (``kernelab.service.contract.probes``), one row per reading key, one group of columns per phase.
 
     Returns ``{"phases": [...], "reports": [...], "tables": [...], "device": device_word(device_type)}``:
     phases in before/after/adhoc order (reports too); each table ``{"probe", "id", "caption",
@@ -250,8 +251,8 @@ def _workload_page(request: Request, session: Any, job: JobPublic) -> HTMLRespon
     stored comparison (``workload_report.tables``: phases and metrics with Δ% [CI] and verdict,
     per-rank times with the slowest rank, consistency, the runs with the probe after each), or
     "comparing…" (reloading) while a compare worker computes it. Never computes it."""
-    from kernelab.service import workload_store
-    from kernelab.service.workload_report import tables, why_lines
+    from kernelab.service.judge.workload_report import tables, why_lines
+    from kernelab.service.server import workload_store
 
     state = workload_store.comparison_state(session, job.id)
     c = state.comparison
@@ -485,7 +486,8 @@ def history_page(
     include_excluded: bool = False,
 ) -> HTMLResponse:
     """History of one benchmark, revision and ordinary jobs alike: median per launch of each side
-    over time, one line per code, cell, GPU model, timer and state (``kernelab.service.history``), a figure
+    over time, one line per code, cell, GPU model, timer and state (``kernelab.service.server.history``), a
+    figure
     and a table, newest first. Flagged and problem points are left out unless ``include_excluded``.
     Without ``benchmark``: the list of benchmarks that have history (``history_index``)."""
     if benchmark is None:

@@ -1,13 +1,13 @@
 """Sweep-at-a-glance figures of a stored comparison: a forest plot, a heat-map over two sweep
 axes, and a roofline plot. Pure functions from ``Comparison`` to plotly figure dicts (plain lists
 and dicts, not validated: ``kernelab.web.figures.figure_json`` serialises them); no statistic is
-computed here, every number is the stored comparison's (``kernelab.service.cell_table``).
+computed here, every number is the stored comparison's (``kernelab.service.judge.cell_table``).
 
 * ``forest_figure_dict``: one row per cell, the ratio candidate/baseline with its 95 % CI on a log
   axis whose ticks read as Δ % near 0 and as "N× faster/slower" far from it (a +461,743 % cell
   and a −2 % cell on one axis); the ``same`` band (± the threshold) shaded; markers coloured by
   verdict; cells whose timing is void (``failed``, ``incorrect``, ``nondeterministic``,
-  ``implausible``: ``kernelab.service.report.void_timing``) drawn as crosses on a line of their own,
+  ``implausible``: ``kernelab.service.judge.report.void_timing``) drawn as crosses on a line of their own,
   never as a speed-up.
 * ``heatmap_figure_dict``: two chosen axes, colour by Δ % (log of the ratio, diverging about 0) or
   by verdict; other varying axes held at chosen values.
@@ -22,16 +22,16 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from kernelab.service.cell_table import (
+from kernelab.service.contract.schemas import VERDICT_CATALOGUE, CellComparison, Comparison, ParamValue, Side
+from kernelab.service.judge.cell_table import (
     SIDES,
     SweepAxes,
     format_value,
     short_label,
     side_rates,
 )
-from kernelab.service.report import cell_speedup, format_speedup, void_timing
-from kernelab.service.schemas import VERDICT_CATALOGUE, CellComparison, Comparison, ParamValue, Side
-from kernelab.service.verdicts import VERDICT_ORDER
+from kernelab.service.judge.report import cell_speedup, format_speedup, void_timing
+from kernelab.service.judge.verdicts import VERDICT_ORDER
 from kernelab.web.figures import _LAYOUT, VARIANT_COLOURS, _template
 
 VERDICT_COLOURS: dict[str, str] = {e.name: e.plot for e in VERDICT_CATALOGUE}

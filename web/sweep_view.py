@@ -17,7 +17,8 @@ from typing import Any
 
 from markupsafe import Markup
 
-from kernelab.service.cell_table import (
+from kernelab.service.contract.schemas import CellComparison
+from kernelab.service.judge.cell_table import (
     SIDES,
     SideRates,
     comparison_peaks,
@@ -25,7 +26,6 @@ from kernelab.service.cell_table import (
     side_rates,
     sweep_axes,
 )
-from kernelab.service.schemas import CellComparison
 from kernelab.web import figures, sweep
 from kernelab.web.job_view import JobView
 

@@ -1,4 +1,4 @@
-"""The dashboard's view of verdicts, rendered from ``kernelab.service.schemas.VERDICT_CATALOGUE``:
+"""The dashboard's view of verdicts, rendered from ``kernelab.service.contract.schemas.VERDICT_CATALOGUE``:
 no stylesheet, template or script names a verdict by hand.
 
 * ``verdict_css()``: the CSS rules of every verdict (its badge ``.verdict-NAME``, the left stripe of
@@ -18,8 +18,8 @@ from typing import Any
 
 from markupsafe import Markup
 
-from kernelab.service.report import word_list
-from kernelab.service.schemas import VERDICT_CATALOGUE, VERDICT_INFO, Verdict, verdict_css_class
+from kernelab.service.contract.schemas import VERDICT_CATALOGUE, VERDICT_INFO, Verdict, verdict_css_class
+from kernelab.service.judge.report import word_list
 
 
 def verdict_css() -> str:

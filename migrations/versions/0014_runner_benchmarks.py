@@ -6,7 +6,7 @@ Create Date: 2026-12-01
 
 * ``runner_benchmarks``: one row per ``benchmark`` string a runner advertised with its claims
   (variants, the JSON Schema of its parameters and its digest, the code version;
-  ``kernelab.service.adverts``), replaced whenever the advertisement changes.
+  ``kernelab.service.contract.adverts``), replaced whenever the advertisement changes.
 * ``runners.benchmarks_sha256``: the digest of the runner's whole advertisement (NULL: the runner
   never sent one, as every runner before this revision: it still claims any job).
 * ``jobs.needs_benchmark``, ``jobs.schema_sha256``: the benchmark a runner must advertise to claim

@@ -5,7 +5,7 @@ Revises: 0013_runner_node
 Create Date: 2026-12-01
 
 * ``compare_tasks``: one row per stored result whose comparison a compare worker computes
-  (``kernelab.service.compare_queue``): ``status`` queued/running/done/failed, ``attempts`` of
+  (``kernelab.service.server.compare_queue``): ``status`` queued/running/done/failed, ``attempts`` of
   ``max_attempts``, the lease (``worker``, ``lease_expires_at``), ``error`` of a failed one.
 * Data: every stored result without a comparison (``results.comparison`` NULL, or the JSON null
   that 0012 left) gets a queued task, so a compare worker computes it (readers no longer compute

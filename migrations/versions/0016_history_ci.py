@@ -6,7 +6,7 @@ Create Date: 2026-12-01
 
 * ``history_points.ci_low_ns``/``ci_high_ns``: the CI of the side's median time per launch, the
   percentile interval of the round bootstrap the comparison's ratio CI is formed from
-  (``kernelab.service.estimators.cluster_cis``), copied from the stored comparison's
+  (``kernelab.service.judge.estimators.cluster_cis``), copied from the stored comparison's
   ``SideStats.median_ci_low_ns``/``median_ci_high_ns``. NULL for points of comparisons stored
   before those fields existed: the history draws such a point without error bars, never with
   made-up ones.

@@ -8,7 +8,7 @@ Create Date: 2026-12-01
   progress from its runner's heartbeats, reset by each claim; ``jobs.rerun_of``: the job a
   re-run copies (``POST /jobs/{id}/rerun``; a plain integer: no foreign key, which SQLite could
   only add by rebuilding ``jobs``).
-* ``bisects``: one row per ``kernelab bisect`` (``kernelab.service.bisects``).
+* ``bisects``: one row per ``kernelab bisect`` (``kernelab.service.server.bisects``).
 
 Downgrade drops them. Existing jobs get NULLs (no progress, no re-run).
 """

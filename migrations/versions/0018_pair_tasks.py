@@ -4,7 +4,7 @@ Revision ID: 0018_pair_tasks
 Revises: 0017_job_progress_bisects
 Create Date: 2026-12-02
 
-* ``compare_tasks`` holds a second kind, ``pair`` (``kernelab.service.job_vs_job``): job
+* ``compare_tasks`` holds a second kind, ``pair`` (``kernelab.service.server.job_vs_job``): job
   ``pair_job_id`` (B) against job ``job_id`` (A) on ``side``, its answer in ``output`` (JSON);
   ``result_id`` becomes nullable (a pair task has no one result), a ``compare`` task must still
   name one (``ck_compare_tasks_compare_has_result``); at most one pair task per (A, B, side)

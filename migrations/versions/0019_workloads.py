@@ -9,7 +9,7 @@ Create Date: 2026-12-02
   ``jobs.nnodes`` (runners that claim the job together, default 1); no CHECK on them: adding one
   on SQLite rebuilds ``jobs``, which cascades to every table that references it.
 * ``runners.workloads``: the runner's claims say it runs workload jobs (default false).
-* ``gang_members``: one row per runner seat of a workload attempt (``kernelab.service.gangs``).
+* ``gang_members``: one row per runner seat of a workload attempt (``kernelab.service.server.gangs``).
 * ``workload_results``: the raw ``WorkloadResult`` of each node of a workload job.
 * ``compare_tasks`` gets the kind ``workload`` (one per job: ``ux_compare_tasks_workload``, a
   partial unique index on both databases); its ``output`` holds the ``WorkloadComparison``.

@@ -8,8 +8,8 @@ A row trigger of ``jobs`` (after INSERT, and after UPDATE of ``status``, when th
 ``queued``) calls ``pg_notify('kernelab_queue', '')``. PostgreSQL delivers a notification when the
 writing transaction commits and folds identical ones of one transaction into one, so a sweep of
 many jobs submitted together is one wake-up. Every server process listens on the channel
-(``kernelab.service.queue_watch``). SQLite has no cross-process notification: its server processes
-make TEMP triggers per connection instead (``kernelab.service.core.db``), so there is nothing to
+(``kernelab.service.server.queue_watch``). SQLite has no cross-process notification: its server processes
+make TEMP triggers per connection instead (``kernelab.service.server.core.db``), so there is nothing to
 migrate there. Source: PostgreSQL manual, "NOTIFY" and "CREATE TRIGGER".
 
 Downgrade drops the trigger and its function.

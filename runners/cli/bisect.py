@@ -30,7 +30,7 @@ from kernelab.runners.cli.common import (
 )
 from kernelab.runners.client import KernelabAPIError, KernelabClient, KernelabUnavailable, is_settled
 from kernelab.runners.progress import describe
-from kernelab.service.schemas import BisectCreate, BisectFinish, Comparison, JobPublic
+from kernelab.service.contract.schemas import BisectCreate, BisectFinish, Comparison, JobPublic
 
 POLL_S = 1.0  # how often a step's job is read while it runs
 

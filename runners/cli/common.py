@@ -18,7 +18,7 @@ import typer
 from kernelab.runners.cli.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_NO_VERDICT, EXIT_OK
 from kernelab.runners.client import KernelabClient
 from kernelab.runners.specfile import SpecFileError, load_any_spec, load_spec
-from kernelab.service.schemas import VERDICT_CATALOGUE, JobSpec, ProbeSpec, Verdict, WorkloadSpec
+from kernelab.service.contract.schemas import VERDICT_CATALOGUE, JobSpec, ProbeSpec, Verdict, WorkloadSpec
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_NO_VERDICT", "EXIT_OK"]
 

@@ -133,7 +133,7 @@ def runner(
 
     The daemon advertises the benchmarks it offers with its claims (built-ins, entry points,
     ``--benchmark`` refs; described in an isolated child process), and the server routes it only
-    jobs of those benchmarks (``kernelab.service.offers``).
+    jobs of those benchmarks (``kernelab.service.server.offers``).
 
     A token given as ``--token`` is moved out of the command line (any process can read
     ``/proc/PID/cmdline``): the daemon starts again with it in ``KERNELAB_TOKEN`` only, which its

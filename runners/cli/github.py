@@ -1,6 +1,6 @@
 """``--format github``: a GitHub Actions job summary and annotations of a comparison.
 
-``summary(comparison, link)``: the pull-request Markdown of ``kernelab.service.report.to_markdown``
+``summary(comparison, link)``: the pull-request Markdown of ``kernelab.service.judge.report.to_markdown``
 with a first line that gates (pass/fail and the verdict counts) and a link back to the job's
 dashboard page. ``annotation_lines(comparison, fail_on, link)``: one workflow command per cell whose
 verdict is annotated (``ANNOTATED``, from ``VERDICT_CATALOGUE``: ``failed``, ``incorrect``,
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import typer
 
-from kernelab.service.schemas import VERDICT_CATALOGUE, VERDICT_INFO, Comparison, Verdict
+from kernelab.service.contract.schemas import VERDICT_CATALOGUE, VERDICT_INFO, Comparison, Verdict
 
 ANNOTATED: tuple[Verdict, ...] = tuple(e.name for e in VERDICT_CATALOGUE if e.github is not None)
 """Verdicts whose cells are annotated (``VerdictEntry.github`` is a level), in precedence order."""
@@ -40,7 +40,7 @@ def escape_property(text: str) -> str:
 
 def summary(comparison: Comparison, fail_on: frozenset[Verdict], link: str | None) -> str:
     """The job summary: a gating line, the dashboard link, then ``to_markdown``."""
-    from kernelab.service.report import to_markdown
+    from kernelab.service.judge.report import to_markdown
 
     tripped = [c for c in comparison.cells if c.verdict in fail_on]
     counts = ", ".join(f"{n} {v}" for v, n in comparison.summary.items() if n)
@@ -58,7 +58,7 @@ def summary(comparison: Comparison, fail_on: frozenset[Verdict], link: str | Non
 
 def annotation_lines(comparison: Comparison, fail_on: frozenset[Verdict], link: str | None) -> list[str]:
     """One ``::error``/``::warning`` workflow command per cell with a verdict in ``ANNOTATED``."""
-    from kernelab.service.report import EXPLAINED_VERDICTS, format_delta, void_timing, why
+    from kernelab.service.judge.report import EXPLAINED_VERDICTS, format_delta, void_timing, why
 
     out = []
     for cell in comparison.cells:

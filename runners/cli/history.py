@@ -24,7 +24,7 @@ from kernelab.runners.cli.common import (
 )
 from kernelab.runners.cli.output import paint_verdict, parse_fail_on, use_color
 from kernelab.runners.client import KernelabAPIError, KernelabUnavailable
-from kernelab.service.schemas import HistoryPage, JobVsJob
+from kernelab.service.contract.schemas import HistoryPage, JobVsJob
 
 JsonOpt = Annotated[Path | None, typer.Option("--json", help="write the JSON answer here")]
 

@@ -31,7 +31,7 @@ from kernelab.runners.cli.common import (
 )
 from kernelab.runners.cli.output import parse_fail_on, show_job, wait_and_show
 from kernelab.runners.client import KernelabAPIError, KernelabUnavailable
-from kernelab.service.schemas import WorkloadSpec
+from kernelab.service.contract.schemas import WorkloadSpec
 
 
 def _workload_spec(path: Path) -> WorkloadSpec | None:

@@ -34,7 +34,7 @@ from kernelab.runners.cli.common import (
 )
 from kernelab.runners.cli.output import gate, parse_fail_on, print_comparison
 from kernelab.runners.client import KernelabAPIError, KernelabUnavailable
-from kernelab.service.schemas import Comparison, JobResult, JobSpec, ProbeSpec, Verdict, WorkloadSpec
+from kernelab.service.contract.schemas import Comparison, JobResult, JobSpec, ProbeSpec, Verdict, WorkloadSpec
 
 SpecsArg = Annotated[list[Path], typer.Argument(help="job spec(s), YAML or JSON", show_default=False)]
 QuietOpt = Annotated[
@@ -127,7 +127,7 @@ def run(
     if json_path is not None:
         _write_models(json_path, comparisons, several)
     if markdown_path is not None:
-        from kernelab.service.report import to_markdown
+        from kernelab.service.judge.report import to_markdown
 
         markdown_path.write_text("\n\n".join(to_markdown(c) for c in comparisons), encoding="utf-8")
     raise typer.Exit(status)
@@ -161,7 +161,7 @@ def _run_one(
     """Run one spec and print its table; the result, the comparison and the exit status."""
     from kernelab.kernels import BenchmarkError
     from kernelab.runners.job import run_job
-    from kernelab.service.stats import compare
+    from kernelab.service.judge.stats import compare
 
     progress = None if quiet else print_cell_progress
     if not quiet:
@@ -248,8 +248,8 @@ def probe(
         server = None
     from kernelab.runners.probes import node_info, run_probes
     from kernelab.runners.probes.format import format_probe_report, format_verdict
-    from kernelab.service import health
-    from kernelab.service.schemas import HealthBand
+    from kernelab.service.contract.schemas import HealthBand
+    from kernelab.service.judge import health
 
     if mode not in ("quick", "full"):
         raise fail(f"--mode must be 'quick' or 'full', got {mode!r}", EXIT_BAD_INPUT)
@@ -305,7 +305,7 @@ def static(
     import json
 
     from kernelab.runners.static_metrics import default_target, static_comparisons
-    from kernelab.service.report import format_static
+    from kernelab.service.judge.report import format_static
 
     spec = read_spec(spec_path)
     if device_type not in ("cuda", "cpu"):

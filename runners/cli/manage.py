@@ -22,7 +22,7 @@ from kernelab.runners.cli.common import (
 )
 from kernelab.runners.client import KernelabAPIError, KernelabUnavailable
 from kernelab.runners.progress import describe
-from kernelab.service.schemas import JobPublic, JobStatus
+from kernelab.service.contract.schemas import JobPublic, JobStatus
 
 STATUSES: tuple[str, ...] = JobStatus.__args__  # type: ignore[attr-defined]
 JobArg = Annotated[int, typer.Argument(help="job id", min=1)]

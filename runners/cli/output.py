@@ -22,7 +22,13 @@ from kernelab.runners.cli.common import (
 )
 from kernelab.runners.client import KernelabAPIError, KernelabClient, is_settled
 from kernelab.runners.progress import describe
-from kernelab.service.schemas import VERDICT_CATALOGUE, CellComparison, Comparison, JobPublic, Verdict
+from kernelab.service.contract.schemas import (
+    VERDICT_CATALOGUE,
+    CellComparison,
+    Comparison,
+    JobPublic,
+    Verdict,
+)
 
 VERDICT_COLORS: dict[Verdict, tuple[str, bool]] = {
     e.name: (e.terminal, e.terminal_bold) for e in VERDICT_CATALOGUE if e.terminal is not None
@@ -60,7 +66,7 @@ def paint_verdict(text: str, verdict: Verdict) -> str:
 def print_comparison(comparison: Comparison) -> None:
     """Print the before/after table (verdicts in colour on a terminal, ``use_color``) and each
     probe report of a ``Comparison``."""
-    from kernelab.service.report import format_table
+    from kernelab.service.judge.report import format_table
 
     typer.echo(format_table(comparison, paint=paint_verdict if use_color() else None))
     if comparison.probes:
@@ -74,7 +80,7 @@ def print_comparison(comparison: Comparison) -> None:
 def gate(comparison: Comparison, fail_on: frozenset[Verdict]) -> int:
     """``EXIT_FAILED`` when a cell's verdict is in ``fail_on``, else ``EXIT_OK``; says which cells
     tripped the gate (per verdict, a few labels each) or that none did, on stderr."""
-    from kernelab.service.report import cells_text
+    from kernelab.service.judge.report import cells_text
 
     tripped: dict[Verdict, list[CellComparison]] = {}
     for cell in comparison.cells:

@@ -45,8 +45,8 @@ def serve(
     computed there, never in an API worker; a stop does not wait for one)."""
     import uvicorn
 
-    from kernelab.service.core.config import Settings
-    from kernelab.service.core.db import upgrade
+    from kernelab.service.server.core.config import Settings
+    from kernelab.service.server.core.db import upgrade
 
     if database_url:
         os.environ["KERNELAB_DATABASE_URL"] = database_url
@@ -57,8 +57,8 @@ def serve(
         # A large result body is parsed on the worker's event loop (seconds for a 1,000-cell sweep);
         # uvicorn's default 5 s worker health check would kill the worker mid-ingest.
         extra["timeout_worker_healthcheck"] = WORKER_HEALTHCHECK_S
-    from kernelab.service import serve as server
-    from kernelab.service.compare_worker import WorkerProcesses
+    from kernelab.service.server import serve as server
+    from kernelab.service.server.compare_worker import WorkerProcesses
 
     # uvicorn re-raises a SIGTERM it handled once it has shut down: as KeyboardInterrupt (suppressed by
     # server.run), the compare workers below are stopped too instead of left running.
@@ -83,7 +83,7 @@ def compare_worker(
     """Compute the comparisons of stored results (queued ``compare`` tasks) until SIGTERM/Ctrl-C:
     `kernelab serve` runs one; a fleet runs more on any host that reaches the database. On start
     it queues the comparisons that are missing or judged by older verdict rules."""
-    from kernelab.service import compare_worker as worker
+    from kernelab.service.server import compare_worker as worker
 
     if database_url:
         os.environ["KERNELAB_DATABASE_URL"] = database_url

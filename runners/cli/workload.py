@@ -9,7 +9,7 @@ import typer
 
 from kernelab.runners.cli.common import EXIT_FAILED, EXIT_NO_VERDICT, EXIT_OK, fail
 from kernelab.runners.client import KernelabClient
-from kernelab.service.schemas import JobPublic, Verdict, WorkloadComparison, WorkloadSpec
+from kernelab.service.contract.schemas import JobPublic, Verdict, WorkloadComparison, WorkloadSpec
 
 _AS_GATE = {"worse": "slower", "better": "faster"}  # a metric's verdict read as a --fail-on name
 
@@ -29,8 +29,8 @@ def run_workload_spec(
     (a metric's ``worse`` counts as ``slower``), else 0. Exits 2 (``fail``) for a spec this machine
     cannot run (more ranks than GPUs, several nodes: those need runners and a server)."""
     from kernelab.runners.workload import run_workload
-    from kernelab.service.workload_report import format_workload, workload_markdown
-    from kernelab.service.workload_stats import compare_workload
+    from kernelab.service.judge.workload_report import format_workload, workload_markdown
+    from kernelab.service.judge.workload_stats import compare_workload
 
     if spec.launch.nnodes > 1:
         raise fail(
@@ -87,7 +87,7 @@ def show_workload_job(
     ``kernelab run`` or its Markdown; the exit status: 3 while it has none (queued, running,
     comparing, cancelled), 1 when the job failed or a verdict is in ``gate_on``, else 0. Raises
     what the client raises."""
-    from kernelab.service.workload_report import format_workload, workload_markdown
+    from kernelab.service.judge.workload_report import format_workload, workload_markdown
 
     if job.comparison_status != "ready":
         if job.status == "failed":

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from kernelab.runners.client import KernelabAPIError
 from kernelab.runners.spool import Spool
 from kernelab.runners.worker import RESULT_MARK
-from kernelab.service.schemas import JobResult
+from kernelab.service.contract.schemas import JobResult
 
 if TYPE_CHECKING:
     from kernelab.runners.daemon.loop import RunnerDaemon

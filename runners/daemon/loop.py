@@ -84,7 +84,7 @@ from kernelab.runners.spool import (
     UnreadableResultFile,
     atomic_write_text,
 )
-from kernelab.service.schemas import JobClaim, JobResult, JobSpec, NodeInfo, RunnerAdverts
+from kernelab.service.contract.schemas import JobClaim, JobResult, JobSpec, NodeInfo, RunnerAdverts
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ MIN_IDLE_S = 1.0  # least time between two empty claims, against a server that d
 TOKEN_REFUSED_STATUS = frozenset({401, 403})  # a claim answered so: the daemon's token is no good
 MIN_FREE_BYTES = 64 * 2**20  # 64 MiB free in the work dir before a claim (spec, stderr, result)
 FREE_FDS = 32  # file descriptors the daemon must be able to open before a claim (EMFILE/ENFILE)
-RUNNER_NAME = re.compile(r"^[A-Za-z0-9._:-]{1,200}$")  # kernelab.service.schemas.RunnerRegister.name
+RUNNER_NAME = re.compile(r"^[A-Za-z0-9._:-]{1,200}$")  # kernelab.service.contract.schemas.RunnerRegister.name
 
 
 ADVERT_TIMEOUT_S = 300.0  # importing every offered benchmark to describe it (RunnerDaemon.advertise)
@@ -445,7 +445,7 @@ class RunnerDaemon:
         from kernelab.runners.children import probes_in_child
         from kernelab.runners.devices import device_name
         from kernelab.runners.probes import probes_enabled
-        from kernelab.service.schemas import ProbeSpec
+        from kernelab.service.contract.schemas import ProbeSpec
 
         try:
             device_type = device_name(None, spec.device).partition(":")[0]

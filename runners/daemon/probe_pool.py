@@ -8,7 +8,7 @@ import json
 import logging
 from typing import Any
 
-from kernelab.service.schemas import JobSpec
+from kernelab.service.contract.schemas import JobSpec
 
 log = logging.getLogger(__name__)
 

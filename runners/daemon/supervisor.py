@@ -50,7 +50,7 @@ from kernelab.runners.progress import ProgressTracker, parse_line
 from kernelab.runners.reaper import PARENT_PID_ENV, kill_pipe_holders
 from kernelab.runners.spool import atomic_write_text
 from kernelab.runners.worker import NODE_CHANGED_MARK, RESULT_MARK
-from kernelab.service.schemas import JobClaim, JobResult, JobSpec
+from kernelab.service.contract.schemas import JobClaim, JobResult, JobSpec
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ class JobSupervisor:
     ``lease_s``: lease asked for on every heartbeat, seconds; ``heartbeat_s``: the heartbeat period,
     seconds (at most ``lease_s / 3``; each carries the job's progress and learns of a cancel).
     ``grace_s``: how long a running worker may go on after ``stop()``. ``allowed_repos``:
-    repositories jobs' source revisions may come from (``kernelab.service.repo_address``), cloned
+    repositories jobs' source revisions may come from (``kernelab.service.contract.repo_address``), cloned
     into ``work_dir/revisions``. ``job_env_names``: variables job code may see besides
     ``kernelab.runners.jobenv``'s allow-list (a credential-like name raises ``ValueError``).
     ``job_isolation``: ``"auto"`` runs jobs in a private namespace where the work dir (and

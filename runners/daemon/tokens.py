@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 from kernelab.runners.client import KernelabAPIError, KernelabClient, KernelabUnavailable
 from kernelab.runners.spool import atomic_write_text
-from kernelab.service.schemas import NodeInfo
+from kernelab.service.contract.schemas import NodeInfo
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ spooled before it is posted.
 
 * **Gang.** The claim is a seat (``JobClaim.gang``). Until every seat is taken the daemon keeps
   its seat every ``GANG_POLL_S`` (``POST /runners/jobs/{id}/gang``); a 409 (the gathering timed out
-  or lost a member: ``kernelab.service.gangs``) ends the wait and the daemon claims again.
+  or lost a member: ``kernelab.service.server.gangs``) ends the wait and the daemon claims again.
 * **Runs.** This runner owns the GPUs it hands over (``gpus``: all of this node's, the first
   ``launch.nproc_per_node`` of them go to each run through ``CUDA_VISIBLE_DEVICES``); a job of
   several nodes meets the others at node rank 0's c10d rendezvous (``Rendezvous``: the seat's
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from kernelab.runners.client import KernelabAPIError, KernelabUnavailable
 from kernelab.runners.daemon.supervisor import LEASE_LOST_STATUS
-from kernelab.service.schemas import GangSeat, JobClaim, JobProgress, WorkloadSpec
+from kernelab.service.contract.schemas import GangSeat, JobClaim, JobProgress, WorkloadSpec
 
 if TYPE_CHECKING:
     from kernelab.runners.daemon.loop import RunnerDaemon

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any, get_args
 
 from kernelab.runners.probes.format import format_probe_report
 from kernelab.runners.probes.telemetry import ContextSampler, read_telemetry
-from kernelab.service.schemas import JobSpec, ProbeReport, ProbeSpec
-from kernelab.service.schemas.probe_protocol import Probe, registered, runs_generically
+from kernelab.service.contract.schemas import JobSpec, ProbeReport, ProbeSpec
+from kernelab.service.contract.schemas.probe_protocol import Probe, registered, runs_generically
 
 if TYPE_CHECKING:
     from kernelab.runners.probes.node import node_info
@@ -71,7 +71,7 @@ def run_probes(spec: ProbeSpec, phase: str = "adhoc", *, device_type: str | None
     gloo x2 on the CPU; none on one GPU, said in ``notes``), see ``probes.links`` for ``spec.mode``
     (quick / full: sub-groups, peer copy, CUDA graphs), then the
     bf16 matmul peak of the current GPU (CUDA only; measured once per process, ``probes.peak``),
-    then every registered probe with ``generic_runner`` (``kernelab.service.probes``), whose
+    then every registered probe with ``generic_runner`` (``kernelab.service.contract.probes``), whose
     ``runner`` function is called as ``function(spec, device_type)`` when ``spec`` enables any probe.
     ``phase`` is ``"before"``, ``"after"`` or ``"adhoc"``; ``device_type`` ``"cuda"`` or ``"cpu"``
     (None: CUDA when torch sees a GPU). ``wall_s`` is the report's own wall time in seconds

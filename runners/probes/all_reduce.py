@@ -58,7 +58,7 @@ import torch
 
 from kernelab.runners.jobenv import job_env
 from kernelab.runners.probes.telemetry import POOL_ENV, register_own_pids, unregister_own_pids
-from kernelab.service.schemas import AllReduceReading
+from kernelab.service.contract.schemas import AllReduceReading
 
 MIB = 1024**2
 CUDA_SIZES_BYTES = (8, 1 * MIB, 64 * MIB)

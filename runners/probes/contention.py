@@ -3,7 +3,8 @@
 ``GpuContentionMonitor`` implements ``kernelab.runners.engine.ContentionMonitor``: the engine calls
 ``check(rounds)`` before the first round, at each CI check (a geometric schedule, so a handful
 of readings per cell) and after the last round; ``kernelab.runners.job`` collects the readings into
-``CellResult.contention`` and ``kernelab.service.stats`` flags the cell ``contended`` when a reading shows
+``CellResult.contention`` and ``kernelab.service.judge.stats`` flags the cell ``contended`` when a reading
+shows
 a process that is not ours. One reading costs two NVML calls (compute processes, and per-process
 SM utilisation since the previous reading), tens to hundreds of microseconds, outside any timed
 window.
@@ -25,7 +26,7 @@ from types import ModuleType
 from typing import Any
 
 from kernelab.runners.probes.telemetry import open_device, own_pids
-from kernelab.service.schemas import ContentionReading
+from kernelab.service.contract.schemas import ContentionReading
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ import time
 import torch
 
 from kernelab.runners.probes.node import cpu_cache_bytes
-from kernelab.service.schemas import CopyBandwidthReading, PeerCopyReading
+from kernelab.service.contract.schemas import CopyBandwidthReading, PeerCopyReading
 
 MIB = 1024**2
 L2_MULTIPLE = 8  # buffer >= 8x the cache it must not fit in

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kernelab.service.schemas import HealthReason, NodeInfo, ProbeReport
-from kernelab.service.schemas.probe_protocol import probes_with
-from kernelab.service.units import format_bytes
+from kernelab.service.contract.schemas import HealthReason, NodeInfo, ProbeReport
+from kernelab.service.contract.schemas.probe_protocol import probes_with
+from kernelab.service.contract.units import format_bytes
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -44,7 +44,7 @@ def _node_lines(node: NodeInfo) -> list[str]:
 
 def format_probe_report(report: ProbeReport, node: NodeInfo) -> str:
     """A readable plain-text report: node, then each registered probe's section in report order
-    (its ``text``: ``kernelab.service.schemas.probe_protocol.TextSection``; today copy bandwidth,
+    (its ``text``: ``kernelab.service.contract.schemas.probe_protocol.TextSection``; today copy bandwidth,
     all-reduce, NVML telemetry, peer copy), notes, errors.
 
     Bandwidths in GB/s (1e9 B/s), times in microseconds, sizes in binary units; a missing reading

@@ -33,7 +33,7 @@ from kernelab.runners.probes.all_reduce import (
     sub_groups,
 )
 from kernelab.runners.probes.copy_bandwidth import measure_copy_bandwidth, measure_peer_copy
-from kernelab.service.schemas import ProbeSpec
+from kernelab.service.contract.schemas import ProbeSpec
 
 MIB = 1024**2
 CPU_FULL_SIZES_BYTES = (8, 1024, 64 * 1024, 1 * MIB, 4 * MIB)

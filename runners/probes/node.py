@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from kernelab.runners.probes.telemetry import NvmlUnavailable, load_nvml
-from kernelab.service.schemas import NodeInfo
+from kernelab.service.contract.schemas import NodeInfo
 
 _SYSFS_CPU_CACHE = Path("/sys/devices/system/cpu/cpu0/cache")
 _SIZE_SUFFIXES = {"K": 1024, "M": 1024**2, "G": 1024**3}

@@ -10,7 +10,7 @@ per device for the life of the process (``run_probes`` calls it before and after
 On an H200 this reads ~790 TFLOP/s (datasheet dense bf16: 989 TFLOP/s) and costs ~0.1 s. The bound
 holds for kernels whose operands are 16 bits or wider; an 8-bit (fp8/int8) kernel can exceed it
 up to 2x and would be flagged ``implausible`` wrongly, so declare such work in bf16-equivalent
-FLOPs or pass ``peaks`` to ``kernelab.service.stats.compare``.
+FLOPs or pass ``peaks`` to ``kernelab.service.judge.stats.compare``.
 
 On a CPU (for tests) the same measurement runs in float32 with ``time.perf_counter_ns``;
 ``run_probes`` does not measure CPUs, whose rates the guard does not bound.
@@ -23,7 +23,7 @@ import time
 
 import torch
 
-from kernelab.service.schemas import MatmulPeakReading
+from kernelab.service.contract.schemas import MatmulPeakReading
 
 GPU_SIZE = 8192  # bf16 8192^3: large enough for the tensor cores to reach their peak
 _WARMUP_LAUNCHES = 3

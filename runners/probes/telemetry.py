@@ -25,13 +25,13 @@ from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import Any, TypeVar
 
-from kernelab.service import clock_events
-from kernelab.service.schemas import GpuTelemetry
+from kernelab.service.contract import clock_events
+from kernelab.service.contract.schemas import GpuTelemetry
 
 T = TypeVar("T")
 
 # Clock-event ("throttle") reason bits and the throttle/informational split:
-# ``kernelab.service.clock_events``,
+# ``kernelab.service.contract.clock_events``,
 # shared with the server's statistics and node health (one rule).
 CLOCK_EVENT_REASONS: dict[int, str] = clock_events.NAMES
 THROTTLE_REASONS_MASK = clock_events.THROTTLE_MASK
@@ -59,14 +59,14 @@ class NvmlUnavailable(RuntimeError):
 
 def decode_clock_event_reasons(mask: int) -> list[str]:
     """Names of the bits set in an NVML clock-event-reasons bitmask, lowest bit first
-    (``kernelab.service.clock_events.decode``): unnamed bits read ``"unknown_0x<bit>"``, a DCGM blank
+    (``kernelab.service.contract.clock_events.decode``): unnamed bits read ``"unknown_0x<bit>"``, a DCGM blank
     placeholder reads as no reasons. Raises ``ValueError`` for a negative mask."""
     return clock_events.decode(mask)
 
 
 def is_throttled(mask: int | None) -> bool:
     """True when ``mask`` holds a power, thermal or hardware-slowdown reason
-    (``kernelab.service.clock_events.is_throttled``); None or a placeholder is False."""
+    (``kernelab.service.contract.clock_events.is_throttled``); None or a placeholder is False."""
     return clock_events.is_throttled(mask)
 
 

@@ -32,7 +32,14 @@ from kernelab.runners.jobenv import job_env
 from kernelab.runners.static_metrics.diff import KernelCode, compare
 from kernelab.runners.static_metrics.isa import Loop
 from kernelab.runners.static_metrics.target import parse_target
-from kernelab.service.schemas import CellResult, JobSpec, KernelStatic, ParamValue, Side, StaticComparison
+from kernelab.service.contract.schemas import (
+    CellResult,
+    JobSpec,
+    KernelStatic,
+    ParamValue,
+    Side,
+    StaticComparison,
+)
 
 __all__ = [
     "KernelCode",

@@ -39,7 +39,7 @@ from kernelab.kernels import get_benchmark
 from kernelab.runners.revision_benchmark import load_benchmark, revision_reference
 from kernelab.runners.static_metrics import isa
 from kernelab.runners.static_metrics.target import parse_target
-from kernelab.service.schemas import KernelLoopStats, KernelStatic
+from kernelab.service.contract.schemas import KernelLoopStats, KernelStatic
 
 _TOOL_TIMEOUT_S = 120.0  # one nvdisasm/cuobjdump call on a large cubin takes about a second
 

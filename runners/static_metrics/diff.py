@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kernelab.runners.static_metrics.isa import Loop, region_of
-from kernelab.service.schemas import KernelDiff, KernelStatic, StaticChange, StaticComparison
+from kernelab.service.contract.schemas import KernelDiff, KernelStatic, StaticChange, StaticComparison
 
 _MAX_CHANGES = 40  # change rows kept per kernel: a rewrite is summarised by its deltas instead
 _RESOURCES = (

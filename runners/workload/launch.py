@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelab.runners.reaper import descendants  # torchrun's ranks are in sessions of their own
-from kernelab.service.schemas import LaunchSpec, RunOutcome, WorkloadSide, WorkloadSpec
+from kernelab.service.contract.schemas import LaunchSpec, RunOutcome, WorkloadSide, WorkloadSpec
 
 MONITOR_INTERVAL_S = 0.2  # torchrun's check of its workers (its own default differs between releases)
 

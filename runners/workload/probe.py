@@ -13,7 +13,7 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-from kernelab.service.schemas import ProbeReport, ProbeSpec, WorkloadProbes
+from kernelab.service.contract.schemas import ProbeReport, ProbeSpec, WorkloadProbes
 
 
 def probe_between(probes: WorkloadProbes, device_type: str) -> ProbeReport:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from pydantic import TypeAdapter, ValidationError
 
-from kernelab.service.schemas import WorkloadRecord
-from kernelab.service.schemas.workload import MAX_RUN_RECORDS
+from kernelab.service.contract.schemas import WorkloadRecord
+from kernelab.service.contract.schemas.workload import MAX_RUN_RECORDS
 
 _RECORD = TypeAdapter(WorkloadRecord)
 MAX_RECORDS_PER_RUN = MAX_RUN_RECORDS  # a run reporting more (a phase per micro-step of a long loop) is cut

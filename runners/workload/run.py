@@ -17,7 +17,14 @@ import numpy as np
 from kernelab.runners.workload.launch import Rendezvous, launch, run_env, torchrun_command
 from kernelab.runners.workload.probe import probe_between
 from kernelab.runners.workload.records import bounded_log, read_records
-from kernelab.service.schemas import NodeInfo, ProbeReport, Side, WorkloadResult, WorkloadRun, WorkloadSpec
+from kernelab.service.contract.schemas import (
+    NodeInfo,
+    ProbeReport,
+    Side,
+    WorkloadResult,
+    WorkloadRun,
+    WorkloadSpec,
+)
 
 WorkloadProgress = Callable[[int, int, str], None]
 """``progress(run_index, run_count, message)`` after each run."""

@@ -48,7 +48,7 @@ import torch
 from pydantic import Field
 
 from kernelab.kernels import Benchmark, BenchmarkError, Params
-from kernelab.service.schemas import Work
+from kernelab.service.contract.schemas import Work
 
 CHEATS: dict[str, set[str]] = {
     "wrong": {"wrong-output"},

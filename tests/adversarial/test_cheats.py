@@ -1,6 +1,7 @@
 """The adversarial suite on the CPU: every cheat of ``cheats.py`` ends in its named reason and a
 verdict that is not ``faster``, through ``run_job`` (the measuring child process) and
-``kernelab.service.stats.compare``; the timing alone (``timing_verdict``) would have read faster, which is
+``kernelab.service.judge.stats.compare``; the timing alone (``timing_verdict``) would have read faster, which
+is
 what each defence prevents. GPU members: ``test_cheats_gpu.py``."""
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from cheats import CHEATS, ScaleBenchmark
 from kernelab.runners import integrity
 from kernelab.runners.job import run_job
 from kernelab.runners.sides import modified_inputs, refill_inputs, snapshot_inputs
-from kernelab.service.schemas import JobSpec
-from kernelab.service.stats import compare
+from kernelab.service.contract.schemas import JobSpec
+from kernelab.service.judge.stats import compare
 
 QUICK = {"warmup_ms": 2.0, "budget_ms": 300.0, "min_rounds": 4, "max_rounds": 40, "min_time_ms": 0.0}
 NO_PROBES = {"copy_bandwidth": False, "all_reduce": False, "nvml": False}

@@ -11,8 +11,8 @@ import pytest
 from cheats import CHEATS, GPU_CHEATS, GPU_OVERRIDES
 
 from kernelab.runners.job import run_job
-from kernelab.service.schemas import JobSpec
-from kernelab.service.stats import compare
+from kernelab.service.contract.schemas import JobSpec
+from kernelab.service.judge.stats import compare
 
 pytestmark = pytest.mark.gpu
 

@@ -15,7 +15,7 @@ import torch
 from pydantic import Field
 
 from kernelab.kernels.base import Benchmark, Params
-from kernelab.service.schemas import Work
+from kernelab.service.contract.schemas import Work
 
 REPEATS = 1
 OFFSET = 1.0

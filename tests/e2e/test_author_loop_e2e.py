@@ -14,7 +14,7 @@ import pytest
 
 from kernelab.runners.cli import EXIT_FAILED
 from kernelab.runners.local import ServerProcess, admin_token, free_port
-from kernelab.service.schemas import Comparison
+from kernelab.service.contract.schemas import Comparison
 
 pytestmark = [pytest.mark.slow]
 

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 
 import kernelab
 from kernelab.kernels.preflight import as_reduction, as_work, check_benchmark, check_work, tolerance_of
-from kernelab.service.schemas import JobSpec
+from kernelab.service.contract.schemas import JobSpec
 
 HERE = Path(__file__).name
 FAST = {"budget_ms": 60, "min_time_ms": 0}

@@ -21,7 +21,7 @@ from kernelab.kernels import (
 from kernelab.kernels.base import _entry_point_benchmarks
 from kernelab.kernels.matmul import MatmulBenchmark
 from kernelab.kernels.softmax import SoftmaxBenchmark
-from kernelab.service.schemas import Work
+from kernelab.service.contract.schemas import Work
 
 
 class _LocalParams(Params):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kernelab.kernels import validate_spec
-from kernelab.service.schemas import JobSpec
+from kernelab.service.contract.schemas import JobSpec
 
 
 def _spec(**overrides: Any) -> JobSpec:

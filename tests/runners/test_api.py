@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import kernelab
-from kernelab.service.report import format_table
-from kernelab.service.schemas import Comparison
+from kernelab.service.contract.schemas import Comparison
+from kernelab.service.judge.report import format_table
 
 FAST = {"budget_ms": 60, "min_time_ms": 0}
 

@@ -11,7 +11,7 @@ from typing import Literal
 import pytest
 
 from kernelab.runners.bisect import MAX_ATTEMPTS, Bisection, judge, steps_needed
-from kernelab.service.schemas import (
+from kernelab.service.contract.schemas import (
     BisectCommit,
     CellComparison,
     Comparison,

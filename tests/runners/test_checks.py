@@ -14,10 +14,10 @@ from kernelab.kernels.conv3d import Conv3dBenchmark, Conv3dParams, alias_offsets
 from kernelab.kernels.preflight import tolerance_of
 from kernelab.runners.checks import describe_where, run_checks
 from kernelab.runners.job import run_job
-from kernelab.service.report import check_summary, format_table, to_markdown
-from kernelab.service.schemas import CorrectnessSpec, JobSpec, Work
-from kernelab.service.stats import compare
-from kernelab.service.verdicts import is_nondeterministic
+from kernelab.service.contract.schemas import CorrectnessSpec, JobSpec, Work
+from kernelab.service.judge.report import check_summary, format_table, to_markdown
+from kernelab.service.judge.stats import compare
+from kernelab.service.judge.verdicts import is_nondeterministic
 
 pytestmark = pytest.mark.timeout(120)
 CPU = torch.device("cpu")

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from kernelab.runners.cli import app
 from kernelab.runners.local import example_spec_path
 from kernelab.runners.specfile import SpecFileError, load_spec
-from kernelab.service.schemas import Comparison
+from kernelab.service.contract.schemas import Comparison
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -317,7 +317,7 @@ def test_version_and_each_command_import_only_what_they_use() -> None:
     import subprocess
     import sys
 
-    heavy = ("torch", "scipy", "httpx", "kernelab.service.schemas", "kernelab.runners.cli.local",
+    heavy = ("torch", "scipy", "httpx", "kernelab.service.contract.schemas", "kernelab.runners.cli.local",
              "kernelab.runners.cli.server", "kernelab.runners.cli.daemon")  # fmt: skip
     code = (
         "import sys\n"

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from kernelab.runners.cli import app
 from kernelab.runners.local import free_port
-from kernelab.service.schemas import Comparison
+from kernelab.service.contract.schemas import Comparison
 
 pytestmark = pytest.mark.slow  # the slow tier: processes and servers (docs/testing.md, "Tiers")
 

@@ -20,8 +20,8 @@ from typer.testing import CliRunner
 
 from kernelab.runners.cli import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_NO_VERDICT, EXIT_OK, app
 from kernelab.runners.local import free_port
-from kernelab.service.report import format_duration_ns
-from kernelab.service.schemas import Comparison
+from kernelab.service.contract.schemas import Comparison
+from kernelab.service.judge.report import format_duration_ns
 from tests.wrong_kernels.cases import FAST_WRONG, FORGOTTEN_MASK, RAISES, WRONG_DIR, write_spec
 
 pytestmark = pytest.mark.slow  # the slow tier: processes and servers (docs/testing.md, "Tiers")

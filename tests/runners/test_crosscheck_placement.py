@@ -1,6 +1,6 @@
 """The timer cross-check and the rotating input-set placement, driven through the engine with fake
 sides (``fake_timing.FakeSide``: readings scripted per buffer set, on the engine's fake clock) and
-judged by the real statistics (``kernelab.service.stats.compare_cell``)."""
+judged by the real statistics (``kernelab.service.judge.stats.compare_cell``)."""
 
 from __future__ import annotations
 
@@ -21,8 +21,15 @@ from kernelab.runners.engine import (
     round_order,
 )
 from kernelab.runners.timing import TimerUnsupported
-from kernelab.service.schemas import CellResult, JobResult, JobSpec, MeasurementSpec, NodeInfo, Placement
-from kernelab.service.stats import compare_cell
+from kernelab.service.contract.schemas import (
+    CellResult,
+    JobResult,
+    JobSpec,
+    MeasurementSpec,
+    NodeInfo,
+    Placement,
+)
+from kernelab.service.judge.stats import compare_cell
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
 NOISE_NS = 3.0  # ±0.3% uniform noise on a 1 us launch
@@ -268,7 +275,7 @@ def test_ratios_agree_reads_the_cross_ratio_with_its_interval() -> None:
     the primary verdict's region (one-element kernel on the H200: graph 1.0014, events 1.0225 over
     10 rounds), not when the whole interval lies beyond it; in size when its interval reaches the
     tolerance band around the primary ratio, not when it lies clear of it."""
-    from kernelab.service.verdicts import ratios_agree
+    from kernelab.service.judge.verdicts import ratios_agree
 
     assert ratios_agree(1.0014, 1.0225, tolerance_pct=5.0, cross_ci=(0.99, 1.05))
     assert not ratios_agree(1.0014, 1.0225, tolerance_pct=5.0, cross_ci=(1.015, 1.03))
@@ -285,7 +292,7 @@ def test_a_noisy_short_cross_check_of_an_a_a_cell_does_not_unmake_same() -> None
     sizes differ by 7% at a 5% tolerance by the points alone, but the cross interval reaches the
     tolerance band, so the ratios agree and the cell reads ``same``; a cross interval clear of the
     band ([1.50, 1.70]) still disagrees."""
-    from kernelab.service.verdicts import ratios_agree
+    from kernelab.service.judge.verdicts import ratios_agree
 
     assert ratios_agree(1.0, 0.93, tolerance_pct=5.0, threshold_pct=2.0, cross_ci=(0.86, 1.01))
     assert not ratios_agree(1.0, 0.93, tolerance_pct=5.0, threshold_pct=2.0)

@@ -21,9 +21,10 @@ from kernelab.runners.client import KernelabAPIError, KernelabClient, KernelabUn
 from kernelab.runners.daemon import RunnerDaemon
 from kernelab.runners.local import ServerProcess, admin_token, free_port
 from kernelab.runners.spool import Spool
-from kernelab.service import crud, stats
-from kernelab.service.core.db import make_engine, make_session_factory
-from kernelab.service.schemas import SAMPLE_FIELDS, JobPublic, JobResult, JobSpec, ProbeSpec
+from kernelab.service.contract.schemas import SAMPLE_FIELDS, JobPublic, JobResult, JobSpec, ProbeSpec
+from kernelab.service.judge import stats
+from kernelab.service.server import crud
+from kernelab.service.server.core.db import make_engine, make_session_factory
 
 pytestmark = pytest.mark.slow  # runner daemons and their worker processes
 

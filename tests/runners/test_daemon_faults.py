@@ -25,7 +25,7 @@ import pytest
 from kernelab.runners.client import KernelabAPIError, KernelabClient, KernelabUnavailable
 from kernelab.runners.daemon import RunnerDaemon
 from kernelab.runners.local import ServerProcess, admin_token, free_port
-from kernelab.service.schemas import JobResult, JobSpec
+from kernelab.service.contract.schemas import JobResult, JobSpec
 
 Answer = tuple[int, dict[str, str], bytes]
 ME = (200, {}, b'{"runner_id": 7, "name": "scripted"}')

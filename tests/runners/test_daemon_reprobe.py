@@ -10,7 +10,7 @@ from pathlib import Path
 from kernelab.runners.client import KernelabClient
 from kernelab.runners.daemon import RunnerDaemon
 from kernelab.runners.worker import NODE_CHANGED_MARK, _node_changed
-from kernelab.service.schemas import CopyBandwidthReading, JobResult, JobSpec, NodeInfo, ProbeReport
+from kernelab.service.contract.schemas import CopyBandwidthReading, JobResult, JobSpec, NodeInfo, ProbeReport
 
 T0 = datetime(2026, 12, 1, 7, tzinfo=UTC)
 SPEC = JobSpec.model_validate(

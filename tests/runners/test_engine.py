@@ -23,7 +23,7 @@ from kernelab.runners.engine import (
     round_order,
 )
 from kernelab.runners.timing import CpuTimer
-from kernelab.service.schemas import MeasurementSpec, Sample, SampleColumns
+from kernelab.service.contract.schemas import MeasurementSpec, Sample, SampleColumns
 
 
 def busy_wait(duration_ns: float) -> None:
@@ -391,8 +391,8 @@ def test_stop_when_decided_ends_a_cell_whose_verdict_is_clear(candidate_ns: floa
     long before a target width nobody can reach (1e-6 %); the server's verdict of those samples is
     the one the stop read. ``target-ci`` runs the same pair to its budget."""
     from kernelab.runners.engine import DECIDED_MARGIN, decided
-    from kernelab.service.estimators import ratio_ci
-    from kernelab.service.verdicts import timing_verdict
+    from kernelab.service.judge.estimators import ratio_ci
+    from kernelab.service.judge.verdicts import timing_verdict
 
     spread = 2_000  # +-2% of the baseline's 100 us
     spec = settings(budget_ms=20_000.0, stop_rule="decided", threshold_pct=5.0)

@@ -1,6 +1,6 @@
 """``measurement.state`` (cold vs sustained) and ``measurement.energy`` through the engine, with fake
 sides on the engine's fake clock (``fake_timing``) and a fake energy counter that ticks on that
-clock; judged by the real statistics (``kernelab.service.stats``). No wall-clock bounds."""
+clock; judged by the real statistics (``kernelab.service.judge.stats``). No wall-clock bounds."""
 
 from __future__ import annotations
 
@@ -18,10 +18,8 @@ from kernelab.runners.engine import (
     energy_check,
     measure_interleaved,
 )
-from kernelab.service.estimators import kept_samples, ratio_ci
-from kernelab.service.report import energy_line, format_table, side_time, to_markdown
-from kernelab.service.samples import SAMPLE_FIELDS, SampleColumns
-from kernelab.service.schemas import (
+from kernelab.service.contract.samples import SAMPLE_FIELDS, SampleColumns
+from kernelab.service.contract.schemas import (
     CellResult,
     EnergyBlock,
     EnergyMeasurement,
@@ -31,7 +29,9 @@ from kernelab.service.schemas import (
     NodeInfo,
     Placement,
 )
-from kernelab.service.stats import compare, energy_summary
+from kernelab.service.judge.estimators import kept_samples, ratio_ci
+from kernelab.service.judge.report import energy_line, format_table, side_time, to_markdown
+from kernelab.service.judge.stats import compare, energy_summary
 
 T0 = datetime(2026, 12, 2, tzinfo=UTC)
 

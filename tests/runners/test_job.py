@@ -17,8 +17,8 @@ from kernelab.kernels.tolerances import Tolerance
 from kernelab.runners.cells import check_variant, resolve_device
 from kernelab.runners.devices import device_name
 from kernelab.runners.job import run_job
-from kernelab.service.schemas import JobResult, JobSpec, Work
-from kernelab.service.stats import compare
+from kernelab.service.contract.schemas import JobResult, JobSpec, Work
+from kernelab.service.judge.stats import compare
 
 pytestmark = pytest.mark.slow  # the slow tier: processes and servers (docs/testing.md, "Tiers")
 
@@ -246,7 +246,7 @@ _ORCHESTRATOR_SCRIPT = """
 import json, sys
 from kernelab.runners.devices import torch_sees_cuda
 from kernelab.runners.job import run_job
-from kernelab.service.schemas import JobSpec
+from kernelab.service.contract.schemas import JobSpec
 seen = torch_sees_cuda()
 before = "torch" in sys.modules
 result = run_job(JobSpec.model_validate_json(sys.argv[1]))
@@ -314,7 +314,7 @@ def test_torch_build_reads_the_version_file_without_importing(tmp_path) -> None:
 _GPU_JOB_SCRIPT = """
 import sys
 from kernelab.runners.job import run_job
-from kernelab.service.schemas import JobSpec
+from kernelab.service.contract.schemas import JobSpec
 print(run_job(JobSpec.model_validate_json(sys.argv[1])).model_dump_json())
 """
 
@@ -361,7 +361,7 @@ def test_a_nul_in_a_benchmark_error_is_escaped_not_fatal() -> None:
     """A cell's error comes from benchmark code: a NUL in it (refused by every stored text) must
     not make the cells the worker measured unreadable."""
     from kernelab.runners.cells import _short_error
-    from kernelab.service.schemas import CellResult
+    from kernelab.service.contract.schemas import CellResult
 
     text = _short_error(RuntimeError("bad\x00byte"))
     assert text == "RuntimeError: bad\\x00byte"

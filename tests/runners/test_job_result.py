@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 import kernelab.runners
 from kernelab.runners.job import job_result
-from kernelab.service.schemas import RESULT_SCHEMA_VERSION, CellResult, JobResult
+from kernelab.service.contract.schemas import RESULT_SCHEMA_VERSION, CellResult, JobResult
 from tests.web.web_factory import T0, make_result
 
 RUNNERS = Path(kernelab.runners.__file__).resolve().parent

@@ -21,7 +21,7 @@ from kernelab.runners.daemon import RunnerDaemon
 from kernelab.runners.jobenv import JOB_ENV_NAMES_ENV, check_names, job_env
 from kernelab.runners.redact import MAX_ERROR_CHARS, REDACTED, bound, redact, secret_values
 from kernelab.runners.revisions import AllowList, RevisionCache, _git_env
-from kernelab.service.schemas import SourceSpec
+from kernelab.service.contract.schemas import SourceSpec
 from tests.e2e.revision_repo import make_repo
 
 NO_PROBES = {"copy_bandwidth": False, "all_reduce": False, "nvml": False}

@@ -37,7 +37,7 @@ from kernelab.runners.nodefault import (
 )
 from kernelab.runners.reaper import descendants
 from kernelab.runners.worker import RESULT_MARK
-from kernelab.service.schemas import JobResult, JobSpec
+from kernelab.service.contract.schemas import JobResult, JobSpec
 
 NO_PROBES = {"copy_bandwidth": False, "all_reduce": False, "nvml": False}
 

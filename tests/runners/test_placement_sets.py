@@ -29,16 +29,16 @@ from kernelab.runners.engine import (
     sets_for_budget,
 )
 from kernelab.runners.job import run_job
-from kernelab.service.estimators import (
+from kernelab.service.contract.schemas import JobSpec, MeasurementSpec, Placement, Work
+from kernelab.service.judge.estimators import (
     candidate_assignment,
     candidate_set,
     cluster_cis,
     paired_sets_ci,
     placement_strata,
 )
-from kernelab.service.schemas import JobSpec, MeasurementSpec, Placement, Work
-from kernelab.service.stats import compare_cell
-from kernelab.service.verdicts import placement_reasons
+from kernelab.service.judge.stats import compare_cell
+from kernelab.service.judge.verdicts import placement_reasons
 
 BUFFER_SD_NS = 1.5  # per-buffer offset, 0.15% of a 1 us launch: the H200's spread over four places
 
@@ -456,7 +456,7 @@ def test_a_cut_short_rotation_of_shared_set_effects_is_judged_per_set() -> None:
     the three assignments' geometric mean reads 0.9966, a ``faster`` at 0.25% by the assignments'
     rule. Judged by the pairs of sets both sides ran (the first pair's sets, the sides on the same
     sets), no change shows: ``inconclusive``, never ``faster``."""
-    from kernelab.service.schemas import CellResult, Placement, Sample
+    from kernelab.service.contract.schemas import CellResult, Placement, Sample
 
     effect = [1.00, 0.99, 0.98, 0.97]
     rng = np.random.default_rng(2)
@@ -486,7 +486,7 @@ def test_an_assignment_with_too_few_rounds_gives_no_verdict() -> None:
     chance. Each assignment is bootstrapped within itself (3 rounds: 10 distinct resamples), so
     the cell is ``inconclusive`` (``too-few-rounds``, naming the assignments), never ``slower``;
     after two cycles (48 rounds, 6 in each assignment) the same 10% reads ``slower``."""
-    from kernelab.service.schemas import CellResult, Placement, Sample
+    from kernelab.service.contract.schemas import CellResult, Placement, Sample
 
     def cell(rounds: int) -> CellResult:
         rng = np.random.default_rng(9)
@@ -512,8 +512,8 @@ def test_the_median_says_which_median_it_is() -> None:
     assignments' medians, which the ratio is formed from), named so in ``estimator``, with the
     pooled median beside it; the table and the Markdown say what "median" means when they differ.
     One input set: a plain median, equal to the pooled one, and no note."""
-    from kernelab.service.report import estimator_note, format_table, to_markdown
-    from kernelab.service.stats import compare
+    from kernelab.service.judge.report import estimator_note, format_table, to_markdown
+    from kernelab.service.judge.stats import compare
 
     comparison, cell, _ = _cell(8, 0.0, 4)
     assert comparison.baseline.estimator == comparison.candidate.estimator == "set-balanced median"

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from kernelab.runners.probes import runner_function
-from kernelab.service.schemas.probe_protocol import registered
+from kernelab.service.contract.schemas.probe_protocol import registered
 
 
 @pytest.mark.parametrize("probe", registered(), ids=lambda p: p.name)

@@ -13,7 +13,7 @@ import torch
 
 from kernelab.runners.probes import format_probe_report, node_info, run_probes
 from kernelab.runners.probes.node import cpu_cache_bytes
-from kernelab.service.schemas import (
+from kernelab.service.contract.schemas import (
     AllReduceReading,
     CopyBandwidthReading,
     GpuTelemetry,

@@ -230,7 +230,7 @@ def test_pool_serves_many_requests_from_the_same_ranks_and_other_processes() -> 
 def test_pool_that_lost_a_rank_is_dropped_and_the_probe_starts_its_own() -> None:
     from kernelab.runners.probes import run_probes
     from kernelab.runners.probes.all_reduce import AllReducePool, active_pool, set_pool
-    from kernelab.service.schemas import ProbeSpec
+    from kernelab.service.contract.schemas import ProbeSpec
 
     pool = AllReducePool("cpu")
     try:

@@ -12,7 +12,7 @@ from kernelab.runners.probes.all_reduce import (
     start_all_reduce,
     sub_groups,
 )
-from kernelab.service.schemas import ProbeSpec
+from kernelab.service.contract.schemas import ProbeSpec
 
 MIB = 1024**2
 

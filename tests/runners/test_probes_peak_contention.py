@@ -10,7 +10,7 @@ import torch
 from kernelab.runners.probes import run_probes
 from kernelab.runners.probes.contention import GpuContentionMonitor, merge_processes
 from kernelab.runners.probes.peak import measure_matmul_peak
-from kernelab.service.schemas import ProbeSpec
+from kernelab.service.contract.schemas import ProbeSpec
 
 pytestmark = pytest.mark.timeout(60)
 

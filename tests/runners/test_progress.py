@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kernelab.runners.progress import ProgressTracker, describe, parse_line, phase_of
-from kernelab.service.schemas.adverts import PROGRESS_PHASES
+from kernelab.service.contract.schemas.adverts import PROGRESS_PHASES
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from kernelab.service.schemas import Comparison
+from kernelab.service.contract.schemas import Comparison
 
 pytestmark = pytest.mark.slow  # the slow tier: processes and servers (docs/testing.md, "Tiers")
 

@@ -16,8 +16,8 @@ from kernelab.runners.job import run_job
 from kernelab.runners.probes.telemetry import own_pids
 from kernelab.runners.revision_job import run_revision_job
 from kernelab.runners.revisions import AllowList
-from kernelab.service.schemas import CellResult, ContentionReading, JobResult, JobSpec
-from kernelab.service.stats import compare
+from kernelab.service.contract.schemas import CellResult, ContentionReading, JobResult, JobSpec
+from kernelab.service.judge.stats import compare
 from tests.e2e.revision_repo import _git
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # revision workers: Python processes
@@ -31,7 +31,7 @@ import triton.language as tl
 from pydantic import Field
 
 from kernelab.kernels.base import Benchmark, Params
-from kernelab.service.schemas import Work
+from kernelab.service.contract.schemas import Work
 
 DEFECTIVE = False  # the candidate commit sets True
 
@@ -308,7 +308,7 @@ def test_a_revision_job_rotates_input_sets_between_its_workers(revision_job) -> 
     (``measurement.placement: rotate``), as in an in-process job: every cell records the sets
     (this module's quick cells run 2-4 rounds, so their budget leaves two), and the rounds ran
     the assignments they reached."""
-    from kernelab.service.estimators import placement_strata
+    from kernelab.service.judge.estimators import placement_strata
 
     result, *_ = revision_job
     for cell in result.cells:

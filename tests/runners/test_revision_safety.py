@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from kernelab.runners.revisions import GIT_SAFETY, AllowList, RevisionCache, RevisionError, normalize_repo
-from kernelab.service.repo_address import RepoAddressError, canonical_repo, matches
-from kernelab.service.schemas import SourceSpec
+from kernelab.service.contract.repo_address import RepoAddressError, canonical_repo, matches
+from kernelab.service.contract.schemas import SourceSpec
 from tests.e2e.revision_repo import _git, make_repo
 
 ENTRIES = ["https://github.com/myorg/*", "git@github.com:myorg/*", "ssh://git@github.com/myorg/*",

@@ -19,7 +19,7 @@ from kernelab.runners.revisions import (
     resolve_ref,
     with_revisions,
 )
-from kernelab.service.schemas import JobSpec, MeasurementSpec, Side, SourceSpec
+from kernelab.service.contract.schemas import JobSpec, MeasurementSpec, Side, SourceSpec
 from tests.e2e.revision_repo import _git, make_repo
 
 

@@ -14,8 +14,8 @@ from kernelab.runners.adverts import _shipped_path, main, shipped_text
 from kernelab.runners.client import KernelabClient
 from kernelab.runners.daemon import AdvertError, RunnerDaemon
 from kernelab.runners.local import ServerProcess, admin_token, free_port
-from kernelab.service.adverts import builtin_adverts
-from kernelab.service.schemas import JobSpec
+from kernelab.service.contract.adverts import builtin_adverts
+from kernelab.service.contract.schemas import JobSpec
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]  # server and runner processes
 
@@ -42,7 +42,7 @@ MODULE = textwrap.dedent("""\
 
 def test_the_shipped_builtin_advertisement_matches_the_code() -> None:
     assert _shipped_path().read_text(encoding="utf-8") == shipped_text(), (
-        "service/builtin_adverts.json is stale: python -m kernelab.runners.adverts --write"
+        "service/contract/builtin_adverts.json is stale: python -m kernelab.runners.adverts --write"
     )
     assert main(["--check"]) == 0
     names = {n for a in builtin_adverts().benchmarks for n in a.names}

@@ -10,7 +10,7 @@ import socket
 import pytest
 
 from kernelab.runners.local import free_port
-from kernelab.service.serve import APP, NoDelayConfig
+from kernelab.service.server.serve import APP, NoDelayConfig
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -16,7 +16,7 @@ import pytest
 from kernelab.runners.client import KernelabClient
 from kernelab.runners.daemon import RunnerDaemon
 from kernelab.runners.spool import NewerResultFile, Spool, UnreadableResultFile
-from kernelab.service.schemas import RESULT_SCHEMA_VERSION, JobResult, JobSpec
+from kernelab.service.contract.schemas import RESULT_SCHEMA_VERSION, JobResult, JobSpec
 
 pytestmark = pytest.mark.timeout(60)
 

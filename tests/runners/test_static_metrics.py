@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from kernelab.runners.static_metrics import KernelCode, compile_kernels
 from kernelab.runners.static_metrics.diff import compare
-from kernelab.service.schemas import JobSpec
+from kernelab.service.contract.schemas import JobSpec
 
 pytestmark = pytest.mark.slow  # the slow tier: processes and servers (docs/testing.md, "Tiers")
 
@@ -131,8 +131,8 @@ def test_bad_target_is_refused() -> None:
 
 def test_run_job_stores_static_comparison_and_markdown_shows_it() -> None:
     from kernelab.runners.job import run_job
-    from kernelab.service.report import to_markdown
-    from kernelab.service.stats import compare as compare_job
+    from kernelab.service.judge.report import to_markdown
+    from kernelab.service.judge.stats import compare as compare_job
 
     small = {
         "M": 32,
@@ -178,7 +178,7 @@ def test_run_job_stores_static_comparison_and_markdown_shows_it() -> None:
 
 def test_cpu_job_without_target_records_why() -> None:
     from kernelab.runners.static_metrics import attach_static
-    from kernelab.service.schemas import CellResult
+    from kernelab.service.contract.schemas import CellResult
 
     spec = JobSpec.model_validate(
         {

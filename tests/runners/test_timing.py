@@ -23,7 +23,7 @@ from kernelab.runners.timing import (
     make_timer,
     unlike_eager,
 )
-from kernelab.service.schemas import MeasurementSpec
+from kernelab.service.contract.schemas import MeasurementSpec
 
 
 def busy_wait(duration_ns: int) -> None:

@@ -19,7 +19,7 @@ from fake_timing import FakeClock, FakeTimer, constant, noop
 from kernelab.runners.engine import measure_pair
 from kernelab.runners.job import run_job
 from kernelab.runners.timing import CpuTimer, FallbackTimer, TimerUnsupported, make_timer
-from kernelab.service.schemas import JobSpec, MeasurementSpec, SampleColumns
+from kernelab.service.contract.schemas import JobSpec, MeasurementSpec, SampleColumns
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -147,8 +147,8 @@ def test_a_side_that_cannot_be_captured_takes_the_other_side_to_the_fallback_too
 
 
 def test_without_a_fallback_for_the_other_side_the_methods_stay_apart_and_the_cell_says_so():
-    from kernelab.service.schemas import CellResult
-    from kernelab.service.verdicts import timer_reasons
+    from kernelab.service.contract.schemas import CellResult
+    from kernelab.service.judge.verdicts import timer_reasons
 
     cell = CellResult(index=0, params={}, timers={"baseline": "cuda-graph", "candidate": "cuda-event"})
     (found,) = timer_reasons(cell)

@@ -22,7 +22,7 @@ from kernelab.runners.specfile import SpecFileError, load_any_spec
 from kernelab.runners.workload import torchrun_command
 from kernelab.runners.workload.launch import Rendezvous, launch
 from kernelab.runners.workload.records import bounded_log, read_records
-from kernelab.service.schemas import (
+from kernelab.service.contract.schemas import (
     DigestRecord,
     LaunchSpec,
     MetricRecord,

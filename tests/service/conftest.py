@@ -24,10 +24,10 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.pool import NullPool
 
-from kernelab.service.app import create_app
-from kernelab.service.auth import Scope, create_token
-from kernelab.service.core.config import Settings
-from kernelab.service.core.db import upgrade
+from kernelab.app import create_app
+from kernelab.service.server.auth import Scope, create_token
+from kernelab.service.server.core.config import Settings
+from kernelab.service.server.core.db import upgrade
 
 with warnings.catch_warnings():
     # starlette asks for the `httpx2` fork; the plain httpx it falls back to works the same.
@@ -210,7 +210,7 @@ class Api:
     def compare(self):  # type: ignore[no-untyped-def]
         """Run a compare worker in burst mode in this process (``compare_worker.drain``): every
         queued comparison is computed and stored; returns the worker."""
-        from kernelab.service.compare_worker import drain
+        from kernelab.service.server.compare_worker import drain
 
         return drain(self.factory, self.client.app.state.settings)  # type: ignore[attr-defined]
 

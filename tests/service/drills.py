@@ -11,8 +11,8 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from kernelab.service.core.db import make_engine
-from kernelab.service.models import Cell, Job, JobAttempt, Result, SampleBlock
+from kernelab.service.server.core.db import make_engine
+from kernelab.service.server.models import Cell, Job, JobAttempt, Result, SampleBlock
 
 TOKEN = "drill-admin-token-0123456789abcdef0123456789"
 LEASE_S = 5.0  # the shortest lease the API accepts (ClaimRequest.lease_s >= 5)

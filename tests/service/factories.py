@@ -1,4 +1,4 @@
-"""Test data built by hand from ``kernelab.service.schemas``: specs, results and probe reports.
+"""Test data built by hand from ``kernelab.service.contract.schemas``: specs, results and probe reports.
 
 These are data, not mocks: the shapes a runner really posts, small enough to read.
 """
@@ -9,7 +9,7 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from kernelab.service.schemas import (
+from kernelab.service.contract.schemas import (
     AllReduceReading,
     CellResult,
     CopyBandwidthReading,

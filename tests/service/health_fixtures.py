@@ -14,7 +14,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from kernelab.service.schemas import AllReduceReading, ProbeReport
+from kernelab.service.contract.schemas import AllReduceReading, ProbeReport
 
 FIXTURES = Path(__file__).parent / "fixtures"
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)

@@ -1,5 +1,5 @@
 """Generated results for the statistics tests (``test_stats_oracles.py``) and for the golden
-files under ``tests/service/golden/``: cells of every kind ``kernelab.service.stats.compare`` must
+files under ``tests/service/golden/``: cells of every kind ``kernelab.service.judge.stats.compare`` must
 handle (failed, one-sided, tiny, tied, throttled, zero and constant durations, rounds missing a
 variant, few and many rounds, uneven counts, contention), drawn from a seeded numpy generator."""
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from kernelab.service.schemas import (
+from kernelab.service.contract.schemas import (
     CellResult,
     ContentionReading,
     CorrectnessResult,

@@ -1,5 +1,5 @@
 """Runners advertise the benchmarks they offer; the server checks specs against the advertised
-schemas and routes claims by them, and never imports benchmark code (``kernelab.service.offers``).
+schemas and routes claims by them, and never imports benchmark code (``kernelab.service.server.offers``).
 
 The benchmark module of these tests writes a mark file when it is imported (``KL_MARK``): the
 advertisement is built by ``python -m kernelab.runners.adverts --print`` in a child process
@@ -23,7 +23,7 @@ import pytest
 from factories import spec_dict
 
 from kernelab.runners.local import free_port, wait_healthy
-from kernelab.service.schemas import RunnerAdverts
+from kernelab.service.contract.schemas import RunnerAdverts
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -194,7 +194,7 @@ def test_a_spec_that_breaks_the_advertised_schema_is_a_422_naming_the_field(api,
 def test_a_job_no_live_runner_can_take_says_so(api, advert) -> None:  # type: ignore[no-untyped-def]
     from datetime import timedelta
 
-    from kernelab.service.models import Runner, utcnow
+    from kernelab.service.server.models import Runner, utcnow
 
     spec = spec_dict(
         benchmark=REF, baseline={"variant": "slow"}, candidate={"variant": "fast"}, sweep={"N": [8]}
@@ -250,7 +250,7 @@ def test_a_bad_advertisement_is_a_422_naming_the_field_and_stores_nothing(api, a
     assert r.status_code == 422, r.text
     assert loc in [e["loc"][: len(loc)] for e in r.json()["detail"]], r.json()
     with api.factory() as session:
-        from kernelab.service.models import RunnerBenchmark
+        from kernelab.service.server.models import RunnerBenchmark
 
         assert session.query(RunnerBenchmark).count() == 0
 
@@ -318,8 +318,8 @@ def test_a_costly_advertised_schema_is_bounded_not_a_hung_server(api, schema) ->
 
 
 def test_a_schema_costlier_than_the_bound_is_unusable_and_a_pattern_still_applies() -> None:
-    from kernelab.service.adverts import MAX_STEPS_PER_CELL, spec_errors
-    from kernelab.service.schemas import BenchmarkAdvert, JobSpec
+    from kernelab.service.contract.adverts import MAX_STEPS_PER_CELL, spec_errors
+    from kernelab.service.contract.schemas import BenchmarkAdvert, JobSpec
 
     spec = JobSpec.model_validate(spec_dict(sweep={"M": [4], "N": [64], "dtype": ["float32", "bf16"]}))
 

@@ -7,11 +7,17 @@ import pytest
 from fastapi import APIRouter
 from sqlalchemy import select
 
-from kernelab.service.api.deps import DashboardAccess
-from kernelab.service.app import create_app
-from kernelab.service.auth import authenticate, create_token, effective_scopes, hash_token, revoke_token
-from kernelab.service.core.config import Settings
-from kernelab.service.models import Token
+from kernelab.app import create_app
+from kernelab.service.server.api.deps import DashboardAccess
+from kernelab.service.server.auth import (
+    authenticate,
+    create_token,
+    effective_scopes,
+    hash_token,
+    revoke_token,
+)
+from kernelab.service.server.core.config import Settings
+from kernelab.service.server.models import Token
 
 
 def test_scopes_imply() -> None:
@@ -56,7 +62,7 @@ def test_a_revoked_bootstrap_admin_token_stays_revoked_after_a_restart(  # type:
         assert client.post(f"/api/v1/tokens/{first_id}/revoke", headers=other).status_code == 200
         assert client.get("/api/v1/tokens", headers=bootstrap).status_code == 401
     with (
-        caplog.at_level("WARNING", logger="kernelab.service.app"),
+        caplog.at_level("WARNING", logger="kernelab.app"),
         client_class(create_app(settings)) as client,
     ):
         # the restart did not revive it

@@ -16,9 +16,9 @@ import pytest
 from factories import spec_dict
 from fastapi.routing import APIRoute, iter_route_contexts
 
+from kernelab.app import create_app
 from kernelab.runners.local import ServerProcess, free_port
-from kernelab.service.app import create_app
-from kernelab.service.core.config import Settings
+from kernelab.service.server.core.config import Settings
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -93,7 +93,7 @@ def test_the_token_is_refused_before_the_body_arrives(server: ServerProcess, set
 
 
 def test_a_422_echoes_no_large_input(api) -> None:  # type: ignore[no-untyped-def]
-    from kernelab.service.api.errors import MAX_ECHO_CHARS
+    from kernelab.service.server.api.errors import MAX_ECHO_CHARS
 
     spec = spec_dict(name="n" * 600_000)  # within KERNELAB_MAX_SPEC_BYTES (1 MiB)
     del spec["benchmark"]  # a missing field's error echoes the whole containing object
@@ -109,7 +109,7 @@ def test_a_422_echoes_no_large_input(api) -> None:  # type: ignore[no-untyped-de
 
 
 def test_bounded_keeps_small_values_and_summarises_large_ones() -> None:
-    from kernelab.service.api.errors import MAX_ECHO_CHARS, bounded, bounded_errors
+    from kernelab.service.server.api.errors import MAX_ECHO_CHARS, bounded, bounded_errors
 
     assert bounded({"a": [1, 2, "x"]}) == {"a": [1, 2, "x"]}
     assert bounded("y" * 10_000).startswith("y" * MAX_ECHO_CHARS) and "10000 characters" in bounded(

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from health_fixtures import h200x2_report
 
-from kernelab.service import health, node_health
+from kernelab.service.judge import health
+from kernelab.service.server import node_health
 
 pytestmark = pytest.mark.timeout(120)
 NODE = "h200-node-1"

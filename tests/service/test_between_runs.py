@@ -1,4 +1,4 @@
-"""``kernelab.service.between_runs`` against its definitions (pooled within-group variance,
+"""``kernelab.service.judge.between_runs`` against its definitions (pooled within-group variance,
 difference in differences, Student t) and, by simulation, the property it exists for: repeated
 runs of unchanged code under drift give no confident change, and a real 2x one is still found."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from kernelab.service import between_runs, verdicts
+from kernelab.service.judge import between_runs, verdicts
 
 
 def test_run_to_run_noise_is_the_pooled_within_group_standard_deviation() -> None:

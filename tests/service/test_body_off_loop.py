@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from factories import job_result
 
-from kernelab.service.schemas import JobResult
+from kernelab.service.contract.schemas import JobResult
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from kernelab.service import crud
-from kernelab.service.schemas import ContentionReading, Placement, TimerCrossCheck
+from kernelab.service.contract.schemas import ContentionReading, Placement, TimerCrossCheck
+from kernelab.service.server import crud
 from tests.service.factories import job_result
 
 pytestmark = pytest.mark.timeout(60)

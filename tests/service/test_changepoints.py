@@ -1,4 +1,4 @@
-"""Change points of a history line (``kernelab.service.changepoints``): a planted step is found at
+"""Change points of a history line (``kernelab.service.judge.changepoints``): a planted step is found at
 its place, noise and shifts within the points' CIs are not, a driver change is never one."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from factories import T0
 
-from kernelab.service import changepoints
-from kernelab.service.schemas import HistoryPoint
+from kernelab.service.contract.schemas import HistoryPoint
+from kernelab.service.judge import changepoints
 
 
 def _points(
@@ -92,7 +92,7 @@ def test_an_a_a_jobs_two_points_are_one_run_of_its_line() -> None:
     drift by 2% between runs. Read as 20 points, half the first differences are within a run, the
     run-to-run noise looks half as large and drift reads as change points (4 on one line of a CPU
     A/A of 2026-12-04); as runs of their jobs (``history.lines``), none."""
-    from kernelab.service.history import lines
+    from kernelab.service.server.history import lines
 
     medians = _noisy(10, 1000.0, 3, rel=0.02)
     points = []

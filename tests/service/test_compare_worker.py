@@ -1,5 +1,5 @@
 """Comparisons off the request path: the ingest queues a ``compare`` task in its transaction, a
-compare worker (``kernelab.service.compare_worker``) computes and stores it, readers only read.
+compare worker (``kernelab.service.server.compare_worker``) computes and stores it, readers only read.
 
 On a real SQLite file and a real PostgreSQL database; the worker as a real process where it is
 killed or stopped (``kill -9``, ``kernelab serve``'s SIGTERM). Waiting is on the protocol (the task's
@@ -24,11 +24,12 @@ from sqlalchemy import null, select, text, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from kernelab.runners.local import ServerProcess, free_port
-from kernelab.service import compare_queue, crud, models, queue, stats
-from kernelab.service.compare_worker import CompareWorker, drain
-from kernelab.service.core.config import Settings
-from kernelab.service.core.db import make_engine, make_session_factory, upgrade
-from kernelab.service.schemas import JobSpec, NodeInfo
+from kernelab.service.contract.schemas import JobSpec, NodeInfo
+from kernelab.service.judge import stats
+from kernelab.service.server import compare_queue, crud, models, queue
+from kernelab.service.server.compare_worker import CompareWorker, drain
+from kernelab.service.server.core.config import Settings
+from kernelab.service.server.core.db import make_engine, make_session_factory, upgrade
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # compare-worker and server processes
 T = TypeVar("T")
@@ -191,7 +192,7 @@ def test_a_killed_worker_s_task_is_finished_by_another(migrated_url: str, factor
     (its end moved into the past in the database) another worker's claim re-queues the task and
     finishes it: attempt 2, the comparison stored."""
     job_id = _stored_big(factory)
-    proc = subprocess.Popen([sys.executable, "-m", "kernelab.service.compare_worker"],
+    proc = subprocess.Popen([sys.executable, "-m", "kernelab.service.server.compare_worker"],
                             env=_worker_env(migrated_url), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)  # fmt: skip
     try:
@@ -362,7 +363,7 @@ def test_a_heartbeat_after_the_task_finished_does_not_warn_of_a_lost_lease(
     attempt 1): that is no lost lease, and nothing is logged as one."""
     import logging
 
-    from kernelab.service import compare_worker
+    from kernelab.service.server import compare_worker
 
     job_id = _stored_big(factory, cells=2)
     beaten = threading.Event()
@@ -393,12 +394,12 @@ def test_a_heartbeat_after_the_task_finished_does_not_warn_of_a_lost_lease(
 
 
 def test_the_worker_process_logs_in_the_project_format(migrated_url: str, factory) -> None:  # type: ignore[no-untyped-def]
-    """``python -m kernelab.service.compare_worker`` (as ``kernelab serve`` starts it) logs through
+    """``python -m kernelab.service.server.compare_worker`` (as ``kernelab serve`` starts it) logs through
     the ``kernelab`` logger's format: time, level, logger name."""
     job_id = _stored_big(factory, cells=2)
     env = {**_worker_env(migrated_url), "KERNELAB_LOG_FORMAT": "text", "KERNELAB_LOG_LEVEL": "INFO"}
-    done = subprocess.run([sys.executable, "-m", "kernelab.service.compare_worker", "--burst"], env=env,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    command = [sys.executable, "-m", "kernelab.service.server.compare_worker", "--burst"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     stamp = r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} INFO kernelab\.service\.compare_worker: "
     assert re.search(stamp + r"compare worker \S+ started$", done.stderr, flags=re.M), done.stderr

@@ -22,9 +22,9 @@ from sqlalchemy import func, select
 
 from kernelab.runners.client import KernelabClient
 from kernelab.runners.local import ServerProcess, free_port
-from kernelab.service.core.db import make_engine
-from kernelab.service.models import Job, Result
-from kernelab.service.schemas import NodeInfo
+from kernelab.service.contract.schemas import NodeInfo
+from kernelab.service.server.core.db import make_engine
+from kernelab.service.server.models import Job, Result
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 

@@ -10,10 +10,10 @@ import pytest
 from conftest import ADMIN_TOKEN, Api
 from factories import job_result
 
-from kernelab.service.api.errors import DB_RETRY_AFTER_S
-from kernelab.service.app import create_app
-from kernelab.service.core.config import Settings
-from kernelab.service.core.db import upgrade
+from kernelab.app import create_app
+from kernelab.service.server.api.errors import DB_RETRY_AFTER_S
+from kernelab.service.server.core.config import Settings
+from kernelab.service.server.core.db import upgrade
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(120)]
 

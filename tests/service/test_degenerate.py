@@ -2,8 +2,9 @@
 
 Each case is posted (or, where the door now refuses it, stored as an older server stored it) the way
 a runner would, then read back through the API: the comparison answers 200, every null ratio / CI /
-verdict carries a reason code from ``kernelab.service.verdicts.REASONS`` and a sentence, and the JSON equals
-what ``kernelab.service.stats.compare`` gives in this process (the same answer on both databases)."""
+verdict carries a reason code from ``kernelab.service.judge.verdicts.REASONS`` and a sentence, and the JSON
+equals
+what ``kernelab.service.judge.stats.compare`` gives in this process (the same answer on both databases)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ import pytest
 from factories import T0, job_result, spec_dict
 from sqlalchemy import select
 
-from kernelab.service import crud, stats, verdicts
-from kernelab.service.models import Runner
-from kernelab.service.schemas import CellComparison, JobResult, Sample, SampleColumns, Work
+from kernelab.service.contract.schemas import CellComparison, JobResult, Sample, SampleColumns, Work
+from kernelab.service.judge import stats, verdicts
+from kernelab.service.server import crud
+from kernelab.service.server.models import Runner
 
 
 def _every_null_has_a_reason(cell: dict[str, Any]) -> None:

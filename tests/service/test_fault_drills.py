@@ -30,7 +30,7 @@ from factories import big_result
 from kernelab.runners.client import KernelabClient
 from kernelab.runners.daemon import RunnerDaemon
 from kernelab.runners.local import ServerProcess, free_port
-from kernelab.service.schemas import NodeInfo
+from kernelab.service.contract.schemas import NodeInfo
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 

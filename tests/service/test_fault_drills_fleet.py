@@ -33,8 +33,8 @@ from fleet_drills import _db, _leftovers, _runner, _statuses, _stop
 
 from kernelab.runners.client import KernelabClient
 from kernelab.runners.local import ServerProcess, free_port
-from kernelab.service.core.db import upgrade
-from kernelab.service.schemas import NodeInfo
+from kernelab.service.contract.schemas import NodeInfo
+from kernelab.service.server.core.db import upgrade
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 

@@ -1,5 +1,6 @@
-"""Workload jobs in the queue through the REST API on SQLite and PostgreSQL (``kernelab.service.gangs``,
-``kernelab.service.workload_store``): submission and its 422s, routing to runners that run
+"""Workload jobs in the queue through the REST API on SQLite and PostgreSQL
+(``kernelab.service.server.gangs``,
+``kernelab.service.server.workload_store``): submission and its 422s, routing to runners that run
 workloads only, gang seats gathering, the rendezvous timeout, a member whose lease runs out, the
 nodes' results merged and compared by the compare worker. Time is moved by writing the seats'
 times in the database (the server judges by the database's clock), never by sleeping."""
@@ -11,8 +12,8 @@ from typing import Any
 
 from sqlalchemy import select
 
-from kernelab.service.models import GangMember, Job
-from kernelab.service.schemas import WorkloadResult
+from kernelab.service.contract.schemas import WorkloadResult
+from kernelab.service.server.models import GangMember, Job
 
 NOW = datetime(2026, 12, 2, tzinfo=UTC)
 

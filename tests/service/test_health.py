@@ -1,4 +1,4 @@
-"""Node-health verdicts (kernelab.service.health) on recorded H200 readings: figures, band learning, the
+"""Node-health verdicts (kernelab.service.judge.health) on recorded H200 readings: figures, band learning, the
 chain over a node's history, instant reasons, fleet bands, and the flags a comparison carries."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pytest
 from factories import job_result
 from health_fixtures import h200x2_report, nccl_tests_in_place, recorded_h200x1
 
-from kernelab.service import health, stats
-from kernelab.service.schemas import PeerCopyReading
+from kernelab.service.contract.schemas import PeerCopyReading
+from kernelab.service.judge import health, stats
 
 
 def _history(*reports):  # type: ignore[no-untyped-def]

@@ -8,8 +8,9 @@ from datetime import timedelta
 import pytest
 from health_fixtures import h200x2_report
 
-from kernelab.service import clock_events, health
-from kernelab.service.schemas import AllReduceReading, PeerCopyReading, ProbeReport
+from kernelab.service.contract import clock_events
+from kernelab.service.contract.schemas import AllReduceReading, PeerCopyReading, ProbeReport
+from kernelab.service.judge import health
 
 NODE = "h200-node-1"
 BLANK = 0x7FFFFFFFFFFFFFF0  # DCGM_INT64_BLANK

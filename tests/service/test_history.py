@@ -10,8 +10,8 @@ from typing import Any
 from factories import T0, job_result, probe_report, spec_dict, wrong_candidate
 from health_fixtures import h200x2_report
 
-from kernelab.service import stats
-from kernelab.service.schemas import JobResult, NodeInfo, ProbeReport
+from kernelab.service.contract.schemas import JobResult, NodeInfo, ProbeReport
+from kernelab.service.judge import stats
 
 H200 = "NVIDIA H200"
 A100 = "NVIDIA A100-SXM4-80GB"
@@ -172,7 +172,7 @@ def test_a_result_is_judged_once_and_rejudged_explicitly(api) -> None:  # type: 
 
 
 def test_history_of_revision_jobs_is_per_branch(api) -> None:  # type: ignore[no-untyped-def]
-    from kernelab.service.schemas import RevisionInfo, RevisionsInfo
+    from kernelab.service.contract.schemas import RevisionInfo, RevisionsInfo
 
     def revisions(result: JobResult) -> JobResult:
         revs = RevisionsInfo(baseline=RevisionInfo(branch="main", sha="a" * 40),
@@ -191,7 +191,7 @@ def test_history_of_revision_jobs_is_per_branch(api) -> None:  # type: ignore[no
 def test_history_points_match_the_comparison(api) -> None:  # type: ignore[no-untyped-def]
     job_id = _post_job(api, hostname="h200-a", model=H200, base_ns=2000.0, days=0)
     with api.factory() as session:
-        from kernelab.service import crud
+        from kernelab.service.server import crud
 
         result = crud.load_result(session=session, job_id=job_id)
     assert result is not None

@@ -70,7 +70,7 @@ def test_filters_by_cell_and_gpu_model(api) -> None:  # type: ignore[no-untyped-
     assert _lines(api, cell="M=12345") == []
     bad = api.client.get("/api/v1/history", params={"benchmark": "softmax", "cell": "M"}, headers=api.admin)
     assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["query", "cell"]
-    from kernelab.service.api.routes.history import CELL_FILTER_MAX_CHARS
+    from kernelab.service.server.api.routes.history import CELL_FILTER_MAX_CHARS
 
     longest = "M=" + "4" * (CELL_FILTER_MAX_CHARS - 2)  # a URL a server takes (h11: 16 KiB head)
     assert _lines(api, cell=longest) == []

@@ -32,14 +32,14 @@ from factories import job_result, probe_report, spec_dict
 from fastapi.routing import APIRoute, iter_route_contexts
 from hostile import INT64, Slot, Value, encode, hostile, missing_bound, naming_errors, put, slots
 
-from kernelab.service.api.door import DoorRoute
-from kernelab.service.schemas import (
+from kernelab.service.contract.schemas import (
     BatchInvarianceCheck,
     BitwiseComparison,
     CorrectnessResult,
     DeterminismCheck,
     RepeatCheck,
 )
+from kernelab.service.server.api.door import DoorRoute
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

@@ -11,7 +11,7 @@ import pytest
 from factories import job_result, list_form, probe_report
 from sqlalchemy import func, select
 
-from kernelab.service.models import Cell, ProbeReport, Result, Token
+from kernelab.service.server.models import Cell, ProbeReport, Result, Token
 
 
 def _claimed(api):  # type: ignore[no-untyped-def]
@@ -247,8 +247,8 @@ def test_stored_documents_read_whatever_an_older_version_wrote() -> None:
     refuses both by name."""
     from pydantic import ValidationError
 
-    from kernelab.service.schemas import ProbeReport, read_stored
-    from kernelab.service.schemas.types import MAX_LIST_ITEMS
+    from kernelab.service.contract.schemas import ProbeReport, read_stored
+    from kernelab.service.contract.schemas.types import MAX_LIST_ITEMS
 
     old = probe_report().model_dump(mode="json")
     old |= {"retired_field": 1, "notes": ["skipped"] * (MAX_LIST_ITEMS + 5)}

@@ -10,8 +10,8 @@ from datetime import datetime, timedelta
 from factories import job_result
 from sqlalchemy import delete, update
 
-from kernelab.service.models import ATTEMPT_OUTCOMES, Job, JobAttempt, Runner, utcnow
-from kernelab.service.schemas import AttemptOutcome
+from kernelab.service.contract.schemas import AttemptOutcome
+from kernelab.service.server.models import ATTEMPT_OUTCOMES, Job, JobAttempt, Runner, utcnow
 
 
 def _expire(api, job_id: int) -> None:  # type: ignore[no-untyped-def]

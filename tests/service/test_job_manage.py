@@ -8,7 +8,7 @@ from datetime import timedelta
 from factories import spec_dict
 from sqlalchemy import select
 
-from kernelab.service.models import Job, JobAttempt, utcnow
+from kernelab.service.server.models import Job, JobAttempt, utcnow
 
 PROGRESS = {
     "cell": 1,

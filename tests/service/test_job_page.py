@@ -20,8 +20,7 @@ from factories import job_result, samples, spec_dict
 from health_fixtures import h200x2_report
 from sqlalchemy import null, select, update
 
-from kernelab.service import compare_queue, crud, models, stats
-from kernelab.service.schemas import (
+from kernelab.service.contract.schemas import (
     CorrectnessResult,
     JobResult,
     ProbeReport,
@@ -30,6 +29,8 @@ from kernelab.service.schemas import (
     SampleColumns,
     TimedCheck,
 )
+from kernelab.service.judge import stats
+from kernelab.service.server import compare_queue, crud, models
 from kernelab.web import job_view, routes
 
 CELLS = 10

@@ -13,8 +13,8 @@ import pytest
 from factories import wrong_candidate
 from test_history import H200, _post_job
 
-from kernelab.service import job_vs_job
-from kernelab.service.schemas import JobResult
+from kernelab.service.contract.schemas import JobResult
+from kernelab.service.server import job_vs_job
 
 
 def _compare(api, a: int, b: int, **params: Any) -> Any:  # type: ignore[no-untyped-def]
@@ -146,8 +146,8 @@ def test_a_pair_above_the_inline_bound_is_computed_by_a_compare_worker(api) -> N
     rules' version it was judged by is older."""
     from sqlalchemy import func, select, update
 
-    from kernelab.service import verdicts
-    from kernelab.service.models import CompareTask
+    from kernelab.service.judge import verdicts
+    from kernelab.service.server.models import CompareTask
 
     a = _post_job(api, hostname="h200-a", model=H200, base_ns=1000.0, days=0)
     b = _post_job(api, hostname="h200-b", model=H200, base_ns=1300.0, days=1)

@@ -124,7 +124,7 @@ def test_health(api) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_readyz_reports_an_unreachable_database(api) -> None:  # type: ignore[no-untyped-def]
-    from kernelab.service.core.db import make_engine
+    from kernelab.service.server.core.db import make_engine
 
     api.client.app.state.engine = make_engine("postgresql+psycopg://nobody@127.0.0.1:1/none")
     r = api.client.get("/readyz")
@@ -132,8 +132,8 @@ def test_readyz_reports_an_unreachable_database(api) -> None:  # type: ignore[no
 
 
 def test_request_body_limit(migrated_url, client_class, admin_token) -> None:  # type: ignore[no-untyped-def]
-    from kernelab.service.app import create_app
-    from kernelab.service.core.config import Settings
+    from kernelab.app import create_app
+    from kernelab.service.server.core.config import Settings
 
     app = create_app(Settings(database_url=migrated_url, admin_token=admin_token, max_request_bytes=2048))
     headers = {"Authorization": f"Bearer {admin_token}"}

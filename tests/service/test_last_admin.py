@@ -9,9 +9,9 @@ import time
 import pytest
 from sqlalchemy import select
 
-from kernelab.service import models
-from kernelab.service.admin_guard import is_last_admin
-from kernelab.service.auth import create_token, revoke_token
+from kernelab.service.server import models
+from kernelab.service.server.admin_guard import is_last_admin
+from kernelab.service.server.auth import create_token, revoke_token
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -59,7 +59,7 @@ def test_two_admins_revoking_each_other_at_once_leave_one_on_sqlite(tmp_path) ->
 
 
 def _revoke_each_other(url: str) -> None:
-    from kernelab.service.core.db import make_engine, make_session_factory, upgrade
+    from kernelab.service.server.core.db import make_engine, make_session_factory, upgrade
 
     upgrade(url)
     engine = make_engine(url)

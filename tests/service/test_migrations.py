@@ -13,10 +13,10 @@ from alembic.runtime.migration import MigrationContext
 from factories import spec_dict
 from sqlalchemy import MetaData, Table, insert, inspect, select, text
 
-from kernelab.service import crud
-from kernelab.service.app import create_app
-from kernelab.service.core.config import Settings
-from kernelab.service.core.db import (
+from kernelab.app import create_app
+from kernelab.service.server import crud
+from kernelab.service.server.core.config import Settings
+from kernelab.service.server.core.db import (
     SchemaNotCurrentError,
     check_at_head,
     downgrade,
@@ -25,7 +25,7 @@ from kernelab.service.core.db import (
     make_session_factory,
     upgrade,
 )
-from kernelab.service.models import Base
+from kernelab.service.server.models import Base
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # starlette asks for the httpx2 fork (tests/service/conftest.py)
@@ -225,7 +225,7 @@ def test_stored_results_get_compare_tasks(db_url: str) -> None:
     """0015 queues a compare task for every stored result without a comparison (readers no longer
     compute one) and a done one for a result with it; the job reads "comparing" until a compare
     worker stored it. Downgrade drops the table."""
-    from kernelab.service.compare_worker import drain
+    from kernelab.service.server.compare_worker import drain
 
     upgrade(db_url, "0013_runner_node")
     engine = make_engine(db_url)

@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from test_stats import make_cell, make_result, make_samples
 
-from kernelab.service import stats
-from kernelab.service.node_change import node_change_reasons
-from kernelab.service.schemas import AllReduceReading, CopyBandwidthReading, HealthBand, ProbeReport
+from kernelab.service.contract.schemas import AllReduceReading, CopyBandwidthReading, HealthBand, ProbeReport
+from kernelab.service.judge import stats
+from kernelab.service.judge.node_change import node_change_reasons
 
 T0 = datetime(2026, 12, 1, 7, tzinfo=UTC)
 

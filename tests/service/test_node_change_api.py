@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from factories import job_result, probe_report, spec_dict
 
-from kernelab.service.schemas import NodeInfo, ProbeReport
+from kernelab.service.contract.schemas import NodeInfo, ProbeReport
 
 NODE = "gpu-node-changed"
 GPU = NodeInfo(

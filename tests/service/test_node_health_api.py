@@ -8,7 +8,7 @@ from datetime import timedelta
 from factories import job_result, spec_dict
 from health_fixtures import h200x2_report
 
-from kernelab.service.schemas import ProbeReport
+from kernelab.service.contract.schemas import ProbeReport
 
 NODE = "h200-node-1"
 

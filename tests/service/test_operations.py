@@ -19,8 +19,8 @@ from factories import job_result, probe_report, spec_dict
 from prometheus_client.parser import text_string_to_metric_families
 
 from kernelab.runners.local import free_port, wait_healthy
-from kernelab.service.core.db import upgrade
-from kernelab.service.observability import JsonFormatter
+from kernelab.service.server.core.db import upgrade
+from kernelab.service.server.observability import JsonFormatter
 
 
 def _metrics(api, headers) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:  # type: ignore[no-untyped-def]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kernelab.service.app import create_app
-from kernelab.service.core.config import Settings
+from kernelab.app import create_app
+from kernelab.service.server.core.config import Settings
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -1,4 +1,4 @@
-"""The probe protocol (``kernelab.service.schemas.probe_protocol``): ``ProbeReport`` built from the
+"""The probe protocol (``kernelab.service.contract.schemas.probe_protocol``): ``ProbeReport`` built from the
 registered probes keeps its stored form, and the registry refuses a probe it could not place."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from pydantic import Field
 
-from kernelab.service import models
-from kernelab.service.schemas import ProbeReport
-from kernelab.service.schemas import probe_protocol as pp
-from kernelab.service.schemas.types import _Posted, read_stored
+from kernelab.service.contract.schemas import ProbeReport
+from kernelab.service.contract.schemas import probe_protocol as pp
+from kernelab.service.contract.schemas.types import _Posted, read_stored
+from kernelab.service.server import models
 
 STORED = Path(__file__).parent / "fixtures" / "probe_report_2026-12-01.json"
 """A report dumped by ``ProbeReport.model_dump(mode="json")`` before probes were registered (every

@@ -11,10 +11,10 @@ import pytest
 from factories import spec_dict
 from sqlalchemy import select
 
-from kernelab.service import queue
-from kernelab.service.core.db import make_engine, make_session_factory
-from kernelab.service.models import Job, JobAttempt, utcnow
-from kernelab.service.schemas import JobSpec
+from kernelab.service.contract.schemas import JobSpec
+from kernelab.service.server import queue
+from kernelab.service.server.core.db import make_engine, make_session_factory
+from kernelab.service.server.models import Job, JobAttempt, utcnow
 
 
 def _expire(api, job_id: int) -> None:  # type: ignore[no-untyped-def]
@@ -57,14 +57,14 @@ def test_claim_heartbeat_and_lease_loss(api) -> None:  # type: ignore[no-untyped
 
 
 def _last_seen(api, name: str):  # type: ignore[no-untyped-def]
-    from kernelab.service.models import Runner
+    from kernelab.service.server.models import Runner
 
     with api.factory() as session:
         return session.scalar(select(Runner.last_seen_at).where(Runner.name == name))
 
 
 def _set_last_seen(api, name: str, when) -> None:  # type: ignore[no-untyped-def]
-    from kernelab.service.models import Runner
+    from kernelab.service.server.models import Runner
 
     with api.factory.begin() as session:
         session.scalars(select(Runner).where(Runner.name == name)).one().last_seen_at = when
@@ -197,7 +197,7 @@ def test_concurrent_claimers_never_share_a_job(migrated_url: str) -> None:
                 errors.append(exc)
 
         with factory.begin() as session:
-            from kernelab.service.models import Runner
+            from kernelab.service.server.models import Runner
 
             runners = [Runner(name=f"r{i}") for i in range(8)]
             session.add_all(runners)
@@ -223,7 +223,7 @@ def test_queue_functions_without_http(migrated_url: str, retry: bool) -> None:
     factory = make_session_factory(engine)
     try:
         with factory.begin() as session:
-            from kernelab.service.models import Runner
+            from kernelab.service.server.models import Runner
 
             session.add(Runner(name="r"))
             session.flush()

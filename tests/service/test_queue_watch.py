@@ -1,4 +1,5 @@
-"""Long-polling claims wait in one ``QueueWatch`` per server process (``kernelab.service.queue_watch``): the
+"""Long-polling claims wait in one ``QueueWatch`` per server process
+(``kernelab.service.server.queue_watch``): the
 database sees one queue read per poll period however many runners wait, a new job wakes one
 waiter, a job for another device wakes none, and with two ``kernelab serve`` workers on
 PostgreSQL every job submitted while runners wait is handed out exactly once."""
@@ -18,11 +19,11 @@ from conftest import Fleet
 from factories import spec_dict
 from sqlalchemy import event, select
 
-from kernelab.service import queue
-from kernelab.service.core.db import make_engine, make_session_factory
-from kernelab.service.models import Job, Runner, utcnow
-from kernelab.service.queue_watch import QueueWatch
-from kernelab.service.schemas import JobSpec
+from kernelab.service.contract.schemas import JobSpec
+from kernelab.service.server import queue
+from kernelab.service.server.core.db import make_engine, make_session_factory
+from kernelab.service.server.models import Job, Runner, utcnow
+from kernelab.service.server.queue_watch import QueueWatch
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -172,7 +173,7 @@ def slow_poll_api(settings, client_class):  # type: ignore[no-untyped-def]
     longer than any wait below, so a claim answered with a job was woken by the database."""
     from conftest import Api
 
-    from kernelab.service.app import create_app
+    from kernelab.app import create_app
 
     slow = settings.model_copy(update={"claim_poll_s": 10.0, "claim_wait_max_s": 8.0})
     with client_class(create_app(slow)) as client:

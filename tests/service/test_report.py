@@ -1,4 +1,4 @@
-"""kernelab.service.report: the text table and the Markdown export, from a real ``stats.compare``."""
+"""kernelab.service.judge.report: the text table and the Markdown export, from a real ``stats.compare``."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
-from kernelab.service import report, stats
-from kernelab.service.schemas import (
+from kernelab.service.contract.schemas import (
     VERDICT_INFO,
     AllReduceReading,
     CellResult,
@@ -22,7 +21,8 @@ from kernelab.service.schemas import (
     ProbeReport,
     Sample,
 )
-from kernelab.service.verdicts import VERDICT_ORDER, reason
+from kernelab.service.judge import report, stats
+from kernelab.service.judge.verdicts import VERDICT_ORDER, reason
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 
@@ -353,7 +353,7 @@ def test_why_names_the_deciding_reason_and_counts_the_others():
 def test_cross_check_is_shown_in_the_table_and_the_markdown() -> None:
     """Both methods' medians per side and both ratios, under the table and in the Markdown; a cell
     without a cross measurement says why."""
-    from kernelab.service.schemas import TimerCrossCheck
+    from kernelab.service.contract.schemas import TimerCrossCheck
     from tests.service.factories import job_result
 
     result = job_result(None)

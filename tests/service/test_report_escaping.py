@@ -9,8 +9,8 @@ import re
 import pytest
 from test_report import _comparison
 
-from kernelab.service import report
-from kernelab.service.schemas import RevisionInfo, RevisionsInfo, read_stored
+from kernelab.service.contract.schemas import RevisionInfo, RevisionsInfo, read_stored
+from kernelab.service.judge import report
 
 markdown_it = pytest.importorskip("markdown_it")
 

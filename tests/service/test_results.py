@@ -11,8 +11,8 @@ import json
 from factories import job_result, list_form, probe_report
 from sqlalchemy import func, select
 
-from kernelab.service import crud
-from kernelab.service.models import Cell, ProbeReading, ProbeReport, Result, SampleBlock
+from kernelab.service.server import crud
+from kernelab.service.server.models import Cell, ProbeReading, ProbeReport, Result, SampleBlock
 
 
 def _counts(api) -> tuple[int, ...]:  # type: ignore[no-untyped-def]
@@ -103,7 +103,7 @@ def test_failure_inside_the_transaction_rolls_everything_back(api, monkeypatch) 
     a unique key broken while storing the probes): 409 and nothing stored, the job still running."""
     from sqlalchemy.exc import IntegrityError
 
-    from kernelab.service.crud import ingest
+    from kernelab.service.server.crud import ingest
 
     def broken(**_: object) -> None:
         raise IntegrityError("INSERT INTO probe_reports ...", {}, Exception("duplicate key value"))
@@ -233,7 +233,7 @@ def test_probe_reports_and_nodes(api) -> None:  # type: ignore[no-untyped-def]
 
 def test_garbage_collection_pauses_during_an_ingest_and_resumes(api) -> None:  # type: ignore[no-untyped-def]
     """The results route pauses the cyclic collector while it runs (nestable) and restores it."""
-    from kernelab.service.api.raw_body import gc_paused as _gc_paused
+    from kernelab.service.server.api.raw_body import gc_paused as _gc_paused
 
     assert gc.isenabled()
     with _gc_paused():

@@ -7,8 +7,8 @@ from __future__ import annotations
 from factories import job_result, probe_report
 from sqlalchemy import func, insert, select
 
-from kernelab.service.core.db import downgrade, make_engine, upgrade
-from kernelab.service.models import ProbeReport, Result, Runner
+from kernelab.service.server.core.db import downgrade, make_engine, upgrade
+from kernelab.service.server.models import ProbeReport, Result, Runner
 
 
 def _count(api, table) -> int:  # type: ignore[no-untyped-def]

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from kernelab.service import sample_blocks
-from kernelab.service.schemas import SAMPLE_FIELDS, CellResult, Sample, SampleColumns
+from kernelab.service.contract import sample_blocks
+from kernelab.service.contract.schemas import SAMPLE_FIELDS, CellResult, Sample, SampleColumns
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1

@@ -1,4 +1,5 @@
-"""``GET /jobs/{id}/samples`` written column-wise per block (``kernelab.service.sample_export``) is the same
+"""``GET /jobs/{id}/samples`` written column-wise per block (``kernelab.service.server.sample_export``) is the
+same
 text as one ``json.dumps``/``csv.DictWriter`` call per row, for whole downloads and for pages that
 start and end inside blocks; on SQLite and PostgreSQL."""
 
@@ -12,8 +13,8 @@ from typing import Any
 import numpy as np
 from factories import job_result, spec_dict
 
-from kernelab.service import crud, sample_export
-from kernelab.service.schemas import SAMPLE_FIELDS, SampleColumns
+from kernelab.service.contract.schemas import SAMPLE_FIELDS, SampleColumns
+from kernelab.service.server import crud, sample_export
 
 SWEEP = {"M": [4], "N": [64, 128, 256, 512, 1024, 2048]}  # 6 cells
 INT32_MAX = 2**31 - 1

@@ -14,8 +14,7 @@ import pytest
 from factories import job_result, spec_dict
 from pydantic import ValidationError
 
-from kernelab.service import crud, stats
-from kernelab.service.schemas import (
+from kernelab.service.contract.schemas import (
     RESULT_SCHEMA_VERSION,
     SAMPLE_FIELDS,
     CellResult,
@@ -23,6 +22,8 @@ from kernelab.service.schemas import (
     ResultHeader,
     SampleColumns,
 )
+from kernelab.service.judge import stats
+from kernelab.service.server import crud
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -28,8 +28,8 @@ from factories import job_result, spec_dict  # noqa: E402
 from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 from hypothesis.errors import Unsatisfiable  # noqa: E402
 
-from kernelab.service.app import create_app
-from kernelab.service.core.config import Settings
+from kernelab.app import create_app
+from kernelab.service.server.core.config import Settings
 
 MAX_EXAMPLES = 12  # per operation and database
 RUNNER_PATHS = ("/api/v1/runners/claim", "/api/v1/runners/jobs/", "/results", "/probes")

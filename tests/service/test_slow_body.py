@@ -1,7 +1,7 @@
 """The attack: with ``KERNELAB_MAX_CONNECTIONS=50``, 60 sockets that sent the head
 of ``POST /login`` (``Content-Length: 4000``) and then one byte every 5 s held every connection
 with no token: ``/healthz`` answered 503 for the whole attack. The header timeout did not cover
-bodies; the body floor rate (``kernelab.service.connection_guard``) closes them.
+bodies; the body floor rate (``kernelab.service.server.connection_guard``) closes them.
 
 A real ``kernelab serve`` (SQLite, one worker) with a 10-connection limit and a 2 s body window;
 15 slow sign-in bodies; ``/healthz`` on fresh connections must be answered 200 again within a few

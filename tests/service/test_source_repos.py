@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import func, select
 
-from kernelab.service.models import Job
+from kernelab.service.server.models import Job
 
 
 def _sourced(repo: str) -> dict:  # type: ignore[type-arg]

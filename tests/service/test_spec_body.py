@@ -1,7 +1,7 @@
 """The attack: a 44 MB spec of 2,000,000 keys froze the server for ~10 s (FastAPI
 decoded and validated it on the event loop). Specs are now at most ``KERNELAB_MAX_SPEC_BYTES``
 (1 MiB; 413 before decoding) and validated from their bytes in a worker thread
-(``kernelab.service.api.spec_body``)."""
+(``kernelab.service.server.api.spec_body``)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from factories import spec_dict
 
-from kernelab.service.api.spec_body import DEFAULT_MAX_SPEC_BYTES
-from kernelab.service.schemas import JobSpec
+from kernelab.service.contract.schemas import JobSpec
+from kernelab.service.server.api.spec_body import DEFAULT_MAX_SPEC_BYTES
 
 pytestmark = pytest.mark.timeout(60)
 

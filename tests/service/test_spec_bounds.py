@@ -21,7 +21,7 @@ import pytest
 from factories import spec_dict
 from pydantic import ValidationError
 
-from kernelab.service.schemas import MAX_CELLS, MAX_PARAM_KEYS, JobSpec
+from kernelab.service.contract.schemas import MAX_CELLS, MAX_PARAM_KEYS, JobSpec
 
 BOMB_SWEEP = {f"k{i}": list(range(10)) for i in range(10)}  # 10**10 cells
 SOURCE = {"repo": "https://example.com/kernels.git", "ref": "0123abcd"}  # validated on the runner only
@@ -234,7 +234,9 @@ def test_spec_validation_against_the_benchmark_runs_off_the_event_loop(
     api,
     monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
 ) -> None:
-    from kernelab.service import offers  # POST /jobs checks the spec through crud.accept_spec -> offers
+    from kernelab.service.server import (
+        offers,  # POST /jobs checks the spec through crud.accept_spec -> offers
+    )
 
     seen: list[bool] = []
     real = offers.check_spec
@@ -285,7 +287,7 @@ def test_tolerances_and_input_scale_are_bounded_at_the_door(api, correctness, lo
 
 
 def test_the_bounds_of_tolerances_and_input_scale_are_accepted(api) -> None:  # type: ignore[no-untyped-def]
-    from kernelab.service.schemas import STORED, CorrectnessSpec
+    from kernelab.service.contract.schemas import STORED, CorrectnessSpec
 
     bounds = ({"input_scale": 2.0**10, "rtol": 1.0, "atol": 1e6}, {"input_scale": 2.0**-10, "atol": 0})
     for correctness in bounds:

@@ -3,7 +3,7 @@
 
 A ``__main__`` module or one of the standard library is refused by form (nothing imported: a 422
 naming ``benchmark`` on the server too). The server imports no benchmark at all: a reference no
-runner advertises is queued and waits (``kernelab.service.offers``), never imported. Where
+runner advertises is queued and waits (``kernelab.service.server.offers``), never imported. Where
 benchmarks are imported (``kernelab validate``, the runner), any ``BaseException`` but
 ``KeyboardInterrupt`` of an import or a constructor is an error naming ``benchmark`` / a
 ``FILE:LINE`` message with exit status 2.
@@ -109,7 +109,7 @@ def test_where_benchmarks_are_imported_one_that_exits_is_an_error_on_benchmark(
     programs: Path, ref: str, fragment: str
 ) -> None:
     from kernelab.kernels import validate_spec
-    from kernelab.service.schemas import JobSpec
+    from kernelab.service.contract.schemas import JobSpec
 
     errors = validate_spec(JobSpec.model_validate(spec_dict(benchmark=ref, baseline={"variant": "a"},
                                                             candidate={"variant": "b"})))  # fmt: skip

@@ -1,4 +1,4 @@
-"""kernelab.service.stats on synthetic sample streams with known effects and fixed seeds."""
+"""kernelab.service.judge.stats on synthetic sample streams with known effects and fixed seeds."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 from scipy.stats import false_discovery_control
 
-from kernelab.service import estimators, stats, verdicts
-from kernelab.service.schemas import (
+from kernelab.service.contract.schemas import (
     CellResult,
     CopyBandwidthReading,
     CorrectnessResult,
@@ -27,6 +26,7 @@ from kernelab.service.schemas import (
     SideStats,
     Work,
 )
+from kernelab.service.judge import estimators, stats, verdicts
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 
@@ -373,7 +373,7 @@ def test_a_change_the_input_placements_disagree_on_is_inconclusive():
     pooled (crossover) ratio says slower beyond the 2% threshold, one placement says faster; a real
     +6% on both placements stays slower; a real -7% under a 6% set effect is not vouched for (the
     rule's cost); a balanced ±1.5% placement effect stays same."""
-    from kernelab.service.schemas import Placement
+    from kernelab.service.contract.schemas import Placement
 
     def cell_of(by_stratum: tuple[float, float], seed: int) -> CellResult:
         samples = make_samples(rounds=200, ratio=1.0, noise=0.002, seed=seed)
@@ -537,7 +537,7 @@ def test_a_power_capped_sample_is_throttled_by_its_clock_alone() -> None:
     8192^3 matmul: 0x4 on every sample at 1650 MHz, 83% of 1980): kept; marked throttled by the
     runner's clock rule (below 75%) it is dropped; hw_thermal (0x40) drops a sample whatever its
     clock; a mask of 0x4 | 0x40 too."""
-    from kernelab.service.samples import SampleColumns
+    from kernelab.service.contract.samples import SampleColumns
 
     n = 8
     base = {
@@ -565,7 +565,7 @@ def test_a_side_timed_in_the_triton_interpreter_gets_no_timing_verdict() -> None
     every renderer; a wrong output still reads ``incorrect`` (correctness outranks it)."""
     from factories import job_result
 
-    from kernelab.service.report import void_timing
+    from kernelab.service.judge.report import void_timing
 
     result = job_result(1)
     plain = stats.compare(result, n_resamples=200)

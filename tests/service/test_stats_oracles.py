@@ -1,4 +1,4 @@
-"""``kernelab.service.stats`` against brute-force oracles and golden files.
+"""``kernelab.service.judge.stats`` against brute-force oracles and golden files.
 
 Each statistic is computed a second way that is slow but obviously right: Hodges-Lehmann as the
 median (and order statistics) of all m*n pairwise differences, the round bootstrap as a plain loop
@@ -25,8 +25,8 @@ import pytest
 from scipy.stats import bootstrap, norm, rankdata
 from stats_cases import PEAKS, columns, result, round_rows
 
-from kernelab.service import estimators, stats
-from kernelab.service.schemas import JobResult, SampleColumns
+from kernelab.service.contract.schemas import JobResult, SampleColumns
+from kernelab.service.judge import estimators, stats
 
 GOLDEN = Path(__file__).parent / "golden"
 

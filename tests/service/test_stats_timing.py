@@ -8,10 +8,10 @@ from datetime import timedelta
 
 import pytest
 
-from kernelab.service import report
-from kernelab.service.schemas import ContentionReading, MatmulPeakReading, Work
-from kernelab.service.stats import compare
-from kernelab.service.verdicts import node_peaks
+from kernelab.service.contract.schemas import ContentionReading, MatmulPeakReading, Work
+from kernelab.service.judge import report
+from kernelab.service.judge.stats import compare
+from kernelab.service.judge.verdicts import node_peaks
 from tests.service.factories import T0, job_result, probe_report
 
 pytestmark = pytest.mark.timeout(60)

@@ -1,7 +1,8 @@
 """A spec stored by an older version stays readable when the door's bounds grow stricter.
 
 The door refuses a seed above 2**62, an integer parameter past int64, more than 64 parameter keys,
-an empty list in ``sweep_by_device`` and a malformed benchmark reference (``kernelab.service.schemas``);
+an empty list in ``sweep_by_device`` and a malformed benchmark reference
+(``kernelab.service.contract.schemas``);
 older versions stored such specs. Reading them back (the job, its claim, its result, its report)
 must not fail: stored data is validated with ``schemas.STORED``, the door's bounds only at the door.
 """
@@ -14,8 +15,8 @@ import pytest
 from factories import job_result, spec_dict
 from sqlalchemy import update
 
-from kernelab.service import models
-from kernelab.service.schemas import STORED, JobSpec
+from kernelab.service.contract.schemas import STORED, JobSpec
+from kernelab.service.server import models
 
 OLDER = {  # each a spec an older version accepted and stored
     "seed 10**29": {"measurement": {"min_rounds": 4, "max_rounds": 8, "seed": 10**29}},

@@ -1,10 +1,11 @@
-"""``kernelab.service.units``: one way to write a size, for the CLI, the Markdown and the dashboard."""
+"""``kernelab.service.contract.units``: one way to write a size, for the CLI, the Markdown and the
+dashboard."""
 
 from __future__ import annotations
 
 import pytest
 
-from kernelab.service.units import format_bytes
+from kernelab.service.contract.units import format_bytes
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -30,7 +31,7 @@ def test_format_bytes(n: int | None, text: str) -> None:
 
 def test_every_size_the_reports_show_is_written_by_format_bytes() -> None:
     from kernelab.runners.probes import format as probe_format
-    from kernelab.service import report
+    from kernelab.service.judge import report
     from kernelab.web import figures, routes
 
     for module in (probe_format, report, figures, routes):

@@ -1,4 +1,4 @@
-"""The verdict catalogue (``kernelab.service.schemas.VERDICT_CATALOGUE``) is the one declaration of
+"""The verdict catalogue (``kernelab.service.contract.schemas.VERDICT_CATALOGUE``) is the one declaration of
 every verdict: each test here walks it, so a verdict added there that some view does not cover (no
 colour, no CSS rule, no gate class, no bisect outcome, no GitHub level, no Markdown form, no
 terminal style) fails here, naming the verdict.
@@ -22,9 +22,7 @@ import typer
 from kernelab.runners import bisect
 from kernelab.runners.cli import common, github, output
 from kernelab.runners.cli.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
-from kernelab.service import report, verdicts
-from kernelab.service.cell_table import sweep_axes
-from kernelab.service.schemas import (
+from kernelab.service.contract.schemas import (
     VERDICT_CATALOGUE,
     VERDICT_INFO,
     CellComparison,
@@ -38,6 +36,8 @@ from kernelab.service.schemas import (
     VerdictEntry,
     verdict_css_class,
 )
+from kernelab.service.judge import report, verdicts
+from kernelab.service.judge.cell_table import sweep_axes
 from kernelab.web import routes, sweep, verdict_style
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""Workload verdicts (``kernelab.service.workload_stats``) on results built here: phases and
+"""Workload verdicts (``kernelab.service.judge.workload_stats``) on results built here: phases and
 metrics across paired runs, the precedence (absent > too few pairs > CI), per-rank times, the
 consistency table, the sick-node signature and a probe that changed between runs."""
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from kernelab.runners.workload import run_order
-from kernelab.service.schemas import (
+from kernelab.service.contract.schemas import (
     GpuTelemetry,
     NodeInfo,
     ProbeReport,
@@ -20,8 +20,8 @@ from kernelab.service.schemas import (
     WorkloadRun,
     WorkloadSpec,
 )
-from kernelab.service.workload_report import format_workload, workload_markdown
-from kernelab.service.workload_stats import MIN_PAIRS, SICK_RATIO, compare_workload
+from kernelab.service.judge.workload_report import format_workload, workload_markdown
+from kernelab.service.judge.workload_stats import MIN_PAIRS, SICK_RATIO, compare_workload
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 

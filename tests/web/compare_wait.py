@@ -1,7 +1,7 @@
 """The compare worker beside a dashboard test's server, and waiting for what it stores.
 
 The dashboard tests run the app under uvicorn directly, as a fleet does; comparisons are computed
-by a compare worker process of their own (``python -m kernelab.service.compare_worker``), as
+by a compare worker process of their own (``python -m kernelab.service.server.compare_worker``), as
 ``kernelab compare-worker`` runs one. Waiting reads the job's ``comparison_status`` (the protocol),
 never a duration."""
 
@@ -21,7 +21,7 @@ POLL_S = 0.1
 
 def start(env: Mapping[str, str], log: IO[bytes]) -> subprocess.Popen[bytes]:
     """A compare worker process on the database of ``env`` (``KERNELAB_DATABASE_URL``)."""
-    return subprocess.Popen([sys.executable, "-m", "kernelab.service.compare_worker"],
+    return subprocess.Popen([sys.executable, "-m", "kernelab.service.server.compare_worker"],
                             env={**env, "KERNELAB_COMPARE_POLL_S": "0.05"}, stdout=log,
                             stderr=subprocess.STDOUT)  # fmt: skip
 

@@ -1,6 +1,6 @@
 """The browser tests' server and Chromium, one place for the seven ``test_browser*`` modules.
 
-``serve_dashboard`` runs ``kernelab.service.app:create_app`` under uvicorn (as a fleet runs it,
+``serve_dashboard`` runs ``kernelab.app:create_app`` under uvicorn (as a fleet runs it,
 not ``kernelab serve``) on a free loopback port and a migrated database, with a compare worker
 beside it (``compare_wait``); ``DashboardConfig`` is what a module may set its own way (extra
 environment, uvicorn's logging options, no compare worker, another database). ``SharedChromium``
@@ -23,7 +23,7 @@ import compare_wait
 from browser_signin import sign_in
 
 from kernelab.runners.local import free_port, wait_healthy
-from kernelab.service.core.db import upgrade
+from kernelab.service.server.core.db import upgrade
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page, Playwright
@@ -91,7 +91,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 def serve_dashboard(config: DashboardConfig, folder: Path) -> Iterator[Dashboard]:
     """The dashboard of ``config``, its database and log (``server.log``) in ``folder``, a private
     dashboard (``KERNELAB_PUBLIC_DASHBOARD=false``) with the admin token ``ADMIN_TOKEN``. The
-    database is migrated first (``kernelab.service.core.db.upgrade``). Yields once ``/healthz``
+    database is migrated first (``kernelab.service.server.core.db.upgrade``). Yields once ``/healthz``
     answers; the server and its compare worker are stopped after (SIGTERM, SIGKILL after
     ``STOP_GRACE_S``). Raises ``kernelab.runners.local.ServerStartError`` with the log's tail when
     the server exits or does not answer within ``SERVER_START_S``."""
@@ -101,7 +101,7 @@ def serve_dashboard(config: DashboardConfig, folder: Path) -> Iterator[Dashboard
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "KERNELAB_DATABASE_URL": db_url, "KERNELAB_ADMIN_TOKEN": ADMIN_TOKEN,
            "KERNELAB_PUBLIC_DASHBOARD": "false", **config.env}  # fmt: skip
-    command = [sys.executable, "-m", "uvicorn", "--factory", "kernelab.service.app:create_app",
+    command = [sys.executable, "-m", "uvicorn", "--factory", "kernelab.app:create_app",
                "--host", "127.0.0.1", "--port", str(port), *config.uvicorn_args]  # fmt: skip
     log_path = folder / "server.log"
     with log_path.open("wb") as log:  # the server's output; a failing test's log points here

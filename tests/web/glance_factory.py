@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from kernelab.service.schemas import (
+from kernelab.service.contract.schemas import (
     AllReduceReading,
     CellResult,
     CopyBandwidthReading,

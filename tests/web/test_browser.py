@@ -1,7 +1,7 @@
 """The dashboard as a person sees it: a real server process, a real result, real Chromium.
 
 One module-scoped server (uvicorn on a free loopback port, a temp SQLite file migrated by
-``kernelab.service.core.db.upgrade``) is seeded through the REST API with a job whose name is an XSS
+``kernelab.service.server.core.db.upgrade``) is seeded through the REST API with a job whose name is an XSS
 attempt; a runner token claims it and posts the ``JobResult`` that ``kernelab.runners.job.run_job`` measured
 on this machine's CPU (a tiny softmax sweep). A second job stays queued. Each test then opens pages
 in headless Chromium and asserts what is on screen.
@@ -25,8 +25,8 @@ from browser_signin import sign_in  # noqa: E402
 from dashboard_server import ADMIN_TOKEN, REPO, Dashboard, signed_in_page  # noqa: E402
 from playwright.sync_api import Browser, Page  # noqa: E402
 
-from kernelab.service.report import cell_speedup
-from kernelab.service.schemas import Comparison, JobResult, JobSpec
+from kernelab.service.contract.schemas import Comparison, JobResult, JobSpec
+from kernelab.service.judge.report import cell_speedup
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

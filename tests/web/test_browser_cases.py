@@ -31,10 +31,7 @@ from sqlalchemy.engine import make_url  # noqa: E402
 from sqlalchemy.exc import OperationalError  # noqa: E402
 from web_factory import T0, make_probe, make_result, make_spec  # noqa: E402
 
-from kernelab.service import crud  # noqa: E402
-from kernelab.service.core.db import make_engine, make_session_factory  # noqa: E402
-from kernelab.service.models import Runner  # noqa: E402
-from kernelab.service.schemas import (  # noqa: E402
+from kernelab.service.contract.schemas import (  # noqa: E402
     AllReduceReading,
     JobResult,
     NodeInfo,
@@ -44,6 +41,9 @@ from kernelab.service.schemas import (  # noqa: E402
     SampleColumns,
     Work,
 )
+from kernelab.service.server import crud  # noqa: E402
+from kernelab.service.server.core.db import make_engine, make_session_factory  # noqa: E402
+from kernelab.service.server.models import Runner  # noqa: E402
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

@@ -30,7 +30,7 @@ import glance_factory as gf  # noqa: E402
 from dashboard_server import ADMIN_TOKEN, REPO, Dashboard, DashboardConfig, signed_in_page  # noqa: E402
 from playwright.sync_api import Browser, Page  # noqa: E402
 
-from kernelab.service.report import format_speedup  # noqa: E402
+from kernelab.service.judge.report import format_speedup  # noqa: E402
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

@@ -21,7 +21,7 @@ import compare_wait  # noqa: E402
 from dashboard_server import ADMIN_TOKEN, REPO, Dashboard, DashboardConfig, signed_in_page  # noqa: E402
 from playwright.sync_api import Browser, Page  # noqa: E402
 
-from kernelab.service.schemas import Comparison, JobSpec  # noqa: E402
+from kernelab.service.contract.schemas import Comparison, JobSpec  # noqa: E402
 from tests.wrong_kernels.cases import FAST_WRONG, RAISES, SPEC, WRONG_DIR  # noqa: E402
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]

@@ -1,5 +1,5 @@
 """The sweep-at-a-glance builders (``kernelab.web.sweep``), the per-cell table and export
-(``kernelab.service.cell_table``) and the speedup words (``kernelab.service.report``), on small
+(``kernelab.service.judge.cell_table``) and the speedup words (``kernelab.service.judge.report``), on small
 comparisons built by hand."""
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
-from kernelab.service import cell_table, report
-from kernelab.service.schemas import (
+from kernelab.service.contract.schemas import (
     CellComparison,
     Comparison,
     CopyBandwidthReading,
@@ -25,6 +24,7 @@ from kernelab.service.schemas import (
     Series,
     SideStats,
 )
+from kernelab.service.judge import cell_table, report
 from kernelab.web import figures, sweep
 
 T0 = datetime(2026, 12, 1, 12, tzinfo=UTC)

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
-from kernelab.service.schemas import (
+from kernelab.service.contract.schemas import (
     AllReduceReading,
     CellComparison,
     CellResult,

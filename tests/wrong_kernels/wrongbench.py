@@ -20,7 +20,7 @@ import torch
 from pydantic import Field
 
 from kernelab.kernels.base import Benchmark, BenchmarkError, Params
-from kernelab.service.schemas import Work
+from kernelab.service.contract.schemas import Work
 
 REPEATS = 8
 

@@ -16,7 +16,7 @@ sys.path.insert(0, str(HERE.parent))  # stats_cases
 
 from stats_cases import PEAKS, result  # noqa: E402
 
-from kernelab.service.stats import compare  # noqa: E402
+from kernelab.service.judge.stats import compare  # noqa: E402
 
 COMPARE = {"n_resamples": 500, "seed": 7, "peaks": PEAKS}
 

@@ -1,1 +1,0 @@
-"""One router module per resource, joined in ``kernelab.service.api``."""
