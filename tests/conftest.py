@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from kernelab.runners.local import ServerProcess, admin_token, free_port
+from tests.leftovers import start_guard
 
 PG_URL = os.environ.get("KERNELAB_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 LIVE_SERVER_START_S = 300.0
@@ -37,6 +38,8 @@ if not _has_cuda():
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # Whatever this process starts dies with it, however it ends (tests/leftovers.py).
+    start_guard()
     # pytest-xdist's --dist loadfile hands out files largest test count first (its
     # --loadscope-reorder default), which leaves the files of few long tests (end-to-end, drills)
     # for last, run alone by one process while the others idle. The order of the collection
