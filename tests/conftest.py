@@ -22,17 +22,21 @@ CHROMIUM = os.environ.get("KERNELAB_CHROMIUM", shutil.which("chromium") or "/usr
 
 
 def _has_cuda() -> bool:
+    """Whether torch sees a CUDA GPU, without importing torch where its build settles it
+    (``torch_sees_cuda``: a CPU build, or no driver), so an xdist controller, which runs no test,
+    does not import it (1.3-1.9 CPU-s)."""
+    from kernelab.runners.job import torch_sees_cuda
+
     try:
-        import torch
+        return torch_sees_cuda()
     except ImportError:
         return False
-    return bool(torch.cuda.is_available())
 
 
 # Triton's interpreter mode is fixed by the first ``import triton`` in a process
 # (kernels/_device.py): pick it before any test module imports triton.
 if not _has_cuda():
-    from kernelab.kernels._device import configure_triton_env
+    from kernelab.kernels.triton_mode import configure_triton_env
 
     configure_triton_env("cpu")
 

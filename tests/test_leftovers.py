@@ -41,8 +41,10 @@ def _carrying(entry: bytes) -> dict[int, str]:
 
 
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads /proc (Linux)")
-@pytest.mark.skipif(shutil.which("pg_ctl") is None and not list(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl")),
-                    reason="PostgreSQL's pg_ctl not installed")  # fmt: skip
+@pytest.mark.skipif(
+    shutil.which("pg_ctl") is None and not list(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl")),
+    reason="PostgreSQL's pg_ctl not installed",
+)
 @pytest.mark.parametrize(
     ("how", "workers"),
     [("ctrl-c", "0"), ("sigkill", "1")],

@@ -106,7 +106,9 @@ def test_node_info_of_a_cpu_node_does_not_import_torch() -> None:
         "from kernelab.runners.probes import node_info\n"
         "print(json.dumps([node_info().model_dump(mode='json'), 'torch' in sys.modules]))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
+    )
     described, imported = json.loads(out.stdout)
     assert imported is False
     assert described == node_info().model_dump(mode="json")  # here torch is imported: asked as before
