@@ -32,5 +32,7 @@ def test_start_processes_then_wait(live_server: LiveServer, tmp_path: Path) -> N
         time.sleep(0.2)
     assert runner.proc is not None and live_server.process.proc is not None
     ready = {"cluster": str(cluster.root), "runner": runner.proc.pid, "server": live_server.process.proc.pid}
-    Path(os.environ["KERNELAB_LEFTOVERS_READY"]).write_text(json.dumps(ready))
+    ready_path = Path(os.environ["KERNELAB_LEFTOVERS_READY"])
+    ready_path.with_suffix(".tmp").write_text(json.dumps(ready))
+    ready_path.with_suffix(".tmp").rename(ready_path)  # whole when it appears
     time.sleep(900)
