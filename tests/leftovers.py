@@ -104,10 +104,13 @@ def start_guard() -> bool:
             str(read_end)]  # fmt: skip
     try:
         # posix_spawn, not Popen: the guard outlives this process by design (a Popen object would
-        # warn at exit that its process still runs); its own session: a Ctrl-C does not reach it
+        # warn at exit that its process still runs); its own session: a Ctrl-C does not reach it;
+        # stdout to /dev/null (a reader of pytest's output does not wait for the guard), stderr
+        # kept for its one line when it had something to end
         os.set_inheritable(read_end, True)
         os.posix_spawn(sys.executable, args, env, setsid=True,
-                       file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)])  # fmt: skip
+                       file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                                     (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0)])  # fmt: skip
     except BaseException:
         os.close(write_end)
         raise
