@@ -13,28 +13,35 @@ from pathlib import Path
 import pytest
 
 from kernelab.runners.local import ServerProcess, admin_token, free_port
+from tests.leftovers import start_guard
 
 PG_URL = os.environ.get("KERNELAB_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 LIVE_SERVER_START_S = 300.0
 
 
 def _has_cuda() -> bool:
+    """Whether torch sees a CUDA GPU, without importing torch where its build settles it
+    (``torch_sees_cuda``: a CPU build, or no driver), so an xdist controller, which runs no test,
+    does not import it (1.3-1.9 CPU-s)."""
+    from kernelab.runners.devices import torch_sees_cuda
+
     try:
-        import torch
+        return torch_sees_cuda()
     except ImportError:
         return False
-    return bool(torch.cuda.is_available())
 
 
 # Triton's interpreter mode is fixed by the first ``import triton`` in a process
 # (kernels/_device.py): pick it before any test module imports triton.
 if not _has_cuda():
-    from kernelab.kernels._device import configure_triton_env
+    from kernelab.kernels.triton_mode import configure_triton_env
 
     configure_triton_env("cpu")
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # Whatever this process starts dies with it, however it ends (tests/leftovers.py).
+    start_guard()
     # pytest-xdist's --dist loadfile hands out files largest test count first (its
     # --loadscope-reorder default), which leaves the files of few long tests (end-to-end, drills)
     # for last, run alone by one process while the others idle. The order of the collection

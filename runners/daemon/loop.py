@@ -505,10 +505,11 @@ class RunnerDaemon:
         if self.node is None:
             try:
                 from kernelab.runners.probes import node_info
+
+                self.node = node_info()  # imports torch only where its build cannot answer
             except ImportError as exc:
                 log.warning("runner %s: node_info unavailable (%s)", self.name, exc)
                 return None
-            self.node = node_info()
         return self.node
 
     # ---------------------------------------------------------------------------------------------

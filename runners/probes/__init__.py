@@ -6,8 +6,9 @@
 says so instead of a crashed job.
 
 Importing this package (or one of its modules without torch, such as ``telemetry`` or ``format``)
-does not import torch: ``run_probes`` and the names that need torch (``node_info``) load it when
-first used, so a job's orchestrating process stays without it (``kernelab.runners.job``).
+does not import torch: ``run_probes`` loads it when first used, and ``node_info`` only where
+torch's build cannot tell a CPU node (``kernelab.runners.probes.node``), so a job's orchestrating
+process and a runner daemon stay without it (``kernelab.runners.job``).
 """
 
 from __future__ import annotations
@@ -132,7 +133,7 @@ def run_probes(spec: ProbeSpec, phase: str = "adhoc", *, device_type: str | None
 
 
 def __getattr__(name: str) -> Any:
-    """``node_info`` on first use (it imports torch: the module docstring)."""
+    """``node_info`` on first use (the module docstring)."""
     if name == "node_info":
         from kernelab.runners.probes.node import node_info
 

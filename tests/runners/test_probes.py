@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import platform
 import socket
+import subprocess
 import sys
 import time
 from datetime import UTC, datetime
@@ -92,6 +94,26 @@ def test_cpu_cache_levels_are_ordered() -> None:
     known = [s for s in sizes if s is not None]
     assert known == sorted(known)
     assert all(s > 0 for s in known)
+
+
+@pytest.mark.slow  # a Python process
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CPU node's description")
+def test_node_info_of_a_cpu_node_does_not_import_torch() -> None:
+    """A process without torch (a runner daemon) describes a CPU node as a process with torch
+    does, and torch stays unimported there (its build and the driver library answer)."""
+    code = (
+        "import json, sys\n"
+        "from kernelab.runners.probes import node_info\n"
+        "print(json.dumps([node_info().model_dump(mode='json'), 'torch' in sys.modules]))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
+    )
+    described, imported = json.loads(out.stdout)
+    assert imported is False
+    assert described == node_info().model_dump(mode="json")  # here torch is imported: asked as before
+    assert described == node_info(torch.device("cpu")).model_dump(mode="json")
+    assert described["torch_version"] == torch.__version__ and described["device_type"] == "cpu"
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA error")

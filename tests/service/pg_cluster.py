@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from kernelab.runners.local import free_port
+from tests.leftovers import remove_at_exit
 
 
 def _bin_dir() -> Path | None:
@@ -35,6 +36,7 @@ class PgCluster:
             raise FileNotFoundError("pg_ctl not found (PATH, /usr/lib/postgresql/*/bin)")
         self.bin_dir = bin_dir
         self.root = Path(tempfile.mkdtemp(prefix="kernelab-pg-"))
+        remove_at_exit(self.root)  # a run killed before close(): its guard removes the folder
         self.data = self.root / "data"
         self.log = self.root / "server.log"
         self.port = free_port()
