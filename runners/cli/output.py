@@ -197,7 +197,8 @@ def wait_and_show(
     ``comparing``), echoing status changes, the job's ``waiting_for`` when it is set or changes,
     and each new progress (cell i/n, phase, cells done, ETA: ``JobPublic.progress`` from the
     runner's heartbeats; or, with ``progress_log``, a runner log file's progress lines); print its
-    comparison (``probes``, ``reasons``: ``print_comparison``). Returns the exit status (``show_job``); exits ``EXIT_NO_VERDICT`` when it is still
+    comparison (``probes``, ``reasons``: ``print_comparison``). Returns the exit status
+    (``show_job``); exits ``EXIT_NO_VERDICT`` when it is still
     unfinished or comparing after ``timeout_s``."""
     offset, partial = 0, b""
 

@@ -328,7 +328,9 @@ def reason_lines(c: Comparison) -> list[str]:
     lines = job_reason_lines(c)
     for cell in c.cells:
         for r in cell.reasons:
-            lines.append(f"{_one_line(cell.label)}  {deciding_class(r) or 'note'}  [{r.code}] {_one_line(r.message)}")
+            lines.append(
+                f"{_one_line(cell.label)}  {deciding_class(r) or 'note'}  [{r.code}] {_one_line(r.message)}"
+            )
     return lines
 
 
