@@ -13,9 +13,12 @@ The fixture ``kernelab_bench`` has the Python API's two calls (``kernelab.runner
 Each call runs the engine of ``kernelab run`` (interleaved rounds, correctness and timed checks),
 writes the comparison JSON to ``--kernelab-json DIR/<test id>.json`` (default
 ``.kernelab/results`` under the root directory), and fails the test, with the table, when a
-cell's verdict is in ``--kernelab-fail-on`` (default ``failed,incorrect,slower``; ``slower``
-means beyond the spec's ``measurement.threshold_pct``, set with ``--kernelab-threshold-pct``) or
-the job failed; it returns the ``kernelab.Result`` otherwise.
+cell's verdict is in ``--kernelab-fail-on`` (default: kernelab's one default gate,
+``kernelab.runners.cli.common.DEFAULT_FAIL_ON``, ``failed,incorrect,slower``, as ``kernelab run``;
+``slower`` means beyond the spec's ``measurement.threshold_pct``, set with
+``--kernelab-threshold-pct``) or the job failed; it returns the ``kernelab.Result`` otherwise. The
+default is read from the verdict catalogue when the fixture first gates, not when pytest starts:
+the plugin's import stays pytest's alone.
 
 ``@pytest.mark.kernelab(gpu=True)``, or ``--kernelab-gpu-only`` for every test using the fixture,
 skips the test on a machine without a CUDA GPU. On a machine without an NVIDIA device
@@ -35,6 +38,9 @@ from typing import Any
 import pytest
 
 DEFAULT_FAIL_ON = "failed,incorrect,slower"
+"""What ``--kernelab-fail-on``'s help names as its default: the verdict catalogue's default gate
+(``kernelab.runners.cli.common.DEFAULT_FAIL_ON``, which the fixture uses; a test holds the two equal),
+spelled out here so that pytest's start-up imports nothing of kernelab's schemas."""
 DEFAULT_JSON_DIR = ".kernelab/results"
 NVIDIA_CONTROL_DEVICE = "/dev/nvidiactl"  # present on a Linux machine with the NVIDIA driver loaded
 
@@ -43,8 +49,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("kernelab", "kernelab: baseline vs candidate inside tests")
     group.addoption(
         "--kernelab-fail-on",
-        default=DEFAULT_FAIL_ON,
-        help=f"fail a test when a cell's verdict is in this comma list (default {DEFAULT_FAIL_ON})",
+        default=None,
+        help="fail a test when a cell's verdict is in this comma list (default: kernelab's default "
+        f"gate, as kernelab run --fail-on: {DEFAULT_FAIL_ON})",
     )
     group.addoption(
         "--kernelab-threshold-pct",
@@ -80,7 +87,7 @@ class KernelabBench:
     def __init__(self, request: pytest.FixtureRequest):
         self._request = request
         config = request.config
-        self.fail_on = _fail_on(config.getoption("kernelab_fail_on"))
+        self.fail_on = _fail_on(config.getoption("kernelab_fail_on") or _default_fail_on())
         self.threshold_pct: float | None = _threshold(config.getoption("kernelab_threshold_pct"))
         self.json_dir = Path(config.rootpath) / config.getoption("kernelab_json")
         self.results: list[Any] = []
@@ -183,6 +190,14 @@ def _threshold(value: float | None) -> float | None:
             f"--kernelab-threshold-pct: {value:g}: {exc.errors()[0]['msg']} (a percent in (0, 100])"
         ) from None
     return value
+
+
+def _default_fail_on() -> str:
+    """The one default gate of kernelab (``kernelab.runners.cli.common.DEFAULT_FAIL_ON``, derived
+    from the verdict catalogue), imported when a test first uses the fixture."""
+    from kernelab.runners.cli.common import DEFAULT_FAIL_ON as catalogue_default
+
+    return catalogue_default
 
 
 def _fail_on(text: str) -> frozenset[str]:

@@ -11,7 +11,7 @@ token come from ``--server``/``--token`` or ``KERNELAB_SERVER`` / ``KERNELAB_TOK
 ``run``, ``submit --wait`` and ``report`` end with an exit status a CI can gate on:
 
 * 0 (``EXIT_OK``): the job succeeded and no cell's verdict is in ``--fail-on``;
-* 1 (``EXIT_FAILED``): a cell's verdict is in ``--fail-on`` (default ``failed,incorrect``; the
+* 1 (``EXIT_FAILED``): a cell's verdict is in ``--fail-on`` (default ``failed,incorrect,slower``; the
   cells are named on stderr), or the job failed (every cell failed, a revision that did not build
   or import, the runner's error), whatever ``--fail-on`` says;
 * 2 (``EXIT_BAD_INPUT``): a bad spec, option (``--fail-on`` naming no such verdict) or job id;

@@ -26,9 +26,15 @@ GATE_VERDICTS: tuple[Verdict, ...] = tuple(e.name for e in VERDICT_CATALOGUE if 
 """Verdicts ``--fail-on`` may name, in precedence order (``VerdictEntry.gate``: a faster or
 unchanged cell is never a failure)."""
 DEFAULT_GATE: frozenset[Verdict] = frozenset(e.name for e in VERDICT_CATALOGUE if e.gate == "default")
-"""The verdicts ``--fail-on`` names by default (``failed``, ``incorrect``)."""
+"""The verdicts ``--fail-on`` names by default (``failed``, ``incorrect``, ``slower``): the one default
+of ``run``, ``submit --wait``, ``report``, ``up`` and the pytest plugin (``--kernelab-fail-on``). A
+wrong or crashed side fails, and so does a slowdown the statistics decided (beyond the threshold,
+the decision interval showing it): a gate that passes a 5,000x slowdown gates nothing. Verdicts that
+could not decide (``inconclusive``) or that need a spec's request to mean something
+(``nondeterministic``, ``implausible``) are named on request; a passed gate counts them
+(``kernelab.runners.cli.output.not_gated_text``)."""
 DEFAULT_FAIL_ON = ",".join(v for v in GATE_VERDICTS if v in DEFAULT_GATE)
-"""``DEFAULT_GATE`` as ``--fail-on``'s text: ``"failed,incorrect"``."""
+"""``DEFAULT_GATE`` as ``--fail-on``'s text: ``"failed,incorrect,slower"``."""
 
 FailOnOpt = Annotated[
     str,
@@ -95,6 +101,22 @@ def read_spec(path: Path, *, check_benchmark: bool = True) -> JobSpec:
         raise fail(exc.render(), EXIT_BAD_INPUT) from None
 
 
+ProbesOpt = Annotated[
+    bool,
+    typer.Option(
+        "--probes",
+        help="print the node-health probes' full tables before the comparison (by default one "
+        "'probes:' line under the table sums them up)",
+    ),
+]
+ReasonsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--reasons",
+        help="print every reason of every cell before the comparison (the table's 'why' lines give "
+        "each cell's deciding one, '(+N more reasons ...)' counts the others)",
+    ),
+]
 NoProbesOpt = Annotated[
     bool, typer.Option("--no-probes", help="skip the node-health probes before and after")
 ]

@@ -19,6 +19,8 @@ from kernelab.runners.cli.common import (
     CandidateRefOpt,
     FailOnOpt,
     NoProbesOpt,
+    ProbesOpt,
+    ReasonsOpt,
     RepoOpt,
     ServerOpt,
     SpecArg,
@@ -77,6 +79,8 @@ def submit(
         Path | None, typer.Option("--json", help="with --wait: write the Comparison JSON here")
     ] = None,
     no_probes: NoProbesOpt = False,
+    probes: ProbesOpt = False,
+    reasons: ReasonsOpt = False,
 ) -> None:
     """Queue a job; print its id, and on stderr why it waits when no live runner offers its
     benchmark (the job's ``waiting_for``; with --wait, also the comparison table).
@@ -117,7 +121,15 @@ def submit(
                 raise typer.Exit(show_workload_job(client, settled, gate_on, json_path=json_path))
             if wait:
                 raise typer.Exit(
-                    wait_and_show(client, job, timeout_s=timeout_s, fail_on=gate_on, json_path=json_path)
+                    wait_and_show(
+                        client,
+                        job,
+                        timeout_s=timeout_s,
+                        fail_on=gate_on,
+                        json_path=json_path,
+                        probes=probes,
+                        reasons=reasons,
+                    )
                 )
         except KernelabAPIError as exc:
             raise fail(
@@ -143,6 +155,8 @@ def report(
         ),
     ] = ReportFormat.table,
     json_path: Annotated[Path | None, typer.Option("--json", help="write the Comparison JSON here")] = None,
+    probes: ProbesOpt = False,
+    reasons: ReasonsOpt = False,
 ) -> None:
     """Print a job's comparison table (or its Markdown, or a GitHub Actions summary). Exits 1 when
     a cell's verdict is in --fail-on or the job failed, 2 for an unknown job, 3 while it has no
@@ -171,6 +185,8 @@ def report(
                     markdown=markdown or output_format is ReportFormat.markdown,
                     render=render,
                     json_path=json_path,
+                    probes=probes,
+                    reasons=reasons,
                 )
             )
         except KernelabAPIError as exc:

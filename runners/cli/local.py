@@ -21,6 +21,8 @@ from kernelab.runners.cli.common import (
     CandidateRefOpt,
     FailOnOpt,
     NoProbesOpt,
+    ProbesOpt,
+    ReasonsOpt,
     RepoOpt,
     SpecArg,
     TokenOpt,
@@ -74,8 +76,11 @@ def run(
     fail_on: FailOnOpt = DEFAULT_FAIL_ON,
     quiet: QuietOpt = False,
     no_probes: NoProbesOpt = False,
+    probes: ProbesOpt = False,
+    reasons: ReasonsOpt = False,
 ) -> None:
-    """Run jobs on this machine (no server) and print each comparison table.
+    """Run jobs on this machine (no server) and print each comparison table (last: --probes and
+    --reasons print before it).
 
     Every spec is checked (and its benchmark's code, before anything is measured) before the first
     one runs; each runs as the runner runs it: in a child process killed after the spec's
@@ -117,7 +122,7 @@ def run(
         specs.append((spec_path, spec))
     comparisons, results, status = [], [], EXIT_OK
     for spec_path, spec in specs:
-        result, comparison, code = _run_one(spec_path, spec, cache_dir, gate_on, quiet)
+        result, comparison, code = _run_one(spec_path, spec, cache_dir, gate_on, quiet, probes, reasons)
         results.append(result)
         comparisons.append(comparison)
         status = max(status, code)
@@ -156,9 +161,16 @@ def _workload_spec(spec_paths: Sequence[Path]) -> WorkloadSpec | None:
 
 
 def _run_one(
-    spec_path: Path, spec: JobSpec, cache_dir: Path, gate_on: frozenset[Verdict], quiet: bool
+    spec_path: Path,
+    spec: JobSpec,
+    cache_dir: Path,
+    gate_on: frozenset[Verdict],
+    quiet: bool,
+    probes: bool = False,
+    reasons: bool = False,
 ) -> tuple[JobResult, Comparison, int]:
-    """Run one spec and print its table; the result, the comparison and the exit status."""
+    """Run one spec and print its table (``print_comparison``: ``probes``, ``reasons``); the
+    result, the comparison and the exit status."""
     from kernelab.kernels import BenchmarkError
     from kernelab.runners.job import run_job
     from kernelab.service.judge.stats import compare
@@ -179,7 +191,7 @@ def _run_one(
     except (BenchmarkError, RuntimeError) as exc:  # e.g. cuda without CUDA; RevisionError too
         raise fail(f"{spec_path}: cannot run: {exc}") from None
     comparison = compare(result)
-    print_comparison(comparison)
+    print_comparison(comparison, probes=probes, reasons=reasons)
     if result.error:  # fails the gate whatever --fail-on says
         typer.echo(f"job failed: {result.error}", err=True)
         return result, comparison, EXIT_FAILED

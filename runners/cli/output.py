@@ -1,5 +1,6 @@
-"""What ``run``, ``submit --wait`` and ``report`` print (the table, verdicts in colour on a
-terminal, the probe reports) and the exit status they gate on (``--fail-on``)."""
+"""What ``run``, ``submit --wait`` and ``report`` print (with ``--probes`` the probe reports' full
+tables, with ``--reasons`` every cell's reasons, then the table last, verdicts in colour on a
+terminal) and the exit status they gate on (``--fail-on``), told on stderr after the table."""
 
 from __future__ import annotations
 
@@ -63,23 +64,49 @@ def paint_verdict(text: str, verdict: Verdict) -> str:
     return text if color is None else typer.style(text, fg=color[0], bold=color[1])
 
 
-def print_comparison(comparison: Comparison) -> None:
-    """Print the before/after table (verdicts in colour on a terminal, ``use_color``) and each
-    probe report of a ``Comparison``."""
-    from kernelab.service.judge.report import format_table
+PROBES_MORE = "full tables with --probes"
+"""Ends the table's ``probes:`` line when the full probe tables are not printed."""
 
-    typer.echo(format_table(comparison, paint=paint_verdict if use_color() else None))
-    if comparison.probes:
+
+def print_comparison(comparison: Comparison, *, probes: bool = False, reasons: bool = False) -> None:
+    """Print a ``Comparison``, its table last (verdicts in colour on a terminal, ``use_color``):
+    with ``probes`` each probe report's full tables first, with ``reasons`` every cell's reasons
+    (``reason_lines``) next. Without ``probes`` the table's one ``probes:`` line sums the reports
+    up and says where the tables are (``PROBES_MORE``)."""
+    from kernelab.service.judge.report import format_table, reason_lines
+
+    if probes and comparison.probes:
         from kernelab.runners.probes.format import format_probe_report
 
         for report in comparison.probes:
-            typer.echo("")
             typer.echo(format_probe_report(report, comparison.node))
+    if reasons:
+        lines = reason_lines(comparison)
+        typer.echo("reasons:" if lines else "reasons: none")
+        for text in lines:
+            typer.echo(f"  {text}")
+        typer.echo("")
+    more = "" if probes else PROBES_MORE
+    typer.echo(format_table(comparison, paint=paint_verdict if use_color() else None, probes_more=more))
+
+
+def not_gated_text(comparison: Comparison, fail_on: frozenset[Verdict]) -> str:
+    """``"; 3 slower cells not gated (add --fail-on failed,incorrect,slower)"``: the cells whose
+    verdict a gate could name (``GATE_VERDICTS``) but ``fail_on`` does not, counted per verdict in
+    precedence order, with the ``--fail-on`` that would gate them too; ``""`` when there are none."""
+    counts = {v: n for v in GATE_VERDICTS if v not in fail_on and (n := comparison.summary.get(v, 0))}
+    if not counts:
+        return ""
+    told = ", ".join(f"{n} {v} cell{'s' if n > 1 else ''}" for v, n in counts.items())
+    wider = ",".join(v for v in GATE_VERDICTS if v in fail_on or v in counts)
+    return f"; {told} not gated (to gate them: --fail-on {wider})"
 
 
 def gate(comparison: Comparison, fail_on: frozenset[Verdict]) -> int:
     """``EXIT_FAILED`` when a cell's verdict is in ``fail_on``, else ``EXIT_OK``; says which cells
-    tripped the gate (per verdict, a few labels each) or that none did, on stderr."""
+    tripped the gate (per verdict, a few labels each) or that none did, on stderr, with the cells
+    of a verdict the gate leaves out (``not_gated_text``: a passed gate is no "all good" when cells
+    are ``slower``, ``inconclusive``, ...)."""
     from kernelab.service.judge.report import cells_text
 
     tripped: dict[Verdict, list[CellComparison]] = {}
@@ -90,7 +117,7 @@ def gate(comparison: Comparison, fail_on: frozenset[Verdict]) -> int:
     if not tripped:
         typer.echo(
             f"gate passed: no cell is {' or '.join(v for v in GATE_VERDICTS if v in fail_on)} "
-            f"(--fail-on {names})",
+            f"(--fail-on {names})" + not_gated_text(comparison, fail_on),
             err=True,
         )
         return EXIT_OK
@@ -110,11 +137,14 @@ def show_job(
     markdown: bool = False,
     render: Callable[[Comparison], None] | None = None,
     json_path: Path | None = None,
+    probes: bool = False,
+    reasons: bool = False,
 ) -> int:
     """Print a finished ``job``'s comparison (its table, with ``markdown`` the server's Markdown,
     or what ``render`` prints; ``json_path`` gets the ``Comparison`` JSON) and return the exit
     status: ``EXIT_NO_VERDICT`` for a cancelled job, ``EXIT_FAILED`` for a failed one (its error on
-    stderr; its table too when it has a result), else ``gate``."""
+    stderr; its table too when it has a result), else ``gate``. ``probes`` and ``reasons`` go to
+    ``print_comparison``."""
     if job.status == "cancelled":
         typer.echo(f"job {job.id} cancelled: no verdict", err=True)
         return EXIT_NO_VERDICT
@@ -142,7 +172,7 @@ def show_job(
         elif markdown:
             typer.echo(client.report_md(job.id))
         else:
-            print_comparison(comparison)
+            print_comparison(comparison, probes=probes, reasons=reasons)
     if job.status == "failed":  # fails the gate whatever --fail-on says
         typer.echo(f"job {job.id} failed" + (f": {job.error}" if job.error else ""), err=True)
         return EXIT_FAILED
@@ -160,12 +190,15 @@ def wait_and_show(
     progress_log: Path | None = None,
     fail_on: frozenset[Verdict] = DEFAULT_GATE,
     json_path: Path | None = None,
+    probes: bool = False,
+    reasons: bool = False,
 ) -> int:
     """Wait for ``job`` to finish and its comparison to be computed (``comparison_status`` no longer
     ``comparing``), echoing status changes, the job's ``waiting_for`` when it is set or changes,
     and each new progress (cell i/n, phase, cells done, ETA: ``JobPublic.progress`` from the
     runner's heartbeats; or, with ``progress_log``, a runner log file's progress lines); print its
-    comparison. Returns the exit status (``show_job``); exits ``EXIT_NO_VERDICT`` when it is still
+    comparison (``probes``, ``reasons``: ``print_comparison``). Returns the exit status
+    (``show_job``); exits ``EXIT_NO_VERDICT`` when it is still
     unfinished or comparing after ``timeout_s``."""
     offset, partial = 0, b""
 
@@ -213,4 +246,4 @@ def wait_and_show(
             state = "comparing" if job.comparison_status == "comparing" else job.status
             raise fail(f"job {job.id} still {state} after {timeout_s:.0f} s", EXIT_NO_VERDICT)
         time.sleep(0.5)
-    return show_job(client, job, fail_on, json_path=json_path)
+    return show_job(client, job, fail_on, json_path=json_path, probes=probes, reasons=reasons)

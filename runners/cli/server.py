@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from kernelab.runners.cli.common import DEFAULT_DATA_DIR, fail, read_spec
+from kernelab.runners.cli.common import DEFAULT_DATA_DIR, ProbesOpt, fail, read_spec
 from kernelab.runners.cli.output import wait_and_show
 from kernelab.runners.client import KernelabAPIError, KernelabClient, KernelabUnavailable
 
@@ -96,8 +96,10 @@ def up(
     spec_path: Annotated[Path | None, typer.Option("--spec", help="demo job (default: softmax)")] = None,
     exit_after: Annotated[bool, typer.Option("--exit", help="stop once the demo job is shown")] = False,
     timeout_s: Annotated[float, typer.Option("--timeout-s", help="wait for the demo job, s")] = 900.0,
+    probes: ProbesOpt = False,
 ) -> None:
-    """Server on SQLite + a local runner + the demo job: prints the table, the URL and the token."""
+    """Server on SQLite + a local runner + the demo job: prints its table (with --probes the probes'
+    full tables before it), the URL and the token."""
     from kernelab.runners.local import LocalStack, ServerStartError, example_spec_path
 
     spec = read_spec(spec_path or example_spec_path("softmax"))
@@ -109,7 +111,9 @@ def up(
         with KernelabClient(stack.url, token) as client:
             job = client.submit(spec)
             typer.echo(f"demo job {job.id}: {spec.name or spec.benchmark}", err=True)
-            code = wait_and_show(client, job, timeout_s=timeout_s, progress_log=stack.runner_log)
+            code = wait_and_show(
+                client, job, timeout_s=timeout_s, progress_log=stack.runner_log, probes=probes
+            )
         typer.echo("")
         typer.echo(f"dashboard  {stack.url}/login  (sign in with the token below)")
         typer.echo(f"token      {token}  (admin; kept in {stack.token_path})")

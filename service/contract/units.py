@@ -3,6 +3,8 @@ dashboard."""
 
 from __future__ import annotations
 
+import math
+
 _BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 
 
@@ -29,3 +31,25 @@ def format_seconds(seconds: float | None) -> str:
     if s < 3600:
         return f"{s // 60} min {s % 60} s"
     return f"{s // 3600} h {s % 3600 // 60} min"
+
+
+def format_sig3(x: float, *, sign: bool = False) -> str:
+    """``x`` to three significant figures, the one form of ratios and percentages on the command
+    line, in the Markdown report and on the dashboard: ``5.0234`` -> ``"5.02"``, ``0.04567`` ->
+    ``"0.0457"``, ``977560.26`` -> ``"978,000"`` (thousands separators from 1,000),
+    ``1.2345e7`` -> ``"1.23e7"`` (from ten million on, and below 0.001, a power of ten);
+    ``sign`` puts ``+`` before a positive value (``"+5.02"``); zero is ``"0"`` (``"+0"`` with
+    ``sign``). Non-finite values print as Python's ``"inf"``/``"nan"``; raises nothing."""
+    if not math.isfinite(x):
+        return f"{x:+}" if sign and x > 0 else str(x)
+    lead = "+" if sign and x >= 0 else ""
+    if x == 0:
+        return lead + "0"
+    rounded = float(f"{x:.3g}")  # three significant figures first: 99.96 -> 100, never "100.0"
+    exponent = math.floor(math.log10(abs(rounded)))
+    if exponent >= 7 or exponent < -3:
+        mantissa = rounded / 10**exponent
+        return f"{lead}{mantissa:.2f}e{exponent}"
+    if exponent >= 2:
+        return f"{lead}{rounded:,.0f}"
+    return f"{lead}{rounded:.{2 - exponent}f}"

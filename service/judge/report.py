@@ -36,7 +36,7 @@ from kernelab.service.contract.schemas import (
     Verdict,
 )
 from kernelab.service.contract.schemas.probe_protocol import probes_with
-from kernelab.service.contract.units import format_bytes
+from kernelab.service.contract.units import format_bytes, format_sig3
 from kernelab.service.judge.verdicts import (
     FLAG_NOTES,
     PROBLEM_VERDICTS,
@@ -96,24 +96,32 @@ def _sig4(x: float) -> str:
     return f"{x:.{max(decimals, 0)}f}"
 
 
+def format_pct(ratio: float) -> str:
+    """Δ% of a ratio candidate/baseline, three significant figures (``format_sig3``):
+    ``1.050234`` -> ``"+5.02"``, ``9776.6026`` -> ``"+978,000"``."""
+    return format_sig3((ratio - 1) * 100, sign=True)
+
+
 def format_delta(c: CellComparison) -> str:
-    """``"+5.02% [+4.81, +5.23]"``: Δ% of the ratio of medians with its CI; ``"n/a"`` without one."""
+    """``"+5.02% [+4.81, +5.23]"``: Δ% of the ratio of medians with its CI, three significant
+    figures each (``format_pct``: ``"+978,000% [+975,000, +981,000]"`` for a 9,780× slowdown);
+    ``"n/a"`` without one. The JSON keeps every digit."""
     if c.ratio is None or c.ci_low is None or c.ci_high is None:
         return _MISSING
-    return f"{(c.ratio - 1) * 100:+.2f}% [{(c.ci_low - 1) * 100:+.2f}, {(c.ci_high - 1) * 100:+.2f}]"
+    return f"{format_pct(c.ratio)}% [{format_pct(c.ci_low)}, {format_pct(c.ci_high)}]"
 
 
 def format_speedup(ratio: float | None) -> str:
     """The ratio candidate/baseline in words: ``0.8`` -> ``"1.25x faster"``, ``4618.4`` ->
-    ``"4,618x slower"``, ``1.003`` -> ``"1.00x"``; ``"n/a"`` for None, zero or non-finite.
+    ``"4,620x slower"``, ``1.003`` -> ``"1.00x"``; ``"n/a"`` for None, zero or non-finite.
 
-    Three significant digits below 100x, whole numbers with thousands separators above: a
-    ``+461743%`` reads as ``"4,618x slower"``. (The sign is U+00D7, the multiplication sign.)
+    Three significant figures (``format_sig3``, thousands separators from 1,000): a
+    ``+461743%`` reads as ``"4,620x slower"``. (The sign is U+00D7, the multiplication sign.)
     """
     if ratio is None or not math.isfinite(ratio) or ratio <= 0:
         return _MISSING
     factor = 1.0 / ratio if ratio < 1.0 else ratio
-    text = f"{factor:,.0f}" if factor >= 100 else f"{factor:.1f}" if factor >= 10 else f"{factor:.2f}"
+    text = format_sig3(factor)
     if text == "1.00":  # within 0.5 %: no direction to tell
         return "1.00\u00d7"
     return f"{text}\u00d7 {'faster' if ratio < 1.0 else 'slower'}"
@@ -121,11 +129,11 @@ def format_speedup(ratio: float | None) -> str:
 
 def format_ratio(ratio: float | None) -> str:
     """The bare ratio candidate/baseline, no direction word: ``0.901`` -> ``"0.901\u00d7"``
-    (3 significant digits; thousands separators from 1,000); ``"n/a"`` for None or non-finite. For
-    a cell whose timing is no result (``void_timing``), where "faster" would be a claim."""
+    (three significant figures, ``format_sig3``); ``"n/a"`` for None or non-finite. For a cell
+    whose timing is no result (``void_timing``), where "faster" would be a claim."""
     if ratio is None or not math.isfinite(ratio):
         return _MISSING
-    return (f"{ratio:,.0f}" if ratio >= 1000 else f"{ratio:.3g}") + "\u00d7"
+    return format_sig3(ratio) + "\u00d7"
 
 
 def cell_speedup(cell: CellComparison) -> str:
@@ -186,10 +194,16 @@ def deciding_reason(cell: CellComparison) -> Reason | None:
     )
 
 
+MORE_REASONS_WHERE = "--reasons or the job page"
+"""Where a cell's other reasons are read, told after ``(+N more reasons: ...)``: the ``--reasons``
+flag of ``kernelab run``, ``submit --wait`` and ``report``, or the job's page."""
+
+
 def why(cell: CellComparison) -> str:
     """One line: why ``cell`` has its verdict. The deciding reason's message, with ``(+N more
-    reasons)`` when other reasons that decide a verdict were found too; the cell's error when it has no
-    reason; the meaning of its verdict class as the last resort."""
+    reasons: --reasons or the job page)`` (``MORE_REASONS_WHERE``) when other reasons that decide a
+    verdict were found too; the cell's error when it has no reason; the meaning of its verdict
+    class as the last resort."""
     r = deciding_reason(cell)
     if r is None:
         return _one_line(cell.error or f"no reason recorded: {cell.verdict} means {_meaning(cell.verdict)}")
@@ -197,7 +211,8 @@ def why(cell: CellComparison) -> str:
     text = _one_line(r.message)
     if not text:
         text = REASONS[r.code].meaning if r.code in REASONS else r.code
-    return text + (f" (+{others} more reason{'s' if others > 1 else ''})" if others else "")
+    more = f" (+{others} more reason{'s' if others > 1 else ''}: {MORE_REASONS_WHERE})"
+    return text + (more if others else "")
 
 
 def _meaning(verdict: Verdict) -> str:
@@ -273,12 +288,50 @@ def job_reason_lines(c: Comparison) -> list[str]:
 def probe_summary(p: ProbeReport) -> str:
     """One line per probe report: each registered probe's ``summary`` parts in report order (copy
     GB/s, all-reduce time per size, NVML status), then errors."""
+    return f"probes {p.phase}: " + "; ".join(_probe_parts(p))
+
+
+def _probe_parts(p: ProbeReport) -> list[str]:
     parts = []
     for probe in probes_with("summary"):
         assert probe.summary is not None
         parts += probe.summary(p, probe.readings(p))
-    parts += [f"{name} error: {_one_line(err)}" for name, err in sorted(p.errors.items())]
-    return f"probes {p.phase}: " + "; ".join(parts)
+    return parts + [f"{name} error: {_one_line(err)}" for name, err in sorted(p.errors.items())]
+
+
+def node_health_word(c: Comparison) -> str:
+    """The node's health over the job, one word from the job's flags (the node-health judgement,
+    ``kernelab.service.judge.health``): ``degraded`` (``degraded-node``), ``contended``, else
+    ``healthy``."""
+    if "degraded-node" in c.flags:
+        return "degraded"
+    return "contended" if "contended" in c.flags else "healthy"
+
+
+def probes_line(c: Comparison, more: str = "") -> str | None:
+    """All of a comparison's probe reports in one line: each report's ``probe_summary`` parts after
+    its phase, reports joined by `` | ``, then ``node_health_word`` and ``more`` (where the full
+    tables are: ``"full tables with --probes"`` on the command line), e.g. ``"probes: before copy
+    12.3 GB/s, NVML absent | after copy 12.1 GB/s, NVML absent; healthy; full tables with
+    --probes"``. None without a probe report."""
+    if not c.probes:
+        return None
+    phases = [f"{p.phase} {', '.join(_probe_parts(p))}" for p in c.probes]
+    return "probes: " + " | ".join(phases) + f"; {node_health_word(c)}" + (f"; {more}" if more else "")
+
+
+def reason_lines(c: Comparison) -> list[str]:
+    """Every reason of every cell (``kernelab run``/``submit --wait``/``report --reasons``), one line
+    each: ``"N=1  incorrect  [nonfinite-output] message"`` (label, the verdict the reason decides or
+    ``note``, its code, its message folded onto one line); the job's own reasons first
+    (``job_reason_lines``). Empty when there are none."""
+    lines = job_reason_lines(c)
+    for cell in c.cells:
+        for r in cell.reasons:
+            lines.append(
+                f"{_one_line(cell.label)}  {deciding_class(r) or 'note'}  [{r.code}] {_one_line(r.message)}"
+            )
+    return lines
 
 
 def node_summary(node: NodeInfo) -> str:
@@ -438,8 +491,8 @@ def cross_check_line(cell: CellComparison) -> str | None:
         )
         for v in ("baseline", "candidate")
     )
-    ratio = _MISSING if cell.ratio is None else f"{cell.ratio:.4f}"
-    cross = _MISSING if cc.cross_ratio is None else f"{cc.cross_ratio:.4f}"
+    ratio = _MISSING if cell.ratio is None else format_sig3(cell.ratio)
+    cross = _MISSING if cc.cross_ratio is None else format_sig3(cc.cross_ratio)
     state = "disagree" if cc.disagrees else "agree"
     if cc.disagrees and cc.ratio_agrees:
         state += ", ratios agree"
@@ -486,9 +539,9 @@ def energy_line(cell: CellComparison) -> str | None:
         + (f" ({e.watts[v]:.0f} W)" if v in e.watts else "")
         for v in ("baseline", "candidate")
     )
-    ratio = _MISSING if e.ratio is None else f"{e.ratio:.4f}"
+    ratio = _MISSING if e.ratio is None else format_sig3(e.ratio)
     if e.ci_low is not None and e.ci_high is not None:
-        ratio += f" [{e.ci_low:.4f}, {e.ci_high:.4f}]"
+        ratio += f" [{format_sig3(e.ci_low)}, {format_sig3(e.ci_high)}]"
     resolution = f"counter {e.counter}"
     if e.period_ms is not None:
         resolution += f", updates every {e.period_ms:.0f} ms"
@@ -520,8 +573,9 @@ def _title(c: Comparison) -> str:
     return f"{job}{name}[{c.benchmark}]: {c.baseline_label} vs {c.candidate_label}"
 
 
-def format_table(c: Comparison, paint: Paint | None = None) -> str:
-    """Plain-text report for a terminal: title, aligned table, probe lines, summary, reasons, notes.
+def format_table(c: Comparison, paint: Paint | None = None, probes_more: str = "") -> str:
+    """Plain-text report for a terminal: title, aligned table, the probes' line (``probes_line``,
+    ending in ``probes_more``), summary, reasons, notes.
 
     Columns: cell | baseline median | candidate median | Δ% [95% CI] | speedup (``format_speedup``:
     ``"1.25× faster"``) | p [BH] (Mann-Whitney, raw
@@ -564,7 +618,8 @@ def format_table(c: Comparison, paint: Paint | None = None) -> str:
     out += [line(rows[0]), "  ".join("-" * w for w in widths)]
     out += [line(r, cell.verdict) for r, cell in zip(rows[1:], c.cells, strict=True)]
     out.append("")
-    out += [probe_summary(p) for p in c.probes]
+    probes = probes_line(c, probes_more)
+    out += [probes] if probes else []
     job_flags = f"; job flags: {', '.join(c.flags)}" if c.flags else ""
     out.append(f"verdicts: {verdict_summary(c, paint)}{job_flags}")
     out += job_reason_lines(c)

@@ -168,7 +168,7 @@ def test_submit_wait_of_a_fast_but_wrong_kernel_reads_incorrect_and_exits_1(site
     assert re.search(r"^M=32, N=256 .*\)\s+incorrect\s+.*incorrect$", waited.stdout, re.M)
     assert "  incorrect  M=32, N=256: candidate: FAIL: 8192/8192 elements (100%)" in waited.stdout
     assert waited.stderr.splitlines()[-2:] == [
-        "gate failed (--fail-on failed,incorrect): 2 of 2 cells",
+        "gate failed (--fail-on failed,incorrect,slower): 2 of 2 cells",
         "  incorrect: 2 cells (M=32, N=256; M=32, N=1024)",
     ]
     job = site.get(f"/api/v1/jobs/{site.ids['unnormalised']}").json()
@@ -187,7 +187,9 @@ def test_report_of_the_forgotten_mask_follows_fail_on(site: Site) -> None:
     default = cli("report", job_id, env=site.env)
     assert default.returncode == EXIT_FAILED, default.stderr
     assert "  incorrect  B=2, H=2, S=64, D=16, valid=40: candidate: FAIL:" in default.stdout
-    assert "gate failed (--fail-on failed,incorrect): 1 of 1 cells" in default.stderr
+    assert "gate failed (--fail-on failed,incorrect,slower): 1 of 1 cells" in default.stderr
+    every = cli("report", job_id, "--reasons", env=site.env).stdout  # every reason, before the table
+    assert every.index("reasons:") < every.index("[") < every.index("verdicts: 1 incorrect")
     assert cli("report", job_id, "--fail-on", "failed", env=site.env).returncode == EXIT_OK
     assert (
         cli(

@@ -134,3 +134,17 @@ def test_poison_integers_with_their_maximum_and_refuse_bool() -> None:
     assert (poison_(torch.zeros(3, dtype=torch.uint8)) == 255).all()
     with pytest.raises(TypeError, match="bool"):
         poison_(torch.zeros(3, dtype=torch.bool))
+
+
+def test_metrics_over_the_finite_elements_say_so() -> None:
+    ref = torch.randn(32, 32, dtype=torch.float64)
+    out = ref.clone()
+    out[1:] = float("nan")  # 31 of 32 rows NaN: the metrics cover row 0 alone
+    r = check_output(out, ref, Tolerance(rtol=1e-5, atol=1e-6))
+    assert not r.passed and r.cosine_similarity == pytest.approx(1.0)
+    assert (
+        "cos 1 over the 3.12% finite elements (32/1024); 96.9% of the output or reference is NaN/Inf"
+        in r.message
+    )
+    ok = check_output(ref.clone(), ref, Tolerance(rtol=1e-5, atol=1e-6))
+    assert ok.passed and "finite elements" not in ok.message

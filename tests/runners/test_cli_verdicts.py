@@ -61,7 +61,7 @@ def test_fast_but_wrong_reads_incorrect_and_exits_1(tmp_path: Path) -> None:
     rule = "tolerance: |out - ref| <= 1e-05 + 1.3e-06 |ref|: rtol 1.3e-06, atol 1e-05 (float32 defaults of"
     assert rule in why[0] and "torch.testing); no reduction declared" in why[0]
     assert result.stderr.splitlines()[-2:] == [
-        "gate failed (--fail-on failed,incorrect): 2 of 2 cells",
+        "gate failed (--fail-on failed,incorrect,slower): 2 of 2 cells",
         "  incorrect: 2 cells (M=32, N=256; M=32, N=1024)",
     ]
     markdown = out_md.read_text()

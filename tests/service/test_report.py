@@ -144,13 +144,14 @@ def test_format_table_contains_numbers_probes_and_summary():
     row = next(line for line in lines if line.startswith("N=1000 "))
     assert report.format_duration_ns(slow.baseline.median_ns) in row
     assert report.format_duration_ns(slow.candidate.median_ns) in row
-    assert f"{slow.delta_pct:+.2f}% [{(slow.ci_low - 1) * 100:+.2f}, {(slow.ci_high - 1) * 100:+.2f}]" in row
+    pct = report.format_pct
+    assert f"{pct(slow.ratio)}% [{pct(slow.ci_low)}, {pct(slow.ci_high)}]" in row  # three significant figures
     assert "slower" in row
     wrong = c.cells[1]  # faster by its timing, wrong by its check: incorrect, its timing in ( )
     assert wrong.timing_verdict == "faster" and wrong.verdict == "incorrect"
     assert re.search(
         rf"^N=2000 +\({re.escape(report.format_duration_ns(wrong.baseline.median_ns))}\) .*"
-        r"\(-\d+\.\d\d% .*\)\s+incorrect\s+incorrect$",
+        r"\(-\d+(\.\d+)?% .*\)\s+incorrect\s+incorrect$",
         text,
         re.M,
     )
@@ -160,8 +161,16 @@ def test_format_table_contains_numbers_probes_and_summary():
     header = next(line for line in lines if line.startswith("cell "))
     col = header.index("verdict")
     assert row[col:].startswith("slower")
-    assert "probes before: copy 4210.5 GB/s; all-reduce nccl x2: 8 B 19.5 µs, 1 MiB 25.2 µs; NVML ok" in text
-    assert "probes after:" in text
+    probes = [line for line in lines if line.startswith("probes")]  # one line for every report
+    assert probes == [
+        "probes: before copy 4210.5 GB/s, all-reduce nccl x2: 8 B 19.5 µs, 1 MiB 25.2 µs, NVML ok | after "
+        + probes[0].split(" | after ", 1)[1]
+    ]
+    assert probes[0].endswith("; healthy") and "full tables" not in probes[0]
+    assert (
+        report.format_table(c, probes_more="full tables with --probes").count("; full tables with --probes")
+        == 1
+    )
     assert "verdicts: 1 failed, 1 incorrect, 1 slower; job flags: incorrect, failed" in text
     why = text.split("\nwhy:\n", 1)[1].splitlines()
     assert why[:2] == ["  failed     N=4000: out of memory", "  incorrect  N=2000: candidate: tile 3|4 wrong"]
@@ -256,7 +265,7 @@ def test_implausible_cell_reads_implausible_with_its_reason_and_marked_timing():
     assert c.cells[0].timing_verdict == "faster"
     text = report.format_table(c)
     row = next(line for line in text.splitlines() if line.startswith("N=1 "))
-    assert re.search(r"\(-\d+\.\d\d% \[.*\]\)\s+.*implausible\s+implausible$", row)
+    assert re.search(r"\(-\d+(\.\d+)?% \[.*\]\)\s+.*implausible\s+implausible$", row)
     assert "  implausible  N=1: candidate: the timed call launched no device work" in text
     assert report.VOID_TIMING_NOTE in text
     other = next(line for line in text.splitlines() if line.startswith("N=2 "))
@@ -346,8 +355,12 @@ def test_why_names_the_deciding_reason_and_counts_the_others():
     )
     [cell] = c.cells
     assert cell.verdict == "incorrect"
-    assert report.why(cell) == "baseline: baseline rows 0-3 wrong (+1 more reason)"
-    assert "  incorrect  N=1: baseline: baseline rows 0-3 wrong (+1 more reason)" in report.format_table(c)
+    more = "(+1 more reason: --reasons or the job page)"  # and where to read it
+    assert report.why(cell) == f"baseline: baseline rows 0-3 wrong {more}"
+    assert f"  incorrect  N=1: baseline: baseline rows 0-3 wrong {more}" in report.format_table(c)
+    assert [line for line in report.reason_lines(c) if line.startswith("N=1 ")] == [
+        f"N=1  incorrect  [{r.code}] {r.message}" for r in cell.reasons
+    ]
 
 
 def test_cross_check_is_shown_in_the_table_and_the_markdown() -> None:
@@ -366,7 +379,7 @@ def test_cross_check_is_shown_in_the_table_and_the_markdown() -> None:
     result.cells[1].cross_check = TimerCrossCheck(error="cuda-graph: 1 memcpy node")
     c = stats.compare(result)
     table, markdown = report.format_table(c), report.to_markdown(c)
-    line = f"ratio {c.cells[0].ratio:.4f} vs 0.8000 (disagree, ratios agree)"
+    line = f"ratio {c.cells[0].ratio:.3g} vs 0.800 (disagree, ratios agree)"  # three significant figures
     for text in (table, markdown):
         assert "cuda-event 1.300 µs" in text and line in text
         assert "no cross-check (cuda-graph: 1 memcpy node)" in text
@@ -399,3 +412,29 @@ def test_title_names_baseline_then_candidate_as_the_columns_do():
     first = report.format_table(c).splitlines()[0]
     assert first.endswith("[softmax]: torch vs triton"), first
     assert report.to_markdown(c).splitlines()[0].endswith("\\[softmax\\]: torch vs triton")
+
+
+@pytest.mark.parametrize(
+    ("ratio", "delta", "speedup"),
+    [
+        (1.050234, "+5.02", "1.05× slower"),
+        (9776.6026, "+978,000", "9,780× slower"),  # the issue's +977560.26%
+        (5051.4, "+505,000", "5,050× slower"),
+        (0.8, "-20.0", "1.25× faster"),
+        (1.0004, "+0.0400", "1.00×"),
+        (1e7, "+1.00e9", "1.00e7× slower"),  # from ten million on, a power of ten
+    ],
+)
+def test_ratios_and_percentages_read_with_three_significant_figures(ratio, delta, speedup):
+    assert report.format_pct(ratio) == delta
+    assert report.format_speedup(ratio) == speedup
+
+
+def test_a_huge_slowdown_has_three_figures_in_table_and_markdown_and_full_precision_in_json():
+    c = _comparison()
+    cell = c.cells[0].model_copy(update={"ratio": 9776.602626, "ci_low": 9700.123, "ci_high": 9850.987})
+    c = c.model_copy(update={"cells": [cell]})
+    row = "+978,000% [+970,000, +985,000]"
+    assert row in report.format_table(c) and row in report.to_markdown(c)
+    assert "9,780× slower" in report.format_table(c) and "977560" not in report.format_table(c)
+    assert "9776.602626" in c.model_dump_json()

@@ -243,3 +243,17 @@ def test_a_served_page_styles_every_verdict_and_its_templates_render_each(api: A
         rendered = badge.render(v=entry.name)
         assert rendered == f'<span class="badge verdict-{entry.name}">{entry.name}</span>'
         assert f".verdict-{entry.name}" in rules
+
+
+def test_the_pytest_plugin_gates_on_the_cli_default_without_importing_the_catalogue() -> None:
+    from kernelab.runners import pytest_plugin
+
+    assert pytest_plugin.DEFAULT_FAIL_ON == common.DEFAULT_FAIL_ON == "failed,incorrect,slower"
+    assert pytest_plugin._default_fail_on() == common.DEFAULT_FAIL_ON
+    import subprocess
+    import sys
+
+    schemas = "kernelab.service.contract.schemas"
+    code = f"import sys, kernelab.runners.pytest_plugin; print({schemas!r} in sys.modules)"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert loaded.stdout.strip() == "False"

@@ -159,7 +159,7 @@ VERDICT_CATALOGUE: tuple[VerdictEntry, ...] = (
     VerdictEntry(
         name="slower",
         meaning="the candidate is slower beyond the threshold, and the decision interval shows it",
-        kind="decided", gate="on-request", bisect="bad", github="warning",
+        kind="decided", gate="default", bisect="bad", github="warning",
         mark="", bold=True, terminal=None,
         plot=_RED, badge=_RED_BG, badge_text=_RED, stripe=_RED, ink=None,
     ),

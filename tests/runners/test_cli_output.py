@@ -1,0 +1,89 @@
+"""What ``run``, ``submit --wait``, ``report`` and ``up`` print of a comparison
+(``kernelab.runners.cli.output``), through typer's ``CliRunner``: the table last, the probes in one
+line unless ``--probes``, every reason with ``--reasons``, and the gate line that counts the cells
+a passed gate leaves out. The comparison is the report tests' (three cells, before/after probes)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from typer.testing import CliRunner
+
+from kernelab.runners.cli import EXIT_OK
+from kernelab.runners.cli.common import DEFAULT_FAIL_ON, DEFAULT_GATE
+from kernelab.runners.cli.output import PROBES_MORE, gate, parse_fail_on, print_comparison
+from kernelab.service.contract.schemas import Comparison
+from tests.service.test_report import _comparison
+
+
+def _app(comparison: Comparison) -> typer.Typer:
+    app = typer.Typer()
+
+    @app.command()
+    def show(
+        probes: Annotated[bool, typer.Option("--probes")] = False,
+        reasons: Annotated[bool, typer.Option("--reasons")] = False,
+        fail_on: Annotated[str, typer.Option("--fail-on")] = DEFAULT_FAIL_ON,
+    ) -> None:
+        print_comparison(comparison, probes=probes, reasons=reasons)
+        raise typer.Exit(gate(comparison, parse_fail_on(fail_on)))
+
+    return app
+
+
+def test_the_table_comes_last_and_the_probes_are_one_line() -> None:
+    result = CliRunner().invoke(_app(_comparison()), [])
+    lines = result.stdout.splitlines()
+    probes = [line for line in lines if line.startswith("probe")]
+    assert len(probes) == 1 and probes[0].startswith("probes: before copy 4210.5 GB/s")
+    assert probes[0].endswith(f"; healthy; {PROBES_MORE}")
+    assert lines[0].startswith("job 42 softmax PR 42 [softmax]")  # the title: nothing before the table
+    assert "copy bandwidth (bytes read + written)" not in result.stdout  # no probe table
+    assert len(lines) < 25
+
+
+def test_probes_and_reasons_print_before_the_table() -> None:
+    result = CliRunner().invoke(_app(_comparison()), ["--probes", "--reasons"])
+    out = result.stdout
+    title = out.index("job 42 softmax PR 42 [softmax]")
+    assert 0 <= out.index("probe (before)") < out.index("probe (after)") < out.index("reasons:") < title
+    assert "copy bandwidth (bytes read + written)" in out[:title]
+    assert "  N=2000  incorrect  [" in out[:title]  # every reason: label, class, code, message
+    assert PROBES_MORE not in out  # the tables are there
+    assert out.rstrip().endswith(out[title:].rstrip())
+
+
+def test_one_default_gate_fails_a_slower_cell() -> None:
+    assert DEFAULT_GATE == {"failed", "incorrect", "slower"}
+    assert DEFAULT_FAIL_ON == "failed,incorrect,slower"
+    result = CliRunner().invoke(_app(_comparison()), [])
+    assert result.exit_code == 1
+    assert "gate failed (--fail-on failed,incorrect,slower): 3 of 3 cells" in result.stderr
+
+
+def test_a_passed_gate_counts_the_cells_it_leaves_out() -> None:
+    c = _comparison()
+    slower = c.model_copy(update={"cells": [c.cells[0]], "summary": {"slower": 1}})
+    result = CliRunner().invoke(_app(slower), ["--fail-on", "failed,incorrect"])
+    assert result.exit_code == EXIT_OK
+    assert result.stderr.strip() == (
+        "gate passed: no cell is failed or incorrect (--fail-on failed,incorrect); 1 slower cell not "
+        "gated (to gate them: --fail-on failed,incorrect,slower)"
+    )
+    same = c.model_copy(update={"cells": [], "summary": {"same": 2, "faster": 1}})
+    quiet = CliRunner().invoke(_app(same), [])
+    assert (
+        quiet.stderr.strip()
+        == "gate passed: no cell is failed or incorrect or slower (--fail-on failed,incorrect,slower)"
+    )
+
+
+def test_run_submit_report_and_up_document_probes_and_reasons() -> None:
+    from kernelab.runners.cli import app
+
+    for command in ("run", "submit", "report", "up"):
+        help_text = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "200"}).stdout
+        assert "--probes" in help_text, command
+        if command != "up":
+            assert "--reasons" in help_text, command
