@@ -30,4 +30,6 @@ def test_no_line_names_a_module_that_is_gone() -> None:
     """A module moved or removed takes its line along (the table is the map of the house)."""
     text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
     listed = re.findall(r"^\| (\w+) \| `([^`]+\.py)` \|", text, flags=re.M)
-    assert [f"{room}/{rel}" for room, rel in listed if not (ROOT / room / rel).is_file()] == []
+    modules = [(room, rel) for room, rel in listed if room in (*ROOMS, "kernelab")]
+    assert len(modules) > 100  # the module table, not the rooms table above it
+    assert [f"{room}/{rel}" for room, rel in modules if not (ROOT / room / rel).is_file()] == []
