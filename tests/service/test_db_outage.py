@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from conftest import ADMIN_TOKEN, Api
 from factories import job_result
+from service_api import ADMIN_TOKEN, Api
 
 from kernelab.app import create_app
 from kernelab.service.server.api.errors import DB_RETRY_AFTER_S

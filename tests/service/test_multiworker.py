@@ -8,8 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from conftest import Fleet
 from factories import spec_dict
+from service_api import Fleet
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow, pytest.mark.timeout(120)]
 

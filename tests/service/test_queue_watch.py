@@ -15,8 +15,8 @@ from datetime import timedelta
 
 import httpx
 import pytest
-from conftest import Fleet
 from factories import spec_dict
+from service_api import Fleet
 from sqlalchemy import event, select
 
 from kernelab.service.contract.schemas import JobSpec
@@ -171,7 +171,7 @@ def test_two_workers_hand_jobs_submitted_during_long_polls_out_once(pg_fleet: Fl
 def slow_poll_api(settings, client_class):  # type: ignore[no-untyped-def]
     """An app whose queue reads come only from notifications within a test: ``claim_poll_s`` 10 s,
     longer than any wait below, so a claim answered with a job was woken by the database."""
-    from conftest import Api
+    from service_api import Api
 
     from kernelab.app import create_app
 

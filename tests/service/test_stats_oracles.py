@@ -312,7 +312,7 @@ def test_a_comparison_imports_no_scipy_stats() -> None:
 
     code = (
         "import sys; sys.path.insert(0, 'tests/service'); from factories import job_result; "
-        "from kernelab.service import stats; c = stats.compare(job_result(1, rounds=12)); "
+        "from kernelab.service.judge import stats; c = stats.compare(job_result(1, rounds=12)); "
         "assert all(x.p_value is not None for x in c.cells); print('scipy.stats' in sys.modules)"
     )
     root = Path(__file__).resolve().parents[2]

@@ -41,7 +41,7 @@ from kernelab.service.judge.cell_table import sweep_axes
 from kernelab.web import routes, sweep, verdict_style
 
 if TYPE_CHECKING:
-    from conftest import Api  # tests/service/conftest.py (a name other conftest modules share)
+    from service_api import Api
 
 ENTRIES = pytest.mark.parametrize("entry", VERDICT_CATALOGUE, ids=[e.name for e in VERDICT_CATALOGUE])
 HEX = re.compile(r"#(?:[0-9a-f]{3}|[0-9a-f]{6})")
