@@ -47,7 +47,7 @@ def test_history_prints_the_planted_change_point_and_writes_json(
 
     vs = tmp_path / "vs.json"
     r = _cli(server, "compare-jobs", str(jobs[0]), str(jobs[-1]), "--json", str(vs))
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == 1, r.output  # the default gate (failed, incorrect, slower) holds the slowdown
     assert "slower" in r.output and "cli-history-node" in r.output
     assert json.loads(vs.read_text())["cells"][0]["verdict"] == "slower"
     gated = _cli(server, "compare-jobs", str(jobs[0]), str(jobs[-1]), "--fail-on", "slower")
@@ -103,5 +103,5 @@ def test_a_large_pair_is_computed_by_the_compare_worker_and_the_cli_waits_for_it
         r = _cli((url, token), "compare-jobs", str(jobs[0]), str(jobs[1]), "--wait", "0")
         assert r.exit_code == 3 and f"job #{jobs[1]} against job #{jobs[0]}: still being compared" in r.output
         r = _cli((url, token), "compare-jobs", str(jobs[0]), str(jobs[1]), "--wait", "300")
-        assert r.exit_code == 0, r.output
+        assert r.exit_code == 1, r.output  # computed, and the default gate holds the slower cell
         assert "slower" in r.output and "large-pair-node" in r.output

@@ -80,7 +80,7 @@ def _grid() -> Comparison:
 
 @pytest.mark.parametrize(
     ("ratio", "text"),
-    [(0.8, "1.25× faster"), (4618.4, "4,618× slower"), (1.003, "1.00×"), (1.5, "1.50× slower"),
+    [(0.8, "1.25× faster"), (4618.4, "4,620× slower"), (1.003, "1.00×"), (1.5, "1.50× slower"),
      (0.05, "20.0× faster"), (None, "n/a"), (0.0, "n/a"), (math.inf, "n/a")],
 )  # fmt: skip
 def test_format_speedup_reads_as_a_factor(ratio: float | None, text: str) -> None:
@@ -89,7 +89,7 @@ def test_format_speedup_reads_as_a_factor(ratio: float | None, text: str) -> Non
 
 def test_void_cells_get_a_bare_ratio_never_faster() -> None:
     wrong = _grid().cells[3]
-    assert report.cell_speedup(wrong) == "0.5×" and "faster" not in report.cell_speedup(wrong)
+    assert report.cell_speedup(wrong) == "0.500×" and "faster" not in report.cell_speedup(wrong)
 
 
 def test_sweep_axes_split_varying_and_fixed_parameters() -> None:
@@ -118,13 +118,13 @@ def test_export_csv_and_json_carry_every_cell() -> None:
     c.cells[1] = c.cells[1].model_copy(update={"label": "=HYPERLINK(1)"})
     rows = list(csv.DictReader(io.StringIO(cell_table.export_csv(c))))
     assert [r["index"] for r in rows] == [str(i) for i in range(6)]
-    assert rows[0]["param.M"] == "1" and rows[0]["speedup"] == "4,618× slower"
+    assert rows[0]["param.M"] == "1" and rows[0]["speedup"] == "4,620× slower"
     assert rows[1]["label"] == "'=HYPERLINK(1)"  # no formula in a spreadsheet
     assert rows[4]["ratio"] == "" and rows[4]["error"] == "out of memory" and rows[4]["verdict"] == "failed"
     assert float(rows[1]["delta_ci_low_pct"]) == pytest.approx((0.8 * 0.98 - 1) * 100)
     doc = json.loads(cell_table.export_json(c))
     assert doc["fixed"] == {"dtype": "float32"} and doc["axes"] == ["M", "N"]
-    assert doc["cells"][3]["speedup"] == "0.5×"
+    assert doc["cells"][3]["speedup"] == "0.500×"
     assert doc["cells"][3]["candidate_pct_copy_peak"] == pytest.approx(100 * 1000 / 4200)
 
 
