@@ -1,4 +1,4 @@
-"""Type-check the package ``kernelab`` with mypy: ``python .ci/mypy.py [MYPY OPTIONS]``.
+"""Type-check the package ``kernelab`` with mypy: ``python .ci/typecheck.py [MYPY OPTIONS]``.
 
 kernelab's subpackages are the repository's top-level folders, mapped by
 ``[tool.setuptools.package-dir]`` in pyproject.toml (``kernelab.service`` is ``service/``). Python
