@@ -1,6 +1,6 @@
 """What a user waits for on a CPU machine: the command line, the demo, the scaffold, the Python API.
 
-    python benchmarks/cpu_speed.py OUT_DIR [--checkout PATH] [--repeat 3] [--skip softmax,...]
+    python benchmarks/cpu_speed.py OUT_DIR [--checkout PATH] [--python PY] [--repeat 3] [--skip softmax,...]
 
 Each case runs as a user runs it, in a new process, ``--repeat`` times; the table gives the
 median and the range of the wall time (s) and the median CPU time (user + system of the process
@@ -15,7 +15,11 @@ and its children, s):
   test session's later calls) are reported beside the process's.
 
 ``--checkout PATH`` runs another checkout of kernelab (put first on ``PYTHONPATH``: a "before"
-figure on the same machine). Writes ``OUT_DIR/cpu_speed.json``; prints a Markdown table last.
+figure on the same machine). A checkout whose subpackages are mapped by pyproject.toml's
+``package-dir`` (no ``kernelab/<room>`` links) imports only through an install: give the Python of
+an environment where it is installed (``--python VENV/bin/python``, after ``VENV/bin/pip install -e
+PATH``); ``import kernelab`` refuses one checkout's ``kernelab/`` with another's subpackages.
+Writes ``OUT_DIR/cpu_speed.json``; prints a Markdown table last.
 """
 
 from __future__ import annotations
@@ -70,6 +74,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path)
     ap.add_argument("--checkout", type=Path, default=ROOT)
+    ap.add_argument("--python", default=sys.executable, help="the interpreter to run (default: this one)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--skip", default="")
     args = ap.parse_args()
@@ -79,7 +84,7 @@ def main() -> None:
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(checkout), os.environ.get("PYTHONPATH")])),
     }
-    cli = [sys.executable, "-m", "kernelab.runners.cli"]
+    cli = [args.python, "-m", "kernelab.runners.cli"]
     skip = set(filter(None, args.skip.split(",")))
     rows: dict[str, dict[str, Any]] = {}
 
@@ -103,7 +108,7 @@ def main() -> None:
                 runs.append(timed([*cli, "run", "demo.yaml", "--quiet"], env, Path(tmp)))
         case("scaffold", runs)
     if "compare" not in skip:
-        runs = [timed([sys.executable, "-c", COMPARE], env, checkout) for _ in range(args.repeat)]
+        runs = [timed([args.python, "-c", COMPARE], env, checkout) for _ in range(args.repeat)]
         calls = [float(text.split("compare_s ")[1].split()[0]) for _, _, text in runs]
         verdicts = [text.split("compare_s ")[1].split()[1] for _, _, text in runs]
         again = [float(text.split("again_s ")[1].split()[0]) for _, _, text in runs]

@@ -1,6 +1,10 @@
-# Sourced by the H200 session scripts (repo root, on the GPU node): installs the server wheels
-# carried in .whl/ (the GPU node's Python has torch and triton only) into /tmp/site, puts them,
+# Sourced by the H200 session scripts (repo root, on the GPU node): installs this checkout as an
+# editable kernelab (its subpackages are the top-level folders, mapped by pyproject.toml's
+# package-dir: the checkout on PYTHONPATH alone does not import them) and the server wheels carried
+# in .whl/ (the GPU node's Python has torch and triton only) into /tmp/site, puts them,
 # benchmarks/ and the checkout on PYTHONPATH, and defines `step`, a timestamped heading.
+# The node is offline: no build isolation (its own setuptools builds), no dependencies.
+python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --break-system-packages -e . || exit 1
 if [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
   export PYTHONPATH=/tmp/site:$PWD/benchmarks:$PWD

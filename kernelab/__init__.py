@@ -16,7 +16,10 @@ Everything kernelab installs lives under this one package, so a user's own ``ker
 * ``kernelab.web``: the dashboard; ``kernelab.migrations``: the Alembic scripts.
 
 In a checkout those are the top-level folders ``kernels/``, ``runners/``, ``service/``, ``web/``
-and ``migrations/`` (this folder links them in); a wheel holds them under ``kernelab/``.
+and ``migrations/``, mapped to these names by ``[tool.setuptools.package-dir]`` in pyproject.toml
+(an editable install imports them through setuptools' import hook); a wheel holds them under
+``kernelab/``. A checkout is imported as installed (``pip install -e``), not from ``sys.path``
+alone: this folder holds only this package's own modules.
 
 The public API is what this module exports (``kernelab.__all__``). The names load on first use
 (PEP 562 module ``__getattr__``), so ``import kernelab`` imports neither torch nor the server.
@@ -25,6 +28,8 @@ The public API is what this module exports (``kernelab.__all__``). The names loa
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import os
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +37,29 @@ try:
     __version__ = version("kernelab")
 except PackageNotFoundError:  # a checkout on sys.path without an install
     __version__ = "0+unknown"
+
+
+def _check_one_tree() -> None:
+    """``ImportError`` when this ``kernelab/`` and the subpackages come from two places: one
+    checkout first on ``sys.path`` (``PYTHONPATH``, the current folder) while the environment's
+    editable install maps ``kernelab.service`` and the others to another checkout's folders. Python
+    would run this folder's modules with the other tree's subpackages. ``kernelab.service`` is
+    located (``importlib.util.find_spec``: not imported) in this folder (a wheel) or beside it (a
+    checkout); not found at all is left to the import of a subpackage to say."""
+    spec = importlib.util.find_spec("kernelab.service")
+    if spec is None or spec.origin is None:
+        return
+    here = os.path.dirname(os.path.realpath(__file__))
+    found = os.path.dirname(os.path.realpath(spec.origin))
+    if found not in (os.path.join(here, "service"), os.path.join(os.path.dirname(here), "service")):
+        raise ImportError(
+            f"kernelab is imported from {here} but kernelab.service from {found}: two kernelab trees "
+            f"mixed (a checkout on sys.path, another one installed). Install the one you run "
+            f"(pip install -e {os.path.dirname(here)}) or take it off sys.path."
+        )
+
+
+_check_one_tree()
 
 # public name -> module that defines it
 _EXPORTS = {
