@@ -2,9 +2,10 @@
 
 kernelab's subpackages are the repository's top-level folders, mapped by
 ``[tool.setuptools.package-dir]`` in pyproject.toml (``kernelab.service`` is ``service/``).
-setuptools' ``packages.find`` names a package after its folder (``service.api``, not
-``kernelab.service.server.api``), so the list is made here: each mapped package, and below its folder
-every folder with an ``__init__.py``, named under it (``service/server/api/`` is ``kernelab.service.server.api``).
+setuptools' ``packages.find`` names a package after its folder (``service.server``, not
+``kernelab.service.server``), so the list is made here: each mapped package, and below its folder
+every folder with an ``__init__.py``, named under it (``service/server/`` is
+``kernelab.service.server``).
 A new subpackage is therefore built without an entry anywhere. Folders without ``__init__.py``
 (``migrations/versions/``, ``web/templates/``) are package data (``[tool.setuptools.package-data]``).
 """

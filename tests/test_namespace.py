@@ -176,8 +176,8 @@ def test_the_wheel_installs_only_the_kernelab_package(wheel: Path, tmp_path: Pat
         for path in folder.rglob("*")
         if path.is_file() and "__pycache__" not in path.parts
     }
-    for path in ("kernelab/app.py", "kernelab/migrations/versions/0001_initial.py",
-                 "kernelab/web/templates/base.html", "kernelab/service/contract/builtin_adverts.json"):  # fmt: skip
+    data = ("kernelab/web/templates/base.html", "kernelab/service/contract/builtin_adverts.json")
+    for path in ("kernelab/app.py", "kernelab/migrations/versions/0001_initial.py", *data):
         assert path in expected, path  # the walk above sees the rooms
     assert {n for n in names if not n.startswith(f"kernelab-{kernelab.__version__}.dist-info/")} == expected
     python, site = _venv(tmp_path / "venv", wheel)
