@@ -148,9 +148,66 @@ def test_up_runs_the_demo_and_reuses_its_token(tmp_path: Path) -> None:
         )
         assert proc.returncode == 0, proc.stderr + (data_dir / "runner.log").read_text()
         assert "verdicts:" in proc.stdout
+        # the URL and token come while the server is up, before the demo's table; with --exit they
+        # are not shown again at the end, which says the server has stopped
+        out = proc.stdout.splitlines()
+        dashboard = [i for i, ln in enumerate(out) if ln.startswith("dashboard")]
+        table = next(i for i, ln in enumerate(out) if ln.startswith("verdicts:"))
+        assert len(dashboard) == 1 and dashboard[0] < table
+        assert out[-1].startswith("server stopped (--exit):"), proc.stdout
+        assert "no live runner" not in proc.stderr, proc.stderr  # its own runner starting is said so
         line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("dashboard"))
         assert line.split()[1].endswith("/login")  # a form: sign-in links are refused
         tokens.append(next(ln for ln in proc.stdout.splitlines() if ln.startswith("token")).split()[1])
         assert f"demo job {demo_job_id}:" in proc.stderr  # the second run reuses the database
         assert "[1/2] cell 1/2" in proc.stderr and "[2/2] cell 2/2" in proc.stderr  # progress per cell
     assert tokens[0] == tokens[1] == (data_dir / "admin-token").read_text().strip()
+
+
+def test_up_prints_a_url_that_answers_and_again_while_it_serves(tmp_path: Path) -> None:
+    """Without --exit: the dashboard URL is printed as soon as the server answers (a GET on it then
+    succeeds, before the demo is done), the waiting message names the local runner starting, and
+    after the table the URL and token come again while the server still serves; SIGTERM stops it."""
+    import signal
+
+    import httpx
+
+    spec_file = tmp_path / "tiny.yaml"
+    spec_file.write_text(TINY_SPEC.replace("all_reduce: true", "all_reduce: false"))
+    argv = [sys.executable, "-m", "kernelab.runners.cli", "up", "--port", str(free_port()),
+            "--data-dir", str(tmp_path / "data"), "--spec", str(spec_file)]  # fmt: skip
+    err_path = tmp_path / "up.err"
+    with err_path.open("w") as err:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, text=True)
+    assert proc.stdout is not None
+    try:
+        lines: list[str] = []
+        while not lines or not lines[-1].startswith("dashboard"):
+            lines.append(proc.stdout.readline().rstrip("\n"))
+            assert lines[-1] or proc.poll() is None, err_path.read_text()
+        url = lines[-1].split()[1]
+        assert httpx.get(url, timeout=10).status_code == 200  # usable when printed
+        assert "verdicts:" not in "\n".join(lines)  # printed before the demo's table
+        while not lines[-1].startswith("token") or sum(ln.startswith("dashboard") for ln in lines) < 2:
+            lines.append(proc.stdout.readline().rstrip("\n"))
+            assert lines[-1] or proc.poll() is None, err_path.read_text()
+        assert "verdicts:" in "\n".join(lines)
+        assert httpx.get(url, timeout=10).status_code == 200  # still served after the table
+        _wait_until(lambda: "serving; Ctrl-C to stop" in err_path.read_text(), 30)
+        stderr = err_path.read_text()
+        assert "starting the local runner" in stderr and "no live runner" not in stderr, stderr
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+    assert proc.returncode == 0, err_path.read_text()
+
+
+def _wait_until(predicate: Any, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
