@@ -2,9 +2,10 @@
 
 Variants: ``"torch"`` (``torch.softmax(x, dim=-1, out=out)``, ATen's kernel), ``"triton"``
 (``kernelab.kernels.triton_kernels.softmax``) and ``"unfused"`` (the textbook formula in four
-PyTorch operations, ``exp(x - max) / sum``: four passes over memory and two (M, N) temporaries
-per call where ATen's kernel makes one pass per row and none; native on a CPU, the CPU demo's
-baseline, ``examples/softmax_cpu.yaml``). Parameters: ``M``, ``N`` (> 0), ``dtype`` (float32, float16,
+PyTorch operations, ``exp(x - max) / sum``, in float32 as ATen's kernel computes (16-bit input
+converted first): four passes over memory and two (M, N) temporaries per call where ATen's kernel
+makes one pass per row and none; native on a CPU, the CPU demo's baseline,
+``examples/softmax_cpu.yaml``). Parameters: ``M``, ``N`` (> 0), ``dtype`` (float32, float16,
 bfloat16), and for the Triton variant ``BLOCK_M``, ``BLOCK_N``, ``num_warps`` (powers of two;
 None picks them from the shape, see ``launch_config``).
 
@@ -135,7 +136,8 @@ class SoftmaxBenchmark(Benchmark[SoftmaxParams]):
         if variant == "unfused":
 
             def run_unfused() -> Any:  # max, subtract + exp, sum, divide: four kernels, two temporaries
-                shifted = torch.exp(x - x.amax(dim=-1, keepdim=True))
+                xf = x.float()  # float32 math, as ATen's kernel does (x itself for float32 input)
+                shifted = torch.exp(xf - xf.amax(dim=-1, keepdim=True))
                 return torch.div(shifted, shifted.sum(dim=-1, keepdim=True), out=out)
 
             return run_unfused
