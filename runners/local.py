@@ -248,6 +248,7 @@ class LocalStack:
         self.server: ServerProcess | None = None
         self.runner: subprocess.Popen[bytes] | None = None
         self._runner_log: IO[bytes] | None = None
+        self._runner_log_start = 0  # the runner log's size when this start began
 
     def __repr__(self) -> str:
         return f"<LocalStack {self.url} data_dir={self.data_dir}>"
@@ -263,6 +264,7 @@ class LocalStack:
         ).start()
         env = {**os.environ, "KERNELAB_TOKEN": token}
         env.pop("KERNELAB_ADMIN_TOKEN", None)
+        self._runner_log_start = self.runner_log.stat().st_size if self.runner_log.exists() else 0
         self._runner_log = self.runner_log.open("ab")
         self.runner = subprocess.Popen(
             [
@@ -296,6 +298,16 @@ class LocalStack:
         if self.runner is None or self.runner.poll() is None:
             return None
         return f"the local runner exited with status {self.runner.returncode}:\n{_tail(self.runner_log)}"
+
+    def runner_serving(self) -> bool:
+        """True once the runner's log says it serves (``runner NAME: serving URL``: it has made its
+        advertisement, which its first claim, right after, sends)."""
+        try:
+            with self.runner_log.open("rb") as fh:
+                fh.seek(self._runner_log_start)  # this start's lines: the log is kept across starts
+                return f"runner {self.runner_name}: serving ".encode() in fh.read()
+        except OSError:
+            return False
 
     def wait(self) -> None:
         """Block until the server exits (Ctrl-C raises ``KeyboardInterrupt`` here)."""

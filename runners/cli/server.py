@@ -24,6 +24,9 @@ WORKER_HEALTHCHECK_S = 120  # uvicorn --workers: seconds a busy worker may miss 
 # so the server never closes a runner's connection just as the runner sends on it (with uvicorn's
 # 5 s default, heartbeats 10 s apart race the close and fail with ReadError).
 KEEP_ALIVE_S = 75
+# s after the local runner logged that it serves (its first claim carries its advertisement): a job
+# still waiting then waits for a benchmark the runner does not offer (kernelab up --spec)
+ADVERTISED_S = 5.0
 
 
 def serve(
@@ -124,9 +127,10 @@ def up(
             specs = [(without_probes(spec), note) for spec, note in specs]
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops like Ctrl-C
     stack = LocalStack(data_dir, port)
-    code = 0
+    code, started = 0, False
     try:
         token = stack.start()
+        started = True
         typer.echo(f"server     {stack.url}  (database {stack.database_path}, logs in {stack.data_dir})")
         _echo_access(stack.url, token, stack.token_path)
         with KernelabClient(stack.url, token) as client:
@@ -151,11 +155,11 @@ def up(
         raise fail(str(exc)) from None
     finally:
         stack.stop()
-    if exit_after:
-        typer.echo(
-            f"server stopped (--exit): {stack.url} no longer answers; `kernelab up --data-dir "
-            f"{stack.data_dir}` serves these jobs again (same database and token)"
-        )
+        if exit_after and started:  # also after a failure: the URL printed above is dead now
+            typer.echo(
+                f"server stopped (--exit): {stack.url} no longer answers; `kernelab up --data-dir "
+                f"{stack.data_dir}` serves these jobs again (same database and token)"
+            )
     raise typer.Exit(code)
 
 
@@ -168,12 +172,14 @@ def _wait_for_local_runner(stack: LocalStack, client: KernelabClient, job_id: in
     """While the job waits for a runner that offers its benchmark (``JobPublic.waiting_for``) and
     the local runner is starting (importing and advertising its benchmarks), say so once, instead
     of the server's "no live runner advertises it". Returns once the runner advertised (or the job
-    left the queue); raises ``typer.Exit`` (1, with the runner's log tail) when the runner exits,
-    and (3) after ``RUNNER_START_TIMEOUT_S`` seconds."""
+    left the queue), or ``ADVERTISED_S`` seconds after the runner logged that it serves while the
+    job still waits (it does not offer the benchmark: ``wait_and_show`` then says the server's
+    reason); raises ``typer.Exit`` (1, with the runner's log tail) when the runner exits, and (3)
+    after ``RUNNER_START_TIMEOUT_S`` seconds."""
     from kernelab.runners.local import RUNNER_START_TIMEOUT_S
 
     deadline = time.monotonic() + RUNNER_START_TIMEOUT_S
-    said = False
+    said, serving_since = False, None
     while True:
         job = client.get_job(job_id)
         if job.status != "queued" or not job.waiting_for:
@@ -181,6 +187,10 @@ def _wait_for_local_runner(stack: LocalStack, client: KernelabClient, job_id: in
         exited = stack.runner_exited()
         if exited is not None:
             raise fail(exited)
+        if serving_since is None and stack.runner_serving():
+            serving_since = time.monotonic()
+        if serving_since is not None and time.monotonic() - serving_since > ADVERTISED_S:
+            return
         if time.monotonic() > deadline:
             raise fail(f"the local runner did not start within {RUNNER_START_TIMEOUT_S:.0f} s "
                        f"(its log: {stack.runner_log})", EXIT_NO_VERDICT)  # fmt: skip

@@ -206,6 +206,44 @@ def test_up_prints_a_url_that_answers_and_again_while_it_serves(tmp_path: Path) 
     assert proc.returncode == 0, err_path.read_text()
 
 
+NOT_OFFERED_MODULE = """\
+from pydantic import Field
+
+from kernelab.kernels import Benchmark, Params
+
+
+class NParams(Params):
+    N: int = Field(gt=0)
+
+
+class Bench(Benchmark[NParams]):
+    name, Params, variants = "kl_up_nobody", NParams, ("a", "b")
+
+    def make_inputs(self, params, device, seed): raise RuntimeError("never run")
+    def prepare(self, variant, params, inputs): return lambda: None
+    def reference(self, params, inputs): return None
+    def work(self, params, variant): return None
+"""
+
+
+def test_up_says_when_its_runner_does_not_offer_the_spec_benchmark(tmp_path: Path) -> None:
+    """``up --spec`` naming a module beside the spec, which the local runner does not import (it
+    does not import from the current or the spec's folder): first "starting the local runner…",
+    then, once the runner serves, the server's reason (no live runner advertises it), and exit 3
+    after --timeout-s with the server stopped."""
+    (tmp_path / "kl_up_nobody.py").write_text(NOT_OFFERED_MODULE, encoding="utf-8")
+    spec_file = tmp_path / "nobody.yaml"
+    spec_file.write_text("benchmark: kl_up_nobody:Bench\nbaseline: {variant: a}\ncandidate: {variant: b}\n"
+                         "sweep: {N: [4]}\ndevice: cpu\n")  # fmt: skip
+    args = ["--data-dir", str(tmp_path / "data"), "--spec", str(spec_file), "--exit", "--timeout-s", "3"]
+    proc = _cli("up", "--port", str(free_port()), *args, env=dict(os.environ), timeout_s=240)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    err = proc.stderr
+    assert err.index("starting the local runner") < err.index("no live runner advertises it"), err
+    assert "still queued after 3 s" in err
+    assert proc.stdout.splitlines()[-1].startswith("server stopped (--exit):"), proc.stdout
+
+
 def _wait_until(predicate: Any, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
