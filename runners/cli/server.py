@@ -135,10 +135,13 @@ def up(
         _echo_access(stack.url, token, stack.token_path)
         with KernelabClient(stack.url, token) as client:
             for spec, note in specs:
+                logged = stack.runner_log.stat().st_size if stack.runner_log.exists() else 0
                 job = client.submit(spec)
                 typer.echo(f"demo job {job.id}: {spec.name or spec.benchmark}", err=True)
                 _wait_for_local_runner(stack, client, job.id)
-                shown = wait_and_show(client, job, timeout_s=timeout_s, progress_log=stack.runner_log)
+                shown = wait_and_show(
+                    client, job, timeout_s=timeout_s, progress_log=stack.runner_log, progress_from=logged
+                )
                 code = max(code, shown)
                 if note:
                     typer.echo(note)

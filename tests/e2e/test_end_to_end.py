@@ -161,6 +161,7 @@ def test_up_runs_the_demo_and_reuses_its_token(tmp_path: Path) -> None:
         tokens.append(next(ln for ln in proc.stdout.splitlines() if ln.startswith("token")).split()[1])
         assert f"demo job {demo_job_id}:" in proc.stderr  # the second run reuses the database
         assert "[1/2] cell 1/2" in proc.stderr and "[2/2] cell 2/2" in proc.stderr  # progress per cell
+        assert proc.stderr.count("[1/2] cell 1/2") == 1, proc.stderr  # this job's, not the last run's
     assert tokens[0] == tokens[1] == (data_dir / "admin-token").read_text().strip()
 
 
