@@ -226,6 +226,7 @@ class RunnerDaemon:
         self._newer_seen: set[Path] = set()  # spool files of a newer schema_version, logged once
         self._stop = threading.Event()
         self._now = threading.Event()  # a second signal: no more waiting at shutdown
+        self._signalled = threading.Event()  # SIGTERM/SIGINT: the process ends, a waiting claim is abandoned
         self._own_client: KernelabClient | None = None
         self._token_saved = False  # the token in use came from the token file
 
@@ -281,6 +282,7 @@ class RunnerDaemon:
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         name = signal.Signals(signum).name
+        self._signalled.set()
         if self._stop.is_set():  # a second signal: no more grace
             log.warning("runner %s: second %s; stopping the running job now", self.name, name)
             self.supervisor.stop(now=True)
@@ -664,20 +666,20 @@ class RunnerDaemon:
         return self.adverts
 
     def _claim_unless_stopped(self) -> JobClaim | None:
-        """``_claim`` in a thread of its own, so a stop does not wait for its long poll (up to
-        ``poll_s``): the job claimed, None when nothing was queued or the daemon was stopped.
+        """``_claim`` in a thread of its own, so a signal does not wait for its long poll (up to
+        ``poll_s``): the job claimed, None when nothing was queued or the claim was abandoned.
 
-        On a stop the claim gets ``CLAIM_STOP_WAIT_S`` more to answer, then is abandoned: its
-        connection closes when the daemon exits, and the server, which checks that its caller is
-        still there before it claims (``/runners/claim``), leaves the job queued. A job the claim
-        brings back after the stop is handed back (``_release``: re-queued at once), by this thread
-        or, once abandoned, by the claim's; only a job the server claimed in the instant the
-        connection closed waits for its lease (``lease_s``) to expire. Raises what ``_claim``
-        raises."""
+        After SIGTERM/SIGINT (``_on_signal``) the claim gets ``CLAIM_STOP_WAIT_S`` more to answer
+        (a job it brings is run as any claimed job at a stop: within ``grace_s``), then is abandoned:
+        its connection closes when the process exits, and the server, which checks that its caller
+        is still there before it claims (``/runners/claim``), leaves the job queued; a job the
+        abandoned claim still brings while the daemon shuts down is handed back (``_release``), and
+        only a job the server claimed in the instant the connection closed waits for its lease
+        (``lease_s``). A ``stop()`` without a signal (an embedding caller's) waits for the claim as
+        before. Raises what ``_claim`` raises."""
         lock = threading.Lock()
         answer: dict[str, Any] = {}
         answered = threading.Event()
-        stopped_why = "the runner was stopped while its claim was answered"
 
         def claim_now() -> None:
             try:
@@ -692,11 +694,11 @@ class RunnerDaemon:
                 answered.set()
                 abandoned = answer.get("abandoned", False)
             if abandoned and got is not None:
-                self._release(got, stopped_why)
+                self._release(got, "the runner was stopped while its claim was answered")
 
         threading.Thread(target=claim_now, name=f"claim-{self.name}", daemon=True).start()
         while not answered.wait(STOP_CHECK_S):
-            if self._stop.is_set():
+            if self._signalled.is_set():
                 answered.wait(CLAIM_STOP_WAIT_S)
                 with lock:
                     if not answered.is_set():
@@ -707,9 +709,6 @@ class RunnerDaemon:
         if "error" in answer:
             raise answer["error"]
         claim: JobClaim | None = answer["claim"]
-        if claim is not None and self._stop.is_set():
-            self._release(claim, stopped_why)
-            return None
         return claim
 
     def _claim(self) -> JobClaim | None:
