@@ -1,7 +1,11 @@
 """Built-in benchmark ``softmax``: row softmax of an (M, N) tensor, eager PyTorch vs fused Triton.
 
-Variants: ``"torch"`` (``torch.softmax(x, dim=-1, out=out)``, ATen's kernel) and ``"triton"``
-(``kernelab.kernels.triton_kernels.softmax``). Parameters: ``M``, ``N`` (> 0), ``dtype`` (float32, float16,
+Variants: ``"torch"`` (``torch.softmax(x, dim=-1, out=out)``, ATen's kernel), ``"triton"``
+(``kernelab.kernels.triton_kernels.softmax``) and ``"unfused"`` (the textbook formula in four
+PyTorch operations, ``exp(x - max) / sum``, in float32 as ATen's kernel computes (16-bit input
+converted first): four passes over memory and two (M, N) temporaries per call where ATen's kernel
+makes one pass per row and none; native on a CPU, the CPU demo's baseline,
+``examples/softmax_cpu.yaml``). Parameters: ``M``, ``N`` (> 0), ``dtype`` (float32, float16,
 bfloat16), and for the Triton variant ``BLOCK_M``, ``BLOCK_N``, ``num_warps`` (powers of two;
 None picks them from the shape, see ``launch_config``).
 
@@ -96,12 +100,16 @@ def launch_config(params: SoftmaxParams) -> dict[str, int]:
 
 
 class SoftmaxBenchmark(Benchmark[SoftmaxParams]):
-    """Row softmax: eager PyTorch (``"torch"``) vs a fused Triton kernel (``"triton"``)."""
+    """Row softmax: eager PyTorch (``"torch"``) vs a fused Triton kernel (``"triton"``) or the
+    unfused formula (``"unfused"``)."""
 
     name = "softmax"
     Params = SoftmaxParams
-    variants = ("torch", "triton")
-    description = "softmax(x, dim=-1) of an (M, N) tensor; eager PyTorch vs fused Triton kernel"
+    variants = ("torch", "triton", "unfused")
+    description = (
+        "softmax(x, dim=-1) of an (M, N) tensor; eager PyTorch vs fused Triton kernel "
+        "(or vs the unfused formula in four PyTorch operations)"
+    )
 
     def make_inputs(self, params: SoftmaxParams, device: Any, seed: int) -> dict[str, Any]:
         """``{"x": (M, N) tensor of params.dtype on device}``, standard normal from ``seed``."""
@@ -125,6 +133,14 @@ class SoftmaxBenchmark(Benchmark[SoftmaxParams]):
                 return torch.softmax(x, dim=-1, out=out)
 
             return run_torch
+        if variant == "unfused":
+
+            def run_unfused() -> Any:  # max, subtract + exp, sum, divide: four kernels, two temporaries
+                xf = x.float()  # float32 math, as ATen's kernel does (x itself for float32 input)
+                shifted = torch.exp(xf - xf.amax(dim=-1, keepdim=True))
+                return torch.div(shifted, shifted.sum(dim=-1, keepdim=True), out=out)
+
+            return run_unfused
         if variant == "triton":
             from kernelab.kernels._device import import_triton_kernels
 

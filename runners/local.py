@@ -35,7 +35,20 @@ SERVER_START_TIMEOUT_S = 60.0
 STOP_GRACE_S = 15.0  # SIGTERM -> SIGKILL for the server
 RUNNER_POLL_S = 2.0  # claim long-poll: also the longest a stopping runner waits for its last claim
 RUNNER_GRACE_S = 30.0  # the local runner's grace for a running job after SIGTERM
-EXAMPLES = ("softmax", "matmul")
+# s: the local runner imports and describes its benchmarks first (daemon.loop.ADVERT_TIMEOUT_S)
+RUNNER_START_TIMEOUT_S = 300.0
+EXAMPLES = ("softmax", "matmul", "softmax_cpu")
+CPU_DEMO_NOTE = (
+    "what this shows: both sides ran natively on this CPU, so the ratio is real. The unfused softmax "
+    "makes four passes over memory and two (M, N) temporaries per call, torch.softmax one fused pass: "
+    "that is the candidate's negative Δ% ('N× faster'), with its 95% confidence interval. A cell this "
+    "machine's noise leaves undecided reads 'inconclusive' and says why under 'why:'."
+)
+TRITON_CHECK_NOTE = (
+    "the Triton kernel, checked on this CPU: Triton runs it in its interpreter here (no GPU), so its "
+    "output is checked against the reference but its time is Python's, not the kernel's; those cells "
+    "read 'inconclusive' (reason 'interpreted'), never faster or slower. On a GPU `kernelab up` times it."
+)
 
 
 class ServerStartError(RuntimeError):
@@ -43,13 +56,32 @@ class ServerStartError(RuntimeError):
 
 
 def example_spec_path(name: str) -> Path:
-    """Path of a bundled example spec (``softmax`` or ``matmul``), shipped as package data.
+    """Path of a bundled example spec (``softmax``, ``matmul`` or ``softmax_cpu``), shipped as
+    package data.
 
     Raises ``ValueError`` for an unknown name.
     """
     if name not in EXAMPLES:
         raise ValueError(f"unknown example {name!r}; bundled: {list(EXAMPLES)}")
     return Path(str(files("kernelab.runners") / "examples" / f"{name}.yaml"))
+
+
+def demo_specs(has_cuda: bool) -> list[tuple[Path, str]]:
+    """The demo jobs of ``kernelab up``, in order, each with the note printed after its table.
+
+    With a CUDA GPU: ``softmax`` (eager PyTorch vs the fused Triton kernel, real GPU shapes), no
+    note. Without one: ``softmax_cpu`` (the unfused formula vs ``torch.softmax``, both native on a
+    CPU: a true ratio, ``CPU_DEMO_NOTE``), then ``softmax`` on its small CPU cells, where the Triton
+    kernel runs in Triton's interpreter: its output is checked, its time is not compared (the
+    judge's ``interpreted`` rule, ``kernelab.service.judge.verdicts.interpreted_reasons``;
+    ``TRITON_CHECK_NOTE``). ``kernelab up`` runs the CPU demos without probes (a shared CPU's
+    copy bandwidth would flag the node, which the demo is not about)."""
+    if has_cuda:
+        return [(example_spec_path("softmax"), "")]
+    return [
+        (example_spec_path("softmax_cpu"), CPU_DEMO_NOTE),
+        (example_spec_path("softmax"), TRITON_CHECK_NOTE),
+    ]
 
 
 def admin_token(data_dir: Path) -> str:
@@ -216,6 +248,7 @@ class LocalStack:
         self.server: ServerProcess | None = None
         self.runner: subprocess.Popen[bytes] | None = None
         self._runner_log: IO[bytes] | None = None
+        self._runner_log_start = 0  # the runner log's size when this start began
 
     def __repr__(self) -> str:
         return f"<LocalStack {self.url} data_dir={self.data_dir}>"
@@ -231,6 +264,7 @@ class LocalStack:
         ).start()
         env = {**os.environ, "KERNELAB_TOKEN": token}
         env.pop("KERNELAB_ADMIN_TOKEN", None)
+        self._runner_log_start = self.runner_log.stat().st_size if self.runner_log.exists() else 0
         self._runner_log = self.runner_log.open("ab")
         self.runner = subprocess.Popen(
             [
@@ -257,6 +291,23 @@ class LocalStack:
             stdin=subprocess.DEVNULL,
         )
         return token
+
+    def runner_exited(self) -> str | None:
+        """None while the runner process runs (or was never started); else why it ended: its exit
+        status and its log's tail."""
+        if self.runner is None or self.runner.poll() is None:
+            return None
+        return f"the local runner exited with status {self.runner.returncode}:\n{_tail(self.runner_log)}"
+
+    def runner_serving(self) -> bool:
+        """True once the runner's log says it serves (``runner NAME: serving URL``: it has made its
+        advertisement, which its first claim, right after, sends)."""
+        try:
+            with self.runner_log.open("rb") as fh:
+                fh.seek(self._runner_log_start)  # this start's lines: the log is kept across starts
+                return f"runner {self.runner_name}: serving ".encode() in fh.read()
+        except OSError:
+            return False
 
     def wait(self) -> None:
         """Block until the server exits (Ctrl-C raises ``KeyboardInterrupt`` here)."""

@@ -188,6 +188,7 @@ def wait_and_show(
     *,
     timeout_s: float,
     progress_log: Path | None = None,
+    progress_from: int = 0,
     fail_on: frozenset[Verdict] = DEFAULT_GATE,
     json_path: Path | None = None,
     probes: bool = False,
@@ -196,11 +197,11 @@ def wait_and_show(
     """Wait for ``job`` to finish and its comparison to be computed (``comparison_status`` no longer
     ``comparing``), echoing status changes, the job's ``waiting_for`` when it is set or changes,
     and each new progress (cell i/n, phase, cells done, ETA: ``JobPublic.progress`` from the
-    runner's heartbeats; or, with ``progress_log``, a runner log file's progress lines); print its
+    runner's heartbeats; or, with ``progress_log``, a runner log file's progress lines from byte
+    ``progress_from`` on: the lines of this job, not of earlier ones in the same log); print its
     comparison (``probes``, ``reasons``: ``print_comparison``). Returns the exit status
-    (``show_job``); exits ``EXIT_NO_VERDICT`` when it is still
-    unfinished or comparing after ``timeout_s``."""
-    offset, partial = 0, b""
+    (``show_job``); exits ``EXIT_NO_VERDICT`` when it is still unfinished or comparing after ``timeout_s``."""
+    offset, partial = progress_from, b""
 
     def on_change(j: JobPublic) -> None:
         comparing = " (comparing…)" if j.comparison_status == "comparing" else ""

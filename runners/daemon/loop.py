@@ -29,7 +29,8 @@ say what became of the job; signals, back-off and the work dir's health.
   while no other runner took the job over).
 * **Scratch.** A job's folder is removed once the result is spooled and kept after a failure.
 * **Timeouts.** A worker killed for its timeout fails the job with a message saying so.
-* **Shutdown** (SIGTERM/SIGINT, arq's behaviour): stop claiming, let the running job finish within
+* **Shutdown** (SIGTERM/SIGINT, arq's behaviour): stop claiming (a claim waiting in its long poll
+  is abandoned within a second: ``RunnerDaemon._claim_unless_stopped``), let the running job finish within
   ``grace_s`` seconds (a second signal ends the grace at once), else kill it and fail the job with
   ``retry=True`` so another node takes it. A result still held in memory is never dropped
   (``kernelab.runners.daemon.keep``): the daemon waits up to ``grace_s`` more for the disk or the
@@ -96,6 +97,10 @@ FREE_FDS = 32  # file descriptors the daemon must be able to open before a claim
 RUNNER_NAME = re.compile(r"^[A-Za-z0-9._:-]{1,200}$")  # kernelab.service.contract.schemas.RunnerRegister.name
 
 
+# A stop (SIGTERM/SIGINT) ends a waiting claim's long poll: the daemon looks for it this often
+# while the claim waits (s) and then gives the claim this long to answer before abandoning it (s).
+STOP_CHECK_S = 0.2
+CLAIM_STOP_WAIT_S = 0.5
 ADVERT_TIMEOUT_S = 300.0  # importing every offered benchmark to describe it (RunnerDaemon.advertise)
 
 
@@ -221,6 +226,7 @@ class RunnerDaemon:
         self._newer_seen: set[Path] = set()  # spool files of a newer schema_version, logged once
         self._stop = threading.Event()
         self._now = threading.Event()  # a second signal: no more waiting at shutdown
+        self._signalled = threading.Event()  # SIGTERM/SIGINT: the process ends, a waiting claim is abandoned
         self._own_client: KernelabClient | None = None
         self._token_saved = False  # the token in use came from the token file
 
@@ -276,6 +282,7 @@ class RunnerDaemon:
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         name = signal.Signals(signum).name
+        self._signalled.set()
         if self._stop.is_set():  # a second signal: no more grace
             log.warning("runner %s: second %s; stopping the running job now", self.name, name)
             self.supervisor.stop(now=True)
@@ -418,7 +425,7 @@ class RunnerDaemon:
                 self.supervisor.reprobe = None
             started = time.monotonic()
             try:
-                claim = self._claim()
+                claim = self._claim_unless_stopped()
             except (KernelabUnavailable, KernelabAPIError) as exc:
                 refused = isinstance(exc, KernelabAPIError) and exc.status_code in TOKEN_REFUSED_STATUS
                 if refused or self.once:
@@ -658,6 +665,52 @@ class RunnerDaemon:
         names = sorted({a.names[0] for a in self.adverts.benchmarks})
         log.info("runner %s: offers %d benchmarks: %s", self.name, len(names), ", ".join(names))
         return self.adverts
+
+    def _claim_unless_stopped(self) -> JobClaim | None:
+        """``_claim`` in a thread of its own, so a signal does not wait for its long poll (up to
+        ``poll_s``): the job claimed, None when nothing was queued or the claim was abandoned.
+
+        After SIGTERM/SIGINT (``_on_signal``) the claim gets ``CLAIM_STOP_WAIT_S`` more to answer
+        (a job it brings is run as any claimed job at a stop: within ``grace_s``), then is abandoned:
+        its connection closes when the process exits, and the server, which checks that its caller
+        is still there before it claims (``/runners/claim``), leaves the job queued; a job the
+        abandoned claim still brings while the daemon shuts down is handed back (``_release``), and
+        only a job the server claimed in the instant the connection closed waits for its lease
+        (``lease_s``). A ``stop()`` without a signal (an embedding caller's) waits for the claim as
+        before. Raises what ``_claim`` raises."""
+        lock = threading.Lock()
+        answer: dict[str, Any] = {}
+        answered = threading.Event()
+
+        def claim_now() -> None:
+            try:
+                got = self._claim()
+            except BaseException as exc:  # handed to the daemon's thread
+                with lock:
+                    answer["error"] = exc
+                    answered.set()
+                return
+            with lock:
+                answer["claim"] = got
+                answered.set()
+                abandoned = answer.get("abandoned", False)
+            if abandoned and got is not None:
+                self._release(got, "the runner was stopped while its claim was answered")
+
+        threading.Thread(target=claim_now, name=f"claim-{self.name}", daemon=True).start()
+        while not answered.wait(STOP_CHECK_S):
+            if self._signalled.is_set():
+                answered.wait(CLAIM_STOP_WAIT_S)
+                with lock:
+                    if not answered.is_set():
+                        answer["abandoned"] = True
+                        log.info("runner %s: stopping: the waiting claim is abandoned", self.name)
+                        return None
+                break
+        if "error" in answer:
+            raise answer["error"]
+        claim: JobClaim | None = answer["claim"]
+        return claim
 
     def _claim(self) -> JobClaim | None:
         """One claim, carrying the advertisement whole until the server holds it, then its digest;

@@ -212,7 +212,36 @@ def check_spec(session: Session, spec: JobSpec, *, require_offered: bool) -> Acc
         if not errors:
             return Accepted([], needs_benchmark=spec.benchmark, schema_sha256=advert.schema_sha256)
         first = errors if first is None else first
-    return Accepted(first or [])
+    return Accepted(_with_variant_hint(session, spec.benchmark, first or []))
+
+
+MAX_HINTED_RUNNERS = 5  # runners named in an unknown variant's hint (most recently seen first)
+
+
+def _with_variant_hint(
+    session: Session, benchmark: str, errors: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """``errors`` with the fix appended to each unknown-variant message (``loc`` ``(side,
+    "variant")``): a runner advertises the variants it loaded when it started, so a variant added
+    to the code since needs that runner restarted; the message names the runners that offer
+    ``benchmark`` and their variants (at most ``MAX_HINTED_RUNNERS``, most recently seen first),
+    or says that none does."""
+    if not any(tuple(e["loc"])[1:] == ("variant",) for e in errors):
+        return errors
+    rows = session.execute(
+        select(_runners.c.name, _offers.c.variants)
+        .join(_runners, _runners.c.id == _offers.c.runner_id)
+        .where(_offers.c.benchmark == benchmark)
+        .order_by(_runners.c.last_seen_at.desc(), _runners.c.id)
+        .limit(MAX_HINTED_RUNNERS)
+    ).all()  # fmt: skip
+    offered = "; ".join(f"runner {name!r} offers {', '.join(variants)}" for name, variants in rows)
+    hint = (
+        f" ({offered or 'no runner advertised it yet'}). A runner advertises the variants it loaded "
+        "when it started: after adding a variant, restart the runner that offers this benchmark "
+        "(`kernelab runner --benchmark REF ...`, docs/writing-benchmarks.md)"
+    )
+    return [{**e, "msg": e["msg"] + hint} if tuple(e["loc"])[1:] == ("variant",) else e for e in errors]
 
 
 def _sourced_errors(ref: str) -> list[dict[str, Any]]:

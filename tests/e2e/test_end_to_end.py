@@ -148,9 +148,105 @@ def test_up_runs_the_demo_and_reuses_its_token(tmp_path: Path) -> None:
         )
         assert proc.returncode == 0, proc.stderr + (data_dir / "runner.log").read_text()
         assert "verdicts:" in proc.stdout
+        # the URL and token come while the server is up, before the demo's table; with --exit they
+        # are not shown again at the end, which says the server has stopped
+        out = proc.stdout.splitlines()
+        dashboard = [i for i, ln in enumerate(out) if ln.startswith("dashboard")]
+        table = next(i for i, ln in enumerate(out) if ln.startswith("verdicts:"))
+        assert len(dashboard) == 1 and dashboard[0] < table
+        assert out[-1].startswith("server stopped (--exit):"), proc.stdout
+        assert "no live runner" not in proc.stderr, proc.stderr  # its own runner starting is said so
         line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("dashboard"))
         assert line.split()[1].endswith("/login")  # a form: sign-in links are refused
         tokens.append(next(ln for ln in proc.stdout.splitlines() if ln.startswith("token")).split()[1])
         assert f"demo job {demo_job_id}:" in proc.stderr  # the second run reuses the database
         assert "[1/2] cell 1/2" in proc.stderr and "[2/2] cell 2/2" in proc.stderr  # progress per cell
+        assert proc.stderr.count("[1/2] cell 1/2") == 1, proc.stderr  # this job's, not the last run's
     assert tokens[0] == tokens[1] == (data_dir / "admin-token").read_text().strip()
+
+
+def test_up_prints_a_url_that_answers_and_again_while_it_serves(tmp_path: Path) -> None:
+    """Without --exit: the dashboard URL is printed as soon as the server answers (a GET on it then
+    succeeds, before the demo is done), the waiting message names the local runner starting, and
+    after the table the URL and token come again while the server still serves; SIGTERM stops it."""
+    import signal
+
+    import httpx
+
+    spec_file = tmp_path / "tiny.yaml"
+    spec_file.write_text(TINY_SPEC.replace("all_reduce: true", "all_reduce: false"))
+    argv = [sys.executable, "-m", "kernelab.runners.cli", "up", "--port", str(free_port()),
+            "--data-dir", str(tmp_path / "data"), "--spec", str(spec_file)]  # fmt: skip
+    err_path = tmp_path / "up.err"
+    with err_path.open("w") as err:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, text=True)
+    assert proc.stdout is not None
+    try:
+        lines: list[str] = []
+        while not lines or not lines[-1].startswith("dashboard"):
+            lines.append(proc.stdout.readline().rstrip("\n"))
+            assert lines[-1] or proc.poll() is None, err_path.read_text()
+        url = lines[-1].split()[1]
+        assert httpx.get(url, timeout=10).status_code == 200  # usable when printed
+        assert "verdicts:" not in "\n".join(lines)  # printed before the demo's table
+        while not lines[-1].startswith("token") or sum(ln.startswith("dashboard") for ln in lines) < 2:
+            lines.append(proc.stdout.readline().rstrip("\n"))
+            assert lines[-1] or proc.poll() is None, err_path.read_text()
+        assert "verdicts:" in "\n".join(lines)
+        assert httpx.get(url, timeout=10).status_code == 200  # still served after the table
+        _wait_until(lambda: "serving; Ctrl-C to stop" in err_path.read_text(), 30)
+        stderr = err_path.read_text()
+        assert "starting the local runner" in stderr and "no live runner" not in stderr, stderr
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+    assert proc.returncode == 0, err_path.read_text()
+
+
+NOT_OFFERED_MODULE = """\
+from pydantic import Field
+
+from kernelab.kernels import Benchmark, Params
+
+
+class NParams(Params):
+    N: int = Field(gt=0)
+
+
+class Bench(Benchmark[NParams]):
+    name, Params, variants = "kl_up_nobody", NParams, ("a", "b")
+
+    def make_inputs(self, params, device, seed): raise RuntimeError("never run")
+    def prepare(self, variant, params, inputs): return lambda: None
+    def reference(self, params, inputs): return None
+    def work(self, params, variant): return None
+"""
+
+
+def test_up_says_when_its_runner_does_not_offer_the_spec_benchmark(tmp_path: Path) -> None:
+    """``up --spec`` naming a module beside the spec, which the local runner does not import (it
+    does not import from the current or the spec's folder): first "starting the local runner…",
+    then, once the runner serves, the server's reason (no live runner advertises it), and exit 3
+    after --timeout-s with the server stopped."""
+    (tmp_path / "kl_up_nobody.py").write_text(NOT_OFFERED_MODULE, encoding="utf-8")
+    spec_file = tmp_path / "nobody.yaml"
+    spec_file.write_text("benchmark: kl_up_nobody:Bench\nbaseline: {variant: a}\ncandidate: {variant: b}\n"
+                         "sweep: {N: [4]}\ndevice: cpu\n")  # fmt: skip
+    args = ["--data-dir", str(tmp_path / "data"), "--spec", str(spec_file), "--exit", "--timeout-s", "3"]
+    proc = _cli("up", "--port", str(free_port()), *args, env=dict(os.environ), timeout_s=240)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    err = proc.stderr
+    assert err.index("starting the local runner") < err.index("no live runner advertises it"), err
+    assert "still queued after 3 s" in err
+    assert proc.stdout.splitlines()[-1].startswith("server stopped (--exit):"), proc.stdout
+
+
+def _wait_until(predicate: Any, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)

@@ -55,7 +55,7 @@ LOCAL_INSTANCE = LocalBenchmark()
 def test_builtins_resolve_by_name() -> None:
     assert isinstance(get_benchmark("softmax"), SoftmaxBenchmark)
     assert isinstance(get_benchmark("matmul"), MatmulBenchmark)
-    assert get_benchmark("softmax").variants == ("torch", "triton")
+    assert get_benchmark("softmax").variants == ("torch", "triton", "unfused")
     assert get_benchmark("matmul").variants == ("torch", "triton")
 
 

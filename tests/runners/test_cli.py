@@ -166,6 +166,41 @@ def test_examples_validate_and_are_bundled(name: str) -> None:
     assert spec.timeout_s >= 60
 
 
+def test_up_picks_the_gpu_demo_on_a_gpu_and_a_native_cpu_demo_on_a_cpu() -> None:
+    """``kernelab up``'s demo: softmax.yaml (eager PyTorch vs Triton) with a CUDA GPU; without one,
+    softmax_cpu.yaml first (both sides native PyTorch, no Triton), then softmax.yaml as the Triton
+    kernel's correctness check, each with the note that says what its verdict means."""
+    from kernelab.runners.local import CPU_DEMO_NOTE, TRITON_CHECK_NOTE, demo_specs
+
+    assert demo_specs(True) == [(example_spec_path("softmax"), "")]
+    assert demo_specs(False) == [
+        (example_spec_path("softmax_cpu"), CPU_DEMO_NOTE),
+        (example_spec_path("softmax"), TRITON_CHECK_NOTE),
+    ]
+    bundled = example_spec_path("softmax_cpu")
+    assert bundled.read_text() == (EXAMPLES / "softmax_cpu.yaml").read_text()
+    spec = load_spec(bundled)
+    assert (spec.benchmark, spec.baseline.variant, spec.candidate.variant) == ("softmax", "unfused", "torch")
+    assert "interpreted" in TRITON_CHECK_NOTE and "inconclusive" in TRITON_CHECK_NOTE
+
+
+@pytest.mark.slow  # measures the CPU demo's cell for real
+def test_the_cpu_demo_measures_two_native_sides_and_the_fused_one_wins(tmp_path: Path) -> None:
+    """The CPU demo's comparison is a real one: no side ran in Triton's interpreter, both outputs
+    pass, and ATen's fused softmax is faster than the unfused formula (its 95% CI below 1; the
+    demo's 2-3x on a 2-core machine: four passes and two temporaries against one pass)."""
+    out = tmp_path / "cmp.json"
+    spec = (EXAMPLES / "softmax_cpu.yaml").read_text().replace("N: [1024, 4096]", "N: [4096]")
+    path = _write(tmp_path, spec)
+    result = _invoke("run", str(path), "--json", str(out), "--quiet")
+    assert result.exit_code == 0, result.output
+    comparison = Comparison.model_validate_json(out.read_text())
+    (cell,) = comparison.cells
+    assert "interpreted" not in {r.code for r in cell.reasons}, cell.reasons
+    assert cell.verdict in ("faster", "inconclusive"), cell.verdict  # never "slower"; noise may leave it open
+    assert cell.ci_high is not None and cell.ci_high < 1.0, (cell.ratio, cell.ci_low, cell.ci_high)
+
+
 def test_up_refuses_a_port_already_in_use(tmp_path: Path) -> None:
     # Another server on the port would answer /healthz in place of ours and reject our token.
     import socket

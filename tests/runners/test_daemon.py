@@ -321,6 +321,45 @@ def test_sigterm_lets_the_running_job_finish(stack: Stack, tmp_path: Path) -> No
     assert admin.get_job(second.id).status == "queued"  # no new claim after SIGTERM
 
 
+def _log_time(line: str) -> float:
+    """The Unix time of a daemon log line (``%(asctime)s``: ``2026-12-07 20:10:01,123 ...``)."""
+    from datetime import datetime
+
+    return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+
+def test_sigterm_ends_a_waiting_claim_within_two_seconds(stack: Stack, tmp_path: Path) -> None:
+    """An idle runner in its long-poll claim (30 s here, the server's cap) stops within 2 s of
+    SIGTERM (its own log's timestamps, and the process's exit) and leaves the queue as it was:
+    a job submitted after the stop is still queued, nobody's."""
+    err_path = tmp_path / "runner.err"
+    env = {**os.environ, "KERNELAB_TOKEN": stack.token}
+    argv = [sys.executable, "-m", "kernelab.runners.cli", "runner", "--server", f"http://127.0.0.1:{stack.port}",
+            "--name", "idle-node", "--poll-s", "30", "--work-dir", str(tmp_path / "runner")]  # fmt: skip
+    with err_path.open("w") as err_file:
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err_file, text=True, env=env)
+    try:
+        _wait_for(lambda: "serving" in err_path.read_text(), 120, "the runner to serve")
+        time.sleep(1.5)  # its first claim is now waiting in the long poll
+        signalled = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        took = time.monotonic() - signalled
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    lines = err_path.read_text().splitlines()
+    received = next(line for line in lines if "SIGTERM received" in line)
+    stopped = next(line for line in lines if "idle-node stopped" in line)
+    assert proc.returncode == 0, "\n".join(lines)
+    assert _log_time(stopped) - _log_time(received) <= 2.0, "\n".join(lines)
+    assert took < 5.0, f"exit {took:.1f} s after SIGTERM (the long poll is 30 s)"
+    job = stack.client().submit(_spec(budget_ms=100))
+    time.sleep(0.5)
+    assert _status(stack.client(), job) == "queued"  # the abandoned claim took nothing
+
+
 def test_client_errors_name_the_field_and_give_up_on_a_dead_server(stack: Stack) -> None:
     admin = stack.client()
     bad = _spec(budget_ms=100).model_dump(mode="json")

@@ -191,6 +191,19 @@ def test_a_spec_that_breaks_the_advertised_schema_is_a_422_naming_the_field(api,
     assert loc in [e["loc"] for e in r.json()["detail"]], r.json()
 
 
+def test_an_unknown_variant_names_the_runners_that_offer_the_benchmark_and_the_fix(api, advert) -> None:  # type: ignore[no-untyped-def]
+    """A variant the runners did not advertise (added to the code after they started): the 422
+    names the runner and the variants it offers, and says to restart it."""
+    assert _claim(api, api.runner("node-a"), benchmarks=advert).status_code == 204
+    spec = spec_dict(benchmark=REF, baseline={"variant": "slow"}, candidate={"variant": "mixed"}, sweep={})
+    r = api.client.post("/api/v1/jobs", json=spec, headers=api.admin)
+    assert r.status_code == 422, r.text
+    (error,) = [e for e in r.json()["detail"] if e["loc"] == ["body", "candidate", "variant"]]
+    assert "unknown variant 'mixed'" in error["msg"]
+    assert "runner 'node-a' offers slow, fast" in error["msg"], error["msg"]
+    assert "restart the runner that offers this benchmark" in error["msg"]
+
+
 def test_a_job_no_live_runner_can_take_says_so(api, advert) -> None:  # type: ignore[no-untyped-def]
     from datetime import timedelta
 
