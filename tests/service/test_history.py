@@ -121,7 +121,7 @@ def test_a_result_on_a_flagged_node_is_excluded_from_history_as_its_note_says(ap
     assert history["excluded"] == {"node-flagged": 4}  # two cells x two sides
     shown = {p["job_id"] for s in history["series"] for p in s["points"]}
     assert flagged not in shown
-    assert "Left out by default" in history["html"] and "include_excluded=true" in history["html"]
+    assert "Left out by default: 4 points" in history["html"] and "include_excluded=true" in history["html"]
     everything = _history(api, include_excluded="true")
     points = [p for s in everything["series"] for p in s["points"] if p["job_id"] == flagged]
     assert len(points) == 4 and {p["excluded"] for p in points} == {"node-flagged"}

@@ -60,6 +60,8 @@ def test_a_slower_candidate_is_slower_against_the_baseline_both_jobs_ran(api) ->
     assert {c["verdict"] for c in same["cells"]} == {"same"}
     page = api.client.get("/compare", params={"a": a, "b": b}, headers=api.admin)
     assert page.status_code == 200 and "h200-b" in page.text and 'id="compare-table"' in page.text
+    # the page says a slower cell the way every other view does ("1.30× slower"), not "0.769×"
+    assert "× slower" in page.text and "× speedup" not in page.text
 
 
 def test_a_whole_job_that_drifted_is_no_change_of_its_candidate(api) -> None:  # type: ignore[no-untyped-def]
