@@ -401,7 +401,7 @@ def test_the_worker_process_logs_in_the_project_format(migrated_url: str, factor
     command = [sys.executable, "-m", "kernelab.service.server.compare_worker", "--burst"]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    stamp = r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} INFO kernelab\.service\.compare_worker: "
+    stamp = r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} INFO kernelab\.service\.server\.compare_worker: "
     assert re.search(stamp + r"compare worker \S+ started$", done.stderr, flags=re.M), done.stderr
     assert re.search(stamp + rf"compare worker \S+: job {job_id} compared$", done.stderr, flags=re.M), (
         done.stderr
