@@ -271,6 +271,18 @@ def test_wrong_under_timing_reads_incorrect_with_its_reason_and_timed_checks(api
     ]
     assert "pass" in cols[0][7] and "fail" in cols[1][7] and cols[1][8] == "2.50e-01"
     assert f"<code>wrong-under-timing</code> {finding.message}" in cols[1][9]
+    # the checked samples are folded unless one failed: here one did, so they are open and say so
+    assert '<details id="timed-checks-details" open>' in page
+    assert '2 checked samples: <span class="badge fail">1 failed</span></summary>' in page
+    job_ok = api.submit(spec)
+    assert api.client.post("/api/v1/runners/claim", json={}, headers=runner).status_code == 200
+    all_pass = cells[0].model_copy(update={"timed_checks": {"baseline": [ok], "candidate": [ok]}})
+    passing = result.model_copy(
+        update={"cells": [all_pass, cells[1]], "idempotency_key": f"timed-ok-{job_id}", "job_id": job_ok}
+    )
+    assert api.post_result(job_ok, passing, runner).status_code == 201
+    folded = html.unescape(api.client.get(f"/jobs/{job_ok}", headers=api.admin).text)
+    assert '<details id="timed-checks-details">' in folded and "2 checked samples: all passed" in folded
     row = page.split('data-cell="0"', 1)[1].split("</tr>", 1)[0]
     assert row.count('class="num void-timing"') == 2 and 'class="num nowrap void-timing"' in row
     listing = api.client.get("/", headers=api.admin).text
