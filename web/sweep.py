@@ -89,8 +89,10 @@ def forest_figure_dict(comparison: Comparison, sweep: SweepAxes) -> dict[str, An
     """The forest plot of ``comparison`` (see the module docstring): one trace per verdict present
     among cells with a timing result (markers at the ratio, asymmetric error bars to the CI), and
     one trace ``"timing void: failed / incorrect / …"`` of crosses for the void cells, drawn at
-    their ratio when they have one, else at 1 (no number). Cells top to bottom in sweep order, y
-    labelled by ``short_label`` (the varying parameters only). A figure with no cell has a note."""
+    their ratio when it is above 1, else at 1 (no number, or a ratio that would read faster: a
+    wrong result is never drawn on the faster side; the hover gives the ratio). Cells top to bottom
+    in sweep order, y labelled by ``short_label`` (the varying parameters only). A figure with no
+    cell has a note."""
     labels = [f"{c.index}: {short_label(c, sweep.axes)}" for c in comparison.cells]
     traces: list[dict[str, Any]] = []
     by_verdict: dict[str, tuple[list, list, list, list, list]] = {}
@@ -98,7 +100,9 @@ def forest_figure_dict(comparison: Comparison, sweep: SweepAxes) -> dict[str, An
     ratios: list[float] = []
     for cell, label in zip(comparison.cells, labels, strict=True):
         if void_timing(cell) or cell.ratio is None or cell.ratio <= 0:
-            x = cell.ratio if cell.ratio is not None and cell.ratio > 0 else 1.0
+            # a void timing is no speed: never drawn on the faster side (a cached answer "reads"
+            # 100x faster); at its ratio only when that is slower, else on the no-change line
+            x = cell.ratio if cell.ratio is not None and cell.ratio > 1.0 else 1.0
             void[0].append(x)
             void[1].append(label)
             void[2].append(_hover(cell, label) + (f"<br>{cell.error[:200]}" if cell.error else ""))
@@ -173,8 +177,10 @@ def heatmap_figure_dict(
     (rows), both keys of ``sweep.axes``, values in sweep order. ``held``: the other varying axes'
     values (as ``format_value`` writes them) that select the cells drawn; a cell without a match
     leaves its tile empty. ``value``: ``"delta"`` colours by log10(ratio) on a diverging scale
-    centred at 0 (blue faster, red slower), tiles of void-timing cells left empty and labelled by
-    their verdict; ``"verdict"`` colours by verdict. Up to ``HEATMAP_TEXT_CELLS`` tiles carry their
+    centred at 0 (blue faster, red slower), tiles of void-timing cells left empty in that trace and
+    filled in their verdict's colour by a second trace over it (``"timing void"``, labelled with the
+    verdict), so a wrong result stands out more than any slower tile; ``"verdict"`` colours by
+    verdict. Up to ``HEATMAP_TEXT_CELLS`` tiles carry their
     Δ % or verdict as text. Raises ``KeyError`` when an axis is not in ``sweep.axes``.
     """
     xs, ys = sweep.axes[x_axis], sweep.axes[y_axis]
@@ -182,6 +188,7 @@ def heatmap_figure_dict(
     col = {format_value(v): i for i, v in enumerate(xs)}
     row = {format_value(v): i for i, v in enumerate(ys)}
     z: list[list[float | None]] = [[None] * len(xs) for _ in ys]
+    void_z: list[list[float | None]] = [[None] * len(xs) for _ in ys]  # delta: void tiles' verdicts
     text: list[list[str]] = [[""] * len(xs) for _ in ys]
     hover: list[list[str]] = [["no cell"] * len(xs) for _ in ys]
     codes = {v: i for i, v in enumerate(VERDICT_ORDER)}
@@ -197,6 +204,7 @@ def heatmap_figure_dict(
             text[i][j] = cell.verdict
         elif void_timing(cell) or cell.ratio is None or cell.ratio <= 0:
             text[i][j] = cell.verdict
+            void_z[i][j] = float(codes[cell.verdict])
         else:
             z[i][j] = math.log10(cell.ratio)
             small = abs(cell.delta_pct or 0) < 100
@@ -209,12 +217,13 @@ def heatmap_figure_dict(
     }  # fmt: skip
     if show_text:
         trace.update(text=text, texttemplate="%{text}", textfont={"size": 10})
+    n = len(VERDICT_ORDER)
+    scale: list[list[Any]] = []  # one solid colour per verdict, in verdict order
+    for k, verdict in enumerate(VERDICT_ORDER):
+        colour = VERDICT_COLOURS.get(verdict, "#445")
+        scale += [[k / n, colour], [(k + 1) / n, colour]]
+    overlay: list[dict[str, Any]] = []
     if value == "verdict":
-        n = len(VERDICT_ORDER)
-        scale: list[list[Any]] = []
-        for k, verdict in enumerate(VERDICT_ORDER):
-            colour = VERDICT_COLOURS.get(verdict, "#445")
-            scale += [[k / n, colour], [(k + 1) / n, colour]]
         bar = {"tickvals": list(range(n)), "ticktext": list(VERDICT_ORDER), "title": {"text": "verdict"}}
         trace.update(colorscale=scale, zmin=-0.5, zmax=n - 0.5, colorbar=bar)
     else:
@@ -229,6 +238,21 @@ def heatmap_figure_dict(
         trace.update(colorscale="RdBu", zmid=0.0, zmin=-span, zmax=span, colorbar={
             "tickvals": [math.log10(t) for t in ticks], "ticktext": [_ratio_tick(t) for t in ticks],
             "title": {"text": "Δ %"}})  # fmt: skip
+        if any(v is not None for r in void_z for v in r):
+            # a wrong or void tile is filled in its verdict's colour, over the Δ % scale: it stands
+            # out more than any slower tile, and never reads as a speed
+            void_trace: dict[str, Any] = {
+                "type": "heatmap", "name": "timing void", "x": trace["x"], "y": trace["y"], "z": void_z,
+                "colorscale": scale, "zmin": -0.5, "zmax": n - 0.5, "showscale": False,
+                "customdata": hover, "hovertemplate": "%{customdata}<extra></extra>", "xgap": 1,
+                "ygap": 1, "hoverongaps": False,
+            }  # fmt: skip
+            if show_text:
+                void_text = [[t if v is not None else "" for t, v in zip(tr, vr, strict=True)]
+                             for tr, vr in zip(text, void_z, strict=True)]  # fmt: skip
+                void_trace.update(text=void_text, texttemplate="<b>%{text}</b>",
+                                  textfont={"size": 11, "color": "#ffffff"})  # fmt: skip
+            overlay.append(void_trace)
     what = "verdict" if value == "verdict" else "Δ % of the median (blue: faster, red: slower)"
     held_text = (" · " + ", ".join(f"{k}={v}" for k, v in held.items())) if held else ""
     layout = {
@@ -237,7 +261,7 @@ def heatmap_figure_dict(
         "xaxis": {"type": "category", "title": {"text": x_axis}},
         "yaxis": {"type": "category", "title": {"text": y_axis}, "automargin": True},
     }  # fmt: skip
-    return {"data": [trace], "layout": layout}
+    return {"data": [trace, *overlay], "layout": layout}
 
 
 def roofline_figure_dict(comparison: Comparison, peaks: Mapping[str, float]) -> dict[str, Any] | None:

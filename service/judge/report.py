@@ -75,10 +75,12 @@ def word_list(words: Sequence[str], last: str = "or") -> str:
 
 
 VOID_TIMING_NOTE = (
-    f"numbers in ( ): the timing of a {word_list([v for v in VERDICT_ORDER if v in PROBLEM_VERDICTS])} "
-    "cell, kept for reference: never a speed-up"
+    "numbers in ( ): a timing that is no result (a "
+    f"{word_list([v for v in VERDICT_ORDER if v in PROBLEM_VERDICTS])} cell, or a side timed in "
+    "Triton's interpreter), kept for reference: never a speed-up"
 )
-"""Under a table with a problem cell's timing (``PROBLEM_VERDICTS`` in precedence order)."""
+"""Under a table with a void timing (``void_timing``: ``PROBLEM_VERDICTS`` in precedence order, or
+the reason ``interpreted``)."""
 
 
 def format_duration_ns(ns: float | None) -> str:

@@ -133,7 +133,7 @@ def test_forest_rows_per_cell_band_and_void_crosses() -> None:
     fig = sweep.forest_figure_dict(c, cell_table.sweep_axes(c.cells))
     by_name = {t["name"]: t for t in fig["data"]}
     void = by_name["timing void: failed / incorrect / implausible"]
-    assert void["y"] == ["3: M=2, N=64", "4: M=2, N=128"] and void["x"] == [0.5, 1.0]  # no ratio: at 1
+    assert void["y"] == ["3: M=2, N=64", "4: M=2, N=128"] and void["x"] == [1.0, 1.0]  # 0.5: at 1
     assert by_name["slower"]["x"] == [4618.4, 1.1] and by_name["faster"]["x"] == [0.8]
     assert by_name["faster"]["error_x"]["arrayminus"] == [pytest.approx(0.8 * 0.02)]
     band = fig["layout"]["shapes"][0]
@@ -151,6 +151,15 @@ def test_heatmap_over_chosen_axes_with_the_others_held() -> None:
     assert trace["x"] == ["64", "128", "256"] and trace["y"] == ["1", "2"]
     assert trace["z"][0][0] == pytest.approx(math.log10(4618.4)) and trace["z"][1][0] is None  # incorrect
     assert trace["text"][1][1] == "failed" and trace["text"][0][1] == "-20 %"
+    # the void tiles (incorrect, failed) are filled by a trace of their own, in their verdicts' colours
+    void = fig["data"][1]
+    assert void["name"] == "timing void" and void["z"][1][0] is not None and void["z"][0][0] is None
+    order = list(sweep.VERDICT_ORDER)
+    assert void["z"][1][0] == order.index("incorrect") and void["z"][1][1] == order.index("failed")
+    assert void["text"][1][0] == "incorrect" and void["text"][0][1] == ""
+    colour_at = {round(stop, 6): colour for stop, colour in void["colorscale"]}
+    k = order.index("incorrect")
+    assert colour_at[round(k / len(order), 6)] == sweep.VERDICT_COLOURS["incorrect"]
     verdicts = sweep.heatmap_figure_dict(c, axes, "M", "N", "verdict")["data"][0]
     assert verdicts["x"] == ["1", "2"] and verdicts["text"][0][1] == "incorrect"
     three = [cell.model_copy(update={"params": {**cell.params, "K": k}}) for cell in c.cells for k in (1, 2)]
