@@ -257,3 +257,19 @@ def test_the_pytest_plugin_gates_on_the_cli_default_without_importing_the_catalo
     code = f"import sys, kernelab.runners.pytest_plugin; print({schemas!r} in sys.modules)"
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert loaded.stdout.strip() == "False"
+
+
+def _rgb(colour: str) -> tuple[int, int, int]:
+    return int(colour[1:3], 16), int(colour[3:5], 16), int(colour[5:7], 16)
+
+
+def test_a_wrong_result_is_not_drawn_in_a_speed_colour() -> None:
+    """``incorrect``'s plot colour stands apart from ``slower``'s and ``faster``'s and from both ends
+    of the Δ% heat map's scale (plotly's RdBu: ``#67001f`` slower, ``#053061`` faster): at least 100
+    apart in RGB, so a wrong cell never reads as a speed."""
+    from kernelab.service.contract.schemas.types import VERDICT_CATALOGUE
+
+    plot = {e.name: e.plot for e in VERDICT_CATALOGUE}
+    for other in (plot["slower"], plot["faster"], "#67001f", "#053061"):
+        distance = sum((a - b) ** 2 for a, b in zip(_rgb(plot["incorrect"]), _rgb(other), strict=True)) ** 0.5
+        assert distance >= 100, (plot["incorrect"], other, distance)

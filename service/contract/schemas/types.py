@@ -120,7 +120,7 @@ VERDICT_CATALOGUE: tuple[VerdictEntry, ...] = (
         "timed window, returned a lazy output)",
         kind="problem", gate="default", bisect="undecided", github="warning",
         mark="❌", bold=True, terminal="red", terminal_bold=True,
-        plot="#7a0f0a", badge=_RED, badge_text="#ffffff", stripe=_RED, stripe_px=5, ink=_RED,
+        plot="#7b1fa2", badge=_RED, badge_text="#ffffff", stripe=_RED, stripe_px=5, ink=_RED,
     ),
     VerdictEntry(
         name="nondeterministic",
