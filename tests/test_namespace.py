@@ -263,3 +263,13 @@ def test_the_public_api_names_resolve() -> None:
         assert getattr(kernelab, name) is not None, name
     with pytest.raises(AttributeError, match="no attribute 'Benchmrk'"):
         kernelab.Benchmrk  # noqa: B018
+
+
+def test_no_symlink_in_the_repository() -> None:
+    """No tracked file is a symbolic link (git mode 120000): path-reading tools see every file once,
+    where it is. The example specs under ``examples/`` are copies of the bundled ones, held equal by
+    ``tests/runners/test_cli.py``."""
+    listed = subprocess.run(["git", "ls-files", "-s"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout")
+    assert [line.split("\t")[-1] for line in listed.stdout.splitlines() if line.startswith("120000")] == []
