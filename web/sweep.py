@@ -99,10 +99,10 @@ def forest_figure_dict(comparison: Comparison, sweep: SweepAxes) -> dict[str, An
     void: tuple[list, list, list] = ([], [], [])
     ratios: list[float] = []
     for cell, label in zip(comparison.cells, labels, strict=True):
-        if void_timing(cell) or cell.ratio is None or cell.ratio <= 0:
+        if void_timing(cell) or cell.ratio is None or not math.isfinite(cell.ratio) or cell.ratio <= 0:
             # a void timing is no speed: never drawn on the faster side (a cached answer "reads"
             # 100x faster); at its ratio only when that is slower, else on the no-change line
-            x = cell.ratio if cell.ratio is not None and cell.ratio > 1.0 else 1.0
+            x = cell.ratio if cell.ratio is not None and 1.0 < cell.ratio < math.inf else 1.0
             void[0].append(x)
             void[1].append(label)
             void[2].append(_hover(cell, label) + (f"<br>{cell.error[:200]}" if cell.error else ""))
@@ -202,12 +202,12 @@ def heatmap_figure_dict(
         if value == "verdict":
             z[i][j] = float(codes[cell.verdict])
             text[i][j] = cell.verdict
-        elif void_timing(cell) or cell.ratio is None or cell.ratio <= 0:
+        elif void_timing(cell) or cell.ratio is None or not math.isfinite(cell.ratio) or cell.ratio <= 0:
             text[i][j] = cell.verdict
             void_z[i][j] = float(codes[cell.verdict])
         else:
             z[i][j] = math.log10(cell.ratio)
-            small = abs(cell.delta_pct or 0) < 100
+            small = cell.delta_pct is not None and abs(cell.delta_pct) < 100
             text[i][j] = f"{cell.delta_pct:+.0f} %" if small else format_speedup(cell.ratio)
     show_text = len(xs) * len(ys) <= HEATMAP_TEXT_CELLS
     trace: dict[str, Any] = {

@@ -45,11 +45,13 @@ def format_sig3(x: float, *, sign: bool = False) -> str:
     lead = "+" if sign and x >= 0 else ""
     if x == 0:
         return lead + "0"
-    rounded = float(f"{x:.3g}")  # three significant figures first: 99.96 -> 100, never "100.0"
-    exponent = math.floor(math.log10(abs(rounded)))
+    # the exponent after rounding to three figures (99.96 -> 1.00e+02), from Python's own formatting:
+    # exact for subnormals and for the largest float, where 10**exponent or the rounded value do not fit
+    mantissa, _, power = f"{x:.2e}".partition("e")
+    exponent = int(power)
     if exponent >= 7 or exponent < -3:
-        mantissa = rounded / 10**exponent
-        return f"{lead}{mantissa:.2f}e{exponent}"
+        return f"{lead}{mantissa}e{exponent}"
+    rounded = float(f"{x:.3g}")  # three significant figures first: 99.96 -> 100, never "100.0"
     if exponent >= 2:
         return f"{lead}{rounded:,.0f}"
     return f"{lead}{rounded:.{2 - exponent}f}"

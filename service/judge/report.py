@@ -123,6 +123,8 @@ def format_speedup(ratio: float | None) -> str:
     if ratio is None or not math.isfinite(ratio) or ratio <= 0:
         return _MISSING
     factor = 1.0 / ratio if ratio < 1.0 else ratio
+    if not math.isfinite(factor):  # 1 / a subnormal ratio overflows: no number to show
+        return _MISSING
     text = format_sig3(factor)
     if text == "1.00":  # within 0.5 %: no direction to tell
         return "1.00\u00d7"

@@ -438,3 +438,20 @@ def test_a_huge_slowdown_has_three_figures_in_table_and_markdown_and_full_precis
     assert row in report.format_table(c) and row in report.to_markdown(c)
     assert "9,780× slower" in report.format_table(c) and "977560" not in report.format_table(c)
     assert "9776.602626" in c.model_dump_json()
+
+
+@pytest.mark.parametrize(
+    ("x", "text"),
+    [(5e-324, "4.94e-324"), (-5e-324, "-4.94e-324"), (1e-320, "1.00e-320"),
+     (1.7976931348623157e308, "1.80e308"), (9999500.0, "1.00e7"), (0.00099995, "0.00100")],
+)  # fmt: skip
+def test_three_figures_at_the_ends_of_the_floats(x: float, text: str) -> None:
+    """Subnormals and the largest float: no ZeroDivisionError or OverflowError, a 3-digit mantissa."""
+    from kernelab.service.contract.units import format_sig3
+
+    assert format_sig3(x) == text
+
+
+def test_a_speedup_that_overflows_is_no_number() -> None:
+    assert report.format_speedup(1e-310) == report.format_speedup(None)
+    assert report.format_ratio(5e-324).startswith("4.94e-324")

@@ -205,3 +205,22 @@ def test_one_point_history_gets_a_sane_axis() -> None:
     lo, hi = (datetime.fromisoformat(str(x)) for x in fig.layout.xaxis.range)
     assert hi - lo == figures.ONE_POINT_SPAN
     assert list(fig.layout.yaxis.range) == [pytest.approx(0.5 * 1.234), pytest.approx(1.5 * 1.234)]
+
+
+def test_figures_take_a_missing_delta_and_a_non_finite_ratio() -> None:
+    """A cell with a ratio but no Δ % labels its tile with the speed-up; a non-finite ratio is no
+    number to draw: a void cross on the 1x line, a void tile, never inf or NaN in the figure."""
+    cells = [
+        _cell(0, 1, 64, 0.5, "faster", delta_pct=None),
+        _cell(1, 1, 128, float("inf"), "slower", delta_pct=None),
+        _cell(2, 2, 64, 1.1, "slower"),
+        _cell(3, 2, 128, 1.2, "slower"),
+    ]
+    c = _comparison(cells)
+    axes = cell_table.sweep_axes(c.cells)
+    heat = sweep.heatmap_figure_dict(c, axes, "N", "M")
+    assert heat["data"][0]["text"][0][0] == report.format_speedup(0.5)
+    assert heat["data"][0]["z"][0][1] is None and heat["data"][1]["z"][0][1] is not None
+    forest = {t["name"]: t for t in sweep.forest_figure_dict(c, axes)["data"]}
+    void = forest["timing void: failed / incorrect / implausible"]
+    assert void["x"] == [1.0] and all(math.isfinite(x) for t in forest.values() for x in t["x"])
