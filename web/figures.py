@@ -12,6 +12,7 @@ the unit that keeps the numbers readable (ns, µs or ms, chosen from the median 
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
@@ -435,7 +436,7 @@ def probe_history_figure(
                 row=row,
                 col=1,
             )
-        _draw_bands(fig, row, panel, bands)
+        _draw_bands(fig, row, panel, bands, device)
         if panel.log:
             fig.update_yaxes(type="log", row=row, col=1)
     if probes:
@@ -452,7 +453,20 @@ def probe_history_figure(
     return fig
 
 
-def _draw_bands(fig: go.Figure, row: int, panel: Panel[Any], bands: Sequence[HealthBand]) -> None:
+_GPU_WORD = re.compile(r"\bGPU(s?)\b")
+
+
+def device_text(text: str, device: str) -> str:
+    """``text`` (a figure's key such as ``"copy GPU 0"``, a health reason) with the word GPU(s)
+    said as ``device`` (``"CPU"`` on a CPU node, ``kernelab.web.routes.device_word``): ``"copy CPU
+    0"``. Figure keys name GPUs on every node (they key the stored bands); this is how a page says
+    them."""
+    return text if device == "GPU" else _GPU_WORD.sub(lambda m: device + m.group(1), text)
+
+
+def _draw_bands(
+    fig: go.Figure, row: int, panel: Panel[Any], bands: Sequence[HealthBand], device: str = "GPU"
+) -> None:
     """The healthy bands ``panel.band`` takes onto row ``row`` of ``probe_history_figure``."""
     for band in bands:
         how = panel.band(band)
@@ -470,7 +484,7 @@ def _draw_bands(fig: go.Figure, row: int, panel: Panel[Any], bands: Sequence[Hea
         label_y = band.limit if not panel.log else math.log10(band.limit) if band.limit > 0 else None
         if label_y is not None:
             fig.add_annotation(
-                text=f"{band.figure} limit ({band.scope})",
+                text=f"{device_text(band.figure, device)} limit ({band.scope})",
                 y=label_y,
                 x=1,
                 xref="x domain",

@@ -129,6 +129,7 @@ def _environment() -> jinja2.Environment:
     )
     env.filters.update(duration=_duration, pct=_pct, sci=_sci, num=_num, dt=_dt, bytes=format_bytes, why=why,
                        speedup=cell_speedup, rate=_rate, seconds=format_seconds)  # fmt: skip
+    env.filters.update(devices=figures.device_text)
     env.filters.update(verdict_style.template_filters())
     env.tests.update(void_timing=void_timing, explained=lambda cell: cell.verdict in EXPLAINED_VERDICTS)
     env.globals.update(verdict_style.template_globals())
@@ -420,8 +421,9 @@ def node_page(request: Request, name: NodeName, session: SessionDep, settings: S
         model=history.model,
         history=history.history,
     )
+    device = device_word(node.device_type if node else None)
     unhealthy = [
-        (r, health.status_of(rs) + ": " + "; ".join(x.message for x in rs))
+        (r, health.status_of(rs) + ": " + "; ".join(figures.device_text(x.message, device) for x in rs))
         for r, rs in zip(history.reports, history.history.reasons, strict=True)
         if rs
     ]
@@ -443,11 +445,9 @@ def node_page(request: Request, name: NodeName, session: SessionDep, settings: S
             "health": state,
             "small_label": format_bytes(small) if small is not None else "smallest",
             "large_label": format_bytes(large) if large is not None else "largest",
-            "device": device_word(node.device_type if node else None),
+            "device": device,
             "history_json": figures.figure_json(
-                figures.probe_history_figure(
-                    readings, drawn, unhealthy, device=device_word(node.device_type if node else None)
-                )
+                figures.probe_history_figure(readings, drawn, unhealthy, device=device)
             ),
         },
     )

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from kernelab.service.contract.schemas import VERDICT_CATALOGUE, CellComparison, Comparison, ParamValue, Side
+from kernelab.service.contract.units import format_sig3
 from kernelab.service.judge.cell_table import (
     SIDES,
     SweepAxes,
@@ -41,6 +42,12 @@ FOREST_ROW_PX = 16  # height per cell row of the forest plot
 FOREST_MAX_PX = 4000  # the forest plot of a 1,000-cell sweep: rows of 4 px, labels thinned by plotly
 HEATMAP_TEXT_CELLS = 400  # up to this many tiles a heat-map writes its value in each tile
 HeatValue = Literal["delta", "verdict"]
+# The Δ % heat map's diverging scale, blue (low: faster) through white to red (high: slower):
+# ColorBrewer's RdBu (colorbrewer2.org, 11 classes) without its two darkest ends (#053061, #67001f),
+# so no tile of a speed is near-black like ``failed`` or deep red-purple like ``incorrect``; the
+# colours are written out (a named "RdBu" is plotly.js's own scale, a different one).
+DELTA_SCALE = ("#2166ac", "#4393c3", "#92c5de", "#d1e5f0", "#f7f7f7", "#fddbc7", "#f4a582", "#d6604d",
+               "#b2182b")  # fmt: skip
 # Tick positions of the ratio axis: Δ % near 1, "N×" far from it.
 _RATIO_TICKS = (1e-4, 1e-3, 0.01, 0.1, 0.2, 0.5, 0.8, 0.9, 0.95, 0.98, 1.0, 1.02, 1.05, 1.1, 1.25, 2.0, 5.0,
                 10.0, 100.0, 1e3, 1e4, 1e5)  # fmt: skip
@@ -72,6 +79,29 @@ def _ratio_axis(values: Sequence[float], threshold_pct: float) -> dict[str, Any]
         "ticktext": [_ratio_tick(t) for t in ticks], "zeroline": False,
         "title": {"text": "candidate vs baseline: Δ % of the median, 95 % CI (log scale)"},
     }  # fmt: skip
+
+
+def _log_tick_text(v: float) -> str:
+    """A log-axis tick label: ``"0.5"``, ``"20"``, ``"1,000"`` from 0.001 to 99,999, else ``"2e-5"``
+    or ``"1e6"`` (never plotly's bare minor digits ``"2 3 … 9"``)."""
+    mantissa, exponent = f"{v:.0e}".split("e")
+    if -3 <= int(exponent) <= 4:
+        return f"{v:,.{max(0, -int(exponent))}f}"
+    return f"{mantissa}e{int(exponent)}".replace("-", "\u2212")
+
+
+def log_ticks(lo: float, hi: float, max_ticks: int = 8) -> dict[str, Any]:
+    """Tick values and labels of a log axis over ``[lo, hi]`` (``0 < lo < hi``): 1-2-5 steps per
+    decade, else every decade, else every second or third decade, so at most ``max_ticks`` ticks,
+    each with its value written out (``_log_tick_text``). Returns plotly axis keys ``tickvals``
+    and ``ticktext``."""
+    first, last = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    for mantissas, every in (((1, 2, 5), 1), ((1,), 1), ((1,), 2), ((1,), 3), ((1,), 10)):
+        vals = [m * 10.0**k for k in range(first, last + 1) if k % every == 0 for m in mantissas]
+        vals = [v for v in vals if lo <= v <= hi]
+        if len(vals) <= max_ticks:
+            break
+    return {"tickvals": vals, "ticktext": [_log_tick_text(v) for v in vals]}
 
 
 def _hover(cell: CellComparison, label: str) -> str:
@@ -207,8 +237,13 @@ def heatmap_figure_dict(
             void_z[i][j] = float(codes[cell.verdict])
         else:
             z[i][j] = math.log10(cell.ratio)
-            small = cell.delta_pct is not None and abs(cell.delta_pct) < 100
-            text[i][j] = f"{cell.delta_pct:+.0f} %" if small else format_speedup(cell.ratio)
+            delta = cell.delta_pct  # three significant figures, as every view writes a Δ %
+            near = delta is not None and abs(delta) < 100
+            text[i][j] = (
+                f"{format_sig3(delta, sign=True)} %"
+                if delta is not None and near
+                else format_speedup(cell.ratio)
+            )
     show_text = len(xs) * len(ys) <= HEATMAP_TEXT_CELLS
     trace: dict[str, Any] = {
         "type": "heatmap", "x": [format_value(v) for v in xs], "y": [format_value(v) for v in ys], "z": z,
@@ -234,8 +269,8 @@ def heatmap_figure_dict(
         span = max(typical, math.log10(1 + comparison.threshold_pct / 100.0) * 2)
         ticks = [t for t in (1e-3, 0.01, 0.1, 0.5, 0.8, 0.95, 1.0, 1.05, 1.25, 2.0, 10.0, 100.0, 1e3)
                  if abs(math.log10(t)) <= span]  # fmt: skip
-        # plotly's "RdBu" runs from blue (low: faster) to red (high: slower)
-        trace.update(colorscale="RdBu", zmid=0.0, zmin=-span, zmax=span, colorbar={
+        stops = [[k / (len(DELTA_SCALE) - 1), c] for k, c in enumerate(DELTA_SCALE)]
+        trace.update(colorscale=stops, zmid=0.0, zmin=-span, zmax=span, colorbar={
             "tickvals": [math.log10(t) for t in ticks], "ticktext": [_ratio_tick(t) for t in ticks],
             "title": {"text": "Δ %"}})  # fmt: skip
         if any(v is not None for r in void_z for v in r):
@@ -322,13 +357,16 @@ def roofline_figure_dict(comparison: Comparison, peaks: Mapping[str, float]) -> 
     roofs = [y for t in traces if t["mode"] == "lines" for y in t["y"]]
     lo_y, hi_y = min(every_y + roofs) / 4, max(every_y + roofs) * 4
     note = "" if (copy or matmul) else " (no peak probed on this node: no roof)"
+    if max(every_x) <= min(every_x) * 1.01:  # e.g. softmax: FLOPs and bytes both grow with M x N
+        note += f"<br><sub>every cell at {format_sig3(every_x[0])} FLOP/byte: the cells differ in rate only"
+        note += "</sub>"
     layout = {
         **_LAYOUT, "template": _template(), "height": 420,
         "title": {"text": f"Roofline: achieved rate at the median time{note}", "x": 0.0, "xanchor": "left"},
         "xaxis": {"type": "log", "title": {"text": "arithmetic intensity (FLOP per byte read + written)"},
-                  "range": [math.log10(lo_x), math.log10(hi_x)]},
+                  "range": [math.log10(lo_x), math.log10(hi_x)], **log_ticks(lo_x, hi_x)},
         "yaxis": {"type": "log", "title": {"text": "achieved TFLOP/s"},
-                  "range": [math.log10(lo_y), math.log10(hi_y)], "exponentformat": "power"},
+                  "range": [math.log10(lo_y), math.log10(hi_y)], **log_ticks(lo_y, hi_y)},
     }  # fmt: skip
     return {"data": traces, "layout": layout}
 

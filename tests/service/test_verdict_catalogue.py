@@ -263,13 +263,16 @@ def _rgb(colour: str) -> tuple[int, int, int]:
     return int(colour[1:3], 16), int(colour[3:5], 16), int(colour[5:7], 16)
 
 
-def test_a_wrong_result_is_not_drawn_in_a_speed_colour() -> None:
-    """``incorrect``'s plot colour stands apart from ``slower``'s and ``faster``'s and from both ends
-    of the Δ% heat map's scale (plotly's RdBu: ``#67001f`` slower, ``#053061`` faster): at least 100
-    apart in RGB, so a wrong cell never reads as a speed."""
+@pytest.mark.parametrize("problem", ["incorrect", "failed"])
+def test_a_wrong_result_is_not_drawn_in_a_speed_colour(problem: str) -> None:
+    """``incorrect``'s and ``failed``'s plot colours stand apart from ``slower``'s and ``faster``'s,
+    from every colour of the Δ% heat map's scale (``kernelab.web.sweep.DELTA_SCALE``) and from each
+    other: at least 100 apart in RGB, so a wrong or failed cell never reads as a speed."""
     from kernelab.service.contract.schemas.types import VERDICT_CATALOGUE
+    from kernelab.web.sweep import DELTA_SCALE
 
     plot = {e.name: e.plot for e in VERDICT_CATALOGUE}
-    for other in (plot["slower"], plot["faster"], "#67001f", "#053061"):
-        distance = sum((a - b) ** 2 for a, b in zip(_rgb(plot["incorrect"]), _rgb(other), strict=True)) ** 0.5
-        assert distance >= 100, (plot["incorrect"], other, distance)
+    others = {"incorrect", "failed"} - {problem}
+    for other in (plot["slower"], plot["faster"], *DELTA_SCALE, *(plot[o] for o in others)):
+        distance = sum((a - b) ** 2 for a, b in zip(_rgb(plot[problem]), _rgb(other), strict=True)) ** 0.5
+        assert distance >= 100, (problem, plot[problem], other, distance)

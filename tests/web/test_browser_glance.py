@@ -248,6 +248,9 @@ def test_roofline_rates_in_the_table_and_the_plot(site: Site, page: Page) -> Non
     assert sum(t["n"] for name, t in traces.items() if name.startswith("baseline")) == timed
     layout = _layout(page, "fig-roofline")
     assert layout["xaxis"]["type"] == "log" and layout["yaxis"]["type"] == "log"
+    for axis in ("x", "y"):  # every drawn tick is a written-out value (no bare minor digits "2 3 … 9")
+        drawn = page.locator(f"#fig-roofline g.{axis}tick text").all_inner_texts()
+        assert drawn == layout[f"{axis}axis"]["ticktext"] and len(drawn) >= 3
     _shot(page, "#roofline", "roofline.png")
 
 
@@ -343,6 +346,11 @@ def test_jobs_list_links_the_node_and_probes_say_cpu(site: Site, page: Page) -> 
     traces = page.evaluate("() => [...document.querySelectorAll('.js-plotly-plot')]"
                            ".flatMap(f => f.data.map(t => t.name))")  # fmt: skip
     assert "copy CPU 0" in traces and not any("GPU" in str(name) for name in traces)
+    annotations = page.evaluate("() => [...document.querySelectorAll('.js-plotly-plot')]"
+                                ".flatMap(f => (f.layout.annotations || []).map(a => a.text))")  # fmt: skip
+    assert not any("GPU" in str(text) for text in annotations)
+    node_text = page.locator("main").inner_text()  # the band table, the reasons, the readings
+    assert "GPU" not in node_text, node_text
     page.goto(f"{site.base_url}/jobs/{site.sweep_id}")
     assert page.locator("#probe-copy thead th").nth(0).inner_text() == "CPU"
     assert "GPU" not in page.locator("#probes").inner_text()

@@ -150,7 +150,7 @@ def test_heatmap_over_chosen_axes_with_the_others_held() -> None:
     trace = fig["data"][0]
     assert trace["x"] == ["64", "128", "256"] and trace["y"] == ["1", "2"]
     assert trace["z"][0][0] == pytest.approx(math.log10(4618.4)) and trace["z"][1][0] is None  # incorrect
-    assert trace["text"][1][1] == "failed" and trace["text"][0][1] == "-20 %"
+    assert trace["text"][1][1] == "failed" and trace["text"][0][1] == "-20.0 %"
     # the void tiles (incorrect, failed) are filled by a trace of their own, in their verdicts' colours
     void = fig["data"][1]
     assert void["name"] == "timing void" and void["z"][1][0] is not None and void["z"][0][0] is None
@@ -183,6 +183,41 @@ def test_roofline_points_roofs_and_none_without_work() -> None:
     assert base["x"][0] == pytest.approx(0.4e3 / 800.0)
     no_work = _comparison([_cell(0, 1, 64, 1.0, "same")], [_probe(4000.0, 900.0)])
     assert sweep.roofline_figure_dict(no_work, cell_table.comparison_peaks(no_work)) is None
+
+
+def test_roofline_axes_label_their_ticks_with_values() -> None:
+    c = _grid()
+    fig = sweep.roofline_figure_dict(c, cell_table.comparison_peaks(c))
+    assert fig is not None
+    for name in ("xaxis", "yaxis"):
+        axis = fig["layout"][name]
+        lo, hi = (10**e for e in axis["range"])
+        assert 3 <= len(axis["tickvals"]) <= 8
+        assert all(lo <= v <= hi for v in axis["tickvals"])
+        for v, text in zip(axis["tickvals"], axis["ticktext"], strict=True):  # each label is its value
+            assert float(text.replace(",", "").replace("\u2212", "-")) == pytest.approx(v)
+
+
+def test_log_ticks_step_1_2_5_then_decades_then_fewer() -> None:
+    assert sweep.log_ticks(0.3, 30.0)["ticktext"] == ["0.5", "1", "2", "5", "10", "20"]
+    assert sweep.log_ticks(0.05, 2e5)["ticktext"] == ["0.1", "1", "10", "100", "1,000", "10,000", "1e5"]
+    wide = sweep.log_ticks(1e-9, 1e9)
+    assert len(wide["tickvals"]) <= 8 and "1e\u22129" in wide["ticktext"]
+    assert sweep.log_ticks(0.002, 0.009)["ticktext"] == ["0.002", "0.005"]
+
+
+def test_a_roofline_of_one_intensity_says_so() -> None:
+    c = _grid()  # every cell: 0.4 TFLOP/s at 800 GB/s, 0.5 FLOP/byte
+    fig = sweep.roofline_figure_dict(c, cell_table.comparison_peaks(c))
+    assert fig is not None and len({x for t in fig["data"] if t["mode"] == "markers" for x in t["x"]}) == 1
+    assert "every cell at 0.500 FLOP/byte: the cells differ in rate only" in fig["layout"]["title"]["text"]
+    denser = c.cells[1].model_copy(
+        update={"throughput": {**c.cells[1].throughput, "baseline_tflops": 4.0, "candidate_tflops": 5.0}}
+    )
+    varied = c.model_copy(update={"cells": [c.cells[0], denser]})
+    fig = sweep.roofline_figure_dict(varied, cell_table.comparison_peaks(varied))
+    assert fig is not None and len({x for t in fig["data"] if t["mode"] == "markers" for x in t["x"]}) == 2
+    assert "differ in rate only" not in fig["layout"]["title"]["text"]
 
 
 def test_samples_axis_goes_log_on_a_wide_spread_with_decade_labels() -> None:

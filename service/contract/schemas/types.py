@@ -111,7 +111,7 @@ VERDICT_CATALOGUE: tuple[VerdictEntry, ...] = (
         "timing functions were replaced while the job ran)",
         kind="problem", gate="default", bisect="undecided", github="warning",
         mark="❌", bold=True, terminal="red", terminal_bold=True,
-        plot="#1d2430", badge=_RED, badge_text="#ffffff", stripe=_RED, stripe_px=5, ink=_RED,
+        plot="#111111", badge=_RED, badge_text="#ffffff", stripe=_RED, stripe_px=5, ink=_RED,
     ),
     VerdictEntry(
         name="incorrect",
