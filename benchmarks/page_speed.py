@@ -16,7 +16,11 @@ For each database (a SQLite file in a temp folder; a fresh PostgreSQL database, 
 4. ``--renders`` renders of the job page over real HTTP (``server_load._page``): the first (the
    server's first with the stored comparison: nothing of it cached), p50/p95 over all (ms), the
    page size (KiB); then the same for ``?cell=`` of another cell (a timeline not drawn before).
-5. ``--profile N``: one render in-process (``kernelab.web.routes.job_page`` called with a session of its
+5. ``--browser N``: the job page loaded ``N`` times in headless Chromium (Playwright, the Debian
+   ``chromium``; a fresh page each time, 1400 x 900 viewport): from navigation start, when the HTML
+   is parsed (``DOMContentLoaded``: the table is there), when every figure in the first screen is
+   drawn ("first screen"), and when every figure of the page is drawn (ms); medians printed.
+6. ``--profile N``: one render in-process (``kernelab.web.routes.job_page`` called with a session of its
    own, no HTTP) with an empty page cache under cProfile, the top ``N`` functions by cumulative
    time printed; then one cached render, timed.
 
@@ -147,6 +151,47 @@ def profile_render(url: str, job: int, top: int) -> tuple[float, float, str]:
     return cold_ms, warm_ms, out.getvalue()
 
 
+_DRAWN = "(divs) => divs.every(d => d.querySelector('svg.main-svg'))"
+_IN_VIEW = "(d) => d.getBoundingClientRect().top < window.innerHeight"
+
+
+def browser_loads(base: str, job: int, loads: int) -> dict[str, float]:
+    """Step 5: medians over ``loads`` loads of ``/jobs/{job}`` in headless Chromium (ms from
+    navigation start): ``dom_ms`` (DOMContentLoaded), ``first_screen_ms`` (every figure whose top
+    is inside the 1400 x 900 viewport drawn), ``all_figures_ms`` (every figure drawn), ``figures``."""
+    from playwright.sync_api import sync_playwright
+
+    chromium = os.environ.get("KERNELAB_CHROMIUM", "/usr/bin/chromium")
+    rows: list[dict[str, float]] = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=["--headless", "--no-sandbox"])
+        try:
+            for _ in range(loads):
+                page = browser.new_page(viewport={"width": 1400, "height": 900})
+                page.goto(f"{base}/jobs/{job}", wait_until="commit")
+                page.wait_for_function(
+                    f"() => [...document.querySelectorAll('div.figure')].filter({_IN_VIEW}).every("
+                    "d => d.querySelector('svg.main-svg'))",
+                    polling=10,
+                    timeout=120_000,
+                )
+                first = page.evaluate("() => performance.now()")
+                page.wait_for_function(
+                    f"() => ({_DRAWN})([...document.querySelectorAll('div.figure')])",
+                    polling=10,
+                    timeout=120_000,
+                )
+                every = page.evaluate("() => performance.now()")
+                nav = page.evaluate("() => performance.getEntriesByType('navigation')[0].toJSON()")
+                figures = page.evaluate("() => document.querySelectorAll('div.figure').length")
+                rows.append({"dom_ms": nav["domContentLoadedEventEnd"], "first_screen_ms": first,
+                             "all_figures_ms": every, "figures": figures})  # fmt: skip
+                page.close()
+        finally:
+            browser.close()
+    return {k: float(sorted(r[k] for r in rows)[len(rows) // 2]) for k in rows[0]}
+
+
 def measure(kind: str, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     """Steps 1-5 of the module docstring on one database."""
     with database(kind, args.pg_url, folder) as url:
@@ -167,6 +212,8 @@ def measure(kind: str, args: argparse.Namespace, folder: Path) -> dict[str, Any]
                     **_page(http, job, args.renders),
                     "other_cell": _page(http, job, args.renders, query=f"?cell={args.cells // 2}"),
                 }  # fmt: skip
+                if args.browser:
+                    out["browser"] = browser_loads(server.base, job, args.browser)
         finally:
             server.stop()
         if args.profile:
@@ -187,6 +234,7 @@ def main() -> None:
     ap.add_argument("--cells", type=int, default=1000, help="cells of the plain sweep")
     ap.add_argument("--sweep", choices=("plain", "glance"), default="plain", help="ingest()'s two sweeps")
     ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--browser", type=int, default=0, help="loads of the page in headless Chromium; 0: none")
     ap.add_argument("--profile", type=int, default=25, help="top N functions of a profiled render; 0: none")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument(
@@ -209,6 +257,13 @@ def main() -> None:
             f" {r['page_p50_ms']:.0f}/{r['page_p95_ms']:.0f} ms,"
             f" {r['page_kib']:.0f} KiB; ?cell= p50/p95 {o['page_p50_ms']:.0f}/{o['page_p95_ms']:.0f} ms"
         )
+        if "browser" in r:
+            b = r["browser"]
+            print(
+                f"{r['db']}: Chromium, median of {args.browser} loads: HTML parsed {b['dom_ms']:.0f} ms,"
+                f" first screen drawn {b['first_screen_ms']:.0f} ms, all {b['figures']:.0f} figures drawn"
+                f" {b['all_figures_ms']:.0f} ms"
+            )
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=2))
 

@@ -38,6 +38,7 @@ from kernelab.service.contract.schemas import (
     Side,
 )
 from kernelab.service.contract.schemas.probe_protocol import Panel, Probe, probes_with
+from kernelab.service.contract.units import format_sig3
 from kernelab.service.judge import estimators, stats
 
 # Colours of the two sides everywhere on the dashboard (the CSS badges use the same pair).
@@ -541,6 +542,34 @@ def figure_json(fig: go.Figure | Mapping[str, Any]) -> Markup:
     return Markup(text.translate(_SCRIPT_SAFE))
 
 
+def history_legend(series: Sequence[Series]) -> tuple[list[str], str]:
+    """Short legend names of ``series`` and what they all share: each line is named by the parts
+    of ``Series.name`` (code, cell parameters, GPU model, timer/state) that differ between the
+    lines; the parts every line has alike are said once (``"all: dtype=float32 · NVIDIA H200 ·
+    cuda-graph/cold"``). One line keeps its code and cell. E.g. two codes on one GPU, one cell:
+    ``["baseline", "candidate"]``, ``"all: M=4 N=64 · NVIDIA H200 · cuda-graph/cold"``."""
+
+    def parts(line: Series) -> list[list[str]]:
+        params = [f"{k}={v}" for k, v in sorted(line.params.items())] or [line.cell]
+        return [[line.code], params, [line.gpu_model], [f"{line.timer}/{line.state}"]]
+
+    split = [parts(line) for line in series]
+    if not split:
+        return [], ""
+    shared: list[str] = []
+    names: list[list[str]] = [[] for _ in split]
+    for k in range(4):
+        common = [w for w in split[0][k] if all(w in p[k] for p in split)]
+        keep_all = len(split) == 1 and k < 2  # one line still says what it is
+        if not keep_all and common:
+            shared.append(" ".join(common))
+        for name, p in zip(names, split, strict=True):
+            own = p[k] if keep_all else [w for w in p[k] if w not in common]
+            if own:
+                name.append(" ".join(own))
+    return [" · ".join(n) or "(all alike)" for n in names], ("all: " + " · ".join(shared) if shared else "")
+
+
 def history_figure(series: Sequence[Series]) -> go.Figure:
     """Median time per launch over time, one line per ``kernelab.service.server.history.Series`` (code, cell,
     GPU
@@ -551,8 +580,10 @@ def history_figure(series: Sequence[Series]) -> go.Figure:
     sane axis around it (``_one_point_axes``) instead of plotly's sub-millisecond date ticks."""
     fig = go.Figure()
     unit, scale = time_unit([p.median_ns for s in series for p in s.points] or [1.0])
-    for line in series:
+    short, shared = history_legend(series)
+    for line, legend_name in zip(series, short, strict=True):
         pts = line.points
+        changes = ["-" if p.change_pct is None else f"{format_sig3(p.change_pct, sign=True)}%" for p in pts]
         has_ci = any(p.ci_low_ns is not None and p.ci_high_ns is not None for p in pts)
         up = [None if p.ci_high_ns is None else (p.ci_high_ns - p.median_ns) / scale for p in pts]
         down = [None if p.ci_low_ns is None else (p.median_ns - p.ci_low_ns) / scale for p in pts]
@@ -560,25 +591,26 @@ def history_figure(series: Sequence[Series]) -> go.Figure:
         error_y = bars if has_ci else None
         fig.add_trace(go.Scatter(
             x=[p.measured_at for p in pts], y=[p.median_ns / scale for p in pts], error_y=error_y,
-            mode="lines+markers", name=line.name,
-            customdata=[[p.sha[:12] or "-", p.side, p.job_id, p.node, p.driver or "-",
-                         "-" if p.change_pct is None else f"{p.change_pct:+.1f}%"] for p in pts],
+            mode="lines+markers", name=legend_name, meta=line.name,
+            customdata=[[p.sha[:12] or "-", p.side, p.job_id, p.node, p.driver or "-", change]
+                        for p, change in zip(pts, changes, strict=True)],
             hovertemplate=(f"%{{y:.4g}} {unit}<br>commit %{{customdata[0]}} (%{{customdata[1]}})"
                            "<br>job %{customdata[2]} on %{customdata[3]}, driver %{customdata[4]}"
-                           "<br>change %{customdata[5]}<extra>%{fullData.name}</extra>"),
+                           "<br>change %{customdata[5]}<extra>%{meta}</extra>"),
         ))  # fmt: skip
         for cp in line.change_points:  # the first point after each change, marked on its line
             fig.add_trace(go.Scatter(
-                x=[cp.at], y=[cp.after_ns / scale], mode="markers", showlegend=False, name=line.name,
+                x=[cp.at], y=[cp.after_ns / scale], mode="markers", showlegend=False, name=legend_name,
+                meta=line.name,
                 marker={"symbol": "x-thin-open", "size": 16, "line": {"width": 3},
                         "color": "#c0392b" if cp.direction == "slower" else "#1e8449"},
-                hovertemplate=(f"change point: {cp.change_pct:+.1f}% ({cp.direction})<br>job {cp.job_before}"
-                               f" → {cp.job_after}<extra>%{{fullData.name}}</extra>"),
+                hovertemplate=(f"change point: {format_sig3(cp.change_pct, sign=True)}% ({cp.direction})<br>"
+                               f"job {cp.job_before} → {cp.job_after}<extra>%{{meta}}</extra>"),
             ))  # fmt: skip
     fig.update_layout(
         xaxis_title="measured",
         yaxis_title=f"median per launch ({unit}), 95% CI",
-        legend_title="code · cell · GPU · timer/state",
+        legend_title=shared or "code · cell · GPU · timer/state",
         margin={"l": 60, "r": 20, "t": 30, "b": 50},
         height=420,
     )

@@ -28,12 +28,14 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from kernelab.service.contract.schemas import (
+    VERDICT_CATALOGUE,
     CellComparison,
     Comparison,
     CorrectnessResult,
     JobResult,
     Side,
     TimedCheck,
+    VerdictEntry,
 )
 from kernelab.service.judge.report import cross_check_line, energy_line
 from kernelab.service.server import crud, models, node_health
@@ -44,14 +46,19 @@ PAGE_CACHE_RESULTS = 16  # results whose page data a process keeps (a 1,000-cell
 TIMELINES_PER_RESULT = 64  # timeline figures kept per result (one per cell shown)
 VIEWS_PER_RESULT = 4  # node-health states kept per result
 CELLS_PER_PAGE = 100  # rows of the before/after table per page
-CellOrder = Literal["index", "slowest", "fastest", "flagged"]
+CellOrder = Literal["worst", "index", "slowest", "fastest", "flagged"]
+DEFAULT_ORDER: CellOrder = "worst"
 CELL_ORDERS: dict[CellOrder, str] = {
+    "worst": "worst first",
     "index": "sweep order",
     "slowest": "slowest first",
     "fastest": "fastest first",
     "flagged": "flagged first",
 }
-"""Orders of the before/after table (query ``order``) and their link texts: ``slowest`` sorts by
+"""Orders of the before/after table (query ``order``) and their link texts: ``worst`` (the default)
+puts the cells a gate fails on first, problem verdicts (failed, incorrect, ...) in catalogue order
+then slower cells, then undecided ones, then the rest (same, faster), each group after the problems
+by Δ % descending; ``slowest`` sorts by
 Δ % descending (the candidate's worst regression first), ``fastest`` ascending, cells without a
 Δ last; ``flagged`` puts cells with a flag, an error or a failed correctness check first."""
 
@@ -100,7 +107,27 @@ def _flagged(cell: CellComparison) -> bool:
     return bool(cell.flags or cell.error or any(not c.passed for c in cell.correctness.values()))
 
 
+def _worst_group(entry: VerdictEntry) -> int:
+    """0: a problem verdict; 1: a decided verdict the default gate fails on (slower); 2: undecided;
+    3: the rest (same, faster)."""
+    if entry.kind == "problem":
+        return 0
+    if entry.gate == "default":
+        return 1
+    return 2 if entry.kind == "undecided" else 3
+
+
+# problems among themselves in catalogue order (failed before incorrect ...); every other group by Δ %
+_WORST_RANK = {
+    e.name: (_worst_group(e), i if e.kind == "problem" else 0) for i, e in enumerate(VERDICT_CATALOGUE)
+}
+
+
 def _sorted_cells(cells: Sequence[CellComparison], order: CellOrder) -> list[CellComparison]:
+    if order == "worst":
+        return sorted(
+            cells, key=lambda c: (_WORST_RANK[c.verdict], c.delta_pct is None, -(c.delta_pct or 0.0))
+        )
     if order == "index":
         return list(cells)
     if order == "flagged":

@@ -309,18 +309,18 @@ def job_page(
     session: SessionDep,
     settings: SettingsDep,
     cell: Annotated[int | None, Query(ge=0, le=MAX_INT32)] = None,
-    order: Annotated[CellOrder, Query()] = "index",
+    order: Annotated[CellOrder, Query()] = job_view.DEFAULT_ORDER,
     offset: Offset = 0,
 ) -> HTMLResponse:
     """One job: header, before/after table, sample and timeline figures, probe readings.
 
     ``cell`` picks the sweep cell whose timeline is drawn (default: the first with samples).
-    ``order`` (``index``, ``slowest``, ``fastest``, ``flagged``) and ``offset`` page the
-    before/after table, ``job_view.CELLS_PER_PAGE`` rows at a time; the summary figure always
-    shows every cell. A queued or running job shows its status and no table; a result whose
-    comparison a compare worker has not stored yet shows "comparing…" and reloads itself (this
-    process never computes it); one whose comparison failed says why. An unknown id answers the
-    404 page; a bad ``cell``/``order``/``offset`` a 422 naming the field.
+    ``order`` (``worst``, the default, ``index``, ``slowest``, ``fastest``, ``flagged``) and
+    ``offset`` page the before/after table, ``job_view.CELLS_PER_PAGE`` rows at a time; the
+    summary figure always shows every cell. A queued or running job shows its status and no
+    table; a result whose comparison a compare worker has not stored yet shows "comparing…" and
+    reloads itself (this process never computes it); one whose comparison failed says why. An
+    unknown id answers the 404 page; a bad ``cell``/``order``/``offset`` a 422 naming the field.
     """
     job_row = session.get(models.Job, job_id)
     if job_row is None:
@@ -379,7 +379,8 @@ def job_page(
     context.update({
         "comparison": comparison, "has_figures": True, "page": page, "orders": job_view.CELL_ORDERS,
         # the table's order and page, kept by the links that pick a timeline cell or page on
-        "query": {k: v for k, v in (("order", page.order), ("offset", page.offset)) if v not in ("index", 0)},
+        "query": {k: v for k, v in (("order", page.order), ("offset", page.offset))
+                  if v not in (job_view.DEFAULT_ORDER, 0)},
         "probes": probe_tables(comparison.probes, comparison.node.device_type),
         "labels": {"baseline": comparison.baseline_label, "candidate": comparison.candidate_label},
         "samples_json": entry.samples_json if view.drawable else None,

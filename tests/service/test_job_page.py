@@ -110,8 +110,16 @@ def test_large_sweep_pages_cells_and_draws_every_cell(api, small_pages) -> None:
 
     page = api.client.get(f"/jobs/{job_id}", headers=api.admin)
     assert page.status_code == 200
-    assert _rows(page.text) == labels[:4]
+    # the default order: worst first (problem verdicts in catalogue order, slower, undecided, the rest;
+    # then by Δ % descending)
+    group = {"failed": (0, 0), "incorrect": (0, 1), "nondeterministic": (0, 2), "implausible": (0, 3),
+             "slower": (1, 0), "inconclusive": (2, 0), "same": (3, 0), "faster": (3, 0)}  # fmt: skip
+    worst = sorted(comparison["cells"], key=lambda c: (group[c["verdict"]], -(c["delta_pct"] or 0.0)))
+    assert worst[0]["index"] == FAILED_CELL and group[worst[0]["verdict"]][0] == 0  # a problem verdict
+    assert _rows(page.text) == [c["label"] for c in worst[:4]] != labels[:4]
     assert "cells 1–4 of 10 (2 flagged)" in page.text
+    page = api.client.get(f"/jobs/{job_id}?order=index", headers=api.admin)
+    assert _rows(page.text) == labels[:4]
     assert f"offset={4}" in page.text and 'id="cells-previous"' not in page.text
     assert XSS not in page.text and "<script>alert" not in page.text  # escaped in HTML and in JSON
     summary = _figure(page.text, "fig-samples")
@@ -121,9 +129,11 @@ def test_large_sweep_pages_cells_and_draws_every_cell(api, small_pages) -> None:
     scale = 1e3  # medians from 1 to 10 µs: drawn in µs
     assert summary["data"][0]["y"] == pytest.approx([m / scale for m in medians])
 
-    last = api.client.get(f"/jobs/{job_id}?offset=8", headers=api.admin).text
+    last = api.client.get(f"/jobs/{job_id}?order=index&offset=8", headers=api.admin).text
     assert _rows(last) == labels[8:] and 'id="cells-next"' not in last
-    assert _rows(api.client.get(f"/jobs/{job_id}?offset=500", headers=api.admin).text) == labels[8:]
+    assert (
+        _rows(api.client.get(f"/jobs/{job_id}?order=index&offset=500", headers=api.admin).text) == labels[8:]
+    )
 
     by_delta = sorted(comparison["cells"], key=lambda c: -c["delta_pct"])
     slowest = api.client.get(f"/jobs/{job_id}?order=slowest", headers=api.admin).text

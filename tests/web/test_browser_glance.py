@@ -104,6 +104,7 @@ def page(site: Site, browser: Browser) -> Iterator[Page]:
 def _shot(page: Page, selector: str, name: str) -> None:
     if os.environ.get("KERNELAB_UPDATE_SCREENSHOTS") == "1":
         SHOTS.mkdir(parents=True, exist_ok=True)
+        _drawn(page)
         page.locator(selector).screenshot(path=str(SHOTS / name))
 
 
@@ -111,11 +112,19 @@ def _cell(site: Site, m: int, n: int) -> dict[str, Any]:
     return next(c for c in site.comparison["cells"] if c["params"]["M"] == m and c["params"]["N"] == n)
 
 
+def _drawn(page: Page) -> None:
+    """Wait until every figure of the page is drawn (the first screen's at once, the others after:
+    ``web/templates/base.html``)."""
+    page.wait_for_selector("html[data-figures=drawn]", state="attached")
+
+
 def _layout(page: Page, fig: str) -> Any:
+    _drawn(page)
     return page.evaluate(f"() => document.getElementById('{fig}').layout")
 
 
 def _traces(page: Page, fig: str) -> Any:
+    _drawn(page)
     return page.evaluate(f"() => document.getElementById('{fig}').data.map(t => ({{name: t.name, n: "
                          "(t.x || []).length, symbol: t.marker && t.marker.symbol}))")  # fmt: skip
 
@@ -203,6 +212,7 @@ def test_heatmap_over_two_chosen_axes(site: Site, page: Page) -> None:
     page.wait_for_selector("#fig-heatmap.js-plotly-plot svg.main-svg")
     title = page.locator("#fig-heatmap .gtitle").text_content() or ""
     assert "M × N" in title and "Δ %" in title  # the axis with most values (N) as columns
+    _drawn(page)
     data = page.evaluate("() => document.getElementById('fig-heatmap').data[0]")
     assert len(data["x"]) == len(gf.N_VALUES) and len(data["y"]) == len(gf.M_VALUES)
     huge = _cell(site, *gf.HUGE_CELL)
@@ -221,6 +231,7 @@ def test_heatmap_over_two_chosen_axes(site: Site, page: Page) -> None:
     assert "heat_value=verdict" in page.url
     page.wait_for_selector("#fig-heatmap.js-plotly-plot svg.main-svg")
     assert "verdict: N × M" in (page.locator("#fig-heatmap .gtitle").text_content() or "")
+    _drawn(page)
     data = page.evaluate("() => document.getElementById('fig-heatmap').data[0]")
     assert len(data["x"]) == len(gf.M_VALUES)
     colourbar = page.evaluate("() => document.getElementById('fig-heatmap').data[0].colorbar.ticktext")
@@ -343,6 +354,7 @@ def test_jobs_list_links_the_node_and_probes_say_cpu(site: Site, page: Page) -> 
     assert page.url.endswith(f"/nodes/{gf.HOSTNAME}")
     assert page.locator("h1").count() == 1 and "There is no" not in page.locator("main").inner_text()
     page.wait_for_selector(".js-plotly-plot svg.main-svg")
+    _drawn(page)
     traces = page.evaluate("() => [...document.querySelectorAll('.js-plotly-plot')]"
                            ".flatMap(f => f.data.map(t => t.name))")  # fmt: skip
     assert "copy CPU 0" in traces and not any("GPU" in str(name) for name in traces)

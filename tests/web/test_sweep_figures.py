@@ -242,6 +242,33 @@ def test_one_point_history_gets_a_sane_axis() -> None:
     assert list(fig.layout.yaxis.range) == [pytest.approx(0.5 * 1.234), pytest.approx(1.5 * 1.234)]
 
 
+def _line(code: str, gpu: str, **params: object) -> Series:
+    return Series.model_validate({"code": code, "cell": " ".join(f"{k}={v}" for k, v in params.items()),
+                                  "gpu_model": gpu, "timer": "cuda-graph", "state": "cold", "points": [],
+                                  "params": params})  # fmt: skip
+
+
+def test_history_legend_names_only_what_differs() -> None:
+    f32 = "float32"
+    lines = [
+        _line("torch", "NVIDIA H200", N=64, dtype=f32),
+        _line("triton", "NVIDIA H200", N=64, dtype=f32),
+        _line("torch", "NVIDIA H200", N=128, dtype=f32),
+        _line("torch", "NVIDIA A100", N=64, dtype=f32),
+    ]
+    names, shared = figures.history_legend(lines)
+    assert names == ["torch · N=64 · NVIDIA H200", "triton · N=64 · NVIDIA H200",
+                     "torch · N=128 · NVIDIA H200", "torch · N=64 · NVIDIA A100"]  # fmt: skip
+    assert shared == "all: dtype=float32 · cuda-graph/cold"
+    one, shared = figures.history_legend(lines[:1])
+    assert one == ["torch · N=64 dtype=float32"] and shared == "all: NVIDIA H200 · cuda-graph/cold"
+    assert figures.history_legend([]) == ([], "")
+    fig = figures.history_figure(lines[:2])
+    assert [t.name for t in fig.data] == ["torch", "triton"]  # the full name stays in the hover
+    assert fig.data[0].meta == lines[0].name and "%{meta}" in fig.data[0].hovertemplate
+    assert fig.layout.legend.title.text == "all: N=64 dtype=float32 · NVIDIA H200 · cuda-graph/cold"
+
+
 def test_figures_take_a_missing_delta_and_a_non_finite_ratio() -> None:
     """A cell with a ratio but no Δ % labels its tile with the speed-up; a non-finite ratio is no
     number to draw: a void cross on the 1x line, a void tile, never inf or NaN in the figure."""
