@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -115,6 +116,25 @@ ReasonsOpt = Annotated[
         "--reasons",
         help="print every reason of every cell before the comparison (the table's 'why' lines give "
         "each cell's deciding one, '(+N more reasons ...)' counts the others)",
+    ),
+]
+
+
+class TableLayout(StrEnum):
+    """The comparison table's layout (``print_comparison``): ``cells``, one column of cell labels
+    (``kernelab.service.judge.report.cell_columns``); ``axes``, one column per sweep axis
+    (``kernelab.service.judge.cell_table.axis_columns``)."""
+
+    cells = "cells"
+    axes = "axes"
+
+
+TableOpt = Annotated[
+    TableLayout,
+    typer.Option(
+        "--table",
+        help="the comparison table's layout: 'cells' (one column of cell labels) or 'axes' (one "
+        "column per sweep axis, each side's noise and GB/s, as nvbench's tables)",
     ),
 ]
 NoProbesOpt = Annotated[

@@ -24,6 +24,8 @@ from kernelab.runners.cli.common import (
     RepoOpt,
     ServerOpt,
     SpecArg,
+    TableLayout,
+    TableOpt,
     TokenOpt,
     apply_refs,
     client_for,
@@ -81,6 +83,7 @@ def submit(
     no_probes: NoProbesOpt = False,
     probes: ProbesOpt = False,
     reasons: ReasonsOpt = False,
+    table: TableOpt = TableLayout.cells,
 ) -> None:
     """Queue a job; print its id, and on stderr why it waits when no live runner offers its
     benchmark (the job's ``waiting_for``; with --wait, also the comparison table).
@@ -129,6 +132,7 @@ def submit(
                         json_path=json_path,
                         probes=probes,
                         reasons=reasons,
+                        table=table,
                     )
                 )
         except KernelabAPIError as exc:
@@ -157,6 +161,7 @@ def report(
     json_path: Annotated[Path | None, typer.Option("--json", help="write the Comparison JSON here")] = None,
     probes: ProbesOpt = False,
     reasons: ReasonsOpt = False,
+    table: TableOpt = TableLayout.cells,
 ) -> None:
     """Print a job's comparison table (or its Markdown, or a GitHub Actions summary). Exits 1 when
     a cell's verdict is in --fail-on or the job failed, 2 for an unknown job, 3 while it has no
@@ -187,6 +192,7 @@ def report(
                     json_path=json_path,
                     probes=probes,
                     reasons=reasons,
+                    table=table,
                 )
             )
         except KernelabAPIError as exc:

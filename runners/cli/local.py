@@ -25,6 +25,8 @@ from kernelab.runners.cli.common import (
     ReasonsOpt,
     RepoOpt,
     SpecArg,
+    TableLayout,
+    TableOpt,
     TokenOpt,
     apply_refs,
     check_benchmark_code,
@@ -78,6 +80,7 @@ def run(
     no_probes: NoProbesOpt = False,
     probes: ProbesOpt = False,
     reasons: ReasonsOpt = False,
+    table: TableOpt = TableLayout.cells,
 ) -> None:
     """Run jobs on this machine (no server) and print each comparison table (last: --probes and
     --reasons print before it).
@@ -122,7 +125,9 @@ def run(
         specs.append((spec_path, spec))
     comparisons, results, status = [], [], EXIT_OK
     for spec_path, spec in specs:
-        result, comparison, code = _run_one(spec_path, spec, cache_dir, gate_on, quiet, probes, reasons)
+        result, comparison, code = _run_one(
+            spec_path, spec, cache_dir, gate_on, quiet, probes, reasons, table
+        )
         results.append(result)
         comparisons.append(comparison)
         status = max(status, code)
@@ -168,6 +173,7 @@ def _run_one(
     quiet: bool,
     probes: bool = False,
     reasons: bool = False,
+    table: TableLayout = TableLayout.cells,
 ) -> tuple[JobResult, Comparison, int]:
     """Run one spec and print its table (``print_comparison``: ``probes``, ``reasons``); the
     result, the comparison and the exit status."""
@@ -191,7 +197,7 @@ def _run_one(
     except (BenchmarkError, RuntimeError) as exc:  # e.g. cuda without CUDA; RevisionError too
         raise fail(f"{spec_path}: cannot run: {exc}") from None
     comparison = compare(result)
-    print_comparison(comparison, probes=probes, reasons=reasons)
+    print_comparison(comparison, probes=probes, reasons=reasons, table=table)
     if result.error:  # fails the gate whatever --fail-on says
         typer.echo(f"job failed: {result.error}", err=True)
         return result, comparison, EXIT_FAILED

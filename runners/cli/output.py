@@ -19,6 +19,7 @@ from kernelab.runners.cli.common import (
     EXIT_NO_VERDICT,
     EXIT_OK,
     GATE_VERDICTS,
+    TableLayout,
     fail,
 )
 from kernelab.runners.client import KernelabAPIError, KernelabClient, is_settled
@@ -68,11 +69,17 @@ PROBES_MORE = "full tables with --probes"
 """Ends the table's ``probes:`` line when the full probe tables are not printed."""
 
 
-def print_comparison(comparison: Comparison, *, probes: bool = False, reasons: bool = False) -> None:
+def print_comparison(
+    comparison: Comparison,
+    *,
+    probes: bool = False,
+    reasons: bool = False,
+    table: TableLayout = TableLayout.cells,
+) -> None:
     """Print a ``Comparison``, its table last (verdicts in colour on a terminal, ``use_color``):
     with ``probes`` each probe report's full tables first, with ``reasons`` every cell's reasons
     (``reason_lines``) next. Without ``probes`` the table's one ``probes:`` line sums the reports
-    up and says where the tables are (``PROBES_MORE``)."""
+    up and says where the tables are (``PROBES_MORE``). ``table``: the table's layout (``TableLayout``)."""
     from kernelab.service.judge.report import format_table, reason_lines
 
     if probes and comparison.probes:
@@ -87,7 +94,13 @@ def print_comparison(comparison: Comparison, *, probes: bool = False, reasons: b
             typer.echo(f"  {text}")
         typer.echo("")
     more = "" if probes else PROBES_MORE
-    typer.echo(format_table(comparison, paint=paint_verdict if use_color() else None, probes_more=more))
+    columns = None
+    if table is TableLayout.axes:
+        from kernelab.service.judge.cell_table import axis_columns
+
+        columns = axis_columns(comparison)
+    paint = paint_verdict if use_color() else None
+    typer.echo(format_table(comparison, paint=paint, probes_more=more, columns=columns))
 
 
 def not_gated_text(comparison: Comparison, fail_on: frozenset[Verdict]) -> str:
@@ -139,6 +152,7 @@ def show_job(
     json_path: Path | None = None,
     probes: bool = False,
     reasons: bool = False,
+    table: TableLayout = TableLayout.cells,
 ) -> int:
     """Print a finished ``job``'s comparison (its table, with ``markdown`` the server's Markdown,
     or what ``render`` prints; ``json_path`` gets the ``Comparison`` JSON) and return the exit
@@ -172,7 +186,7 @@ def show_job(
         elif markdown:
             typer.echo(client.report_md(job.id))
         else:
-            print_comparison(comparison, probes=probes, reasons=reasons)
+            print_comparison(comparison, probes=probes, reasons=reasons, table=table)
     if job.status == "failed":  # fails the gate whatever --fail-on says
         typer.echo(f"job {job.id} failed" + (f": {job.error}" if job.error else ""), err=True)
         return EXIT_FAILED
@@ -193,6 +207,7 @@ def wait_and_show(
     json_path: Path | None = None,
     probes: bool = False,
     reasons: bool = False,
+    table: TableLayout = TableLayout.cells,
 ) -> int:
     """Wait for ``job`` to finish and its comparison to be computed (``comparison_status`` no longer
     ``comparing``), echoing status changes, the job's ``waiting_for`` when it is set or changes,
@@ -247,4 +262,4 @@ def wait_and_show(
             state = "comparing" if job.comparison_status == "comparing" else job.status
             raise fail(f"job {job.id} still {state} after {timeout_s:.0f} s", EXIT_NO_VERDICT)
         time.sleep(0.5)
-    return show_job(client, job, fail_on, json_path=json_path, probes=probes, reasons=reasons)
+    return show_job(client, job, fail_on, json_path=json_path, probes=probes, reasons=reasons, table=table)

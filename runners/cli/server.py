@@ -16,6 +16,8 @@ from kernelab.runners.cli.common import (
     DEFAULT_DATA_DIR,
     EXIT_NO_VERDICT,
     ProbesOpt,
+    TableLayout,
+    TableOpt,
     fail,
     read_spec,
     without_probes,
@@ -114,6 +116,7 @@ def up(
     exit_after: Annotated[bool, typer.Option("--exit", help="stop once the demo job is shown")] = False,
     timeout_s: Annotated[float, typer.Option("--timeout-s", help="wait for each demo job, s")] = 900.0,
     probes: ProbesOpt = False,
+    table: TableOpt = TableLayout.cells,
 ) -> None:
     """Server on SQLite + a local runner + the demo job(s): prints the dashboard's URL and the token
     as soon as the server answers, then each demo's table (with --probes the probes' full tables
@@ -155,6 +158,7 @@ def up(
                     progress_log=stack.runner_log,
                     progress_from=logged,
                     probes=probes,
+                    table=table,
                 )
                 code = max(code, shown)
                 if note:

@@ -27,7 +27,16 @@ from typing import Any
 
 from kernelab.service.contract.samples import Side
 from kernelab.service.contract.schemas import CellComparison, Comparison, ParamValue
-from kernelab.service.judge.report import cell_speedup, deciding_reason
+from kernelab.service.contract.units import format_sig3
+from kernelab.service.judge.report import (
+    Columns,
+    cell_speedup,
+    deciding_reason,
+    format_delta,
+    format_duration_ns,
+    format_flags,
+    marked,
+)
 from kernelab.service.judge.verdicts import probe_peaks
 
 SIDES: tuple[Side, Side] = ("baseline", "candidate")
@@ -111,6 +120,62 @@ def comparison_peaks(comparison: Comparison) -> dict[str, float]:
 def has_work(comparison: Comparison) -> bool:
     """True when any cell's stored throughput has a rate (some work was declared)."""
     return any(cell.throughput for cell in comparison.cells)
+
+
+def noise_pct(cell: CellComparison, side: Side) -> float | None:
+    """A side's noise: the interquartile range of its kept samples over their median, in percent
+    (a robust counterpart of nvbench's "Noise", the relative standard deviation); None without
+    both."""
+    stats = cell.baseline if side == "baseline" else cell.candidate
+    if stats.iqr_ns is None or not stats.median_ns:
+        return None
+    return 100.0 * stats.iqr_ns / stats.median_ns
+
+
+def _rate_text(rates: SideRates) -> str:
+    if rates.gbps is None:
+        return "n/a"
+    pct = "" if rates.pct_copy is None else f", {format_sig3(rates.pct_copy)}%"
+    return f"{format_sig3(rates.gbps)} GB/s{pct}"
+
+
+def axis_columns(comparison: Comparison) -> Columns:
+    """The comparison table in nvbench's layout (``kernelab.service.judge.report.format_table``'s
+    ``columns``): one column per sweep axis (``sweep_axes``; the fixed parameters said once above
+    the table), then each side's median and noise (``noise_pct``), each side's achieved GB/s with
+    its % of the probed copy peak (only when the cells declare bytes), Δ% [95% CI], speedup,
+    verdict and flags. A void timing is in parentheses, as in the default layout. A comparison
+    with no varying parameter gets a ``cell`` column of labels instead of axis columns."""
+    axes = sweep_axes(comparison.cells)
+    names = list(axes.axes)
+    peaks = comparison_peaks(comparison)
+    with_rates = any(f"{side}_gbps" in cell.throughput for cell in comparison.cells for side in SIDES)
+    labels = {"baseline": comparison.baseline_label, "candidate": comparison.candidate_label}
+    header = [*(names or ["cell"])]
+    for side in SIDES:
+        header += [f"{side} ({labels[side]})", "noise"]
+    if with_rates:
+        header += [f"{side} GB/s, % peak" for side in SIDES]
+    header += ["Δ% [95% CI]", "speedup", "verdict", "flags"]
+    rows = []
+    for cell in comparison.cells:
+        keys = [format_value(cell.params[k]) if k in cell.params else "-" for k in names] or [cell.label]
+        timing: list[str] = []
+        for side in SIDES:
+            noise = noise_pct(cell, side)
+            stats = cell.baseline if side == "baseline" else cell.candidate
+            timing += [
+                format_duration_ns(stats.median_ns),
+                "n/a" if noise is None else f"{format_sig3(noise)}%",
+            ]
+        if with_rates:
+            timing += [_rate_text(side_rates(cell, side, peaks)) for side in SIDES]
+        timing += [format_delta(cell), cell_speedup(cell)]
+        rows.append([*keys, *marked(cell, timing), cell.verdict, format_flags(cell)])
+    first = len(names or ["cell"])
+    right = frozenset(range(first, first + 4 + (2 if with_rates else 0)))
+    fixed = [f"{k}={format_value(v)}" for k, v in axes.fixed.items()]
+    return Columns(header, rows, right, [f"every cell: {' '.join(fixed)}"] if fixed and names else [])
 
 
 EXPORT_COLUMNS: tuple[str, ...] = (

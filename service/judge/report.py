@@ -458,6 +458,38 @@ def _marked(text: str) -> str:
     return text if text == _MISSING else f"({text})"
 
 
+class Columns(NamedTuple):
+    """A table's layout for ``format_table``: ``header``, one row per cell of the comparison in its
+    order, the column indices that align right (numbers), and lines said once above the table
+    (``"every cell: dtype=float32"``)."""
+
+    header: list[str]
+    rows: list[list[str]]
+    right: frozenset[int]
+    above: list[str]
+
+
+def cell_columns(c: Comparison) -> Columns:
+    """The default layout: cell label | baseline median | candidate median | Δ% [95% CI] | speedup
+    | p [BH] | verdict | flags."""
+    header = [
+        "cell",
+        f"baseline ({c.baseline_label})",
+        f"candidate ({c.candidate_label})",
+        "Δ% [95% CI]",
+        "speedup",
+        "p [BH]",
+        "verdict",
+        "flags",
+    ]
+    return Columns(header, _rows(c), frozenset({1, 2}), [])
+
+
+def marked(cell: CellComparison, texts: list[str]) -> list[str]:
+    """``texts`` (a cell's timing columns) in parentheses where its timing is void (``void_timing``)."""
+    return [_marked(t) for t in texts] if void_timing(cell) else texts
+
+
 def _rows(c: Comparison) -> list[list[str]]:
     """Table rows: label, medians, Δ%, speedup, p, verdict, flags; the timing of a ``void_timing`` cell in
     parentheses."""
@@ -470,9 +502,7 @@ def _rows(c: Comparison) -> list[list[str]]:
             cell_speedup(cell),
             format_p(cell),
         ]
-        if void_timing(cell):
-            timing = [_marked(t) for t in timing]
-        rows.append([_one_line(cell.label), *timing, cell.verdict, format_flags(cell)])
+        rows.append([_one_line(cell.label), *marked(cell, timing), cell.verdict, format_flags(cell)])
     return rows
 
 
@@ -577,7 +607,9 @@ def _title(c: Comparison) -> str:
     return f"{job}{name}[{c.benchmark}]: {c.baseline_label} vs {c.candidate_label}"
 
 
-def format_table(c: Comparison, paint: Paint | None = None, probes_more: str = "") -> str:
+def format_table(
+    c: Comparison, paint: Paint | None = None, probes_more: str = "", columns: Columns | None = None
+) -> str:
     """Plain-text report for a terminal: title, aligned table, the probes' line (``probes_line``,
     ending in ``probes_more``), summary, reasons, notes.
 
@@ -588,21 +620,15 @@ def format_table(c: Comparison, paint: Paint | None = None, probes_more: str = "
     (``void_timing``). Under the table: job-level reasons (``job failed: ...``), then ``why:``, one
     line per ``why_groups`` group (``verdict  cells: reason``). ``paint`` styles verdict words
     (the CLI's colours on a terminal); padding is applied first, so the columns stay aligned.
-    Newlines in user text are folded.
+    Newlines in user text are folded. ``columns``: another layout of the same cells (``Columns``;
+    ``kernelab.service.judge.cell_table.axis_columns``: one column per sweep axis, as nvbench's
+    tables); default ``cell_columns``.
     """
-    header = [
-        "cell",
-        f"baseline ({c.baseline_label})",
-        f"candidate ({c.candidate_label})",
-        "Δ% [95% CI]",
-        "speedup",
-        "p [BH]",
-        "verdict",
-        "flags",
-    ]
-    rows = [[_one_line(h) for h in header], *_rows(c)]
+    layout = columns or cell_columns(c)
+    header = layout.header
+    rows = [[_one_line(h) for h in header], *layout.rows]
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    right = {1, 2}  # numbers align right
+    right = layout.right
     verdict_col = header.index("verdict")
 
     def line(r: list[str], verdict: Verdict | None = None) -> str:
@@ -617,6 +643,7 @@ def format_table(c: Comparison, paint: Paint | None = None, probes_more: str = "
         _one_line(_title(c)),
         f"timer {c.timer}; state {c.state}; threshold ±{c.threshold_pct:g}%; "
         f"node {_one_line(node_summary(c.node))}",
+        *(_one_line(text) for text in layout.above),
         "",
     ]
     out += [line(rows[0]), "  ".join("-" * w for w in widths)]

@@ -8,6 +8,7 @@ import csv
 import io
 import json
 import math
+import re
 from datetime import UTC, datetime
 
 import numpy as np
@@ -25,6 +26,7 @@ from kernelab.service.contract.schemas import (
     SideStats,
 )
 from kernelab.service.judge import cell_table, report
+from kernelab.service.judge.verdicts import VERDICT_ORDER
 from kernelab.web import figures, sweep
 
 T0 = datetime(2026, 12, 1, 12, tzinfo=UTC)
@@ -286,3 +288,50 @@ def test_figures_take_a_missing_delta_and_a_non_finite_ratio() -> None:
     forest = {t["name"]: t for t in sweep.forest_figure_dict(c, axes)["data"]}
     void = forest["timing void: failed / incorrect / implausible"]
     assert void["x"] == [1.0] and all(math.isfinite(x) for t in forest.values() for x in t["x"])
+
+
+def _table(text: str) -> tuple[list[str], list[list[str]]]:
+    """The header and rows of ``format_table``'s table, split on runs of 2+ spaces."""
+    lines = text.splitlines()
+    rule = next(i for i, line in enumerate(lines) if line.startswith("-"))
+    split = [re.split(r"\s{2,}", line.strip()) for line in lines[rule - 1 : rule + 1 + len(_grid().cells)]]
+    return split[0], [split[0], *split[2:]][1:]
+
+
+def test_axis_table_has_a_column_per_sweep_axis_noise_and_rates() -> None:
+    """nvbench's layout: one column per varying parameter, the fixed ones once above the table."""
+    cells = _grid().cells
+    noisy = cells[1].model_copy(update={"baseline": SideStats(n=10, median_ns=1000.0, iqr_ns=25.0)})
+    c = _grid().model_copy(update={"cells": [cells[0], noisy, *cells[2:]]})
+    text = report.format_table(c, columns=cell_table.axis_columns(c))
+    assert "every cell: dtype=float32" in text
+    header, rows = _table(text)
+    assert header[:2] == ["M", "N"] and header[2:6] == [
+        "baseline (torch)",
+        "noise",
+        "candidate (triton)",
+        "noise",
+    ]
+    assert header[6:] == [
+        "baseline GB/s, % peak",
+        "candidate GB/s, % peak",
+        "Δ% [95% CI]",
+        "speedup",
+        "verdict",
+        "flags",
+    ]
+    assert [r[:2] for r in rows] == [[str(cell.params["M"]), str(cell.params["N"])] for cell in cells]
+    assert rows[1][3] == "2.50%"  # IQR 25 ns over the median 1,000 ns
+    assert rows[1][6] == "800 GB/s, 19.0%"  # the best copy probe: 4,200 GB/s
+    incorrect = rows[3]
+    assert incorrect[2].startswith("(") and incorrect[-1] == "incorrect"  # a void timing, as in the default
+    assert [r[-1] if r[-1] in VERDICT_ORDER else r[-2] for r in rows] == [cell.verdict for cell in cells]
+
+
+def test_axis_table_of_one_cell_keeps_its_label_and_no_rates_without_work() -> None:
+    one = _comparison([_cell(0, 1, 64, 1.0, "same")])
+    header, rows = _table(report.format_table(one, columns=cell_table.axis_columns(one)))
+    assert header[0] == "cell" and rows[0][0] == "M=1, N=64"
+    assert not any("GB/s" in h for h in header) and "every cell" not in report.format_table(
+        one, columns=cell_table.axis_columns(one)
+    )
