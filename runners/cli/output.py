@@ -80,7 +80,7 @@ def print_comparison(
     with ``probes`` each probe report's full tables first, with ``reasons`` every cell's reasons
     (``reason_lines``) next. Without ``probes`` the table's one ``probes:`` line sums the reports
     up and says where the tables are (``PROBES_MORE``). ``table``: the table's layout (``TableLayout``)."""
-    from kernelab.service.judge.report import format_table, reason_lines
+    from kernelab.service.judge.report import MORE_REASONS_WHERE, REASONS_ABOVE, format_table, reason_lines
 
     if probes and comparison.probes:
         from kernelab.runners.probes.format import format_probe_report
@@ -100,7 +100,8 @@ def print_comparison(
 
         columns = axis_columns(comparison)
     paint = paint_verdict if use_color() else None
-    typer.echo(format_table(comparison, paint=paint, probes_more=more, columns=columns))
+    where = REASONS_ABOVE if reasons else MORE_REASONS_WHERE
+    typer.echo(format_table(comparison, paint=paint, probes_more=more, columns=columns, reasons_where=where))
 
 
 def not_gated_text(comparison: Comparison, fail_on: frozenset[Verdict]) -> str:

@@ -201,13 +201,15 @@ def deciding_reason(cell: CellComparison) -> Reason | None:
 MORE_REASONS_WHERE = "--reasons or the job page"
 """Where a cell's other reasons are read, told after ``(+N more reasons: ...)``: the ``--reasons``
 flag of ``kernelab run``, ``submit --wait`` and ``report``, or the job's page."""
+REASONS_ABOVE = "listed above"
+"""``MORE_REASONS_WHERE`` once ``--reasons`` has printed every reason before the table."""
 
 
-def why(cell: CellComparison) -> str:
+def why(cell: CellComparison, where: str = MORE_REASONS_WHERE) -> str:
     """One line: why ``cell`` has its verdict. The deciding reason's message, with ``(+N more
-    reasons: --reasons or the job page)`` (``MORE_REASONS_WHERE``) when other reasons that decide a
-    verdict were found too; the cell's error when it has no reason; the meaning of its verdict
-    class as the last resort."""
+    reasons: --reasons or the job page)`` (``where``, default ``MORE_REASONS_WHERE``) when other
+    reasons that decide a verdict were found too; the cell's error when it has no reason; the
+    meaning of its verdict class as the last resort."""
     r = deciding_reason(cell)
     if r is None:
         return _one_line(cell.error or f"no reason recorded: {cell.verdict} means {_meaning(cell.verdict)}")
@@ -215,7 +217,7 @@ def why(cell: CellComparison) -> str:
     text = _one_line(r.message)
     if not text:
         text = REASONS[r.code].meaning if r.code in REASONS else r.code
-    more = f" (+{others} more reason{'s' if others > 1 else ''}: {MORE_REASONS_WHERE})"
+    more = f" (+{others} more reason{'s' if others > 1 else ''}: {where})"
     return text + (more if others else "")
 
 
@@ -241,20 +243,21 @@ class WhyGroup(NamedTuple):
     labels: list[str]
 
 
-def why_groups(c: Comparison, limit: int = WHY_GROUPS) -> list[WhyGroup]:
+def why_groups(c: Comparison, limit: int = WHY_GROUPS, where: str = MORE_REASONS_WHERE) -> list[WhyGroup]:
     """The deciding reasons of the cells whose verdict is in ``EXPLAINED_VERDICTS``, cells with the
     same verdict, reason code and ``why`` text grouped: in verdict precedence, then sweep order.
 
     At most ``limit`` groups are told; the cells of the others are counted in one group per
     (verdict, code) with an empty ``message`` (their reasons differ cell by cell: e.g. 970
-    confidence intervals that straddle the threshold). Raises nothing.
+    confidence intervals that straddle the threshold). ``where``: where the other reasons are read
+    (``why``). Raises nothing.
     """
     groups: dict[tuple[Verdict, str, str], WhyGroup] = {}
     for cell in c.cells:
         if cell.verdict not in EXPLAINED_VERDICTS:
             continue
         r = deciding_reason(cell)
-        key = (cell.verdict, r.code if r else "", why(cell))
+        key = (cell.verdict, r.code if r else "", why(cell, where))
         groups.setdefault(key, WhyGroup(*key, [])).labels.append(_one_line(cell.label))
     ordered = sorted(groups.values(), key=lambda g: _RANK[g.verdict])  # stable: sweep order within
     told, rest = ordered[:limit], ordered[limit:]
@@ -608,7 +611,11 @@ def _title(c: Comparison) -> str:
 
 
 def format_table(
-    c: Comparison, paint: Paint | None = None, probes_more: str = "", columns: Columns | None = None
+    c: Comparison,
+    paint: Paint | None = None,
+    probes_more: str = "",
+    columns: Columns | None = None,
+    reasons_where: str = MORE_REASONS_WHERE,
 ) -> str:
     """Plain-text report for a terminal: title, aligned table, the probes' line (``probes_line``,
     ending in ``probes_more``), summary, reasons, notes.
@@ -622,7 +629,8 @@ def format_table(
     (the CLI's colours on a terminal); padding is applied first, so the columns stay aligned.
     Newlines in user text are folded. ``columns``: another layout of the same cells (``Columns``;
     ``kernelab.service.judge.cell_table.axis_columns``: one column per sweep axis, as nvbench's
-    tables); default ``cell_columns``.
+    tables); default ``cell_columns``. ``reasons_where``: where a cell's other reasons are read,
+    after ``(+N more reasons: ...)`` (``REASONS_ABOVE`` when they were printed before the table).
     """
     layout = columns or cell_columns(c)
     header = layout.header
@@ -654,7 +662,7 @@ def format_table(
     job_flags = f"; job flags: {', '.join(c.flags)}" if c.flags else ""
     out.append(f"verdicts: {verdict_summary(c, paint)}{job_flags}")
     out += job_reason_lines(c)
-    groups = why_groups(c)
+    groups = why_groups(c, where=reasons_where)
     if groups:
         width = max(len(g.verdict) for g in groups)
         out.append("why:")

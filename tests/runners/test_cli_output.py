@@ -11,7 +11,7 @@ import typer
 from typer.testing import CliRunner
 
 from kernelab.runners.cli import EXIT_OK
-from kernelab.runners.cli.common import DEFAULT_FAIL_ON, DEFAULT_GATE
+from kernelab.runners.cli.common import DEFAULT_FAIL_ON, DEFAULT_GATE, TableLayout, TableOpt
 from kernelab.runners.cli.output import PROBES_MORE, gate, parse_fail_on, print_comparison
 from kernelab.service.contract.schemas import Comparison
 from tests.service.test_report import _comparison
@@ -25,8 +25,9 @@ def _app(comparison: Comparison) -> typer.Typer:
         probes: Annotated[bool, typer.Option("--probes")] = False,
         reasons: Annotated[bool, typer.Option("--reasons")] = False,
         fail_on: Annotated[str, typer.Option("--fail-on")] = DEFAULT_FAIL_ON,
+        table: TableOpt = TableLayout.cells,
     ) -> None:
-        print_comparison(comparison, probes=probes, reasons=reasons)
+        print_comparison(comparison, probes=probes, reasons=reasons, table=table)
         raise typer.Exit(gate(comparison, parse_fail_on(fail_on)))
 
     return app
@@ -43,8 +44,22 @@ def test_the_table_comes_last_and_the_probes_are_one_line() -> None:
     assert len(lines) < 25
 
 
+def _two_reasons() -> Comparison:
+    """``_comparison()`` with a second deciding reason on its incorrect cell."""
+    c = _comparison()
+    cells = [
+        cell.model_copy(update={"reasons": [*cell.reasons, *(r.model_copy(update={"message": "again"})
+                                                              for r in cell.reasons[:1])]})
+        if cell.verdict == "incorrect" else cell
+        for cell in c.cells
+    ]  # fmt: skip
+    return c.model_copy(update={"cells": cells})
+
+
 def test_probes_and_reasons_print_before_the_table() -> None:
-    result = CliRunner().invoke(_app(_comparison()), ["--probes", "--reasons"])
+    hinted = CliRunner().invoke(_app(_two_reasons()), []).stdout
+    assert "(+1 more reason: --reasons or the job page)" in hinted
+    result = CliRunner().invoke(_app(_two_reasons()), ["--probes", "--reasons"])
     out = result.stdout
     title = out.index("job 42 softmax PR 42 [softmax]")
     assert 0 <= out.index("probe (before)") < out.index("probe (after)") < out.index("reasons:") < title
@@ -52,6 +67,16 @@ def test_probes_and_reasons_print_before_the_table() -> None:
     assert "  N=2000  incorrect  [" in out[:title]  # every reason: label, class, code, message
     assert PROBES_MORE not in out  # the tables are there
     assert out.rstrip().endswith(out[title:].rstrip())
+    assert "(+1 more reason: listed above)" in out[title:] and "--reasons" not in out[title:]
+
+
+def test_the_axes_table_has_a_column_per_sweep_axis() -> None:
+    out = CliRunner().invoke(_app(_comparison()), ["--table", "axes"]).stdout
+    header = next(line for line in out.splitlines() if line.startswith("N "))
+    assert header.split()[:5] == ["N", "baseline", "(torch)", "noise", "candidate"]
+    assert "cell " not in out
+    bad = CliRunner().invoke(_app(_comparison()), ["--table", "wide"])
+    assert bad.exit_code == 2 and "'wide' is not one of" in bad.stderr
 
 
 def test_one_default_gate_fails_a_slower_cell() -> None:
@@ -84,6 +109,6 @@ def test_run_submit_report_and_up_document_probes_and_reasons() -> None:
 
     for command in ("run", "submit", "report", "up"):
         help_text = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "200"}).stdout
-        assert "--probes" in help_text, command
+        assert "--probes" in help_text and "--table" in help_text, command
         if command != "up":
             assert "--reasons" in help_text, command

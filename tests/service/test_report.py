@@ -358,6 +358,9 @@ def test_why_names_the_deciding_reason_and_counts_the_others():
     more = "(+1 more reason: --reasons or the job page)"  # and where to read it
     assert report.why(cell) == f"baseline: baseline rows 0-3 wrong {more}"
     assert f"  incorrect  N=1: baseline: baseline rows 0-3 wrong {more}" in report.format_table(c)
+    above = report.format_table(c, reasons_where=report.REASONS_ABOVE)  # --reasons printed them first
+    assert "N=1: baseline: baseline rows 0-3 wrong (+1 more reason: listed above)" in above
+    assert "--reasons" not in above
     assert [line for line in report.reason_lines(c) if line.startswith("N=1 ")] == [
         f"N=1  incorrect  [{r.code}] {r.message}" for r in cell.reasons
     ]
