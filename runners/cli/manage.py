@@ -7,6 +7,7 @@ job cannot be cancelled: 409) or an unreachable server."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated
 
 import typer
@@ -32,21 +33,38 @@ def _refused(exc: KernelabAPIError) -> typer.Exit:
     return fail(str(exc), EXIT_BAD_INPUT if exc.status_code in (404, 422) else EXIT_FAILED)
 
 
-def job_line(job: JobPublic) -> str:
-    """One row of ``kernelab jobs``: id, status, benchmark, name, node, verdicts or progress."""
+NAME_WIDTH = 40  # a longer job name is cut with "…" in ``kernelab jobs``
+
+
+def _job_state(job: JobPublic) -> str:
+    """The last column of ``kernelab jobs``: a running job's progress, the verdict counts, or the
+    first line of its error or of why it waits."""
     if job.status == "running" and job.progress is not None:
-        state = describe(job.progress)
-    elif job.summary:
-        state = ", ".join(f"{n} {v}" for v, n in job.summary.items())
-    else:
-        state = (
-            (job.error or job.waiting_for or "").splitlines()[0][:80]
-            if (job.error or job.waiting_for)
-            else ""
-        )
-    rerun = f" (re-run of #{job.rerun_of})" if job.rerun_of else ""
-    head = f"{job.id:>6}  {job.status:<9}  {job.benchmark:<24}"
-    return f"{head}  {job.name or '-'}{rerun}  {job.node or '-'}  {state}".rstrip()
+        return describe(job.progress)
+    if job.summary:
+        return ", ".join(f"{n} {v}" for v, n in job.summary.items())
+    text = job.error or job.waiting_for or ""
+    return text.splitlines()[0][:80] if text else ""
+
+
+def job_table(jobs: Sequence[JobPublic]) -> list[str]:
+    """``kernelab jobs``'s lines: a header and one row per job (id, status, benchmark, name with
+    ``(re-run of #N)``, node, verdicts or progress), each column as wide as its widest entry (a
+    name cut at ``NAME_WIDTH`` characters), the last one unpadded."""
+    header = ["id", "status", "benchmark", "name", "node", "verdicts / progress"]
+    rows = [header]
+    for job in jobs:
+        name = (job.name or "-") + (f" (re-run of #{job.rerun_of})" if job.rerun_of else "")
+        if len(name) > NAME_WIDTH:
+            name = name[: NAME_WIDTH - 1] + "…"
+        rows.append([str(job.id), job.status, job.benchmark, name, job.node or "-", _job_state(job)])
+    widths = [max(len(r[k]) for r in rows) for k in range(len(header) - 1)]
+    return [
+        "  ".join(
+            [r[0].rjust(widths[0]), *(v.ljust(w) for v, w in zip(r[1:-1], widths[1:], strict=True)), r[-1]]
+        ).rstrip()
+        for r in rows
+    ]
 
 
 def jobs(
@@ -73,9 +91,8 @@ def jobs(
             raise _refused(exc) from None
         except KernelabUnavailable as exc:
             raise fail(f"server unreachable: {exc}") from None
-    typer.echo(f"{'id':>6}  {'status':<9}  {'benchmark':<24}  name  node  verdicts/progress")
-    for job in page.data:
-        typer.echo(job_line(job))
+    for line in job_table(page.data):
+        typer.echo(line)
     typer.echo(f"{len(page.data)} of {page.count} jobs", err=True)
 
 

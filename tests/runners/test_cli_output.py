@@ -112,3 +112,30 @@ def test_run_submit_report_and_up_document_probes_and_reasons() -> None:
         assert "--probes" in help_text and "--table" in help_text, command
         if command != "up":
             assert "--reasons" in help_text, command
+
+
+def test_the_jobs_list_is_aligned_whatever_the_names() -> None:
+    from datetime import UTC, datetime
+
+    from kernelab.runners.cli.manage import NAME_WIDTH, job_table
+    from kernelab.service.contract.schemas import JobPublic, JobSpec
+
+    spec = JobSpec.model_validate(
+        {"benchmark": "softmax", "baseline": {"variant": "torch"}, "candidate": {"variant": "triton"}}
+    )
+    made = datetime(2026, 12, 7, tzinfo=UTC)
+    jobs = [
+        JobPublic(id=12345, name="a long name " * 8, benchmark="softmax", status="succeeded", spec=spec,
+                  attempts=1, max_attempts=3, created_at=made, node="node-with-a-long-name",
+                  summary={"slower": 2, "same": 1}),
+        JobPublic(id=7, name="", benchmark="a-benchmark-name-longer-than-24-characters", status="queued",
+                  spec=spec, attempts=0, max_attempts=3, created_at=made, rerun_of=3),
+    ]  # fmt: skip
+    lines = job_table(jobs)
+    assert lines[0].split() == ["id", "status", "benchmark", "name", "node", "verdicts", "/", "progress"]
+    starts = [lines[0].index(word) for word in ("status", "benchmark", "name", "node", "verdicts")]
+    for line in lines[1:]:  # every column starts where its header does, after a gap of two spaces
+        assert len(line) > starts[3]  # an empty last column (a queued job) is the only one left off
+        assert all(line[s - 2 : s] == "  " and line[s] != " " for s in starts if s < len(line)), line
+    assert "…" in lines[1] and len(lines[1].split("  ")[3].strip()) <= NAME_WIDTH + 1
+    assert "- (re-run of #3)" in lines[2] and lines[1].endswith("2 slower, 1 same")
