@@ -60,14 +60,18 @@ def serve(
     ``--compare-workers`` compare worker processes beside it (the comparisons of stored results are
     computed there, never in an API worker; a stop does not wait for one)."""
     import uvicorn
+    from sqlalchemy.exc import OperationalError
 
     from kernelab.service.server.core.config import Settings
-    from kernelab.service.server.core.db import upgrade
+    from kernelab.service.server.core.db import upgrade_told
 
     if database_url:
         os.environ["KERNELAB_DATABASE_URL"] = database_url
     settings = Settings()
-    upgrade(settings.database_url)
+    try:
+        typer.echo(upgrade_told(settings.database_url), err=True)
+    except OperationalError as exc:  # unreachable, refused, no such database: one line, no traceback
+        raise fail(f"database unreachable: {str(exc.orig).strip().splitlines()[0]}") from None
     extra: dict[str, Any] = {}
     if "timeout_worker_healthcheck" in inspect.signature(uvicorn.Config).parameters:
         # A large result body is parsed on the worker's event loop (seconds for a 1,000-cell sweep);

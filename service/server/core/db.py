@@ -150,6 +150,25 @@ def upgrade(database_url: str, revision: str = "head") -> None:
         command.upgrade(config, revision)
 
 
+def upgrade_told(database_url: str) -> str:
+    """``upgrade(database_url)`` and one line saying what it did, the URL without its password:
+    ``"database sqlite:///k.db: schema created at 0013_x"``, ``"... upgraded from 0011_y to
+    0013_x"`` or ``"... schema at 0013_x (current)"``. Raises as ``upgrade``."""
+    engine = make_engine(database_url)
+    try:
+        before = current_revision(engine)
+    finally:
+        engine.dispose()
+    upgrade(database_url)
+    head = head_revision()
+    shown = make_url(database_url).render_as_string(hide_password=True)
+    if before is None:
+        return f"database {shown}: schema created at {head}"
+    if before != head:
+        return f"database {shown}: schema upgraded from {before} to {head}"
+    return f"database {shown}: schema at {head} (current)"
+
+
 def downgrade(database_url: str, revision: str) -> None:
     """Run ``alembic downgrade <revision>`` (``"base"`` drops every table Alembic made)."""
     with _config_with_connection(database_url) as config:
