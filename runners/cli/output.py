@@ -243,6 +243,9 @@ def wait_and_show(
     waiting: str | None = None
     while True:
         job = client.get_job(job.id)
+        finished = job.status in ("succeeded", "failed", "cancelled")
+        if finished:  # the log's lines written before it finished (the after-probes) come first
+            relay_progress()
         if (job.status, job.comparison_status) != seen:
             seen = (job.status, job.comparison_status)
             on_change(job)
@@ -250,7 +253,8 @@ def wait_and_show(
             waiting = job.waiting_for
             if waiting:
                 typer.echo(f"job {job.id}: {waiting}", err=True)
-        relay_progress()
+        if not finished:
+            relay_progress()
         if job.progress is not None and progress_log is None:  # the runner's heartbeats, via the server
             p = job.progress
             key = (p.cell, p.cells_done, p.phase, p.message)

@@ -338,8 +338,12 @@ def test_cli_report_says_comparing_and_wait_waits_for_it(
                 job = client.get_job(job_id)
                 assert job.comparison_status == "comparing"
                 codes: list[int] = []
+                log = tmp_path / "runner.log"  # what `kernelab up` relays: the local runner's log
+                log.write_text(
+                    f"INFO job {job_id}: progress: cell 3/3\nINFO job {job_id}: progress: probes after\n"
+                )
                 waiter = threading.Thread(
-                    target=lambda: codes.append(wait_and_show(client, job, timeout_s=300))
+                    target=lambda: codes.append(wait_and_show(client, job, timeout_s=300, progress_log=log))
                 )
                 waiter.start()
                 seen = ""
@@ -347,6 +351,8 @@ def test_cli_report_says_comparing_and_wait_waits_for_it(
                     seen += capsys.readouterr().err
                     assert waiter.is_alive(), seen
                     time.sleep(POLL_S)
+                # the runner's last lines (written before it posted) come before "succeeded"
+                assert seen.index("probes after") < seen.index(f"job {job_id}: succeeded"), seen
                 assert drain(factory, Settings(database_url=server_db)).done == 1
                 waiter.join(timeout=DEADLINE_S)
                 assert codes == [0]
