@@ -905,9 +905,10 @@ def measure_interleaved(
             ci = ci_half_width(buffer.columns(), settings, placement)
             if progress is not None:
                 text = "no CI yet" if ci is None else f"ratio {ci[0]:.4f} ±{100 * ci[1]:.2f}%"
-                per_sample = f"{launches['baseline']}/{launches['candidate']} launches per sample"
-                timed = f"{timed_ns / _NS_PER_MS:.0f}/{settings.min_time_ms:g} ms min time"
-                progress(f"round {rounds}: {text} ({per_sample}, {timed})")
+                per_sample = (f"launches per sample: baseline {launches['baseline']}, "
+                              f"candidate {launches['candidate']}")  # fmt: skip
+                timed = f"timed {timed_ns / _NS_PER_MS:.0f} ms (may stop from {settings.min_time_ms:g} ms)"
+                progress(f"round {rounds}: {text}; {per_sample}; {timed}")
             may_stop = ci is not None and timed_ns >= min_time_ns and rounds >= cycle_rounds
             early = settings.stop_rule == "decided" and ci is not None and decided(ci, settings.threshold_pct)
             if may_stop and ci is not None and (ci[1] < target or early):

@@ -19,7 +19,13 @@ from kernelab.service.contract.schemas.adverts import PROGRESS_PHASES
         ("correctness", "correctness"),
         ("warm-up", "warm-up"),
         ("measuring", "measuring"),
-        ("round 12: ratio 1.0123 ±0.50% (1/1 launches per sample, 3/0 ms min time)", "measuring"),
+        (
+            (
+                "round 12: ratio 1.0123 ±0.50%; launches per sample: baseline 1, candidate 1; "
+                "timed 3 ms (may stop from 0 ms)"
+            ),
+            "measuring",
+        ),
         ("checks", "checks"),
         ("done: 120 samples", "cell-done"),
         ("static metrics of the compiled kernels", "static-metrics"),

@@ -107,7 +107,10 @@ def test_a_running_jobs_progress_updates_in_place_and_the_page_reloads_once_done
         cells_done=2,
         phase="measuring",
         eta_s=75.0,
-        message="round 8: ratio 1.0123 ±0.50% (1/1 launches per sample, 2/0 ms min time)",
+        message=(
+            "round 8: ratio 1.0123 ±0.50%; launches per sample: baseline 1, candidate 1; "
+            "timed 2 ms (may stop from 0 ms)"
+        ),
     )
     expect(page.locator("#progress-cell")).to_have_text("cell 3 of 4", timeout=15_000)
     expect(page.locator("#progress-done")).to_have_text("2 of 4 done")
