@@ -311,6 +311,7 @@ def job_page(
     cell: Annotated[int | None, Query(ge=0, le=MAX_INT32)] = None,
     order: Annotated[CellOrder, Query()] = job_view.DEFAULT_ORDER,
     offset: Offset = 0,
+    table: Annotated[Literal["cells", "axes"], Query()] = "cells",
 ) -> HTMLResponse:
     """One job: header, before/after table, sample and timeline figures, probe readings.
 
@@ -321,6 +322,8 @@ def job_page(
     table; a result whose comparison a compare worker has not stored yet shows "comparing…" and
     reloads itself (this process never computes it); one whose comparison failed says why. An
     unknown id answers the 404 page; a bad ``cell``/``order``/``offset`` a 422 naming the field.
+    ``table``: ``cells`` (a column of cell labels) or ``axes`` (one column per sweep axis, as
+    nvbench's tables).
     """
     job_row = session.get(models.Job, job_id)
     if job_row is None:
@@ -379,8 +382,9 @@ def job_page(
     context.update({
         "comparison": comparison, "has_figures": True, "page": page, "orders": job_view.CELL_ORDERS,
         # the table's order and page, kept by the links that pick a timeline cell or page on
-        "query": {k: v for k, v in (("order", page.order), ("offset", page.offset))
-                  if v not in (job_view.DEFAULT_ORDER, 0)},
+        "query": {k: v for k, v in (("order", page.order), ("offset", page.offset), ("table", table))
+                  if v not in (job_view.DEFAULT_ORDER, 0, "cells")},
+        "table": table,
         "probes": probe_tables(comparison.probes, comparison.node.device_type),
         "labels": {"baseline": comparison.baseline_label, "candidate": comparison.candidate_label},
         "samples_json": entry.samples_json if view.drawable else None,

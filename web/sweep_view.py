@@ -22,6 +22,7 @@ from kernelab.service.judge.cell_table import (
     SIDES,
     SideRates,
     comparison_peaks,
+    format_value,
     short_label,
     side_rates,
     sweep_axes,
@@ -62,6 +63,8 @@ def context(view: JobView, page_cells: Sequence[CellComparison], query: Mapping[
     return {
         "fixed": sweep.fixed_text(axes.fixed), "axes": list(axes.axes),
         "short": {c.index: short_label(c, axes.axes) for c in page_cells},
+        "axis_values": {c.index: [format_value(c.params[a]) if a in c.params else "—" for a in axes.axes]
+                        for c in page_cells},
         "rates": rates, "has_rates": has_rates, "peaks": peaks,
         "forest_json": forest, "roofline_json": roof, "heat": _heat(view, axes, query),
     }  # fmt: skip

@@ -144,6 +144,16 @@ def test_large_sweep_pages_cells_and_draws_every_cell(api, small_pages) -> None:
     assert _rows(flagged)[:3] == [labels[FAILED_CELL], labels[THROTTLED_CELL], labels[0]]
     assert 'href="?order=flagged&amp;offset=4"' in flagged  # paging keeps the order
 
+    # nvbench's layout: one column per sweep axis (N; M is fixed, said once above the table)
+    axes = api.client.get(f"/jobs/{job_id}?order=index&table=axes", headers=api.admin).text
+    table = axes.split('id="comparison-table"', 1)[1].split("</table>", 1)[0]
+    assert re.findall(r'<th rowspan="2" class="axis">([^<]*)</th>', table) == ["N"]
+    values = re.findall(r'<td class="axis"><a [^>]*>([^<]*)</a></td>', table)
+    assert [html.unescape(v) for v in values] == [str(c["params"]["N"]) for c in comparison["cells"][:4]]
+    assert XSS not in axes and _rows(axes) == labels[:4]  # each row still links its timeline
+    assert 'href="?order=slowest&amp;table=axes"' in axes and 'id="table-layout"' in axes
+    assert 'class="axis"' not in api.client.get(f"/jobs/{job_id}", headers=api.admin).text
+
 
 def test_timeline_of_the_chosen_cell_only(api, small_pages) -> None:  # type: ignore[no-untyped-def]
     job_id = _post_sweep(api)
@@ -216,7 +226,8 @@ def test_cached_page_follows_an_explicit_rejudgement(api, small_pages) -> None: 
 
 
 @pytest.mark.parametrize(
-    "query, field", [("order=bogus", "order"), ("offset=-1", "offset"), ("cell=-2", "cell")]
+    "query, field",
+    [("order=bogus", "order"), ("offset=-1", "offset"), ("cell=-2", "cell"), ("table=wide", "table")],
 )
 def test_bad_query_is_a_422_naming_the_field(api, query: str, field: str) -> None:  # type: ignore[no-untyped-def]
     job_id = api.submit()
