@@ -260,7 +260,7 @@ def test_roofline_rates_in_the_table_and_the_plot(site: Site, page: Page) -> Non
     layout = _layout(page, "fig-roofline")
     assert layout["xaxis"]["type"] == "log" and layout["yaxis"]["type"] == "log"
     for axis in ("x", "y"):  # every drawn tick is a written-out value (no bare minor digits "2 3 … 9")
-        drawn = page.locator(f"#fig-roofline g.{axis}tick text").all_inner_texts()
+        drawn = page.locator(f"#fig-roofline g.{axis}tick text").all_text_contents()
         assert drawn == layout[f"{axis}axis"]["ticktext"] and len(drawn) >= 3
     _shot(page, "#roofline", "roofline.png")
 

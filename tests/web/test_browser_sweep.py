@@ -68,6 +68,13 @@ def test_large_sweep_page_in_the_browser(sweep: tuple[str, int], page: Page) -> 
 
     rows = page.locator("#comparison-table tbody tr.cell-row")
     assert rows.count() == job_view.CELLS_PER_PAGE
+    # the default order: the worst first (a problem verdict, then slower by Δ %, undecided, the rest)
+    group = {"failed": 0, "incorrect": 0, "nondeterministic": 0, "implausible": 0, "slower": 1,
+             "inconclusive": 2, "same": 3, "faster": 3}  # fmt: skip
+    worst = min(comparison["cells"], key=lambda c: (group[c["verdict"]], -(c["delta_pct"] or 0.0)))
+    assert rows.nth(0).locator("td").nth(0).inner_text() == worst["label"]
+    page.get_by_role("link", name="sweep order").click()
+    page.wait_for_url("**/jobs/*?order=index")
     assert rows.nth(0).locator("td").nth(0).inner_text() == labels[0]
     assert f"cells 1–{job_view.CELLS_PER_PAGE} of {CELLS}" in page.locator("#cell-pager").inner_text()
     page.wait_for_selector("#fig-samples.js-plotly-plot svg.main-svg")
@@ -76,7 +83,7 @@ def test_large_sweep_page_in_the_browser(sweep: tuple[str, int], page: Page) -> 
     assert "cell 0" in (page.locator("#fig-timeline .gtitle").text_content() or "")
 
     page.locator("#cells-next").click()
-    page.wait_for_url(f"**/jobs/{job_id}?offset={job_view.CELLS_PER_PAGE}")
+    page.wait_for_url(f"**/jobs/{job_id}?order=index&offset={job_view.CELLS_PER_PAGE}")
     assert rows.count() == CELLS - job_view.CELLS_PER_PAGE
     assert rows.nth(0).locator("td").nth(0).inner_text() == labels[job_view.CELLS_PER_PAGE]
 
