@@ -44,7 +44,7 @@ from kernelab.service.contract.schemas import (
     read_stored,
 )
 from kernelab.service.contract.schemas.probe_protocol import probes_with
-from kernelab.service.contract.units import format_bytes, format_seconds
+from kernelab.service.contract.units import format_bytes, format_seconds, format_sig3
 from kernelab.service.judge import health
 from kernelab.service.judge.report import (
     EXPLAINED_VERDICTS,
@@ -84,18 +84,21 @@ PHASE_ORDER = {"before": 0, "after": 1, "adhoc": 2}
 
 
 def _duration(value_ns: float | None) -> str:
-    """``1234.5`` (ns) → ``"1.23 µs"``; ``"—"`` for None."""
+    """``1234.5`` (ns) → ``"1.23 µs"``, ``999.7`` → ``"1,000 ns"`` (three significant figures,
+    ``format_sig3``: never ``"1e+03 ns"``); ``"—"`` for None."""
     if value_ns is None:
         return "—"
     unit, scale = figures.time_unit([value_ns])
-    return f"{value_ns / scale:.3g} {unit}"
+    return f"{format_sig3(value_ns / scale)} {unit}"
 
 
 def _pct(value: float | None) -> str:
-    """Signed percentage with one decimal: ``-12.34`` → ``"−12.3 %"``; ``"—"`` for None."""
+    """Signed percentage to three significant figures (``format_sig3``, as the CLI and the Markdown
+    write it): ``-12.34`` → ``"−12.3 %"``, ``327512.8`` → ``"+328,000 %"``, ``0.0412`` →
+    ``"+0.0412 %"``; ``"—"`` for None."""
     if value is None:
         return "—"
-    return f"{value:+.1f} %".replace("-", "\u2212")
+    return f"{format_sig3(value, sign=True)} %".replace("-", "\u2212")
 
 
 def _sci(value: float | None) -> str:

@@ -30,6 +30,7 @@ import glance_factory as gf  # noqa: E402
 from dashboard_server import ADMIN_TOKEN, REPO, Dashboard, DashboardConfig, signed_in_page  # noqa: E402
 from playwright.sync_api import Browser, Page  # noqa: E402
 
+from kernelab.service.contract.units import format_sig3  # noqa: E402
 from kernelab.service.judge.report import format_speedup  # noqa: E402
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -115,7 +116,10 @@ def _cell(site: Site, m: int, n: int) -> dict[str, Any]:
 def _drawn(page: Page) -> None:
     """Wait until every figure of the page is drawn (the first screen's at once, the others after:
     ``web/templates/base.html``)."""
-    page.wait_for_selector("html[data-figures=drawn]", state="attached")
+    page.wait_for_function(
+        "() => !document.querySelector('script[data-figure-for]')"
+        " || document.documentElement.dataset.figures === 'drawn'"
+    )
 
 
 def _layout(page: Page, fig: str) -> Any:
@@ -140,7 +144,10 @@ def test_table_shows_fixed_parameters_once_and_speedup_beside_delta(site: Site, 
     assert first.locator("td.speedup").inner_text() == format_speedup(huge["ratio"])
     three_figures = float(f"{huge['ratio']:.3g}")  # 4,618.4 reads 4,620
     assert format_speedup(huge["ratio"]) == f"{three_figures:,.0f}× slower"
-    assert first.locator("td").nth(4).inner_text().startswith(f"+{huge['delta_pct']:.1f} %")
+    delta = first.locator("td").nth(4).inner_text()  # three significant figures, as the CLI writes it
+    assert delta.startswith(f"{format_sig3(huge['delta_pct'], sign=True)} % [") and delta.startswith(
+        "+462,000 %"
+    )
     assert "dtype" not in page.locator("#comparison-table tbody").inner_text()
     faster = next(c for c in site.comparison["cells"] if c["verdict"] == "faster")
     page.goto(f"{site.base_url}/jobs/{site.sweep_id}?order=index&offset={faster['index'] // 100 * 100}")

@@ -335,3 +335,22 @@ def test_axis_table_of_one_cell_keeps_its_label_and_no_rates_without_work() -> N
     assert not any("GB/s" in h for h in header) and "every cell" not in report.format_table(
         one, columns=cell_table.axis_columns(one)
     )
+
+
+def test_the_duration_filter_writes_three_figures_never_an_exponent() -> None:
+    from kernelab.web.routes import _duration
+
+    assert [_duration(x) for x in (999.7, 1234.5, 12.0, 5e4, None)] == [
+        "1,000 ns", "1.23 µs", "12.0 ns", "50.0 µs", "—"
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("values", [[0.5, 4618.4], [0.9, 1.1], [0.3, 3.0], [1e-4, 1.0], [0.98, 1.02, 250.0]])
+def test_forest_ticks_never_crowd_each_other(values: list[float]) -> None:
+    """The ticks of the ratio axis sit at least a ninth of the axis apart (log10): no "−2 %",
+    "0 %" and "+5 %" written over each other on an axis that runs to 1,000x."""
+    axis = sweep._ratio_axis(values, 1.0)
+    logs = [math.log10(t) for t in axis["tickvals"]]
+    span = axis["range"][1] - axis["range"][0]
+    assert "0 %" in axis["ticktext"] and len(logs) >= 3
+    assert all(b - a >= span / 9 - 1e-12 for a, b in zip(logs, logs[1:], strict=False))
