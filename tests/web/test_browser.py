@@ -197,9 +197,9 @@ def test_job_page_shows_table_figures_and_probes(site: Site, page: Page) -> None
         assert cells.nth(-3).inner_text() == ("pass" if cell.correctness["baseline"].passed else "fail")
         assert cells.nth(-1).inner_text() == ("pass" if cell.correctness["candidate"].passed else "fail")
 
-    page.wait_for_selector("#fig-samples.js-plotly-plot svg.main-svg")
+    page.wait_for_selector("#fig-samples[data-drawn]")
     assert page.locator("#fig-samples g.trace.boxes").count() == 2
-    page.wait_for_selector("#fig-timeline.js-plotly-plot svg.main-svg")
+    page.wait_for_selector("#fig-timeline[data-drawn]")
     assert page.locator("#fig-timeline g.trace.scatter").count() >= 2
 
     before = next(p for p in site.result.probes if p.phase == "before")
@@ -232,7 +232,7 @@ def test_timeline_follows_the_chosen_cell(site: Site, page: Page) -> None:
     page.goto(f"{site.base_url}/jobs/{site.job_id}")
     second = site.comparison.cells[1]
     page.locator("#comparison-table tbody tr.cell-row").nth(1).locator("td a").click()
-    page.wait_for_selector("#fig-timeline svg.main-svg")
+    page.wait_for_selector("#fig-timeline[data-drawn]")
     assert page.url.endswith(f"?cell={second.index}#timeline")
     assert f"cell {second.index}" in (page.locator("#fig-timeline .gtitle").text_content() or "")
 
@@ -254,7 +254,7 @@ def test_unknown_job_is_a_404_page(site: Site, page: Page) -> None:
 def test_node_page_shows_probe_history(site: Site, page: Page) -> None:
     page.goto(f"{site.base_url}/jobs/{site.job_id}")
     page.locator(".facts a", has_text=site.result.node.hostname).click()
-    page.wait_for_selector("#fig-probes.js-plotly-plot svg.main-svg")
+    page.wait_for_selector("#fig-probes[data-drawn]")
     rows = page.locator("#node-readings tbody tr")
     assert rows.count() == len(site.result.probes)
     assert [rows.nth(i).locator("td").nth(1).inner_text() for i in range(rows.count())] == ["after", "before"]

@@ -320,7 +320,7 @@ def test_every_job_page_renders_its_verdicts(site: Site, page: Page) -> None:
             assert rows.nth(i).locator("td.verdict").inner_text() == cell["verdict"], case
             if case in EXPECTED:
                 assert cell["verdict"] == EXPECTED[case], (case, cell["reasons"])
-        page.wait_for_selector("#fig-samples.js-plotly-plot svg.main-svg")
+        page.wait_for_selector("#fig-samples[data-drawn]")
         html = page.content()
         assert "nan" not in page.locator("#comparison-table").inner_text().lower(), case
         if case == "thermal":
@@ -338,7 +338,7 @@ def test_node_pages_render_each_health_case(site: Site, page: Page) -> None:
         assert response is not None and response.status == 200, node
         assert page.locator("#node-health .badge").first.inner_text() == status, node
         assert _api(site, f"/nodes/{node}")["health"]["status"] == status
-        page.wait_for_selector("#fig-probes.js-plotly-plot svg.main-svg")
+        page.wait_for_selector("#fig-probes[data-drawn]")
     page.goto(f"{site.base_url}/nodes/tz-node")
     readings = page.locator("#node-readings tbody").inner_text()
     assert "2026-11-30 03:00:00 UTC" in readings and "2026-11-30 02:00:00 UTC" in readings
@@ -350,7 +350,7 @@ def test_node_pages_render_each_health_case(site: Site, page: Page) -> None:
 def test_history_draws_a_line_per_gpu_model_and_leaves_the_flagged_result_out(site: Site, page: Page) -> None:
     response = page.goto(f"{site.base_url}/history?benchmark={BENCHMARK}")
     assert response is not None and response.status == 200
-    page.wait_for_selector("#fig-history.js-plotly-plot svg.main-svg")
+    page.wait_for_selector("#fig-history[data-drawn]")
     legend = page.locator("#fig-history .legend").text_content() or ""
     assert H200 in legend and A100 in legend
     history = _api(site, f"/history?benchmark={BENCHMARK}")
@@ -364,4 +364,4 @@ def test_history_draws_a_line_per_gpu_model_and_leaves_the_flagged_result_out(si
     page.locator("#include-excluded").click()
     page.wait_for_url("**include_excluded=true")
     assert f"#{site.jobs['flagged']}" in page.locator("#history-table tbody").inner_text()
-    page.wait_for_selector("#fig-history.js-plotly-plot svg.main-svg")
+    page.wait_for_selector("#fig-history[data-drawn]")

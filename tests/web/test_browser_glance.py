@@ -195,7 +195,7 @@ def test_failure_details_are_on_the_page(site: Site, page: Page) -> None:
 
 def test_forest_plot_per_cell_with_band_and_void_cells(site: Site, page: Page) -> None:
     page.goto(f"{site.base_url}/jobs/{site.sweep_id}")
-    page.wait_for_selector("#fig-forest.js-plotly-plot svg.main-svg")
+    page.wait_for_selector("#fig-forest[data-drawn]")
     traces = {t["name"]: t for t in _traces(page, "fig-forest")}
     cells = site.comparison["cells"]
     void = [c for c in cells if c["verdict"] in ("failed", "incorrect", "nondeterministic", "implausible")]
@@ -216,7 +216,7 @@ def test_forest_plot_per_cell_with_band_and_void_cells(site: Site, page: Page) -
 
 def test_heatmap_over_two_chosen_axes(site: Site, page: Page) -> None:
     page.goto(f"{site.base_url}/jobs/{site.sweep_id}")
-    page.wait_for_selector("#fig-heatmap.js-plotly-plot svg.main-svg")
+    page.wait_for_selector("#fig-heatmap[data-drawn]")
     title = page.locator("#fig-heatmap .gtitle").text_content() or ""
     assert "M × N" in title and "Δ %" in title  # the axis with most values (N) as columns
     _drawn(page)
@@ -236,7 +236,7 @@ def test_heatmap_over_two_chosen_axes(site: Site, page: Page) -> None:
     with page.expect_navigation():
         page.click("#heat-picker button[type=submit]")
     assert "heat_value=verdict" in page.url
-    page.wait_for_selector("#fig-heatmap.js-plotly-plot svg.main-svg")
+    page.wait_for_selector("#fig-heatmap[data-drawn]")
     assert "verdict: N × M" in (page.locator("#fig-heatmap .gtitle").text_content() or "")
     _drawn(page)
     data = page.evaluate("() => document.getElementById('fig-heatmap').data[0]")
@@ -258,7 +258,7 @@ def test_roofline_rates_in_the_table_and_the_plot(site: Site, page: Page) -> Non
     tflops = first["throughput"]["candidate_tflops"]
     assert f"{tflops:.3g} TFLOP/s ({100 * tflops / gf.MATMUL_TFLOPS:.3g} %)" in row.locator(
         "td.rates-candidate").inner_text()  # fmt: skip
-    page.wait_for_selector("#fig-roofline.js-plotly-plot svg.main-svg")
+    page.wait_for_selector("#fig-roofline[data-drawn]")
     traces = {t["name"]: t for t in _traces(page, "fig-roofline")}
     roof = next(name for name in traces if name.startswith("roof:"))
     assert "40 GB/s" in roof and "2.0 TFLOP/s" in roof
@@ -334,11 +334,11 @@ def test_large_sweep_page_renders_every_view(site: Site, page: Page) -> None:
 
 def test_samples_plot_takes_a_log_axis_with_decades(site: Site, page: Page) -> None:
     page.goto(f"{site.base_url}/jobs/{site.sweep_id}")
-    page.wait_for_selector("#fig-samples.js-plotly-plot svg.main-svg")
+    page.wait_for_selector("#fig-samples[data-drawn]")
     yaxis = _layout(page, "fig-samples")["yaxis"]
     assert yaxis["type"] == "log" and yaxis["dtick"] == 1  # a label at every power of ten
     page.goto(f"{site.base_url}/jobs/{site.plain_id}")
-    page.wait_for_selector("#fig-samples.js-plotly-plot svg.main-svg")
+    page.wait_for_selector("#fig-samples[data-drawn]")
     assert _layout(page, "fig-samples")["yaxis"]["type"] == "linear"  # 0.7-1.3x apart: no log
 
 
@@ -360,7 +360,7 @@ def test_jobs_list_links_the_node_and_probes_say_cpu(site: Site, page: Page) -> 
         link.click()
     assert page.url.endswith(f"/nodes/{gf.HOSTNAME}")
     assert page.locator("h1").count() == 1 and "There is no" not in page.locator("main").inner_text()
-    page.wait_for_selector(".js-plotly-plot svg.main-svg")
+    page.wait_for_selector("html[data-figures=drawn]", state="attached")
     _drawn(page)
     traces = page.evaluate("() => [...document.querySelectorAll('.js-plotly-plot')]"
                            ".flatMap(f => f.data.map(t => t.name))")  # fmt: skip

@@ -72,7 +72,7 @@ def _shot(page: Page, name: str) -> None:
 
 def test_the_history_chart_shows_the_planted_change_point_and_lists_it(site: Site, page: Page) -> None:
     page.goto(f"{site.base_url}/history?benchmark=softmax")
-    page.wait_for_selector("#fig-history .main-svg")
+    page.wait_for_selector("#fig-history[data-drawn]")
     # one line per side on each GPU model, each with CI bars; one change-point marker on the stepped line
     lines = page.locator("#fig-history g.trace.scatter")
     assert lines.count() >= 5

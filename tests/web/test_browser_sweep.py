@@ -77,9 +77,9 @@ def test_large_sweep_page_in_the_browser(sweep: tuple[str, int], page: Page) -> 
     page.wait_for_url("**/jobs/*?order=index")
     assert rows.nth(0).locator("td").nth(0).inner_text() == labels[0]
     assert f"cells 1–{job_view.CELLS_PER_PAGE} of {CELLS}" in page.locator("#cell-pager").inner_text()
-    page.wait_for_selector("#fig-samples.js-plotly-plot svg.main-svg")
+    page.wait_for_selector("#fig-samples[data-drawn]")
     assert page.locator("#fig-samples g.trace.scatter").count() == 2  # medians, every cell
-    page.wait_for_selector("#fig-timeline.js-plotly-plot svg.main-svg")
+    page.wait_for_selector("#fig-timeline[data-drawn]")
     assert "cell 0" in (page.locator("#fig-timeline .gtitle").text_content() or "")
 
     page.locator("#cells-next").click()
@@ -94,5 +94,5 @@ def test_large_sweep_page_in_the_browser(sweep: tuple[str, int], page: Page) -> 
 
     page.locator("#timeline-next").click()
     page.wait_for_url("**?order=slowest&cell=1#timeline")
-    page.wait_for_selector("#fig-timeline.js-plotly-plot svg.main-svg")
+    page.wait_for_selector("#fig-timeline[data-drawn]")
     assert "cell 1" in (page.locator("#fig-timeline .gtitle").text_content() or "")
