@@ -353,6 +353,7 @@ def test_failed_job_shows_its_error_once_and_no_empty_chart(site: Site, page: Pa
 
 def test_jobs_list_links_the_node_and_probes_say_cpu(site: Site, page: Page) -> None:
     page.goto(f"{site.base_url}/")
+    _shot(page, "main", "jobs.png")
     row = page.locator("table.jobs tbody tr").filter(has=page.locator(f'a[href="/jobs/{site.sweep_id}"]'))
     link = row.locator("td.job-node a")
     assert link.inner_text() == gf.HOSTNAME and "glance-runner" in row.locator("td.job-node").inner_text()
@@ -370,6 +371,10 @@ def test_jobs_list_links_the_node_and_probes_say_cpu(site: Site, page: Page) -> 
     assert not any("GPU" in str(text) for text in annotations)
     node_text = page.locator("main").inner_text()  # the band table, the reasons, the readings
     assert "GPU" not in node_text, node_text
+    _shot(page, "main", "node-cpu.png")
+    page.goto(f"{site.base_url}/nodes")
+    assert gf.HOSTNAME in page.locator("main").inner_text()
+    _shot(page, "main", "nodes.png")
     page.goto(f"{site.base_url}/jobs/{site.sweep_id}")
     assert page.locator("#probe-copy thead th").nth(0).inner_text() == "CPU"
     assert "GPU" not in page.locator("#probes").inner_text()
