@@ -371,6 +371,29 @@ MAX_HISTORY_TRACES = 64
 traces and 39 all-reduce ones: 13 sizes over the node, its pairs and its halves)."""
 
 
+def _log_tick_text(v: float) -> str:
+    """A log-axis tick label: ``"0.5"``, ``"20"``, ``"1,000"`` from 0.001 to 99,999, else ``"2e-5"``
+    or ``"1e6"`` (never plotly's bare minor digits ``"2 3 … 9"``)."""
+    mantissa, exponent = f"{v:.0e}".split("e")
+    if -3 <= int(exponent) <= 4:
+        return f"{v:,.{max(0, -int(exponent))}f}"
+    return f"{mantissa}e{int(exponent)}".replace("-", "\u2212")
+
+
+def log_ticks(lo: float, hi: float, max_ticks: int = 8) -> dict[str, Any]:
+    """Tick values and labels of a log axis over ``[lo, hi]`` (``0 < lo < hi``): 1-2-5 steps per
+    decade, else every decade, else every second or third decade, so at most ``max_ticks`` ticks,
+    each with its value written out (``_log_tick_text``). Returns plotly axis keys ``tickvals``
+    and ``ticktext``."""
+    first, last = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    for mantissas, every in (((1, 2, 5), 1), ((1,), 1), ((1,), 2), ((1,), 3), ((1,), 10)):
+        vals = [m * 10.0**k for k in range(first, last + 1) if k % every == 0 for m in mantissas]
+        vals = [v for v in vals if lo <= v <= hi]
+        if len(vals) <= max_ticks:
+            break
+    return {"tickvals": vals, "ticktext": [_log_tick_text(v) for v in vals]}
+
+
 def probe_history_figure(
     readings: Sequence[ProbeReport],
     bands: Sequence[HealthBand] = (),
@@ -438,7 +461,13 @@ def probe_history_figure(
                 col=1,
             )
         _draw_bands(fig, row, panel, bands, device)
-        if panel.log:
+        drawn = [y for key in keys for y in traces[key][2] if y > 0]
+        drawn += [b.limit for b in bands if panel.band(b) is not None and b.limit > 0]
+        if panel.log and drawn:  # every tick written as its value (never plotly's bare "2 5")
+            lo, hi = min(drawn) / 1.5, max(drawn) * 1.5
+            axis = {"range": [math.log10(lo), math.log10(hi)], **log_ticks(lo, hi)}
+            fig.update_yaxes(type="log", row=row, col=1, **axis)
+        elif panel.log:
             fig.update_yaxes(type="log", row=row, col=1)
     if probes:
         _mark_unhealthy(fig, probes[0], unhealthy)

@@ -33,7 +33,7 @@ from kernelab.service.judge.cell_table import (
 )
 from kernelab.service.judge.report import cell_speedup, format_speedup, void_timing
 from kernelab.service.judge.verdicts import VERDICT_ORDER
-from kernelab.web.figures import _LAYOUT, VARIANT_COLOURS, _template
+from kernelab.web.figures import _LAYOUT, VARIANT_COLOURS, _template, log_ticks
 
 VERDICT_COLOURS: dict[str, str] = {e.name: e.plot for e in VERDICT_CATALOGUE}
 """Each verdict's colour in the figures (``VerdictEntry.plot``)."""
@@ -84,29 +84,6 @@ def _ratio_axis(values: Sequence[float], threshold_pct: float) -> dict[str, Any]
         "ticktext": [_ratio_tick(t) for t in ticks], "zeroline": False,
         "title": {"text": "candidate vs baseline: Δ % of the median, 95 % CI (log scale)"},
     }  # fmt: skip
-
-
-def _log_tick_text(v: float) -> str:
-    """A log-axis tick label: ``"0.5"``, ``"20"``, ``"1,000"`` from 0.001 to 99,999, else ``"2e-5"``
-    or ``"1e6"`` (never plotly's bare minor digits ``"2 3 … 9"``)."""
-    mantissa, exponent = f"{v:.0e}".split("e")
-    if -3 <= int(exponent) <= 4:
-        return f"{v:,.{max(0, -int(exponent))}f}"
-    return f"{mantissa}e{int(exponent)}".replace("-", "\u2212")
-
-
-def log_ticks(lo: float, hi: float, max_ticks: int = 8) -> dict[str, Any]:
-    """Tick values and labels of a log axis over ``[lo, hi]`` (``0 < lo < hi``): 1-2-5 steps per
-    decade, else every decade, else every second or third decade, so at most ``max_ticks`` ticks,
-    each with its value written out (``_log_tick_text``). Returns plotly axis keys ``tickvals``
-    and ``ticktext``."""
-    first, last = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
-    for mantissas, every in (((1, 2, 5), 1), ((1,), 1), ((1,), 2), ((1,), 3), ((1,), 10)):
-        vals = [m * 10.0**k for k in range(first, last + 1) if k % every == 0 for m in mantissas]
-        vals = [v for v in vals if lo <= v <= hi]
-        if len(vals) <= max_ticks:
-            break
-    return {"tickvals": vals, "ticktext": [_log_tick_text(v) for v in vals]}
 
 
 def _hover(cell: CellComparison, label: str) -> str:

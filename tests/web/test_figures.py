@@ -84,6 +84,11 @@ def test_probe_history_figure_traces_and_order() -> None:
     assert list(fig.data[0].y) == [40.0, 41.0, 42.0]  # sorted by taken_at
     assert [t.visible for t in fig.data[1:]] == [True, "legendonly", True]
     assert fig.data[1].xaxis == "x2" and fig.layout.yaxis2.type == "log"
+    axis = fig.layout.yaxis2  # the log panel writes every tick as its value, over what it draws
+    lo, hi = (10**e for e in axis.range)
+    drawn = [y for t in fig.data[1:] for y in t.y]
+    assert lo < min(drawn) and max(drawn) < hi and len(axis.tickvals) >= 2
+    assert [float(t.replace(",", "")) for t in axis.ticktext] == pytest.approx(list(axis.tickvals))
 
 
 def test_probe_history_without_readings_says_so() -> None:
