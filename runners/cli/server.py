@@ -60,7 +60,7 @@ def serve(
     ``--compare-workers`` compare worker processes beside it (the comparisons of stored results are
     computed there, never in an API worker; a stop does not wait for one)."""
     import uvicorn
-    from sqlalchemy.exc import OperationalError
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
 
     from kernelab.service.server.core.config import Settings
     from kernelab.service.server.core.db import upgrade_told
@@ -70,6 +70,9 @@ def serve(
     settings = Settings()
     try:
         typer.echo(upgrade_told(settings.database_url), err=True)
+    except (ArgumentError, NoSuchModuleError, ValueError) as exc:  # malformed, unknown driver, bad port
+        reason = str(exc).splitlines()[0]
+        raise fail(f"--database-url: not a database URL SQLAlchemy can use: {reason}") from None
     except OperationalError as exc:  # unreachable, refused, no such database: one line, no traceback
         raise fail(f"database unreachable: {str(exc.orig).strip().splitlines()[0]}") from None
     extra: dict[str, Any] = {}

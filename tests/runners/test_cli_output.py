@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
+import pytest
 import typer
 from typer.testing import CliRunner
 
@@ -139,3 +140,15 @@ def test_the_jobs_list_is_aligned_whatever_the_names() -> None:
         assert all(line[s - 2 : s] == "  " and line[s] != " " for s in starts if s < len(line)), line
     assert "…" in lines[1] and len(lines[1].split("  ")[3].strip()) <= NAME_WIDTH + 1
     assert "- (re-run of #3)" in lines[2] and lines[1].endswith("2 slower, 1 same")
+
+
+@pytest.mark.parametrize("url", ["notaurl", "foo://x/y", "postgresql://u:s3cretPW@[::1/db"])
+def test_serve_refuses_a_bad_database_url_in_one_line(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernelab.runners.cli import app
+
+    monkeypatch.setenv("KERNELAB_ADMIN_TOKEN", "a" * 20)
+    monkeypatch.setenv("KERNELAB_DATABASE_URL", url)  # serve sets it: restored after the test
+    result = CliRunner().invoke(app, ["serve", "--database-url", url])
+    assert result.exit_code == 1, result.output
+    assert result.stderr.startswith("--database-url: not a database URL SQLAlchemy can use: ")
+    assert len(result.stderr.strip().splitlines()) == 1 and "s3cretPW" not in result.stderr
